@@ -1,0 +1,1 @@
+"""corral: a GPU cluster workload manager."""

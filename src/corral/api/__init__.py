@@ -1,0 +1,1 @@
+"""The controller REST API (FastAPI) and its schemas."""

@@ -1,0 +1,1 @@
+"""The pure scheduling core: data in, decisions out. No clock, I/O or randomness here."""

@@ -1,0 +1,129 @@
+"""Messages between the controller and node agents (JSON over HTTP, bearer-token authenticated).
+
+Flow: the agent POSTs `Registration` to /api/v1/agents/register and receives `RegistrationReply`
+(with the controller's epoch). It then long-polls GET /api/v1/agents/{node}/commands?after=SEQ&wait_s=W
+with header `X-Corral-Epoch: <epoch>`; the reply is `CommandBatch`. Passing `after=SEQ` acknowledges every
+command up to SEQ. The agent POSTs `EventBatch` to /api/v1/agents/{node}/events as things happen, retrying
+until the controller accepts them (events are idempotent on the controller side). Any 409 reply means the
+controller restarted: register again (reporting what runs) and carry on.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, Field
+
+API_PREFIX = "/api/v1"
+EPOCH_HEADER = "X-Corral-Epoch"
+
+
+class GpuInfo(BaseModel):
+    index: int
+    model: str = "sim-gpu"
+    memory_mib: int = 0
+    domain: str | None = None
+    uuid: str | None = None
+
+
+class Registration(BaseModel):
+    node: str
+    address: str
+    gpus: list[GpuInfo]
+    cpus: int
+    mem_mib: int
+    # Jobs whose tasks run on this node now (the agent started them and they have not all exited).
+    running_jobs: list[int] = []
+    # Jobs whose local tasks ended but whose NodeFinished event the controller has not acknowledged
+    # yet; the agent re-sends those events right after registering.
+    finished_jobs: list[int] = []
+    agent_version: str = ""
+
+
+class RegistrationReply(BaseModel):
+    epoch: str
+    heartbeat_s: float
+    # Jobs this agent reported running that the controller wants gone (cancelled or unknown).
+    kill_jobs: list[int] = []
+
+
+class TaskLaunch(BaseModel):
+    rank: int  # global rank (SLURM_PROCID)
+    local_rank: int  # SLURM_LOCALID
+    gpus: list[int]  # node-local device indices -> CUDA_VISIBLE_DEVICES
+
+
+class LaunchJob(BaseModel):
+    kind: Literal["launch"] = "launch"
+    seq: int = 0
+    job_id: int
+    job_name: str
+    user: str
+    uid: int = 0
+    partition: str
+    node_index: int  # SLURM_NODEID
+    nodes: list[str]  # every node of the allocation, in rank order
+    master_addr: str
+    master_port: int
+    tasks_per_node: int
+    num_tasks: int
+    cpus_per_task: int
+    cpus_on_node: int
+    mem_per_node_mib: int
+    node_gpus: list[int]  # every device the job holds on this node
+    gpus_per_task: int | None = None
+    tasks: list[TaskLaunch]
+    script: str | None = None
+    argv: list[str] = []
+    workdir: str
+    env: dict[str, str] = {}
+    output: str
+    error: str | None = None
+    time_limit_s: int
+    restart_count: int = 0
+    submit_host: str = ""
+    cluster_name: str = "corral"
+
+
+class SignalJob(BaseModel):
+    """Stop a job's tasks on this node: `signal` to each task's process group, SIGKILL after grace."""
+
+    kind: Literal["kill"] = "kill"
+    seq: int = 0
+    job_id: int
+    signal: int = 15
+    grace_s: float = 10.0
+
+
+Command = Annotated[Union[LaunchJob, SignalJob], Field(discriminator="kind")]
+
+
+class CommandBatch(BaseModel):
+    commands: list[Command]
+
+
+class NodeStarted(BaseModel):
+    kind: Literal["started"] = "started"
+    job_id: int
+    pids: list[int] = []
+
+
+class TaskExit(BaseModel):
+    rank: int
+    exit_code: int  # 0..255; for a task killed by a signal, 128 + signal as a shell reports it
+    signal: int = 0  # the signal that ended the task, 0 if it exited
+
+
+class NodeFinished(BaseModel):
+    """Every local task of the job has exited (or could not start: then `error` says why)."""
+
+    kind: Literal["finished"] = "finished"
+    job_id: int
+    tasks: list[TaskExit]
+    error: str | None = None
+
+
+Event = Annotated[Union[NodeStarted, NodeFinished], Field(discriminator="kind")]
+
+
+class EventBatch(BaseModel):
+    events: list[Event]
