@@ -59,6 +59,13 @@ class Request:
     mem_per_node_mib: int = 0
     time_limit_s: int = 3600
     partition: str = ""
+    # What decides whether a job fits somewhere right now (the time limit does not). Derived once:
+    # the scheduler reads it for every pending job in every cycle.
+    shape: tuple[int, int, int, int, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        shape = (self.num_nodes, self.gpus_per_node, self.cpus_per_node, self.mem_per_node_mib, self.partition)
+        object.__setattr__(self, "shape", shape)
 
     @property
     def cpus_per_node(self) -> int:
@@ -67,11 +74,6 @@ class Request:
     @property
     def total_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
-
-    @property
-    def shape(self) -> tuple[int, int, int, int, str]:
-        """What decides whether a job fits somewhere right now (the time limit does not)."""
-        return (self.num_nodes, self.gpus_per_node, self.cpus_per_node, self.mem_per_node_mib, self.partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,11 @@ class PendingJob:
     submit_time: float
     request: Request
     held: bool = False
+    # Priority order: higher priority first, then earlier submission, then lower id.
+    order: tuple[int, float, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "order", (-self.priority, self.submit_time, self.id))
 
 
 @dataclass(frozen=True, slots=True)

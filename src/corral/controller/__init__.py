@@ -1,0 +1,1 @@
+"""The controller daemon: REST API, store, and the scheduling loop around the engine."""

@@ -1,0 +1,88 @@
+"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="corral-controller", description="corral controller daemon")
+    p.add_argument("--listen", default="127.0.0.1:6817", help="HOST:PORT to serve the API on")
+    p.add_argument("--db", default=None, help="SQLAlchemy URL (default: sqlite in the state dir)")
+    p.add_argument("--secret-file", required=True, help="file holding the cluster secret")
+    p.add_argument("--config", default=None, help="TOML configuration (partitions, scheduler)")
+    p.add_argument("--state-dir", default=None, help="where the default SQLite database lives")
+    p.add_argument("--log-level", default="info")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"corral-controller: error: --listen must be HOST:PORT, not {args.listen!r}", file=sys.stderr)
+        return 2
+    secret = _read_secret(args.secret_file)
+    if secret is None:
+        return 2
+    from corral.controller.settings import SettingsError, load_settings
+    from corral.store import Store, StoreError
+
+    try:
+        config = load_settings(args.config)
+    except SettingsError as exc:
+        print(f"corral-controller: error: {exc}", file=sys.stderr)
+        return 2
+    state_dir = Path(args.state_dir or Path.home() / ".local/state/corral")
+    url = args.db or f"sqlite:///{state_dir / 'corral.db'}"
+    try:
+        store = Store.open(url)
+    except StoreError as exc:
+        print(f"corral-controller: error: {exc}", file=sys.stderr)
+        return 2
+    app = build_app(config, store, secret)
+    return _serve(app, host, int(port))
+
+
+def build_app(config, store, secret: str, clock=time.time):
+    from corral.controller.app import create_app
+    from corral.controller.service import ControllerService
+    from corral.engine.engine import Engine
+
+    now = clock()
+    nodes = store.load_nodes()
+    for node in nodes:
+        # Agents get one node timeout to re-register after a controller restart before their
+        # jobs are declared lost.
+        if node.up:
+            node.last_seen = now
+    engine = Engine(config, store.load_active_jobs(), nodes, next_job_id=store.max_job_id() + 1)
+    return create_app(ControllerService(engine, store, clock), secret)
+
+
+def _read_secret(path: str) -> str | None:
+    try:
+        secret = Path(path).read_text().strip()
+    except OSError as exc:
+        print(f"corral-controller: error: cannot read secret file: {exc}", file=sys.stderr)
+        return None
+    if not secret:
+        print(f"corral-controller: error: secret file {path} is empty", file=sys.stderr)
+        return None
+    return secret
+
+
+def _serve(app, host: str, port: int) -> int:
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    server.run()
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""HTTP routes: the user API and the agent API, both behind the cluster secret."""
+from __future__ import annotations
+
+import hmac
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
+
+from corral.api.schemas import ErrorOut, JobOut, JobSubmit, NodeOut, NodeUpdate, PartitionOut, SubmitReply
+from corral.controller.service import ControllerService, StaleAgent
+from corral.engine.admission import AdmissionError
+from corral.engine.engine import UnknownJob
+from corral.engine.records import JobState
+from corral.protocol import API_PREFIX, EPOCH_HEADER, CommandBatch, EventBatch, Registration, RegistrationReply
+
+ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+
+
+def create_app(service: ControllerService, secret: str) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await service.start()
+        yield
+        await service.stop()
+
+    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan,
+                  description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
+    expected = f"Bearer {secret}".encode()
+
+    async def authorized(authorization: str | None = Header(None)) -> None:
+        if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
+            raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)")
+
+    @app.exception_handler(StaleAgent)
+    async def _stale(_req: Request, exc: StaleAgent) -> JSONResponse:
+        return JSONResponse({"detail": f"node {exc} must register again"}, status_code=409)
+
+    @app.get(f"{API_PREFIX}/health")
+    async def health() -> dict:
+        return {"status": "ok", "cluster": service.engine.config.cluster_name}
+
+    _user_routes(app, service, Depends(authorized))
+    _agent_routes(app, service, Depends(authorized))
+    return app
+
+
+def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
+    @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=ERRORS)
+    async def submit(body: JobSubmit) -> SubmitReply:
+        try:
+            return SubmitReply(job_id=service.submit(body))
+        except AdmissionError as exc:
+            raise HTTPException(422, str(exc)) from None
+
+    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth])
+    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[JobOut]:
+        wanted = _states(states)
+        return service.jobs(wanted, user, include_finished=all)
+
+    @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
+    async def get_job(job_id: int) -> JobOut:
+        job = service.job(job_id)
+        if job is None:
+            raise HTTPException(404, f"invalid job id specified: {job_id}")
+        return job
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
+    async def cancel(job_id: int) -> JobOut:
+        try:
+            return service.cancel(job_id)
+        except UnknownJob:
+            if service.find_job(job_id) is None:
+                raise HTTPException(404, f"invalid job id specified: {job_id}") from None
+            state = service.find_job(job_id).state.value
+            raise HTTPException(409, f"job {job_id} already finished ({state})") from None
+
+    @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
+    async def nodes() -> list[NodeOut]:
+        return service.nodes()
+
+    @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=ERRORS)
+    async def update_node(name: str, body: NodeUpdate) -> NodeOut:
+        try:
+            service.drain(name, body.drain, body.reason)
+        except KeyError:
+            raise HTTPException(404, f"unknown node {name!r}") from None
+        return next(n for n in service.nodes() if n.name == name)
+
+    @app.get(f"{API_PREFIX}/partitions", dependencies=[auth])
+    async def partitions() -> list[PartitionOut]:
+        return service.partitions()
+
+    @app.get(f"{API_PREFIX}/accounting", dependencies=[auth])
+    async def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
+                   until: float | None = None, ids: str | None = None) -> list[JobOut]:
+        wanted = _states(states)
+        try:
+            id_list = [int(i) for i in ids.split(",")] if ids else None
+        except ValueError:
+            raise HTTPException(422, f"bad job id list {ids!r}") from None
+        return service.accounting(
+            ids=id_list, users=[user] if user else None,
+            states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
+
+
+def _states(text: str | None) -> set[str] | None:
+    if not text:
+        return None
+    wanted = {s.strip().upper() for s in text.split(",") if s.strip()}
+    unknown = wanted - {s.value for s in JobState}
+    if unknown:
+        raise HTTPException(422, f"unknown job state(s): {', '.join(sorted(unknown))}")
+    return wanted
+
+
+def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
+    @app.post(f"{API_PREFIX}/agents/register", dependencies=[auth])
+    async def register(body: Registration) -> RegistrationReply:
+        return service.register(body)
+
+    @app.get(f"{API_PREFIX}/agents/{{node}}/commands", dependencies=[auth])
+    async def commands(node: str, after: int = 0, wait_s: float = Query(20.0, ge=0, le=60),
+                       epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> CommandBatch:
+        service.check_agent(node, epoch)
+        return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
+
+    @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth])
+    async def events(node: str, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
+        service.check_agent(node, epoch)
+        service.agent_events(node, body)
+        return {"accepted": len(body.events)}

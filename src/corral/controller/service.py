@@ -1,0 +1,205 @@
+"""The controller's shell around the engine: every stimulus is folded in, the changes are committed to the
+store before anyone is answered, and the resulting commands go to the agents' outboxes.
+
+One asyncio event loop owns the engine, so no locks are needed: HTTP handlers and the scheduling loop take
+turns. The loop sleeps until something changed (a submission, an agent report, a cancel) or the engine's
+next deadline (a time limit, a kill to escalate, a node to declare lost) comes due: no busy polling.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+
+from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
+from corral.controller import views
+from corral.controller.outbox import Outbox
+from corral.core.model import Gpu
+from corral.engine.admission import admit
+from corral.engine.commands import Command, Launch
+from corral.engine.engine import Engine
+from corral.engine.membership import Inventory
+from corral.engine.records import Job, JobState
+from corral.engine.snapshot import node_usage
+from corral.protocol import (
+    EventBatch,
+    LaunchJob,
+    NodeFinished,
+    NodeStarted,
+    Registration,
+    RegistrationReply,
+    SignalJob,
+)
+from corral.store import Store
+
+log = logging.getLogger("corral.controller")
+
+
+class StaleAgent(Exception):
+    """The agent must register again (the controller restarted, or the node was declared lost)."""
+
+
+class ControllerService:
+    def __init__(self, engine: Engine, store: Store, clock: Callable[[], float] = time.time,
+                 heartbeat_s: float = 5.0) -> None:
+        self.engine = engine
+        self.store = store
+        self.clock = clock
+        self.heartbeat_s = heartbeat_s
+        self.outbox = Outbox()
+        self.epoch = secrets.token_hex(8)
+        self.cycles = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+
+    # ----- lifecycle
+
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._commit()
+
+    def poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            deadline = self.engine.next_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - self.clock())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                self.run_cycle()
+            except Exception:  # a failed cycle must not stop scheduling for good
+                log.exception("scheduling cycle failed")
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(0)  # let queued requests in between back-to-back cycles
+
+    def run_cycle(self) -> None:
+        now = self.clock()
+        commands = self.engine.tick(now)
+        commands += self.engine.schedule(now)
+        self.cycles += 1
+        self._commit()
+        self._dispatch(commands)
+
+    def _commit(self) -> None:
+        jobs, nodes = self.engine.take_dirty()
+        if jobs or nodes:
+            self.store.save(jobs, nodes)
+
+    def _dispatch(self, commands: list[Command]) -> None:
+        for cmd in commands:
+            if isinstance(cmd, Launch):
+                job = self.engine.jobs.get(cmd.job_id)
+                if job is None:
+                    continue
+                msg = views.launch_message(job, cmd.node, self.engine.nodes, self.engine.config.cluster_name)
+                self.outbox.put(cmd.node, msg)
+            else:
+                self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s))
+
+    # ----- users
+
+    def submit(self, sub: JobSubmit) -> int:
+        spec = admit(sub, self.engine.config, self.engine.nodes.values())
+        job = self.engine.submit(spec, self.clock())
+        self._commit()  # durable before the user hears the id
+        self.poke()
+        return job.id
+
+    def cancel(self, job_id: int) -> JobOut:
+        commands = self.engine.cancel(job_id, self.clock())
+        job = self.find_job(job_id)
+        self._commit()
+        self._dispatch(commands)
+        self.poke()
+        return views.job_out(job, self.clock())
+
+    def find_job(self, job_id: int) -> Job | None:
+        return self.engine.jobs.get(job_id) or self.store.get_job(job_id)
+
+    def job(self, job_id: int) -> JobOut | None:
+        job = self.find_job(job_id)
+        return None if job is None else views.job_out(job, self.clock())
+
+    def jobs(self, states: set[str] | None, user: str | None, include_finished: bool) -> list[JobOut]:
+        now = self.clock()
+        if include_finished:
+            found = self.store.query_jobs(users=[user] if user else None,
+                                          states=[JobState(s) for s in states] if states else None)
+        else:
+            found = sorted(self.engine.jobs.values(), key=lambda j: j.id)
+            found = [j for j in found if (not user or j.spec.user == user)
+                     and (not states or j.state.value in states)]
+        return [views.job_out(j, now) for j in found]
+
+    def accounting(self, **filters) -> list[JobOut]:
+        now = self.clock()
+        return [views.job_out(j, now) for j in self.store.query_jobs(**filters)]
+
+    def nodes(self) -> list[NodeOut]:
+        usage = node_usage(self.engine)
+        owners: dict[str, dict[int, int]] = {}
+        for job in self.engine.jobs.values():
+            for s in job.slices:
+                owners.setdefault(s.node, {}).update({g: job.id for g in s.gpus})
+        return [views.node_out(n, usage.get(n.name, (set(), 0, 0)), owners.get(n.name, {}))
+                for n in sorted(self.engine.nodes.values(), key=lambda n: n.name)]
+
+    def partitions(self) -> list[PartitionOut]:
+        return views.partition_outs(self.engine.config, list(self.engine.nodes.values()))
+
+    def drain(self, node: str, drain: bool, reason: str) -> None:
+        self.engine.set_drain(node, drain, reason)
+        self._commit()
+        self.poke()
+
+    # ----- agents
+
+    def register(self, reg: Registration) -> RegistrationReply:
+        inventory = Inventory(
+            gpus=tuple(Gpu(g.index, g.model, g.memory_mib, g.domain) for g in reg.gpus),
+            cpus=reg.cpus, mem_mib=reg.mem_mib, address=reg.address)
+        self.outbox.ack(reg.node, 1 << 62)  # reconciliation below decides what still needs sending
+        kill, commands = self.engine.register_node(
+            reg.node, inventory, set(reg.running_jobs), set(reg.finished_jobs), self.clock())
+        self._commit()
+        self._dispatch(commands)
+        self.poke()
+        log.info("node %s registered (%d GPUs)", reg.node, len(reg.gpus))
+        return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill)
+
+    def check_agent(self, node: str, epoch: str | None) -> None:
+        if epoch != self.epoch or not self.engine.contact(node, self.clock()):
+            raise StaleAgent(node)
+
+    def agent_events(self, node: str, batch: EventBatch) -> None:
+        now = self.clock()
+        commands: list[Command] = []
+        for event in batch.events:
+            if isinstance(event, NodeStarted):
+                self.engine.node_started(node, event.job_id, now)
+            elif isinstance(event, NodeFinished):
+                tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
+                commands += self.engine.node_finished(node, event.job_id, tasks, event.error, now)
+        self._commit()
+        self._dispatch(commands)
+        self.poke()
+
+    async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
+        return await self.outbox.wait(node, after, wait_s)

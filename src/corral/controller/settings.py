@@ -1,0 +1,64 @@
+"""The controller's configuration file (TOML), read once at start.
+
+    cluster_name = "corral"
+    kill_grace_s = 10
+    node_timeout_s = 30
+    [scheduler]
+    max_reservations = 8
+    [[partitions]]
+    name = "gpu"
+    nodes = "ALL"          # or a hostlist: "node[1-8]"
+    default = true
+    max_time_s = 604800    # omit for no limit
+    default_time_s = 3600
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from corral.core.model import SchedulerConfig
+from corral.engine.config import EngineConfig, PartitionConfig
+
+_TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "scheduler", "partitions"}
+_SCHED = {"max_reservations", "max_jobs_considered"}
+_PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up"}
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def load_settings(path: str | Path | None) -> EngineConfig:
+    if path is None:
+        return EngineConfig()
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"cannot read config {path}: {exc}") from None
+    return settings_from_dict(data, str(path))
+
+
+def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
+    _only(data, _TOP, origin)
+    sched = data.get("scheduler", {})
+    _only(sched, _SCHED, f"{origin} [scheduler]")
+    parts = data.get("partitions") or [{"name": "gpu", "default": True}]
+    partitions = []
+    for i, part in enumerate(parts):
+        _only(part, _PART, f"{origin} partitions[{i}]")
+        if "name" not in part:
+            raise SettingsError(f"{origin} partitions[{i}]: 'name' is required")
+        partitions.append(PartitionConfig(**part))
+    top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s")
+           if k in data}
+    try:
+        return EngineConfig(partitions=tuple(partitions), scheduler=SchedulerConfig(**sched), **top)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{origin}: {exc}") from None
+
+
+def _only(section: dict, allowed: set[str], where: str) -> None:
+    unknown = set(section) - allowed
+    if unknown:
+        raise SettingsError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")

@@ -1,0 +1,77 @@
+"""Turn engine records into API bodies and agent messages."""
+from __future__ import annotations
+
+from corral import hostlist
+from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
+from corral.engine.config import EngineConfig
+from corral.engine.membership import node_state
+from corral.engine.records import Job, Node
+from corral.protocol import LaunchJob, TaskLaunch
+
+
+def job_out(job: Job, now: float) -> JobOut:
+    req = job.spec.request
+    if job.start_time is None:
+        elapsed = 0.0
+    else:
+        elapsed = (job.end_time if job.end_time is not None else now) - job.start_time
+    return JobOut(
+        id=job.id, name=job.spec.name, user=job.spec.user, state=job.state.value, reason=job.reason,
+        partition=req.partition, priority=job.spec.priority, submit_time=job.submit_time,
+        start_time=job.start_time, end_time=job.end_time, estimated_start=job.estimated_start,
+        time_limit_s=req.time_limit_s, elapsed_s=max(0.0, elapsed), num_nodes=req.num_nodes,
+        tasks_per_node=req.tasks_per_node, num_tasks=req.num_nodes * req.tasks_per_node,
+        gpus_per_node=req.gpus_per_node, cpus_per_task=req.cpus_per_task, mem_per_node_mib=req.mem_per_node_mib,
+        total_gpus=req.total_gpus, nodelist=hostlist.compress(job.node_names) if job.slices else "",
+        slices=[SliceOut(node=s.node, gpus=list(s.gpus), cpus=s.cpus, mem_mib=s.mem_mib) for s in job.slices],
+        exit_code=job.exit_code, exit_signal=job.exit_signal,
+        gpu_seconds=job.gpu_seconds if job.end_time is not None else job.gpu_count * max(0.0, elapsed),
+        workdir=job.spec.workdir, output=job.spec.output, error=job.spec.error, restart_count=job.restart_count,
+    )
+
+
+def node_out(node: Node, usage: tuple[set[int], int, int], owners: dict[int, int]) -> NodeOut:
+    gpus, cpus, mem = usage
+    return NodeOut(
+        name=node.name, state=node_state(node, len(gpus), cpus), address=node.address,
+        partitions=sorted(node.partitions), cpus=node.cpus, cpus_alloc=cpus, mem_mib=node.mem_mib,
+        mem_alloc_mib=mem,
+        gpus=[GpuOut(index=g.index, model=g.model, memory_mib=g.memory_mib, domain=g.domain,
+                     allocated_to=owners.get(g.index)) for g in node.gpus],
+        gpus_alloc=len(gpus), drain_reason=node.drain_reason, last_seen=node.last_seen,
+    )
+
+
+def partition_outs(config: EngineConfig, nodes: list[Node]) -> list[PartitionOut]:
+    return [
+        PartitionOut(name=p.name, default=p is config.default_partition, up=p.up, max_time_s=p.max_time_s,
+                     default_time_s=p.default_time_s, nodes=[n.name for n in nodes if p.name in n.partitions])
+        for p in config.partitions
+    ]
+
+
+def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_name: str) -> LaunchJob:
+    req = job.spec.request
+    names = list(job.node_names)
+    index = names.index(node_name)
+    node_slice = job.slices[index]
+    per_task = job.spec.gpus_per_task
+    tasks = []
+    for local in range(req.tasks_per_node):
+        if per_task:
+            devices = list(node_slice.gpus[local * per_task:(local + 1) * per_task])
+        else:
+            devices = list(node_slice.gpus)
+        tasks.append(TaskLaunch(rank=index * req.tasks_per_node + local, local_rank=local, gpus=devices))
+    first = nodes.get(names[0])
+    return LaunchJob(
+        job_id=job.id, job_name=job.spec.name, user=job.spec.user, uid=job.spec.uid, partition=req.partition,
+        node_index=index, nodes=names, master_addr=first.address if first else "127.0.0.1",
+        master_port=20000 + job.id % 40000, tasks_per_node=req.tasks_per_node,
+        num_tasks=req.num_nodes * req.tasks_per_node, cpus_per_task=req.cpus_per_task,
+        cpus_on_node=node_slice.cpus, mem_per_node_mib=req.mem_per_node_mib, node_gpus=list(node_slice.gpus),
+        gpus_per_task=per_task, tasks=tasks, script=job.spec.script, argv=list(job.spec.argv),
+        workdir=job.spec.workdir, env=job.spec.env, output=job.spec.output, error=job.spec.error,
+        time_limit_s=req.time_limit_s, restart_count=job.restart_count, submit_host=job.spec.submit_host,
+        cluster_name=cluster_name,
+    )

@@ -1,0 +1,90 @@
+"""The backfill timeline: when could a blocked gang start, given running jobs' ends and reservations.
+
+Each node's availability is a step function of time: it rises when a running job's time limit runs out
+and falls for the span of every reservation already placed on it. For one node, the start times that
+give `need` a window of `duration_s` form a union of closed intervals; a gang of k nodes can start at
+the earliest instant covered by k nodes' intervals (a sweep over interval endpoints).
+"""
+from __future__ import annotations
+
+import math
+
+from corral.core.placement import Need, WorkNode
+
+INF = math.inf
+
+
+def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float) -> list[tuple[float, float]]:
+    """Closed intervals of start times at which `need` fits on `node` for `duration_s` seconds."""
+    if not node.capacity_fits(need):
+        return []
+    deltas: list[tuple[float, int, int, int]] = [(t, g, c, m) for t, g, c, m in node.releases]
+    for start, end, g, c, m in node.blocks:
+        deltas.append((start, -g, -c, -m))
+        deltas.append((end, g, c, m))
+    deltas.sort()
+    g, c, m = len(node.free), node.free_cpus, node.free_mem_mib
+    # Walk the step function, collecting spans where the node cannot hold `need`.
+    blocked: list[tuple[float, float]] = []
+    segment_start = now
+    i = 0
+    while True:
+        while i < len(deltas) and deltas[i][0] <= segment_start:
+            _, dg, dc, dm = deltas[i]
+            g, c, m = g + dg, c + dc, m + dm
+            i += 1
+        segment_end = deltas[i][0] if i < len(deltas) else INF
+        if g < need.gpus or c < need.cpus or m < need.mem_mib:
+            if segment_end == INF:
+                # Only reachable if reservations exceed capacity forever, which placement never does.
+                blocked.append((segment_start, INF))
+            else:
+                blocked.append((segment_start, segment_end))
+        if segment_end == INF:
+            break
+        segment_start = segment_end
+    return _complement(blocked, duration_s, now)
+
+
+def _complement(blocked: list[tuple[float, float]], duration_s: float, now: float) -> list[tuple[float, float]]:
+    """Start times t >= now whose window [t, t + duration) touches no blocked span [s, e)."""
+    intervals: list[tuple[float, float]] = []
+    cursor = now
+    for s, e in blocked:  # already in time order
+        bad_from, bad_to = s - duration_s, e  # t in (bad_from, bad_to) overlaps [s, e)
+        if bad_from >= cursor:
+            intervals.append((cursor, bad_from))
+        cursor = max(cursor, bad_to)
+        if cursor == INF:
+            return intervals
+    intervals.append((cursor, INF))
+    return intervals
+
+
+def earliest_gang_start(
+    candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float
+) -> tuple[float, list[WorkNode]] | None:
+    """The earliest time at which `count` of `candidates` can each hold `need` for `duration_s`,
+    and which nodes (best fit: those that became available most recently, so long-idle nodes stay
+    free for others; ties by node order). None if that never happens."""
+    events: list[tuple[float, int, int]] = []  # (time, 0 = opens / 1 = closes, node index in candidates)
+    for pos, node in enumerate(candidates):
+        for a, b in feasible_starts(node, need, duration_s, now):
+            events.append((a, 0, pos))
+            if b != INF:
+                events.append((b, 1, pos))
+    events.sort()
+    open_since: dict[int, float] = {}
+    for i, (t, kind, pos) in enumerate(events):
+        if kind == 0:
+            open_since[pos] = t
+        else:
+            open_since.pop(pos, None)
+            continue
+        # Several intervals may open at the same instant: decide after the last of them.
+        if i + 1 < len(events) and events[i + 1][0] == t and events[i + 1][1] == 0:
+            continue
+        if len(open_since) >= count:
+            ranked = sorted(open_since.items(), key=lambda item: (-item[1], item[0]))
+            return t, [candidates[pos] for pos, _ in ranked[:count]]
+    return None

@@ -1,0 +1,149 @@
+"""Admission: turn a submission in Slurm's terms into a normalized JobSpec, or say exactly why it can
+never run. Pure: the cluster's partitions and nodes are inputs."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from corral.api.schemas import JobSubmit
+from corral.core.model import Request
+from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.records import JobSpec, Node
+
+
+class AdmissionError(ValueError):
+    """The submission can never run as stated; the message says why."""
+
+
+def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpec:
+    if (sub.script is None) == (sub.argv is None):
+        raise AdmissionError("give exactly one of a script or a command")
+    if sub.script is not None and not sub.script.startswith("#!"):
+        raise AdmissionError("the script must start with a '#!' interpreter line")
+    if sub.argv is not None and not sub.argv:
+        raise AdmissionError("the command is empty")
+    partition = _partition(sub, config)
+    members = [n for n in nodes if partition.contains(n.name)]
+    request = _request(sub, partition, members)
+    name = sub.name or ("script" if sub.script is not None else sub.argv[0].rsplit("/", 1)[-1])
+    return JobSpec(
+        name=name, user=sub.user, request=request, script=sub.script,
+        argv=tuple(sub.argv or ()), workdir=sub.workdir, env=dict(sub.env),
+        output=sub.output or "slurm-%j.out", error=sub.error, gpus_per_task=sub.gpus_per_task,
+        priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host,
+    )
+
+
+def _partition(sub: JobSubmit, config: EngineConfig) -> PartitionConfig:
+    if sub.partition is None:
+        default = config.default_partition
+        if default is None:
+            raise AdmissionError("no partition given and the cluster has no default partition")
+        return default
+    found = config.partition(sub.partition)
+    if found is None:
+        known = ", ".join(p.name for p in config.partitions)
+        raise AdmissionError(f"invalid partition name specified: {sub.partition!r} (partitions: {known})")
+    return found
+
+
+def _request(sub: JobSubmit, partition: PartitionConfig, members: list[Node]) -> Request:
+    max_gpus = max((len(n.gpus) for n in members), default=0)
+    nodes = _node_count(sub, max_gpus)
+    tasks_per_node = _tasks_per_node(sub, nodes)
+    gpus_per_node = _gpus_per_node(sub, nodes, tasks_per_node)
+    cpus_per_node = tasks_per_node * sub.cpus_per_task
+    mem = _mem_per_node(sub, gpus_per_node, cpus_per_node)
+    limit = _time_limit(sub, partition)
+    req = Request(num_nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
+                  cpus_per_task=sub.cpus_per_task, mem_per_node_mib=mem, time_limit_s=limit,
+                  partition=partition.name)
+    _check_fits(req, partition, members)
+    return req
+
+
+def _time_limit(sub: JobSubmit, partition: PartitionConfig) -> int:
+    cap = partition.max_time_s
+    if sub.time_limit_s is None:
+        return partition.default_time_s if cap is None else min(partition.default_time_s, cap)
+    if cap is not None and sub.time_limit_s > cap:
+        raise AdmissionError(
+            f"requested time limit {sub.time_limit_s}s exceeds the maximum {cap}s of partition {partition.name!r}")
+    return sub.time_limit_s
+
+
+def _node_count(sub: JobSubmit, max_gpus: int) -> int:
+    if sub.nodes is not None:
+        return sub.nodes
+    if sub.ntasks is not None and sub.ntasks_per_node is not None:
+        if sub.ntasks % sub.ntasks_per_node:
+            raise AdmissionError(f"--ntasks={sub.ntasks} is not a multiple of --ntasks-per-node={sub.ntasks_per_node}")
+        return sub.ntasks // sub.ntasks_per_node
+    if sub.gpus and sub.gpus_per_node is None and max_gpus and sub.gpus > max_gpus:
+        # Fewest nodes that split the GPUs evenly, each within the largest node's GPU count.
+        for count in range(-(-sub.gpus // max_gpus), sub.gpus + 1):
+            if sub.gpus % count == 0:
+                return count
+    return 1
+
+
+def _tasks_per_node(sub: JobSubmit, nodes: int) -> int:
+    if sub.ntasks_per_node is not None:
+        if sub.ntasks is not None and sub.ntasks != sub.ntasks_per_node * nodes:
+            raise AdmissionError(
+                f"--ntasks={sub.ntasks} does not match --nodes={nodes} x --ntasks-per-node={sub.ntasks_per_node}")
+        return sub.ntasks_per_node
+    if sub.ntasks is not None:
+        if sub.ntasks < nodes:
+            raise AdmissionError(f"--ntasks={sub.ntasks} is fewer than --nodes={nodes}")
+        if sub.ntasks % nodes:
+            raise AdmissionError(
+                f"--ntasks={sub.ntasks} does not split evenly over {nodes} nodes; corral gives every node of "
+                "a gang the same number of tasks: use --ntasks-per-node")
+        return sub.ntasks // nodes
+    return 1
+
+
+def _gpus_per_node(sub: JobSubmit, nodes: int, tasks_per_node: int) -> int:
+    candidates: dict[str, int] = {}
+    if sub.gpus_per_node is not None:
+        candidates["--gpus-per-node"] = sub.gpus_per_node
+    if sub.gpus_per_task is not None:
+        candidates["--gpus-per-task"] = sub.gpus_per_task * tasks_per_node
+    if sub.gpus is not None:
+        if sub.gpus % nodes:
+            raise AdmissionError(f"--gpus={sub.gpus} does not split evenly over {nodes} nodes")
+        candidates["--gpus"] = sub.gpus // nodes
+    if len(set(candidates.values())) > 1:
+        stated = ", ".join(f"{k} gives {v} per node" for k, v in candidates.items())
+        raise AdmissionError(f"conflicting GPU requests: {stated}")
+    return next(iter(candidates.values()), 0)
+
+
+def _mem_per_node(sub: JobSubmit, gpus_per_node: int, cpus_per_node: int) -> int:
+    given = [k for k in ("mem_mib", "mem_per_gpu_mib", "mem_per_cpu_mib") if getattr(sub, k) is not None]
+    if len(given) > 1:
+        raise AdmissionError("--mem, --mem-per-gpu and --mem-per-cpu are mutually exclusive")
+    if sub.mem_mib is not None:
+        return sub.mem_mib
+    if sub.mem_per_gpu_mib is not None:
+        if gpus_per_node == 0:
+            raise AdmissionError("--mem-per-gpu needs GPUs")
+        return sub.mem_per_gpu_mib * gpus_per_node
+    if sub.mem_per_cpu_mib is not None:
+        return sub.mem_per_cpu_mib * cpus_per_node
+    return 0
+
+
+def _check_fits(req: Request, partition: PartitionConfig, members: list[Node]) -> None:
+    fitting = [n for n in members if len(n.gpus) >= req.gpus_per_node and n.cpus >= req.cpus_per_node
+               and n.mem_mib >= req.mem_per_node_mib]
+    if len(fitting) >= req.num_nodes:
+        return
+    if not members:
+        raise AdmissionError(f"partition {partition.name!r} has no nodes")
+    biggest = max(members, key=lambda n: (len(n.gpus), n.cpus, n.mem_mib))
+    raise AdmissionError(
+        f"requested node configuration is not available: {req.num_nodes} node(s) with "
+        f"{req.gpus_per_node} GPUs, {req.cpus_per_node} CPUs and {req.mem_per_node_mib} MiB each; partition "
+        f"{partition.name!r} has {len(fitting)} such node(s) of {len(members)} (largest: {len(biggest.gpus)} GPUs, "
+        f"{biggest.cpus} CPUs, {biggest.mem_mib} MiB)")

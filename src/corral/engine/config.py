@@ -1,0 +1,64 @@
+"""Cluster configuration the engine needs, resolved once before any cycle runs."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from corral import hostlist
+from corral.core.model import Partition, SchedulerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionConfig:
+    name: str
+    # Hostlist expression of member nodes, or "ALL" for every node that registers.
+    nodes: str = "ALL"
+    default: bool = False
+    max_time_s: int | None = None
+    default_time_s: int = 3600
+    up: bool = True
+
+    def contains(self, node: str) -> bool:
+        return self.nodes == "ALL" or node in self._members
+
+    @property
+    def _members(self) -> frozenset[str]:
+        return frozenset(hostlist.expand(self.nodes))
+
+    def core(self) -> Partition:
+        return Partition(self.name, self.max_time_s, self.default, self.up)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    cluster_name: str = "corral"
+    partitions: tuple[PartitionConfig, ...] = (PartitionConfig("gpu", default=True),)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Between SIGTERM and SIGKILL when a job is cancelled or runs out of time (Slurm's KillWait).
+    kill_grace_s: float = 10.0
+    # A node not heard from for this long is down; its jobs end as NODE_FAIL.
+    node_timeout_s: float = 30.0
+    # After the grace period, how long to wait for the agent's report before sending SIGKILL again.
+    kill_report_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.partitions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate partition names in {names}")
+        if sum(p.default for p in self.partitions) > 1:
+            raise ValueError("more than one default partition")
+
+    @property
+    def default_partition(self) -> PartitionConfig | None:
+        for p in self.partitions:
+            if p.default:
+                return p
+        return self.partitions[0] if len(self.partitions) == 1 else None
+
+    def partition(self, name: str) -> PartitionConfig | None:
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        return None
+
+    def partitions_of(self, node: str) -> frozenset[str]:
+        return frozenset(p.name for p in self.partitions if p.contains(node))

@@ -1,0 +1,32 @@
+"""How a job's end is decided from what its nodes reported."""
+from __future__ import annotations
+
+from corral.engine.records import Job, JobState, NodeRun
+
+
+def node_result(tasks: list[tuple[int, int, int]], error: str | None) -> NodeRun:
+    """Fold one node's task exits (rank, exit_code, signal) into that node's part of the result."""
+    run = NodeRun(started=True, finished=True)
+    if error is not None:
+        run.exit_code = 1
+        return run
+    for _rank, code, sig in tasks:
+        run.exit_code = max(run.exit_code, code)
+        if sig and not run.signal:
+            run.signal = sig
+    return run
+
+
+def final_state(job: Job) -> JobState:
+    if job.final_state is not None:
+        return job.final_state
+    if any(r.exit_code or r.signal for r in job.runs.values()):
+        return JobState.FAILED
+    return JobState.COMPLETED
+
+
+def fold_exit(job: Job) -> tuple[int, int]:
+    """The job's (exit_code, signal): the largest exit code and the first signal among its nodes."""
+    code = max((r.exit_code for r in job.runs.values()), default=0)
+    sig = next((r.signal for r in job.runs.values() if r.signal), 0)
+    return code, sig
