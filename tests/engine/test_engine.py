@@ -1,0 +1,116 @@
+"""The engine folding stimuli into job records and commands, with time as an input."""
+from __future__ import annotations
+
+import signal
+
+from corral.engine.commands import Kill, Launch
+from corral.engine.records import JobState
+from tests.engine.builders import T0, engine_with_nodes, inventory, spec
+
+
+def test_gang_start_launches_on_every_node_then_completes() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(nodes=2, gpus=2, tasks=2), T0)
+    commands = engine.schedule(T0 + 1)
+    assert sorted(c.node for c in commands if isinstance(c, Launch)) == ["node1", "node2"]
+    assert job.state is JobState.RUNNING and job.start_time == T0 + 1
+    for n in ("node1", "node2"):
+        engine.node_started(n, job.id, T0 + 2)
+    engine.node_finished("node1", job.id, [(0, 0, 0), (1, 0, 0)], None, T0 + 11)
+    assert job.state is JobState.RUNNING, "the job runs until every node reports"
+    engine.node_finished("node2", job.id, [(2, 0, 0), (3, 0, 0)], None, T0 + 21)
+    assert job.state is JobState.COMPLETED and job.end_time == T0 + 21
+    assert job.gpu_seconds == 4 * 20
+    assert job.id not in engine.jobs, "finished jobs leave memory"
+    dirty, _ = engine.take_dirty()
+    assert job in dirty, "the final record goes to the store"
+
+
+def test_nonzero_exit_fails_the_job_with_its_code() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    engine.node_finished(job.slices[0].node, job.id, [(0, 3, 0)], None, T0 + 5)
+    assert (job.state, job.exit_code, job.exit_signal) == (JobState.FAILED, 3, 0)
+
+
+def test_cancel_pending_and_running() -> None:
+    engine = engine_with_nodes(count=1, gpus=1)
+    first, second = engine.submit(spec(), T0), engine.submit(spec(), T0)
+    engine.schedule(T0)
+    assert engine.cancel(second.id, T0 + 1) == []
+    assert second.state is JobState.CANCELLED
+    kills = engine.cancel(first.id, T0 + 2)
+    assert kills == [Kill(first.id, "node1", signal.SIGTERM, engine.config.kill_grace_s)]
+    assert first.state is JobState.COMPLETING
+    engine.node_finished("node1", first.id, [(0, 0, signal.SIGTERM)], None, T0 + 3)
+    assert first.state is JobState.CANCELLED
+
+
+def test_time_limit_kills_then_times_out() -> None:
+    engine = engine_with_nodes(count=1, node_timeout_s=1000)
+    job = engine.submit(spec(limit_s=60), T0)
+    engine.schedule(T0)
+    assert engine.next_deadline() == T0 + 60
+    assert engine.tick(T0 + 59) == []
+    kills = engine.tick(T0 + 60)
+    assert [type(k) for k in kills] == [Kill] and job.state is JobState.COMPLETING
+    # The agent does not answer: SIGKILL is sent again after grace + report timeout.
+    later = engine.tick(T0 + 60 + engine.config.kill_grace_s + engine.config.kill_report_timeout_s)
+    assert later == [Kill(job.id, "node1", signal.SIGKILL, 0.0)]
+    engine.node_finished("node1", job.id, [(0, 0, 9)], None, T0 + 95)
+    assert job.state is JobState.TIMEOUT
+
+
+def test_silent_node_fails_its_gangs_and_kills_the_rest() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(nodes=2), T0)
+    engine.schedule(T0)
+    engine.contact("node2", T0 + 40)
+    commands = engine.tick(T0 + engine.config.node_timeout_s + 1)
+    assert engine.nodes["node1"].up is False
+    assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s)]
+    engine.node_finished("node2", job.id, [(1, 0, 15)], None, T0 + 45)
+    assert job.state is JobState.NODE_FAIL
+
+
+def test_reregistration_reconciles() -> None:
+    engine = engine_with_nodes(count=1)
+    started = engine.submit(spec(), T0)
+    unacked = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    engine.node_started("node1", started.id, T0 + 1)
+    # The agent restarted: it knows neither job, and runs a stray job 999.
+    kill, commands = engine.register_node("node1", inventory(), {999}, set(), T0 + 5)
+    assert kill == [999]
+    assert Launch(unacked.id, "node1") in commands, "a launch never acknowledged is re-sent"
+    assert started.state is JobState.NODE_FAIL, "a started job the agent lost cannot be recovered"
+
+
+def test_registration_keeps_jobs_the_agent_still_runs() -> None:
+    engine = engine_with_nodes(count=1)
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    engine.node_started("node1", job.id, T0 + 1)
+    kill, commands = engine.register_node("node1", inventory(), {job.id}, set(), T0 + 5)
+    assert (kill, commands, job.state) == ([], [], JobState.RUNNING)
+
+
+def test_drained_node_gets_no_new_work() -> None:
+    engine = engine_with_nodes(count=1)
+    engine.set_drain("node1", True, "maintenance")
+    job = engine.submit(spec(), T0)
+    assert engine.schedule(T0) == []
+    assert job.reason == "ReqNodeNotAvail"
+    engine.set_drain("node1", False)
+    assert engine.schedule(T0 + 1) == [Launch(job.id, "node1")]
+
+
+def test_launch_failure_on_one_node_ends_the_gang() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(nodes=2), T0)
+    engine.schedule(T0)
+    commands = engine.node_finished("node1", job.id, [], "workdir /nope does not exist", T0 + 1)
+    assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s)]
+    engine.node_finished("node2", job.id, [(1, 0, 15)], None, T0 + 2)
+    assert job.state is JobState.FAILED and "workdir" in job.reason
