@@ -1,0 +1,51 @@
+"""`make bench`: every benchmark, one JSON line each, also written to bench/results/latest.json."""
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import cycle  # noqa: E402
+import throughput  # noqa: E402
+
+
+def slurm_reference(jobs: int) -> dict | None:
+    """Real Slurm's figure for the same N jobs, when the anchor is running (see ../shared/anchors/slurm)."""
+    script = HERE.parent.parent / "shared" / "anchors" / "slurm" / "bench-throughput.sh"
+    probe = subprocess.run(["sh", "-c", "command -v sbatch && sinfo -h"], capture_output=True, text=True)
+    if not script.exists() or probe.returncode != 0 or "/usr/bin/sbatch" not in probe.stdout:
+        return None
+    out = subprocess.run(["bash", str(script), str(jobs)], capture_output=True, text=True, timeout=900)
+    fields = dict(kv.split("=") for kv in out.stdout.split())
+    return {"bench": "slurm-throughput", "jobs": jobs, **{k: float(v) for k, v in fields.items()}}
+
+
+def main() -> None:
+    jobs = 500
+    results = {"machine": f"{platform.node()} {platform.processor()} cpus={__import__('os').cpu_count()}",
+               "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": []}
+    for r in cycle.main():
+        results["results"].append(r)
+    r = throughput.measure(jobs)
+    print(json.dumps(r))
+    results["results"].append(r)
+    ref = slurm_reference(jobs)
+    if ref is not None:
+        print(json.dumps(ref))
+        results["results"].append(ref)
+        print(json.dumps({"e2e_ratio_corral_over_slurm": round(r["e2e_jobs_per_s"] / ref["e2e_jobs_per_s"], 2)}))
+    else:
+        print("real Slurm is not running: start ../shared/anchors/slurm/setup.sh for the side-by-side figure")
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

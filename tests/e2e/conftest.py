@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.harness import Cluster
+
+
+@pytest.fixture
+def cluster_factory(tmp_path):
+    made: list[Cluster] = []
+
+    def make(nodes: int = 2, gpus: int = 4, config: str = "") -> Cluster:
+        c = Cluster(tmp_path, nodes=nodes, gpus=gpus, config=config)
+        made.append(c)
+        return c.start()
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(cluster_factory) -> Cluster:
+    return cluster_factory()

@@ -1,0 +1,138 @@
+"""A real cluster on this machine for end-to-end tests: a controller and agents as subprocesses,
+talking HTTP on loopback, with a real SQLite database."""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+API = "/api/v1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(what: Callable[[], object], timeout_s: float = 20.0, interval_s: float = 0.05, message: str = ""):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {message or what}")
+        time.sleep(interval_s)
+
+
+class Cluster:
+    def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "") -> None:
+        self.root = root
+        self.node_names = [f"node{i}" for i in range(1, nodes + 1)]
+        self.gpus = gpus
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.secret = secrets.token_urlsafe(16)
+        self.secret_file = root / "secret"
+        self.secret_file.write_text(self.secret)
+        self.config_file = root / "corral.toml"
+        self.config_file.write_text(config or "kill_grace_s = 2\nnode_timeout_s = 15\n")
+        self.db = f"sqlite:///{root / 'corral.db'}"
+        self.controller: subprocess.Popen | None = None
+        self.agents: dict[str, subprocess.Popen] = {}
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30)
+
+    # ----- processes
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
+        out = open(self.root / log, "ab")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        return subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+    def start_controller(self) -> None:
+        self.controller = self._spawn(
+            ["-m", "corral.controller", "--listen", f"127.0.0.1:{self.port}", "--db", self.db,
+             "--secret-file", str(self.secret_file), "--config", str(self.config_file)], "controller.log")
+        wait_for(self._healthy, message="controller health")
+
+    def _healthy(self) -> bool:
+        if self.controller.poll() is not None:
+            raise AssertionError(f"controller exited: {(self.root / 'controller.log').read_text()}")
+        try:
+            return self.http.get(f"{API}/health").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def start_agents(self) -> None:
+        for name in self.node_names:
+            self.agents[name] = self._spawn(
+                ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
+                 "--node", name, "--gpus", str(self.gpus), "--cpus", "16", "--mem-mib", "64000",
+                 "--spool", str(self.root / "spool" / name)], f"agent-{name}.log")
+        wait_for(lambda: {n["name"] for n in self.nodes() if n["state"] != "down"} >= set(self.node_names),
+                 message="agents registered")
+
+    def start(self) -> "Cluster":
+        self.start_controller()
+        self.start_agents()
+        return self
+
+    def kill_controller(self) -> None:
+        os.killpg(self.controller.pid, signal.SIGKILL)
+        self.controller.wait()
+
+    def stop(self) -> None:
+        procs = list(self.agents.values()) + ([self.controller] if self.controller else [])
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.http.close()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.root.glob("*.log")))
+
+    # ----- API
+
+    def submit(self, **fields) -> int:
+        body = {"workdir": str(self.root), "user": "tester", "env": {"PATH": os.environ["PATH"]}, **fields}
+        reply = self.http.post(f"{API}/jobs", json=body)
+        assert reply.status_code == 201, reply.text
+        return reply.json()["job_id"]
+
+    def job(self, job_id: int) -> dict:
+        reply = self.http.get(f"{API}/jobs/{job_id}")
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    def nodes(self) -> list[dict]:
+        return self.http.get(f"{API}/nodes").json()
+
+    def wait_state(self, job_id: int, *states: str, timeout_s: float = 30.0) -> dict:
+        found = {}
+
+        def reached() -> bool:
+            found.update(self.job(job_id))
+            return found["state"] in states
+
+        try:
+            wait_for(reached, timeout_s, message=f"job {job_id} in {states}")
+        except AssertionError:
+            raise AssertionError(f"job {job_id} is {found.get('state')} ({found.get('reason')}), "
+                                 f"not {states}\n{self.logs()}") from None
+        return found
