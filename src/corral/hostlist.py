@@ -46,6 +46,12 @@ def _expand_part(part: str) -> list[str]:
     return out
 
 
+def sort_key(host: str) -> tuple[str, int, str]:
+    """Slurm's order of hosts: by prefix, then by number (node2 before node10)."""
+    m = _TRAILING_NUM.match(host)
+    return (m.group(1), int(m.group(2)), host) if m else (host, -1, host)
+
+
 def compress(hosts: list[str] | tuple[str, ...]) -> str:
     """Compress names into Slurm's form, as Slurm prints it: sorted by prefix and number, ranges merged."""
     groups: dict[str, list[tuple[int, int]]] = {}

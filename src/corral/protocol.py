@@ -85,7 +85,8 @@ class LaunchJob(BaseModel):
 
 
 class SignalJob(BaseModel):
-    """Stop a job's tasks on this node: `signal` to each task's process group, SIGKILL after grace."""
+    """Signal a job's tasks on this node: `signal` to each task's process group, then SIGKILL to those
+    still alive after `grace_s`. A negative `grace_s` sends the signal only (scancel --signal)."""
 
     kind: Literal["kill"] = "kill"
     seq: int = 0
@@ -109,7 +110,7 @@ class NodeStarted(BaseModel):
 
 class TaskExit(BaseModel):
     rank: int
-    exit_code: int  # 0..255; for a task killed by a signal, 128 + signal as a shell reports it
+    exit_code: int  # 0..255 for a task that exited; 0 for one killed by a signal (Slurm's "0:9")
     signal: int = 0  # the signal that ended the task, 0 if it exited
 
 

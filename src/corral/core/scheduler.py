@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from operator import attrgetter
 
+from corral.hostlist import sort_key
 from corral.core.model import (
     CyclePlan,
     PendingJob,
@@ -92,6 +93,8 @@ class _Cycle:
             end = self.now + req.time_limit_s
             nodes = self.pool.find_now(req.partition, need, req.num_nodes, end)
             if nodes is not None:
+                # Ranks follow Slurm's node order, the order of the job's hostlist.
+                nodes.sort(key=lambda n: sort_key(n.name))
                 self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end) for n in nodes)))
                 memo.version += 1
                 return

@@ -1,0 +1,97 @@
+"""`python -m corral.agent`: start a node agent.
+
+SIGTERM and SIGINT stop the agent (it stops polling and reporting) but leave running tasks alone, like a
+slurmd restart: each task is its own session, so it survives the agent. A restarted agent does not adopt
+them again; the controller learns from the new registration that they are no longer reported.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from corral.agent.agent import Agent
+from corral.agent.discovery import DiscoveryError, discover
+
+log = logging.getLogger("corral.agent")
+
+
+def default_spool_dir(node: str) -> Path:
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(state_home) / "corral" / f"agent-{node}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m corral.agent", description="corral node agent")
+    parser.add_argument("--controller", required=True, help="controller URL, e.g. http://head:6817")
+    parser.add_argument("--secret-file", required=True, type=Path, help="file holding the cluster secret")
+    parser.add_argument("--node", required=True, help="this node's name in the cluster")
+    parser.add_argument("--address", default="127.0.0.1", help="address other nodes reach this one at")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="simulate N GPUs instead of reading them from NVML")
+    parser.add_argument("--cpus", type=int, default=None, metavar="N", help="CPUs to offer (default: all)")
+    parser.add_argument("--mem-mib", type=int, default=None, metavar="N",
+                        help="memory to offer in MiB (default: all)")
+    parser.add_argument("--spool", type=Path, default=None,
+                        help="directory for job scripts (default: $XDG_STATE_HOME/corral/agent-NODE)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def read_secret(path: Path) -> str | None:
+    """The secret on the file's first line, or None if the file is missing, unreadable or empty."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    secret = lines[0].strip() if lines else ""
+    return secret or None
+
+
+async def serve(agent: Agent) -> None:
+    """Run the agent until SIGTERM or SIGINT."""
+    main_task = asyncio.current_task()
+    assert main_task is not None
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, main_task.cancel)
+    try:
+        await agent.run()
+    except asyncio.CancelledError:
+        log.info("stopping; running tasks are left alone")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    secret = read_secret(args.secret_file)
+    if secret is None:
+        parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "debug":
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per long poll is noise
+    try:
+        inventory = discover(args.gpus, cpus=args.cpus, mem_mib=args.mem_mib)
+    except DiscoveryError as exc:
+        print(f"corral agent: {exc}", file=sys.stderr)
+        return 1
+    log.info("node %s: %d GPU(s) (%s), %d CPUs, %d MiB", args.node, len(inventory.gpus), inventory.source,
+             inventory.cpus, inventory.mem_mib)
+    agent = Agent(
+        controller_url=args.controller,
+        secret=secret,
+        node=args.node,
+        inventory=inventory,
+        spool_dir=args.spool or default_spool_dir(args.node),
+        address=args.address,
+    )
+    asyncio.run(serve(agent))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""The node agent: registers with the controller, long-polls for commands, runs jobs, reports events.
+
+Resilience rules (the controller may restart or vanish for minutes at any time):
+- Every request is retried forever with a capped backoff (0.2 s doubling to 2 s); jobs keep running.
+- Events wait in an outbox until the controller answers 2xx; they are idempotent on its side, so sending
+  one twice is harmless and losing one is not.
+- Any 409 means the controller restarted (new epoch): register again, reporting the jobs running here and
+  the finished jobs whose NodeFinished is still unacknowledged, then carry on with the outbox.
+- Commands may be re-sent: a launch for a job already running or finished here is ignored.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import signal
+from collections import OrderedDict
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from corral.agent.discovery import Inventory
+from corral.agent.runner import EXIT_SPAWN_FAILED, JobRunner
+from corral.protocol import (
+    API_PREFIX,
+    EPOCH_HEADER,
+    Command,
+    CommandBatch,
+    Event,
+    EventBatch,
+    LaunchJob,
+    NodeFinished,
+    Registration,
+    RegistrationReply,
+    SignalJob,
+    TaskExit,
+)
+
+log = logging.getLogger(__name__)
+
+BACKOFF_INITIAL_S = 0.2
+BACKOFF_MAX_S = 2.0
+REQUEST_TIMEOUT_S = 10.0
+LOG_EVERY_N_FAILURES = 30
+# Jobs the controller wants gone when it answers a registration get this much time after SIGTERM.
+KILL_ON_REGISTER_GRACE_S = 5.0
+MAX_EVENTS_PER_BATCH = 100
+# How many (job, restart) launches to remember for ignoring re-sent commands.
+REMEMBERED_LAUNCHES = 10_000
+# Statuses that mean "this event batch will never be accepted": dropping it beats wedging the outbox.
+REJECTED_STATUSES = (400, 422)
+
+
+class Backoff:
+    """Capped exponential delay between retries, logging the first failure of a streak only."""
+
+    def __init__(self, what: str, initial_s: float = BACKOFF_INITIAL_S, max_s: float = BACKOFF_MAX_S):
+        self._what = what
+        self._initial_s = initial_s
+        self._max_s = max_s
+        self.delay_s = initial_s
+        self.failures = 0
+
+    async def failed(self, reason: str) -> None:
+        self.failures += 1
+        # The first failure of a streak, then about once a minute: visible without flooding the log.
+        level = logging.WARNING if self.failures % LOG_EVERY_N_FAILURES == 1 else logging.DEBUG
+        log.log(level, "%s failed (%s); retrying every %.1fs at most", self._what, reason, self._max_s)
+        await asyncio.sleep(self.delay_s)
+        self.delay_s = min(self.delay_s * 2, self._max_s)
+
+    def succeeded(self) -> None:
+        if self.failures:
+            log.info("%s works again after %d failed attempt(s)", self._what, self.failures)
+        self.failures = 0
+        self.delay_s = self._initial_s
+
+
+class Agent:
+    """One node's agent. The constructor does no I/O; `await run()` works until cancelled.
+
+    Cancelling `run()` stops talking to the controller and leaves running tasks alone, as a slurmd
+    restart does.
+    """
+
+    def __init__(
+        self,
+        *,
+        controller_url: str,
+        secret: str,
+        node: str,
+        inventory: Inventory,
+        spool_dir: Path,
+        address: str = "127.0.0.1",
+        base_env: Mapping[str, str] | None = None,
+        max_poll_wait_s: float = 30.0,
+    ) -> None:
+        self.node = node
+        self._controller_url = controller_url.rstrip("/")
+        self._secret = secret
+        self._address = address
+        self._inventory = inventory
+        self._spool_dir = Path(spool_dir)
+        self._base_env = dict(os.environ if base_env is None else base_env)
+        self._max_poll_wait_s = max_poll_wait_s
+        self._poll_wait_s = max_poll_wait_s
+        self._epoch: str | None = None
+        self._after_seq = 0
+        self._runners: dict[int, JobRunner] = {}  # jobs with tasks running here
+        self._launched: OrderedDict[tuple[int, int], None] = OrderedDict()  # (job id, restart count)
+        self._outbox: list[Event] = []
+        self._outbox_ready = asyncio.Event()
+        self._register_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[Any]] = set()
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def running_jobs(self) -> list[int]:
+        return sorted(self._runners)
+
+    @property
+    def unacknowledged_finished_jobs(self) -> list[int]:
+        return sorted({e.job_id for e in self._outbox if isinstance(e, NodeFinished)})
+
+    async def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self._secret}"}
+        async with httpx.AsyncClient(
+            base_url=self._controller_url, headers=headers, timeout=REQUEST_TIMEOUT_S
+        ) as client:
+            self._client = client
+            try:
+                await self._register(Backoff("registration"))
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._poll_loop())
+                    group.create_task(self._send_loop())
+            finally:
+                for task in list(self._background):
+                    task.cancel()  # stops watching jobs; the jobs themselves keep running
+                self._client = None
+
+    # -- registration
+
+    async def _register(self, backoff: Backoff) -> None:
+        """Register, retrying until the controller accepts."""
+        assert self._client is not None
+        while True:
+            registration = self._registration()
+            try:
+                response = await self._client.post(
+                    f"{API_PREFIX}/agents/register",
+                    content=registration.model_dump_json(),
+                    headers={"Content-Type": "application/json"},
+                )
+                if response.is_success:
+                    reply = RegistrationReply.model_validate_json(response.content)
+                    backoff.succeeded()
+                    self._accept_registration(reply, registration)
+                    return
+                reason = f"HTTP {response.status_code}: {response.text[:200]}"
+            except (httpx.RequestError, ValidationError) as exc:
+                reason = _describe_error(exc)
+            await backoff.failed(reason)
+
+    def _registration(self) -> Registration:
+        inventory = self._inventory
+        return Registration(
+            node=self.node,
+            address=self._address,
+            gpus=inventory.gpus,
+            cpus=inventory.cpus,
+            mem_mib=inventory.mem_mib,
+            running_jobs=self.running_jobs,
+            finished_jobs=self.unacknowledged_finished_jobs,
+            agent_version=_agent_version(),
+        )
+
+    def _accept_registration(self, reply: RegistrationReply, sent: Registration) -> None:
+        if reply.epoch != self._epoch:
+            # A new controller numbers its commands afresh.
+            self._after_seq = 0
+        self._epoch = reply.epoch
+        # Polling at least once per heartbeat is what keeps this node alive in the controller's eyes.
+        self._poll_wait_s = max(0.1, min(self._max_poll_wait_s, reply.heartbeat_s))
+        log.info("registered %s with epoch %s (%d running, %d finished unacknowledged)",
+                 self.node, reply.epoch, len(sent.running_jobs), len(sent.finished_jobs))
+        for job_id in reply.kill_jobs:
+            self._start_kill(job_id, signal.SIGTERM, KILL_ON_REGISTER_GRACE_S)
+        self._outbox_ready.set()  # re-send whatever the previous controller did not acknowledge
+
+    async def _reregister(self, stale_epoch: str | None) -> None:
+        """Register again after a 409, once, however many loops noticed it."""
+        async with self._register_lock:
+            if self._epoch != stale_epoch:
+                return  # another loop already registered with the new controller
+            log.info("controller answered 409 (it restarted): registering again")
+            await self._register(Backoff("re-registration"))
+
+    # -- commands
+
+    async def _poll_loop(self) -> None:
+        assert self._client is not None
+        backoff = Backoff("command poll")
+        while True:
+            epoch, wait_s = self._epoch, self._poll_wait_s
+            try:
+                response = await self._client.get(
+                    f"{API_PREFIX}/agents/{self.node}/commands",
+                    params={"after": self._after_seq, "wait_s": wait_s},
+                    headers={EPOCH_HEADER: epoch or ""},
+                    timeout=wait_s + REQUEST_TIMEOUT_S,
+                )
+                if response.status_code == 409:
+                    await self._reregister(epoch)
+                    continue
+                if not response.is_success:
+                    await backoff.failed(f"HTTP {response.status_code}")
+                    continue
+                batch = CommandBatch.model_validate_json(response.content)
+            except (httpx.RequestError, ValidationError) as exc:
+                await backoff.failed(_describe_error(exc))
+                continue
+            backoff.succeeded()
+            for command in batch.commands:
+                self._handle(command)
+
+    def _handle(self, command: Command) -> None:
+        if command.seq and command.seq <= self._after_seq:
+            return  # re-delivered after a lost poll reply: already handled
+        self._after_seq = max(self._after_seq, command.seq)
+        if isinstance(command, LaunchJob):
+            self._launch(command)
+        elif isinstance(command, SignalJob):
+            if command.job_id in self._runners:
+                self._start_kill(command.job_id, command.signal, command.grace_s)
+            else:
+                log.debug("signal for job %d, which does not run here: ignored", command.job_id)
+
+    def _launch(self, launch: LaunchJob) -> None:
+        key = (launch.job_id, launch.restart_count)
+        if key in self._launched or launch.job_id in self._runners:
+            log.debug("launch of job %d (restart %d) already seen: ignored", *key)
+            return
+        self._launched[key] = None
+        while len(self._launched) > REMEMBERED_LAUNCHES:
+            self._launched.popitem(last=False)
+        runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env)
+        self._runners[launch.job_id] = runner
+        self._spawn_background(self._drive(runner), f"job-{launch.job_id}")
+
+    async def _drive(self, runner: JobRunner) -> None:
+        """Forward a job's events to the outbox; the job leaves `running_jobs` when its tasks are done."""
+        try:
+            async for event in runner.run():
+                if isinstance(event, NodeFinished):
+                    self._runners.pop(runner.job_id, None)
+                self._post(event)
+        except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
+            log.exception("job %d: runner failed", runner.job_id)
+            self._runners.pop(runner.job_id, None)
+            exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
+            self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}"))
+
+    def _start_kill(self, job_id: int, signum: int, grace_s: float) -> None:
+        runner = self._runners.get(job_id)
+        if runner is not None:
+            self._spawn_background(runner.kill(signum, grace_s), f"kill-{job_id}")
+
+    def _spawn_background(self, coroutine: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine, name=name)
+        self._background.add(task)  # keep a reference: the loop holds tasks only weakly
+        task.add_done_callback(self._background.discard)
+
+    # -- events
+
+    def _post(self, event: Event) -> None:
+        self._outbox.append(event)
+        self._outbox_ready.set()
+
+    async def _send_loop(self) -> None:
+        backoff = Backoff("event delivery")
+        while True:
+            await self._outbox_ready.wait()
+            if not self._outbox:
+                self._outbox_ready.clear()
+                continue
+            batch = self._outbox[:MAX_EVENTS_PER_BATCH]
+            delivered = await self._send(batch, backoff)
+            if delivered:
+                del self._outbox[: len(batch)]  # only this loop removes, and always from the front
+
+    async def _send(self, batch: list[Event], backoff: Backoff) -> bool:
+        """POST one batch; True when it is done with (accepted, or rejected as malformed)."""
+        assert self._client is not None
+        epoch = self._epoch
+        try:
+            response = await self._client.post(
+                f"{API_PREFIX}/agents/{self.node}/events",
+                content=EventBatch(events=batch).model_dump_json(),
+                headers={"Content-Type": "application/json", EPOCH_HEADER: epoch or ""},
+            )
+        except httpx.RequestError as exc:
+            await backoff.failed(_describe_error(exc))
+            return False
+        if response.status_code == 409:
+            await self._reregister(epoch)
+            return False
+        if response.status_code in REJECTED_STATUSES:
+            log.error("controller rejected %d event(s), dropping them: HTTP %d %s",
+                      len(batch), response.status_code, response.text[:200])
+            return True
+        if not response.is_success:
+            await backoff.failed(f"HTTP {response.status_code}")
+            return False
+        backoff.succeeded()
+        return True
+
+
+def _describe_error(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@functools.cache
+def _agent_version() -> str:
+    try:
+        return metadata.version("corral")
+    except metadata.PackageNotFoundError:
+        return ""

@@ -1,0 +1,188 @@
+"""The environment a task runs in, and Slurm's output filename patterns. Pure functions, no I/O.
+
+Variable names, values and *presence* follow Slurm 22.05 (see slurm-compat.md section 4): Lightning and
+submitit decide what they are running under from which variables exist, not only from their values.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from corral import hostlist
+from corral.protocol import LaunchJob, TaskLaunch
+
+# Anything Slurm-ish in the agent's own environment (e.g. an agent started from inside a Slurm job) must not
+# leak into tasks: a stale SLURM_CPUS_PER_TASK would change what srun and Lightning do.
+SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_")
+TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+# Device selection belongs to the allocation; never inherit it.
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+
+# What %a expands to for a job that is not part of an array (Slurm's NO_VAL, printed unsigned).
+NO_ARRAY_TASK_ID = 4294967294
+# Zero-padding width is capped, as in Slurm's fname.c (MAX_WIDTH).
+MAX_PATTERN_WIDTH = 10
+
+
+def scrub_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without Slurm, torch rendezvous and GPU selection variables."""
+    dropped = set(TORCH_VARIABLES) | set(GPU_VARIABLES)
+    return {k: v for k, v in env.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in dropped}
+
+
+def task_environment(
+    launch: LaunchJob, task: TaskLaunch, node_name: str, base_env: Mapping[str, str]
+) -> dict[str, str]:
+    """The full environment of one task: the agent's (scrubbed), then the user's, then the job's.
+
+    The user's submitted variables pass as they are (the controller may carry job facts the launch
+    message has no field for, such as SLURM_ARRAY_TASK_ID, through them); the job's variables override
+    them, and device selection is never inherited.
+    """
+    env = scrub_environment(base_env)
+    env.update(launch.env)
+    env.update(job_variables(launch, node_name))
+    env.update(rank_variables(task))
+    for name in GPU_VARIABLES:
+        env.pop(name, None)  # a task without GPUs must not see the user's or agent's device list
+    env.update(gpu_variables(task))
+    return env
+
+
+def job_variables(launch: LaunchJob, node_name: str) -> dict[str, str]:
+    """Variables with the same value for every task of the job on this node."""
+    num_nodes = len(launch.nodes)
+    nodelist = hostlist.compress(launch.nodes)
+    env = {
+        "SLURM_JOB_ID": str(launch.job_id),
+        "SLURM_JOBID": str(launch.job_id),
+        "CORRAL_JOB_ID": str(launch.job_id),
+        "SLURM_JOB_NAME": launch.job_name,
+        "SLURM_JOB_USER": launch.user,
+        "SLURM_JOB_UID": str(launch.uid),
+        "SLURM_JOB_PARTITION": launch.partition,
+        "SLURM_CLUSTER_NAME": launch.cluster_name,
+        "SLURM_SUBMIT_DIR": launch.workdir,
+        "SLURM_SUBMIT_HOST": launch.submit_host,
+        "SLURM_NODEID": str(launch.node_index),
+        "SLURM_NTASKS": str(launch.num_tasks),
+        "SLURM_NPROCS": str(launch.num_tasks),
+        "SLURM_NTASKS_PER_NODE": str(launch.tasks_per_node),
+        "SLURM_TASKS_PER_NODE": slurm_counts([launch.tasks_per_node] * num_nodes),
+        "SLURM_JOB_CPUS_PER_NODE": slurm_counts([launch.cpus_on_node] * num_nodes),
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
+        "SLURM_NNODES": str(num_nodes),
+        "SLURM_JOB_NUM_NODES": str(num_nodes),
+        "SLURMD_NODENAME": node_name,
+        "SLURM_CPUS_ON_NODE": str(launch.cpus_on_node),
+        "SLURM_GPUS_ON_NODE": str(len(launch.node_gpus)),
+        "MASTER_ADDR": launch.master_addr,
+        "MASTER_PORT": str(launch.master_port),
+        "WORLD_SIZE": str(launch.num_tasks),
+        "LOCAL_WORLD_SIZE": str(launch.tasks_per_node),
+    }
+    env.update(optional_job_variables(launch))
+    return env
+
+
+def optional_job_variables(launch: LaunchJob) -> dict[str, str]:
+    """Variables Slurm sets only when the user asked for the thing (presence matters to clients)."""
+    env: dict[str, str] = {}
+    # Slurm exports SLURM_CPUS_PER_TASK only with -c. The launch message does not say whether -c was
+    # given, so "more than the default of 1" stands in for it: -c 1 is indistinguishable from no -c.
+    if launch.cpus_per_task > 1:
+        env["SLURM_CPUS_PER_TASK"] = str(launch.cpus_per_task)
+    if launch.gpus_per_task is not None:
+        env["SLURM_GPUS_PER_TASK"] = str(launch.gpus_per_task)
+    if launch.restart_count > 0:
+        env["SLURM_RESTART_COUNT"] = str(launch.restart_count)
+    if launch.mem_per_node_mib > 0:
+        env["SLURM_MEM_PER_NODE"] = str(launch.mem_per_node_mib)
+    if launch.node_gpus:
+        node_gpus = ",".join(str(g) for g in launch.node_gpus)
+        env["SLURM_JOB_GPUS"] = node_gpus
+        env["SLURM_STEP_GPUS"] = node_gpus
+    return env
+
+
+def rank_variables(task: TaskLaunch) -> dict[str, str]:
+    return {
+        "SLURM_PROCID": str(task.rank),
+        "SLURM_LOCALID": str(task.local_rank),
+        "RANK": str(task.rank),
+        "LOCAL_RANK": str(task.local_rank),
+    }
+
+
+def gpu_variables(task: TaskLaunch) -> dict[str, str]:
+    """Device selection for one task; empty without GPUs (an empty CUDA_VISIBLE_DEVICES hides all GPUs,
+    an absent one shows all of them: neither is what a CPU task on a shared node should rely on, so the
+    variable is left out, as Slurm does)."""
+    if not task.gpus:
+        return {}
+    devices = ",".join(str(g) for g in task.gpus)
+    return {"CUDA_VISIBLE_DEVICES": devices, "GPU_DEVICE_ORDINAL": devices}
+
+
+def slurm_counts(values: list[int]) -> str:
+    """Slurm's run-length form of per-node counts: [2, 2] -> "2(x2)", [4] -> "4", [2, 2, 1] -> "2(x2),1"."""
+    parts: list[str] = []
+    i = 0
+    while i < len(values):
+        run = 1
+        while i + run < len(values) and values[i + run] == values[i]:
+            run += 1
+        parts.append(f"{values[i]}(x{run})" if run > 1 else str(values[i]))
+        i += run
+    return ",".join(parts)
+
+
+_PATTERN = re.compile(r"%(%|(\d*)([A-Za-z]))")
+
+
+def expand_pattern(
+    pattern: str,
+    *,
+    job_id: int,
+    job_name: str,
+    user: str,
+    node_name: str,
+    node_index: int,
+    task_rank: int,
+    array_job_id: int | None = None,
+    array_task_id: int | None = None,
+) -> str:
+    """Expand a Slurm output filename pattern as slurmstepd does for a batch job.
+
+    %j job id, %J job id + ".batch", %x job name, %u user, %N node name, %n node index, %t task rank,
+    %s step ("batch"), %A array job id (the job id outside arrays), %a array task id (4294967294 outside
+    arrays), %% a literal %. A width such as %5j zero-pads numbers (capped at 10) and is ignored for text.
+    Unknown letters are left as written. A pattern with a backslash is not expanded at all, only stripped
+    of its backslashes (Slurm's escape rule).
+    """
+    if "\\" in pattern:
+        return pattern.replace("\\", "")
+    numbers = {
+        "j": job_id,
+        "A": array_job_id if array_job_id is not None else job_id,
+        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK_ID,
+        "n": node_index,
+        "t": task_rank,
+    }
+    texts = {"x": job_name, "u": user, "N": node_name, "s": "batch"}
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(1) == "%":
+            return "%"
+        width_text, letter = match.group(2), match.group(3)
+        width = min(int(width_text), MAX_PATTERN_WIDTH) if width_text else 0
+        if letter in numbers:
+            return f"{numbers[letter]:0{width}d}"
+        if letter == "J":
+            return f"{job_id:0{width}d}.batch"
+        if letter in texts:
+            return texts[letter]
+        return match.group(0)
+
+    return _PATTERN.sub(replace, pattern)

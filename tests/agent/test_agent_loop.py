@@ -1,0 +1,191 @@
+"""The Agent against a small real HTTP controller (see conftest.FakeController)."""
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from corral.agent.agent import Agent
+from corral.agent.discovery import discover
+from corral.protocol import NodeStarted, SignalJob, TaskExit
+
+EXITED_OK = TaskExit(rank=0, exit_code=0)
+
+
+@pytest.fixture
+def run_with_agent(controller, tmp_path, agent_env):
+    """Run `scenario(agent)` while an Agent for node n1 talks to the fake controller."""
+
+    def run(scenario: Callable[[Agent], Awaitable[None]], secret: str = "test-secret") -> Agent:
+        agent = Agent(
+            controller_url=controller.url,
+            secret=secret,
+            node="n1",
+            inventory=discover(2, cpus=4, mem_mib=4096),
+            spool_dir=tmp_path / "spool",
+            base_env=agent_env,
+        )
+
+        async def main() -> None:
+            agent_task = asyncio.create_task(agent.run())
+            try:
+                await scenario(agent)
+            finally:
+                agent_task.cancel()
+                await asyncio.gather(agent_task, return_exceptions=True)
+
+        asyncio.run(main())
+        return agent
+
+    return run
+
+
+def test_registers_with_inventory_and_secret(controller, run_with_agent):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+
+    run_with_agent(scenario)
+    (registration,) = controller.registrations
+    assert controller.auth_headers == ["Bearer test-secret"]
+    assert (registration.node, registration.address, registration.cpus, registration.mem_mib) == (
+        "n1", "127.0.0.1", 4, 4096)
+    assert [g.domain for g in registration.gpus] == ["nvl0", "nvl1"]
+    assert registration.running_jobs == [] and registration.finished_jobs == []
+    assert controller.polls[0] == (0, "epoch-1")
+
+
+def test_wrong_secret_keeps_retrying(controller, run_with_agent):
+    async def scenario(agent):
+        await asyncio.sleep(0.5)
+
+    run_with_agent(scenario, secret="wrong")
+    assert controller.registrations == [] and controller.polls == []
+
+
+def test_launch_reports_started_then_finished(controller, run_with_agent, make_launch, tmp_path):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=11, argv=["sh", "-c", "echo hello"], output="out-%j"))
+        await controller.until(lambda: controller.finished(11))
+
+    run_with_agent(scenario)
+    kinds = [type(e).__name__ for e in controller.events]
+    assert kinds == ["NodeStarted", "NodeFinished"]
+    assert controller.finished(11).tasks == [EXITED_OK]
+    assert (tmp_path / "out-11").read_text() == "hello\n"
+    assert controller.polls[-1][0] == 1  # the launch command was acknowledged
+
+
+def test_resent_launch_is_ignored(controller, run_with_agent, make_launch, tmp_path):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        launch = make_launch(job_id=12, argv=["sh", "-c", "echo run >> runs"])
+        controller.send(launch)
+        controller.send(launch)  # the controller may send a command twice
+        await controller.until(lambda: controller.finished(12))
+        controller.send(launch)  # or again once it finished here
+        await asyncio.sleep(0.3)
+
+    run_with_agent(scenario)
+    assert (tmp_path / "runs").read_text() == "run\n"
+    assert len(controller.events_of(NodeStarted, 12)) == 1
+
+
+def test_requeued_job_runs_again(controller, run_with_agent, make_launch, tmp_path):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=13, argv=["sh", "-c", "echo $SLURM_RESTART_COUNT >> runs"]))
+        await controller.until(lambda: controller.finished(13))
+        controller.send(make_launch(job_id=13, restart_count=1, argv=["sh", "-c", "echo $SLURM_RESTART_COUNT >> runs"]))
+        await controller.until(lambda: len(controller.events_of(NodeStarted, 13)) == 2 and
+                               len(controller.events) == 4)
+
+    run_with_agent(scenario)
+    assert (tmp_path / "runs").read_text() == "\n1\n"
+
+
+def test_signal_command_kills_the_job(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=14, argv=["sleep", "30"]))
+        await controller.until(lambda: controller.started(14))
+        controller.send(SignalJob(job_id=14, signal=signal.SIGTERM, grace_s=2))
+        await controller.until(lambda: controller.finished(14))
+
+    run_with_agent(scenario)
+    assert controller.finished(14).tasks == [TaskExit(rank=0, exit_code=0, signal=signal.SIGTERM)]
+
+
+def test_spawn_failure_is_reported(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=15, argv=["/no/such/program"]))
+        await controller.until(lambda: controller.finished(15))
+
+    run_with_agent(scenario)
+    finished = controller.finished(15)
+    assert "command not found" in finished.error and finished.tasks[0].exit_code == 127
+    assert controller.started(15) is None
+
+
+def test_controller_restart_triggers_reregistration_with_running_jobs(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=21, argv=["sleep", "1"]))
+        await controller.until(lambda: controller.started(21))
+        controller.restart("epoch-2")  # the next poll gets 409
+        await controller.until(lambda: len(controller.registrations) == 2)
+        await controller.until(lambda: controller.finished(21))
+
+    run_with_agent(scenario)
+    again = controller.registrations[1]
+    assert again.running_jobs == [21] and again.finished_jobs == []
+    assert controller.finished(21).tasks == [EXITED_OK]
+    assert controller.polls[-1] == (0, "epoch-2")  # command numbering starts over with the new epoch
+
+
+def test_events_are_retried_while_the_controller_is_unreachable(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=22, argv=["sleep", "0.3"]))
+        await controller.until(lambda: controller.started(22))
+        controller.stop()
+        await asyncio.sleep(1.0)  # the job finishes while nobody listens
+        assert agent.unacknowledged_finished_jobs == [22]
+        controller.start()
+        await controller.until(lambda: controller.finished(22), timeout_s=4)
+
+    run_with_agent(scenario)
+    assert len(controller.registrations) == 1  # same epoch: no need to register again
+    assert controller.finished(22).tasks == [EXITED_OK]
+
+
+def test_restart_while_away_reports_unacknowledged_finished_jobs(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=23, argv=["sleep", "0.2"]))
+        await controller.until(lambda: controller.started(23))
+        controller.stop()
+        await asyncio.sleep(0.6)
+        controller.restart("epoch-2")
+        controller.start()
+        await controller.until(lambda: controller.finished(23), timeout_s=4)
+
+    run_with_agent(scenario)
+    again = controller.registrations[-1]
+    assert again.running_jobs == [] and again.finished_jobs == [23]
+
+
+def test_registration_reply_kills_unwanted_jobs(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=24, argv=["sleep", "30"]))
+        await controller.until(lambda: controller.started(24))
+        controller.kill_jobs = [24]  # e.g. cancelled while the controller was down
+        controller.restart("epoch-2")
+        await controller.until(lambda: controller.finished(24))
+
+    run_with_agent(scenario)
+    assert controller.finished(24).tasks == [TaskExit(rank=0, exit_code=0, signal=signal.SIGTERM)]

@@ -1,0 +1,84 @@
+"""`python -m corral.agent`: arguments, secret handling, and a real agent process that stops cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.agent.__main__ import default_spool_dir, main, read_secret
+from corral.protocol import NodeStarted
+
+
+def test_missing_secret_file_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--controller", "http://x", "--secret-file", str(tmp_path / "nope"), "--node", "n1", "--gpus", "0"])
+    assert exited.value.code == 2
+    assert "secret file" in capsys.readouterr().err
+
+
+def test_empty_secret_file_exits_2(tmp_path, capsys):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["--controller", "http://x", "--secret-file", str(secret_file), "--node", "n1", "--gpus", "0"])
+    assert exited.value.code == 2
+    assert "empty" in capsys.readouterr().err
+
+
+def test_read_secret_takes_the_first_line(tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("  s3cret \nignored\n")
+    assert read_secret(secret_file) == "s3cret"
+
+
+def test_discovery_failure_exits_1_with_a_hint(tmp_path, capsys, monkeypatch):
+    pynvml = pytest.importorskip("pynvml")
+
+    def no_driver():
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_driver)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    assert main(["--controller", "http://x", "--secret-file", str(secret_file), "--node", "n1"]) == 1
+    assert "--gpus N" in capsys.readouterr().err
+
+
+def test_default_spool_dir(monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", "/state")
+    assert default_spool_dir("n3") == Path("/state/corral/agent-n3")
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", "/home/bob")
+    assert default_spool_dir("n3") == Path("/home/bob/.local/state/corral/agent-n3")
+
+
+def test_sigterm_stops_the_agent_and_leaves_tasks_running(controller, make_launch, tmp_path, is_dead):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("test-secret\n")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
+         "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    task_pid = None
+    try:
+        controller.wait(lambda: controller.polls, timeout_s=10)
+        controller.send(make_launch(job_id=31, argv=["sleep", "30"]))
+        (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31))
+        task_pid = started.pids[0]
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=5) == 0
+        assert b"running tasks are left alone" in agent.stderr.read()
+        assert not is_dead(task_pid, within_s=0.3)  # the job outlives its agent, as under slurmd
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+        agent.stderr.close()
+        if task_pid is not None:
+            os.killpg(task_pid, signal.SIGKILL)
