@@ -1,0 +1,1 @@
+"""corral's user command line: `corral up`, `submit`, `queue`, `cancel`, `show`, `nodes`, `acct`."""

@@ -1,0 +1,137 @@
+"""A small synchronous client for the controller's user API (one method per endpoint).
+
+Replies are returned as the JSON the controller sent (dicts shaped like corral.api.schemas), so the
+command line needs neither pydantic nor the schemas at startup."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from corral.cli.errors import CliError
+
+# Equal to corral.protocol.API_PREFIX (a test checks); importing that module would load pydantic.
+API_PREFIX = "/api/v1"
+
+
+class ClientError(CliError):
+    """The controller refused a request or could not be asked; `detail` is its explanation."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ControllerUnreachable(ClientError):
+    def __init__(self, url: str) -> None:
+        super().__init__(f"cannot reach the controller at {url} (is 'corral up' running?)")
+        self.url = url
+
+
+class Client:
+    def __init__(self, url: str, secret: str | None = None, timeout_s: float = 10.0) -> None:
+        import httpx  # imported here: ~100 ms that commands without HTTP should not pay
+
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        # trust_env=False: a controller is on the cluster's own network; an HTTP(S)_PROXY meant for
+        # the internet must not capture requests to it.
+        self._http = httpx.Client(
+            base_url=self.url + API_PREFIX, headers=headers, timeout=timeout_s, trust_env=False
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def health(self) -> dict:
+        return self._call("GET", "/health")
+
+    def submit(self, body: dict) -> dict:
+        return self._call("POST", "/jobs", json=body)
+
+    def jobs(self, *, states: Iterable[str] = (), user: str | None = None,
+             include_finished: bool = False) -> list[dict]:
+        params = _params(states=_csv(states), user=user, all="true" if include_finished else None)
+        return self._call("GET", "/jobs", params=params)
+
+    def job(self, job_id: int) -> dict:
+        return self._call("GET", f"/jobs/{job_id}")
+
+    def cancel(self, job_id: int) -> dict:
+        return self._call("POST", f"/jobs/{job_id}/cancel")
+
+    def nodes(self) -> list[dict]:
+        return self._call("GET", "/nodes")
+
+    def partitions(self) -> list[dict]:
+        return self._call("GET", "/partitions")
+
+    def accounting(self, *, user: str | None = None, states: Iterable[str] = (), since: float | None = None,
+                   until: float | None = None, ids: Iterable[int] = ()) -> list[dict]:
+        params = _params(user=user, states=_csv(states), since=_epoch(since), until=_epoch(until), ids=_csv(ids))
+        return self._call("GET", "/accounting", params=params)
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            raise ControllerUnreachable(self.url) from None
+        except httpx.TimeoutException:
+            raise ClientError(f"the controller at {self.url} did not answer within {self.timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
+        if response.status_code >= 400:
+            raise ClientError(error_message(response.status_code, response.text), response.status_code)
+        try:
+            return response.json()
+        except ValueError:
+            raise ClientError(f"the controller at {self.url} sent a reply that is not JSON") from None
+
+
+def error_message(status: int, body: str) -> str:
+    """The server's `detail`, readable: FastAPI's validation errors are a list of {loc, msg}."""
+    detail = _detail(body) or f"HTTP {status}"
+    if status in (401, 403):
+        return (f"the controller refused the request ({detail}); check the cluster secret "
+                "(CORRAL_SECRET, CORRAL_SECRET_FILE, or the cluster.json that 'corral up' writes)")
+    return detail
+
+
+def _detail(body: str) -> str:
+    import json
+
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        return body.strip()[:300]
+    if isinstance(detail, list):
+        return "; ".join(_validation_item(item) for item in detail)
+    return str(detail) if detail is not None else body.strip()[:300]
+
+
+def _validation_item(item: Any) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
+    return f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", item))
+
+
+def _csv(items: Iterable[object]) -> str | None:
+    text = ",".join(str(i) for i in items)
+    return text or None
+
+
+def _epoch(when: float | None) -> str | None:
+    return None if when is None else f"{when:.0f}"
+
+
+def _params(**values: str | None) -> dict[str, str]:
+    return {k: v for k, v in values.items() if v is not None}

@@ -1,0 +1,142 @@
+"""`corral queue`, `show`, `cancel`, `nodes`, `acct`: reading and cancelling over the REST API."""
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from corral.cli import render
+from corral.cli.client import ClientError
+from corral.cli.config import current_user
+from corral.cli.connect import open_client
+from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
+from corral.cli.timespec import FORMS_HELP, midnight, parse_when
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option("--url", help="Controller URL. Default: $CORRAL_URL, then the cluster 'corral up' "
+                 "recorded, then http://127.0.0.1:6817.", show_default=False),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (the API's JobOut/NodeOut objects).")]
+UserOption = Annotated[str | None, typer.Option("--user", "-u", help="Only this user's jobs.", show_default=False)]
+StatesOption = Annotated[
+    str | None,
+    typer.Option("--states", "-t", help="Comma-separated states, e.g. PENDING,RUNNING.", show_default=False),
+]
+
+
+def _csv(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def queue(
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Include finished jobs.")] = False,
+    user: UserOption = None,
+    states: StatesOption = None,
+    json_output: JsonOption = False,
+    url: UrlOption = None,
+) -> None:
+    """List pending and running jobs (squeue)."""
+    with reported_errors(), open_client(url) as client:
+        jobs = client.jobs(states=[s.upper() for s in _csv(states)], user=user, include_finished=all_jobs)
+    if json_output:
+        print_json(jobs)
+        return
+    print_table(render.QUEUE_HEADERS, render.queue_rows(jobs, time.time()), render.QUEUE_RIGHT, state_column=4)
+
+
+def show(
+    job_id: Annotated[int, typer.Argument(help="Job id.", show_default=False)],
+    json_output: JsonOption = False,
+    url: UrlOption = None,
+) -> None:
+    """Show every detail of one job (scontrol show job)."""
+    with reported_errors(), open_client(url) as client:
+        job = client.job(job_id)
+    if json_output:
+        print_json(job)
+        return
+    print_lines(render.format_fields(render.job_fields(job)))
+
+
+def cancel(
+    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", show_default=False)],
+    url: UrlOption = None,
+) -> None:
+    """Cancel jobs, pending or running (scancel). A job that already ended is reported, not an error."""
+    unknown = 0
+    with reported_errors(), open_client(url) as client:
+        for job_id in job_ids:
+            try:
+                job = client.cancel(job_id)
+            except ClientError as exc:
+                if exc.status == 409:  # already finished: the user's goal holds, as scancel's exit 0
+                    warn(f"job {job_id} not cancelled: {exc}")
+                    continue
+                if exc.status != 404:
+                    raise
+                unknown += 1
+                typer.echo(f"corral: error: job {job_id}: {exc}", err=True)
+                continue
+            typer.echo(f"Cancelled job {job_id} ({job['state']})")
+    if unknown:
+        raise typer.Exit(1)
+
+
+def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:
+    """List nodes with their CPUs, memory and GPUs in use (sinfo -N)."""
+    with reported_errors(), open_client(url) as client:
+        items = client.nodes()
+    if json_output:
+        print_json(items)
+        return
+    print_table(render.NODE_HEADERS, render.node_rows(items), render.NODE_RIGHT, state_column=1)
+
+
+def acct(
+    user: UserOption = None,
+    all_users: Annotated[bool, typer.Option("--all-users", "-a", help="Jobs of every user.")] = False,
+    since: Annotated[str | None, typer.Option("--since", "-S", help=f"Start of the window: {FORMS_HELP}. "
+                                              "Default: midnight today (all time with --jobs).",
+                                              show_default=False)] = None,
+    until: Annotated[str | None, typer.Option("--until", "-E", help="End of the window (same forms).",
+                                              show_default=False)] = None,
+    states: Annotated[str | None, typer.Option("--states", "-s", help="Comma-separated states.",
+                                               show_default=False)] = None,
+    jobs: Annotated[str | None, typer.Option("--jobs", "-j", help="Comma-separated job ids.",
+                                             show_default=False)] = None,
+    json_output: JsonOption = False,
+    url: UrlOption = None,
+) -> None:
+    """Accounting records of finished and active jobs (sacct). As sacct: your own jobs since midnight."""
+    with reported_errors():
+        query = _acct_query(user, all_users, since, until, states, jobs, time.time())
+        with open_client(url) as client:
+            records = client.accounting(**query)
+    if json_output:
+        print_json(records)
+        return
+    print_table(render.ACCT_HEADERS, render.acct_rows(records), render.ACCT_RIGHT, state_column=2)
+
+
+def _acct_query(user: str | None, all_users: bool, since: str | None, until: str | None, states: str | None,
+                jobs: str | None, now: float) -> dict:
+    ids = [_job_id(text) for text in _csv(jobs)]
+    # sacct's defaults: with -j every user and all time; otherwise the caller's jobs since midnight.
+    if user is None and not all_users and not ids:
+        user = current_user()
+    since_s = parse_when(since, now) if since else (None if ids else midnight(now))
+    return {
+        "user": user,
+        "states": [s.upper() for s in _csv(states)],
+        "since": since_s,
+        "until": parse_when(until, now) if until else None,
+        "ids": ids,
+    }
+
+
+def _job_id(text: str) -> int:
+    if not text.isdigit():
+        fail(f"invalid job id {text!r} in --jobs")
+    return int(text)

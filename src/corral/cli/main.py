@@ -1,0 +1,59 @@
+"""The `corral` command: a Typer app; heavy imports (httpx, rich, psutil, pynvml) wait for the
+commands that need them."""
+from __future__ import annotations
+
+import typer
+from typer.core import TyperCommand
+
+from corral.cli import jobs
+from corral.cli.up import up
+
+_RAW_ARGS = "corral.raw_args"
+
+
+class RawArgsCommand(TyperCommand):
+    """Hands its arguments to the command untouched: sbatch's option rules are not click's (long
+    prefixes, options ending at the script, a `--` that must stay visible)."""
+
+    def parse_args(self, ctx, args):  # noqa: ANN001, ANN201 - click's signature
+        ctx.meta[_RAW_ARGS] = list(args)
+        return super().parse_args(ctx, [])
+
+
+app = typer.Typer(
+    name="corral",
+    help="corral: a GPU cluster workload manager with Slurm's ways. Start one with 'corral up'.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # tracebacks with locals could print the cluster secret
+)
+
+
+app.command("up")(up)
+
+
+@app.command(
+    "submit",
+    cls=RawArgsCommand,
+    add_help_option=False,
+    help="Submit a batch script or a command (sbatch). 'corral submit --help' lists the options.",
+)
+def submit(ctx: typer.Context) -> None:
+    from corral.cli.submit import run_submit
+
+    run_submit(ctx.meta[_RAW_ARGS])
+
+
+app.command("queue")(jobs.queue)
+app.command("show")(jobs.show)
+app.command("cancel")(jobs.cancel)
+app.command("nodes")(jobs.nodes)
+app.command("acct")(jobs.acct)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""`corral submit`: sbatch's command line over the REST API.
+
+The arguments bypass click: sbatch semantics (GNU getopt with long prefixes, options stopping at the
+script, `--` before a command) come from corral.jobscript, the same parser that reads #SBATCH lines."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import typer
+
+from corral.cli.config import current_user
+from corral.cli.connect import open_client
+from corral.cli.errors import CliError
+from corral.cli.output import print_json, reported_errors
+from corral.jobscript import (
+    SUBMIT_OPTION_TABLE,
+    Option,
+    build_submission,
+    check_script,
+    parse_args,
+    parse_directives,
+    wrap_script,
+)
+from corral.jobscript.submission import COMMAND_LINE_WHERE
+
+CLI_OPTIONS = (
+    Option("wrap"),
+    Option("json", takes_value=False),
+    Option("parsable", takes_value=False),
+    Option("url"),
+    Option("help", short="h", takes_value=False),
+)
+# Not sent with the job: the cluster secret, and Slurm variables of an enclosing job (a job that
+# submits another would otherwise hand it stale SLURM_NTASKS, SLURM_CPUS_PER_TASK, ...).
+_PRIVATE_ENV = frozenset({"CORRAL_SECRET"})
+_PRIVATE_ENV_PREFIXES = ("SLURM_", "SLURMD_")
+
+
+@dataclass(slots=True)
+class SubmitCommandLine:
+    sbatch_tokens: list[str] = field(default_factory=list)  # for build_submission, as written
+    wrap: str | None = None
+    json: bool = False
+    parsable: bool = False
+    url: str | None = None
+    help: bool = False
+    positionals: list[str] = field(default_factory=list)
+    command_given: bool = False  # `-- CMD ARGS`: run a command, not a script
+
+
+def split_command_line(argv: Sequence[str]) -> SubmitCommandLine:
+    """Separate corral's own options from the job's; both follow the same getopt rules."""
+    parsed = parse_args(argv, (*SUBMIT_OPTION_TABLE, *CLI_OPTIONS), where=COMMAND_LINE_WHERE)
+    line = SubmitCommandLine(positionals=parsed.positionals, command_given=parsed.saw_double_dash)
+    cli_names = {o.name for o in CLI_OPTIONS}
+    for item in parsed.options:
+        if item.option.name not in cli_names:
+            line.sbatch_tokens += [item.written, item.value or ""]
+        elif item.option.takes_value:
+            setattr(line, item.option.name, item.value)
+        else:
+            setattr(line, item.option.name, True)
+    return line
+
+
+@dataclass(frozen=True, slots=True)
+class JobSource:
+    script: str | None
+    argv: list[str] | None
+    default_name: str
+
+
+def job_source(line: SubmitCommandLine, stdin: TextIO) -> JobSource:
+    """What the job runs: --wrap, `-- CMD`, a script file, or a script on stdin (as sbatch)."""
+    if line.wrap is not None:
+        if line.positionals or line.command_given:
+            raise CliError("--wrap cannot be combined with a script or a command")
+        return JobSource(wrap_script(line.wrap), None, "wrap")
+    if line.command_given:
+        if not line.positionals:
+            raise CliError("no command after '--'")
+        return JobSource(None, list(line.positionals), os.path.basename(line.positionals[0]))
+    if line.positionals:
+        if len(line.positionals) > 1:
+            raise CliError("arguments after the script are not supported yet; to run a command with "
+                           f"arguments, put it after '--': corral submit [options] -- {' '.join(line.positionals)}")
+        path = line.positionals[0]
+        return JobSource(read_script(path), None, os.path.basename(path))
+    if stdin.isatty():
+        raise CliError("no script given: corral submit [options] SCRIPT | --wrap CMD | -- CMD [ARGS...]")
+    return JobSource(stdin.read(), None, "stdin")
+
+
+def read_script(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise CliError(f"cannot read script {path!r}: no such file; to run a command, put it after "
+                       f"'--': corral submit [options] -- {path} ...") from None
+    except UnicodeDecodeError:
+        raise CliError(f"script {path!r} is not UTF-8 text") from None
+    except OSError as exc:
+        raise CliError(f"cannot read script {path!r}: {exc.strerror}") from None
+
+
+def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The submitter's environment, as sbatch's --export=ALL, less what must not travel."""
+    return {k: v for k, v in environ.items()
+            if k not in _PRIVATE_ENV and not k.startswith(_PRIVATE_ENV_PREFIXES)}
+
+
+def build_body(line: SubmitCommandLine, stdin: TextIO = sys.stdin, environ: Mapping[str, str] = os.environ,
+               cwd: str | None = None) -> dict:
+    """The JobSubmit body: options from the script's directives, overridden by the command line."""
+    source = job_source(line, stdin)
+    directives: list[str] = []
+    if source.script is not None:
+        check_script(source.script)
+        directives = parse_directives(source.script)
+    body = build_submission(directives, line.sbatch_tokens)
+    # A relative -D is relative to where corral submit runs, as with sbatch.
+    body["workdir"] = os.path.normpath(os.path.join(cwd or os.getcwd(), body.get("workdir", ".")))
+    body.setdefault("name", source.default_name)
+    if source.script is not None:
+        body["script"] = source.script
+    else:
+        body["argv"] = source.argv
+    body.update(env=job_environment(environ), user=current_user(), uid=os.getuid(),
+                submit_host=socket.gethostname())
+    return body
+
+
+USAGE = """\
+Usage: corral submit [OPTIONS] SCRIPT
+       corral submit [OPTIONS] --wrap 'COMMAND'
+       corral submit [OPTIONS] -- COMMAND [ARGS...]
+       corral submit [OPTIONS] < SCRIPT
+
+Submit a batch job. Options also come from the script's #SBATCH (or #CORRAL) lines; those given
+here win. Long options may be abbreviated; --opt=value, --opt value, -N2 and -N 2 all work.
+
+Job options:
+  -N, --nodes N               nodes (all get the same slice of GPUs, CPUs, memory)
+  -n, --ntasks N              tasks in all
+      --ntasks-per-node N     tasks per node (alias --tasks-per-node)
+  -G, --gpus [TYPE:]N         GPUs for the whole job
+      --gpus-per-node [TYPE:]N
+      --gres gpu[:TYPE][:N]   GPUs per node, Slurm style
+      --gpus-per-task [TYPE:]N
+  -c, --cpus-per-task N
+      --mem SIZE              memory per node: N (MiB) or N[K|M|G|T][B], e.g. 16G
+      --mem-per-gpu SIZE
+      --mem-per-cpu SIZE
+  -t, --time LIMIT            M, M:S, H:M:S, D-H, D-H:M or D-H:M:S (finite)
+  -p, --partition NAME
+  -J, --job-name NAME
+  -o, --output PATTERN        stdout file (%j %x %u %N %t %%), relative to the work dir
+  -e, --error PATTERN         stderr file (default: with stdout)
+  -D, --chdir DIR             work dir (default: the current directory)
+      --priority N
+
+Submit options:
+      --wrap COMMAND          run COMMAND with /bin/sh
+      --parsable              print only the job id
+      --json                  print the reply as JSON
+      --url URL               controller URL (default: $CORRAL_URL, then 'corral up')
+  -h, --help                  show this help
+"""
+
+
+def run_submit(argv: Sequence[str], stdin: TextIO | None = None) -> None:
+    with reported_errors():
+        line = split_command_line(argv)
+        if line.help:
+            typer.echo(USAGE, nl=False)
+            return
+        body = build_body(line, stdin or sys.stdin)
+        with open_client(line.url) as client:
+            reply = client.submit(body)
+    if line.json:
+        print_json(reply)
+    elif line.parsable:
+        typer.echo(str(reply["job_id"]))
+    else:
+        typer.echo(f"Submitted job {reply['job_id']}")

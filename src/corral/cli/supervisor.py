@@ -1,0 +1,112 @@
+"""Child processes of `corral up`: started with their output in log files, watched, stopped in order.
+
+Children get their own session, so a Ctrl-C in the terminal reaches only `corral up`, which then
+stops agents before the controller (agents report their jobs' ends while the controller still
+listens). On Linux each child also gets PR_SET_PDEATHSIG, so none outlives a `corral up` that is
+killed outright."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.cli.errors import CliError
+
+LOG_TAIL_LINES = 20
+
+
+class ChildExited(CliError):
+    def __init__(self, name: str, returncode: int, log_path: Path) -> None:
+        tail = log_tail(log_path)
+        how = (f"was killed by {signal.Signals(-returncode).name}" if returncode < 0
+               else f"exited with status {returncode}")
+        super().__init__(f"{name} {how}" + (f":\n{tail}" if tail else "") + f"\n(full log: {log_path})")
+        self.name = name
+        self.returncode = returncode
+
+
+@dataclass(slots=True)
+class Child:
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _death_signal_hook() -> Callable[[], None] | None:
+    """A preexec function asking Linux to SIGTERM the child when its parent dies."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # loaded here, in the parent: nothing to import after fork
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+    return lambda: prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+
+class Supervisor:
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[Child] = []
+        self._preexec = _death_signal_hook()
+
+    def start(self, name: str, argv: Sequence[str]) -> Child:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{name}.log"
+        with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(
+                list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=self._preexec,
+            )
+        child = Child(name, process, log_path)
+        self.children.append(child)
+        return child
+
+    def check_alive(self) -> None:
+        """Raise ChildExited for the first child that has ended."""
+        for child in self.children:
+            code = child.process.poll()
+            if code is not None:
+                raise ChildExited(child.name, code, child.log_path)
+
+    def stop(self, waves: Sequence[Sequence[Child]], grace_s: float = 10.0) -> None:
+        """SIGTERM each wave at once, wait up to grace_s, SIGKILL what is left, then the next wave."""
+        for wave in waves:
+            _stop_wave(wave, grace_s)
+
+
+def _stop_wave(children: Sequence[Child], grace_s: float) -> None:
+    running = [c for c in children if c.process.poll() is None]
+    for child in running:
+        _signal(child, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for child in running:
+        try:
+            child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(child, signal.SIGKILL)
+            child.process.wait()
+
+
+def _signal(child: Child, signum: int) -> None:
+    # The whole process group: a child's own helpers go with it.
+    try:
+        os.killpg(child.process.pid, signum)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,207 @@
+"""`corral up`: a whole cluster on this machine (controller + N agents) in the foreground."""
+from __future__ import annotations
+
+import fcntl
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli.client import Client, ControllerUnreachable
+from corral.cli.config import DEFAULT_PORT, default_state_dir, write_cluster_file, write_private_file
+from corral.cli.errors import CliError
+from corral.cli.output import reported_errors
+from corral.cli.supervisor import ChildExited, Supervisor
+from corral.cli.up_plan import UpOptions, UpPlan, plan_up
+
+CONTROLLER = "controller"
+STARTUP_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.1
+
+
+class _Stop(Exception):
+    """SIGTERM or SIGHUP arrived: shut down as for Ctrl-C."""
+
+
+@dataclass(slots=True)
+class Cluster:
+    """The children of one `corral up`; whatever was started, stop() ends it (agents first)."""
+
+    plan: UpPlan
+    supervisor: Supervisor
+    name: str = "corral"  # as the controller's /health says
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        children = self.supervisor.children
+        agents = [c for c in children if c.name != CONTROLLER]
+        self.supervisor.stop([agents, [c for c in children if c.name == CONTROLLER]], grace_s)
+
+
+@contextmanager
+def state_dir_lock(state_dir: Path) -> Iterator[None]:
+    """One `corral up` per state dir: a second would overwrite the first one's secret and database."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(state_dir / "up.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CliError(f"another 'corral up' is running with state dir {state_dir}") from None
+        yield
+
+
+def check_port_free(host: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CliError(f"cannot listen on {host}:{port}: {exc.strerror} "
+                           "(is another 'corral up' running? choose another --port)") from None
+
+
+def write_secret(path: Path) -> None:
+    write_private_file(path, secrets.token_urlsafe(32) + "\n")
+
+
+def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+    """Start the controller, then the agents once it answers; return when every node is up.
+
+    Raises ChildExited or CliError; the caller stops what was started (cluster.stop)."""
+    plan, supervisor = cluster.plan, cluster.supervisor
+    deadline = _Deadline(time.monotonic() + timeout_s, timeout_s, plan.log_dir)
+    supervisor.start(CONTROLLER, plan.controller_argv)
+    with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=2.0) as client:
+        cluster.name = _wait_for_health(client, supervisor, deadline).get("cluster", cluster.name)
+        for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
+            supervisor.start(name, argv)
+        _wait_for_nodes(client, supervisor, plan.node_names, deadline)
+
+
+@dataclass(frozen=True, slots=True)
+class _Deadline:
+    end: float  # time.monotonic()
+    timeout_s: float
+    log_dir: Path
+
+    def sleep_or_fail(self, what: str) -> None:
+        if time.monotonic() > self.end:
+            raise CliError(f"{what} within {self.timeout_s:g} s; see the logs in {self.log_dir}")
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _wait_for_health(client: Client, supervisor: Supervisor, deadline: _Deadline) -> dict:
+    while True:
+        supervisor.check_alive()
+        try:
+            return client.health()
+        except ControllerUnreachable:
+            deadline.sleep_or_fail("the controller did not answer")
+
+
+def _wait_for_nodes(client: Client, supervisor: Supervisor, names: tuple[str, ...], deadline: _Deadline) -> None:
+    while True:
+        supervisor.check_alive()  # first: a dead controller is reported as such, not as unreachable
+        try:
+            up = {node["name"] for node in client.nodes() if node["state"] != "down"}
+        except ControllerUnreachable:
+            up = set()
+        missing = [name for name in names if name not in up]
+        if not missing:
+            return
+        deadline.sleep_or_fail(f"nodes {', '.join(missing)} did not register")
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt like Ctrl-C (as _Stop), so every path stops the children."""
+    def _raise_stop(signum: int, frame: object) -> None:
+        raise _Stop()
+
+    previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def wait_foreground(cluster: Cluster) -> int:
+    """Block until a child dies (then exit status 1); signals interrupt as KeyboardInterrupt/_Stop."""
+    try:
+        while True:
+            cluster.supervisor.check_alive()
+            time.sleep(0.5)
+    except ChildExited as exc:
+        typer.echo(f"corral: error: {exc}\ncorral: stopping the cluster", err=True)
+        return 1
+
+
+def run_up(plan: UpPlan) -> int:
+    """Everything `corral up` does once planned; returns the exit status."""
+    with state_dir_lock(plan.state_dir), stop_on_signals():
+        check_port_free(plan.host, plan.port)
+        write_secret(plan.secret_file)
+        cluster, ready = Cluster(plan, Supervisor(plan.log_dir)), False
+        try:
+            start_cluster(cluster)
+            ready = True
+            config_path = write_cluster_file(plan.url, plan.secret_file)
+            typer.echo(banner(cluster, config_path))
+            return wait_foreground(cluster)
+        except (KeyboardInterrupt, _Stop):
+            typer.echo("\ncorral: stopping agents and controller...", err=True)
+            return 0 if ready else 130
+        finally:
+            try:
+                cluster.stop()
+            except (KeyboardInterrupt, _Stop):  # asked again: no more waiting
+                cluster.stop(grace_s=0.0)
+
+
+def banner(cluster: Cluster, config_path: Path) -> str:
+    plan = cluster.plan
+    gpus = "real GPUs" if plan.gpus_per_node is None else f"{plan.gpus_per_node} simulated GPUs each"
+    return (
+        f"corral: cluster '{cluster.name}' is up: {len(plan.node_names)} node(s), {gpus}\n"
+        f"  API:       {plan.url}\n"
+        f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
+        f"  logs:      {plan.log_dir}\n"
+        "Submit from another shell, for example:\n"
+        f"  corral submit -N {len(plan.node_names)} --gpus-per-node 1 --wrap 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
+        "  corral queue; corral nodes; corral acct\n"
+        "Press Ctrl-C to stop the cluster."
+    )
+
+
+def up(
+    nodes: Annotated[int | None, typer.Option("--nodes", "-N", min=1, show_default=False,
+                                              help="Nodes to start. Default: 2, or 1 on real GPUs.")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(
+        "--gpus-per-node", min=0, show_default=False,
+        help="Simulated GPUs per node. Default: the real GPUs if NVML finds any, else 4 simulated.")] = None,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Controller port.")] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option("--host", help="Address the controller listens on.")] = "127.0.0.1",
+    state_dir: Annotated[Path | None, typer.Option(
+        "--state-dir", show_default=False,
+        help="Secret, database, logs, spool. Default: $XDG_STATE_HOME/corral or ~/.local/state/corral.")] = None,
+    db: Annotated[str | None, typer.Option("--db", show_default=False,
+                                           help="Database URL. Default: SQLite in the state dir.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", show_default=False,
+                                                help="Controller config file (partitions...).")] = None,
+) -> None:
+    """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C."""
+    from corral.cli.hostinfo import probe_host
+
+    with reported_errors():
+        options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
+                            gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config)
+        code = run_up(plan_up(options, probe_host()))
+    raise typer.Exit(code)

@@ -1,0 +1,99 @@
+"""What `corral up` starts, decided purely from its options and the host (unit-testable).
+
+Node sizes: every simulated node gets all of the host's CPUs (at least 2): CPU time is shared, so
+overcommitting only slows jobs down, and jobs asking for many CPUs per task still fit. Memory is split
+evenly between the nodes: it cannot be shared, and the cluster must not promise more than the host has.
+
+GPUs: with --gpus-per-node G every node simulates G GPUs. Without it, agents discover real GPUs when
+NVML finds some; then a single node is started, because several agents on one host would each claim
+every GPU. Without NVML each node simulates 4."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.cli.errors import CliError
+from corral.cli.hostinfo import HostFacts
+
+DEFAULT_SIMULATED_GPUS = 4
+DEFAULT_SIMULATED_NODES = 2
+MIN_NODE_CPUS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    state_dir: Path
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 6817
+    db_url: str | None = None
+    config: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpPlan:
+    url: str  # what clients and agents connect to
+    host: str
+    port: int
+    state_dir: Path
+    secret_file: Path
+    log_dir: Path
+    node_names: tuple[str, ...]
+    gpus_per_node: int | None  # None: real GPUs, discovered by the agent
+    controller_argv: tuple[str, ...]
+    agent_argvs: tuple[tuple[str, ...], ...]
+
+
+def client_url(host: str, port: int) -> str:
+    """The URL to reach a server listening on host:port (a wildcard address means this machine)."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) -> UpPlan:
+    real_gpus = options.gpus_per_node is None and bool(facts.nvml_gpus)
+    nodes = options.nodes or (1 if real_gpus else DEFAULT_SIMULATED_NODES)
+    if real_gpus and nodes > 1:
+        raise CliError(
+            f"NVML finds {facts.nvml_gpus} GPU(s) here, and with --nodes {nodes} every agent would claim all "
+            "of them: use --nodes 1 to run on the real GPUs, or --gpus-per-node G to simulate nodes"
+        )
+    gpus = options.gpus_per_node
+    if gpus is None and not real_gpus:
+        gpus = DEFAULT_SIMULATED_GPUS
+    state_dir = options.state_dir
+    secret_file = state_dir / "secret"
+    url = client_url(options.host, options.port)
+    names = tuple(f"node{i}" for i in range(1, nodes + 1))
+    node_size = (max(MIN_NODE_CPUS, facts.cpus), max(1, facts.mem_mib // nodes))
+    return UpPlan(
+        url=url, host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
+        log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
+        controller_argv=_controller_argv(python, options, secret_file),
+        agent_argvs=tuple(_agent_argv(python, url, secret_file, name, gpus, node_size, state_dir) for name in names),
+    )
+
+
+def _controller_argv(python: str, options: UpOptions, secret_file: Path) -> tuple[str, ...]:
+    db_url = options.db_url or f"sqlite:///{options.state_dir / 'corral.db'}"
+    listen = f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"
+    argv = [python, "-m", "corral.controller", "--listen", listen, "--db", db_url,
+            "--secret-file", str(secret_file), "--state-dir", str(options.state_dir)]
+    if options.config is not None:
+        argv += ["--config", str(options.config)]
+    return tuple(argv)
+
+
+def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int | None,
+                node_size: tuple[int, int], state_dir: Path) -> tuple[str, ...]:
+    cpus, mem_mib = node_size
+    argv = [python, "-m", "corral.agent", "--controller", url, "--secret-file", str(secret_file),
+            "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(state_dir / "spool" / name)]
+    if gpus is not None:
+        argv += ["--gpus", str(gpus)]
+    return tuple(argv)

@@ -1,0 +1,79 @@
+"""Converters from option value text to JobSubmit field values; each raises DirectiveError with
+what was expected (the caller adds the option name and where it was written)."""
+from __future__ import annotations
+
+import re
+
+from corral.jobscript.errors import DirectiveError
+from corral.jobscript.units import parse_mem_mib, parse_time_s
+
+_COUNT = re.compile(r"\d+")
+# --gpus and friends take `[type:]count`; corral does not schedule by GPU model, so the type is
+# accepted and ignored (every GPU of a node is alike to the scheduler).
+_TYPED_COUNT = re.compile(r"(?:[A-Za-z0-9_.-]+:)?(\d+)")
+_GRES_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def positive_int(text: str) -> int:
+    value = _count(text, "a positive integer")
+    if value < 1:
+        raise DirectiveError("expected a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    return _count(text, "a non-negative integer")
+
+
+def _count(text: str, expected: str) -> int:
+    if not _COUNT.fullmatch(text.strip()):
+        raise DirectiveError(f"expected {expected}")
+    return int(text)
+
+
+def gpu_count(text: str) -> int:
+    match = _TYPED_COUNT.fullmatch(text.strip())
+    if not match:
+        raise DirectiveError("expected a GPU count, optionally with a type: N or TYPE:N")
+    return int(match.group(1))
+
+
+def gres_gpus(text: str) -> int | None:
+    """GPUs per node from `--gres=gpu[:type][:N]` (N defaults to 1, as in Slurm); "none" clears it."""
+    if text.strip().lower() == "none":
+        return None
+    counts = [_gres_item_gpus(item.strip()) for item in text.split(",")]
+    if len(counts) != 1:
+        raise DirectiveError("give gpu only once")
+    return counts[0]
+
+
+def _gres_item_gpus(item: str) -> int:
+    name, *rest = item.split(":")
+    if name != "gpu" or len(rest) > 2:
+        raise DirectiveError(f"unsupported resource {item!r}: corral schedules only gpu[:type][:N]")
+    count = int(rest.pop()) if rest and _COUNT.fullmatch(rest[-1]) else 1
+    if len(rest) > 1 or (rest and not _GRES_TYPE.fullmatch(rest[0])):
+        raise DirectiveError(f"invalid GPU type or count in {item!r}: expected gpu[:type][:N]")
+    return count
+
+
+def text_value(text: str) -> str:
+    if not text.strip():
+        raise DirectiveError("expected a non-empty value")
+    return text
+
+
+def partition_name(text: str) -> str:
+    name = text_value(text).strip()
+    if "," in name:
+        raise DirectiveError("corral takes one partition per job, not a list")
+    return name
+
+
+def time_limit_s(text: str) -> int:
+    return parse_time_s(text)
+
+
+def mem_mib(text: str) -> int:
+    return parse_mem_mib(text)

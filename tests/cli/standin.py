@@ -1,0 +1,175 @@
+"""A stand-in for the controller's user API: the endpoints the CLI calls, over canned data, served
+for real on 127.0.0.1 by uvicorn in a thread. Bodies are validated with the real schemas."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+import uvicorn
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
+
+from corral.api.schemas import GpuOut, JobOut, JobSubmit, NodeOut, PartitionOut, SliceOut, SubmitReply
+from corral.protocol import API_PREFIX
+
+SECRET = "standin-secret"
+T0 = 1_700_000_000.0  # a fixed "now"-ish epoch for canned jobs
+ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
+
+
+def make_job(job_id: int, **overrides) -> dict:
+    job = {
+        "id": job_id, "name": f"job{job_id}", "user": "alice", "state": "PENDING", "reason": "Priority",
+        "partition": "gpu", "priority": 0, "submit_time": T0, "start_time": None, "end_time": None,
+        "estimated_start": None, "time_limit_s": 3600, "elapsed_s": 0.0, "num_nodes": 1, "tasks_per_node": 1,
+        "num_tasks": 1, "gpus_per_node": 0, "cpus_per_task": 1, "mem_per_node_mib": 0, "total_gpus": 0,
+        "nodelist": "", "slices": [], "exit_code": 0, "exit_signal": 0, "gpu_seconds": 0.0, "workdir": "/home/alice",
+        "output": "slurm-%j.out", "error": None, "restart_count": 0,
+    }
+    job.update(overrides)
+    return JobOut.model_validate(job).model_dump()
+
+
+def canned_jobs() -> dict[int, dict]:
+    running = make_job(
+        1, name="train", state="RUNNING", reason="None", start_time=T0 + 10, elapsed_s=303.0, num_nodes=2,
+        gpus_per_node=4, total_gpus=8, nodelist="node[1-2]", mem_per_node_mib=16384, gpu_seconds=2424.0,
+        slices=[SliceOut(node=n, gpus=[0, 1, 2, 3], cpus=8, mem_mib=16384).model_dump() for n in ("node1", "node2")],
+    )
+    waiting = make_job(2, name="big", user="bob", reason="Resources", estimated_start=T0 + 3600, total_gpus=16)
+    done = make_job(3, name="old", state="COMPLETED", reason="None", start_time=T0 - 7200, end_time=T0 - 3600,
+                    elapsed_s=3600.0, nodelist="node1", total_gpus=1, gpu_seconds=3600.0)
+    failed = make_job(4, name="crash", user="bob", state="FAILED", reason="NonZeroExitCode", start_time=T0 - 600,
+                      end_time=T0 - 300, elapsed_s=300.0, nodelist="node2", exit_code=137, exit_signal=9)
+    return {job["id"]: job for job in (running, waiting, done, failed)}
+
+
+def canned_nodes() -> list[dict]:
+    def gpus(alloc_to):
+        return [GpuOut(index=i, model="sim-gpu", memory_mib=81920, domain="nvl0", allocated_to=alloc_to).model_dump()
+                for i in range(4)]
+
+    return [
+        NodeOut(name="node1", state="allocated", address="127.0.0.1", partitions=["gpu"], cpus=16, cpus_alloc=8,
+                mem_mib=65536, mem_alloc_mib=16384, gpus=gpus(1), gpus_alloc=4, drain_reason="",
+                last_seen=T0).model_dump(),
+        NodeOut(name="node2", state="drained", address="127.0.0.1", partitions=["gpu", "debug"], cpus=16,
+                cpus_alloc=0, mem_mib=65536, mem_alloc_mib=0, gpus=[], gpus_alloc=0, drain_reason="bad fan",
+                last_seen=T0).model_dump(),
+    ]
+
+
+@dataclass
+class StandinState:
+    jobs: dict[int, dict] = field(default_factory=canned_jobs)
+    nodes: list[dict] = field(default_factory=canned_nodes)
+    submissions: list[dict] = field(default_factory=list)
+    queries: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # (path, query params)
+
+    def reset(self) -> None:
+        self.__init__()
+
+
+def _check_auth(authorization: str | None = Header(None)) -> None:
+    if authorization != f"Bearer {SECRET}":
+        raise HTTPException(401, "missing or wrong bearer token")
+
+
+def make_app(state: StandinState) -> FastAPI:
+    app = FastAPI()
+
+    @app.middleware("http")
+    async def record(request: Request, call_next):
+        state.queries.append((request.url.path.removeprefix(API_PREFIX), dict(request.query_params)))
+        return await call_next(request)
+
+    @app.get(API_PREFIX + "/health")
+    def health() -> dict:
+        return {"status": "ok", "cluster": "standin"}
+
+    _add_job_routes(app, state)
+    _add_cluster_routes(app, state)
+    return app
+
+
+def _add_job_routes(app: FastAPI, state: StandinState) -> None:
+    authed = [Depends(_check_auth)]
+
+    @app.post(API_PREFIX + "/jobs", status_code=201, dependencies=authed)
+    def submit(body: JobSubmit) -> SubmitReply:
+        if body.partition not in (None, "gpu", "debug"):
+            raise HTTPException(422, f"unknown partition '{body.partition}'")
+        if (body.gpus_per_node or 0) > 4:
+            raise HTTPException(422, f"no node has {body.gpus_per_node} GPUs (the most is 4)")
+        state.submissions.append(body.model_dump(exclude_unset=True))
+        job_id = max(state.jobs) + 1
+        state.jobs[job_id] = make_job(job_id, name=body.name or "sbatch", user=body.user)
+        return SubmitReply(job_id=job_id)
+
+    @app.get(API_PREFIX + "/jobs", dependencies=authed)
+    def jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[dict]:
+        wanted = states.split(",") if states else (None if all else ACTIVE)
+        return [j for j in state.jobs.values()
+                if (wanted is None or j["state"] in wanted) and (user is None or j["user"] == user)]
+
+    @app.get(API_PREFIX + "/jobs/{job_id}", dependencies=authed)
+    def job(job_id: int) -> dict:
+        if job_id not in state.jobs:
+            raise HTTPException(404, f"job {job_id} not found")
+        return state.jobs[job_id]
+
+    @app.post(API_PREFIX + "/jobs/{job_id}/cancel", dependencies=authed)
+    def cancel(job_id: int) -> dict:
+        found = job(job_id)
+        if found["state"] not in ACTIVE:
+            raise HTTPException(409, f"job {job_id} already ended ({found['state']})")
+        found.update(state="CANCELLED", reason="None", end_time=time.time())
+        return found
+
+
+def _add_cluster_routes(app: FastAPI, state: StandinState) -> None:
+    authed = [Depends(_check_auth)]
+
+    @app.get(API_PREFIX + "/nodes", dependencies=authed)
+    def nodes() -> list[dict]:
+        return state.nodes
+
+    @app.get(API_PREFIX + "/partitions", dependencies=authed)
+    def partitions() -> list[dict]:
+        return [PartitionOut(name="gpu", default=True, up=True, max_time_s=86400, default_time_s=3600,
+                             nodes=["node1", "node2"]).model_dump()]
+
+    @app.get(API_PREFIX + "/accounting", dependencies=authed)
+    def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
+                   until: float | None = None, ids: str | None = None) -> list[dict]:
+        wanted_ids = {int(i) for i in ids.split(",")} if ids else None
+        return [j for j in state.jobs.values()
+                if (user is None or j["user"] == user) and (wanted_ids is None or j["id"] in wanted_ids)
+                and (states is None or j["state"] in states.split(","))]
+
+
+class ServerThread:
+    """uvicorn serving an app on a socket bound here (port 0: no race for a free port)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("stand-in server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()

@@ -1,0 +1,69 @@
+import pytest
+
+from corral.cli.client import API_PREFIX, Client, ClientError, ControllerUnreachable, error_message
+from corral.protocol import API_PREFIX as PROTOCOL_API_PREFIX
+
+from .standin import SECRET
+
+
+def test_api_prefix_matches_the_protocol():
+    assert API_PREFIX == PROTOCOL_API_PREFIX
+
+
+def test_endpoints(standin):
+    with Client(standin.url, SECRET) as client:
+        assert client.health() == {"status": "ok", "cluster": "standin"}
+        assert [j["id"] for j in client.jobs()] == [1, 2]
+        assert [j["id"] for j in client.jobs(include_finished=True, user="bob")] == [2, 4]
+        assert client.job(3)["name"] == "old"
+        assert [n["name"] for n in client.nodes()] == ["node1", "node2"]
+        assert client.partitions()[0]["name"] == "gpu"
+        assert [j["id"] for j in client.accounting(ids=[1, 4], states=["FAILED"], since=5.2)] == [4]
+        assert standin.state.queries[-1] == ("/accounting", {"ids": "1,4", "states": "FAILED", "since": "5"})
+        body = {"workdir": "/", "user": "u", "argv": ["true"], "nodes": 2}
+        assert client.submit(body) == {"job_id": 5}
+        assert standin.state.submissions[-1] == body
+        assert client.cancel(5)["state"] == "CANCELLED"
+
+
+def test_errors_carry_detail_and_status(standin):
+    with Client(standin.url, SECRET) as client:
+        with pytest.raises(ClientError) as info:
+            client.job(42)
+        assert (str(info.value), info.value.status) == ("job 42 not found", 404)
+        with pytest.raises(ClientError) as info:
+            client.cancel(3)
+        assert info.value.status == 409
+        with pytest.raises(ClientError) as info:
+            client.submit({"workdir": "/", "user": "u", "nodes": 0, "bogus": 1})
+        assert info.value.status == 422
+        assert "nodes: Input should be greater than or equal to 1" in str(info.value)
+        assert "bogus: Extra inputs are not permitted" in str(info.value)
+
+
+def test_health_needs_no_secret_but_the_rest_does(standin):
+    with Client(standin.url) as client:
+        assert client.health()["status"] == "ok"
+        with pytest.raises(ClientError, match="refused the request") as info:
+            client.nodes()
+        assert info.value.status == 401
+
+
+def test_unreachable():
+    with Client("http://127.0.0.1:9", timeout_s=1) as client, pytest.raises(ControllerUnreachable) as info:
+        client.health()
+    assert str(info.value) == "cannot reach the controller at http://127.0.0.1:9 (is 'corral up' running?)"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "message"),
+    [
+        (404, '{"detail": "job 7 not found"}', "job 7 not found"),
+        (500, "Internal Server Error", "Internal Server Error"),
+        (502, "", "HTTP 502"),
+        (422, '{"detail": [{"loc": ["body"], "msg": "Field required"}]}', "Field required"),
+        (409, '{"other": 1}', '{"other": 1}'),
+    ],
+)
+def test_error_message(status, body, message):
+    assert error_message(status, body) == message

@@ -1,0 +1,150 @@
+import json
+
+from corral.jobscript import format_duration
+
+from .standin import T0
+
+
+def lines_of(text):
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def test_queue_table_shows_active_jobs(standin, cli):
+    result = cli("queue")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.strip().splitlines()
+    assert header.split() == ["JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS",
+                              "NODELIST(REASON)"]
+    assert rows[0].split() == ["1", "gpu", "train", "alice", "RUNNING", "5:03", "2", "8", "node[1-2]"]
+    assert rows[1].split()[:8] == ["2", "gpu", "big", "bob", "PENDING", "0:00", "1", "16"]
+    assert "(Resources) est. start" in rows[1]
+    assert len(rows) == 2  # finished jobs are left out
+    assert standin.state.queries[-1] == ("/jobs", {})
+
+
+def test_queue_all_and_filters_reach_the_server(standin, cli):
+    result = cli("queue", "--all", "--user", "bob", "-t", "failed,pending")
+    assert result.exit_code == 0, result.output
+    assert standin.state.queries[-1] == ("/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING"})
+    assert [r[0] for r in lines_of(result.stdout)[1:]] == ["2", "4"]
+
+
+def test_queue_json_is_the_api_objects(standin, cli):
+    result = cli("queue", "--json")
+    assert result.exit_code == 0
+    jobs = json.loads(result.stdout)
+    assert [j["id"] for j in jobs] == [1, 2]
+    assert jobs[0]["slices"][0]["gpus"] == [0, 1, 2, 3]
+
+
+def test_queue_without_auth_explains(standin, cli, monkeypatch):
+    monkeypatch.setenv("CORRAL_SECRET", "wrong")
+    result = cli("queue")
+    assert result.exit_code == 1
+    assert "corral: error: the controller refused the request (missing or wrong bearer token)" in result.stderr
+    assert "secret" in result.stderr
+
+
+def test_show_lists_every_field(standin, cli):
+    result = cli("show", "1")
+    assert result.exit_code == 0, result.output
+    fields = dict(line.split(" : ", 1) for line in result.stdout.splitlines())
+    fields = {k.strip(): v for k, v in fields.items()}
+    assert fields["JobId"] == "1"
+    assert fields["JobName"] == "train"
+    assert fields["State"] == "RUNNING"
+    assert fields["NodeList"] == "node[1-2]"
+    assert fields["Alloc[node1]"] == "gpus=0,1,2,3 cpus=8 mem=16G"
+    assert fields["TimeLimit"] == "01:00:00"
+    assert fields["RunTime"] == "00:05:03"
+    assert fields["EndTime"] == "Unknown"
+    assert fields["StdErr"] == "slurm-%j.out"
+    assert fields["ExitCode"] == "0:0"
+
+
+def test_show_json_and_unknown_job(standin, cli):
+    assert json.loads(cli("show", "3", "--json").stdout)["state"] == "COMPLETED"
+    result = cli("show", "99")
+    assert result.exit_code == 1
+    assert result.stderr == "corral: error: job 99 not found\n"
+
+
+def test_cancel(standin, cli):
+    result = cli("cancel", "1", "2")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == ["Cancelled job 1 (CANCELLED)", "Cancelled job 2 (CANCELLED)"]
+    assert standin.state.jobs[1]["state"] == "CANCELLED"
+
+
+def test_cancel_unknown_fails_but_cancels_the_rest(standin, cli):
+    result = cli("cancel", "99", "2")
+    assert result.exit_code == 1
+    assert "corral: error: job 99: job 99 not found" in result.stderr
+    assert "Cancelled job 2" in result.stdout
+    assert standin.state.jobs[2]["state"] == "CANCELLED"
+
+
+def test_cancel_finished_job_is_not_an_error(standin, cli):
+    result = cli("cancel", "3")
+    assert result.exit_code == 0
+    assert "job 3 not cancelled: job 3 already ended (COMPLETED)" in result.stderr
+
+
+def test_cancel_needs_numeric_ids(standin, cli):
+    result = cli("cancel", "abc")
+    assert result.exit_code == 2  # a usage error
+
+
+def test_nodes_table_and_json(standin, cli):
+    result = cli("nodes")
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.strip().splitlines()
+    assert rows[0].split() == ["NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU", "MODEL",
+                               "REASON"]
+    assert rows[1].split() == ["node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x", "sim-gpu"]
+    assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad", "fan"]
+    assert [n["name"] for n in json.loads(cli("nodes", "--json").stdout)] == ["node1", "node2"]
+
+
+def test_acct_defaults_to_own_jobs_since_midnight(standin, cli, monkeypatch):
+    monkeypatch.setattr("corral.cli.jobs.current_user", lambda: "bob")
+    result = cli("acct")
+    assert result.exit_code == 0, result.output
+    path, query = standin.state.queries[-1]
+    assert path == "/accounting" and query["user"] == "bob" and set(query) == {"user", "since"}
+    header, *rows = lines_of(result.stdout)
+    assert header == ["JobID", "Name", "State", "Start", "End", "Elapsed", "Nodes", "GPUs", "GPU-seconds", "ExitCode"]
+    assert [r[0] for r in rows] == ["2", "4"]
+    assert rows[0][3:5] == ["Unknown", "Unknown"]
+    assert rows[1][2] == "FAILED" and rows[1][5] == format_duration(300) and rows[1][-1] == "137:9"
+
+
+def test_acct_options_reach_the_server(standin, cli):
+    result = cli("acct", "--all-users", "--since", str(int(T0)), "--until", "2023-11-15T00:00:00",
+                 "-s", "completed", "--json")
+    assert result.exit_code == 0, result.output
+    path, query = standin.state.queries[-1]
+    assert query["since"] == str(int(T0)) and query["states"] == "COMPLETED" and "user" not in query
+    assert int(query["until"]) > T0 - 86400 * 2
+    assert [j["id"] for j in json.loads(result.stdout)] == [3]
+
+
+def test_acct_with_job_ids_spans_all_users_and_time(standin, cli):
+    result = cli("acct", "-j", "1,3")
+    assert result.exit_code == 0, result.output
+    assert standin.state.queries[-1] == ("/accounting", {"ids": "1,3"})
+    assert "2424" in result.stdout  # GPU-seconds of job 1
+
+
+def test_acct_bad_inputs(standin, cli):
+    assert "invalid time 'yesterday-ish'" in cli("acct", "--since", "yesterday-ish").stderr
+    assert "invalid job id 'x'" in cli("acct", "-j", "1,x").stderr
+
+
+def test_unreachable_controller(isolated, cli, monkeypatch):
+    monkeypatch.setenv("CORRAL_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
+    for command in (["queue"], ["nodes"], ["show", "1"], ["cancel", "1"], ["acct"]):
+        result = cli(*command)
+        assert result.exit_code == 1
+        assert result.stderr == ("corral: error: cannot reach the controller at http://127.0.0.1:9 "
+                                 "(is 'corral up' running?)\n")

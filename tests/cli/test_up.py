@@ -1,0 +1,207 @@
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.cli.errors import CliError
+from corral.cli.hostinfo import HostFacts
+from corral.cli.supervisor import ChildExited
+from corral.cli.supervisor import Supervisor
+from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_secret
+from corral.cli.up_plan import UpOptions, client_url, plan_up
+
+FAKE = str(Path(__file__).with_name("fake_cluster.py"))
+NO_GPUS = HostFacts(cpus=8, mem_mib=64000, nvml_gpus=None)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fake_plan(tmp_path, nodes=2, controller=None):
+    """A real plan whose children are the stand-ins of fake_cluster.py."""
+    plan = plan_up(UpOptions(state_dir=tmp_path / "state", nodes=nodes, port=free_port()), NO_GPUS)
+    swap = lambda argv, role: (sys.executable, FAKE, role, *argv[3:])  # noqa: E731 - drop "-m corral.x"
+    plan.state_dir.mkdir(parents=True, exist_ok=True)
+    return dataclasses.replace(
+        plan,
+        controller_argv=controller or swap(plan.controller_argv, "controller"),
+        agent_argvs=tuple(swap(a, "agent") for a in plan.agent_argvs),
+    )
+
+
+def test_plan_simulated_defaults(tmp_path):
+    plan = plan_up(UpOptions(state_dir=tmp_path), NO_GPUS, python="py")
+    assert plan.node_names == ("node1", "node2") and plan.gpus_per_node == 4
+    assert plan.url == "http://127.0.0.1:6817"
+    assert plan.controller_argv == (
+        "py", "-m", "corral.controller", "--listen", "127.0.0.1:6817", "--db", f"sqlite:///{tmp_path}/corral.db",
+        "--secret-file", str(tmp_path / "secret"), "--state-dir", str(tmp_path))
+    assert plan.agent_argvs[1] == (
+        "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817", "--secret-file", str(tmp_path / "secret"),
+        "--node", "node2", "--cpus", "8", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
+        "--gpus", "4")
+
+
+def test_plan_options(tmp_path):
+    options = UpOptions(state_dir=tmp_path, nodes=3, gpus_per_node=0, host="0.0.0.0", port=7000,
+                        db_url="postgresql://db/corral", config=Path("/etc/corral.toml"))
+    plan = plan_up(options, HostFacts(cpus=1, mem_mib=3000, nvml_gpus=8), python="py")
+    assert plan.url == "http://127.0.0.1:7000" and plan.gpus_per_node == 0  # given G wins over NVML
+    assert plan.controller_argv[4:7] == ("0.0.0.0:7000", "--db", "postgresql://db/corral")
+    assert plan.controller_argv[-2:] == ("--config", "/etc/corral.toml")
+    assert plan.agent_argvs[0][-8:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
+                                        str(tmp_path / "spool" / "node1"), "--gpus", "0")
+
+
+def test_plan_real_gpus_one_node_without_gpus_option(tmp_path):
+    plan = plan_up(UpOptions(state_dir=tmp_path), HostFacts(cpus=32, mem_mib=512000, nvml_gpus=8), python="py")
+    assert plan.gpus_per_node is None and plan.node_names == ("node1",)
+    assert "--gpus" not in plan.agent_argvs[0]
+    with pytest.raises(CliError, match="every agent would claim all"):
+        plan_up(UpOptions(state_dir=tmp_path, nodes=2), HostFacts(cpus=32, mem_mib=512000, nvml_gpus=8))
+
+
+@pytest.mark.parametrize(("host", "url"), [("0.0.0.0", "http://127.0.0.1:1"), ("::", "http://[::1]:1"),
+                                            ("10.0.0.5", "http://10.0.0.5:1"), ("fe80::1", "http://[fe80::1]:1")])
+def test_client_url(host, url):
+    assert client_url(host, 1) == url
+
+
+def test_port_in_use_is_reported(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(CliError, match=f"cannot listen on 127.0.0.1:{port}: .*choose another --port"):
+            check_port_free("127.0.0.1", port)
+
+
+def test_up_command_port_in_use(isolated, cli):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = cli("up", "--port", str(port), "--gpus-per-node", "2", "--state-dir", str(isolated / "s"))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"corral: error: cannot listen on 127.0.0.1:{port}")
+    assert not (isolated / "s" / "secret").exists()  # nothing was started or written
+
+
+def test_one_up_per_state_dir(tmp_path):
+    with state_dir_lock(tmp_path), pytest.raises(CliError, match="another 'corral up' is running"):
+        with state_dir_lock(tmp_path):
+            pass
+
+
+def test_secret_file_is_private(tmp_path):
+    write_secret(tmp_path / "secret")
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+    assert len((tmp_path / "secret").read_text().strip()) >= 32
+
+
+def test_start_and_stop_cluster(tmp_path, monkeypatch):
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv("FAKE_CLUSTER_RECORD", str(record))
+    plan = fake_plan(tmp_path)
+    write_secret(plan.secret_file)
+    cluster = Cluster(plan, Supervisor(plan.log_dir))
+    try:
+        start_cluster(cluster, timeout_s=30)
+        assert cluster.name == "fake"
+        assert [c.name for c in cluster.supervisor.children] == ["controller", "node1", "node2"]
+        pids = [json.loads(line)["pid"] for line in record.read_text().splitlines()]
+        assert len(pids) == 3
+    finally:
+        cluster.stop(grace_s=5)
+    assert all(c.process.poll() is not None for c in cluster.supervisor.children)
+    assert "agent stopped by SIGTERM" in (plan.log_dir / "node1.log").read_text()
+
+
+def test_child_dying_at_startup_is_reported(tmp_path):
+    dying = (sys.executable, "-c", "import sys; sys.exit('fake controller: address already in use')")
+    plan = fake_plan(tmp_path, controller=dying)
+    write_secret(plan.secret_file)
+    cluster = Cluster(plan, Supervisor(plan.log_dir))
+    with pytest.raises(ChildExited) as info:
+        start_cluster(cluster, timeout_s=30)
+    assert "controller exited with status 1" in str(info.value)
+    assert "fake controller: address already in use" in str(info.value)
+
+
+DRIVER = """
+import dataclasses, sys
+sys.path.insert(0, {tests!r})
+from cli.test_up import fake_plan
+from corral.cli.up import run_up
+from pathlib import Path
+sys.exit(run_up(fake_plan(Path({tmp!r}))))
+"""
+
+
+def test_up_runs_in_the_foreground_until_sigterm(tmp_path):
+    """The whole of `corral up` after planning, in its own process: ready, cluster.json, SIGTERM stops all."""
+    proc = start_driver(tmp_path)
+    try:
+        banner = proc.stdout.readline()
+        assert "cluster 'fake' is up: 2 node(s), 4 simulated GPUs each" in banner, proc.stderr.read()
+        cluster_json = tmp_path / "config" / "corral" / "cluster.json"
+        data = json.loads(cluster_json.read_text())
+        assert data["url"].startswith("http://127.0.0.1:") and data["secret_file"].endswith("secret")
+        assert cluster_json.stat().st_mode & 0o777 == 0o600
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "stopping agents and controller" in proc.stderr.read()
+    children = [json.loads(line)["pid"] for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    time.sleep(0.1)
+    for pid in children:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def start_driver(tmp_path):
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "FAKE_CLUSTER_RECORD": str(tmp_path / "record.jsonl")}
+    driver = DRIVER.format(tests=str(Path(__file__).parents[1]), tmp=str(tmp_path))
+    return subprocess.Popen([sys.executable, "-c", driver], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_up_stops_everything_when_a_child_dies(tmp_path):
+    proc = start_driver(tmp_path)
+    try:
+        assert "is up" in proc.stdout.readline(), proc.stderr.read()
+        records = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+        agent = next(r for r in records if r["role"] == "agent" and "node1" in r["argv"])
+        os.kill(agent["pid"], signal.SIGKILL)
+        assert proc.wait(timeout=30) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "corral: error: node1 was killed by SIGKILL" in proc.stderr.read()
+
+
+def test_startup_timeout_names_the_logs(tmp_path):
+    silent = (sys.executable, "-c", "import time; time.sleep(30)")  # a controller that never answers
+    plan = fake_plan(tmp_path, controller=silent)
+    write_secret(plan.secret_file)
+    cluster = Cluster(plan, Supervisor(plan.log_dir))
+    try:
+        expected = f"the controller did not answer within 0.3 s; see the logs in {plan.log_dir}"
+        with pytest.raises(CliError, match=expected):
+            start_cluster(cluster, timeout_s=0.3)
+    finally:
+        cluster.stop(grace_s=1)
+    assert cluster.supervisor.children[0].process.returncode == -signal.SIGTERM

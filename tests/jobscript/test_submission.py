@@ -1,0 +1,207 @@
+import pytest
+
+from corral.jobscript import DirectiveError, build_submission, parse_directives
+
+
+def from_cli(*tokens):
+    return build_submission([], list(tokens))
+
+
+def from_script(*lines):
+    return build_submission(parse_directives("#!/bin/sh\n" + "\n".join(lines) + "\nrun\n"), [])
+
+
+@pytest.mark.parametrize(
+    ("tokens", "fields"),
+    [
+        (["-N", "2"], {"nodes": 2}),
+        (["-N2"], {"nodes": 2}),
+        (["--nodes=2"], {"nodes": 2}),
+        (["--nodes", "2"], {"nodes": 2}),
+        (["--nod", "2"], {"nodes": 2}),  # unambiguous prefix
+        (["-n", "8"], {"ntasks": 8}),
+        (["--ntasks=8"], {"ntasks": 8}),
+        (["--ntasks-per-node=4"], {"ntasks_per_node": 4}),
+        (["--tasks-per-node=4"], {"ntasks_per_node": 4}),  # alias
+        (["--ntasks-per=4"], {"ntasks_per_node": 4}),
+        (["--tasks", "4"], {"ntasks_per_node": 4}),  # prefix of the alias
+        (["-G", "8"], {"gpus": 8}),
+        (["-G8"], {"gpus": 8}),
+        (["--gpus=a100:8"], {"gpus": 8}),  # GPU type accepted, not scheduled on
+        (["--gpus=0"], {"gpus": 0}),
+        (["--gpus-per-node=4"], {"gpus_per_node": 4}),
+        (["--gpus-per-node", "h100:4"], {"gpus_per_node": 4}),
+        (["--gpus-per-task=1"], {"gpus_per_task": 1}),
+        (["--gres=gpu:2"], {"gpus_per_node": 2}),
+        (["--gres=gpu:a100:2"], {"gpus_per_node": 2}),
+        (["--gres=gpu"], {"gpus_per_node": 1}),  # count defaults to 1, as in Slurm
+        (["--gres=gpu:tesla"], {"gpus_per_node": 1}),
+        (["--gres=none"], {}),
+        (["-c", "4"], {"cpus_per_task": 4}),
+        (["--cpus-per-task=4"], {"cpus_per_task": 4}),
+        (["--mem=16GB"], {"mem_mib": 16384}),
+        (["--mem", "1000"], {"mem_mib": 1000}),
+        (["--mem=0"], {"mem_mib": 0}),
+        (["--mem-per-gpu=8G"], {"mem_per_gpu_mib": 8192}),
+        (["--mem-per-cpu=512M"], {"mem_per_cpu_mib": 512}),
+        (["-t", "60"], {"time_limit_s": 3600}),
+        (["-t60"], {"time_limit_s": 3600}),
+        (["--time=1-00:00:00"], {"time_limit_s": 86400}),
+        (["--ti", "5"], {"time_limit_s": 300}),
+        (["-p", "gpu"], {"partition": "gpu"}),
+        (["--partition=gpu"], {"partition": "gpu"}),
+        (["-J", "train"], {"name": "train"}),
+        (["--job-name=my job"], {"name": "my job"}),
+        (["-J", "-x"], {"name": "-x"}),  # a required value is taken whatever it looks like
+        (["-o", "out-%j.log"], {"output": "out-%j.log"}),
+        (["--output=%x.out"], {"output": "%x.out"}),
+        (["-e", "err.log"], {"error": "err.log"}),
+        (["--error", "err.log"], {"error": "err.log"}),
+        (["-D", "/scratch"], {"workdir": "/scratch"}),
+        (["--chdir=sub"], {"workdir": "sub"}),
+        (["--priority=10"], {"priority": 10}),
+        (["-N", "1", "-N", "3"], {"nodes": 3}),  # the last one wins
+        ([], {}),
+    ],
+)
+def test_option_forms(tokens, fields):
+    assert from_cli(*tokens) == fields
+
+
+def test_directives_from_a_submitit_script():
+    fields = from_script(
+        "#SBATCH --cpus-per-task=4", "#SBATCH --error=/f/%j/%j_0_log.err", "#SBATCH --gpus-per-node=2",
+        "#SBATCH --job-name=exp", "#SBATCH --mem=16GB", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --output=/f/%j/%j_0_log.out", "#SBATCH --time=60",
+    )
+    assert fields == {
+        "cpus_per_task": 4, "error": "/f/%j/%j_0_log.err", "gpus_per_node": 2, "name": "exp", "mem_mib": 16384,
+        "nodes": 2, "ntasks_per_node": 2, "output": "/f/%j/%j_0_log.out", "time_limit_s": 3600,
+    }
+
+
+def test_ray_style_one_line():
+    fields = from_script("#SBATCH --job-name=test --cpus-per-task=5 --mem-per-cpu=1GB --nodes=4 "
+                         "--tasks-per-node=1 --time=00:30:00")
+    assert fields == {"name": "test", "cpus_per_task": 5, "mem_per_cpu_mib": 1024, "nodes": 4,
+                      "ntasks_per_node": 1, "time_limit_s": 1800}
+
+
+def test_value_in_the_next_token_of_a_directive():
+    assert from_script("#SBATCH -J job -t 10") == {"name": "job", "time_limit_s": 600}
+
+
+def test_command_line_overrides_script():
+    script = parse_directives("#!/bin/sh\n#SBATCH -N 2 -J a --time=10\n")
+    assert build_submission(script, ["-N", "4", "--time", "20"]) == {"nodes": 4, "name": "a", "time_limit_s": 1200}
+
+
+@pytest.mark.parametrize(
+    ("script_line", "cli", "fields"),
+    [
+        # One quantity stated another way on the command line replaces the script's statement.
+        ("--mem=16G", ["--mem-per-cpu=1G"], {"mem_per_cpu_mib": 1024}),
+        ("--mem-per-gpu=8G", ["--mem=4G"], {"mem_mib": 4096}),
+        ("--gpus-per-node=4", ["--gpus=2"], {"gpus": 2}),
+        ("--gpus=8 --gpus-per-node=4", ["--gres=gpu:1"], {"gpus_per_node": 1}),
+        ("--gpus-per-node=4", ["--gres=none"], {}),
+        ("--gpus-per-node=4 --gpus-per-task=1", ["-G", "2"], {"gpus": 2, "gpus_per_task": 1}),
+        ("--gpus=8 --gpus-per-node=4", [], {"gpus": 8, "gpus_per_node": 4}),
+    ],
+)
+def test_groups_override_as_a_whole(script_line, cli, fields):
+    assert build_submission(parse_directives(f"#!/bin/sh\n#SBATCH {script_line}\n"), cli) == fields
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (["#SBATCH --foo"], "unsupported option '--foo' in #SBATCH directive line 2"),
+        (["#SBATCH -N 1", "#SBATCH --exclusive"], "unsupported option '--exclusive' in #SBATCH directive line 3"),
+        (["#CORRAL --array=1-3"], "unsupported option '--array' in #CORRAL directive line 2"),
+        (["#SBATCH -x n1"], "unsupported option '-x' in #SBATCH directive line 2"),
+        (["#SBATCH -N x"],
+         "invalid value 'x' for -N (--nodes) in #SBATCH directive line 2: expected a positive integer"),
+        (["#SBATCH --nodes=0"], "invalid value '0' for --nodes in #SBATCH directive line 2"),
+        (["#SBATCH --nodes=2-4"], "invalid value '2-4' for --nodes"),
+        (["#SBATCH -n -1"], "invalid value '-1' for -n (--ntasks)"),
+        (["#SBATCH --ntasks-per-node=x"], "invalid value 'x' for --ntasks-per-node"),
+        (["#SBATCH --gpus=many"], "invalid value 'many' for --gpus.*GPU count"),
+        (["#SBATCH --gpus-per-node=-1"], "invalid value '-1' for --gpus-per-node"),
+        (["#SBATCH --gpus-per-task=a100"], "invalid value 'a100' for --gpus-per-task"),
+        (["#SBATCH --gres=mps:100"], "invalid value 'mps:100' for --gres.*corral schedules only gpu"),
+        (["#SBATCH --gres=gpu:2,shard:4"], "unsupported resource 'shard:4'"),
+        (["#SBATCH --gres=gpu:1,gpu:2"], "give gpu only once"),
+        (["#SBATCH --gres=gpu:a:b:3"], "unsupported resource"),
+        (["#SBATCH --gres=gpu:"], "invalid GPU type or count"),
+        (["#SBATCH -c 0"], "invalid value '0' for -c (--cpus-per-task)"),
+        (["#SBATCH --mem=lots"], "invalid value 'lots' for --mem in #SBATCH directive line 2: expected N"),
+        (["#SBATCH --mem-per-gpu=1.5G"], "invalid value '1.5G' for --mem-per-gpu"),
+        (["#SBATCH --mem-per-cpu=x"], "invalid value 'x' for --mem-per-cpu"),
+        (["#SBATCH --time=UNLIMITED"], "invalid value 'UNLIMITED' for --time.*unlimited time limits are not supported"),
+        (["#SBATCH -t 1:2:3:4"], "invalid value '1:2:3:4' for -t (--time).*expected M, M:S"),
+        (["#SBATCH -p a,b"], "invalid value 'a,b' for -p (--partition).*one partition"),
+        (["#SBATCH --partition="], "invalid value '' for --partition.*non-empty"),
+        (["#SBATCH -J ''"], "invalid value '' for -J (--job-name)"),
+        (["#SBATCH --output="], "invalid value '' for --output"),
+        (["#SBATCH --priority=high"], "invalid value 'high' for --priority"),
+        (["#SBATCH --gpus-per", "2"], "option '--gpus-per' is ambiguous (--gpus-per-node, --gpus-per-task)"),
+        (["#SBATCH --mem-per=1G"], "option '--mem-per' is ambiguous"),
+        (["#SBATCH --n=1"], "option '--n' is ambiguous (--nodes, --ntasks, --ntasks-per-node)"),
+        (["#SBATCH -N"], "option '-N' needs a value in #SBATCH directive line 2"),
+        (["#SBATCH --time"], "option '--time' needs a value"),
+        (["#SBATCH extra"], "unexpected argument 'extra' in #SBATCH directive line 2"),
+        (["#SBATCH -N 1 -- cmd"], "unexpected argument 'cmd'"),
+        (["#SBATCH -N 1 --"], "unexpected argument '--' in #SBATCH directive line 2"),
+        (["#SBATCH --mem=1G --mem-per-cpu=1G"],
+         "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive (got --mem and --mem-per-cpu in #SBATCH"),
+        (["#SBATCH --mem=1G", "#SBATCH --mem-per-gpu=1G"], "mutually exclusive.*directive line 3"),
+    ],
+)
+def test_script_errors(lines, message):
+    with pytest.raises(DirectiveError) as info:
+        from_script(*lines)
+    for part in message.split(".*"):
+        assert part in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (["--foo=1"], "unsupported option '--foo' on the command line"),
+        (["--nodes=x"], "invalid value 'x' for --nodes on the command line"),
+        (["script.sh"], "unexpected argument 'script.sh' on the command line"),
+        (["--mem=1G", "--mem-per-gpu=2G"], "mutually exclusive"),
+    ],
+)
+def test_command_line_errors(tokens, message):
+    with pytest.raises(DirectiveError) as info:
+        from_cli(*tokens)
+    assert message in str(info.value)
+
+
+def test_plain_string_script_tokens_get_a_generic_location():
+    with pytest.raises(DirectiveError, match="unsupported option '--foo' in #SBATCH directives"):
+        build_submission(["--foo"], [])
+
+
+def test_flag_options_refuse_values():
+    from corral.jobscript import Option, parse_args
+
+    flags = [Option("json", takes_value=False), Option("help", short="h", takes_value=False)]
+    with pytest.raises(DirectiveError, match="option '--json' takes no value"):
+        parse_args(["--json=yes"], flags)
+    with pytest.raises(DirectiveError, match="option '-h' takes no value"):
+        parse_args(["-hx"], flags)
+    parsed = parse_args(["--js", "-h", "file", "--json"], flags)
+    assert [p.option.name for p in parsed.options] == ["json", "help"]
+    assert parsed.positionals == ["file", "--json"]  # options end at the first positional
+    assert not parsed.saw_double_dash
+
+
+def test_double_dash_ends_options():
+    from corral.jobscript import SUBMIT_OPTION_TABLE, parse_args
+
+    parsed = parse_args(["-N", "2", "--", "-N", "3"], SUBMIT_OPTION_TABLE)
+    assert parsed.saw_double_dash and parsed.positionals == ["-N", "3"]
+    assert parse_args(["-"], SUBMIT_OPTION_TABLE).positionals == ["-"]  # a lone dash is a positional
