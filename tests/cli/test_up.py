@@ -48,7 +48,7 @@ def test_plan_simulated_defaults(tmp_path):
         "--secret-file", str(tmp_path / "secret"), "--state-dir", str(tmp_path))
     assert plan.agent_argvs[1] == (
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817", "--secret-file", str(tmp_path / "secret"),
-        "--node", "node2", "--cpus", "8", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
+        "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
         "--gpus", "4")
 
 

@@ -70,7 +70,9 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     secret_file = state_dir / "secret"
     url = client_url(options.host, options.port)
     names = tuple(f"node{i}" for i in range(1, nodes + 1))
-    node_size = (max(MIN_NODE_CPUS, facts.cpus), max(1, facts.mem_mib // nodes))
+    # Simulated nodes advertise at least 4 CPUs per GPU: CPUs are not enforced on processes, and a small
+    # host must not make GPU-shaped jobs (a task per GPU) unplaceable.
+    node_size = (max(MIN_NODE_CPUS, facts.cpus, 4 * (gpus or 0)), max(1, facts.mem_mib // nodes))
     return UpPlan(
         url=url, host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
