@@ -1,0 +1,157 @@
+"""Records <-> table rows.
+
+Encoding is exact: decode(encode(x)) == x for every Job and Node, including tuples (stored as JSON
+lists), frozensets (sorted lists), enums (their values) and None. Field lists come from the
+dataclasses, so the nested JSON follows new fields of JobSpec, Request, NodeRun and Gpu; a new
+field that is not plain JSON (a tuple, a set, an enum) needs a converter here.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from dataclasses import fields
+from operator import attrgetter
+from typing import Any
+
+from corral import hostlist
+from corral.core.model import Gpu, NodeSlice, Request
+from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun
+
+Json = dict[str, Any]
+
+# Compact JSON from one reused encoder (the JSON columns are encoded on every save).
+# Tuples become lists. No circular check: records are trees.
+json_dumps = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+class _Fields:
+    """The constructor fields of a dataclass (init=False ones, like Request.shape, are derived)."""
+
+    def __init__(self, cls: type) -> None:
+        self.names = tuple(f.name for f in fields(cls) if f.init)
+        # Returns a tuple of all the fields: one C call instead of a getattr per field.
+        self._get = attrgetter(*self.names)
+
+    def to_json(self, obj: object) -> Json:
+        return dict(zip(self.names, self._get(obj), strict=True))
+
+    def known(self, data: Mapping[str, Any]) -> Json:
+        # Keys written by a newer corral (a field this version lacks) are dropped, not fatal.
+        return {name: data[name] for name in self.names if name in data}
+
+
+_SPEC = _Fields(JobSpec)
+_REQUEST = _Fields(Request)
+_RUN = _Fields(NodeRun)
+_GPU = _Fields(Gpu)
+
+
+def spec_to_json(spec: JobSpec) -> Json:
+    # argv stays a tuple and env the spec's own dict: JSON encodes them as they are, and
+    # skipping the copies matters on the save path.
+    data = _SPEC.to_json(spec)
+    data["request"] = _REQUEST.to_json(spec.request)
+    return data
+
+
+def spec_from_json(data: Mapping[str, Any]) -> JobSpec:
+    values = _SPEC.known(data)
+    values["request"] = Request(**_REQUEST.known(data["request"]))
+    values["argv"] = tuple(data.get("argv", ()))
+    return JobSpec(**values)
+
+
+def _slice_to_json(piece: NodeSlice) -> Json:
+    return {"node": piece.node, "gpus": piece.gpus, "cpus": piece.cpus, "mem_mib": piece.mem_mib}
+
+
+def _slice_from_json(data: Mapping[str, Any]) -> NodeSlice:
+    return NodeSlice(node=data["node"], gpus=tuple(data["gpus"]), cpus=data["cpus"], mem_mib=data["mem_mib"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _nodelist(node_names: tuple[str, ...]) -> str:
+    # Cached: a job is saved many times on the same nodes, and jobs share node sets.
+    return hostlist.compress(node_names) if node_names else ""
+
+
+def job_to_row(job: Job) -> Json:
+    """Every column of the jobs table, ready for an insert."""
+    spec = job.spec
+    return {
+        "id": job.id,
+        "name": spec.name,
+        "user": spec.user,
+        "partition": spec.request.partition,
+        "state": job.state.value,
+        "reason": job.reason,
+        "priority": spec.priority,
+        "submit_time": job.submit_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "estimated_start": job.estimated_start,
+        "time_limit_s": spec.request.time_limit_s,
+        "exit_code": job.exit_code,
+        "exit_signal": job.exit_signal,
+        "gpu_seconds": job.gpu_seconds,
+        "nodelist": _nodelist(job.node_names),
+        "restart_count": job.restart_count,
+        "final_state": job.final_state.value if job.final_state is not None else None,
+        "kill_deadline": job.kill_deadline,
+        "spec": spec_to_json(spec),
+        "slices": [_slice_to_json(piece) for piece in job.slices],
+        "runs": {node: _RUN.to_json(run) for node, run in job.runs.items()},
+    }
+
+
+def job_from_row(row: Any) -> Job:
+    """`row`: a result row of the jobs table (attribute access by column name)."""
+    return Job(
+        id=row.id,
+        spec=spec_from_json(row.spec),
+        submit_time=row.submit_time,
+        state=JobState(row.state),
+        reason=row.reason,
+        estimated_start=row.estimated_start,
+        start_time=row.start_time,
+        end_time=row.end_time,
+        slices=tuple(_slice_from_json(piece) for piece in row.slices),
+        runs={node: NodeRun(**_RUN.known(run)) for node, run in row.runs.items()},
+        exit_code=row.exit_code,
+        exit_signal=row.exit_signal,
+        final_state=JobState(row.final_state) if row.final_state is not None else None,
+        kill_deadline=row.kill_deadline,
+        restart_count=row.restart_count,
+    )
+
+
+def node_to_row(node: Node) -> Json:
+    return {
+        "name": node.name,
+        "gpus": [_GPU.to_json(gpu) for gpu in node.gpus],
+        "cpus": node.cpus,
+        "mem_mib": node.mem_mib,
+        "address": node.address,
+        "up": node.up,
+        "drain": node.drain,
+        "drain_reason": node.drain_reason,
+        "last_seen": node.last_seen,
+        # Sorted so the stored value is deterministic (frozenset order is not).
+        "partitions": sorted(node.partitions),
+    }
+
+
+def node_from_row(row: Any) -> Node:
+    return Node(
+        name=row.name,
+        gpus=tuple(Gpu(**_GPU.known(gpu)) for gpu in row.gpus),
+        cpus=row.cpus,
+        mem_mib=row.mem_mib,
+        address=row.address,
+        up=row.up,
+        drain=row.drain,
+        drain_reason=row.drain_reason,
+        last_seen=row.last_seen,
+        partitions=frozenset(row.partitions),
+    )

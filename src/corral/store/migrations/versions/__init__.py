@@ -1,0 +1,1 @@
+"""Migration scripts, applied in order by corral.store.migrate (alembic skips this file)."""

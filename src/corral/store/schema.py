@@ -1,0 +1,94 @@
+"""Table definitions. Any change here needs a new migration in `migrations/versions/`.
+
+The columns besides the JSON ones exist so accounting queries can filter and sort in SQL; the
+JSON columns hold the nested parts of a record (spec, slices, runs, GPUs) whole.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Double, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Stable constraint and index names, so migrations can refer to them on every dialect.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Long enough for every JobState value.
+STATE_LENGTH = 16
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    # Double, not Float: times are float seconds since the epoch and must round-trip exactly.
+    type_annotation_map = {
+        float: Double(),
+        str: Text(),
+        dict[str, Any]: JSON(),
+        list[Any]: JSON(),
+    }
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    # Job ids come from the controller (Slurm-style sequence), never from the database.
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    name: Mapped[str]
+    user: Mapped[str] = mapped_column(index=True)
+    partition: Mapped[str]
+    state: Mapped[str] = mapped_column(String(STATE_LENGTH), index=True)
+    reason: Mapped[str]
+    priority: Mapped[int]
+    submit_time: Mapped[float] = mapped_column(index=True)
+    start_time: Mapped[float | None]
+    end_time: Mapped[float | None] = mapped_column(index=True)
+    estimated_start: Mapped[float | None]
+    time_limit_s: Mapped[int]
+    exit_code: Mapped[int]
+    exit_signal: Mapped[int]
+    # Denormalized from the slices and times at save time, so usage reports can sum it in SQL.
+    gpu_seconds: Mapped[float]
+    # Slurm hostlist expression of the job's nodes ("" while pending), for display and LIKE.
+    nodelist: Mapped[str]
+    restart_count: Mapped[int]
+    final_state: Mapped[str | None] = mapped_column(String(STATE_LENGTH))
+    kill_deadline: Mapped[float | None]
+    spec: Mapped[dict[str, Any]]
+    slices: Mapped[list[Any]]
+    runs: Mapped[dict[str, Any]]
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    gpus: Mapped[list[Any]]
+    cpus: Mapped[int]
+    mem_mib: Mapped[int]
+    address: Mapped[str]
+    up: Mapped[bool]
+    drain: Mapped[bool]
+    drain_reason: Mapped[str]
+    last_seen: Mapped[float]
+    partitions: Mapped[list[Any]]
+
+
+class MetaRow(Base):
+    """Small facts about the cluster the database belongs to (its name, ...)."""
+
+    __tablename__ = "cluster_meta"
+
+    key: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[str]
+
+
+# The tables as Core objects, for the store's statements.
+JOBS = Base.metadata.tables["jobs"]
+NODES = Base.metadata.tables["nodes"]
+META = Base.metadata.tables["cluster_meta"]

@@ -1,0 +1,176 @@
+"""The store: the controller's durable copy of jobs and nodes."""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
+from operator import attrgetter
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.sql import Select
+
+from corral.engine.records import Job, JobState, Node
+from corral.store import codec, migrate
+from corral.store.database import make_engine, safe_url, sqlite_writer
+from corral.store.errors import StoreError
+from corral.store.schema import JOBS, META, NODES
+from corral.store.upsert import BulkUpsert
+
+ACTIVE_STATES = tuple(state for state in JobState if not state.terminal)
+_ACTIVE_VALUES = tuple(state.value for state in ACTIVE_STATES)
+
+R = TypeVar("R")
+
+
+def _unique(records: Iterable[R], key: Callable[[R], Any]) -> list[R]:
+    """One record per key, the last one given, in key order.
+
+    Unique, so no statement touches a row twice; sorted, so concurrent writers lock rows in one
+    order and cannot deadlock (PostgreSQL).
+    """
+    by_key = {key(record): record for record in records}
+    return [by_key[k] for k in sorted(by_key)]
+
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    """Turn any database error into a StoreError that says what we were doing."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        # The driver's own message says what went wrong; SQLAlchemy's wrapper adds the SQL and
+        # a link (still there in the chained cause for a traceback).
+        detail = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        raise StoreError(f"{action} failed: {str(detail).strip()}") from exc
+
+
+class Store:
+    """Jobs and nodes in SQLite or PostgreSQL. Thread-safe: every call uses its own connection.
+
+    Create with Store.open(url); close() (or use it as a context manager) when done.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._writer = sqlite_writer(engine)
+        self._upsert_jobs = BulkUpsert(engine.dialect, JOBS)
+        self._upsert_nodes = BulkUpsert(engine.dialect, NODES)
+        self._upsert_meta = BulkUpsert(engine.dialect, META)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Connect, then create or upgrade the schema. Raises StoreError if that fails."""
+        engine = make_engine(url)
+        try:
+            with _translated(f"opening {safe_url(engine.url)}"):
+                migrate.upgrade_to_head(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine)
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        return safe_url(self._engine.url)
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def save(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = ()) -> None:
+        """Insert or update every job and node, all in one transaction."""
+        job_params = [self._upsert_jobs.bind(codec.job_to_row(job)) for job in _unique(jobs, attrgetter("id"))]
+        node_params = [self._upsert_nodes.bind(codec.node_to_row(node)) for node in _unique(nodes, attrgetter("name"))]
+        if not job_params and not node_params:
+            return
+        with _translated("saving"), self._writer.begin() as connection:
+            self._upsert_jobs.execute(connection, job_params)
+            self._upsert_nodes.execute(connection, node_params)
+
+    def set_meta(self, key: str, value: str) -> None:
+        with _translated(f"setting {key!r}"), self._writer.begin() as connection:
+            self._upsert_meta.execute(connection, [self._upsert_meta.bind({"key": key, "value": value})])
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        return self._scalar(select(META.c.value).where(META.c.key == key))
+
+    def load_nodes(self) -> list[Node]:
+        rows = self._rows(select(NODES).order_by(NODES.c.name))
+        return [codec.node_from_row(row) for row in rows]
+
+    def load_active_jobs(self) -> list[Job]:
+        """Jobs the controller must resume after a restart: pending, running, completing."""
+        return self._jobs(select(JOBS).where(JOBS.c.state.in_(_ACTIVE_VALUES)).order_by(JOBS.c.id))
+
+    def get_job(self, job_id: int) -> Job | None:
+        jobs = self._jobs(select(JOBS).where(JOBS.c.id == job_id))
+        return jobs[0] if jobs else None
+
+    def max_job_id(self) -> int:
+        """The highest job id ever saved, 0 for an empty store (the next id is this + 1)."""
+        return self._scalar(select(func.coalesce(func.max(JOBS.c.id), 0)))
+
+    def query_jobs(
+        self,
+        *,
+        ids: Collection[int] | None = None,
+        users: Collection[str] | None = None,
+        states: Collection[JobState] | None = None,
+        partitions: Collection[str] | None = None,
+        start_after: float | None = None,
+        end_before: float | None = None,
+        include_active: bool = True,
+        limit: int | None = None,
+    ) -> list[Job]:
+        """Jobs matching every given filter, ordered by id (accounting, like sacct).
+
+        A None filter matches everything; an empty collection matches nothing. The time window
+        works like sacct's --starttime/--endtime: `start_after` keeps jobs that had not ended by
+        then (end_time >= start_after, or not ended yet), `end_before` keeps jobs submitted by
+        then (submit_time <= end_before); together: jobs that existed during the window.
+        include_active=False keeps only jobs in a terminal state.
+        """
+        query = select(JOBS).order_by(JOBS.c.id)
+        if ids is not None:
+            query = query.where(JOBS.c.id.in_(list(ids)))
+        if users is not None:
+            query = query.where(JOBS.c.user.in_(list(users)))
+        if states is not None:
+            query = query.where(JOBS.c.state.in_([JobState(state).value for state in states]))
+        if partitions is not None:
+            query = query.where(JOBS.c.partition.in_(list(partitions)))
+        if start_after is not None:
+            query = query.where((JOBS.c.end_time >= start_after) | JOBS.c.end_time.is_(None))
+        if end_before is not None:
+            query = query.where(JOBS.c.submit_time <= end_before)
+        if not include_active:
+            query = query.where(JOBS.c.state.not_in(_ACTIVE_VALUES))
+        if limit is not None:
+            query = query.limit(limit)
+        return self._jobs(query)
+
+    def _jobs(self, query: Select[Any]) -> list[Job]:
+        return [codec.job_from_row(row) for row in self._rows(query)]
+
+    def _rows(self, query: Select[Any]) -> list[Any]:
+        with _translated("reading"), self._engine.connect() as connection:
+            return list(connection.execute(query))
+
+    def _scalar(self, query: Select[Any]) -> Any:
+        with _translated("reading"), self._engine.connect() as connection:
+            return connection.execute(query).scalar()
