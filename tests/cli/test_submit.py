@@ -122,10 +122,11 @@ def test_submit_refuses_a_non_script(standin, cli, tmp_path):
     assert "first line must start with #!" in result.stderr
 
 
-def test_submit_script_arguments_are_not_supported_yet(standin, cli, script):
+def test_submit_script_arguments_go_to_the_script(standin, cli, script):
     result = cli("submit", str(script), "--epochs", "3")
-    assert result.exit_code == 1
-    assert "arguments after the script are not supported yet" in result.stderr
+    assert result.exit_code == 0, result.output
+    sent = standin.state.submissions[-1]
+    assert sent["script_args"] == ["--epochs", "3"] and sent["nodes"] == 2
 
 
 def test_submit_help(cli):

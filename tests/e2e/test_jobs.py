@@ -158,3 +158,12 @@ def test_controller_sigkill_and_restart_loses_nothing(cluster, tmp_path) -> None
         cluster.wait_state(q, "COMPLETED", timeout_s=30)
     acct = cluster.http.get(f"{API}/accounting").json()
     assert {running, *queued} <= {j["id"] for j in acct}
+
+
+def test_script_arguments_and_openapi(cluster, tmp_path) -> None:
+    out = tmp_path / "args"
+    job_id = cluster.submit(script=f'#!/bin/sh\necho "$@" > {out}\n', script_args=["--epochs", "3"])
+    cluster.wait_state(job_id, "COMPLETED")
+    assert out.read_text().strip() == "--epochs 3"
+    schema = cluster.http.get("/openapi.json").json()
+    assert {"/api/v1/jobs", "/api/v1/nodes", "/api/v1/accounting"} <= set(schema["paths"])

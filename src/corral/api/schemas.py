@@ -14,6 +14,7 @@ class JobSubmit(BaseModel):
     name: str | None = None
     script: str | None = Field(None, description="Script text; runs as every task. Exclusive with argv.")
     argv: list[str] | None = Field(None, description="Command to run as every task. Exclusive with script.")
+    script_args: list[str] = Field([], description="Arguments given to the script")
     workdir: str
     env: dict[str, str] = {}
     user: str

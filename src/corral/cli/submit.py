@@ -71,7 +71,7 @@ def split_command_line(argv: Sequence[str]) -> SubmitCommandLine:
 @dataclass(frozen=True, slots=True)
 class JobSource:
     script: str | None
-    argv: list[str] | None
+    argv: list[str] | None  # the command, or the script's arguments
     default_name: str
 
 
@@ -86,11 +86,8 @@ def job_source(line: SubmitCommandLine, stdin: TextIO) -> JobSource:
             raise CliError("no command after '--'")
         return JobSource(None, list(line.positionals), os.path.basename(line.positionals[0]))
     if line.positionals:
-        if len(line.positionals) > 1:
-            raise CliError("arguments after the script are not supported yet; to run a command with "
-                           f"arguments, put it after '--': corral submit [options] -- {' '.join(line.positionals)}")
-        path = line.positionals[0]
-        return JobSource(read_script(path), None, os.path.basename(path))
+        path, *script_args = line.positionals
+        return JobSource(read_script(path), script_args, os.path.basename(path))
     if stdin.isatty():
         raise CliError("no script given: corral submit [options] SCRIPT | --wrap CMD | -- CMD [ARGS...]")
     return JobSource(stdin.read(), None, "stdin")
@@ -129,6 +126,8 @@ def build_body(line: SubmitCommandLine, stdin: TextIO = sys.stdin, environ: Mapp
     body.setdefault("name", source.default_name)
     if source.script is not None:
         body["script"] = source.script
+        if source.argv:
+            body["script_args"] = source.argv
     else:
         body["argv"] = source.argv
     body.update(env=job_environment(environ), user=current_user(), uid=os.getuid(),

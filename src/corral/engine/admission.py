@@ -21,13 +21,15 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
         raise AdmissionError("the script must start with a '#!' interpreter line")
     if sub.argv is not None and not sub.argv:
         raise AdmissionError("the command is empty")
+    if sub.script_args and sub.script is None:
+        raise AdmissionError("script arguments given without a script")
     partition = _partition(sub, config)
     members = [n for n in nodes if partition.contains(n.name)]
     request = _request(sub, partition, members)
     name = sub.name or ("script" if sub.script is not None else sub.argv[0].rsplit("/", 1)[-1])
     return JobSpec(
         name=name, user=sub.user, request=request, script=sub.script,
-        argv=tuple(sub.argv or ()), workdir=sub.workdir, env=dict(sub.env),
+        argv=tuple(sub.argv if sub.argv is not None else sub.script_args), workdir=sub.workdir, env=dict(sub.env),
         output=sub.output or "slurm-%j.out", error=sub.error, gpus_per_task=sub.gpus_per_task,
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host,
     )

@@ -30,7 +30,8 @@ class JobSpec:
     name: str
     user: str
     request: Request
-    # Either a script (its text; the agent writes it out and executes it) or an argv.
+    # Either a script (its text; the agent writes it out and executes it, with argv as its arguments)
+    # or an argv.
     script: str | None = None
     argv: tuple[str, ...] = ()
     workdir: str = "/"
