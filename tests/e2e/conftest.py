@@ -9,8 +9,8 @@ from tests.e2e.harness import Cluster
 def cluster_factory(tmp_path):
     made: list[Cluster] = []
 
-    def make(nodes: int = 2, gpus: int = 4, config: str = "") -> Cluster:
-        c = Cluster(tmp_path, nodes=nodes, gpus=gpus, config=config)
+    def make(nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None) -> Cluster:
+        c = Cluster(tmp_path, nodes=nodes, gpus=gpus, config=config, db=db)
         made.append(c)
         return c.start()
 

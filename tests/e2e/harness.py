@@ -35,7 +35,7 @@ def wait_for(what: Callable[[], object], timeout_s: float = 20.0, interval_s: fl
 
 
 class Cluster:
-    def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "") -> None:
+    def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None) -> None:
         self.root = root
         self.node_names = [f"node{i}" for i in range(1, nodes + 1)]
         self.gpus = gpus
@@ -46,7 +46,7 @@ class Cluster:
         self.secret_file.write_text(self.secret)
         self.config_file = root / "corral.toml"
         self.config_file.write_text(config or "kill_grace_s = 2\nnode_timeout_s = 15\n")
-        self.db = f"sqlite:///{root / 'corral.db'}"
+        self.db = db or f"sqlite:///{root / 'corral.db'}"
         self.controller: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
         self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30)
