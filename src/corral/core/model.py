@@ -5,6 +5,7 @@ seconds since the epoch as a float.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -87,12 +88,32 @@ class NodeSlice:
 
 
 @dataclass(frozen=True, slots=True)
+class Cap:
+    """A counted limit a job is subject to: it may start only while used[key] + amount <= limit.
+    Running jobs charge the same keys (RunningJob.charges), so one mechanism covers per-user and
+    per-account job and GPU limits and array throttles."""
+
+    key: str
+    limit: int
+    amount: int
+    reason: "Reason"
+
+
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     id: int
     priority: int
     submit_time: float
     request: Request
     held: bool = False
+    user: str = ""
+    account: str = ""
+    queue: str = ""  # the quota queue it is charged to ("" = none)
+    qos: str = ""
+    caps: tuple[Cap, ...] = ()
+    # QOS names whose running jobs this job may preempt.
+    preempts_qos: frozenset[str] = frozenset()
+    reservation: str = ""  # the advance reservation it must run in ("" = none)
     # Priority order: higher priority first, then earlier submission, then lower id.
     order: tuple[int, float, int] = field(init=False, repr=False, compare=False)
 
@@ -107,6 +128,45 @@ class RunningJob:
     # it is completing). Backfill plans with this.
     expected_end: float
     slices: tuple[NodeSlice, ...]
+    priority: int = 0
+    queue: str = ""
+    qos: str = ""
+    start_time: float = 0.0
+    # From when it may be preempted (start + the QOS's minimum runtime); None: never.
+    preemptible_from: float | None = None
+    # (Cap key, amount) pairs it holds while it runs.
+    charges: tuple[tuple[str, int], ...] = ()
+    # Already being stopped (COMPLETING): its resources are about to come back.
+    completing: bool = False
+
+    @property
+    def resources(self) -> dict[str, int]:
+        return {"gpu": sum(len(s.gpus) for s in self.slices), "cpu": sum(s.cpus for s in self.slices),
+                "mem_mib": sum(s.mem_mib for s in self.slices)}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """A Kueue ClusterQueue: nominal quota per resource ("gpu", "cpu", "mem_mib"). In a cohort it lends
+    what it does not use (at most `lending_limit`, default all of nominal) and borrows (at most
+    `borrowing_limit` beyond nominal, default unlimited). Resources it does not list are not limited."""
+
+    name: str
+    nominal: Mapping[str, int]
+    cohort: str | None = None
+    borrowing_limit: Mapping[str, int] = field(default_factory=dict)
+    lending_limit: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AdvanceReservation:
+    """Nodes set aside for [start, end): only jobs that name it run there (none if maintenance)."""
+
+    name: str
+    start: float
+    end: float
+    nodes: frozenset[str]
+    maintenance: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +176,8 @@ class SchedulerConfig:
     max_reservations: int = 8
     # Backfill stops looking at pending jobs after this many (Slurm's bf_max_job_test); None: all.
     max_jobs_considered: int | None = None
+    # Victim searches per cycle (each simulates removals on the whole pool).
+    max_preemption_attempts: int = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +187,8 @@ class Snapshot:
     partitions: tuple[Partition, ...]
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
+    queues: tuple[QueueQuota, ...] = ()
+    reservations: tuple[AdvanceReservation, ...] = ()
 
 
 class Reason(str, Enum):
@@ -139,9 +203,16 @@ class Reason(str, Enum):
     REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
     INVALID_PARTITION = "InvalidPartition"
     HELD = "JobHeldUser"
-    # Set by the controller, not the core:
+    QUEUE_QUOTA = "QueueQuota"
+    ASSOC_MAX_JOBS = "AssocMaxJobsLimit"
+    ASSOC_GRP_JOBS = "AssocGrpJobsLimit"
+    ASSOC_GRP_GRES = "AssocGrpGRES"
+    ARRAY_TASK_LIMIT = "JobArrayTaskLimit"
+    RESERVATION = "Reservation"
+    # Set by the engine before a job reaches the core:
+    DEPENDENCY = "Dependency"
+    DEPENDENCY_NEVER = "DependencyNeverSatisfied"
     BEGIN_TIME = "BeginTime"
-    NODE_DOWN = "NodeDown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +229,22 @@ class Waiting:
     estimated_start: float | None = None
     # Nodes the reservation holds, for explanations.
     reserved_nodes: tuple[str, ...] = ()
+    # The limiting resource, quota or limit, in words.
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    victim_id: int
+    preemptor_id: int
+    # "reclaim": the preemptor's queue takes back nominal quota lent out; "priority": a QOS that
+    # preempts the victim's.
+    cause: str
 
 
 @dataclass(frozen=True, slots=True)
 class CyclePlan:
     starts: tuple[Start, ...] = ()
     waiting: tuple[Waiting, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
     stats: dict[str, int] = field(default_factory=dict)

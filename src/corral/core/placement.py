@@ -31,11 +31,13 @@ class WorkNode:
     free_cpus: int
     free_mem_mib: int
     partitions: frozenset[str]
-    # Resources coming back later: (time, gpus, cpus, mem_mib), from running jobs and jobs started
-    # this cycle. Times are never earlier than now + a small epsilon (see Pool.release_time).
-    releases: list[tuple[float, int, int, int]] = field(default_factory=list)
+    # Resources coming back later: (time, gpus, cpus, mem_mib, job id), from running jobs and jobs
+    # started this cycle. Times are never earlier than now + a small epsilon (see Pool.release_time).
+    releases: list[tuple[float, int, int, int, int]] = field(default_factory=list)
     # Reservations held for blocked jobs: (start, end, gpus, cpus, mem_mib).
     blocks: list[tuple[float, float, int, int, int]] = field(default_factory=list)
+    # Advance reservations covering the whole node: (start, end, name, maintenance).
+    advance: list[tuple[float, float, str, bool]] = field(default_factory=list)
 
     def capacity_fits(self, need: Need) -> bool:
         return len(self.gpus) >= need.gpus and self.cpus >= need.cpus and self.mem_mib >= need.mem_mib
@@ -46,7 +48,7 @@ class WorkNode:
     def available_at(self, when: float) -> tuple[int, int, int]:
         """Free (gpus, cpus, mem) at `when`, counting releases due by then and reservations active then."""
         g, c, m = len(self.free), self.free_cpus, self.free_mem_mib
-        for t, rg, rc, rm in self.releases:
+        for t, rg, rc, rm, _ in self.releases:
             if t <= when:
                 g, c, m = g + rg, c + rc, m + rm
         for start, end, bg, bc, bm in self.blocks:
@@ -54,9 +56,18 @@ class WorkNode:
                 g, c, m = g - bg, c - bc, m - bm
         return g, c, m
 
-    def fits_window(self, need: Need, start: float, end: float) -> bool:
+    def usable(self, start: float, end: float, reservation: str) -> bool:
+        """No advance reservation the job may not use overlaps [start, end) here."""
+        for a_start, a_end, name, maintenance in self.advance:
+            if a_start < end and a_end > start and (maintenance or name != reservation):
+                return False
+        return True
+
+    def fits_window(self, need: Need, start: float, end: float, reservation: str = "") -> bool:
         """Does `need` fit from `start` (which must be now) until `end` without eating a reservation?"""
         if not self.fits_now(need):
+            return False
+        if self.advance and not self.usable(start, end, reservation):
             return False
         for b_start, b_end, *_ in self.blocks:
             if b_end <= start or b_start >= end:
@@ -125,32 +136,56 @@ class Pool:
             buckets.append({})
         return buckets[free_gpus]
 
-    def find_now(self, partition: str, need: Need, count: int, end: float) -> list[WorkNode] | None:
-        """Best-fit choice of `count` nodes where `need` fits from now until `end`, or None."""
+    def find_now(self, partition: str, need: Need, count: int, end: float,
+                 reservation: tuple[str, frozenset[str]] | None = None) -> list[WorkNode] | None:
+        """Best-fit choice of `count` nodes where `need` fits from now until `end`, or None.
+        A job in an advance reservation (name, nodes) is confined to the reservation's nodes."""
         buckets = self.buckets.get(partition)
         if not buckets:
             return None
+        name, allowed = reservation if reservation else ("", None)
         chosen: list[WorkNode] = []
         for free_gpus in range(need.gpus, len(buckets)):
             for index in buckets[free_gpus]:
                 node = self.nodes[index]
-                if node.fits_window(need, self.now, end):
+                if allowed is not None and node.name not in allowed:
+                    continue
+                if node.fits_window(need, self.now, end, name):
                     chosen.append(node)
                     if len(chosen) == count:
                         return chosen
         return None
 
-    def take(self, node: WorkNode, need: Need, end: float) -> NodeSlice:
-        devices = choose_devices(node, need.gpus)
+    def take(self, node: WorkNode, need: Need, end: float, job_id: int) -> NodeSlice:
+        piece = NodeSlice(node=node.name, gpus=choose_devices(node, need.gpus), cpus=need.cpus, mem_mib=need.mem_mib)
+        self.occupy(piece, job_id, end)
+        return piece
+
+    def occupy(self, piece: NodeSlice, job_id: int, end: float) -> None:
+        node = self.by_name[piece.node]
         before = len(node.free)
-        node.free.difference_update(devices)
-        node.free_cpus -= need.cpus
-        node.free_mem_mib -= need.mem_mib
-        node.releases.append((self.release_time(end), need.gpus, need.cpus, need.mem_mib))
-        if need.gpus:
-            for part in node.partitions:
-                buckets = self.buckets.get(part)
-                if buckets is not None and node.index in buckets[before]:
-                    del buckets[before][node.index]
-                    self._bucket(part, len(node.free))[node.index] = None
-        return NodeSlice(node=node.name, gpus=devices, cpus=need.cpus, mem_mib=need.mem_mib)
+        node.free.difference_update(piece.gpus)
+        node.free_cpus -= piece.cpus
+        node.free_mem_mib -= piece.mem_mib
+        node.releases.append((self.release_time(end), len(piece.gpus), piece.cpus, piece.mem_mib, job_id))
+        self._rebucket(node, before)
+
+    def release(self, piece: NodeSlice, job_id: int) -> None:
+        """Give a running job's slice back now (what-if for preemption; `occupy` undoes it)."""
+        node = self.by_name[piece.node]
+        before = len(node.free)
+        node.free.update(piece.gpus)
+        node.free_cpus += piece.cpus
+        node.free_mem_mib += piece.mem_mib
+        node.releases = [r for r in node.releases if r[4] != job_id]
+        self._rebucket(node, before)
+
+    def _rebucket(self, node: WorkNode, before: int) -> None:
+        after = len(node.free)
+        if after == before:
+            return
+        for part in node.partitions:
+            buckets = self.buckets.get(part)
+            if buckets is not None and node.index in buckets[before]:
+                del buckets[before][node.index]
+                self._bucket(part, after)[node.index] = None

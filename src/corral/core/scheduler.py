@@ -1,23 +1,28 @@
-"""One scheduling cycle: priority order, gang placement, EASY-style backfill with reservations.
+"""One scheduling cycle: limits, quota, gang placement, preemption, EASY-style backfill with reservations.
 
     plan = schedule(snapshot, config)
 
-Jobs are taken in priority order (higher first, then earlier submission, then lower id). Each job either
-starts now on a whole gang of nodes, or waits with a reason. The first `config.max_reservations` jobs that
-cannot start get a reservation at the earliest time the timeline allows; every later job may start now
-only where it does not eat into any reservation (backfill). Free resources only shrink and reservations
-only grow during a cycle, so once a shape has failed with some time limit, the same shape with an equal or
-longer limit fails too: that memo keeps a cycle over 100,000 pending jobs cheap.
+Jobs are taken in priority order (higher first, then earlier submission, then lower id). For each job:
+its counted limits (per-user/account jobs and GPUs, array throttles) and its queue's quota are checked;
+then its whole gang must fit now, on nodes where it eats into no reservation of a job ahead of it and no
+advance reservation it may not use. A job that does not fit may preempt (reclaiming lent quota, or by
+QOS); otherwise the first `config.max_reservations` such jobs get a reservation at the earliest time the
+timeline allows, and every later job may start only where it delays none of them (backfill).
+
+Free resources only shrink and reservations only grow during a cycle, so once a shape has failed with
+some time limit, the same shape with an equal or longer limit fails too: that memo keeps a cycle over
+100,000 pending jobs cheap.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
-from corral.hostlist import sort_key
+from corral.core import preemption
 from corral.core.model import (
     CyclePlan,
     PendingJob,
+    Preempt,
     Reason,
     SchedulerConfig,
     Snapshot,
@@ -25,7 +30,9 @@ from corral.core.model import (
     Waiting,
 )
 from corral.core.placement import Need, Pool
+from corral.core.quota import QuotaBook, job_resources
 from corral.core.timeline import earliest_gang_start
+from corral.hostlist import sort_key
 
 
 def priority_key(job: PendingJob) -> tuple[int, float, int]:
@@ -34,12 +41,14 @@ def priority_key(job: PendingJob) -> tuple[int, float, int]:
 
 @dataclass(slots=True)
 class _Memo:
-    # shape -> the shortest time limit that already failed to start now
-    failed_limit: dict[tuple, float]
+    # (shape, reservation) -> the shortest time limit that already failed to start now
+    failed_limit: dict[tuple, float] = field(default_factory=dict)
     # shape -> static reason (partition problems, can never fit), or None when the shape is placeable
-    static: dict[tuple, Reason | None]
+    static: dict[tuple, Reason | None] = field(default_factory=dict)
     # shape -> (version, fits the free resources ignoring reservations?); valid while version holds
-    fits_free: dict[tuple, tuple[int, bool]]
+    fits_free: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
+    # (shape, queue, qos) -> preemption found no victims
+    no_victims: set[tuple] = field(default_factory=set)
     # bumped on every start: the free resources changed
     version: int = 0
 
@@ -55,65 +64,169 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) ->
             cycle.waiting.append(Waiting(job.id, Reason.PRIORITY))
         else:
             cycle.consider(job)
-    stats = {"pending": len(ordered), "started": len(cycle.starts), "reservations": cycle.reservations}
-    return CyclePlan(starts=tuple(cycle.starts), waiting=tuple(cycle.waiting), stats=stats)
+    stats = {"pending": len(ordered), "started": len(cycle.starts), "reservations": cycle.reservations,
+             "preempted": len(cycle.preemptions)}
+    return CyclePlan(starts=tuple(cycle.starts), waiting=tuple(cycle.waiting),
+                     preemptions=tuple(cycle.preemptions), stats=stats)
 
 
 class _Cycle:
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.now = snapshot.now
+        self.config = config
         self.pool = Pool(snapshot.nodes, snapshot.now)
         self.partitions = {p.name: p for p in snapshot.partitions}
-        self.max_reservations = config.max_reservations
-        _load_running(self.pool, snapshot)
-        self.memo = _Memo(failed_limit={}, static={}, fits_free={})
+        self.running = list(snapshot.running)
+        self.book = QuotaBook(snapshot.queues, snapshot.running)
+        self.used: dict[str, int] = {}
+        self.advance = {r.name: r for r in snapshot.reservations}
+        _load_running(self)
+        self.memo = _Memo()
         self.starts: list[Start] = []
         self.waiting: list[Waiting] = []
+        self.preemptions: list[Preempt] = []
+        self.preempted: set[int] = set()
         self.reservations = 0
+        self.preemption_attempts = 0
 
     def consider(self, job: PendingJob) -> None:
         req = job.request
-        shape = req.shape
-        memo = self.memo
-        failed = memo.failed_limit.get(shape)
-        if failed is not None and req.time_limit_s >= failed and self.reservations >= self.max_reservations:
-            # The common case deep in a long queue: known not to fit, and no reservation left to give.
-            self.waiting.append(Waiting(job.id, self._blocked_reason(shape, req)))
+        if job.caps and not self._within_caps(job):
             return
-        static = memo.static.get(shape, False)
-        if static is False:
-            static = memo.static[shape] = _static_reason(self.pool, self.partitions, req)
-        if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
-            static = Reason.PARTITION_TIME_LIMIT
+        amounts = None
+        if job.queue:
+            amounts = _amounts(req)
+            short = self.book.shortfall(job.queue, amounts)
+            if short is not None:
+                if not self._try_preempt(job, amounts):
+                    self._wait(job, Reason.QUEUE_QUOTA, detail=short)
+                return
+        key = (req.shape, job.reservation)
+        failed = self.memo.failed_limit.get(key)
+        if failed is not None and req.time_limit_s >= failed and self.reservations >= self.config.max_reservations \
+                and not job.preempts_qos and not job.queue:
+            # The common case deep in a long queue: known not to fit, no reservation left to give.
+            self.waiting.append(Waiting(job.id, self._blocked_reason(req.shape, req)))
+            return
+        static = self._static(job)
         if static is not None:
-            self.waiting.append(Waiting(job.id, static))
+            self._wait(job, static)
             return
         need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        amounts = amounts or _amounts(req)
         if failed is None or req.time_limit_s < failed:
-            end = self.now + req.time_limit_s
-            nodes = self.pool.find_now(req.partition, need, req.num_nodes, end)
-            if nodes is not None:
-                # Ranks follow Slurm's node order, the order of the job's hostlist.
-                nodes.sort(key=lambda n: sort_key(n.name))
-                self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end) for n in nodes)))
-                memo.version += 1
+            if self._start_now(job, need, amounts):
                 return
-            memo.failed_limit[shape] = req.time_limit_s
-        if self.reservations < self.max_reservations:
-            self.waiting.append(self._reserve(job.id, req, need))
+            self.memo.failed_limit[key] = req.time_limit_s
+        if self._try_preempt(job, amounts):
+            return
+        if self.reservations < self.config.max_reservations:
+            self.waiting.append(self._reserve(job, need))
         else:
-            self.waiting.append(Waiting(job.id, self._blocked_reason(shape, req)))
+            self._wait(job, self._blocked_reason(req.shape, req))
 
-    def _reserve(self, job_id: int, req, need: Need) -> Waiting:
+    def _within_caps(self, job: PendingJob) -> bool:
+        for cap in job.caps:
+            used = self.used.get(cap.key, 0)
+            if used + cap.amount > cap.limit:
+                self._wait(job, cap.reason, detail=f"{cap.key}: {used} of {cap.limit} in use")
+                return False
+        return True
+
+    # ----- outcomes
+
+    def _wait(self, job: PendingJob, reason: Reason, detail: str = "") -> None:
+        self.waiting.append(Waiting(job.id, reason, detail=detail))
+
+    def _start_now(self, job: PendingJob, need: Need, amounts: dict[str, int]) -> bool:
+        req = job.request
+        end = self.now + req.time_limit_s
+        nodes = self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job))
+        if nodes is None:
+            return False
+        # Ranks follow Slurm's node order, the order of the job's hostlist.
+        nodes.sort(key=lambda n: sort_key(n.name))
+        self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
+        self.book.charge(job.queue, amounts)
+        for cap in job.caps:
+            self.used[cap.key] = self.used.get(cap.key, 0) + cap.amount
+        self.memo.version += 1
+        return True
+
+    def _try_preempt(self, job: PendingJob, amounts: dict[str, int]) -> bool:
+        """Preempt what makes room for `job` now; True if it is waiting on victims (new or stopping)."""
+        if not job.preempts_qos and not job.queue:
+            return False
+        req = job.request
+        memo_key = (req.shape, job.queue, job.qos, job.preempts_qos)
+        if memo_key in self.memo.no_victims or self.preemption_attempts >= self.config.max_preemption_attempts:
+            return False
+        if self._static(job) is not None:
+            return False
+        self.preemption_attempts += 1
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        end = self.now + req.time_limit_s
+
+        def fits() -> bool:
+            return (self.book.shortfall(job.queue, amounts) is None and
+                    self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job)) is not None)
+
+        what_if = preemption.WhatIf(self.pool, self.book)
+        if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
+            self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
+            return True
+        options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted)
+        victims = preemption.choose_victims(options, what_if, fits) if options else None
+        if not victims:
+            self.memo.no_victims.add(memo_key)
+            return False
+        for victim in victims:
+            self.preempted.add(victim.job.id)
+            self.preemptions.append(Preempt(victim.job.id, job.id, victim.cause))
+        self.running = [r for r in self.running if r.id not in self.preempted] + [
+            _stopping(v.job) for v in victims]
+        ids = ", ".join(str(v.job.id) for v in victims)
+        self._wait(job, Reason.RESOURCES, detail=f"preempting job(s) {ids}")
+        return True
+
+    def _reserve(self, job: PendingJob, need: Need) -> Waiting:
+        req = job.request
+        advance = self._advance_of(job)
         candidates = self.pool.members.get(req.partition, [])
-        found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now)
+        if advance is not None:
+            candidates = [n for n in candidates if n.name in advance[1]]
+        found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now, job.reservation)
         if found is None:
-            return Waiting(job_id, Reason.REQ_NODE_NOT_AVAIL)
+            reason = Reason.RESERVATION if job.reservation else Reason.REQ_NODE_NOT_AVAIL
+            return Waiting(job.id, reason)
         start, nodes = found
         for node in nodes:
             node.blocks.append((start, start + req.time_limit_s, need.gpus, need.cpus, need.mem_mib))
         self.reservations += 1
-        return Waiting(job_id, Reason.RESOURCES, start, tuple(n.name for n in nodes))
+        return Waiting(job.id, Reason.RESOURCES, start, tuple(n.name for n in nodes))
+
+    # ----- reasons
+
+    def _static(self, job: PendingJob) -> Reason | None:
+        req = job.request
+        static = self.memo.static.get(req.shape, False)
+        if static is False:
+            static = self.memo.static[req.shape] = _static_reason(self.pool, self.partitions, req)
+        if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
+            return Reason.PARTITION_TIME_LIMIT
+        if static is None and job.reservation:
+            resv = self.advance.get(job.reservation)
+            if resv is None or resv.end < self.now + req.time_limit_s:
+                return Reason.RESERVATION
+        return static
+
+    def _advance_of(self, job: PendingJob) -> tuple[str, frozenset[str]] | None:
+        if not job.reservation:
+            return None
+        resv = self.advance[job.reservation]
+        if resv.start > self.now:
+            return (resv.name, frozenset())  # not open yet: nowhere to start now
+        return (resv.name, resv.nodes)
 
     def _blocked_reason(self, shape: tuple, req) -> Reason:
         """Resources when the free capacity cannot hold the job at all; Priority when it could, but
@@ -128,13 +241,31 @@ class _Cycle:
         return Reason.PRIORITY if cached[1] else Reason.RESOURCES
 
 
-def _load_running(pool: Pool, snapshot: Snapshot) -> None:
-    for job in snapshot.running:
+def _amounts(req) -> dict[str, int]:
+    return job_resources(req.total_gpus, req.num_nodes * req.cpus_per_node, req.num_nodes * req.mem_per_node_mib)
+
+
+def _stopping(job):
+    from dataclasses import replace
+
+    return replace(job, completing=True)
+
+
+def _load_running(cycle: _Cycle) -> None:
+    pool = cycle.pool
+    for job in cycle.running:
         when = pool.release_time(job.expected_end)
         for s in job.slices:
             node = pool.by_name.get(s.node)
             if node is not None:
-                node.releases.append((when, len(s.gpus), s.cpus, s.mem_mib))
+                node.releases.append((when, len(s.gpus), s.cpus, s.mem_mib, job.id))
+        for key, amount in job.charges:
+            cycle.used[key] = cycle.used.get(key, 0) + amount
+    for resv in cycle.advance.values():
+        for name in resv.nodes:
+            node = pool.by_name.get(name)
+            if node is not None and resv.end > cycle.now:
+                node.advance.append((resv.start, resv.end, resv.name, resv.maintenance))
 
 
 def _static_reason(pool: Pool, partitions: dict, req) -> Reason | None:

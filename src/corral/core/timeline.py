@@ -14,11 +14,12 @@ from corral.core.placement import Need, WorkNode
 INF = math.inf
 
 
-def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float) -> list[tuple[float, float]]:
+def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float,
+                    reservation: str = "") -> list[tuple[float, float]]:
     """Closed intervals of start times at which `need` fits on `node` for `duration_s` seconds."""
     if not node.capacity_fits(need):
         return []
-    deltas: list[tuple[float, int, int, int]] = [(t, g, c, m) for t, g, c, m in node.releases]
+    deltas: list[tuple[float, int, int, int]] = [(t, g, c, m) for t, g, c, m, _ in node.releases]
     for start, end, g, c, m in node.blocks:
         deltas.append((start, -g, -c, -m))
         deltas.append((end, g, c, m))
@@ -43,6 +44,10 @@ def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float) -
         if segment_end == INF:
             break
         segment_start = segment_end
+    for a_start, a_end, name, maintenance in node.advance:
+        if maintenance or name != reservation:
+            blocked.append((a_start, a_end))
+    blocked.sort()
     return _complement(blocked, duration_s, now)
 
 
@@ -62,14 +67,14 @@ def _complement(blocked: list[tuple[float, float]], duration_s: float, now: floa
 
 
 def earliest_gang_start(
-    candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float
+    candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float, reservation: str = ""
 ) -> tuple[float, list[WorkNode]] | None:
     """The earliest time at which `count` of `candidates` can each hold `need` for `duration_s`,
     and which nodes (best fit: those that became available most recently, so long-idle nodes stay
     free for others; ties by node order). None if that never happens."""
     events: list[tuple[float, int, int]] = []  # (time, 0 = opens / 1 = closes, node index in candidates)
     for pos, node in enumerate(candidates):
-        for a, b in feasible_starts(node, need, duration_s, now):
+        for a, b in feasible_starts(node, need, duration_s, now, reservation):
             events.append((a, 0, pos))
             if b != INF:
                 events.append((b, 1, pos))

@@ -1,0 +1,98 @@
+"""Choosing victims: which running jobs, stopped whole, let a blocked job start now.
+
+Candidates are jobs the preemptor may displace: in a cohort, jobs of queues that borrow while the
+preemptor's queue is within its nominal quota (reclaim); anywhere, jobs whose QOS the preemptor's QOS
+preempts (priority). Jobs inside their minimum runtime, or already stopping, are never candidates.
+Removal is simulated on the cycle's pool and quota book (and undone): candidates are removed in order
+(reclaim first, then lowest priority, then most recently started) until the preemptor fits, then each
+victim that turns out unnecessary is put back. If removing every candidate would not make room, nobody
+is preempted. Victims are always whole jobs, so no gang is ever preempted in part.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from corral.core.model import PendingJob, RunningJob
+from corral.core.placement import Pool
+from corral.core.quota import QuotaBook
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    job: RunningJob
+    cause: str  # "reclaim" | "priority"
+
+
+def candidates(job: PendingJob, amounts: dict[str, int], running: list[RunningJob], book: QuotaBook,
+               now: float, taken: set[int]) -> list[Victim]:
+    reclaim = bool(job.queue) and book.within_nominal(job.queue, amounts)
+    found: list[Victim] = []
+    for victim in running:
+        if victim.completing or victim.id in taken:
+            continue
+        if victim.preemptible_from is None or victim.preemptible_from > now:
+            continue
+        if reclaim and victim.queue != job.queue and book.same_cohort(victim.queue, job.queue) \
+                and book.borrowing(victim.queue):
+            found.append(Victim(victim, "reclaim"))
+        elif victim.qos in job.preempts_qos:
+            found.append(Victim(victim, "priority"))
+    found.sort(key=lambda v: (v.cause != "reclaim", v.job.priority, -v.job.start_time, v.job.id))
+    return found
+
+
+class WhatIf:
+    """Remove running jobs from the pool and quota book, and put them back."""
+
+    def __init__(self, pool: Pool, book: QuotaBook) -> None:
+        self.pool, self.book = pool, book
+
+    def remove(self, job: RunningJob) -> None:
+        for piece in job.slices:
+            if piece.node in self.pool.by_name:
+                self.pool.release(piece, job.id)
+        self.book.charge(job.queue, job.resources, -1)
+
+    def restore(self, job: RunningJob) -> None:
+        for piece in job.slices:
+            if piece.node in self.pool.by_name:
+                self.pool.occupy(piece, job.id, job.expected_end)
+        self.book.charge(job.queue, job.resources, +1)
+
+
+def choose_victims(options: list[Victim], what_if: WhatIf, fits: Callable[[], bool]) -> list[Victim] | None:
+    """A set of victims whose removal makes `fits()` true, or None. Leaves the pool as it found it."""
+    chosen: list[Victim] = []
+    for victim in options:
+        what_if.remove(victim.job)
+        chosen.append(victim)
+        if fits():
+            break
+    else:
+        for victim in chosen:
+            what_if.restore(victim.job)
+        return None
+    # Put back every victim that is not needed after all, latest first.
+    for victim in reversed(chosen[:-1]):
+        what_if.restore(victim.job)
+        if fits():
+            chosen.remove(victim)
+        else:
+            what_if.remove(victim.job)
+    for victim in chosen:
+        what_if.restore(victim.job)
+    return chosen
+
+
+def fits_once_completing_jobs_end(running: list[RunningJob], what_if: WhatIf, fits: Callable[[], bool]) -> bool:
+    """Would the job fit once the jobs already being stopped are gone? Then it waits: no new victims."""
+    stopping = [job for job in running if job.completing]
+    if not stopping:
+        return False
+    for job in stopping:
+        what_if.remove(job)
+    answer = fits()
+    for job in stopping:
+        what_if.restore(job)
+    return answer

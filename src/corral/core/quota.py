@@ -1,0 +1,99 @@
+"""Kueue-style quota: queues with nominal quota that lend to and borrow from their cohort.
+
+For each queue q and resource r: `lendable = min(nominal, lending_limit)` (all of nominal if no limit) is
+what q puts into its cohort's pool, and `guaranteed = nominal - lendable` is what only q may use. q's usage
+beyond its guaranteed part draws on the pool. A job fits if q stays within nominal + borrowing_limit and
+the cohort's pooled usage stays within the sum of lendable quota. A queue without a cohort is limited to
+its nominal quota. A queue that needs its nominal quota back gets it by preempting jobs of queues that
+are borrowing (see preemption.py).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from corral.core.model import QueueQuota, RunningJob
+
+
+def job_resources(gpus: int, cpus: int, mem_mib: int) -> dict[str, int]:
+    return {"gpu": gpus, "cpu": cpus, "mem_mib": mem_mib}
+
+
+class QuotaBook:
+    """Quota usage for one cycle; `charge` with sign -1 undoes, for what-if preemption."""
+
+    def __init__(self, queues: Iterable[QueueQuota], running: Iterable[RunningJob]) -> None:
+        self.queues = {q.name: q for q in queues}
+        self.usage: dict[str, dict[str, int]] = {name: {r: 0 for r in q.nominal} for name, q in self.queues.items()}
+        self.capacity: dict[str, dict[str, int]] = {}
+        self.pooled: dict[str, dict[str, int]] = {}
+        for q in self.queues.values():
+            if q.cohort is None:
+                continue
+            cap = self.capacity.setdefault(q.cohort, {})
+            self.pooled.setdefault(q.cohort, {})
+            for r in q.nominal:
+                cap[r] = cap.get(r, 0) + self._lendable(q, r)
+                self.pooled[q.cohort].setdefault(r, 0)
+        for job in running:
+            if job.queue in self.queues:
+                self.charge(job.queue, job.resources)
+
+    @staticmethod
+    def _lendable(q: QueueQuota, r: str) -> int:
+        return min(q.nominal[r], q.lending_limit.get(r, q.nominal[r]))
+
+    def _pooled_part(self, q: QueueQuota, r: str, used: int) -> int:
+        return max(0, used - (q.nominal[r] - self._lendable(q, r)))
+
+    def charge(self, queue: str, amounts: dict[str, int], sign: int = 1) -> None:
+        q = self.queues.get(queue)
+        if q is None:
+            return
+        usage = self.usage[queue]
+        for r in q.nominal:
+            before = usage[r]
+            usage[r] = before + sign * amounts.get(r, 0)
+            if q.cohort is not None:
+                pool = self.pooled[q.cohort]
+                pool[r] += self._pooled_part(q, r, usage[r]) - self._pooled_part(q, r, before)
+
+    def shortfall(self, queue: str, amounts: dict[str, int]) -> str | None:
+        """None if the job fits the queue's quota now; else which quota stops it, in words."""
+        q = self.queues.get(queue)
+        if q is None:
+            return None
+        for r, nominal in q.nominal.items():
+            need = amounts.get(r, 0)
+            if need == 0:
+                continue
+            used = self.usage[queue][r]
+            if q.cohort is None:
+                if used + need > nominal:
+                    return f"queue {queue}: {r} {used}+{need} over nominal quota {nominal}"
+                continue
+            ceiling = nominal + q.borrowing_limit.get(r, math.inf)
+            if used + need > ceiling:
+                return f"queue {queue}: {r} {used}+{need} over nominal {nominal} + borrowing limit"
+            pool = self.pooled[q.cohort][r]
+            grow = self._pooled_part(q, r, used + need) - self._pooled_part(q, r, used)
+            capacity = self.capacity[q.cohort][r]
+            if pool + grow > capacity:
+                return (f"cohort {q.cohort}: {r} {capacity - pool} of {capacity} free in the shared pool, "
+                        f"{grow} needed")
+        return None
+
+    def within_nominal(self, queue: str, amounts: dict[str, int]) -> bool:
+        """Would the queue stay within its nominal quota with this job? (Then it may reclaim.)"""
+        q = self.queues.get(queue)
+        if q is None or q.cohort is None:
+            return False
+        return all(self.usage[queue][r] + amounts.get(r, 0) <= n for r, n in q.nominal.items())
+
+    def borrowing(self, queue: str) -> bool:
+        q = self.queues.get(queue)
+        return q is not None and any(self.usage[queue][r] > n for r, n in q.nominal.items())
+
+    def same_cohort(self, a: str, b: str) -> bool:
+        qa, qb = self.queues.get(a), self.queues.get(b)
+        return qa is not None and qb is not None and qa.cohort is not None and qa.cohort == qb.cohort
