@@ -30,17 +30,18 @@ def node(name: str, gpus: int = 8, cpus: int = 64, mem_mib: int = 512_000, parti
 
 def job(job_id: int, nodes: int = 1, gpus: int = 1, cpus: int = 1, mem_mib: int = 0, limit_s: int = 3600,
         priority: int = 0, submit: float | None = None, partition: str = "gpu", tasks: int = 1,
-        held: bool = False) -> PendingJob:
+        held: bool = False, **more) -> PendingJob:
     req = Request(num_nodes=nodes, tasks_per_node=tasks, gpus_per_node=gpus, cpus_per_task=cpus,
                   mem_per_node_mib=mem_mib, time_limit_s=limit_s, partition=partition)
     return PendingJob(id=job_id, priority=priority, submit_time=NOW - 1000 + job_id if submit is None else submit,
-                      request=req, held=held)
+                      request=req, held=held, **more)
 
 
 def running(job_id: int, ends_in_s: float, *slices: tuple[str, tuple[int, ...]], cpus: int = 1,
-            mem_mib: int = 0) -> RunningJob:
+            mem_mib: int = 0, **more) -> RunningJob:
+    more.setdefault("start_time", NOW - 100)
     return RunningJob(id=job_id, expected_end=NOW + ends_in_s,
-                      slices=tuple(NodeSlice(n, g, cpus, mem_mib) for n, g in slices))
+                      slices=tuple(NodeSlice(n, g, cpus, mem_mib) for n, g in slices), **more)
 
 
 def busy_nodes(nodes: list[NodeView], runs: list[RunningJob]) -> tuple[NodeView, ...]:
@@ -57,7 +58,8 @@ def busy_nodes(nodes: list[NodeView], runs: list[RunningJob]) -> tuple[NodeView,
     return tuple(out)
 
 
-def snapshot(nodes, pending=(), runs=(), partitions=None, now: float = NOW) -> Snapshot:
+def snapshot(nodes, pending=(), runs=(), partitions=None, now: float = NOW, queues=(), reservations=()) -> Snapshot:
     parts = partitions or (Partition("gpu", max_time_s=7 * 86400, default=True),)
     return Snapshot(now=now, nodes=busy_nodes(list(nodes), list(runs)), partitions=tuple(parts),
-                    running=tuple(runs), pending=tuple(pending))
+                    running=tuple(runs), pending=tuple(pending), queues=tuple(queues),
+                    reservations=tuple(reservations))

@@ -34,7 +34,7 @@ def candidates(job: PendingJob, amounts: dict[str, int], running: list[RunningJo
         if victim.preemptible_from is None or victim.preemptible_from > now:
             continue
         if reclaim and victim.queue != job.queue and book.same_cohort(victim.queue, job.queue) \
-                and book.borrowing(victim.queue):
+                and victim.queue in book.borrowing_at_start:
             found.append(Victim(victim, "reclaim"))
         elif victim.qos in job.preempts_qos:
             found.append(Victim(victim, "priority"))
@@ -65,6 +65,8 @@ def choose_victims(options: list[Victim], what_if: WhatIf, fits: Callable[[], bo
     """A set of victims whose removal makes `fits()` true, or None. Leaves the pool as it found it."""
     chosen: list[Victim] = []
     for victim in options:
+        if victim.cause == "reclaim" and not what_if.book.borrowing(victim.job.queue):
+            continue  # reclaim takes back what a queue borrowed, never its own nominal quota
         what_if.remove(victim.job)
         chosen.append(victim)
         if fits():

@@ -38,6 +38,10 @@ class QuotaBook:
         for job in running:
             if job.queue in self.queues:
                 self.charge(job.queue, job.resources)
+        # Queues borrowing when the cycle began. Reclaim takes only from these: a queue that starts
+        # borrowing within the cycle does so with capacity idle right now, and preempting its older
+        # jobs for that would trade running work for running work.
+        self.borrowing_at_start = frozenset(name for name in self.queues if self.borrowing(name))
 
     @staticmethod
     def _lendable(q: QueueQuota, r: str) -> int:
