@@ -30,6 +30,18 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         priority=42,
         uid=1001,
         submit_host="login1",
+        account="team-a",
+        qos="high",
+        queue="team-a-q",
+        array_job_id=job_id,
+        array_task_id=3,
+        array_throttle=8,
+        array_indices="0-9",
+        dependency="afterok:1",
+        warn_signal=10,
+        warn_before_s=120,
+        requeue=False,
+        reservation="maint",
     )
 
 
@@ -56,6 +68,10 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
         final_state=JobState.OUT_OF_MEMORY,
         kill_deadline=BASE_TIME + job_id + 5000.0,
         restart_count=2,
+        held=True,
+        prior_gpu_seconds=12.5,
+        reason_detail="queue q: gpu over nominal",
+        history=[{"t": 5.0, "event": "preempted", "by": 9, "cause": "reclaim"}],
     )
 
 

@@ -35,10 +35,20 @@ class JobSubmit(BaseModel):
     output: str | None = None
     error: str | None = None
     priority: int = 0
+    account: str | None = None  # default: the user's default account
+    qos: str | None = None  # default: the cluster's default QOS
+    queue: str | None = None  # quota queue; default: the queue of the job's account
+    array: str | None = Field(None, description="Slurm array spec: 0-99%8, 1,3,5, 0-15:4")
+    dependency: str | None = Field(None, description="afterok:1:2,afterany:3 (all) or afterok:1?afterok:2 (any); singleton")
+    signal: str | None = Field(None, description="[B:]SIG[@seconds]: warning signal before the time limit")
+    requeue: bool = True  # may be requeued (preemption in requeue mode, scontrol requeue)
+    reservation: str | None = None
+    hold: bool = False
 
 
 class SubmitReply(BaseModel):
-    job_id: int
+    job_id: int  # for an array: the array job id (its first task's id)
+    task_ids: list[int] = []  # for an array: every task's own job id
 
 
 class SliceOut(BaseModel):
@@ -78,6 +88,21 @@ class JobOut(BaseModel):
     output: str
     error: str | None
     restart_count: int
+    account: str = ""
+    qos: str = ""
+    queue: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_throttle: int | None = None
+    dependency: str = ""
+    reason_detail: str = ""
+    held: bool = False
+    requeue: bool = True
+    reservation: str = ""
+    uid: int = 0
+    submit_host: str = ""
+    # What happened to the job: preemptions (by whom, why), requeues, warning signals.
+    history: list[dict] = []
 
 
 class GpuOut(BaseModel):

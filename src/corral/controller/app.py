@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from corral.api.schemas import ErrorOut, JobOut, JobSubmit, NodeOut, NodeUpdate, PartitionOut, SubmitReply
 from corral.controller.service import ControllerService, StaleAgent
 from corral.engine.admission import AdmissionError
-from corral.engine.engine import UnknownJob
+from corral.controller.tenancy_routes import tenancy_routes
+from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
 from corral.protocol import API_PREFIX, EPOCH_HEADER, CommandBatch, EventBatch, Registration, RegistrationReply
 
@@ -41,6 +42,7 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
         return {"status": "ok", "cluster": service.engine.config.cluster_name}
 
     _user_routes(app, service, Depends(authorized))
+    tenancy_routes(app, service, Depends(authorized))
     _agent_routes(app, service, Depends(authorized))
     return app
 
@@ -49,9 +51,10 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
     @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=ERRORS)
     async def submit(body: JobSubmit) -> SubmitReply:
         try:
-            return SubmitReply(job_id=service.submit(body))
+            job_id, task_ids = service.submit(body)
         except AdmissionError as exc:
             raise HTTPException(422, str(exc)) from None
+        return SubmitReply(job_id=job_id, task_ids=task_ids)
 
     @app.get(f"{API_PREFIX}/jobs", dependencies=[auth])
     async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[JobOut]:
@@ -67,13 +70,19 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
     async def cancel(job_id: int) -> JobOut:
-        try:
-            return service.cancel(job_id)
-        except UnknownJob:
-            if service.find_job(job_id) is None:
-                raise HTTPException(404, f"invalid job id specified: {job_id}") from None
-            state = service.find_job(job_id).state.value
-            raise HTTPException(409, f"job {job_id} already finished ({state})") from None
+        return _operate(service, job_id, lambda: service.cancel(job_id))
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
+    async def requeue(job_id: int) -> JobOut:
+        return _operate(service, job_id, lambda: service.requeue(job_id))
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=ERRORS)
+    async def hold(job_id: int) -> JobOut:
+        return _operate(service, job_id, lambda: service.hold(job_id, True))
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=ERRORS)
+    async def release(job_id: int) -> JobOut:
+        return _operate(service, job_id, lambda: service.hold(job_id, False))
 
     @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
     async def nodes() -> list[NodeOut]:
@@ -102,6 +111,18 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return service.accounting(
             ids=id_list, users=[user] if user else None,
             states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
+
+
+def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
+    try:
+        return operation()
+    except UnknownJob:
+        found = service.find_job(job_id)
+        if found is None:
+            raise HTTPException(404, f"invalid job id specified: {job_id}") from None
+        raise HTTPException(409, f"job {job_id} already finished ({found.state.value})") from None
+    except WrongState as exc:
+        raise HTTPException(409, str(exc)) from None
 
 
 def _states(text: str | None) -> set[str] | None:

@@ -8,16 +8,19 @@ next deadline (a time limit, a kill to escalate, a node to declare lost) comes d
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
 from corral.controller.outbox import Outbox
 from corral.core.model import Gpu
-from corral.engine.admission import admit
+from corral.controller.deps import resolve_dependency
+from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
@@ -101,6 +104,9 @@ class ControllerService:
         jobs, nodes = self.engine.take_dirty()
         if jobs or nodes:
             self.store.save(jobs, nodes)
+        for key in sorted(self.engine.meta_dirty):
+            self.store.set_meta(key, json.dumps(meta_value(self.engine, key)))
+        self.engine.meta_dirty.clear()
 
     def _dispatch(self, commands: list[Command]) -> None:
         for cmd in commands:
@@ -115,15 +121,58 @@ class ControllerService:
 
     # ----- users
 
-    def submit(self, sub: JobSubmit) -> int:
-        spec = admit(sub, self.engine.config, self.engine.nodes.values())
-        job = self.engine.submit(spec, self.clock())
+    def submit(self, sub: JobSubmit) -> tuple[int, list[int]]:
+        engine = self.engine
+        admitted = admit_full(sub, engine.config, engine.nodes.values(), engine.tenancy)
+        spec = admitted.spec
+        self._check_submit_limit(spec, len(admitted.array_indices or [None]))
+        if spec.reservation:
+            self._check_reservation(spec)
+        if spec.dependency:
+            text, named = resolve_dependency(spec.dependency, self.find_job)
+            for target in named:
+                engine.remember(target)
+            spec = replace(spec, dependency=text)
+        now = self.clock()
+        if admitted.array_indices is None:
+            ids = [engine.submit(spec, now, held=sub.hold).id]
+        else:
+            base = engine.next_job_id
+            ids = [engine.submit(replace(spec, array_job_id=base, array_task_id=index), now, held=sub.hold).id
+                   for index in admitted.array_indices]
         self._commit()  # durable before the user hears the id
         self.poke()
-        return job.id
+        return ids[0], (ids if admitted.array_indices is not None else [])
+
+    def _check_submit_limit(self, spec, new_jobs: int) -> None:
+        tenancy = self.engine.tenancy
+        for kind, name, limit in tenancy.submit_limits(spec.user, spec.account):
+            if kind == "user":
+                count = sum(1 for j in self.engine.jobs.values() if j.spec.user == name)
+            else:
+                count = sum(1 for j in self.engine.jobs.values() if name in tenancy.ancestors(j.spec.account))
+            if count + new_jobs > limit:
+                raise AdmissionError(f"job violates accounting/QOS policy (job submit limit): {kind} {name} has "
+                                     f"{count} jobs, {new_jobs} more would pass its max_submit_jobs {limit}")
+
+    def _check_reservation(self, spec) -> None:
+        record = self.engine.reservations.by_name.get(spec.reservation)
+        if record is None:
+            raise AdmissionError(f"requested reservation is invalid: {spec.reservation!r}")
+        if not record.allows(spec.user, spec.account):
+            raise AdmissionError(f"access denied to reservation {spec.reservation!r} for {spec.user}/{spec.account}")
 
     def cancel(self, job_id: int) -> JobOut:
-        commands = self.engine.cancel(job_id, self.clock())
+        return self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now))
+
+    def requeue(self, job_id: int) -> JobOut:
+        return self._job_operation(job_id, lambda now: self.engine.requeue(job_id, now))
+
+    def hold(self, job_id: int, held: bool) -> JobOut:
+        return self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
+
+    def _job_operation(self, job_id: int, operation) -> JobOut:
+        commands = operation(self.clock())
         job = self.find_job(job_id)
         self._commit()
         self._dispatch(commands)
@@ -164,6 +213,22 @@ class ControllerService:
     def partitions(self) -> list[PartitionOut]:
         return views.partition_outs(self.engine.config, list(self.engine.nodes.values()))
 
+    def set_tenancy(self, spec) -> None:
+        self.engine.set_tenancy(spec, self.clock())
+        self._commit()
+        self.poke()
+
+    def add_reservation(self, spec):
+        record = self.engine.add_reservation(spec, self.clock())
+        self._commit()
+        self.poke()
+        return record
+
+    def remove_reservation(self, name: str) -> None:
+        self.engine.remove_reservation(name)
+        self._commit()
+        self.poke()
+
     def drain(self, node: str, drain: bool, reason: str) -> None:
         self.engine.set_drain(node, drain, reason)
         self._commit()
@@ -203,3 +268,14 @@ class ControllerService:
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         return await self.outbox.wait(node, after, wait_s)
+
+
+def meta_value(engine: Engine, key: str):
+    """What the store keeps under a cluster_meta key, as JSON-able data."""
+    if key == "tenancy":
+        return engine.tenancy.spec.model_dump()
+    if key == "fairshare":
+        return engine.fairshare.state()
+    if key == "reservations":
+        return engine.reservations.to_json()
+    raise KeyError(key)

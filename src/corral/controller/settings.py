@@ -17,10 +17,14 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from corral.api.tenancy import TenancySpec
 from corral.core.model import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
 
-_TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "scheduler", "partitions"}
+_TENANCY = {"accounts", "users", "qos", "default_qos", "queues", "limits", "priority"}
+_TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "scheduler", "partitions"} | _TENANCY
 _SCHED = {"max_reservations", "max_jobs_considered"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up"}
 
@@ -29,14 +33,25 @@ class SettingsError(ValueError):
     pass
 
 
-def load_settings(path: str | Path | None) -> EngineConfig:
+def load_settings(path: str | Path | None) -> tuple[EngineConfig, TenancySpec | None]:
+    """The engine configuration, and the tenancy the file defines (None if it defines none)."""
     if path is None:
-        return EngineConfig()
+        return EngineConfig(), None
     try:
         data = tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(f"cannot read config {path}: {exc}") from None
-    return settings_from_dict(data, str(path))
+    return settings_from_dict(data, str(path)), tenancy_from_dict(data, str(path))
+
+
+def tenancy_from_dict(data: dict, origin: str = "config") -> TenancySpec | None:
+    section = {k: v for k, v in data.items() if k in _TENANCY}
+    if not section:
+        return None
+    try:
+        return TenancySpec(**section)
+    except ValidationError as exc:
+        raise SettingsError(f"{origin}: {exc}") from None
 
 
 def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:

@@ -25,8 +25,13 @@ def job_out(job: Job, now: float) -> JobOut:
         total_gpus=req.total_gpus, nodelist=hostlist.compress(job.node_names) if job.slices else "",
         slices=[SliceOut(node=s.node, gpus=list(s.gpus), cpus=s.cpus, mem_mib=s.mem_mib) for s in job.slices],
         exit_code=job.exit_code, exit_signal=job.exit_signal,
-        gpu_seconds=job.gpu_seconds if job.end_time is not None else job.gpu_count * max(0.0, elapsed),
+        gpu_seconds=job.gpu_seconds if job.end_time is not None else job.prior_gpu_seconds + job.run_gpu_seconds(now),
         workdir=job.spec.workdir, output=job.spec.output, error=job.spec.error, restart_count=job.restart_count,
+        account=job.spec.account, qos=job.spec.qos, queue=job.spec.queue, array_job_id=job.spec.array_job_id,
+        array_task_id=job.spec.array_task_id, array_throttle=job.spec.array_throttle,
+        dependency=job.spec.dependency, reason_detail=job.reason_detail, held=job.held,
+        requeue=job.spec.requeue, reservation=job.spec.reservation, uid=job.spec.uid,
+        submit_host=job.spec.submit_host, history=list(job.history),
     )
 
 

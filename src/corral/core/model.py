@@ -209,6 +209,7 @@ class Reason(str, Enum):
     ASSOC_GRP_GRES = "AssocGrpGRES"
     ARRAY_TASK_LIMIT = "JobArrayTaskLimit"
     RESERVATION = "Reservation"
+    QOS_MAX_WALL = "QOSMaxWallDurationPerJobLimit"
     # Set by the engine before a job reaches the core:
     DEPENDENCY = "Dependency"
     DEPENDENCY_NEVER = "DependencyNeverSatisfied"

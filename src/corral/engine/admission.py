@@ -2,16 +2,72 @@
 never run. Pure: the cluster's partitions and nodes are inputs."""
 from __future__ import annotations
 
+import dataclasses
+import signal
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from corral.api.schemas import JobSubmit
 from corral.core.model import Request
+from corral.engine.arrays import ArrayError, compress_indices, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.dependencies import DependencyError, parse_dependency
 from corral.engine.records import JobSpec, Node
+from corral.engine.tenancy import Tenancy, TenancyError
 
 
 class AdmissionError(ValueError):
     """The submission can never run as stated; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    spec: JobSpec
+    array_indices: list[int] | None  # None: not an array
+
+
+def admit_full(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node], tenancy: Tenancy) -> Admitted:
+    """Validate and normalize everything about a submission, tenancy and array included."""
+    spec = admit(sub, config, nodes)
+    try:
+        account, qos, queue = tenancy.resolve(sub.user, sub.account, sub.qos, sub.queue)
+    except TenancyError as exc:
+        raise AdmissionError(str(exc)) from None
+    warn_signal, warn_before_s = parse_signal(sub.signal) if sub.signal else (0, 0)
+    if sub.dependency:
+        try:
+            parse_dependency(sub.dependency)
+        except DependencyError as exc:
+            raise AdmissionError(str(exc)) from None
+    indices, throttle = None, None
+    if sub.array:
+        try:
+            indices, throttle = parse_array(sub.array)
+        except ArrayError as exc:
+            raise AdmissionError(str(exc)) from None
+    spec = dataclasses.replace(
+        spec, account=account, qos=qos, queue=queue, dependency=sub.dependency or "", warn_signal=warn_signal,
+        warn_before_s=warn_before_s, requeue=sub.requeue, reservation=sub.reservation or "",
+        array_throttle=throttle, array_indices=compress_indices(indices) if indices else "")
+    return Admitted(spec, indices)
+
+
+def parse_signal(text: str) -> tuple[int, int]:
+    """Slurm's --signal=[B:]SIG[@seconds] (default 60 s)."""
+    body = text[2:] if text.startswith(("B:", "R:")) else text
+    name, _, secs = body.partition("@")
+    if secs and (not secs.isdigit() or int(secs) > 65535):
+        raise AdmissionError(f"invalid --signal time {secs!r}")
+    if name.isdigit():
+        number = int(name)
+        if not 1 <= number < signal.NSIG:
+            raise AdmissionError(f"invalid signal number {name!r} in --signal")
+        return number, int(secs or 60)
+    try:
+        number = signal.Signals["SIG" + name.upper().removeprefix("SIG")].value
+    except KeyError:
+        raise AdmissionError(f"invalid signal name {name!r} in --signal") from None
+    return number, int(secs or 60)
 
 
 def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpec:

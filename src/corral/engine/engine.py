@@ -2,56 +2,77 @@
 records, runs scheduling cycles through the pure core, and returns commands for the shell to carry out.
 
 It holds only active jobs (PENDING, RUNNING, COMPLETING) in memory; a job that ends is handed to the
-store through the dirty set and then forgotten. The live controller and the simulator both drive this
-class; they differ only in how they carry out its commands and where `now` comes from.
+store through the dirty set and then forgotten (its final state is remembered for dependencies). The live
+controller and the simulator both drive this class; they differ only in how they carry out its commands
+and where `now` comes from.
 """
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterable
 
-from corral.core.model import CyclePlan, PendingJob
+from corral.api.tenancy import TenancySpec
+from corral.core.model import CyclePlan, Reason
 from corral.core.scheduler import schedule
+from corral.engine import gates, membership
 from corral.engine.commands import Command, Kill, Launch
-from corral.engine import membership
 from corral.engine.config import EngineConfig
+from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
 from corral.engine.outcome import final_state, fold_exit, node_result
 from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun
+from corral.engine.reservations import Reservations
 from corral.engine.snapshot import build_snapshot
+from corral.engine.tenancy import Tenancy
+from corral.engine.views import Views
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
+SIGNAL_ONLY = -1.0  # Kill.grace_s: deliver the signal, no SIGKILL after it
 
 
 class UnknownJob(KeyError):
     pass
 
 
-class JobAlreadyFinished(ValueError):
-    pass
+class WrongState(ValueError):
+    """The job's state does not allow the operation (the message says why)."""
 
 
 class Engine:
     def __init__(self, config: EngineConfig, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (),
-                 next_job_id: int = 1) -> None:
+                 next_job_id: int = 1, tenancy: TenancySpec | None = None, fairshare_state: dict | None = None,
+                 reservations: list[dict] | None = None) -> None:
         self.config = config
+        self.tenancy = Tenancy(tenancy or TenancySpec())
+        state = fairshare_state or {}
+        self.fairshare = FairShare(self.tenancy.spec, state.get("usage"), state.get("as_of", 0.0))
+        self.reservations = Reservations(reservations or [])
         self.jobs: dict[int, Job] = {}
-        self.pending: dict[int, PendingJob] = {}
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.next_job_id = next_job_id
+        self.views = Views()
+        # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
+        self.ended: dict[int, tuple[JobState, bool]] = {}
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_nodes: set[str] = set()
+        self.meta_dirty: set[str] = set()
         self.last_plan: CyclePlan | None = None
         for job in jobs:
             if job.state in ACTIVE:
-                self._track(job)
+                self._track(job, 0.0)
 
     # ----- bookkeeping
 
-    def _track(self, job: Job) -> None:
+    @property
+    def pending(self):
+        return self.views.pending
+
+    def _track(self, job: Job, now: float) -> None:
         self.jobs[job.id] = job
         if job.state is JobState.PENDING:
-            self.pending[job.id] = PendingJob(job.id, job.spec.priority, job.submit_time, job.spec.request)
+            self.views.pending_view(self, job, now)
+        else:
+            self.views.running_view(self, job)
 
     def _touch(self, job: Job) -> None:
         self.dirty_jobs[job.id] = job
@@ -63,47 +84,126 @@ class Engine:
         self.dirty_nodes.clear()
         return jobs, nodes
 
+    def job_state(self, job_id: int) -> tuple[JobState | None, bool]:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            return job.state, job.start_time is not None
+        return self.ended.get(job_id, (None, False))
+
+    def remember(self, job: Job) -> None:
+        """Tell the engine the final state of an ended job a dependency refers to (loaded by the shell)."""
+        if job.state.terminal:
+            self.ended[job.id] = (job.state, job.start_time is not None)
+
+    def set_tenancy(self, spec: TenancySpec, now: float) -> None:
+        self.tenancy = Tenancy(spec)
+        self.fairshare.configure(spec)
+        self.views.refresh_priorities(self, now)
+        for job in self.jobs.values():
+            if job.state is not JobState.PENDING:
+                self.views.running_view(self, job)
+        self.meta_dirty.add("tenancy")
+
     # ----- user stimuli
 
-    def submit(self, spec: JobSpec, now: float) -> Job:
-        job = Job(id=self.next_job_id, spec=spec, submit_time=now)
+    def submit(self, spec: JobSpec, now: float, held: bool = False) -> Job:
+        job = Job(id=self.next_job_id, spec=spec, submit_time=now, held=held)
         self.next_job_id += 1
-        self._track(job)
+        self._track(job, now)
         self._touch(job)
         return job
 
     def cancel(self, job_id: int, now: float) -> list[Command]:
-        job = self.jobs.get(job_id)
-        if job is None:
-            raise UnknownJob(job_id)
+        job = self._get(job_id)
         if job.state is JobState.PENDING:
-            del self.pending[job_id]
             self._finish(job, now, JobState.CANCELLED)
             return []
         if job.state is JobState.RUNNING:
             return self._begin_kill(job, now, JobState.CANCELLED)
-        return []  # already completing: it ends as it was going to
+        job.final_state = JobState.CANCELLED  # completing: cancel wins over a pending requeue
+        self._touch(job)
+        return []
+
+    def requeue(self, job_id: int, now: float) -> list[Command]:
+        job = self._get(job_id)
+        if not job.spec.requeue:
+            raise WrongState(f"job {job_id} was submitted with --no-requeue")
+        if job.state is not JobState.RUNNING:
+            raise WrongState(f"job {job_id} is {job.state.value}: only a running job can be requeued")
+        job.history.append({"t": now, "event": "requeue-requested"})
+        return self._begin_kill(job, now, JobState.PENDING)
+
+    def hold(self, job_id: int, held: bool, now: float) -> Job:
+        job = self._get(job_id)
+        if job.state is not JobState.PENDING:
+            raise WrongState(f"job {job_id} is {job.state.value}: only a pending job can be held or released")
+        job.held = held
+        self.views.pending_view(self, job, now)
+        self._touch(job)
+        return job
+
+    def _get(self, job_id: int) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        return job
 
     # ----- scheduling
 
     def schedule(self, now: float) -> list[Command]:
-        plan = schedule(build_snapshot(self, now), self.config.scheduler)
+        if now - self.views.priority_at >= self.tenancy.spec.priority.calc_period_s:
+            self.views.refresh_priorities(self, now)
+        gated = self._gate_pending()
+        plan = schedule(build_snapshot(self, now, exclude=gated), self.config.scheduler)
         self.last_plan = plan
         commands: list[Command] = []
         for start in plan.starts:
-            job = self.jobs[start.job_id]
-            del self.pending[job.id]
-            job.state, job.start_time, job.slices = JobState.RUNNING, now, start.slices
-            job.reason, job.estimated_start = "None", None
-            job.runs = {s.node: NodeRun() for s in start.slices}
-            self._touch(job)
-            commands.extend(Launch(job.id, s.node) for s in start.slices)
+            commands.extend(self._start(self.jobs[start.job_id], start.slices, now))
         for wait in plan.waiting:
-            job = self.jobs[wait.job_id]
-            if job.reason != wait.reason.value or job.estimated_start != wait.estimated_start:
-                job.reason, job.estimated_start = wait.reason.value, wait.estimated_start
-                self._touch(job)
+            self._set_reason(self.jobs[wait.job_id], wait.reason.value, wait.detail, wait.estimated_start)
+        for preempt in plan.preemptions:
+            commands.extend(self._preempt(preempt.victim_id, preempt.preemptor_id, preempt.cause, now))
         return commands
+
+    def _gate_pending(self) -> set[int]:
+        gated: set[int] = set()
+        walled = self.tenancy.walled_qos
+        for job_id in self.views.pending:
+            job = self.jobs[job_id]
+            if not job.spec.dependency and job.spec.qos not in walled:
+                continue
+            blocked = gates.gate(self, job)
+            if blocked is not None:
+                gated.add(job_id)
+                self._set_reason(job, blocked[0].value, blocked[1], None)
+        return gated
+
+    def _set_reason(self, job: Job, reason: str, detail: str, estimate: float | None) -> None:
+        if (job.reason, job.reason_detail, job.estimated_start) != (reason, detail, estimate):
+            job.reason, job.reason_detail, job.estimated_start = reason, detail, estimate
+            self._touch(job)
+
+    def _start(self, job: Job, slices, now: float) -> list[Command]:
+        self.views.pending.pop(job.id, None)
+        job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
+        job.end_time = None
+        job.reason, job.reason_detail, job.estimated_start = "None", "", None
+        job.runs = {s.node: NodeRun() for s in slices}
+        self.views.running_view(self, job)
+        self._touch(job)
+        return [Launch(job.id, s.node) for s in slices]
+
+    def _preempt(self, victim_id: int, preemptor_id: int, cause: str, now: float) -> list[Command]:
+        victim = self.jobs[victim_id]
+        qos = self.tenancy.qos_of(victim.spec)
+        victim.history.append({"t": now, "event": "preempted", "by": preemptor_id, "cause": cause})
+        preemptor = self.jobs.get(preemptor_id)
+        if preemptor is not None:
+            preemptor.history.append({"t": now, "event": "preempting", "victim": victim_id, "cause": cause})
+            self._touch(preemptor)
+        requeue = qos.preempt_mode == "requeue" and victim.spec.requeue
+        return self._begin_kill(victim, now, JobState.PENDING if requeue else JobState.PREEMPTED,
+                                grace_s=qos.grace_s)
 
     # ----- agent reports
 
@@ -124,7 +224,7 @@ class Engine:
             job.reason = f"LaunchFailed:{error}"[:200]
         self._touch(job)
         if all(r.finished for r in job.runs.values()):
-            self._finish(job, now, final_state(job))
+            self._end_run(job, now)
             return []
         if error is not None and job.state is JobState.RUNNING:
             # One node could not start its part of the gang: the whole gang ends.
@@ -134,27 +234,54 @@ class Engine:
     # ----- time
 
     def tick(self, now: float) -> list[Command]:
-        """Enforce time limits, re-send overdue kills and mark silent nodes down."""
+        """Accrue fair-share usage, send warning signals, enforce time limits, re-send overdue kills,
+        mark silent nodes down and drop expired reservations."""
+        self.fairshare.accrue([j for j in self.jobs.values() if j.state is not JobState.PENDING], now)
+        self.meta_dirty.add("fairshare")
         commands: list[Command] = []
         for job in list(self.jobs.values()):
-            if job.state is JobState.RUNNING and now >= job.start_time + job.spec.request.time_limit_s:
-                commands.extend(self._begin_kill(job, now, JobState.TIMEOUT))
+            if job.state is JobState.RUNNING:
+                commands.extend(self._running_deadlines(job, now))
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None and now >= job.kill_deadline:
                 job.kill_deadline = now + self.config.kill_report_timeout_s
                 commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0) for n, r in job.runs.items() if not r.finished)
         for node in self.nodes.values():
             if node.up and now - node.last_seen > self.config.node_timeout_s:
                 commands.extend(self.node_lost(node.name, now))
+        if self.reservations.expire(now):
+            self.meta_dirty.add("reservations")
         return commands
+
+    def _running_deadlines(self, job: Job, now: float) -> list[Command]:
+        limit_at = job.start_time + job.spec.request.time_limit_s
+        if now >= limit_at:
+            return self._begin_kill(job, now, JobState.TIMEOUT)
+        warn_at = self._warn_at(job)
+        if warn_at is not None and now >= warn_at:
+            job.history.append({"t": now, "event": "signal", "signal": job.spec.warn_signal})
+            self._touch(job)
+            return [Kill(job.id, n, job.spec.warn_signal, SIGNAL_ONLY) for n in job.runs]
+        return []
+
+    def _warn_at(self, job: Job) -> float | None:
+        if not job.spec.warn_signal:
+            return None
+        if any(h.get("event") == "signal" and h["t"] >= job.start_time for h in job.history):
+            return None
+        return job.start_time + job.spec.request.time_limit_s - job.spec.warn_before_s
 
     def next_deadline(self) -> float | None:
         times: list[float] = []
         for job in self.jobs.values():
             if job.state is JobState.RUNNING:
                 times.append(job.start_time + job.spec.request.time_limit_s)
+                warn_at = self._warn_at(job)
+                if warn_at is not None:
+                    times.append(warn_at)
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None:
                 times.append(job.kill_deadline)
         times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
+        times.extend(self.reservations.boundaries())
         return min(times, default=None)
 
     # ----- nodes
@@ -187,8 +314,9 @@ class Engine:
     def _fail_gang(self, job: Job, now: float) -> list[Command]:
         self._touch(job)
         if all(r.finished for r in job.runs.values()):
-            job.final_state = job.final_state or JobState.NODE_FAIL
-            self._finish(job, now, final_state(job))
+            if job.final_state is None:
+                job.final_state = JobState.NODE_FAIL
+            self._end_run(job, now)
             return []
         if job.state is JobState.RUNNING:
             return self._begin_kill(job, now, JobState.NODE_FAIL)
@@ -196,17 +324,58 @@ class Engine:
 
     # ----- endings
 
-    def _begin_kill(self, job: Job, now: float, final: JobState) -> list[Command]:
+    def _begin_kill(self, job: Job, now: float, final: JobState, grace_s: float | None = None) -> list[Command]:
+        """Stop every node's tasks; the job ends as `final` (PENDING: it is requeued) once all report."""
         job.state, job.final_state = JobState.COMPLETING, final
-        grace = self.config.kill_grace_s
+        grace = self.config.kill_grace_s if grace_s is None else grace_s
         job.kill_deadline = now + grace + self.config.kill_report_timeout_s
+        self.views.running_view(self, job)
         self._touch(job)
         return [Kill(job.id, n, signal.SIGTERM, grace) for n, r in job.runs.items() if not r.finished]
 
+    def _end_run(self, job: Job, now: float) -> None:
+        self.fairshare.charge_job(job, now)
+        if job.final_state is JobState.PENDING:
+            self._requeue(job, now)
+        else:
+            self._finish(job, now, final_state(job))
+
+    def _requeue(self, job: Job, now: float) -> None:
+        job.prior_gpu_seconds += job.run_gpu_seconds(now)
+        job.history.append({"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now})
+        job.restart_count += 1
+        job.state, job.final_state, job.kill_deadline = JobState.PENDING, None, None
+        job.start_time = job.end_time = None
+        job.slices, job.runs = (), {}
+        job.exit_code = job.exit_signal = 0
+        job.reason, job.reason_detail = "None", ""
+        self.views.forget(job.id)
+        self.views.pending_view(self, job, now)
+        self._touch(job)
+
     def _finish(self, job: Job, now: float, state: JobState) -> None:
         job.state, job.end_time, job.kill_deadline = state, now, None
-        job.exit_code, job.exit_signal = fold_exit(job)
-        if state is not JobState.PENDING:
-            job.estimated_start = None
+        if state is JobState.CANCELLED and job.start_time is None:
+            job.exit_code, job.exit_signal = 0, 0
+        else:
+            job.exit_code, job.exit_signal = fold_exit(job)
+        job.estimated_start = None
         self._touch(job)
+        self.views.forget(job.id)
+        self.ended[job.id] = (state, job.start_time is not None)
         del self.jobs[job.id]
+
+    # ----- reservations
+
+    def add_reservation(self, spec, now: float):
+        record = self.reservations.add(spec, self.nodes.values(), now)
+        self.meta_dirty.add("reservations")
+        return record
+
+    def remove_reservation(self, name: str) -> None:
+        self.reservations.remove(name)
+        self.meta_dirty.add("reservations")
+
+
+def reason_of(reason: Reason) -> str:
+    return reason.value

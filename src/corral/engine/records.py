@@ -10,6 +10,7 @@ from corral.core.model import Gpu, NodeSlice, Request
 class JobState(str, Enum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
+    PREEMPTED = "PREEMPTED"
     COMPLETING = "COMPLETING"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
@@ -45,6 +46,20 @@ class JobSpec:
     priority: int = 0
     uid: int = 0
     submit_host: str = ""
+    account: str = ""
+    qos: str = ""
+    queue: str = ""  # quota queue ("" = none)
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_throttle: int | None = None  # at most this many tasks of the array run at once
+    # Every task index of the array, compressed ("0-99"): task i of the sorted indices has job id
+    # array_job_id + i.
+    array_indices: str = ""
+    dependency: str = ""
+    warn_signal: int = 0  # sent warn_before_s before the time limit (0: none)
+    warn_before_s: int = 0
+    requeue: bool = True
+    reservation: str = ""
 
 
 @dataclass(slots=True)
@@ -75,6 +90,13 @@ class Job:
     final_state: JobState | None = None
     kill_deadline: float | None = None
     restart_count: int = 0
+    held: bool = False
+    # GPU-seconds of earlier runs (a requeued job keeps its id and its accounting).
+    prior_gpu_seconds: float = 0.0
+    # The limiting resource, quota or limit behind `reason`, in words.
+    reason_detail: str = ""
+    # Events worth explaining later: {"t": time, "event": "preempted"|"requeued"|"signal", ...}.
+    history: list[dict] = field(default_factory=list)
 
     @property
     def gpu_count(self) -> int:
@@ -82,10 +104,15 @@ class Job:
 
     @property
     def gpu_seconds(self) -> float:
-        if self.start_time is None:
+        """Every GPU-second the job has held, over all its runs (until now for a running job: see
+        run_gpu_seconds)."""
+        return self.prior_gpu_seconds + self.run_gpu_seconds(self.end_time if self.end_time is not None
+                                                             else self.start_time)
+
+    def run_gpu_seconds(self, until: float | None) -> float:
+        if self.start_time is None or until is None:
             return 0.0
-        end = self.end_time if self.end_time is not None else self.start_time
-        return self.gpu_count * max(0.0, end - self.start_time)
+        return self.gpu_count * max(0.0, until - self.start_time)
 
     @property
     def node_names(self) -> tuple[str, ...]:

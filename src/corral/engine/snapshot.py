@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from corral.core.model import NodeView, RunningJob, Snapshot
+from corral.core.model import NodeView, Snapshot
 from corral.engine.records import JobState
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def node_usage(engine: Engine) -> dict[str, tuple[set[int], int, int]]:
     return used
 
 
-def build_snapshot(engine: Engine, now: float) -> Snapshot:
+def build_snapshot(engine: Engine, now: float, exclude: set[int] = frozenset()) -> Snapshot:
     used = node_usage(engine)
     nodes = []
     for node in engine.nodes.values():
@@ -34,13 +34,13 @@ def build_snapshot(engine: Engine, now: float) -> Snapshot:
             free_cpus=node.cpus - cpus, free_mem_mib=node.mem_mib - mem,
             partitions=node.partitions, schedulable=node.up and not node.drain,
         ))
-    running = []
-    for job in engine.jobs.values():
-        if job.state is JobState.RUNNING:
-            running.append(RunningJob(job.id, job.start_time + job.spec.request.time_limit_s, job.slices))
-        elif job.state is JobState.COMPLETING:
-            running.append(RunningJob(job.id, job.kill_deadline or now, job.slices))
+    pending = engine.views.pending
+    if exclude:
+        waiting = tuple(v for job_id, v in pending.items() if job_id not in exclude)
+    else:
+        waiting = tuple(pending.values())
     return Snapshot(
         now=now, nodes=tuple(nodes), partitions=tuple(p.core() for p in engine.config.partitions),
-        running=tuple(running), pending=tuple(engine.pending.values()),
+        running=tuple(engine.views.running.values()), pending=waiting,
+        queues=engine.tenancy.queues, reservations=engine.reservations.core(),
     )

@@ -102,11 +102,15 @@ def job_to_row(job: Job) -> Json:
         "spec": spec_to_json(spec),
         "slices": [_slice_to_json(piece) for piece in job.slices],
         "runs": {node: _RUN.to_json(run) for node, run in job.runs.items()},
+        "account": spec.account,
+        "extra": {"held": job.held, "prior_gpu_seconds": job.prior_gpu_seconds,
+                  "reason_detail": job.reason_detail, "history": job.history},
     }
 
 
 def job_from_row(row: Any) -> Job:
     """`row`: a result row of the jobs table (attribute access by column name)."""
+    extra = row.extra or {}
     return Job(
         id=row.id,
         spec=spec_from_json(row.spec),
@@ -123,6 +127,10 @@ def job_from_row(row: Any) -> Job:
         final_state=JobState(row.final_state) if row.final_state is not None else None,
         kill_deadline=row.kill_deadline,
         restart_count=row.restart_count,
+        held=extra.get("held", False),
+        prior_gpu_seconds=extra.get("prior_gpu_seconds", 0.0),
+        reason_detail=extra.get("reason_detail", ""),
+        history=list(extra.get("history", [])),
     )
 
 

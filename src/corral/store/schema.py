@@ -62,6 +62,9 @@ class JobRow(Base):
     spec: Mapped[dict[str, Any]]
     slices: Mapped[list[Any]]
     runs: Mapped[dict[str, Any]]
+    # Added by 0002: the account (for accounting queries) and the job's mutable extras.
+    account: Mapped[str] = mapped_column(index=True, server_default="")
+    extra: Mapped[dict[str, Any]] = mapped_column(server_default="{}")
 
 
 class NodeRow(Base):

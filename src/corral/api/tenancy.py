@@ -1,0 +1,204 @@
+"""Organisation, QOS, queues with quota, limits and priority weights: the tenancy configuration.
+
+The same shape is read from the controller's TOML file (top-level tables `[[accounts]]`, `[[users]]`,
+`[[qos]]`, `[[queues]]`, `[[limits]]`, `[priority]`) and exchanged over the API (GET/PUT /tenancy).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DAY_S = 86400
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AccountSpec(_Strict):
+    name: str
+    parent: str | None = None  # None: a child of the root
+    shares: int = Field(1, ge=1)
+
+
+class UserSpec(_Strict):
+    name: str
+    accounts: list[str] = Field(min_length=1)
+    default_account: str | None = None  # default: the first of `accounts`
+
+
+class QosSpec(_Strict):
+    name: str
+    priority: int = Field(0, ge=0)
+    preempts: list[str] = []  # QOS names whose jobs this QOS's jobs may preempt
+    preempt_mode: Literal["requeue", "cancel"] = "requeue"  # what happens to this QOS's jobs when preempted
+    grace_s: float = Field(60.0, ge=0)  # SIGTERM, then SIGKILL after this long
+    min_runtime_s: float = Field(0.0, ge=0)  # never preempted before running this long
+    max_wall_s: int | None = Field(None, ge=1)
+
+
+class QueueSpec(_Strict):
+    name: str
+    cohort: str | None = None
+    accounts: list[str] = []  # jobs of these accounts go to this queue unless they name another
+    nominal: dict[str, int]  # resource ("gpu", "cpu", "mem_mib") -> amount
+    borrowing_limit: dict[str, int] = {}
+    lending_limit: dict[str, int] = {}
+
+
+class LimitSpec(_Strict):
+    user: str | None = None
+    account: str | None = None
+    max_running_jobs: int | None = Field(None, ge=0)
+    max_submit_jobs: int | None = Field(None, ge=0)
+    max_gpus: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_subject(self) -> "LimitSpec":
+        if (self.user is None) == (self.account is None):
+            raise ValueError("a limit names exactly one of user or account")
+        return self
+
+
+class PriorityWeights(_Strict):
+    weight_age: int = 1000
+    weight_fairshare: int = 10000
+    weight_job_size: int = 0
+    weight_partition: int = 0
+    weight_qos: int = 0
+    max_age_s: float = Field(7 * DAY_S, gt=0)
+    half_life_s: float = Field(7 * DAY_S, gt=0)  # fair-share usage decay
+    calc_period_s: float = Field(60.0, gt=0)  # how often pending jobs' priorities are recomputed
+    # Billing per resource-second for fair share: usage = sum(weight * amount * seconds).
+    billing: dict[str, float] = {"gpu": 1.0}
+
+
+class TenancySpec(_Strict):
+    accounts: list[AccountSpec] = []
+    users: list[UserSpec] = []
+    qos: list[QosSpec] = [QosSpec(name="normal")]
+    default_qos: str = "normal"
+    queues: list[QueueSpec] = []
+    limits: list[LimitSpec] = []
+    priority: PriorityWeights = PriorityWeights()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TenancySpec":
+        check_tenancy(self)
+        return self
+
+
+def check_tenancy(spec: TenancySpec) -> None:
+    accounts = {a.name: a for a in spec.accounts}
+    _unique("account", [a.name for a in spec.accounts])
+    _unique("user", [u.name for u in spec.users])
+    _unique("qos", [q.name for q in spec.qos])
+    _unique("queue", [q.name for q in spec.queues])
+    for a in spec.accounts:
+        if a.parent is not None and a.parent not in accounts:
+            raise ValueError(f"account {a.name!r}: unknown parent {a.parent!r}")
+    for a in spec.accounts:  # cycles
+        seen, cur = set(), a
+        while cur.parent is not None:
+            if cur.name in seen:
+                raise ValueError(f"account {a.name!r}: the parent chain loops")
+            seen.add(cur.name)
+            cur = accounts[cur.parent]
+    for u in spec.users:
+        for name in u.accounts + ([u.default_account] if u.default_account else []):
+            if name not in accounts:
+                raise ValueError(f"user {u.name!r}: unknown account {name!r}")
+        if u.default_account and u.default_account not in u.accounts:
+            raise ValueError(f"user {u.name!r}: default account {u.default_account!r} is not among its accounts")
+    qos = {q.name: q for q in spec.qos}
+    if spec.default_qos not in qos:
+        raise ValueError(f"default_qos {spec.default_qos!r} is not a defined qos")
+    for q in spec.qos:
+        for victim in q.preempts:
+            if victim not in qos:
+                raise ValueError(f"qos {q.name!r}: preempts unknown qos {victim!r}")
+            if qos[victim].priority >= q.priority:
+                raise ValueError(f"qos {q.name!r} preempts {victim!r}, whose priority is not lower")
+    claimed: dict[str, str] = {}
+    for q in spec.queues:
+        for r in list(q.nominal) + list(q.borrowing_limit) + list(q.lending_limit):
+            if r not in ("gpu", "cpu", "mem_mib"):
+                raise ValueError(f"queue {q.name!r}: unknown resource {r!r} (gpu, cpu, mem_mib)")
+        for name in q.accounts:
+            if name not in accounts:
+                raise ValueError(f"queue {q.name!r}: unknown account {name!r}")
+            if name in claimed:
+                raise ValueError(f"account {name!r} is in queues {claimed[name]!r} and {q.name!r}")
+            claimed[name] = q.name
+    for limit in spec.limits:
+        if limit.account is not None and limit.account not in accounts:
+            raise ValueError(f"limit for unknown account {limit.account!r}")
+
+
+def _unique(kind: str, names: list[str]) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate {kind} name(s): {', '.join(dupes)}")
+
+
+class ReservationSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    start: float
+    end: float
+    nodes: str | None = None  # hostlist; or
+    gpus: int | None = Field(None, ge=1)  # a GPU count: the controller picks nodes
+    users: list[str] = []
+    accounts: list[str] = []
+    maintenance: bool = False  # no jobs at all on these nodes in the window
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ReservationSpec":
+        if self.end <= self.start:
+            raise ValueError("a reservation must end after it starts")
+        if (self.nodes is None) == (self.gpus is None):
+            raise ValueError("give exactly one of nodes or gpus")
+        return self
+
+
+class ReservationOut(ReservationSpec):
+    model_config = ConfigDict(extra="forbid")
+    node_names: list[str]
+    active: bool
+
+
+class PriorityOut(BaseModel):
+    """One pending job's priority and its weighted factors (as sprio shows them)."""
+
+    job_id: int
+    user: str
+    account: str
+    partition: str
+    qos: str
+    priority: int
+    age: int
+    fairshare: int
+    job_size: int
+    partition_factor: int
+    qos_factor: int
+    nice: int
+
+
+class FairShareOut(BaseModel):
+    account: str
+    parent: str | None
+    shares: int
+    norm_shares: float
+    raw_usage: float  # decayed billing-seconds
+    norm_usage: float
+    fairshare: float  # the factor in [0, 1]
+
+
+class QueueOut(BaseModel):
+    name: str
+    cohort: str | None
+    nominal: dict[str, int]
+    usage: dict[str, int]
+    borrowing: bool
+    pending_jobs: int
+    running_jobs: int

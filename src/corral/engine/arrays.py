@@ -1,0 +1,49 @@
+"""Job arrays: Slurm's `--array` forms (`0-99%8`, `1,3,5`, `0-15:4`, mixed), expanded to task indices."""
+from __future__ import annotations
+
+import re
+
+MAX_ARRAY_TASKS = 100_000
+_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+class ArrayError(ValueError):
+    pass
+
+
+def parse_array(text: str) -> tuple[list[int], int | None]:
+    """(sorted task indices, throttle or None)."""
+    body, _, throttle_text = text.strip().partition("%")
+    throttle = None
+    if throttle_text:
+        if not throttle_text.isdigit() or int(throttle_text) < 1:
+            raise ArrayError(f"invalid array throttle {throttle_text!r} in --array={text}")
+        throttle = int(throttle_text)
+    indices: set[int] = set()
+    for part in body.split(","):
+        m = _RANGE.match(part.strip())
+        if not m:
+            raise ArrayError(f"invalid array element {part!r} in --array={text}")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        step = int(m.group(3)) if m.group(3) else 1
+        if hi < lo or step < 1:
+            raise ArrayError(f"invalid array range {part!r} in --array={text}")
+        if (hi - lo) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
+            raise ArrayError(f"--array={text} has more than {MAX_ARRAY_TASKS} tasks")
+        indices.update(range(lo, hi + 1, step))
+    return sorted(indices), throttle
+
+
+def compress_indices(indices: list[int]) -> str:
+    """Slurm's compact form of task indices: 1-3,5,7-9."""
+    parts: list[str] = []
+    ordered = sorted(indices)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)

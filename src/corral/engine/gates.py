@@ -1,0 +1,50 @@
+"""Reasons a pending job is kept from the scheduler altogether: dependencies and QOS wall-time limits."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from corral.core.model import Reason
+from corral.engine.dependencies import Status, clause_status, combine, parse_dependency
+from corral.engine.records import Job, JobState
+
+if TYPE_CHECKING:
+    from corral.engine.engine import Engine
+
+
+def gate(engine: Engine, job: Job) -> tuple[Reason, str] | None:
+    """None if the job may be scheduled; else (reason, detail)."""
+    qos = engine.tenancy.qos_of(job.spec)
+    if qos.max_wall_s is not None and job.spec.request.time_limit_s > qos.max_wall_s:
+        return Reason.QOS_MAX_WALL, f"time limit {job.spec.request.time_limit_s}s over qos {qos.name} max {qos.max_wall_s}s"
+    if job.spec.dependency:
+        status = dependency_status(engine, job)
+        if status is Status.WAITING:
+            return Reason.DEPENDENCY, job.spec.dependency
+        if status is Status.NEVER:
+            return Reason.DEPENDENCY_NEVER, job.spec.dependency
+    return None
+
+
+def dependency_status(engine: Engine, job: Job) -> Status:
+    dep = parse_dependency(job.spec.dependency)
+    statuses = []
+    for clause in dep.clauses:
+        if clause.kind == "singleton":
+            statuses.append(_singleton(engine, job))
+            continue
+        states, started = [], []
+        for target_id, _ in clause.targets:
+            state, has_started = engine.job_state(target_id)
+            states.append(state)
+            started.append(has_started)
+        statuses.append(clause_status(clause.kind, states, started))
+    return combine(statuses, dep.any_of)
+
+
+def _singleton(engine: Engine, job: Job) -> Status:
+    for other in engine.jobs.values():
+        if other.id == job.id or other.spec.name != job.spec.name or other.spec.user != job.spec.user:
+            continue
+        if other.state is not JobState.PENDING or other.id < job.id:
+            return Status.WAITING
+    return Status.SATISFIED
