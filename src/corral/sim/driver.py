@@ -1,0 +1,149 @@
+"""The simulator's driver: the production Engine, fed from an event heap in simulated time.
+
+No policy lives here. Submissions and job ends are events ordered by (time, sequence); after each batch
+of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
+when something changes. The engine's commands are carried out by a stand-in for the agents: a Launch
+schedules the job's natural end (its real duration from the trace), a Kill ends it after a short,
+configurable stopping delay, and a signal-only Kill changes nothing.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from corral.api.tenancy import TenancySpec
+from corral.core.model import Gpu
+from corral.engine.commands import Kill, Launch
+from corral.engine.config import EngineConfig
+from corral.engine.engine import Engine
+from corral.engine.membership import Inventory
+from corral.engine.records import Job, JobSpec, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class SimNode:
+    name: str
+    gpus: int
+    cpus: int = 128
+    mem_mib: int = 2_048_000
+    gpu_model: str = "sim-gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class SimSubmission:
+    at_s: float
+    spec: JobSpec
+    duration_s: float  # how long the job would run if nothing stopped it
+
+
+@dataclass
+class SimResult:
+    finished: list[Job] = field(default_factory=list)
+    cycles: int = 0
+    end_s: float = 0.0
+    ids: dict[int, int] = field(default_factory=dict)  # submission index -> job id
+
+
+class Simulation:
+    def __init__(self, config: EngineConfig, nodes: Iterable[SimNode], tenancy: TenancySpec | None = None,
+                 stop_delay_s: float = 1.0, min_cycle_interval_s: float = 0.0, start_s: float = 0.0) -> None:
+        # Simulated agents never go silent: node timeouts are effectively off.
+        self.engine = Engine(EngineConfig(**{**_fields(config), "node_timeout_s": float("inf")}), tenancy=tenancy)
+        self.now = start_s
+        for node in nodes:
+            inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,
+                                  node.mem_mib, "127.0.0.1")
+            self.engine.register_node(node.name, inventory, set(), set(), start_s)
+        self.stop_delay_s = stop_delay_s
+        self.min_cycle_interval_s = min_cycle_interval_s
+        self._events: list[tuple[float, int, str, object]] = []
+        self._seq = itertools.count()
+        self._durations: dict[int, float] = {}
+        self._ends: dict[int, float] = {}  # job id -> the end event that counts for its current run
+        self.result = SimResult()
+        self._last_cycle = float("-inf")
+
+    def submit(self, submissions: Iterable[SimSubmission]) -> None:
+        for index, sub in enumerate(submissions):
+            self._push(sub.at_s, "submit", (index, sub))
+
+    def _push(self, at: float, kind: str, payload: object) -> None:
+        heapq.heappush(self._events, (at, next(self._seq), kind, payload))
+
+    def run(self, until_s: float = float("inf"), on_progress: Callable[[float], None] | None = None) -> SimResult:
+        while self._events and self._events[0][0] <= until_s:
+            now = self._events[0][0]
+            self.now = now
+            while self._events and self._events[0][0] == now:
+                _, _, kind, payload = heapq.heappop(self._events)
+                self._handle(kind, payload, now)
+            self._cycle(now)
+            if on_progress is not None:
+                on_progress(now)
+        self.result.end_s = self.now
+        return self.result
+
+    def _handle(self, kind: str, payload, now: float) -> None:
+        engine = self.engine
+        if kind == "submit":
+            index, sub = payload
+            job = engine.submit(sub.spec, now)
+            self._durations[job.id] = sub.duration_s
+            self.result.ids[index] = job.id
+        elif kind == "end":
+            job_id, at, sig = payload
+            job = engine.jobs.get(job_id)
+            if job is None or self._ends.get(job_id) != at:
+                return  # a stale end: the run it belonged to was stopped earlier
+            for node in list(job.runs):
+                engine.node_finished(node, job_id, [(0, 0, sig)], None, now)
+            if job.state.terminal:
+                self.result.finished.append(job)
+        # "wake": nothing to fold in, the cycle below is the point
+
+    def _cycle(self, now: float) -> None:
+        if now - self._last_cycle < self.min_cycle_interval_s:
+            self._push(self._last_cycle + self.min_cycle_interval_s, "wake", None)
+            return
+        self._last_cycle = now
+        engine = self.engine
+        commands = engine.tick(now) + engine.schedule(now)
+        engine.take_dirty()
+        self.result.cycles += 1
+        self._carry_out(commands, now)
+        deadline = engine.next_deadline()
+        if deadline is not None and deadline > now and deadline != float("inf"):
+            self._push(deadline, "wake", None)
+
+    def _carry_out(self, commands, now: float) -> None:
+        launched: set[int] = set()
+        for cmd in commands:
+            if isinstance(cmd, Launch) and cmd.job_id not in launched:
+                launched.add(cmd.job_id)
+                job = self.engine.jobs[cmd.job_id]
+                for node in job.runs:
+                    self.engine.node_started(node, cmd.job_id, now)
+                self._end_at(cmd.job_id, now + self._durations[cmd.job_id], 0)
+            elif isinstance(cmd, Kill) and cmd.grace_s >= 0:
+                self._end_at(cmd.job_id, now + min(self.stop_delay_s, cmd.grace_s), int(cmd.signal))
+
+    def _end_at(self, job_id: int, at: float, sig: int) -> None:
+        if job_id in self._ends and self._ends[job_id] <= at and sig != 0:
+            current = self._ends[job_id]
+            if current >= self.now:
+                return  # already ending sooner
+        self._ends[job_id] = at
+        self._push(at, "end", (job_id, at, sig))
+
+
+def _fields(config: EngineConfig) -> dict:
+    return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+def finished_by_state(result: SimResult) -> dict[JobState, int]:
+    counts: dict[JobState, int] = {}
+    for job in result.finished:
+        counts[job.state] = counts.get(job.state, 0) + 1
+    return counts
