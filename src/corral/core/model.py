@@ -114,11 +114,14 @@ class PendingJob:
     # QOS names whose running jobs this job may preempt.
     preempts_qos: frozenset[str] = frozenset()
     reservation: str = ""  # the advance reservation it must run in ("" = none)
-    # Priority order: higher priority first, then earlier submission, then lower id.
-    order: tuple[int, float, int] = field(init=False, repr=False, compare=False)
+    # It has preempted jobs and waits for them to exit: it goes first, so that what its victims free
+    # is not taken by anyone else (its requeued victims included).
+    claim: bool = False
+    # Order: claims first, then higher priority, then earlier submission, then lower id.
+    order: tuple[int, int, float, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "order", (-self.priority, self.submit_time, self.id))
+        object.__setattr__(self, "order", (0 if self.claim else 1, -self.priority, self.submit_time, self.id))
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,7 @@ from corral.core.timeline import earliest_gang_start
 from corral.hostlist import sort_key
 
 
-def priority_key(job: PendingJob) -> tuple[int, float, int]:
+def priority_key(job: PendingJob) -> tuple[int, int, float, int]:
     return job.order
 
 

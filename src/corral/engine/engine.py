@@ -53,6 +53,8 @@ class Engine:
         self.views = Views()
         # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
         self.ended: dict[int, tuple[JobState, bool]] = {}
+        # Pending jobs that preempted others and wait for them: preemptor id -> victim ids.
+        self.claims: dict[int, set[int]] = {}
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_nodes: set[str] = set()
         self.meta_dirty: set[str] = set()
@@ -185,6 +187,7 @@ class Engine:
 
     def _start(self, job: Job, slices, now: float) -> list[Command]:
         self.views.pending.pop(job.id, None)
+        self.claims.pop(job.id, None)
         job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
         job.end_time = None
         job.reason, job.reason_detail, job.estimated_start = "None", "", None
@@ -200,6 +203,8 @@ class Engine:
         preemptor = self.jobs.get(preemptor_id)
         if preemptor is not None:
             preemptor.history.append({"t": now, "event": "preempting", "victim": victim_id, "cause": cause})
+            self.claims.setdefault(preemptor_id, set()).add(victim_id)
+            self.views.pending_view(self, preemptor, now)
             self._touch(preemptor)
         requeue = qos.preempt_mode == "requeue" and victim.spec.requeue
         return self._begin_kill(victim, now, JobState.PENDING if requeue else JobState.PREEMPTED,
@@ -362,6 +367,7 @@ class Engine:
         job.estimated_start = None
         self._touch(job)
         self.views.forget(job.id)
+        self.claims.pop(job.id, None)
         self.ended[job.id] = (state, job.start_time is not None)
         del self.jobs[job.id]
 

@@ -33,7 +33,8 @@ class Views:
         spec = job.spec
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
-                          preempts_qos=tenancy.preempts(spec), reservation=spec.reservation)
+                          preempts_qos=tenancy.preempts(spec), reservation=spec.reservation,
+                          claim=job.id in engine.claims)
         self.pending[job.id] = view
         return view
 

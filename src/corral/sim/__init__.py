@@ -1,0 +1,1 @@
+"""Cluster simulator: replays real GPU-cluster traces through corral's scheduling engine."""
