@@ -12,6 +12,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import cycle  # noqa: E402
+import tenancy_cycle  # noqa: E402
 import throughput  # noqa: E402
 
 
@@ -32,9 +33,15 @@ def main() -> None:
                "when": time.strftime("%Y-%m-%d %H:%M:%S"), "results": []}
     for r in cycle.main():
         results["results"].append(r)
+    r = tenancy_cycle.measure()
+    print(json.dumps(r))
+    results["results"].append(r)
     r = throughput.measure(jobs)
     print(json.dumps(r))
     results["results"].append(r)
+    r_cli = throughput.measure_cli(50)
+    print(json.dumps(r_cli))
+    results["results"].append(r_cli)
     ref = slurm_reference(jobs)
     if ref is not None:
         print(json.dumps(ref))

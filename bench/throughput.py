@@ -41,5 +41,28 @@ def measure(jobs: int = 500) -> dict:
     }
 
 
+def measure_cli(jobs: int = 50) -> dict:
+    """The same, but one `corral submit` process per job, as workflow tools drive a scheduler."""
+    import os
+    import subprocess
+
+    corral = str(Path(sys.executable).parent / "corral")
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
+        env = {**os.environ, "CORRAL_URL": cluster.url, "CORRAL_SECRET": cluster.secret}
+        try:
+            t0 = time.perf_counter()
+            for _ in range(jobs):
+                subprocess.run([corral, "submit", "--gpus=1", "-o", "/dev/null", "--wrap", "true"], env=env,
+                               check=True, capture_output=True, cwd=tmp)
+            t_submitted = time.perf_counter()
+            wait_for(lambda: not cluster.http.get(f"{API}/jobs").json(), timeout_s=600, interval_s=0.2)
+            t_done = time.perf_counter()
+        finally:
+            cluster.stop()
+    return {"bench": "throughput-cli", "jobs": jobs, "submit_per_s": round(jobs / (t_submitted - t0), 1),
+            "e2e_jobs_per_s": round(jobs / (t_done - t0), 1)}
+
+
 if __name__ == "__main__":
     print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 500)))

@@ -96,6 +96,7 @@ class JobOut(BaseModel):
     array_throttle: int | None = None
     dependency: str = ""
     reason_detail: str = ""
+    position: int | None = None  # 1-based place in the scheduling order among pending jobs
     held: bool = False
     requeue: bool = True
     reservation: str = ""

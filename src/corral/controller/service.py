@@ -184,7 +184,17 @@ class ControllerService:
 
     def job(self, job_id: int) -> JobOut | None:
         job = self.find_job(job_id)
-        return None if job is None else views.job_out(job, self.clock())
+        if job is None:
+            return None
+        out = views.job_out(job, self.clock())
+        view = self.engine.views.pending.get(job_id)
+        if view is not None:
+            out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)
+        return out
+
+    def positions(self) -> dict[int, int]:
+        ordered = sorted(self.engine.views.pending.values(), key=lambda v: v.order)
+        return {v.id: i for i, v in enumerate(ordered, 1)}
 
     def jobs(self, states: set[str] | None, user: str | None, include_finished: bool) -> list[JobOut]:
         now = self.clock()
@@ -195,7 +205,11 @@ class ControllerService:
             found = sorted(self.engine.jobs.values(), key=lambda j: j.id)
             found = [j for j in found if (not user or j.spec.user == user)
                      and (not states or j.state.value in states)]
-        return [views.job_out(j, now) for j in found]
+        places = self.positions()
+        outs = [views.job_out(j, now) for j in found]
+        for out in outs:
+            out.position = places.get(out.id)
+        return outs
 
     def accounting(self, **filters) -> list[JobOut]:
         now = self.clock()

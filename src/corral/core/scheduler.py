@@ -49,6 +49,8 @@ class _Memo:
     fits_free: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
     # (shape, queue, qos) -> preemption found no victims
     no_victims: set[tuple] = field(default_factory=set)
+    # (queue, shape) -> (version, quota shortfall or None)
+    quota: dict[tuple, tuple[int, str | None]] = field(default_factory=dict)
     # bumped on every start: the free resources changed
     version: int = 0
 
@@ -96,7 +98,7 @@ class _Cycle:
         amounts = None
         if job.queue:
             amounts = _amounts(req)
-            short = self.book.shortfall(job.queue, amounts)
+            short = self._quota_shortfall(job.queue, req.shape, amounts)
             if short is not None:
                 if not self._try_preempt(job, amounts):
                     self._wait(job, Reason.QUEUE_QUOTA, detail=short)
@@ -124,6 +126,17 @@ class _Cycle:
             self.waiting.append(self._reserve(job, need))
         else:
             self._wait(job, self._blocked_reason(req.shape, req))
+
+    def _quota_shortfall(self, queue: str, shape: tuple, amounts: dict[str, int]) -> str | None:
+        # Quota usage changes only when a job starts (memo.version), so deep in a long queue the answer
+        # for a (queue, shape) pair is reused.
+        key = (queue, shape)
+        cached = self.memo.quota.get(key)
+        if cached is not None and cached[0] == self.memo.version:
+            return cached[1]
+        short = self.book.shortfall(queue, amounts)
+        self.memo.quota[key] = (self.memo.version, short)
+        return short
 
     def _within_caps(self, job: PendingJob) -> bool:
         for cap in job.caps:

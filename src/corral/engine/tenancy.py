@@ -30,6 +30,7 @@ class Tenancy:
         self.preemptible_qos = frozenset(v for q in spec.qos for v in q.preempts)
         self.max_qos_priority = max((q.priority for q in spec.qos), default=0)
         self.walled_qos = frozenset(q.name for q in spec.qos if q.max_wall_s is not None)
+        self.cohort_queues = frozenset(q.name for q in spec.queues if q.cohort is not None)
 
     @property
     def open(self) -> bool:
@@ -111,8 +112,12 @@ class Tenancy:
         return tuple(out)
 
     def preemptible_from(self, job: Job) -> float | None:
+        """From when a running job may be preempted: by a QOS that preempts its QOS, or, in a cohort, by
+        a queue reclaiming what the job's queue borrowed. None: never."""
         qos = self.qos_of(job.spec)
-        if qos.name not in self.preemptible_qos or job.start_time is None:
+        if job.start_time is None:
+            return None
+        if qos.name not in self.preemptible_qos and job.spec.queue not in self.cohort_queues:
             return None
         return job.start_time + qos.min_runtime_s
 
