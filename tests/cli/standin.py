@@ -11,6 +11,20 @@ import uvicorn
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 
 from corral.api.schemas import GpuOut, JobOut, JobSubmit, NodeOut, PartitionOut, SliceOut, SubmitReply
+from corral.api.tenancy import (
+    AccountSpec,
+    FairShareOut,
+    PriorityOut,
+    QosSpec,
+    QueueOut,
+    QueueSpec,
+    ReservationOut,
+    ReservationSpec,
+    TenancySpec,
+    UserSpec,
+)
+from corral.hostlist import expand
+from corral.jobscript.specs import parse_array_spec
 from corral.protocol import API_PREFIX
 
 SECRET = "standin-secret"
@@ -60,12 +74,63 @@ def canned_nodes() -> list[dict]:
     ]
 
 
+def canned_tenancy() -> dict:
+    return TenancySpec(
+        accounts=[AccountSpec(name="physics", shares=3), AccountSpec(name="hep", parent="physics"),
+                  AccountSpec(name="bio")],
+        users=[UserSpec(name="alice", accounts=["hep", "bio"]), UserSpec(name="bob", accounts=["bio"])],
+        qos=[QosSpec(name="normal"), QosSpec(name="high", priority=100, preempts=["normal"], grace_s=120.0)],
+        queues=[QueueSpec(name="hep-q", cohort="all", accounts=["hep"], nominal={"gpu": 8, "mem_mib": 65536},
+                          borrowing_limit={"gpu": 4})],
+    ).model_dump()
+
+
+def canned_priorities() -> list[dict]:
+    return [
+        PriorityOut(job_id=2, user="bob", account="bio", partition="gpu", qos="high", priority=10450, age=250,
+                    fairshare=9000, job_size=100, partition_factor=0, qos_factor=1000, nice=0).model_dump(),
+        PriorityOut(job_id=7, user="alice", account="hep", partition="gpu", qos="normal", priority=3100, age=1000,
+                    fairshare=2100, job_size=0, partition_factor=0, qos_factor=0, nice=0).model_dump(),
+    ]
+
+
+def canned_fairshare() -> list[dict]:
+    return [
+        FairShareOut(account="physics", parent=None, shares=3, norm_shares=0.75, raw_usage=7200.4, norm_usage=0.9,
+                     fairshare=0.25).model_dump(),
+        FairShareOut(account="hep", parent="physics", shares=1, norm_shares=0.75, raw_usage=7200.4, norm_usage=0.9,
+                     fairshare=0.25).model_dump(),
+        FairShareOut(account="bio", parent=None, shares=1, norm_shares=0.25, raw_usage=800.0, norm_usage=0.1,
+                     fairshare=0.8125).model_dump(),
+    ]
+
+
+def canned_queues() -> list[dict]:
+    return [
+        QueueOut(name="hep-q", cohort="all", nominal={"gpu": 8, "mem_mib": 65536},
+                 usage={"mem_mib": 131072, "gpu": 12}, borrowing=True, pending_jobs=3, running_jobs=2).model_dump(),
+        QueueOut(name="solo", cohort=None, nominal={}, usage={}, borrowing=False, pending_jobs=0,
+                 running_jobs=0).model_dump(),
+    ]
+
+
+def canned_reservations() -> dict[str, dict]:
+    maint = ReservationOut(name="maint", start=T0 + 3600, end=T0 + 7200, nodes="node[1-2]", maintenance=True,
+                           node_names=["node1", "node2"], active=False)
+    return {"maint": maint.model_dump()}
+
+
 @dataclass
 class StandinState:
     jobs: dict[int, dict] = field(default_factory=canned_jobs)
     nodes: list[dict] = field(default_factory=canned_nodes)
     submissions: list[dict] = field(default_factory=list)
     queries: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # (path, query params)
+    actions: list[tuple[str, int]] = field(default_factory=list)  # (requeue|hold|release, job id)
+    tenancy: dict = field(default_factory=canned_tenancy)
+    tenancy_puts: list[dict] = field(default_factory=list)
+    reservations: dict[str, dict] = field(default_factory=canned_reservations)
+    reservation_posts: list[dict] = field(default_factory=list)
 
     def reset(self) -> None:
         self.__init__()
@@ -89,7 +154,10 @@ def make_app(state: StandinState) -> FastAPI:
         return {"status": "ok", "cluster": "standin"}
 
     _add_job_routes(app, state)
+    _add_job_action_routes(app, state)
     _add_cluster_routes(app, state)
+    _add_policy_routes(app, state)
+    _add_reservation_routes(app, state)
     return app
 
 
@@ -103,6 +171,8 @@ def _add_job_routes(app: FastAPI, state: StandinState) -> None:
         if (body.gpus_per_node or 0) > 4:
             raise HTTPException(422, f"no node has {body.gpus_per_node} GPUs (the most is 4)")
         state.submissions.append(body.model_dump(exclude_unset=True))
+        if body.array:
+            return _submit_array(state, body)
         job_id = max(state.jobs) + 1
         state.jobs[job_id] = make_job(job_id, name=body.name or "sbatch", user=body.user)
         return SubmitReply(job_id=job_id)
@@ -126,6 +196,107 @@ def _add_job_routes(app: FastAPI, state: StandinState) -> None:
             raise HTTPException(409, f"job {job_id} already ended ({found['state']})")
         found.update(state="CANCELLED", reason="None", end_time=time.time())
         return found
+
+
+def _submit_array(state: StandinState, body: JobSubmit) -> SubmitReply:
+    """One job per task, ids in a row; the array job id is the first task's id, as in Slurm."""
+    spec = parse_array_spec(body.array or "")
+    first_id = max(state.jobs) + 1
+    for offset, index in enumerate(spec.indices()):
+        state.jobs[first_id + offset] = make_job(first_id + offset, name=body.name or "sbatch", user=body.user,
+                                                 array_job_id=first_id, array_task_id=index,
+                                                 array_throttle=spec.throttle)
+    return SubmitReply(job_id=first_id, task_ids=list(range(first_id, first_id + len(spec.indices()))))
+
+
+def _add_job_action_routes(app: FastAPI, state: StandinState) -> None:
+    authed = [Depends(_check_auth)]
+
+    def found(job_id: int, action: str) -> dict:
+        state.actions.append((action, job_id))
+        if job_id not in state.jobs:
+            raise HTTPException(404, f"job {job_id} not found")
+        return state.jobs[job_id]
+
+    @app.post(API_PREFIX + "/jobs/{job_id}/requeue", dependencies=authed)
+    def requeue(job_id: int) -> dict:
+        job = found(job_id, "requeue")
+        if job["state"] == "PENDING":
+            raise HTTPException(409, f"job {job_id} is pending; only running or finished jobs can be requeued")
+        if not job["requeue"]:
+            raise HTTPException(409, f"job {job_id} was submitted with --no-requeue")
+        job.update(state="PENDING", reason="BeginTime", nodelist="", restart_count=job["restart_count"] + 1)
+        job["history"] = [*job["history"], {"t": T0, "event": "requeued", "reason": "by request"}]
+        return job
+
+    @app.post(API_PREFIX + "/jobs/{job_id}/hold", dependencies=authed)
+    def hold(job_id: int) -> dict:
+        job = found(job_id, "hold")
+        if job["state"] != "PENDING":
+            raise HTTPException(409, f"job {job_id} is {job['state']}; only pending jobs can be held")
+        job.update(held=True, reason="JobHeldUser", priority=0)
+        return job
+
+    @app.post(API_PREFIX + "/jobs/{job_id}/release", dependencies=authed)
+    def release(job_id: int) -> dict:
+        job = found(job_id, "release")
+        if not job["held"]:
+            raise HTTPException(409, f"job {job_id} is not held")
+        job.update(held=False, reason="Priority")
+        return job
+
+
+def _add_policy_routes(app: FastAPI, state: StandinState) -> None:
+    authed = [Depends(_check_auth)]
+
+    @app.get(API_PREFIX + "/priority", dependencies=authed)
+    def priority() -> list[dict]:
+        return canned_priorities()
+
+    @app.get(API_PREFIX + "/fairshare", dependencies=authed)
+    def fairshare() -> list[dict]:
+        return canned_fairshare()
+
+    @app.get(API_PREFIX + "/queues", dependencies=authed)
+    def queues() -> list[dict]:
+        return canned_queues()
+
+    @app.get(API_PREFIX + "/tenancy", dependencies=authed)
+    def tenancy() -> dict:
+        return state.tenancy
+
+    @app.put(API_PREFIX + "/tenancy", dependencies=authed)
+    def put_tenancy(request_body: dict) -> dict:
+        state.tenancy_puts.append(request_body)
+        try:
+            spec = TenancySpec.model_validate(request_body)
+        except ValueError as exc:  # the controller's 422: one readable line
+            raise HTTPException(422, str(exc.errors()[0]["msg"])) from None
+        state.tenancy = spec.model_dump()
+        return state.tenancy
+
+
+def _add_reservation_routes(app: FastAPI, state: StandinState) -> None:
+    authed = [Depends(_check_auth)]
+
+    @app.get(API_PREFIX + "/reservations", dependencies=authed)
+    def reservations() -> list[dict]:
+        return list(state.reservations.values())
+
+    @app.post(API_PREFIX + "/reservations", status_code=201, dependencies=authed)
+    def create(body: ReservationSpec) -> dict:
+        state.reservation_posts.append(body.model_dump(exclude_unset=True))
+        if body.name in state.reservations:
+            raise HTTPException(409, f"reservation '{body.name}' already exists")
+        names = expand(body.nodes) if body.nodes else ["node1"]
+        created = ReservationOut(**body.model_dump(), node_names=names, active=body.start <= time.time())
+        state.reservations[body.name] = created.model_dump()
+        return state.reservations[body.name]
+
+    @app.delete(API_PREFIX + "/reservations/{name}", status_code=204, dependencies=authed)
+    def delete(name: str) -> None:
+        if state.reservations.pop(name, None) is None:
+            raise HTTPException(404, f"reservation '{name}' not found")
 
 
 def _add_cluster_routes(app: FastAPI, state: StandinState) -> None:

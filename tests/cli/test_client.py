@@ -21,9 +21,39 @@ def test_endpoints(standin):
         assert [j["id"] for j in client.accounting(ids=[1, 4], states=["FAILED"], since=5.2)] == [4]
         assert standin.state.queries[-1] == ("/accounting", {"ids": "1,4", "states": "FAILED", "since": "5"})
         body = {"workdir": "/", "user": "u", "argv": ["true"], "nodes": 2}
-        assert client.submit(body) == {"job_id": 5}
+        assert client.submit(body) == {"job_id": 5, "task_ids": []}
         assert standin.state.submissions[-1] == body
         assert client.cancel(5)["state"] == "CANCELLED"
+
+
+def test_scheduling_endpoints(standin):
+    with Client(standin.url, SECRET) as client:
+        assert client.requeue(1)["state"] == "PENDING"
+        assert client.hold(2)["held"] is True
+        assert client.release(2)["held"] is False
+        assert standin.state.actions == [("requeue", 1), ("hold", 2), ("release", 2)]
+        assert [p["job_id"] for p in client.priority()] == [2, 7]
+        assert [s["account"] for s in client.fairshare()] == ["physics", "hep", "bio"]
+        assert [q["name"] for q in client.queues()] == ["hep-q", "solo"]
+
+
+def test_tenancy_and_reservation_endpoints(standin):
+    with Client(standin.url, SECRET) as client:
+        spec = client.tenancy()
+        assert [a["name"] for a in spec["accounts"]] == ["physics", "hep", "bio"]
+        assert client.put_tenancy({"default_qos": "normal"})["accounts"] == []
+        assert standin.state.tenancy_puts == [{"default_qos": "normal"}]
+        assert [r["name"] for r in client.reservations()] == ["maint"]
+        created = client.create_reservation({"name": "r1", "start": 10.0, "end": 20.0, "gpus": 2})
+        assert created["node_names"] == ["node1"] and created["active"] is True
+        assert client.delete_reservation("r1") is None
+        assert standin.state.queries[-1] == ("/reservations/r1", {})
+        with pytest.raises(ClientError) as info:
+            client.delete_reservation("r1")
+        assert (str(info.value), info.value.status) == ("reservation 'r1' not found", 404)
+        with pytest.raises(ClientError) as info:
+            client.create_reservation({"name": "maint", "start": 10.0, "end": 20.0, "gpus": 2})
+        assert info.value.status == 409
 
 
 def test_errors_carry_detail_and_status(standin):

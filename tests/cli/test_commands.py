@@ -2,7 +2,7 @@ import json
 
 from corral.jobscript import format_duration
 
-from .standin import T0
+from .standin import T0, make_job
 
 
 def lines_of(text):
@@ -43,6 +43,79 @@ def test_queue_without_auth_explains(standin, cli, monkeypatch):
     assert result.exit_code == 1
     assert "corral: error: the controller refused the request (missing or wrong bearer token)" in result.stderr
     assert "secret" in result.stderr
+
+
+def add_array_tasks(state):
+    """Array job 20: task 0 running, task 1 pending on a quota with a detail, task 2 pending."""
+    state.jobs[20] = make_job(20, name="sweep", state="RUNNING", reason="None", nodelist="node1", array_job_id=20,
+                              array_task_id=0, array_throttle=2, account="hep", qos="high", queue="hep-q")
+    state.jobs[21] = make_job(21, name="sweep", array_job_id=20, array_task_id=1, array_throttle=2, account="hep",
+                              qos="high", queue="hep-q", reason="QueueQuota",
+                              reason_detail="queue hep-q: gpu 8/8 in use, cohort all has none to lend")
+    state.jobs[22] = make_job(22, name="sweep", array_job_id=20, array_task_id=2, reason="JobArrayTaskLimit")
+
+
+def test_queue_names_array_tasks(standin, cli):
+    add_array_tasks(standin.state)
+    result = cli("queue")
+    assert result.exit_code == 0, result.output
+    rows = lines_of(result.stdout)[1:]
+    assert [r[0] for r in rows] == ["1", "2", "20_0", "20_1", "20_2"]
+    assert rows[3][-1] == "(QueueQuota)"  # the detail waits for --long
+    assert "gpu 8/8" not in result.stdout
+
+
+def test_queue_long_adds_account_qos_queue_and_detail(standin, cli):
+    add_array_tasks(standin.state)
+    result = cli("queue", "-l")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.strip().splitlines()
+    assert header.split() == ["JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "QOS", "QUEUE", "STATE", "TIME",
+                              "NODES", "GPUS", "NODELIST(REASON)", "DETAIL"]
+    assert rows[0].split() == ["1", "gpu", "train", "alice", "-", "-", "-", "RUNNING", "5:03", "2", "8", "node[1-2]"]
+    assert rows[3].split()[:12] == ["20_1", "gpu", "sweep", "alice", "hep", "high", "hep-q", "PENDING", "0:00", "1",
+                                    "0", "(QueueQuota)"]
+    assert rows[3].endswith("queue hep-q: gpu 8/8 in use, cohort all has none to lend")
+    assert cli("queue", "--long").stdout == result.stdout
+
+
+def test_acct_names_array_tasks(standin, cli):
+    add_array_tasks(standin.state)
+    result = cli("acct", "-j", "20,21")
+    assert result.exit_code == 0, result.output
+    assert [r[0] for r in lines_of(result.stdout)[1:]] == ["20_0", "20_1"]
+
+
+def test_show_array_task_reason_detail_and_policy(standin, cli):
+    add_array_tasks(standin.state)
+    result = cli("show", "21")
+    assert result.exit_code == 0, result.output
+    fields = {k.strip(): v for k, v in (line.split(" : ", 1) for line in result.stdout.splitlines())}
+    assert fields["JobId"] == "21" and fields["ArrayJobId"] == "20" and fields["ArrayTaskId"] == "1"
+    assert fields["ArrayTaskThrottle"] == "2"
+    assert fields["Reason"] == "QueueQuota"
+    assert fields["ReasonDetail"] == "queue hep-q: gpu 8/8 in use, cohort all has none to lend"
+    assert (fields["Account"], fields["QOS"], fields["Queue"]) == ("hep", "high", "hep-q")
+    assert fields["Held"] == "no" and fields["Requeue"] == "yes" and fields["Dependency"] == "(none)"
+
+
+def test_show_prints_the_history(standin, cli):
+    standin.state.jobs[1]["history"] = [
+        {"t": T0 + 60, "event": "signal", "signal": "USR1"},
+        {"t": T0 + 120, "event": "preempted", "by": 9, "cause": "reclaim"},
+        {"t": T0 + 121, "event": "requeued", "reason": "preempted"},
+    ]
+    result = cli("show", "1")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    start = lines.index("History:")
+    events = [line.split(None, 1)[1] for line in lines[start + 1:]]
+    assert events == ["signal USR1 sent", "preempted by job 9 (reclaim)", "requeued (preempted)"]
+    assert all(line.startswith("  20") for line in lines[start + 1:])
+
+
+def test_show_without_history_prints_none(standin, cli):
+    assert "History" not in cli("show", "2").stdout
 
 
 def test_show_lists_every_field(standin, cli):
@@ -143,7 +216,9 @@ def test_acct_bad_inputs(standin, cli):
 
 def test_unreachable_controller(isolated, cli, monkeypatch):
     monkeypatch.setenv("CORRAL_URL", "http://127.0.0.1:9")  # the discard port: nothing listens
-    for command in (["queue"], ["nodes"], ["show", "1"], ["cancel", "1"], ["acct"]):
+    for command in (["queue"], ["nodes"], ["show", "1"], ["cancel", "1"], ["acct"], ["requeue", "1"], ["hold", "1"],
+                    ["release", "1"], ["prio"], ["share"], ["queues"], ["tenancy", "show"], ["reservation", "list"],
+                    ["reservation", "delete", "x"]):
         result = cli(*command)
         assert result.exit_code == 1
         assert result.stderr == ("corral: error: cannot reach the controller at http://127.0.0.1:9 "

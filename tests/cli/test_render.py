@@ -72,16 +72,79 @@ def test_job_fields_cover_every_jobout_field():
     assert fields["SubmitTime"] == "2023-11-14T22:13:20"
     assert fields["StartTime"] == "2023-11-14T22:13:30"
     assert fields["MemPerNode"] == "16G" and fields["TotalGpus"] == "8" and fields["GpuSeconds"] == "2424"
-    assert "EstimatedStart" not in fields
-    # Every JobOut field shows up under some label (slices as Alloc[...] lines).
-    covered = {"id", "name", "user", "state", "reason", "partition", "priority", "submit_time", "start_time",
-               "end_time", "estimated_start", "time_limit_s", "elapsed_s", "num_nodes", "tasks_per_node",
-               "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
-               "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count"}
-    assert covered == set(job)
+    assert "EstimatedStart" not in fields and "ArrayJobId" not in fields and "ReasonDetail" not in fields
     assert fields["Alloc[node2]"] == "gpus=0,1,2,3 cpus=8 mem=16G"
     pending = dict(render.job_fields(canned_jobs()[2]))
     assert pending["EstimatedStart"] == "2023-11-14T23:13:20" and pending["NodeList"] == "(none)"
+
+
+def test_job_fields_of_a_job_with_every_feature():
+    job = make_job(21, array_job_id=20, array_task_id=1, array_throttle=4, account="hep", qos="high", queue="q",
+                   reason="Dependency", reason_detail="waits for job 3 (afterok)", dependency="afterok:3", held=True,
+                   requeue=False, reservation="maint", uid=1000, submit_host="login1",
+                   history=[{"t": T0, "event": "requeued"}])
+    fields = dict(render.job_fields(job))
+    assert {k: fields[k] for k in ("ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "Account", "QOS", "Queue",
+                                   "ReasonDetail", "Dependency", "Held", "Requeue", "Reservation", "Uid",
+                                   "SubmitHost")} == {
+        "ArrayJobId": "20", "ArrayTaskId": "1", "ArrayTaskThrottle": "4", "Account": "hep", "QOS": "high",
+        "Queue": "q", "ReasonDetail": "waits for job 3 (afterok)", "Dependency": "afterok:3", "Held": "yes",
+        "Requeue": "no", "Reservation": "maint", "Uid": "1000", "SubmitHost": "login1"}
+    # Every JobOut field shows up under some label (slices as Alloc[...] lines, history after the fields).
+    covered = {"id", "name", "user", "state", "reason", "partition", "priority", "submit_time", "start_time",
+               "end_time", "estimated_start", "time_limit_s", "elapsed_s", "num_nodes", "tasks_per_node",
+               "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
+               "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",
+               "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
+               "held", "requeue", "reservation", "uid", "submit_host", "history", "position"}
+    assert covered == set(job)
+    assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "text"),
+    [
+        ({}, "7"),
+        ({"array_job_id": 5, "array_task_id": 2}, "5_2"),
+        ({"array_job_id": 5}, "7"),  # not a task: its own id
+    ],
+)
+def test_job_id_text(overrides, text):
+    assert render.job_id_text(make_job(7, **overrides)) == text
+
+
+def test_queue_long_rows():
+    job = make_job(8, account="hep", reason="Reservation", reason_detail="reservation maint starts 23:00")
+    assert render.queue_long_rows([job], now=T0) == [
+        ("8", "gpu", "job8", "alice", "hep", "-", "-", "PENDING", "0:00", "1", "0", "(Reservation)",
+         "reservation maint starts 23:00"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("event", "text"),
+    [
+        ({"t": T0, "event": "preempted", "by": 9, "cause": "priority"}, "preempted by job 9 (priority)"),
+        ({"t": T0, "event": "preempted"}, "preempted"),
+        ({"t": T0, "event": "preempted", "by": 9, "cause": "reclaim", "grace_s": 60},
+         "preempted by job 9 (reclaim) grace_s=60"),
+        ({"t": T0, "event": "requeued", "reason": "scontrol requeue"}, "requeued (scontrol requeue)"),
+        ({"t": T0, "event": "requeued"}, "requeued"),
+        ({"t": T0, "event": "signal", "signal": "USR1"}, "signal USR1 sent"),
+        ({"t": T0, "event": "signal", "signal": 10, "reason": "time limit"}, "signal 10 sent (time limit)"),
+        ({"t": T0, "event": "signal"}, "signal sent"),
+        ({"time": T0, "kind": "resized", "nodes": 2}, "resized nodes=2"),  # unknown events stay readable
+        ({"note": "x"}, "event note=x"),
+    ],
+)
+def test_describe_event(event, text):
+    assert render.describe_event(event) == text
+
+
+def test_history_lines_tolerate_a_missing_time():
+    assert render.history_lines({"history": [{"event": "requeued"}]}) == ["History:", "  Unknown  requeued"]
+    assert render.history_lines({"history": []}) == []
+    assert render.history_lines({}) == []
 
 
 def test_format_fields():

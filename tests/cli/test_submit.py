@@ -69,7 +69,59 @@ def test_submit_script_on_stdin(standin, cli):
 
 def test_submit_json_reply(standin, cli):
     result = cli("submit", "--json", "--wrap", "true")
-    assert json.loads(result.stdout) == {"job_id": 5}
+    assert json.loads(result.stdout) == {"job_id": 5, "task_ids": []}
+
+
+def test_submit_array_prints_the_array_job_id(standin, cli):
+    result = cli("submit", "--array=0-4:2%2", "--wrap", "true")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Submitted job 5\n"  # the array job id, as sbatch prints it
+    assert standin.state.submissions[-1]["array"] == "0-4:2%2"
+    tasks = [standin.state.jobs[i] for i in (5, 6, 7)]
+    assert [(t["array_job_id"], t["array_task_id"], t["array_throttle"]) for t in tasks] == [
+        (5, 0, 2), (5, 2, 2), (5, 4, 2)]
+    assert cli("submit", "--parsable", "-a", "1,3", "--wrap", "true").stdout == "8\n"
+    reply = json.loads(cli("submit", "--json", "-a", "7", "--wrap", "true").stdout)
+    assert reply == {"job_id": 10, "task_ids": [10]}
+
+
+def test_submit_new_options_reach_the_server(standin, cli):
+    result = cli("submit", "-A", "hep", "-q", "high", "--queue", "team-a", "--reservation=maint",
+                 "-d", "afterok:1:2_3?singleton", "--signal=B:SIGUSR1", "--no-requeue", "-H", "--wrap", "true")
+    assert result.exit_code == 0, result.output
+    sent = standin.state.submissions[-1]
+    assert {k: sent[k] for k in ("account", "qos", "queue", "reservation", "dependency", "signal", "requeue",
+                                 "hold")} == {
+        "account": "hep", "qos": "high", "queue": "team-a", "reservation": "maint",
+        "dependency": "afterok:1:2_3?singleton", "signal": "B:USR1@60", "requeue": False, "hold": True}
+
+
+def test_submit_new_directives_reach_the_server(standin, cli, tmp_path):
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/bash\n#SBATCH --account=bio --qos=normal -a 1-3\n#CORRAL --queue=q1 --hold\n"
+                    "#SBATCH --dependency=afterany:4 --signal=TERM@30 --requeue --reservation=r\nrun\n")
+    result = cli("submit", "-q", "high", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Submitted job 5\n"
+    sent = standin.state.submissions[-1]
+    assert {k: sent[k] for k in ("account", "qos", "array", "queue", "hold", "dependency", "signal", "requeue",
+                                 "reservation")} == {
+        "account": "bio", "qos": "high", "array": "1-3", "queue": "q1", "hold": True, "dependency": "afterany:4",
+        "signal": "TERM@30", "requeue": True, "reservation": "r"}
+
+
+def test_submit_leaves_unset_options_to_the_server(standin, cli):
+    assert cli("submit", "--wrap", "true").exit_code == 0
+    sent = standin.state.submissions[-1]
+    assert not {"account", "qos", "queue", "array", "dependency", "signal", "requeue", "reservation",
+                "hold"} & set(sent)
+
+
+def test_submit_help_lists_the_new_options(cli):
+    text = cli("submit", "--help").stdout
+    for option in ("--account", "--qos", "--queue", "--array", "--dependency", "--signal", "--requeue",
+                   "--no-requeue", "--reservation", "--hold"):
+        assert option in text
 
 
 def test_submit_default_name_and_chdir(standin, cli, tmp_path, monkeypatch):
@@ -96,6 +148,24 @@ def test_submit_default_name_and_chdir(standin, cli, tmp_path, monkeypatch):
                            "corral submit [options] -- missing.sh ..."),
         (["--partition", "nope", "--wrap", "true"], "unknown partition 'nope'"),  # the server's 422 detail
         (["--gpus-per-node", "8", "--wrap", "true"], "no node has 8 GPUs (the most is 4)"),
+        (["--array=1-x", "--wrap", "true"],
+         "invalid value '1-x' for --array on the command line: bad item '1-x'; expected indexes N, N-M or "
+         "N-M:STEP, comma-separated, then optionally %MAX (e.g. 0-99%8, 1,3,5, 0-15:4)"),
+        (["-a", "9-2", "--wrap", "true"],
+         "invalid value '9-2' for -a (--array) on the command line: range '9-2' ends before it starts; expected "
+         "indexes N, N-M or N-M:STEP, comma-separated, then optionally %MAX (e.g. 0-99%8, 1,3,5, 0-15:4)"),
+        (["-d", "afterok:1,afterok:2?afterok:3", "--wrap", "true"],
+         "invalid value 'afterok:1,afterok:2?afterok:3' for -d (--dependency) on the command line: use either ',' "
+         "(all) or '?' (any) between dependencies, not both; expected TYPE:ID[:ID...] with TYPE after, afterany, "
+         "afterok or afternotok, ID a job id N or an array task N_M, each ID optionally +MINUTES; several joined "
+         "by ',' (all) or '?' (any); or singleton"),
+        (["--signal=USR9", "--wrap", "true"],
+         "invalid value 'USR9' for --signal on the command line: unknown signal 'USR9'; expected [B:]SIG[@SECONDS] "
+         "with SIG a name (USR1, SIGUSR1, TERM, ...) or a number"),
+        (["-A", "a,b", "--wrap", "true"],
+         "invalid value 'a,b' for -A (--account) on the command line: give one name, not a list"),
+        (["--hold=1", "--wrap", "true"], "option '--hold' takes no value on the command line"),
+        (["--re", "x", "--wrap", "true"], "option '--re' is ambiguous (--requeue, --reservation) on the command line"),
     ],
 )
 def test_submit_errors(standin, cli, args, message):
@@ -146,6 +216,12 @@ def test_split_command_line():
     assert line.sbatch_tokens == ["-N", "2", "--gpus-per-n", "2"]
     assert line.json and line.url == "http://x" and not line.parsable
     assert line.positionals == ["a", "-b"] and line.command_given
+
+
+def test_split_command_line_keeps_flags_without_values():
+    line = split_command_line(["-H", "--no-req", "--json", "-a", "1-3", "--requeue", "x.sh"])
+    assert line.sbatch_tokens == ["-H", "--no-req", "-a", "1-3", "--requeue"]
+    assert line.json and line.positionals == ["x.sh"]
 
 
 def test_build_body_without_server(tmp_path):

@@ -62,6 +62,37 @@ def from_script(*lines):
         (["--priority=10"], {"priority": 10}),
         (["-N", "1", "-N", "3"], {"nodes": 3}),  # the last one wins
         ([], {}),
+        (["-A", "hep"], {"account": "hep"}),
+        (["-Ahep"], {"account": "hep"}),
+        (["--account=hep"], {"account": "hep"}),
+        (["--acc", "hep"], {"account": "hep"}),
+        (["-q", "high"], {"qos": "high"}),
+        (["--qos=high"], {"qos": "high"}),
+        (["--queue", "team-a"], {"queue": "team-a"}),
+        (["--que=team-a"], {"queue": "team-a"}),
+        (["--reservation=maint"], {"reservation": "maint"}),
+        (["--res", "maint"], {"reservation": "maint"}),
+        (["-a", "0-99%8"], {"array": "0-99%8"}),
+        (["-a1,3,5"], {"array": "1,3,5"}),
+        (["--array=0-15:4"], {"array": "0-15:4"}),
+        (["--array", " 7 "], {"array": "7"}),
+        (["-d", "afterok:12"], {"dependency": "afterok:12"}),
+        (["-dafterany:1:2_3"], {"dependency": "afterany:1:2_3"}),
+        (["--dependency=after:5+10,afternotok:6"], {"dependency": "after:5+10,afternotok:6"}),
+        (["--dep", "afterok:1?afterok:2"], {"dependency": "afterok:1?afterok:2"}),
+        (["--dependency=singleton"], {"dependency": "singleton"}),
+        (["--signal=USR1"], {"signal": "USR1@60"}),  # Slurm's default lead time
+        (["--signal", "SIGUSR2@90"], {"signal": "USR2@90"}),
+        (["--signal=B:term@120"], {"signal": "B:TERM@120"}),
+        (["--sig=10@0"], {"signal": "10@0"}),
+        (["--requeue"], {"requeue": True}),
+        (["--no-requeue"], {"requeue": False}),
+        (["--no-req"], {"requeue": False}),
+        (["--no-requeue", "--requeue"], {"requeue": True}),  # the last one wins
+        (["--requeue", "--no-requeue"], {"requeue": False}),
+        (["-H"], {"hold": True}),
+        (["--hold"], {"hold": True}),
+        (["--ho"], {"hold": True}),
     ],
 )
 def test_option_forms(tokens, fields):
@@ -77,6 +108,23 @@ def test_directives_from_a_submitit_script():
     assert fields == {
         "cpus_per_task": 4, "error": "/f/%j/%j_0_log.err", "gpus_per_node": 2, "name": "exp", "mem_mib": 16384,
         "nodes": 2, "ntasks_per_node": 2, "output": "/f/%j/%j_0_log.out", "time_limit_s": 3600,
+    }
+
+
+def test_new_options_as_directives():
+    fields = from_script(
+        "#SBATCH -A hep -q high", "#SBATCH --queue=team-a --reservation=maint", "#SBATCH --array=0-9%2",
+        "#SBATCH -d afterok:41_2+5", "#SBATCH --signal=B:USR1@300", "#SBATCH --no-requeue", "#CORRAL -H",
+    )
+    assert fields == {"account": "hep", "qos": "high", "queue": "team-a", "reservation": "maint",
+                      "array": "0-9%2", "dependency": "afterok:41_2+5", "signal": "B:USR1@300", "requeue": False,
+                      "hold": True}
+
+
+def test_command_line_overrides_new_directives():
+    script = parse_directives("#!/bin/sh\n#SBATCH --no-requeue -a 1-3 -A bio -H\n")
+    assert build_submission(script, ["--requeue", "--array=5", "-A", "hep"]) == {
+        "requeue": True, "array": "5", "account": "hep", "hold": True,
     }
 
 
@@ -118,7 +166,7 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
     [
         (["#SBATCH --foo"], "unsupported option '--foo' in #SBATCH directive line 2"),
         (["#SBATCH -N 1", "#SBATCH --exclusive"], "unsupported option '--exclusive' in #SBATCH directive line 3"),
-        (["#CORRAL --array=1-3"], "unsupported option '--array' in #CORRAL directive line 2"),
+        (["#CORRAL --licenses=a:1"], "unsupported option '--licenses' in #CORRAL directive line 2"),
         (["#SBATCH -x n1"], "unsupported option '-x' in #SBATCH directive line 2"),
         (["#SBATCH -N x"],
          "invalid value 'x' for -N (--nodes) in #SBATCH directive line 2: expected a positive integer"),
@@ -147,12 +195,36 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
         (["#SBATCH --priority=high"], "invalid value 'high' for --priority"),
         (["#SBATCH --gpus-per", "2"], "option '--gpus-per' is ambiguous (--gpus-per-node, --gpus-per-task)"),
         (["#SBATCH --mem-per=1G"], "option '--mem-per' is ambiguous"),
-        (["#SBATCH --n=1"], "option '--n' is ambiguous (--nodes, --ntasks, --ntasks-per-node)"),
+        (["#SBATCH --n=1"], "option '--n' is ambiguous (--no-requeue, --nodes, --ntasks, --ntasks-per-node)"),
+        (["#SBATCH --re"], "option '--re' is ambiguous (--requeue, --reservation)"),
+        (["#SBATCH --q=a"], "option '--q' is ambiguous (--qos, --queue)"),
         (["#SBATCH -N"], "option '-N' needs a value in #SBATCH directive line 2"),
         (["#SBATCH --time"], "option '--time' needs a value"),
         (["#SBATCH extra"], "unexpected argument 'extra' in #SBATCH directive line 2"),
         (["#SBATCH -N 1 -- cmd"], "unexpected argument 'cmd'"),
         (["#SBATCH -N 1 --"], "unexpected argument '--' in #SBATCH directive line 2"),
+        (["#SBATCH -A a,b"], "invalid value 'a,b' for -A (--account) in #SBATCH directive line 2: give one name"),
+        (["#SBATCH --qos="], "invalid value '' for --qos.*non-empty"),
+        (["#SBATCH --queue='a b'"], "invalid value 'a b' for --queue.*expected a name"),
+        (["#SBATCH --reservation=r1,r2"], "invalid value 'r1,r2' for --reservation"),
+        (["#SBATCH --array=5-1"], "invalid value '5-1' for --array in #SBATCH directive line 2: range '5-1' ends"),
+        (["#SBATCH -a x"], "invalid value 'x' for -a (--array).*bad item 'x'.*0-99%8"),
+        (["#SBATCH --array=1-3%0"], "invalid value '1-3%0' for --array.*after '%' must be a positive integer"),
+        (["#SBATCH --array=%4"], "invalid value '%4' for --array.*no indexes before '%'"),
+        (["#SBATCH --array=0-8:0"], "invalid value '0-8:0' for --array.*step in '0-8:0' must be at least 1"),
+        (["#SBATCH --array=1,,2"], "invalid value '1,,2' for --array.*bad item ''"),
+        (["#SBATCH -d afterok"], "invalid value 'afterok' for -d (--dependency).*'afterok' needs at least one job"),
+        (["#SBATCH -d aftercorr:1"], "invalid value 'aftercorr:1' for -d (--dependency).*unknown dependency"),
+        (["#SBATCH -d afterok:1,afterok:2?afterok:3"], "either ',' (all) or '?' (any)"),
+        (["#SBATCH -d afterok:x"], "invalid value 'afterok:x' for -d (--dependency).*bad job id 'x'"),
+        (["#SBATCH -d afterok:1+soon"], "bad time '+soon'"),
+        (["#SBATCH --signal=FOO"], "invalid value 'FOO' for --signal in #SBATCH directive line 2: unknown signal"),
+        (["#SBATCH --signal=R:USR1"], "invalid value 'R:USR1' for --signal.*unsupported flag 'R'"),
+        (["#SBATCH --signal=USR1@soon"], "invalid value 'USR1@soon' for --signal.*whole seconds"),
+        (["#SBATCH --signal=99"], "signal number 99 is not between 1 and 64"),
+        (["#SBATCH --hold=yes"], "option '--hold' takes no value in #SBATCH directive line 2"),
+        (["#SBATCH -H1"], "option '-H' takes no value"),
+        (["#SBATCH --requeue=no"], "option '--requeue' takes no value"),
         (["#SBATCH --mem=1G --mem-per-cpu=1G"],
          "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive (got --mem and --mem-per-cpu in #SBATCH"),
         (["#SBATCH --mem=1G", "#SBATCH --mem-per-gpu=1G"], "mutually exclusive.*directive line 3"),

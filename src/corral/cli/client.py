@@ -66,6 +66,15 @@ class Client:
     def cancel(self, job_id: int) -> dict:
         return self._call("POST", f"/jobs/{job_id}/cancel")
 
+    def requeue(self, job_id: int) -> dict:
+        return self._call("POST", f"/jobs/{job_id}/requeue")
+
+    def hold(self, job_id: int) -> dict:
+        return self._call("POST", f"/jobs/{job_id}/hold")
+
+    def release(self, job_id: int) -> dict:
+        return self._call("POST", f"/jobs/{job_id}/release")
+
     def nodes(self) -> list[dict]:
         return self._call("GET", "/nodes")
 
@@ -76,6 +85,32 @@ class Client:
                    until: float | None = None, ids: Iterable[int] = ()) -> list[dict]:
         params = _params(user=user, states=_csv(states), since=_epoch(since), until=_epoch(until), ids=_csv(ids))
         return self._call("GET", "/accounting", params=params)
+
+    def priority(self) -> list[dict]:
+        return self._call("GET", "/priority")
+
+    def fairshare(self) -> list[dict]:
+        return self._call("GET", "/fairshare")
+
+    def queues(self) -> list[dict]:
+        return self._call("GET", "/queues")
+
+    def tenancy(self) -> dict:
+        return self._call("GET", "/tenancy")
+
+    def put_tenancy(self, spec: dict) -> dict:
+        return self._call("PUT", "/tenancy", json=spec)
+
+    def reservations(self) -> list[dict]:
+        return self._call("GET", "/reservations")
+
+    def create_reservation(self, spec: dict) -> dict:
+        return self._call("POST", "/reservations", json=spec)
+
+    def delete_reservation(self, name: str) -> None:
+        from urllib.parse import quote
+
+        self._call("DELETE", f"/reservations/{quote(name, safe='')}")
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
@@ -90,6 +125,8 @@ class Client:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:
             raise ClientError(error_message(response.status_code, response.text), response.status_code)
+        if response.status_code == 204 or not response.content:
+            return None
         try:
             return response.json()
         except ValueError:

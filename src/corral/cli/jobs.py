@@ -34,16 +34,22 @@ def queue(
     all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Include finished jobs.")] = False,
     user: UserOption = None,
     states: StatesOption = None,
+    long_format: Annotated[bool, typer.Option("--long", "-l", help="Add ACCOUNT, QOS, QUEUE and the pending "
+                                              "reason's DETAIL.")] = False,
     json_output: JsonOption = False,
     url: UrlOption = None,
 ) -> None:
-    """List pending and running jobs (squeue)."""
+    """List pending and running jobs (squeue). Array tasks show as ARRAYJOB_TASK."""
     with reported_errors(), open_client(url) as client:
         jobs = client.jobs(states=[s.upper() for s in _csv(states)], user=user, include_finished=all_jobs)
     if json_output:
         print_json(jobs)
-        return
-    print_table(render.QUEUE_HEADERS, render.queue_rows(jobs, time.time()), render.QUEUE_RIGHT, state_column=4)
+    elif long_format:
+        print_table(render.QUEUE_LONG_HEADERS, render.queue_long_rows(jobs, time.time()), render.QUEUE_LONG_RIGHT,
+                    state_column=render.QUEUE_LONG_STATE_COLUMN)
+    else:
+        print_table(render.QUEUE_HEADERS, render.queue_rows(jobs, time.time()), render.QUEUE_RIGHT,
+                    state_column=render.QUEUE_STATE_COLUMN)
 
 
 def show(
@@ -51,13 +57,13 @@ def show(
     json_output: JsonOption = False,
     url: UrlOption = None,
 ) -> None:
-    """Show every detail of one job (scontrol show job)."""
+    """Show every detail of one job and its history: preemptions, requeues, signals (scontrol show job)."""
     with reported_errors(), open_client(url) as client:
         job = client.job(job_id)
     if json_output:
         print_json(job)
         return
-    print_lines(render.format_fields(render.job_fields(job)))
+    print_lines(render.format_fields(render.job_fields(job)) + render.history_lines(job))
 
 
 def cancel(
@@ -79,7 +85,7 @@ def cancel(
                 unknown += 1
                 typer.echo(f"corral: error: job {job_id}: {exc}", err=True)
                 continue
-            typer.echo(f"Cancelled job {job_id} ({job['state']})")
+            typer.echo(f"Cancelled job {render.job_id_text(job)} ({job['state']})")
     if unknown:
         raise typer.Exit(1)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 from typer.core import TyperCommand
 
-from corral.cli import jobs
+from corral.cli import jobs, scheduling
+from corral.cli.tenancy import reservation_app, tenancy_app
 from corral.cli.up import up
 
 _RAW_ARGS = "corral.raw_args"
@@ -49,6 +50,14 @@ app.command("show")(jobs.show)
 app.command("cancel")(jobs.cancel)
 app.command("nodes")(jobs.nodes)
 app.command("acct")(jobs.acct)
+app.command("requeue")(scheduling.requeue)
+app.command("hold")(scheduling.hold)
+app.command("release")(scheduling.release)
+app.command("prio")(scheduling.prio)
+app.command("share")(scheduling.share)
+app.command("queues")(scheduling.queues)
+app.add_typer(tenancy_app, name="tenancy")
+app.add_typer(reservation_app, name="reservation")
 
 
 def main() -> None:

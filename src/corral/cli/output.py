@@ -14,10 +14,10 @@ from corral.cli.render import format_table
 from corral.jobscript.errors import DirectiveError
 
 _STATE_STYLES = {
-    "RUNNING": "green", "PENDING": "yellow", "COMPLETING": "cyan", "COMPLETED": "blue",
+    "RUNNING": "green", "PENDING": "yellow", "COMPLETING": "cyan", "COMPLETED": "blue", "PREEMPTED": "magenta",
     "CANCELLED": "magenta", "FAILED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red",
     "idle": "green", "mixed": "cyan", "allocated": "yellow", "draining": "magenta", "drained": "magenta",
-    "down": "red",
+    "down": "red", "ACTIVE": "green",
 }
 
 

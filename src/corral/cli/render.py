@@ -1,5 +1,7 @@
 """Pure rendering: table rows and readable fields from JobOut / NodeOut dicts (no I/O, no rich).
 
+Array tasks are named as Slurm names them, `ARRAYJOB_TASK` (e.g. 12_3).
+
 Times are shown in local time in Slurm's ISO form (2024-05-01T14:05:03); `now` is passed in so
 output is reproducible."""
 from __future__ import annotations
@@ -11,6 +13,12 @@ from corral.jobscript.units import format_duration, format_duration_short
 
 QUEUE_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", "NODELIST(REASON)")
 QUEUE_RIGHT = frozenset({0, 5, 6, 7})  # numbers right-aligned, as squeue does
+QUEUE_STATE_COLUMN = 4
+# `corral queue --long`: who pays and under which rules, and the detail behind a pending reason.
+QUEUE_LONG_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "QOS", "QUEUE", "STATE", "TIME", "NODES",
+                      "GPUS", "NODELIST(REASON)", "DETAIL")
+QUEUE_LONG_RIGHT = frozenset({0, 8, 9, 10})
+QUEUE_LONG_STATE_COLUMN = 7
 NODE_HEADERS = ("NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU MODEL", "REASON")
 NODE_RIGHT = frozenset({3, 4, 5})
 ACCT_HEADERS = ("JobID", "Name", "State", "Start", "End", "Elapsed", "Nodes", "GPUs", "GPU-seconds", "ExitCode")
@@ -43,6 +51,17 @@ def exit_code_text(job: dict) -> str:
     return f"{job['exit_code']}:{job['exit_signal']}"
 
 
+def job_id_text(job: dict) -> str:
+    """`12_3` for task 3 of array job 12, else the job id."""
+    if job.get("array_task_id") is not None and job.get("array_job_id") is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return str(job["id"])
+
+
+def or_dash(text: object) -> str:
+    return "-" if text is None or text == "" else str(text)
+
+
 def nodelist_or_reason(job: dict, now: float) -> str:
     """squeue's NODELIST(REASON): the nodes once allocated, else `(Reason)` and any estimated start."""
     if job["nodelist"]:
@@ -56,11 +75,20 @@ def nodelist_or_reason(job: dict, now: float) -> str:
 def queue_rows(jobs: Sequence[dict], now: float) -> list[tuple[str, ...]]:
     return [
         (
-            str(job["id"]), job["partition"], job["name"], job["user"], job["state"],
+            job_id_text(job), job["partition"], job["name"], job["user"], job["state"],
             format_duration_short(job["elapsed_s"]), str(job["num_nodes"]), str(job["total_gpus"]),
             nodelist_or_reason(job, now),
         )
         for job in jobs
+    ]
+
+
+def queue_long_rows(jobs: Sequence[dict], now: float) -> list[tuple[str, ...]]:
+    """queue_rows plus ACCOUNT, QOS, QUEUE (after USER) and DETAIL (the reason's detail, last)."""
+    return [
+        (*short[:4], or_dash(job.get("account")), or_dash(job.get("qos")), or_dash(job.get("queue")), *short[4:],
+         job.get("reason_detail") or "")
+        for job, short in zip(jobs, queue_rows(jobs, now), strict=True)
     ]
 
 
@@ -87,7 +115,7 @@ def gpu_models(node: dict) -> str:
 def acct_rows(jobs: Sequence[dict]) -> list[tuple[str, ...]]:
     return [
         (
-            str(job["id"]), job["name"], job["state"], format_timestamp(job["start_time"]),
+            job_id_text(job), job["name"], job["state"], format_timestamp(job["start_time"]),
             format_timestamp(job["end_time"]), format_duration(job["elapsed_s"]), str(job["num_nodes"]),
             str(job["total_gpus"]), f"{job['gpu_seconds']:.0f}", exit_code_text(job),
         )
@@ -110,12 +138,22 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
     """(label, text) pairs in scontrol's spirit: identity, state, times, shape, placement, files."""
     return [
         ("JobId", str(job["id"])),
+        *_array_fields(job),
         ("JobName", job["name"]),
         ("User", job["user"]),
+        ("Uid", str(job.get("uid", 0))),
+        ("Account", or_none(job.get("account"))),
+        ("QOS", or_none(job.get("qos"))),
+        ("Queue", or_none(job.get("queue"))),
         ("Partition", job["partition"]),
         ("Priority", str(job["priority"])),
         ("State", job["state"]),
         ("Reason", job["reason"]),
+        *_reason_detail_fields(job),
+        ("Held", yes_no(job.get("held", False))),
+        ("Dependency", or_none(job.get("dependency"))),
+        ("Reservation", or_none(job.get("reservation"))),
+        ("Requeue", yes_no(job.get("requeue", True))),
         ("ExitCode", exit_code_text(job)),
         ("RestartCount", str(job["restart_count"])),
         *_time_fields(job),
@@ -124,9 +162,39 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         *_slice_fields(job),
         ("GpuSeconds", f"{job['gpu_seconds']:.0f}"),
         ("WorkDir", job["workdir"]),
+        ("SubmitHost", or_none(job.get("submit_host"))),
         ("StdOut", job["output"]),
         ("StdErr", job["error"] or job["output"]),  # no separate file: stderr goes with stdout
     ]
+
+
+def or_none(text: str | None) -> str:
+    return text or "(none)"
+
+
+def yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _array_fields(job: dict) -> list[tuple[str, str]]:
+    """Slurm's ArrayJobId / ArrayTaskId / ArrayTaskThrottle, for array tasks only."""
+    if job.get("array_job_id") is None:
+        return []
+    fields = [("ArrayJobId", str(job["array_job_id"])), ("ArrayTaskId", or_none_number(job.get("array_task_id")))]
+    if job.get("array_throttle") is not None:
+        fields.append(("ArrayTaskThrottle", str(job["array_throttle"])))
+    return fields
+
+
+def or_none_number(number: int | None) -> str:
+    return "(none)" if number is None else str(number)
+
+
+def _reason_detail_fields(job: dict) -> list[tuple[str, str]]:
+    fields = [("ReasonDetail", job["reason_detail"])] if job.get("reason_detail") else []
+    if job.get("position") is not None:
+        fields.append(("Position", f"{job['position']} in the scheduling order"))
+    return fields
 
 
 def _time_fields(job: dict) -> list[tuple[str, str]]:
@@ -165,3 +233,60 @@ def _slice_fields(job: dict) -> list[tuple[str, str]]:
 def format_fields(fields: list[tuple[str, str]]) -> list[str]:
     width = max((len(label) for label, _ in fields), default=0)
     return [f"{label.ljust(width)} : {text}" for label, text in fields]
+
+
+def history_lines(job: dict) -> list[str]:
+    """The job's history (preemptions, requeues, warning signals), one readable line per event, oldest
+    first; empty when nothing happened."""
+    events = job.get("history") or []
+    if not events:
+        return []
+    return ["History:", *(f"  {format_timestamp(_event_time(e))}  {describe_event(e)}" for e in events)]
+
+
+_EVENT_TIME_KEYS = ("t", "time")
+_EVENT_KIND_KEYS = ("event", "kind")
+
+
+def _event_time(event: dict) -> float | None:
+    return next((event[k] for k in _EVENT_TIME_KEYS if isinstance(event.get(k), int | float)), None)
+
+
+def describe_event(event: dict) -> str:
+    """`preempted by job 7 (reclaim)`, `requeued (preempted)`, `signal USR1 sent`; other events and keys
+    are shown as `event key=value ...`, so nothing the controller records is hidden."""
+    kind = next((str(event[k]) for k in _EVENT_KIND_KEYS if k in event), "event")
+    rest = {k: v for k, v in event.items() if k not in _EVENT_TIME_KEYS + _EVENT_KIND_KEYS}
+    text = _EVENT_PHRASES.get(kind, _plain_event)(kind, rest)
+    return " ".join([text, *(f"{k}={v}" for k, v in rest.items())])
+
+
+def _plain_event(kind: str, rest: dict) -> str:
+    return kind
+
+
+def _preempted(kind: str, rest: dict) -> str:
+    text = "preempted"
+    if rest.get("by") is not None:
+        text += f" by job {rest.pop('by')}"
+    return text + _in_parens(rest, "cause", "reason")
+
+
+def _requeued(kind: str, rest: dict) -> str:
+    return "requeued" + _in_parens(rest, "cause", "reason")
+
+
+def _signal(kind: str, rest: dict) -> str:
+    name = rest.pop("signal", None) or rest.pop("name", None)
+    return (f"signal {name} sent" if name is not None else "signal sent") + _in_parens(rest, "cause", "reason")
+
+
+def _in_parens(rest: dict, *keys: str) -> str:
+    """` (why)` from the first of `keys` present (removed from `rest`), else ""."""
+    for key in keys:
+        if rest.get(key):
+            return f" ({rest.pop(key)})"
+    return ""
+
+
+_EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal}

@@ -60,7 +60,7 @@ def split_command_line(argv: Sequence[str]) -> SubmitCommandLine:
     cli_names = {o.name for o in CLI_OPTIONS}
     for item in parsed.options:
         if item.option.name not in cli_names:
-            line.sbatch_tokens += [item.written, item.value or ""]
+            line.sbatch_tokens += [item.written, item.value or ""] if item.option.takes_value else [item.written]
         elif item.option.takes_value:
             setattr(line, item.option.name, item.value)
         else:
@@ -163,10 +163,22 @@ Job options:
   -e, --error PATTERN         stderr file (default: with stdout)
   -D, --chdir DIR             work dir (default: the current directory)
       --priority N
+  -A, --account NAME          account to charge (default: your default account)
+  -q, --qos NAME              quality of service (default: the cluster's default QOS)
+      --queue NAME            quota queue (default: the queue of the account)
+      --reservation NAME      run inside this advance reservation
+  -a, --array INDEXES         job array: 0-99, 1,3,5, 0-15:4, with %N for at most N at once
+  -d, --dependency LIST       afterok:ID[:ID...], after, afterany, afternotok (ID: N or N_M,
+                              optionally +MINUTES); joined by ',' (all) or '?' (any); or singleton
+      --signal [B:]SIG[@S]    send SIG (name or number) S seconds (default 60) before the limit;
+                              B: to the batch shell only
+      --requeue               the job may be requeued (the default)
+      --no-requeue            never requeue the job, whatever happens to it
+  -H, --hold                  submit held: it stays pending until 'corral release'
 
 Submit options:
       --wrap COMMAND          run COMMAND with /bin/sh
-      --parsable              print only the job id
+      --parsable              print only the job id (for an array: the array job id)
       --json                  print the reply as JSON
       --url URL               controller URL (default: $CORRAL_URL, then 'corral up')
   -h, --help                  show this help

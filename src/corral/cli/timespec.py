@@ -1,4 +1,5 @@
-"""Points in time for `corral acct --since/--until`, in the forms sacct users type."""
+"""Points in time: for `corral acct --since/--until` in the forms sacct users type, and for reservation
+windows in the forms scontrol takes (now+1h, ISO local time, epoch seconds)."""
 from __future__ import annotations
 
 import re
@@ -12,6 +13,10 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _RELATIVE = re.compile(r"(?:now\s*-\s*)?(\d+)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 FORMS_HELP = "epoch seconds, YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS] (today), today, midnight, now, now-2hours, 2h"
+# scontrol's `now[+count[unit]]`: seconds unless a unit says otherwise.
+_AHEAD = re.compile(r"now\s*\+\s*(\d+)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)?")
+AHEAD_FORMS_HELP = ("now, now+N with an optional unit s, m, h, d or w (seconds by default, e.g. now+1h), "
+                    "YYYY-MM-DDTHH:MM[:SS] (local time), epoch seconds")
 
 
 def parse_when(text: str, now: float) -> float:
@@ -35,6 +40,22 @@ def parse_when(text: str, now: float) -> float:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
         raise CliError(f"invalid time {text!r}: expected {FORMS_HELP}") from None
+
+
+def parse_when_ahead(text: str, now: float) -> float:
+    """Epoch seconds for a time to come: `now`, `now+1h`, ISO date and time (local), epoch seconds."""
+    cleaned = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        return float(cleaned)
+    if cleaned == "now":
+        return now
+    ahead = _AHEAD.fullmatch(cleaned)
+    if ahead:
+        return now + int(ahead.group(1)) * _UNIT_SECONDS[(ahead.group(2) or "s")[0]]
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise CliError(f"invalid time {text!r}: expected {AHEAD_FORMS_HELP}") from None
 
 
 def midnight(now: float) -> float:

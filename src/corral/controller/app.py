@@ -5,6 +5,7 @@ import hmac
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from corral.api.schemas import ErrorOut, JobOut, JobSubmit, NodeOut, NodeUpdate, PartitionOut, SubmitReply
@@ -32,6 +33,16 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
     async def authorized(authorization: str | None = Header(None)) -> None:
         if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
             raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        # One readable sentence per problem, instead of pydantic's nested structure.
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"][1:])
+            message = error["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}: {message}" if where else message)
+        return JSONResponse({"detail": "; ".join(problems)}, status_code=422)
 
     @app.exception_handler(StaleAgent)
     async def _stale(_req: Request, exc: StaleAgent) -> JSONResponse:

@@ -28,6 +28,7 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
 
     @app.get(f"{API_PREFIX}/fairshare", dependencies=[auth])
     async def fairshare() -> list[FairShareOut]:
+        engine.accrue_usage(service.clock())  # bring usage up to now: cycles only run on events
         return tenancy_views.fairshare(engine)
 
     @app.get(f"{API_PREFIX}/queues", dependencies=[auth])

@@ -238,11 +238,14 @@ class Engine:
 
     # ----- time
 
+    def accrue_usage(self, now: float) -> None:
+        self.fairshare.accrue([j for j in self.jobs.values() if j.state is not JobState.PENDING], now)
+        self.meta_dirty.add("fairshare")
+
     def tick(self, now: float) -> list[Command]:
         """Accrue fair-share usage, send warning signals, enforce time limits, re-send overdue kills,
         mark silent nodes down and drop expired reservations."""
-        self.fairshare.accrue([j for j in self.jobs.values() if j.state is not JobState.PENDING], now)
-        self.meta_dirty.add("fairshare")
+        self.accrue_usage(now)
         commands: list[Command] = []
         for job in list(self.jobs.values()):
             if job.state is JobState.RUNNING:

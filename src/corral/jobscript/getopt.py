@@ -92,7 +92,7 @@ def _parse_short(tokens: Sequence[str], i: int, table: list[Option], where: str)
     if option is None:
         raise DirectiveError(f"unsupported option '{written}'{location(token, where)}")
     if not option.takes_value:
-        if attached:  # no flag clusters (`-hv`) are needed: corral has one short flag, -h
+        if attached:  # no flag clusters (`-hH`): corral's short flags are few (-h, -H)
             raise DirectiveError(f"option '{written}' takes no value{location(token, where)}")
         return ParsedOption(option, written, None, token), i + 1
     if attached:

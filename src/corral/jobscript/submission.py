@@ -28,6 +28,10 @@ def _opt(name: str, field: str, convert: Callable[[str], object], short: str | N
     return SubmitOption(Option(name, short, aliases), field, convert, group)
 
 
+def _flag(name: str, field: str, convert: Callable[[str], object], short: str | None = None) -> SubmitOption:
+    return SubmitOption(Option(name, short, takes_value=False), field, convert)
+
+
 SUBMIT_OPTIONS: tuple[SubmitOption, ...] = (
     _opt("nodes", "nodes", values.positive_int, short="N"),
     _opt("ntasks", "ntasks", values.positive_int, short="n"),
@@ -47,6 +51,16 @@ SUBMIT_OPTIONS: tuple[SubmitOption, ...] = (
     _opt("error", "error", values.text_value, short="e"),
     _opt("chdir", "workdir", values.text_value, short="D"),
     _opt("priority", "priority", values.non_negative_int),
+    _opt("account", "account", values.single_name, short="A"),
+    _opt("qos", "qos", values.single_name, short="q"),
+    _opt("queue", "queue", values.single_name),  # corral's own: the quota queue
+    _opt("array", "array", values.array_spec, short="a"),
+    _opt("dependency", "dependency", values.dependency_spec, short="d"),
+    _opt("signal", "signal", values.signal_spec),
+    _opt("reservation", "reservation", values.single_name),
+    _flag("requeue", "requeue", values.flag_on),
+    _flag("no-requeue", "requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
+    _flag("hold", "hold", values.flag_on, short="H"),
 )
 SUBMIT_OPTION_TABLE: tuple[Option, ...] = tuple(s.option for s in SUBMIT_OPTIONS)
 _BY_NAME = {s.option.name: s for s in SUBMIT_OPTIONS}

@@ -12,6 +12,7 @@ _COUNT = re.compile(r"\d+")
 # accepted and ignored (every GPU of a node is alike to the scheduler).
 _TYPED_COUNT = re.compile(r"(?:[A-Za-z0-9_.-]+:)?(\d+)")
 _GRES_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_NAME = re.compile(r"[A-Za-z0-9_.@+-]+")
 
 
 def positive_int(text: str) -> int:
@@ -77,3 +78,45 @@ def time_limit_s(text: str) -> int:
 
 def mem_mib(text: str) -> int:
     return parse_mem_mib(text)
+
+
+def single_name(text: str) -> str:
+    """One account, QOS, queue or reservation name: no lists, no blanks."""
+    name = text_value(text).strip()
+    if "," in name:
+        raise DirectiveError("give one name, not a list")
+    if not _NAME.fullmatch(name):
+        raise DirectiveError("expected a name of letters, digits and _ . @ + -")
+    return name
+
+
+# The grammars of corral.jobscript.specs load on first use: every command line start reaches this module.
+def array_spec(text: str) -> str:
+    """The `--array` text, checked against Slurm's grammar and sent as written."""
+    from corral.jobscript.specs import parse_array_spec
+
+    parse_array_spec(text_value(text))
+    return text.strip()
+
+
+def dependency_spec(text: str) -> str:
+    """The `--dependency` text, checked against Slurm's grammar and sent as written."""
+    from corral.jobscript.specs import parse_dependency_spec
+
+    parse_dependency_spec(text_value(text))
+    return text.strip()
+
+
+def signal_spec(text: str) -> str:
+    """`--signal` in its canonical form `[B:]NAME@SECONDS`, the lead time filled in (Slurm's 60 s)."""
+    from corral.jobscript.specs import parse_signal_spec
+
+    return parse_signal_spec(text_value(text)).text()
+
+
+def flag_on(_text: str) -> bool:
+    return True
+
+
+def flag_off(_text: str) -> bool:
+    return False

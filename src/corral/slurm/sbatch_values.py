@@ -1,0 +1,143 @@
+"""sbatch option values -> JobSubmit values, failing with sbatch's own messages and exit statuses.
+
+sbatch rejects some values itself (exit 255 after `Invalid --time specification`, exit 1 after
+`Invalid numeric value`) and leaves others to slurmctld (`Batch job submission failed: ...`, exit
+1); corral checks both here, before anything is sent. The unit parsing is corral.jobscript's."""
+from __future__ import annotations
+
+import re
+import signal as signals
+from collections.abc import Callable
+
+from corral.jobscript import values
+from corral.jobscript.errors import DirectiveError
+from corral.slurm import jobids
+from corral.slurm.errors import SlurmCommandError
+
+Converter = Callable[[str, str], object]  # (value, option name) -> field value
+_SIGNAL = re.compile(r"(?:([RB]{1,2}):)?([A-Za-z0-9]+)(?:@(\d+))?")
+_DEPENDENCY = re.compile(
+    r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
+    r"(?::\d+(?:_\d+)?(?:\+\d+)?)+|expand:\d+)"
+)
+SIGNAL_DEFAULT_TIME_S = 60  # sbatch's default warning time for --signal without @time
+
+
+def fail(message: str, exit_code: int = 255) -> SlurmCommandError:
+    return SlurmCommandError(f"sbatch: error: {message}\n", exit_code)
+
+
+def rejected(message: str) -> SlurmCommandError:
+    """What slurmctld's refusal looks like."""
+    return fail(f"Batch job submission failed: {message}", 1)
+
+
+def count(value: str, option: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise fail(f'Invalid numeric value "{value}" for --{option}.', 1)
+    return int(value)
+
+
+def non_negative(value: str, option: str) -> int:
+    if not value.isdigit():
+        raise fail(f'Invalid numeric value "{value}" for --{option}.', 1)
+    return int(value)
+
+
+def node_count(value: str, option: str) -> int:
+    """`N` or `min-max`; corral schedules the minimum."""
+    low, _, high = value.partition("-")
+    if not low.isdigit() or (high and not high.isdigit()) or int(low) < 1:
+        raise fail(f'"{value}" is not a valid node count')
+    return int(low)
+
+
+def time_limit(value: str, option: str) -> int:
+    try:
+        return values.time_limit_s(value)
+    except DirectiveError as exc:
+        if "unlimited" in exc.reason:
+            raise fail(f"Invalid --{option} specification: {exc.reason}") from None
+        raise fail(f"Invalid --{option} specification") from None
+
+
+def memory(value: str, option: str) -> int:
+    try:
+        return values.mem_mib(value)
+    except DirectiveError:
+        raise fail(f"Invalid --{option} specification") from None
+
+
+def gpus(value: str, option: str) -> int:
+    try:
+        return values.gpu_count(value)
+    except DirectiveError:
+        raise rejected("Invalid generic resource (gres) specification") from None
+
+
+def gres(value: str, option: str) -> int | None:
+    try:
+        return values.gres_gpus(value)
+    except DirectiveError as exc:
+        raise fail(f"Invalid generic resource (gres) specification: {exc.reason}", 1) from None
+
+
+def text(value: str, option: str) -> str:
+    return value
+
+
+def partition(value: str, option: str) -> str:
+    if "," in value:
+        raise fail("invalid partition specified: corral takes one partition per job, not a list", 1)
+    return value
+
+
+def array(value: str, option: str) -> str:
+    try:
+        jobids.parse_task_spec(value)
+    except ValueError:
+        raise rejected("Invalid job array specification") from None
+    return value
+
+
+def dependency(value: str, option: str) -> str:
+    items = re.split(r"[,?]", value)
+    if not all(_DEPENDENCY.fullmatch(item) for item in items):
+        raise rejected("Job dependency problem")
+    return value
+
+
+def signal_spec(value: str, option: str) -> dict:
+    """`[R|B:]SIG[@seconds]` (submitit: `USR2@90`) -> {"signal": 12, "time_s": 90, "batch_only": ...}."""
+    match = _SIGNAL.fullmatch(value)
+    number = _signal_number(match.group(2)) if match else None
+    if number is None:
+        raise fail(f"Invalid --{option} specification")
+    flags = match.group(1) or ""
+    time_s = int(match.group(3)) if match.group(3) else SIGNAL_DEFAULT_TIME_S
+    return {"signal": number, "time_s": time_s, "batch_only": "B" in flags, "reservation": "R" in flags}
+
+
+def _signal_number(name: str) -> int | None:
+    if name.isdigit():
+        return int(name) if 0 < int(name) < 65 else None
+    upper = name.upper()
+    found = getattr(signals, upper if upper.startswith("SIG") else f"SIG{upper}", None)
+    return int(found) if isinstance(found, signals.Signals) else None
+
+
+def open_mode(value: str, option: str) -> str:
+    # Slurm reads the first letter only.
+    if value[:1] in ("a", "A"):
+        return "append"
+    if value[:1] in ("t", "T"):
+        return "truncate"
+    raise fail(f"Invalid --{option} specification")
+
+
+def exclusive(value: str | None, option: str) -> str:
+    if value is None:
+        return "exclusive"
+    if value in ("user", "mcs"):
+        return value
+    raise fail(f"Invalid --{option} specification")

@@ -1,0 +1,114 @@
+"""scancel's command line (scancel/opt.c) -> ScancelOptions.
+
+Exit rules the callers rely on (submitit checks the status): without --signal or a filter, an
+unknown or finished id is skipped silently and scancel exits 0; with either, the same id prints
+`Kill job error on job id N: Invalid job id specified` and scancel exits 1 (KILL_JOB_ERROR)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from corral.slurm.record import Record
+
+from corral.slurm.errors import SlurmCommandError
+from corral.slurm.getopt import REQUIRED, Opt
+from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
+
+# In scancel's long_options order (glibc lists `--s` as sibling, signal, state).
+OPTIONS = (
+    Opt("account", "A", REQUIRED), Opt("batch", "b"), Opt("ctld"), Opt("full", "f"), Opt("help"),
+    Opt("hurry", "H"), Opt("interactive", "i"), Opt("cluster", "M", REQUIRED, aliases=("clusters",)),
+    Opt("me"), Opt("name", "n", REQUIRED), Opt("nodelist", "w", REQUIRED), Opt("partition", "p", REQUIRED),
+    Opt("qos", "q", REQUIRED), Opt("quiet", "Q"), Opt("reservation", "R", REQUIRED),
+    Opt("sibling", None, REQUIRED), Opt("signal", "s", REQUIRED), Opt("state", "t", REQUIRED),
+    Opt("usage"), Opt("user", "u", REQUIRED), Opt("verbose", "v"), Opt("version", "V"),
+    Opt("wckey", None, REQUIRED),
+)
+SPEC = CommandSpec("scancel", OPTIONS, ignored={"hurry": "corral has no burst buffers"},
+                   unsupported=frozenset({"interactive", "sibling", "reservation"}))
+FILTERS = ("account", "name", "nodelist", "partition", "qos", "state", "user", "wckey", "me")
+_STATES = {"PENDING": "PENDING", "PD": "PENDING", "RUNNING": "RUNNING", "R": "RUNNING",
+           "SUSPENDED": "SUSPENDED", "S": "SUSPENDED"}
+
+
+class JobRef(Record):
+    """One id as written: `123`, `123_4`, `123_[1-3]`, `123_*`, `123.0`."""
+
+    text: str
+    job_id: int
+    tasks: str | None = None  # "4", "*" or "[1-3]"
+    step: str | None = None
+
+
+class ScancelOptions(Record):
+    jobs: tuple[JobRef, ...] = ()
+    signal: int | None = None
+    batch: bool = False  # -b: signal the batch shell only
+    full: bool = False  # -f: the batch shell and every step
+    filters: Mapping[str, tuple[str, ...]] = {}
+    me: bool = False
+    quiet: bool = False
+    verbose: int = 0
+    action: str | None = None
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def strict(self) -> bool:
+        """Unknown ids are errors (exit 1) once a signal or a filter is given."""
+        return self.signal is not None or bool(self.filters) or self.me
+
+
+def kill_job_error(job_text: str) -> str:
+    return f"scancel: error: Kill job error on job id {job_text}: Invalid job id specified\n"
+
+
+def parse_scancel(argv: Sequence[str], env: Mapping[str, str]) -> ScancelOptions:
+    line = parse_command_line(SPEC, argv)
+    for action in ("help", "usage", "version"):
+        if line.has(action):
+            return ScancelOptions(action=action)
+    warnings = check_support(SPEC, line)
+    # Filters come from the options, else from SCANCEL_<NAME> variables, as in scancel.
+    filters = {k: split_list(line.last(k) or env.get(f"SCANCEL_{k.upper()}")) for k in FILTERS
+               if k != "me" and (line.has(k) or f"SCANCEL_{k.upper()}" in env)}
+    if "state" in filters:
+        filters["state"] = tuple(_state(s) for s in filters["state"])
+    jobs = tuple(_job_ref(text) for text in line.positionals)
+    signal_text = line.last("signal")
+    options = ScancelOptions(
+        jobs=jobs, signal=parse_signal(signal_text) if signal_text else None, batch=line.has("batch") or "SCANCEL_BATCH" in env,
+        full=line.has("full") or "SCANCEL_FULL" in env, filters=filters, me=line.has("me"), quiet=line.has("quiet"),
+        verbose=line.count("verbose"), warnings=tuple(warnings),
+    )
+    if not jobs and not filters and not options.me:
+        raise SlurmCommandError("scancel: error: No job identification provided\n", 1)
+    return options
+
+
+def parse_signal(text: str) -> int:
+    """`USR2`, `SIGUSR2`, `usr2` or a number -> the signal number; Slurm's message otherwise."""
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    import signal as signals  # only --signal needs it; the module costs start-up time (enum)
+    upper = text.upper()
+    found = getattr(signals, upper if upper.startswith("SIG") else f"SIG{upper}", None)
+    if not isinstance(found, signals.Signals):
+        raise SlurmCommandError(f"Unknown job signal: {text}\n", 1)
+    return int(found)
+
+
+def _job_ref(text: str) -> JobRef:
+    head, dot, step = text.partition(".")
+    job, underscore, tasks = head.partition("_")
+    ranges = tasks.startswith("[") and tasks.endswith("]") and set(tasks[1:-1]) <= set("0123456789,-")
+    valid = (job.isdigit() and (not underscore or tasks.isdigit() or tasks == "*" or ranges)
+             and (not dot or step.isdigit() or step in ("batch", "extern")))
+    if not valid:
+        raise SlurmCommandError(f"scancel: error: Invalid job id {text}\n", 1)
+    return JobRef(text, int(job), tasks or None, step or None)
+
+
+def _state(text: str) -> str:
+    state = _STATES.get(text.upper())
+    if state is None:
+        raise SlurmCommandError(f"Invalid job state specified: {text}\n"
+                                "Valid job states are PENDING, RUNNING, and SUSPENDED\n", 1)
+    return state

@@ -1,0 +1,39 @@
+"""squeue as a pure function: parsed options and the controller's job records in, what squeue
+prints and its exit status out. The command fetches the records and writes the result."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from corral.slurm import squeue_select as select
+from corral.slurm.squeue_fields import View
+from corral.slurm.squeue_format import render
+from corral.slurm.squeue_opts import INVALID_JOB_ID, SqueueOptions
+
+
+def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping], now: float,
+                  user: str | None = None) -> tuple[str, str, int]:
+    """(stdout, stderr, exit status). `jobs` are all the records the controller still holds,
+    finished ones included; `user` is the caller, for --me."""
+    warnings = "".join(options.warnings)
+    single = options.single_job_id
+    if single is not None and not any(j["id"] == single or j.get("array_job_id") == single for j in jobs):
+        return "", warnings + INVALID_JOB_ID, 1
+    users = (user,) if options.me and user else options.users
+    chosen = select.filter_jobs(jobs, job_ids=options.job_ids, job_states=options.job_states, users=users,
+                                names=options.names, partitions=options.partitions, accounts=options.accounts,
+                                qos=options.qos)
+    if options.nodes:
+        chosen = _on_nodes(chosen, options.nodes)
+    if options.array:
+        chosen = select.expand_array_remainders(chosen)
+    ordered = select.sort_jobs(chosen, options.sort)
+    out = render(ordered, options.format, View(now, options.time_format), header=not options.noheader,
+                 long_banner=options.long_banner)
+    return out, warnings, 0
+
+
+def _on_nodes(jobs: Sequence[Mapping], expression: str) -> list[Mapping]:
+    from corral import hostlist  # -w only: hostlist brings `re`, which costs start-up time
+
+    wanted = set(hostlist.expand(expression))
+    return [j for j in jobs if wanted & set(hostlist.expand(j.get("nodelist") or ""))]

@@ -1,0 +1,112 @@
+"""Which jobs squeue lists, in which order (squeue/print.c _filter_job, squeue/sort.c).
+
+Slurm breaks ties in its sort by the order of the controller's job list; here ties fall back to the
+job id, so the output is reproducible."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from corral.slurm import jobids, records, states
+
+DEFAULT_SORT = "P,t,-p"  # partition, compact state (PD before R), priority descending
+
+
+def parse_job_filter(text: str) -> tuple[int, int | None]:
+    """One `--jobs` entry: `123` or `123_4` -> (job id, task id or None). Raises ValueError."""
+    job_text, underscore, task_text = text.partition("_")
+    job_id = int(job_text)
+    if job_id <= 0:
+        raise ValueError(text)
+    return job_id, int(task_text) if underscore else None
+
+
+def matches_job_filter(job: Mapping, wanted: tuple[int, int | None]) -> bool:
+    job_id, task_id = wanted
+    array_id = records.get(job, "array_job_id")
+    if task_id is None:
+        return job["id"] == job_id or array_id == job_id
+    if array_id != job_id:
+        return False
+    if records.get(job, "array_task_id") == task_id:
+        return True
+    spec = records.get(job, "array_task_spec")
+    return bool(spec) and task_id in jobids.parse_task_spec(spec)[0]
+
+
+def state_matches(job: Mapping, wanted: frozenset[str] | None) -> bool:
+    """No --states: unfinished jobs only (even with --jobs). `all` arrives as every state name."""
+    state = states.job_state(job)
+    if wanted is None:
+        return state in states.ACTIVE_STATES
+    return state in wanted or states.FLAG_BASE.get(state) in wanted
+
+
+def filter_jobs(jobs: Iterable[Mapping], *, job_ids: Sequence[tuple[int, int | None]] | None = None,
+                job_states: frozenset[str] | None = None, users: Sequence[str] | None = None,
+                names: Sequence[str] | None = None, partitions: Sequence[str] | None = None,
+                accounts: Sequence[str] | None = None, qos: Sequence[str] | None = None) -> list[Mapping]:
+    """Users match by name or uid; every other filter by exact text, as squeue does."""
+    def keep(job: Mapping) -> bool:
+        checks = (
+            job_ids is None or any(matches_job_filter(job, w) for w in job_ids),
+            state_matches(job, job_states),
+            users is None or str(job.get("user")) in users or str(records.get(job, "uid")) in users,
+            names is None or job.get("name") in names,
+            partitions is None or job.get("partition") in partitions,
+            accounts is None or records.get(job, "account") in accounts,
+            qos is None or records.get(job, "qos") in qos,
+        )
+        return all(checks)
+    return [job for job in jobs if keep(job)]
+
+
+def expand_array_remainders(jobs: Iterable[Mapping]) -> list[Mapping]:
+    """`squeue -r`: one line per pending array task instead of the collapsed `A_[2-9%2]` record."""
+    out: list[Mapping] = []
+    for job in jobs:
+        spec = records.get(job, "array_task_spec")
+        if not spec:
+            out.append(job)
+            continue
+        for task_id in jobids.parse_task_spec(spec)[0]:
+            out.append({**job, "array_task_id": task_id, "array_task_spec": None})
+    return out
+
+
+def _number(name: str) -> Callable[[Mapping], float]:
+    return lambda job: float(job.get(name) or 0)
+
+
+_SORT_KEYS: Mapping[str, Callable[[Mapping], object]] = {
+    "A": lambda j: j["id"],
+    "i": lambda j: (records.get(j, "array_job_id") or j["id"], records.get(j, "array_task_id") or -1),
+    "P": lambda j: str(j.get("partition", "")),
+    "t": states.job_state_compact,
+    "T": states.job_state,
+    "p": _number("priority"),
+    "Q": _number("priority"),
+    "j": lambda j: str(j.get("name", "")),
+    "u": lambda j: str(j.get("user", "")),
+    "U": lambda j: int(records.get(j, "uid")),
+    "D": _number("num_nodes"),
+    "C": records.num_cpus,
+    "l": lambda j: j.get("time_limit_s") or float("inf"),
+    "S": _number("start_time"),
+    "V": _number("submit_time"),
+    "e": _number("end_time"),
+    "r": lambda j: str(j.get("reason", "")),
+}
+
+
+def sort_jobs(jobs: Iterable[Mapping], spec: str = DEFAULT_SORT) -> list[Mapping]:
+    """Sort by a `-S` specification (`P,t,-p`): comma-separated keys, `-` for descending, `+` ascending.
+
+    Unknown keys are skipped, as squeue skips them."""
+    ordered = sorted(jobs, key=lambda j: j["id"])
+    for key in reversed([k for k in spec.split(",") if k]):
+        descending = key.startswith("-")
+        letter = key.lstrip("+-")
+        if letter not in _SORT_KEYS:
+            continue
+        ordered.sort(key=_SORT_KEYS[letter], reverse=descending)  # stable, so earlier keys win
+    return ordered

@@ -1,0 +1,91 @@
+"""Job and node state names as Slurm prints them (job_state_string, job_state_string_compact,
+node_state_string)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Base states in Slurm's numeric order (enum job_states up to JOB_END), then the flag states.
+BASE_STATES = (
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
+    "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+)
+# The order squeue lists them in its "Valid job states include:" message.
+VALID_STATES_MESSAGE_ORDER = (
+    *BASE_STATES, "COMPLETING", "CONFIGURING", "RESIZING", "RESV_DEL_HOLD", "REQUEUED", "REQUEUE_FED",
+    "REQUEUE_HOLD", "REVOKED", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT", "STOPPED",
+)
+COMPACT: Mapping[str, str] = {
+    "PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETED": "CD", "CANCELLED": "CA",
+    "FAILED": "F", "TIMEOUT": "TO", "NODE_FAIL": "NF", "PREEMPTED": "PR", "BOOT_FAIL": "BF",
+    "DEADLINE": "DL", "OUT_OF_MEMORY": "OOM", "COMPLETING": "CG", "CONFIGURING": "CF",
+    "STAGE_OUT": "SO", "RESIZING": "RS", "REQUEUED": "RQ", "REQUEUE_FED": "RF", "REQUEUE_HOLD": "RH",
+    "SPECIAL_EXIT": "SE", "STOPPED": "ST", "REVOKED": "RV", "RESV_DEL_HOLD": "RD", "SIGNALING": "SI",
+}
+_BY_NAME = {name: name for name in COMPACT} | {short: name for name, short in COMPACT.items()}
+# What squeue lists when no --states is given: jobs that are not finished.
+ACTIVE_STATES = frozenset({
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT", "RESIZING", "SIGNALING",
+    "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STOPPED",
+})
+# The base state a flag state belongs to, for filtering: a COMPLETING job is RUNNING to `-t R`.
+FLAG_BASE: Mapping[str, str] = {
+    "COMPLETING": "RUNNING", "CONFIGURING": "RUNNING", "STAGE_OUT": "RUNNING", "RESIZING": "RUNNING",
+    "SIGNALING": "RUNNING", "REQUEUED": "PENDING", "REQUEUE_FED": "PENDING", "REQUEUE_HOLD": "PENDING",
+    "RESV_DEL_HOLD": "PENDING", "SPECIAL_EXIT": "PENDING", "STOPPED": "RUNNING",
+}
+
+
+def job_state(job: Mapping) -> str:
+    """The long name (corral's states are Slurm's names already)."""
+    return str(job.get("state", "PENDING")).upper()
+
+
+def job_state_compact(job: Mapping) -> str:
+    state = job_state(job)
+    return COMPACT.get(state, state[:2])
+
+
+def parse_job_state(text: str) -> str | None:
+    """A state as users type it (`pd`, `Running`, `CA`) -> its long name; None if unknown."""
+    return _BY_NAME.get(text.strip().upper())
+
+
+def sacct_state(job: Mapping) -> str:
+    """sacct's State: `CANCELLED by <uid>` when the canceller is known."""
+    state = job_state(job)
+    canceller = job.get("cancelled_by_uid")
+    if state == "CANCELLED" and canceller is not None:
+        return f"CANCELLED by {canceller}"
+    return state
+
+
+# corral's node states -> (sinfo %t, sinfo %T). A draining node still runs jobs; a drained one is
+# empty. corral marks a node down when its agent stops answering: Slurm's "*" (not responding).
+_NODE_STATES: Mapping[str, tuple[str, str]] = {
+    "idle": ("idle", "idle"),
+    "mixed": ("mix", "mixed"),
+    "allocated": ("alloc", "allocated"),
+    "draining": ("drng", "draining"),
+    "drained": ("drain", "drained"),
+    "down": ("down*", "down*"),
+}
+
+
+def node_state_compact(node: Mapping) -> str:
+    return _NODE_STATES.get(node.get("state", ""), (str(node.get("state")), ""))[0]
+
+
+def node_state_long(node: Mapping) -> str:
+    return _NODE_STATES.get(node.get("state", ""), ("", str(node.get("state"))))[1]
+
+
+def node_state_scontrol(node: Mapping) -> str:
+    """scontrol's State=: the base state in capitals plus +DRAIN / +NOT_RESPONDING flags."""
+    state = node.get("state", "")
+    busy = "ALLOCATED" if node.get("cpus_alloc", 0) >= node.get("cpus", 1) else "MIXED"
+    if state in ("draining", "drained"):
+        base = "IDLE" if state == "drained" else busy
+        return f"{base}+DRAIN"
+    if state == "down":
+        return "DOWN+NOT_RESPONDING"
+    return str(state).upper()
