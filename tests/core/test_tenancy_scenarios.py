@@ -129,3 +129,36 @@ def test_reclaim_never_cuts_into_the_lenders_nominal_quota() -> None:
     assert plan.preemptions == (), "8 more would need b below its nominal 8"
     plan = schedule(snapshot(nodes, [job(1, gpus=4, queue="a")], runs, queues=[a, b]))
     assert len(plan.preemptions) == 1
+
+
+def _model_node(name: str, model: str, gpus: int = 4):
+    from dataclasses import replace
+
+    view = node(name, gpus=gpus)
+    return replace(view, gpus=tuple(replace(g, model=model) for g in view.gpus))
+
+
+def test_gpu_model_flavors_are_tried_in_order_and_charged_per_model() -> None:
+    # Kueue flavors: the queue prefers A100 quota, falls back to T4 quota.
+    flavored = QueueQuota("q", {"gpu:A100": 4, "gpu:T4": 8})
+    nodes = [_model_node("a1", "A100"), _model_node("t1", "T4"), _model_node("t2", "T4")]
+    pending = [job(1, gpus=4, queue="q"), job(2, gpus=4, queue="q"), job(3, gpus=4, queue="q"),
+               job(4, gpus=4, queue="q")]
+    plan = schedule(snapshot(nodes, pending, queues=[flavored]))
+    placed = {s.job_id: s.slices[0].node for s in plan.starts}
+    assert placed == {1: "a1", 2: "t1", 3: "t2"}
+    (wait,) = plan.waiting
+    assert wait.reason is Reason.QUEUE_QUOTA and "gpu:A100" in wait.detail and "gpu:T4" in wait.detail
+
+
+def test_gpu_model_constraint_without_queue() -> None:
+    nodes = [_model_node("a1", "A100"), _model_node("t1", "T4")]
+    pending = [job(1, gpus=2)]
+    from dataclasses import replace
+
+    constrained = replace(pending[0], request=replace(pending[0].request, gpu_model="T4"))
+    plan = schedule(snapshot(nodes, [constrained]))
+    assert plan.starts[0].slices[0].node == "t1"
+    impossible = replace(pending[0], request=replace(pending[0].request, gpu_model="H100"))
+    plan = schedule(snapshot(nodes, [impossible]))
+    assert plan.waiting[0].reason is Reason.PARTITION_NODE_LIMIT

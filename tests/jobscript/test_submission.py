@@ -27,15 +27,15 @@ def from_script(*lines):
         (["--tasks", "4"], {"ntasks_per_node": 4}),  # prefix of the alias
         (["-G", "8"], {"gpus": 8}),
         (["-G8"], {"gpus": 8}),
-        (["--gpus=a100:8"], {"gpus": 8}),  # GPU type accepted, not scheduled on
+        (["--gpus=a100:8"], {"gpus": 8, "gpu_model": "a100"}),  # the type is a model constraint
         (["--gpus=0"], {"gpus": 0}),
         (["--gpus-per-node=4"], {"gpus_per_node": 4}),
-        (["--gpus-per-node", "h100:4"], {"gpus_per_node": 4}),
+        (["--gpus-per-node", "h100:4"], {"gpus_per_node": 4, "gpu_model": "h100"}),
         (["--gpus-per-task=1"], {"gpus_per_task": 1}),
         (["--gres=gpu:2"], {"gpus_per_node": 2}),
-        (["--gres=gpu:a100:2"], {"gpus_per_node": 2}),
+        (["--gres=gpu:a100:2"], {"gpus_per_node": 2, "gpu_model": "a100"}),
         (["--gres=gpu"], {"gpus_per_node": 1}),  # count defaults to 1, as in Slurm
-        (["--gres=gpu:tesla"], {"gpus_per_node": 1}),
+        (["--gres=gpu:tesla"], {"gpus_per_node": 1, "gpu_model": "tesla"}),
         (["--gres=none"], {}),
         (["-c", "4"], {"cpus_per_task": 4}),
         (["--cpus-per-task=4"], {"cpus_per_task": 4}),
@@ -182,6 +182,7 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
         (["#SBATCH --gres=gpu:1,gpu:2"], "give gpu only once"),
         (["#SBATCH --gres=gpu:a:b:3"], "unsupported resource"),
         (["#SBATCH --gres=gpu:"], "invalid GPU type or count"),
+        (["#SBATCH --gres=gpu:a100:2 --gpus-per-task=h100:1"], "conflicting GPU types"),
         (["#SBATCH -c 0"], "invalid value '0' for -c (--cpus-per-task)"),
         (["#SBATCH --mem=lots"], "invalid value 'lots' for --mem in #SBATCH directive line 2: expected N"),
         (["#SBATCH --mem-per-gpu=1.5G"], "invalid value '1.5G' for --mem-per-gpu"),

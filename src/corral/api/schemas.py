@@ -27,6 +27,7 @@ class JobSubmit(BaseModel):
     gpus: int | None = Field(None, ge=0, description="GPUs for the whole job")
     gpus_per_node: int | None = Field(None, ge=0)
     gpus_per_task: int | None = Field(None, ge=0)
+    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model")
     cpus_per_task: int = Field(1, ge=1)
     mem_mib: int | None = Field(None, ge=0, description="Memory per node")
     mem_per_gpu_mib: int | None = Field(None, ge=0)

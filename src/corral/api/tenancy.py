@@ -42,7 +42,9 @@ class QueueSpec(_Strict):
     name: str
     cohort: str | None = None
     accounts: list[str] = []  # jobs of these accounts go to this queue unless they name another
-    nominal: dict[str, int]  # resource ("gpu", "cpu", "mem_mib") -> amount
+    # resource ("gpu", "cpu", "mem_mib", or "gpu:<model>" for a GPU-model flavor) -> amount; flavors are
+    # tried in the order written
+    nominal: dict[str, int]
     borrowing_limit: dict[str, int] = {}
     lending_limit: dict[str, int] = {}
 
@@ -123,8 +125,8 @@ def check_tenancy(spec: TenancySpec) -> None:
     claimed: dict[str, str] = {}
     for q in spec.queues:
         for r in list(q.nominal) + list(q.borrowing_limit) + list(q.lending_limit):
-            if r not in ("gpu", "cpu", "mem_mib"):
-                raise ValueError(f"queue {q.name!r}: unknown resource {r!r} (gpu, cpu, mem_mib)")
+            if r not in ("gpu", "cpu", "mem_mib") and not (r.startswith("gpu:") and len(r) > 4):
+                raise ValueError(f"queue {q.name!r}: unknown resource {r!r} (gpu, gpu:<model>, cpu, mem_mib)")
         for name in q.accounts:
             if name not in accounts:
                 raise ValueError(f"queue {q.name!r}: unknown account {name!r}")

@@ -60,12 +60,14 @@ class Request:
     mem_per_node_mib: int = 0
     time_limit_s: int = 3600
     partition: str = ""
+    gpu_model: str = ""  # a GPU model constraint ("" = any)
     # What decides whether a job fits somewhere right now (the time limit does not). Derived once:
     # the scheduler reads it for every pending job in every cycle.
-    shape: tuple[int, int, int, int, str] = field(init=False, repr=False, compare=False)
+    shape: tuple[int, int, int, int, str, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        shape = (self.num_nodes, self.gpus_per_node, self.cpus_per_node, self.mem_per_node_mib, self.partition)
+        shape = (self.num_nodes, self.gpus_per_node, self.cpus_per_node, self.mem_per_node_mib, self.partition,
+                 self.gpu_model)
         object.__setattr__(self, "shape", shape)
 
     @property
@@ -141,18 +143,24 @@ class RunningJob:
     charges: tuple[tuple[str, int], ...] = ()
     # Already being stopped (COMPLETING): its resources are about to come back.
     completing: bool = False
+    gpu_model: str = ""  # the model of the GPUs it holds (its quota flavor)
 
     @property
     def resources(self) -> dict[str, int]:
-        return {"gpu": sum(len(s.gpus) for s in self.slices), "cpu": sum(s.cpus for s in self.slices),
-                "mem_mib": sum(s.mem_mib for s in self.slices)}
+        gpus = sum(len(s.gpus) for s in self.slices)
+        out = {"gpu": gpus, "cpu": sum(s.cpus for s in self.slices), "mem_mib": sum(s.mem_mib for s in self.slices)}
+        if self.gpu_model:
+            out[f"gpu:{self.gpu_model}"] = gpus
+        return out
 
 
 @dataclass(frozen=True, slots=True)
 class QueueQuota:
-    """A Kueue ClusterQueue: nominal quota per resource ("gpu", "cpu", "mem_mib"). In a cohort it lends
-    what it does not use (at most `lending_limit`, default all of nominal) and borrows (at most
-    `borrowing_limit` beyond nominal, default unlimited). Resources it does not list are not limited."""
+    """A Kueue ClusterQueue: nominal quota per resource ("gpu", "cpu", "mem_mib", or "gpu:<model>" for a
+    GPU-model flavor). In a cohort it lends what it does not use (at most `lending_limit`, default all of
+    nominal) and borrows (at most `borrowing_limit` beyond nominal, default unlimited). Resources it does
+    not list are not limited. With flavors, a job takes the first flavor (in the order listed) that has
+    quota and room, and runs on nodes of that model."""
 
     name: str
     nominal: Mapping[str, int]

@@ -31,6 +31,7 @@ class WorkNode:
     free_cpus: int
     free_mem_mib: int
     partitions: frozenset[str]
+    gpu_model: str = ""
     # Resources coming back later: (time, gpus, cpus, mem_mib, job id), from running jobs and jobs
     # started this cycle. Times are never earlier than now + a small epsilon (see Pool.release_time).
     releases: list[tuple[float, int, int, int, int]] = field(default_factory=list)
@@ -116,7 +117,7 @@ class Pool:
             node = WorkNode(
                 index=len(self.nodes), name=view.name, gpus=view.gpus, cpus=view.cpus, mem_mib=view.mem_mib,
                 free=set(view.free_gpus), free_cpus=view.free_cpus, free_mem_mib=view.free_mem_mib,
-                partitions=view.partitions,
+                partitions=view.partitions, gpu_model=view.gpus[0].model if view.gpus else "",
             )
             self.nodes.append(node)
             self.by_name[view.name] = node
@@ -137,9 +138,10 @@ class Pool:
         return buckets[free_gpus]
 
     def find_now(self, partition: str, need: Need, count: int, end: float,
-                 reservation: tuple[str, frozenset[str]] | None = None) -> list[WorkNode] | None:
+                 reservation: tuple[str, frozenset[str]] | None = None, model: str = "") -> list[WorkNode] | None:
         """Best-fit choice of `count` nodes where `need` fits from now until `end`, or None.
-        A job in an advance reservation (name, nodes) is confined to the reservation's nodes."""
+        A job in an advance reservation (name, nodes) is confined to the reservation's nodes; `model`
+        confines it to nodes with that GPU model."""
         buckets = self.buckets.get(partition)
         if not buckets:
             return None
@@ -149,6 +151,8 @@ class Pool:
             for index in buckets[free_gpus]:
                 node = self.nodes[index]
                 if allowed is not None and node.name not in allowed:
+                    continue
+                if model and node.gpu_model != model:
                     continue
                 if node.fits_window(need, self.now, end, name):
                     chosen.append(node)

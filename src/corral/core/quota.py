@@ -15,8 +15,11 @@ from collections.abc import Iterable
 from corral.core.model import QueueQuota, RunningJob
 
 
-def job_resources(gpus: int, cpus: int, mem_mib: int) -> dict[str, int]:
-    return {"gpu": gpus, "cpu": cpus, "mem_mib": mem_mib}
+def job_resources(gpus: int, cpus: int, mem_mib: int, gpu_model: str = "") -> dict[str, int]:
+    out = {"gpu": gpus, "cpu": cpus, "mem_mib": mem_mib}
+    if gpu_model:
+        out[f"gpu:{gpu_model}"] = gpus
+    return out
 
 
 class QuotaBook:
@@ -24,6 +27,8 @@ class QuotaBook:
 
     def __init__(self, queues: Iterable[QueueQuota], running: Iterable[RunningJob]) -> None:
         self.queues = {q.name: q for q in queues}
+        # queue -> GPU models it has flavors for, in the order listed
+        self.flavors = {q.name: [r[4:] for r in q.nominal if r.startswith("gpu:")] for q in self.queues.values()}
         self.usage: dict[str, dict[str, int]] = {name: {r: 0 for r in q.nominal} for name, q in self.queues.items()}
         self.capacity: dict[str, dict[str, int]] = {}
         self.pooled: dict[str, dict[str, int]] = {}

@@ -81,6 +81,12 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
         raise AdmissionError("script arguments given without a script")
     partition = _partition(sub, config)
     members = [n for n in nodes if partition.contains(n.name)]
+    if sub.gpu_model:
+        models = sorted({g.model for n in members for g in n.gpus})
+        members = [n for n in members if n.gpus and n.gpus[0].model == sub.gpu_model]
+        if not members:
+            raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "
+                                 f"(models: {', '.join(models) or 'none'})")
     request = _request(sub, partition, members)
     name = sub.name or ("script" if sub.script is not None else sub.argv[0].rsplit("/", 1)[-1])
     return JobSpec(
@@ -114,7 +120,7 @@ def _request(sub: JobSubmit, partition: PartitionConfig, members: list[Node]) ->
     limit = _time_limit(sub, partition)
     req = Request(num_nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
                   cpus_per_task=sub.cpus_per_task, mem_per_node_mib=mem, time_limit_s=limit,
-                  partition=partition.name)
+                  partition=partition.name, gpu_model=sub.gpu_model or "")
     _check_fits(req, partition, members)
     return req
 

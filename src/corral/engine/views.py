@@ -50,10 +50,12 @@ class Views:
         completing = job.state is JobState.COMPLETING
         expected_end = (job.kill_deadline or job.start_time) if completing else \
             job.start_time + job.spec.request.time_limit_s
+        first = engine.nodes.get(job.slices[0].node) if job.slices else None
+        model = first.gpus[0].model if first is not None and first.gpus and job.gpu_count else ""
         view = RunningJob(job.id, expected_end, job.slices, priority=factors.total if factors else 0,
                           queue=job.spec.queue, qos=job.spec.qos, start_time=job.start_time,
                           preemptible_from=tenancy.preemptible_from(job), charges=tenancy.charges(job),
-                          completing=completing)
+                          completing=completing, gpu_model=model)
         self.running[job.id] = view
         return view
 

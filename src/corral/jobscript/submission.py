@@ -83,7 +83,23 @@ def build_submission(tokens_from_script: Sequence[str], tokens_from_command_line
     overridden_groups = {s.spec.group for s in from_command_line.values() if s.spec.group}
     merged = {f: s for f, s in merged.items() if s.spec.group not in overridden_groups}
     merged.update(from_command_line)
-    return {field: s.value for field, s in merged.items() if s.value is not None}
+    out = {field: s.value for field, s in merged.items() if s.value is not None}
+    return _split_gpu_models(out)
+
+
+def _split_gpu_models(fields: dict) -> dict:
+    """GPU counts written with a type (`a100:8`) set the count and JobSubmit.gpu_model."""
+    models = set()
+    for name, value in list(fields.items()):
+        if isinstance(value, values.GpuRequest):
+            fields[name] = value.count
+            if value.model:
+                models.add(value.model)
+    if len(models) > 1:
+        raise DirectiveError(f"conflicting GPU types: {', '.join(sorted(models))}")
+    if models:
+        fields["gpu_model"] = models.pop()
+    return fields
 
 
 def _read_source(tokens: Sequence[str], where: str) -> dict[str, _Setting]:

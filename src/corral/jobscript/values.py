@@ -3,14 +3,22 @@ what was expected (the caller adds the option name and where it was written)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.units import parse_mem_mib, parse_time_s
 
 _COUNT = re.compile(r"\d+")
-# --gpus and friends take `[type:]count`; corral does not schedule by GPU model, so the type is
-# accepted and ignored (every GPU of a node is alike to the scheduler).
-_TYPED_COUNT = re.compile(r"(?:[A-Za-z0-9_.-]+:)?(\d+)")
+# --gpus and friends take `[type:]count`; the type is a GPU model constraint (JobSubmit.gpu_model).
+_TYPED_COUNT = re.compile(r"(?:([A-Za-z0-9_.-]+):)?(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """A GPU count with an optional model, as `--gpus a100:8` or `--gres=gpu:a100:2` state it."""
+
+    count: int
+    model: str | None = None
 _GRES_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _NAME = re.compile(r"[A-Za-z0-9_.@+-]+")
 
@@ -32,14 +40,14 @@ def _count(text: str, expected: str) -> int:
     return int(text)
 
 
-def gpu_count(text: str) -> int:
+def gpu_count(text: str) -> GpuRequest:
     match = _TYPED_COUNT.fullmatch(text.strip())
     if not match:
         raise DirectiveError("expected a GPU count, optionally with a type: N or TYPE:N")
-    return int(match.group(1))
+    return GpuRequest(int(match.group(2)), match.group(1))
 
 
-def gres_gpus(text: str) -> int | None:
+def gres_gpus(text: str) -> GpuRequest | None:
     """GPUs per node from `--gres=gpu[:type][:N]` (N defaults to 1, as in Slurm); "none" clears it."""
     if text.strip().lower() == "none":
         return None
@@ -49,14 +57,14 @@ def gres_gpus(text: str) -> int | None:
     return counts[0]
 
 
-def _gres_item_gpus(item: str) -> int:
+def _gres_item_gpus(item: str) -> GpuRequest:
     name, *rest = item.split(":")
     if name != "gpu" or len(rest) > 2:
         raise DirectiveError(f"unsupported resource {item!r}: corral schedules only gpu[:type][:N]")
     count = int(rest.pop()) if rest and _COUNT.fullmatch(rest[-1]) else 1
     if len(rest) > 1 or (rest and not _GRES_TYPE.fullmatch(rest[0])):
         raise DirectiveError(f"invalid GPU type or count in {item!r}: expected gpu[:type][:N]")
-    return count
+    return GpuRequest(count, rest[0] if rest else None)
 
 
 def text_value(text: str) -> str:

@@ -14,7 +14,7 @@ from corral.slurm import sbatch_table as table
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import NO_ARG, CommandLine
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line
-from corral.slurm.sbatch_values import fail
+from corral.slurm.sbatch_values import fail, split_gpu_models
 
 SPEC = CommandSpec(
     "sbatch", table.OPTIONS, getopt_exit=255, permute=False,
@@ -54,7 +54,7 @@ class SbatchOptions(Record):
             replaced = {_GROUPS[f] for f in source if f in _GROUPS}
             merged = {f: val for f, val in merged.items() if _GROUPS.get(f) not in replaced}
             merged.update(source)
-        return {f: val for f, val in merged.items() if val is not None}
+        return split_gpu_models({f: val for f, val in merged.items() if val is not None})
 
 
 def parse_sbatch(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SbatchOptions, ScriptSource]:
@@ -69,6 +69,7 @@ def parse_sbatch(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SbatchOpt
         wait=line.has("wait") or "SBATCH_WAIT" in env, test_only=line.has("test-only"),
         quiet=line.has("quiet"), verbose=line.count("verbose"), warnings=tuple(env_warnings + warnings),
     )
+    options.submit  # noqa: B018 - checks what only the merged fields show (one GPU type per job)
     return options, _source(line)
 
 
@@ -80,8 +81,10 @@ def apply_script(options: SbatchOptions, script_text: str) -> SbatchOptions:
     if line.positionals:
         raise fail(f"Invalid directive found in batch script: {line.positionals[0]}")
     warnings = check_support(SPEC, line)
-    return options.replace(script=_settings(line), parsable=options.parsable or line.has("parsable"),
-                   warnings=options.warnings + tuple(warnings))
+    options = options.replace(script=_settings(line), parsable=options.parsable or line.has("parsable"),
+                              warnings=options.warnings + tuple(warnings))
+    options.submit  # noqa: B018 - checks what only the merged fields show (one GPU type per job)
+    return options
 
 
 def check_batch_script(text: str) -> None:

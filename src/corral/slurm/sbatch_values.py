@@ -68,18 +68,35 @@ def memory(value: str, option: str) -> int:
         raise fail(f"Invalid --{option} specification") from None
 
 
-def gpus(value: str, option: str) -> int:
+def gpus(value: str, option: str) -> object:
+    """A GPU count, with its type when written `a100:8` (corral.jobscript's GpuRequest)."""
     try:
         return values.gpu_count(value)
     except DirectiveError:
         raise rejected("Invalid generic resource (gres) specification") from None
 
 
-def gres(value: str, option: str) -> int | None:
+def gres(value: str, option: str) -> object:
     try:
         return values.gres_gpus(value)
     except DirectiveError as exc:
         raise fail(f"Invalid generic resource (gres) specification: {exc.reason}", 1) from None
+
+
+def split_gpu_models(fields: dict) -> dict:
+    """GPU counts written with a type set the count and JobSubmit.gpu_model (one type per job)."""
+    models = set()
+    for name in ("gpus", "gpus_per_node", "gpus_per_task"):
+        value = fields.get(name)
+        if hasattr(value, "count"):  # a GpuRequest; older corral.jobscript versions return the int
+            fields[name] = value.count
+            if value.model:
+                models.add(value.model)
+    if len(models) > 1:
+        raise fail(f"conflicting GPU types: {', '.join(sorted(models))}", 1)
+    if models:
+        fields["gpu_model"] = models.pop()
+    return fields
 
 
 def text(value: str, option: str) -> str:

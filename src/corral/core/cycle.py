@@ -1,0 +1,297 @@
+"""The working state and per-job decisions of one scheduling cycle (see scheduler.py for the order)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from corral.core import preemption
+from corral.core.model import PendingJob, Preempt, Reason, SchedulerConfig, Snapshot, Start, Waiting
+from corral.core.placement import Need, Pool
+from corral.core.quota import QuotaBook, job_resources
+from corral.core.timeline import earliest_gang_start
+from corral.hostlist import sort_key
+
+
+@dataclass(slots=True)
+class _Memo:
+    # (shape, reservation) -> the shortest time limit that already failed to start now
+    failed_limit: dict[tuple, float] = field(default_factory=dict)
+    # shape -> static reason (partition problems, can never fit), or None when the shape is placeable
+    static: dict[tuple, Reason | None] = field(default_factory=dict)
+    # shape -> (version, fits the free resources ignoring reservations?); valid while version holds
+    fits_free: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
+    # (shape, queue, qos) -> preemption found no victims
+    no_victims: set[tuple] = field(default_factory=set)
+    # (queue, shape) -> (version, quota shortfall or None)
+    quota: dict[tuple, tuple[int, str | None]] = field(default_factory=dict)
+    # bumped on every start: the free resources changed
+    version: int = 0
+
+
+class Cycle:
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
+        self.now = snapshot.now
+        self.config = config
+        self.pool = Pool(snapshot.nodes, snapshot.now)
+        self.partitions = {p.name: p for p in snapshot.partitions}
+        self.running = list(snapshot.running)
+        self.book = QuotaBook(snapshot.queues, snapshot.running)
+        self.used: dict[str, int] = {}
+        self.advance = {r.name: r for r in snapshot.reservations}
+        _load_running(self)
+        self.memo = _Memo()
+        self.starts: list[Start] = []
+        self.waiting: list[Waiting] = []
+        self.preemptions: list[Preempt] = []
+        self.preempted: set[int] = set()
+        self.reservations = 0
+        self.preemption_attempts = 0
+
+    def consider(self, job: PendingJob) -> None:
+        req = job.request
+        if job.caps and not self._within_caps(job):
+            return
+        amounts = None
+        if job.queue:
+            flavors = self.book.flavors.get(job.queue)
+            if flavors:
+                self._consider_flavors(job, flavors)
+                return
+            amounts = _amounts(req, req.gpu_model)
+            short = self._quota_shortfall(job.queue, req.shape, amounts)
+            if short is not None:
+                if not self._try_preempt(job, amounts, req.gpu_model):
+                    self._wait(job, Reason.QUEUE_QUOTA, detail=short)
+                return
+        self._place(job, req.gpu_model, amounts)
+
+    def _consider_flavors(self, job: PendingJob, flavors: list[str]) -> None:
+        """Kueue's flavor assignment: the first GPU model (in the queue's order) with quota and room;
+        if none has room now, the first with quota waits (preempting or reserving) on that model."""
+        req = job.request
+        options = [m for m in flavors if not req.gpu_model or m == req.gpu_model]
+        if not options:
+            self._wait(job, Reason.QUEUE_QUOTA, detail=f"queue {job.queue}: no quota for GPU model {req.gpu_model}")
+            return
+        with_quota: list[tuple[str, dict[str, int]]] = []
+        shortfalls: list[str] = []
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        for model in options:
+            amounts = _amounts(req, model)
+            short = self._quota_shortfall(job.queue, (req.shape, model), amounts)
+            if short is not None:
+                shortfalls.append(short)
+                continue
+            if self._static(job, model) is None and self._start_now(job, need, amounts, model):
+                return
+            with_quota.append((model, amounts))
+        if with_quota:
+            self._place(job, *with_quota[0])
+            return
+        for model in options:
+            if self._try_preempt(job, _amounts(req, model), model):
+                return
+        self._wait(job, Reason.QUEUE_QUOTA, detail="; ".join(shortfalls))
+
+    def _place(self, job: PendingJob, model: str, amounts: dict[str, int] | None) -> None:
+        """Start the job now on nodes of `model` ("" = any), or preempt for it, or reserve, or say why not."""
+        req = job.request
+        key = (req.shape, job.reservation, model)
+        failed = self.memo.failed_limit.get(key)
+        if failed is not None and req.time_limit_s >= failed and self.reservations >= self.config.max_reservations \
+                and not job.preempts_qos and not job.queue:
+            # The common case deep in a long queue: known not to fit, no reservation left to give.
+            self.waiting.append(Waiting(job.id, self._blocked_reason(req, model)))
+            return
+        static = self._static(job, model)
+        if static is not None:
+            self._wait(job, static)
+            return
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        amounts = amounts or _amounts(req, model)
+        if failed is None or req.time_limit_s < failed:
+            if self._start_now(job, need, amounts, model):
+                return
+            self.memo.failed_limit[key] = req.time_limit_s
+        if self._try_preempt(job, amounts, model):
+            return
+        if self.reservations < self.config.max_reservations:
+            self.waiting.append(self._reserve(job, need, model))
+        else:
+            self._wait(job, self._blocked_reason(req, model))
+
+    def _quota_shortfall(self, queue: str, shape: tuple, amounts: dict[str, int]) -> str | None:
+        # Quota usage changes only when a job starts (memo.version), so deep in a long queue the answer
+        # for a (queue, shape) pair is reused.
+        key = (queue, shape)
+        cached = self.memo.quota.get(key)
+        if cached is not None and cached[0] == self.memo.version:
+            return cached[1]
+        short = self.book.shortfall(queue, amounts)
+        self.memo.quota[key] = (self.memo.version, short)
+        return short
+
+    def _within_caps(self, job: PendingJob) -> bool:
+        for cap in job.caps:
+            used = self.used.get(cap.key, 0)
+            if used + cap.amount > cap.limit:
+                self._wait(job, cap.reason, detail=f"{cap.key}: {used} of {cap.limit} in use")
+                return False
+        return True
+
+    # ----- outcomes
+
+    def _wait(self, job: PendingJob, reason: Reason, detail: str = "") -> None:
+        self.waiting.append(Waiting(job.id, reason, detail=detail))
+
+    def _start_now(self, job: PendingJob, need: Need, amounts: dict[str, int], model: str) -> bool:
+        req = job.request
+        end = self.now + req.time_limit_s
+        nodes = self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job), model)
+        if nodes is None:
+            return False
+        # Ranks follow Slurm's node order, the order of the job's hostlist.
+        nodes.sort(key=lambda n: sort_key(n.name))
+        self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
+        self.book.charge(job.queue, amounts)
+        for cap in job.caps:
+            self.used[cap.key] = self.used.get(cap.key, 0) + cap.amount
+        self.memo.version += 1
+        return True
+
+    def _try_preempt(self, job: PendingJob, amounts: dict[str, int], model: str) -> bool:
+        """Preempt what makes room for `job` now; True if it is waiting on victims (new or stopping)."""
+        if not job.preempts_qos and not job.queue:
+            return False
+        req = job.request
+        memo_key = (req.shape, job.queue, job.qos, job.preempts_qos, model)
+        if memo_key in self.memo.no_victims or self.preemption_attempts >= self.config.max_preemption_attempts:
+            return False
+        if self._static(job, model) is not None:
+            return False
+        self.preemption_attempts += 1
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        end = self.now + req.time_limit_s
+
+        def fits() -> bool:
+            return (self.book.shortfall(job.queue, amounts) is None and
+                    self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job), model)
+                    is not None)
+
+        what_if = preemption.WhatIf(self.pool, self.book)
+        if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
+            self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
+            return True
+        options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted)
+        victims = preemption.choose_victims(options, what_if, fits) if options else None
+        if not victims:
+            self.memo.no_victims.add(memo_key)
+            return False
+        for victim in victims:
+            self.preempted.add(victim.job.id)
+            self.preemptions.append(Preempt(victim.job.id, job.id, victim.cause))
+        self.running = [r for r in self.running if r.id not in self.preempted] + [
+            _stopping(v.job) for v in victims]
+        ids = ", ".join(str(v.job.id) for v in victims)
+        self._wait(job, Reason.RESOURCES, detail=f"preempting job(s) {ids}")
+        return True
+
+    def _reserve(self, job: PendingJob, need: Need, model: str) -> Waiting:
+        req = job.request
+        advance = self._advance_of(job)
+        candidates = self.pool.members.get(req.partition, [])
+        if advance is not None:
+            candidates = [n for n in candidates if n.name in advance[1]]
+        if model:
+            candidates = [n for n in candidates if n.gpu_model == model]
+        found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now, job.reservation)
+        if found is None:
+            reason = Reason.RESERVATION if job.reservation else Reason.REQ_NODE_NOT_AVAIL
+            return Waiting(job.id, reason)
+        start, nodes = found
+        for node in nodes:
+            node.blocks.append((start, start + req.time_limit_s, need.gpus, need.cpus, need.mem_mib))
+        self.reservations += 1
+        return Waiting(job.id, Reason.RESOURCES, start, tuple(n.name for n in nodes))
+
+    # ----- reasons
+
+    def _static(self, job: PendingJob, model: str) -> Reason | None:
+        req = job.request
+        key = (req.shape, model)
+        static = self.memo.static.get(key, False)
+        if static is False:
+            static = self.memo.static[key] = _static_reason(self.pool, self.partitions, req, model)
+        if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
+            return Reason.PARTITION_TIME_LIMIT
+        if static is None and job.reservation:
+            resv = self.advance.get(job.reservation)
+            if resv is None or resv.end < self.now + req.time_limit_s:
+                return Reason.RESERVATION
+        return static
+
+    def _advance_of(self, job: PendingJob) -> tuple[str, frozenset[str]] | None:
+        if not job.reservation:
+            return None
+        resv = self.advance[job.reservation]
+        if resv.start > self.now:
+            return (resv.name, frozenset())  # not open yet: nowhere to start now
+        return (resv.name, resv.nodes)
+
+    def _blocked_reason(self, req, model: str) -> Reason:
+        """Resources when the free capacity cannot hold the job at all; Priority when it could, but
+        only by eating into a higher-priority job's reservation."""
+        memo = self.memo
+        key = (req.shape, model)
+        cached = memo.fits_free.get(key)
+        if cached is None or (cached[0] != memo.version and cached[1]):
+            # A shape that did not fit never fits again this cycle (free capacity only shrinks).
+            need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+            fits = sum(1 for node in self.pool.members.get(req.partition, ())
+                       if node.fits_now(need) and (not model or node.gpu_model == model))
+            cached = memo.fits_free[key] = (memo.version, fits >= req.num_nodes)
+        return Reason.PRIORITY if cached[1] else Reason.RESOURCES
+
+
+def _amounts(req, model: str = "") -> dict[str, int]:
+    return job_resources(req.total_gpus, req.num_nodes * req.cpus_per_node, req.num_nodes * req.mem_per_node_mib,
+                         model)
+
+
+def _stopping(job):
+    return replace(job, completing=True)
+
+
+def _load_running(cycle: Cycle) -> None:
+    pool = cycle.pool
+    for job in cycle.running:
+        when = pool.release_time(job.expected_end)
+        for s in job.slices:
+            node = pool.by_name.get(s.node)
+            if node is not None:
+                node.releases.append((when, len(s.gpus), s.cpus, s.mem_mib, job.id))
+        for key, amount in job.charges:
+            cycle.used[key] = cycle.used.get(key, 0) + amount
+    for resv in cycle.advance.values():
+        for name in resv.nodes:
+            node = pool.by_name.get(name)
+            if node is not None and resv.end > cycle.now:
+                node.advance.append((resv.start, resv.end, resv.name, resv.maintenance))
+
+
+def _static_reason(pool: Pool, partitions: dict, req, model: str) -> Reason | None:
+    """Reasons that no amount of waiting for running jobs fixes."""
+    part = partitions.get(req.partition)
+    if part is None:
+        return Reason.INVALID_PARTITION
+    if not part.up:
+        return Reason.PARTITION_DOWN
+    need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+    all_nodes = [n for n in pool.nodes if req.partition in n.partitions and n.capacity_fits(need)
+                 and (not model or n.gpu_model == model)]
+    if len(all_nodes) < req.num_nodes:
+        return Reason.PARTITION_NODE_LIMIT
+    usable = [n for n in pool.members.get(req.partition, ()) if n.capacity_fits(need)
+              and (not model or n.gpu_model == model)]
+    if len(usable) < req.num_nodes:
+        return Reason.REQ_NODE_NOT_AVAIL
+    return None
