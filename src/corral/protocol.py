@@ -82,6 +82,10 @@ class LaunchJob(BaseModel):
     restart_count: int = 0
     submit_host: str = ""
     cluster_name: str = "corral"
+    # sbatch's batch step: one task on the first node, with the batch environment (no ranks).
+    batch: bool = False
+    # Which of ntasks, ntasks_per_node, cpus_per_task the user gave: Slurm exports them only then.
+    explicit: list[str] = []
 
 
 class SignalJob(BaseModel):

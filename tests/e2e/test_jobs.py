@@ -167,3 +167,25 @@ def test_script_arguments_and_openapi(cluster, tmp_path) -> None:
     assert out.read_text().strip() == "--epochs 3"
     schema = cluster.http.get("/openapi.json").json()
     assert {"/api/v1/jobs", "/api/v1/nodes", "/api/v1/accounting"} <= set(schema["paths"])
+
+
+def test_batch_job_runs_its_script_once_with_the_batch_environment(cluster, tmp_path) -> None:
+    out = tmp_path / "batch"
+    out.mkdir()
+    script = f'#!/bin/sh\nenv > "{out}/$SLURMD_NODENAME-$$.env"\n'
+    plain = cluster.submit(script=script, batch=True, nodes=2, gpus_per_node=2)
+    cluster.wait_state(plain, "COMPLETED")
+    (dump,) = list(out.glob("*.env"))
+    env = read_env(dump)
+    assert dump.name.startswith("node1-"), "the batch script runs on the first node only"
+    assert env["ENVIRONMENT"] == "BATCH" and env["SLURM_PROCID"] == "0" and env["SLURM_NODEID"] == "0"
+    assert env["SLURM_JOB_NODELIST"] == "node[1-2]" and env["SLURM_JOB_NUM_NODES"] == "2"
+    assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == 2
+    for absent in ("SLURM_NTASKS", "SLURM_NTASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "RANK", "WORLD_SIZE"):
+        assert absent not in env, absent
+    dump.unlink()
+    counted = cluster.submit(script=script, batch=True, nodes=2, ntasks_per_node=2, cpus_per_task=2)
+    cluster.wait_state(counted, "COMPLETED")
+    (dump,) = list(out.glob("*.env"))
+    env = read_env(dump)
+    assert (env["SLURM_NTASKS"], env["SLURM_NTASKS_PER_NODE"], env["SLURM_CPUS_PER_TASK"]) == ("4", "2", "2")

@@ -36,7 +36,7 @@ def run(argv: list[str], stdin: str | None = None) -> dict:
     stdin_kwargs = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
     # argv[0] stays the bare name: glibc's getopt messages start with it ("sbatch: invalid option").
     proc = subprocess.run(argv, executable=f"{BIN}/{argv[0]}", **stdin_kwargs, capture_output=True, text=True,
-                          cwd=WORKDIR, env={**os.environ, "TZ": os.environ.get("TZ", "UTC")}, check=False)
+                          cwd=WORKDIR, env={**os.environ, "TZ": "UTC"}, check=False)  # the tests read UTC
     return {"argv": argv, "stdin": stdin, "stdout": proc.stdout, "stderr": proc.stderr,
             "exit_code": proc.returncode, "started_at": started, "finished_at": time.time()}
 

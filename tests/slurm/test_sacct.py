@@ -81,7 +81,8 @@ def test_job_and_step_rows():
     (job(1), "NodeList,Start,End,Elapsed", "None assigned|Unknown|Unknown|00:00:00"),
     (job(1, state="CANCELLED", cancelled_by_uid=0, end_time=T0), "State,Start,Timelimit",
      "CANCELLED by 0|None|01:00:00"),
-    (job(1, state="CANCELLED", time_limit_s=None, end_time=T0), "Timelimit,TimelimitRaw", "Partition_Limit|Partition_Limit"),
+    (job(1, state="CANCELLED", time_limit_s=None, end_time=T0), "Timelimit,TimelimitRaw",
+     "Partition_Limit|Partition_Limit"),
     (job(1, state="FAILED", exit_code=3, start_time=T0 - 10, end_time=T0, time_limit_s=None),
      "ExitCode,Timelimit,TimelimitRaw", "3:0|UNLIMITED|UNLIMITED"),
     (job(1, time_limit_s=90), "TimelimitRaw", "2"),
@@ -116,9 +117,11 @@ def test_every_field_renders_for_jobs_and_steps():
     (["-l"], lambda o: len(o.layout.columns) > 40),
     (["-s", "CD,f"], lambda o: o.job_states == frozenset({"COMPLETED", "FAILED"})),
     (["-a", "-u", "ada", "--partition=gpu", "--name=x", "-A", "lab", "-q", "high"],
-     lambda o: o.all_users and (o.users, o.partitions, o.names, o.accounts, o.qos) == (("ada",), ("gpu",), ("x",), ("lab",), ("high",))),
+     lambda o: o.all_users and (o.users, o.partitions, o.names, o.accounts, o.qos) == (
+         ("ada",), ("gpu",), ("x",), ("lab",), ("high",))),
     (["-M", "all", "-S", "2026-01-01", "-E", "now"], lambda o: (o.start_text, o.end_text) == ("2026-01-01", "now")),
-    (["-T"], lambda o: o.warnings == ("sacct: warning: --truncate is ignored by corral: times are not truncated to the window\n",)),
+    (["-T"], lambda o: o.warnings == (
+        "sacct: warning: --truncate is ignored by corral: times are not truncated to the window\n",)),
     (["-e"], lambda o: o.action == "helpformat"),
 ])
 def test_options(argv, check):
@@ -144,7 +147,8 @@ def test_option_errors(argv, stderr):
 
 
 def test_selection_defaults_to_the_callers_jobs_without_ids():
-    jobs = [job(1), job(2, user="bob"), job(3, array_job_id=3, array_task_spec="1-2"), running(4, array_job_id=3, array_task_id=0)]
+    jobs = [job(1), job(2, user="bob"), job(3, array_job_id=3, array_task_spec="1-2"),
+            running(4, array_job_id=3, array_task_id=0)]
     assert [j["id"] for j in select_jobs(parse_sacct([], {}), jobs, user="bob")] == [2]
     assert [j["id"] for j in select_jobs(parse_sacct(["-j", "3"], {}), jobs, user="bob")] == [4, 3]
     assert [j["id"] for j in select_jobs(parse_sacct(["-a"], {}), jobs, user="bob")] == [1, 2, 4, 3]

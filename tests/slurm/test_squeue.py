@@ -7,7 +7,12 @@ from corral.slurm.errors import SlurmCommandError
 from corral.slurm.squeue import squeue_output
 from corral.slurm.squeue_fields import View, reason
 from corral.slurm.squeue_format import (
-    DEFAULT_FORMAT, header_line, job_line, parse_format, parse_long_format, print_str,
+    DEFAULT_FORMAT,
+    header_line,
+    job_line,
+    parse_format,
+    parse_long_format,
+    print_str,
 )
 from corral.slurm.squeue_opts import parse_squeue
 from corral.slurm.squeue_select import expand_array_remainders, filter_jobs, sort_jobs
@@ -71,7 +76,8 @@ def test_long_format_reports_unknown_names():
     (job(11, state="TIMEOUT", reason="None", start_time=T0 - 100, end_time=T0 - 40, nodelist="n1"),
      "                11       gpu    train      ada TO       1:00      1 (TimeLimit)"),
     (job(12, state="CANCELLED", reason="None"), "                12       gpu    train      ada CA       0:00      1 "),
-    (job(13, name="a-very-long-name"), "                13       gpu a-very-l      ada PD       0:00      1 (Priority)"),
+    (job(13, name="a-very-long-name"),
+     "                13       gpu a-very-l      ada PD       0:00      1 (Priority)"),
 ])
 def test_default_format_lines(record, line):
     assert job_line(record, parse_format(DEFAULT_FORMAT), VIEW) == line
@@ -93,15 +99,8 @@ def test_default_format_lines(record, line):
     ("B", job(1), "n/a"),
     ("r", job(1, held=True, reason="None"), "JobHeldUser"),
 ])
-def test_field_values(letter, record, value, monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    import time
-    time.tzset()
-    try:
-        assert job_line(record, parse_format(f"%{letter}"), VIEW) == value
-    finally:
-        monkeypatch.undo()
-        time.tzset()
+def test_field_values(letter, record, value):
+    assert job_line(record, parse_format(f"%{letter}"), VIEW) == value
 
 
 def test_failed_by_signal_names_it():
@@ -152,9 +151,11 @@ def test_default_sort_pending_first_then_priority():
     ([], {"SQUEUE_SORT": "-i", "SQUEUE_STATES": "R", "SLURM_TIME_FORMAT": "%H"},
      lambda o: o.sort == "-i" and o.job_states == frozenset({"RUNNING"}) and o.time_format == "%H"),
     (["-u", "ada,bob", "-p", "gpu", "-n", "x", "-q", "high", "-A", "lab"], {},
-     lambda o: (o.users, o.partitions, o.names, o.qos, o.accounts) == (("ada", "bob"), ("gpu",), ("x",), ("high",), ("lab",))),
+     lambda o: (o.users, o.partitions, o.names, o.qos, o.accounts) == (
+         ("ada", "bob"), ("gpu",), ("x",), ("high",), ("lab",))),
     (["--me", "-r"], {}, lambda o: o.me and o.array),
-    (["-M", "x"], {}, lambda o: o.warnings == ("squeue: warning: --cluster is ignored by corral: corral runs one cluster\n",)),
+    (["-M", "x"], {},
+     lambda o: o.warnings == ("squeue: warning: --cluster is ignored by corral: corral runs one cluster\n",)),
     (["--usage"], {}, lambda o: o.action == "usage"),
 ])
 def test_options(argv, env, check):
@@ -163,7 +164,8 @@ def test_options(argv, env, check):
 
 @pytest.mark.parametrize(("argv", "stderr"), [
     (["-j", "abc"], "squeue: error: Invalid job id: abc\n"),
-    (["-o", "%i", "-l"], "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.\n"),
+    (["-o", "%i", "-l"], "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. "
+                         "Please remove one and retry.\n"),
     (["-o", "%i", "-O", "jobid"], "squeue: error: -O (--Format) is incompatible with -o (--format)\n"),
     (["-O", "jobid", "-o", "%i"], "squeue: error: -o (--format) is incompatible with -O (--Format)\n"),
     (["-i", "0"], "squeue: error: --iterate=0\n\n"),

@@ -19,6 +19,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
             mem_per_node_mib=512_000,
             time_limit_s=7200,
             partition=partition,
+            gpu_model="A100",
         ),
         script="#!/bin/bash\nsrun python train.py --lr 3e-4 'quoted \"arg\"' ünïcødé\n",
         argv=("python", "train.py", "--epochs", "10"),
@@ -42,6 +43,8 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         warn_before_s=120,
         requeue=False,
         reservation="maint",
+        batch=True,
+        explicit="ntasks",
     )
 
 

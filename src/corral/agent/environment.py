@@ -41,8 +41,11 @@ def task_environment(
     """
     env = scrub_environment(base_env)
     env.update(launch.env)
-    env.update(job_variables(launch, node_name))
-    env.update(rank_variables(task))
+    if launch.batch:
+        env.update(batch_variables(launch, node_name))
+    else:
+        env.update(job_variables(launch, node_name))
+        env.update(rank_variables(task))
     for name in GPU_VARIABLES:
         env.pop(name, None)  # a task without GPUs must not see the user's or agent's device list
     env.update(gpu_variables(task))
@@ -86,12 +89,31 @@ def job_variables(launch: LaunchJob, node_name: str) -> dict[str, str]:
     return env
 
 
+# Set in a step's tasks but not in sbatch's batch shell (slurm-compat.md section 4).
+_STEP_ONLY = ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE",
+              "LOCAL_WORLD_SIZE", "SLURM_CPUS_PER_TASK", "SLURM_STEP_GPUS")
+
+
+def batch_variables(launch: LaunchJob, node_name: str) -> dict[str, str]:
+    """The batch shell's variables: the job's, with ranks fixed at 0 and task counts only when the
+    user gave them (-n, --ntasks-per-node, -c), as Slurm's env_array_for_batch_job."""
+    env = {k: v for k, v in job_variables(launch, node_name).items() if k not in _STEP_ONLY}
+    env.update({"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_GTIDS": "0",
+                "ENVIRONMENT": "BATCH"})
+    if "ntasks" in launch.explicit or "ntasks_per_node" in launch.explicit:
+        env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = str(launch.num_tasks)
+    if "ntasks_per_node" in launch.explicit:
+        env["SLURM_NTASKS_PER_NODE"] = str(launch.tasks_per_node)
+    if "cpus_per_task" in launch.explicit:
+        env["SLURM_CPUS_PER_TASK"] = str(launch.cpus_per_task)
+    return env
+
+
 def optional_job_variables(launch: LaunchJob) -> dict[str, str]:
     """Variables Slurm sets only when the user asked for the thing (presence matters to clients)."""
     env: dict[str, str] = {}
-    # Slurm exports SLURM_CPUS_PER_TASK only with -c. The launch message does not say whether -c was
-    # given, so "more than the default of 1" stands in for it: -c 1 is indistinguishable from no -c.
-    if launch.cpus_per_task > 1:
+    # Slurm exports SLURM_CPUS_PER_TASK only with -c.
+    if "cpus_per_task" in launch.explicit or (not launch.explicit and launch.cpus_per_task > 1):
         env["SLURM_CPUS_PER_TASK"] = str(launch.cpus_per_task)
     if launch.gpus_per_task is not None:
         env["SLURM_GPUS_PER_TASK"] = str(launch.gpus_per_task)

@@ -28,7 +28,7 @@ class JobSubmit(BaseModel):
     gpus_per_node: int | None = Field(None, ge=0)
     gpus_per_task: int | None = Field(None, ge=0)
     gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model")
-    cpus_per_task: int = Field(1, ge=1)
+    cpus_per_task: int | None = Field(None, ge=1, description="Default 1")
     mem_mib: int | None = Field(None, ge=0, description="Memory per node")
     mem_per_gpu_mib: int | None = Field(None, ge=0)
     mem_per_cpu_mib: int | None = Field(None, ge=0)
@@ -45,6 +45,7 @@ class JobSubmit(BaseModel):
     requeue: bool = True  # may be requeued (preemption in requeue mode, scontrol requeue)
     reservation: str | None = None
     hold: bool = False
+    batch: bool = Field(False, description="sbatch semantics: the script runs once, on the first node")
 
 
 class SubmitReply(BaseModel):

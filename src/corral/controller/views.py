@@ -5,6 +5,7 @@ from corral import hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
+from corral.engine.arrays import parse_array
 from corral.engine.records import Job, Node
 from corral.protocol import LaunchJob, TaskLaunch
 
@@ -62,8 +63,9 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
     node_slice = job.slices[index]
     per_task = job.spec.gpus_per_task
     tasks = []
-    for local in range(req.tasks_per_node):
-        if per_task:
+    # The batch step is one task that sees all of the first node's devices.
+    for local in range(1 if job.spec.batch else req.tasks_per_node):
+        if per_task and not job.spec.batch:
             devices = list(node_slice.gpus[local * per_task:(local + 1) * per_task])
         else:
             devices = list(node_slice.gpus)
@@ -76,7 +78,25 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         num_tasks=req.num_nodes * req.tasks_per_node, cpus_per_task=req.cpus_per_task,
         cpus_on_node=node_slice.cpus, mem_per_node_mib=req.mem_per_node_mib, node_gpus=list(node_slice.gpus),
         gpus_per_task=per_task, tasks=tasks, script=job.spec.script, argv=list(job.spec.argv),
-        workdir=job.spec.workdir, env=job.spec.env, output=job.spec.output, error=job.spec.error,
-        time_limit_s=req.time_limit_s, restart_count=job.restart_count, submit_host=job.spec.submit_host,
-        cluster_name=cluster_name,
+        workdir=job.spec.workdir, env={**job.spec.env, **job_facts(job)}, output=job.spec.output,
+        error=job.spec.error, time_limit_s=req.time_limit_s, restart_count=job.restart_count,
+        submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=job.spec.batch,
+        explicit=[k for k in job.spec.explicit.split(",") if k],
     )
+
+
+def job_facts(job: Job) -> dict[str, str]:
+    """Slurm variables the launch message has no field for: array, account, QOS."""
+    spec = job.spec
+    env = {"SLURM_JOB_ACCOUNT": spec.account, "SLURM_JOB_QOS": spec.qos}
+    if spec.array_job_id is not None:
+        indices, _ = parse_array(spec.array_indices)
+        steps = {b - a for a, b in zip(indices, indices[1:])}
+        env.update({
+            "SLURM_ARRAY_JOB_ID": str(spec.array_job_id), "SLURM_ARRAY_TASK_ID": str(spec.array_task_id),
+            "SLURM_ARRAY_TASK_COUNT": str(len(indices)), "SLURM_ARRAY_TASK_MIN": str(indices[0]),
+            "SLURM_ARRAY_TASK_MAX": str(indices[-1]),
+            "SLURM_ARRAY_TASK_STEP": str(steps.pop() if len(steps) == 1 else 1)})
+    if spec.reservation:
+        env["SLURM_JOB_RESERVATION"] = spec.reservation
+    return env

@@ -92,7 +92,9 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
     return JobSpec(
         name=name, user=sub.user, request=request, script=sub.script,
         argv=tuple(sub.argv if sub.argv is not None else sub.script_args), workdir=sub.workdir, env=dict(sub.env),
-        output=sub.output or "slurm-%j.out", error=sub.error, gpus_per_task=sub.gpus_per_task,
+        output=sub.output or ("slurm-%A_%a.out" if sub.array else "slurm-%j.out"), error=sub.error,
+        gpus_per_task=sub.gpus_per_task, batch=sub.batch,
+        explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task") if getattr(sub, k) is not None),
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host,
     )
 
@@ -115,11 +117,12 @@ def _request(sub: JobSubmit, partition: PartitionConfig, members: list[Node]) ->
     nodes = _node_count(sub, max_gpus)
     tasks_per_node = _tasks_per_node(sub, nodes)
     gpus_per_node = _gpus_per_node(sub, nodes, tasks_per_node)
-    cpus_per_node = tasks_per_node * sub.cpus_per_task
+    cpus_per_task = sub.cpus_per_task or 1
+    cpus_per_node = tasks_per_node * cpus_per_task
     mem = _mem_per_node(sub, gpus_per_node, cpus_per_node)
     limit = _time_limit(sub, partition)
     req = Request(num_nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
-                  cpus_per_task=sub.cpus_per_task, mem_per_node_mib=mem, time_limit_s=limit,
+                  cpus_per_task=cpus_per_task, mem_per_node_mib=mem, time_limit_s=limit,
                   partition=partition.name, gpu_model=sub.gpu_model or "")
     _check_fits(req, partition, members)
     return req

@@ -191,10 +191,12 @@ class Engine:
         job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
         job.end_time = None
         job.reason, job.reason_detail, job.estimated_start = "None", "", None
-        job.runs = {s.node: NodeRun() for s in slices}
+        # A batch job's script runs on its first node only; the other nodes wait for its steps.
+        launched = slices[:1] if job.spec.batch else slices
+        job.runs = {s.node: NodeRun() for s in launched}
         self.views.running_view(self, job)
         self._touch(job)
-        return [Launch(job.id, s.node) for s in slices]
+        return [Launch(job.id, s.node) for s in launched]
 
     def _preempt(self, victim_id: int, preemptor_id: int, cause: str, now: float) -> list[Command]:
         victim = self.jobs[victim_id]

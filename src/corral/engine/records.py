@@ -60,6 +60,11 @@ class JobSpec:
     warn_before_s: int = 0
     requeue: bool = True
     reservation: str = ""
+    # sbatch semantics: the script runs once, on the first node; steps (srun) use the allocation.
+    batch: bool = False
+    # Which of ntasks, ntasks_per_node, cpus_per_task the user gave (comma-separated): Slurm sets
+    # SLURM_NTASKS, SLURM_NTASKS_PER_NODE and SLURM_CPUS_PER_TASK only then.
+    explicit: str = ""
 
 
 @dataclass(slots=True)

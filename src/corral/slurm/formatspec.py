@@ -75,14 +75,18 @@ def print_str(text: str | None, width: int, right: bool, cut: bool) -> str:
     return text[:width].ljust(width)
 
 
-def header_line(fmt: Format, width_of: Callable[[Column], int] = lambda c: c.width) -> str:
+def _own_width(column: Column) -> int:
+    return column.width
+
+
+def header_line(fmt: Format, width_of: Callable[[Column], int] = _own_width) -> str:
     return "".join(
         (print_str(c.field.header, width_of(c), c.right, c.field.cut) if c.field else "") + c.suffix
         for c in fmt.columns
     )
 
 
-def record_line(record: Mapping, fmt: Format, view: object, width_of: Callable[[Column], int] = lambda c: c.width) -> str:
+def record_line(record: Mapping, fmt: Format, view: object, width_of: Callable[[Column], int] = _own_width) -> str:
     return "".join(
         (print_str(c.field.value(record, view), width_of(c), c.right, c.field.cut) if c.field else "") + c.suffix
         for c in fmt.columns

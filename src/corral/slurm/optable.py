@@ -8,10 +8,10 @@ the command with an error naming the option."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import CommandLine, GetoptError, Opt, getopt_long
+from corral.slurm.record import Record
 
 
 class CommandSpec(Record):

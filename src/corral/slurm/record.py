@@ -26,7 +26,7 @@ class Record(metaclass=_RecordType):
     def __init__(self, *args: object, **kwargs: object) -> None:
         if len(args) > len(self._fields):
             raise TypeError(f"{type(self).__name__} takes at most {len(self._fields)} arguments")
-        values = dict(zip(self._fields, args))
+        values = dict(zip(self._fields, args, strict=False))  # positional ones first
         for name, value in kwargs.items():
             if name not in self._fields or name in values:
                 raise TypeError(f"{type(self).__name__}: unexpected or repeated argument {name!r}")

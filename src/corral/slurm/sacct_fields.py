@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from corral.slurm.record import Record
 
 from corral.slurm import jobids, records, states, timefmt, tres
+from corral.slurm.record import Record
 
 _WIDTHS = (
     "Account:10 AdminComment:15 AllocCPUS:10 AllocNodes:10 AllocTRES:10 AssocID:7 AveCPU:10 AveCPUFreq:10 "
@@ -31,12 +31,13 @@ _WIDTHS = (
     "TRESUsageOutMinNode:19 TRESUsageOutMinTask:19 TRESUsageOutTot:15 UID:6 User:9 UserCPU:10 WCKey:10 "
     "WCKeyID:10 WorkDir:20"
 )
-_UINT = frozenset(
-    "AllocCPUS AllocNodes AssocID ConsumedEnergyRaw CPUTimeRAW DBIndex ElapsedRaw GID NCPUS NNodes NTasks "
-    "Priority QOSRAW ReqCPUS ReqNodes ReservationId ResvCPURAW UID WCKeyID".split()
-)
-_SECS = frozenset("CPUTime Elapsed Reserved ResvCPU Suspended SystemCPU TotalCPU UserCPU".split())
-_DATES = frozenset("Eligible End Start Submit".split())
+_UINT = frozenset({
+    "AllocCPUS", "AllocNodes", "AssocID", "ConsumedEnergyRaw", "CPUTimeRAW", "DBIndex", "ElapsedRaw", "GID",
+    "NCPUS", "NNodes", "NTasks", "Priority", "QOSRAW", "ReqCPUS", "ReqNodes", "ReservationId", "ResvCPURAW",
+    "UID", "WCKeyID",
+})
+_SECS = frozenset({"CPUTime", "Elapsed", "Reserved", "ResvCPU", "Suspended", "SystemCPU", "TotalCPU", "UserCPU"})
+_DATES = frozenset({"Eligible", "End", "Start", "Submit"})
 
 
 class AcctView(Record):
@@ -106,7 +107,7 @@ def _date(name: str) -> Getter:
     return get
 
 
-def _job_only(get: Callable[[Mapping, AcctView], "str | None"]) -> Getter:
+def _job_only(get: Callable[[Mapping, AcctView], str | None]) -> Getter:
     return lambda job, step, view: get(job, view) if step is None else None
 
 

@@ -9,9 +9,9 @@ Quirks kept from Slurm 22.05:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.slurm.errors import SlurmCommandError
+from corral.slurm.record import Record
 from corral.slurm.sacct_fields import FIELDS, AcctField, AcctView
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"

@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
+from corral.slurm.record import Record
 from corral.slurm.sacct_format import (
-    BRIEF_FIELDS, DEFAULT_FIELDS, LONG_FIELDS, PARSABLE, PARSABLE2, Layout, parse_fields,
+    BRIEF_FIELDS,
+    DEFAULT_FIELDS,
+    LONG_FIELDS,
+    PARSABLE,
+    PARSABLE2,
+    Layout,
+    parse_fields,
 )
 
 # In sacct's long_options order: glibc lists ambiguous candidates in this order.

@@ -7,13 +7,13 @@ script is, `apply_script` reads its directives once the caller has the text."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.jobscript.directives import parse_directives
 from corral.slurm import sbatch_table as table
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import NO_ARG, CommandLine
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line
+from corral.slurm.record import Record
 from corral.slurm.sbatch_values import fail, split_gpu_models
 
 SPEC = CommandSpec(
@@ -69,8 +69,7 @@ def parse_sbatch(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SbatchOpt
         wait=line.has("wait") or "SBATCH_WAIT" in env, test_only=line.has("test-only"),
         quiet=line.has("quiet"), verbose=line.count("verbose"), warnings=tuple(env_warnings + warnings),
     )
-    options.submit  # noqa: B018 - checks what only the merged fields show (one GPU type per job)
-    return options, _source(line)
+    return _checked(options), _source(line)
 
 
 def apply_script(options: SbatchOptions, script_text: str) -> SbatchOptions:
@@ -83,7 +82,12 @@ def apply_script(options: SbatchOptions, script_text: str) -> SbatchOptions:
     warnings = check_support(SPEC, line)
     options = options.replace(script=_settings(line), parsable=options.parsable or line.has("parsable"),
                               warnings=options.warnings + tuple(warnings))
-    options.submit  # noqa: B018 - checks what only the merged fields show (one GPU type per job)
+    return _checked(options)
+
+
+def _checked(options: SbatchOptions) -> SbatchOptions:
+    """Raise now for what only the merged fields show (two GPU types), not when a caller reads them."""
+    _ = options.submit
     return options
 
 

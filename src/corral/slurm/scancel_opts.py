@@ -6,11 +6,11 @@ unknown or finished id is skipped silently and scancel exits 0; with either, the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import REQUIRED, Opt
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
+from corral.slurm.record import Record
 
 # In scancel's long_options order (glibc lists `--s` as sibling, signal, state).
 OPTIONS = (
@@ -74,9 +74,10 @@ def parse_scancel(argv: Sequence[str], env: Mapping[str, str]) -> ScancelOptions
     jobs = tuple(_job_ref(text) for text in line.positionals)
     signal_text = line.last("signal")
     options = ScancelOptions(
-        jobs=jobs, signal=parse_signal(signal_text) if signal_text else None, batch=line.has("batch") or "SCANCEL_BATCH" in env,
-        full=line.has("full") or "SCANCEL_FULL" in env, filters=filters, me=line.has("me"), quiet=line.has("quiet"),
-        verbose=line.count("verbose"), warnings=tuple(warnings),
+        jobs=jobs, signal=parse_signal(signal_text) if signal_text else None,
+        batch=line.has("batch") or "SCANCEL_BATCH" in env, full=line.has("full") or "SCANCEL_FULL" in env,
+        filters=filters, me=line.has("me"), quiet=line.has("quiet"), verbose=line.count("verbose"),
+        warnings=tuple(warnings),
     )
     if not jobs and not filters and not options.me:
         raise SlurmCommandError("scancel: error: No job identification provided\n", 1)

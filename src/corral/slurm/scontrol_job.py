@@ -88,7 +88,7 @@ def _shape(job: Mapping) -> list[str]:
     lines = [f"NodeList={job.get('nodelist') or ''}"]
     if host:
         lines.append(f"BatchHost={host}")
-    return lines + [
+    return [*lines,
         f"NumNodes={node_text} NumCPUs={records.num_cpus(job)} NumTasks={job.get('num_tasks', 1)} "
         f"CPUs/Task={job.get('cpus_per_task', 1)} ReqB:S:C:T=0:0:*:*",
         f"TRES={tres.scontrol_job_tres(job)}",

@@ -5,11 +5,11 @@ scontrol (`sho`, `hostn`, `part`); corral implements the keywords below and erro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from corral.slurm.record import Record
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import REQUIRED, Opt
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line
+from corral.slurm.record import Record
 
 OPTIONS = (
     Opt("all", "a"), Opt("details", "d"), Opt("federation"), Opt("future", "F"), Opt("help", "h"),

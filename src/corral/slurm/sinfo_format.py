@@ -7,13 +7,13 @@ for its default formats."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral import hostlist
 from corral.slurm import states, timefmt
 from corral.slurm.formatspec import Column, Format, parse_percent_format
 from corral.slurm.formatspec import header_line as _header_line
 from corral.slurm.formatspec import record_line as _record_line
+from corral.slurm.record import Record
 
 DEFAULT_FORMAT = "%9P %.5a %.10l %.6D %.6t %N"
 LONG_FORMAT = "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.slurm import sinfo_format as fmt
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.formatspec import Format
 from corral.slurm.getopt import REQUIRED, Opt
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
+from corral.slurm.record import Record
 
 # In sinfo's long_options order (glibc lists `--s` as summarize, sort, states).
 OPTIONS = (
@@ -24,7 +24,7 @@ SPEC = CommandSpec("sinfo", OPTIONS,
                    ignored={"sort": "sinfo lists partitions and nodes in corral's order",
                             "cluster": "corral runs one cluster"},
                    unsupported=frozenset({"Format", "json", "yaml", "reservation", "list-reasons"}))
-SUMMARIZE_FORMAT = "%9P %.5a %.10l %.16F  %N"
+SUMMARIZE_FORMAT = "%9P %.5a %.10l %.16F %N"  # one space before %N in 22.05
 # Node state words sinfo -t accepts (any prefix of a compact or long name) -> corral's states.
 _STATE_WORDS = (("idle", "idle"), ("mixed", "mixed"), ("mix", "mixed"), ("allocated", "allocated"),
                 ("alloc", "allocated"), ("draining", "draining"), ("drng", "draining"), ("drained", "drained"),

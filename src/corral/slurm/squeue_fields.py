@@ -5,9 +5,9 @@ A value of None stands for C's NULL string, which glibc's printf writes as "(nul
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from corral.slurm.record import Record
 
 from corral.slurm import jobids, records, states, timefmt, tres
+from corral.slurm.record import Record
 
 
 class View(Record):

@@ -19,7 +19,11 @@ __all__ = ["DEFAULT_FORMAT", "LONG_FORMAT", "START_FORMAT", "Column", "Format", 
 
 def parse_format(spec: str) -> Format:
     """A `-o`/`--format`/SQUEUE_FORMAT specification."""
-    return parse_percent_format(spec, LETTERS, lambda letter: f"squeue: error: Invalid job format specification: {letter}\n")
+    return parse_percent_format(spec, LETTERS, _invalid)
+
+
+def _invalid(letter: str) -> str:
+    return f"squeue: error: Invalid job format specification: {letter}\n"
 
 
 def parse_long_format(spec: str) -> Format:

@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from corral.slurm.record import Record
 
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
-from corral.slurm.squeue_format import DEFAULT_FORMAT, LONG_FORMAT, START_FORMAT, Format, parse_format, parse_long_format
+from corral.slurm.record import Record
+from corral.slurm.squeue_format import (
+    DEFAULT_FORMAT,
+    LONG_FORMAT,
+    START_FORMAT,
+    Format,
+    parse_format,
+    parse_long_format,
+)
 from corral.slurm.squeue_select import DEFAULT_SORT
 
 # In squeue's long_options order: glibc lists ambiguous candidates in this order.
@@ -105,10 +112,12 @@ def _positional_jobs(line: CommandLine) -> str | None:
 
 def _output_format(line: CommandLine, env: Mapping[str, str], *, start: bool) -> Format:
     short, long_spec = line.last("format"), line.last("Format")
-    order = [k for k, _ in line.options if k in ("format", "Format")]
     if short is not None and long_spec is not None:
-        first, second = ("-o (--format)", "-O (--Format)") if order[-1] == "format" else ("-O (--Format)", "-o (--format)")
-        raise SlurmCommandError(f"squeue: error: {first} is incompatible with {second}\n", 1)
+        # squeue stops at the later of the two and names it first.
+        names = {"format": "-o (--format)", "Format": "-O (--Format)"}
+        earlier = next(k for k, _ in line.options if k in names)
+        later = "Format" if earlier == "format" else "format"
+        raise SlurmCommandError(f"squeue: error: {names[later]} is incompatible with {names[earlier]}\n", 1)
     if line.has("long") and short is not None:
         raise SlurmCommandError("squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. "
                                 "Please remove one and retry.\n", 1)

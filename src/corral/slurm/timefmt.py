@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%S"  # Slurm's "%FT%T" (SLURM_TIME_FORMAT unset or "standard")
 UNLIMITED = "UNLIMITED"
 _SQUEUE_MAX_S = 365 * 24 * 3600  # squeue prints INVALID beyond a year, or below zero
@@ -52,7 +51,8 @@ def make_time_str(epoch: float | None, now: float, time_format: str | None = Non
 
 
 def _relative(moment: time.struct_time, now: time.struct_time) -> str:
-    days = (time.mktime(moment[:3] + (12, 0, 0, 0, 0, -1)) - time.mktime(now[:3] + (12, 0, 0, 0, 0, -1))) // 86400
+    # Whole days between the two dates, at noon so that DST changes do not matter.
+    days = (time.mktime((*moment[:3], 12, 0, 0, 0, 0, -1)) - time.mktime((*now[:3], 12, 0, 0, 0, 0, -1))) // 86400
     if days == 0:
         return time.strftime("%H:%M:%S", moment)
     if days == -1:
