@@ -114,3 +114,11 @@ def test_launch_failure_on_one_node_ends_the_gang() -> None:
     assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s)]
     engine.node_finished("node2", job.id, [(1, 0, 15)], None, T0 + 2)
     assert job.state is JobState.FAILED and "workdir" in job.reason
+
+
+def test_a_job_starts_no_sooner_than_the_start_delay_after_submission() -> None:
+    engine = engine_with_nodes(count=1, start_delay_s=0.3)
+    job = engine.submit(spec(), T0)
+    assert engine.schedule(T0 + 0.1) == [], "the submitter must have the id before the job runs"
+    assert engine.next_deadline() == T0 + 0.3
+    assert engine.schedule(T0 + 0.3) == [Launch(job.id, "node1")]

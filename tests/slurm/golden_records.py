@@ -104,10 +104,11 @@ def job_from_scontrol(line: str, mem_per_node_mib: int) -> dict:
         "submit_time": epoch(kv["SubmitTime"]), "eligible_time": epoch(kv["EligibleTime"]),
         "start_time": epoch(kv["StartTime"]) if kv["JobState"] != "PENDING" else None,
         "end_time": None if running or kv["JobState"] == "PENDING" else epoch(kv["EndTime"]),
-        "estimated_start": None, "time_limit_s": limit_s(kv["TimeLimit"]), "nodelist": kv["NodeList"],
+        "estimated_start": epoch(kv["StartTime"]) if kv["JobState"] == "PENDING" else None,
+        "time_limit_s": limit_s(kv["TimeLimit"]), "nodelist": kv["NodeList"],
         "slices": _slices(kv["NodeList"], int(kv["NumCPUs"]), job["gpus_per_node"]),
         "exit_code": int(code), "exit_signal": int(signal), "mem_per_node_mib": mem_per_node_mib,
-        "array_task_throttle": int(kv["ArrayTaskThrottle"]) if "ArrayTaskThrottle" in kv else None,
+        "array_throttle": int(kv["ArrayTaskThrottle"]) if "ArrayTaskThrottle" in kv else None,
         **_array_fields(kv["JobId"], kv.get("ArrayTaskId"), kv.get("ArrayJobId")),
     }
     return job
@@ -187,7 +188,8 @@ def nodes_from_scontrol(phase: str) -> list[dict]:
         kv = key_values(line)
         alloc = _tres(kv["AllocTRES"])
         gpus = int(kv["Gres"].rpartition(":")[2]) if kv["Gres"] != "(null)" else 0
-        state = {"IDLE": "idle", "MIXED": "mixed", "ALLOCATED": "allocated"}.get(kv["State"], kv["State"].lower())
+        state = {"IDLE": "idle", "MIXED": "mixed", "ALLOCATED": "allocated", "IDLE+PLANNED": "planned"}.get(
+            kv["State"], kv["State"].lower())
         nodes.append({
             "name": kv["NodeName"], "state": state, "address": kv["NodeAddr"], "partitions": [kv["Partitions"]],
             "cpus": int(kv["CPUTot"]), "cpus_alloc": int(kv["CPUAlloc"]), "mem_mib": int(kv["RealMemory"]),

@@ -8,9 +8,10 @@
 2. The time of the query. A running job's TIME and TIME_LEFT, the `-l` banner and scontrol's
    RunTime depend on the second the command ran; each fixture is rendered with `now` set to the
    start of the recorded command and to one second later, and either must match exactly.
-3. In `scontrol show job`: the session id of AllocNode:Sid (a process id), and MinMemoryNode (Slurm
-   prints the explicit per-node request, 0 here, while the records carry the whole-node memory that
-   ReqMem and TRES show; corral's records have one number for both).
+3. In `scontrol show job`: the session id of AllocNode:Sid (a process id), Scheduler (Main or
+   Backfill: which of Slurm's two schedulers started the job), and MinMemoryNode (Slurm prints the
+   explicit per-node request, 0 here, while the records carry the whole-node memory that ReqMem and
+   TRES show; corral's records have one number for both).
 4. In `scontrol show node`: keys corral does not know (Arch, CPULoad, Port, Version, OS, FreeMem,
    BootTime, SlurmdStartTime).
 5. `scontrol show config`: the first lines only (the banner and the first settings).
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import re
 
-_JOB_KEYS = (re.compile(r"(AllocNode:Sid=[^:\s]*):\d+"), re.compile(r"MinMemoryNode=\S+"))
+_JOB_KEYS = (re.compile(r"(AllocNode:Sid=[^:\s]*):\d+"), re.compile(r"MinMemoryNode=\S+"),
+             re.compile(r"Scheduler=\S+"))
 _NODE_KEYS = re.compile(r"\b(Arch|CPULoad|Version|FreeMem|BootTime|SlurmdStartTime)=\S*|\bOS=.*$| Port=\S+")
 
 
@@ -48,7 +50,7 @@ def state_column(text: str, header_lines: int) -> list[str]:
 
 def scontrol_job_blocks(text: str) -> list[str]:
     for pattern in _JOB_KEYS:
-        text = pattern.sub(lambda m: (m.group(1) + ":*") if m.groups() else "MinMemoryNode=*", text)
+        text = pattern.sub(lambda m: (m.group(1) + ":*") if m.groups() else m.group(0).split("=")[0] + "=*", text)
     return sorted(text.split("\n\n"))
 
 

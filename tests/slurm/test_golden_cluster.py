@@ -113,7 +113,7 @@ def test_sbatch_matches_real_slurm(name):
 def test_recorded_submissions_translate_to_job_submit_fields(name, fields):
     fixture = golden.fixture(name)
     options, source = parse_sbatch(fixture["argv"][1:], {})
-    assert apply_script(options, _script_text(fixture, source)).submit == fields
+    assert apply_script(options, _script_text(fixture, source)).submit == {"batch": True, **fields}
 
 
 def test_fixture_files_are_complete():

@@ -155,6 +155,12 @@ def test_selection_defaults_to_the_callers_jobs_without_ids():
     assert [j["id"] for j in select_jobs(parse_sacct(["-s", "R"], {}), jobs, user="ada")] == [4]
 
 
+def test_pending_array_tasks_collapse_like_slurms_remainder_record():
+    tasks = [job(20 + t, array_job_id=10, array_task_id=t, array_throttle=2) for t in (3, 4, 5)]
+    out = sacct_output(parse_sacct(["-X", "-P", "-o", "JobID,JobIDRaw,NodeList", "-j", "10"], {}), tasks, T0)[0]
+    assert out == "JobID|JobIDRaw|NodeList\n10_[3-5%2]|10|None assigned\n"
+
+
 def test_output():
     out, err, code = sacct_output(parse_sacct(["-X", "-P", "-o", "JobID,State"], {}), [job(1)], T0, user="ada")
     assert (out, err, code) == ("JobID|State\n1|PENDING\n", "", 0)

@@ -12,8 +12,16 @@ from corral.slurm.sbatch_opts import (
     submitted_line,
     wrap_script,
 )
+from corral.slurm.sbatch_values import parse_signal_spec
 
 SCRIPT = "#!/bin/bash\n{}\nsrun python train.py\n"
+
+
+def job_fields(options):
+    """The submission minus `batch`, which sbatch always sets."""
+    fields = dict(options.submit)
+    assert fields.pop("batch") is True
+    return fields
 
 
 def submit(argv, env=None, directives=""):
@@ -42,8 +50,9 @@ def submit(argv, env=None, directives=""):
     (["--array=0-4%3"], {"array": "0-4%3"}),
     (["--dependency=afterok:12:13,afterany:14"], {"dependency": "afterok:12:13,afterany:14"}),
     (["--dependency=singleton"], {"dependency": "singleton"}),
-    (["--signal=USR2@90"], {"signal": {"signal": 12, "time_s": 90, "batch_only": False, "reservation": False}}),
-    (["--signal=B:SIGUSR1"], {"signal": {"signal": 10, "time_s": 60, "batch_only": True, "reservation": False}}),
+    (["--signal=USR2@90"], {"signal": "USR2@90"}),
+    (["--signal=B:SIGUSR1"], {"signal": "B:SIGUSR1"}),
+    (["--reservation=maint"], {"reservation": "maint"}),
     (["--requeue"], {"requeue": True}),
     (["--requeue", "--no-requeue"], {"requeue": False}),
     (["-H"], {"hold": True}),
@@ -58,19 +67,19 @@ def submit(argv, env=None, directives=""):
      {"nodelist": "n[1-2]", "exclude": "n3", "input": "in.txt", "begin": "now+60"}),
 ])
 def test_command_line_fields(argv, fields):
-    assert submit(argv).submit == fields
+    assert job_fields(submit(argv)) == fields
 
 
 def test_precedence_command_line_over_environment_over_script():
     options = submit(["-t", "10"], {"SBATCH_TIMELIMIT": "20", "SBATCH_PARTITION": "env"},
                      "#SBATCH -t 30 -p script -J fromscript")
-    assert options.submit == {"time_limit_s": 600, "partition": "env", "name": "fromscript"}
+    assert job_fields(options) == {"time_limit_s": 600, "partition": "env", "name": "fromscript"}
 
 
 def test_a_quantity_given_higher_up_replaces_its_other_spellings():
     options = submit(["--mem-per-cpu=1G"], {}, "#SBATCH --mem=4G\n#SBATCH --gpus-per-node=4")
-    assert options.submit == {"mem_per_cpu_mib": 1024, "gpus_per_node": 4}
-    assert submit(["-G", "2"], {}, "#SBATCH --gpus-per-node=4").submit == {"gpus": 2}
+    assert job_fields(options) == {"mem_per_cpu_mib": 1024, "gpus_per_node": 4}
+    assert job_fields(submit(["-G", "2"], {}, "#SBATCH --gpus-per-node=4")) == {"gpus": 2}
 
 
 def test_submitit_script():
@@ -79,11 +88,11 @@ def test_submitit_script():
                             "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --open-mode=append",
                             "#SBATCH --output=/f/%j/%j_0_log.out", "#SBATCH --signal=USR2@90", "#SBATCH --time=60",
                             "#SBATCH --wckey=submitit", "#SBATCH --exclusive"])
-    fields = submit(["/f/.submission_file_abc.sh"], {}, directives).submit
+    fields = job_fields(submit(["/f/.submission_file_abc.sh"], {}, directives))
     assert fields == {"cpus_per_task": 4, "error": "/f/%j/%j_0_log.err", "gpus_per_node": 2, "name": "exp",
                       "mem_mib": 16384, "nodes": 2, "ntasks_per_node": 2, "open_mode": "append",
                       "output": "/f/%j/%j_0_log.out",
-                      "signal": {"signal": 12, "time_s": 90, "batch_only": False, "reservation": False},
+                      "signal": "USR2@90",
                       "time_limit_s": 3600, "wckey": "submitit", "exclusive": "exclusive"}
 
 
@@ -95,6 +104,15 @@ def test_submitit_script():
 ])
 def test_script_source(argv, source):
     assert parse_sbatch(argv, {})[1] == source
+
+
+@pytest.mark.parametrize(("text", "parsed"), [
+    ("USR2@90", {"signal": 12, "time_s": 90, "batch_only": False, "reservation": False}),
+    ("B:SIGUSR1", {"signal": 10, "time_s": 60, "batch_only": True, "reservation": False}),
+    ("R:10@5", {"signal": 10, "time_s": 5, "batch_only": False, "reservation": True}),
+])
+def test_signal_specs(text, parsed):
+    assert parse_signal_spec(text) == parsed
 
 
 def test_wrap_script_and_submitted_line():
@@ -181,7 +199,7 @@ def test_directive_errors():
 
 
 def test_directives_end_at_the_first_command():
-    assert submit([], {}, "#SBATCH -J a\necho\n#SBATCH -J b").submit == {"name": "a"}
+    assert job_fields(submit([], {}, "#SBATCH -J a\necho\n#SBATCH -J b")) == {"name": "a"}
 
 
 def test_help_actions():

@@ -184,10 +184,10 @@ NODES = [node("n1", state="mixed", cpus_alloc=4), node("n2"), node("n3", state="
 
 
 @pytest.mark.parametrize(("argv", "out"), [
-    ([], "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"
+    ([], "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n"  # states in Slurm's numeric order, descending
+         "gpu*         up   infinite      1  down* n3\n"
          "gpu*         up   infinite      1    mix n1\n"
          "gpu*         up   infinite      1   idle n2\n"
-         "gpu*         up   infinite      1  down* n3\n"
          "debug        up      30:00      1  down* n3\n"),
     (["-h", "-o", "%P %D %C"], "gpu* 3 4/28/16/48\ndebug 1 0/0/16/16\n"),
     (["-p", "debug", "-o", "%R %l %a"], "PARTITION TIMELIMIT AVAIL\ndebug 30:00 up\n"),

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import pytest
 
+from corral.slurm import jobids
 from corral.slurm.errors import SlurmCommandError
+from corral.slurm.records import reason
 from corral.slurm.squeue import squeue_output
-from corral.slurm.squeue_fields import View, reason
+from corral.slurm.squeue_fields import View
 from corral.slurm.squeue_format import (
     DEFAULT_FORMAT,
     header_line,
@@ -15,7 +17,7 @@ from corral.slurm.squeue_format import (
     print_str,
 )
 from corral.slurm.squeue_opts import parse_squeue
-from corral.slurm.squeue_select import expand_array_remainders, filter_jobs, sort_jobs
+from corral.slurm.squeue_select import combine_pending_array_tasks, expand_array_remainders, filter_jobs, sort_jobs
 
 from .builders import T0, job, running
 
@@ -124,6 +126,20 @@ def test_filter_by_array_and_task():
     assert [j["id"] for j in filter_jobs(jobs, users=["1000"], names=["train"])] == [12, 10, 11]
 
 
+def test_pending_tasks_of_an_array_print_as_one_line():
+    tasks = [job(20 + t, array_job_id=10, array_task_id=t, array_throttle=2,
+                 reason="Priority" if t == 3 else "JobArrayTaskLimit") for t in (2, 3, 4, 7)]
+    rows = combine_pending_array_tasks([running(19, array_job_id=10, array_task_id=0), *tasks, job(30)])
+    assert [jobids.job_id(r) for r in rows] == ["10_0", "10_[2-4,7%2]", "30"]
+    assert rows[1]["reason"] == "JobArrayTaskLimit,Priority" and rows[1]["id"] == 10
+    out = squeue_output(parse_squeue(["-h", "-o", "%i %K"], {}), tasks, T0)[0]
+    assert out == "10_[2-4,7%2] 2-4,7%2\n"
+    out = squeue_output(parse_squeue(["-h", "-r", "-o", "%i"], {}), tasks, T0)[0]
+    assert out.split() == ["10_2", "10_3", "10_4", "10_7"]
+    remainder = job(10, array_job_id=10, array_task_spec="5-6%2")
+    assert jobids.job_id(combine_pending_array_tasks([remainder, tasks[0]])[0]) == "10_[2,5-6%2]"
+
+
 def test_expand_array_remainder():
     rows = expand_array_remainders([job(10, array_job_id=10, array_task_spec="2-4%2")])
     assert [(r["array_task_id"], r["array_task_spec"]) for r in rows] == [(2, None), (3, None), (4, None)]
@@ -190,3 +206,9 @@ def test_output_node_filter_and_long_banner():
     assert squeue_output(options, [running(1, nodes=("n1",)), running(2, nodes=("n2", "n3"))], T0)[0] == "2\n"
     out = squeue_output(parse_squeue(["-l"], {}), [], T0)[0]
     assert out.splitlines()[1].startswith("             JOBID")
+
+
+def test_reservation_filter_and_field():
+    jobs = [job(1, reservation="maint"), job(2)]
+    options = parse_squeue(["-R", "maint", "-h", "-o", "%i %v"], {})
+    assert squeue_output(options, jobs, T0)[0] == "1 maint\n"

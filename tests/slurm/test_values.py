@@ -1,6 +1,7 @@
 """Table tests for the small formatters: times, job ids, states, TRES, memory, records."""
 from __future__ import annotations
 
+import calendar
 import time
 
 import pytest
@@ -9,7 +10,7 @@ from corral.jobscript import units
 from corral.slurm import jobids, records, states, timefmt, tres
 from corral.slurm.record import Record
 
-NOON = time.mktime((2026, 11, 22, 12, 0, 0, 0, 0, -1))
+NOON = calendar.timegm((2026, 11, 22, 12, 0, 0))  # UTC, the zone conftest.py sets
 
 
 @pytest.mark.parametrize(("seconds", "long_form", "short_form"), [
@@ -40,7 +41,7 @@ def test_time_limits_and_unset_values():
     (NOON, None, "2026-11-22T12:00:00"), (NOON, "standard", "2026-11-22T12:00:00"), (NOON, "%H:%M", "12:00"),
     (NOON, "relative", "12:00:00"), (NOON - 86400, "relative", "Ystday 12:00"),
     (NOON + 86400, "relative", "Tomorr 12:00"),
-    (NOON - 3 * 86400, "relative", time.strftime("%a 12:00", time.localtime(NOON - 3 * 86400))),
+    (NOON - 3 * 86400, "relative", time.strftime("%a 12:00", time.gmtime(NOON - 3 * 86400))),
     (NOON - 30 * 86400, "relative", "23 Oct 12:00"), (NOON - 400 * 86400, "relative", "18 Oct 2025"),
     (None, None, "Unknown"), (0, None, "Unknown"),
 ])

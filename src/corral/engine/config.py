@@ -39,6 +39,9 @@ class EngineConfig:
     node_timeout_s: float = 30.0
     # After the grace period, how long to wait for the agent's report before sending SIGKILL again.
     kill_report_timeout_s: float = 20.0
+    # A job never starts sooner than this after its submission, so that the submitter has its id
+    # before the job runs (submitit creates the job's log directory only after sbatch returns).
+    start_delay_s: float = 0.3
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.partitions]

@@ -9,6 +9,7 @@ and where `now` comes from.
 from __future__ import annotations
 
 import signal
+from collections import deque
 from collections.abc import Iterable
 
 from corral.api.tenancy import TenancySpec
@@ -55,6 +56,8 @@ class Engine:
         self.ended: dict[int, tuple[JobState, bool]] = {}
         # Pending jobs that preempted others and wait for them: preemptor id -> victim ids.
         self.claims: dict[int, set[int]] = {}
+        # Jobs submitted less than config.start_delay_s ago, oldest first: (submit time, id).
+        self._fresh: deque[tuple[float, int]] = deque()
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_nodes: set[str] = set()
         self.meta_dirty: set[str] = set()
@@ -111,6 +114,8 @@ class Engine:
     def submit(self, spec: JobSpec, now: float, held: bool = False) -> Job:
         job = Job(id=self.next_job_id, spec=spec, submit_time=now, held=held)
         self.next_job_id += 1
+        if self.config.start_delay_s > 0:
+            self._fresh.append((now, job.id))
         self._track(job, now)
         self._touch(job)
         return job
@@ -156,6 +161,7 @@ class Engine:
         if now - self.views.priority_at >= self.tenancy.spec.priority.calc_period_s:
             self.views.refresh_priorities(self, now)
         gated = self._gate_pending()
+        gated.update(self._too_fresh(now))
         plan = schedule(build_snapshot(self, now, exclude=gated), self.config.scheduler)
         self.last_plan = plan
         commands: list[Command] = []
@@ -166,6 +172,12 @@ class Engine:
         for preempt in plan.preemptions:
             commands.extend(self._preempt(preempt.victim_id, preempt.preemptor_id, preempt.cause, now))
         return commands
+
+    def _too_fresh(self, now: float) -> set[int]:
+        delay = self.config.start_delay_s
+        while self._fresh and self._fresh[0][0] + delay <= now:
+            self._fresh.popleft()
+        return {job_id for _, job_id in self._fresh}
 
     def _gate_pending(self) -> set[int]:
         gated: set[int] = set()
@@ -292,6 +304,8 @@ class Engine:
                 times.append(job.kill_deadline)
         times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
         times.extend(self.reservations.boundaries())
+        if self._fresh:
+            times.append(self._fresh[0][0] + self.config.start_delay_s)
         return min(times, default=None)
 
     # ----- nodes

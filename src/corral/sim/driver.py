@@ -50,7 +50,9 @@ class Simulation:
     def __init__(self, config: EngineConfig, nodes: Iterable[SimNode], tenancy: TenancySpec | None = None,
                  stop_delay_s: float = 1.0, min_cycle_interval_s: float = 0.0, start_s: float = 0.0) -> None:
         # Simulated agents never go silent: node timeouts are effectively off.
-        self.engine = Engine(EngineConfig(**{**_fields(config), "node_timeout_s": float("inf")}), tenancy=tenancy)
+        # Simulated jobs start as soon as the policy allows: no submit-to-start delay.
+        self.engine = Engine(EngineConfig(**{**_fields(config), "node_timeout_s": float("inf"), "start_delay_s": 0.0}),
+                             tenancy=tenancy)
         self.now = start_s
         for node in nodes:
             inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,

@@ -13,8 +13,3 @@ class SlurmCommandError(Exception):
         self.stderr = stderr if stderr.endswith("\n") or not stderr else stderr + "\n"
         self.exit_code = exit_code
         self.stdout = stdout  # some errors also print usage, to stdout
-
-
-def error_lines(prog: str, *messages: str) -> str:
-    """Slurm's `error()` output: one `prog: error: message` line each."""
-    return "".join(f"{prog}: error: {m}\n" for m in messages)

@@ -16,8 +16,9 @@ _NULL = "(null)"
 ALL_LETTERS = "bcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-# A field is any object with `header` (str), `cut` (bool) and `value(record, view) -> str | None`
-# (squeue_fields.Field, sinfo_format.SinfoField); typing.Protocol would cost its import time.
+# A field is any object with `header` (str), `value(record, view) -> str | None`, `cut` (a bool, or a
+# function of the record) and `header_cut` (bool): squeue_fields.Field, sinfo_format.SinfoField.
+# (typing.Protocol would cost its import time.)
 Field = object
 
 
@@ -81,13 +82,18 @@ def _own_width(column: Column) -> int:
 
 def header_line(fmt: Format, width_of: Callable[[Column], int] = _own_width) -> str:
     return "".join(
-        (print_str(c.field.header, width_of(c), c.right, c.field.cut) if c.field else "") + c.suffix
+        (print_str(c.field.header, width_of(c), c.right, c.field.header_cut) if c.field else "") + c.suffix
         for c in fmt.columns
     )
 
 
 def record_line(record: Mapping, fmt: Format, view: object, width_of: Callable[[Column], int] = _own_width) -> str:
     return "".join(
-        (print_str(c.field.value(record, view), width_of(c), c.right, c.field.cut) if c.field else "") + c.suffix
+        (print_str(c.field.value(record, view), width_of(c), c.right, _cut(c.field, record)) if c.field else "")
+        + c.suffix
         for c in fmt.columns
     )
+
+
+def _cut(field: Field, record: Mapping) -> bool:
+    return field.cut(record) if callable(field.cut) else field.cut

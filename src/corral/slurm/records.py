@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# Fields planned for JobOut, with the value that stands for "not given".
+from corral.slurm import states
+
+# Optional JobOut fields, with the value that stands for "not given".
 JOB_DEFAULTS: Mapping[str, object] = {
     "array_job_id": None,
     "array_task_id": None,
-    "array_task_spec": None,  # the pending remainder of an array: "5-9%2"
+    "array_throttle": None,  # an array's %N: how many of its tasks may run at once
+    "array_task_spec": None,  # a record standing for an array's pending tasks: "5-9%2"
     "account": "",
     "qos": "",
     "dependency": "",
@@ -22,7 +25,10 @@ JOB_DEFAULTS: Mapping[str, object] = {
     "requeue": True,
     "uid": 0,
     "submit_host": "",
-    # Not planned yet; Slurm prints them (see the report): group, command path, stdin.
+    "reservation": "",
+    # Beyond the planned fields, read when present (see the report): when the job became eligible,
+    # group, command path and stdin.
+    "eligible_time": None,
     "group": None,
     "gid": None,
     "command": None,
@@ -73,3 +79,41 @@ def batch_host(job: Mapping) -> str | None:
     """Where the batch script runs: the first node of the allocation."""
     slices = job.get("slices") or ()
     return slices[0]["node"] if slices else None
+
+
+def reason(job: Mapping) -> str:
+    """The job's reason as Slurm names it, filling in what Slurm sets for finished jobs."""
+    text = str(job.get("reason") or "None")
+    if text != "None":
+        return text
+    state = states.job_state(job)
+    if state == "FAILED":
+        sig = int(job.get("exit_signal", 0))
+        return f"RaisedSignal:{sig}({_signal_name(sig)})" if sig else "NonZeroExitCode"
+    if state == "TIMEOUT":
+        return "TimeLimit"
+    if state == "PENDING" and get(job, "held"):
+        return "JobHeldUser"
+    return text
+
+
+def _signal_name(number: int) -> str:
+    import signal  # only failed jobs need it; the module costs start-up time (enum)
+    try:
+        return signal.strsignal(number) or str(number)
+    except ValueError:
+        return str(number)
+
+
+# Pending reasons for which Slurm has not made the job eligible yet (EligibleTime=Unknown).
+_NOT_ELIGIBLE = frozenset({"JobHeldUser", "JobHeldAdmin", "JobArrayTaskLimit", "Dependency", "BeginTime"})
+
+
+def eligible_time(job: Mapping) -> float | None:
+    """When the job became eligible to start: the record's own value, else its submission, except
+    for a job still pending on a hold, a throttle, a dependency or a begin time (not yet)."""
+    if job.get("eligible_time") is not None:
+        return job["eligible_time"]
+    if states.job_state(job) == "PENDING" and (get(job, "held") or reason(job) in _NOT_ELIGIBLE):
+        return None
+    return job.get("submit_time")

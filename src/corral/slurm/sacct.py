@@ -8,7 +8,7 @@ from corral.slurm import records
 from corral.slurm.sacct_fields import AcctView
 from corral.slurm.sacct_format import render
 from corral.slurm.sacct_opts import SacctOptions
-from corral.slurm.squeue_select import matches_job_filter
+from corral.slurm.squeue_select import combine_pending_array_tasks, matches_job_filter
 
 
 def select_jobs(options: SacctOptions, jobs: Sequence[Mapping], user: str | None = None) -> list[Mapping]:
@@ -28,7 +28,7 @@ def select_jobs(options: SacctOptions, jobs: Sequence[Mapping], user: str | None
             options.accounts is None or records.get(job, "account") in options.accounts,
             options.qos is None or records.get(job, "qos") in options.qos,
         ))
-    return sorted((j for j in jobs if keep(j)), key=_order)
+    return sorted(combine_pending_array_tasks([j for j in jobs if keep(j)]), key=_order)
 
 
 def _order(job: Mapping) -> tuple:

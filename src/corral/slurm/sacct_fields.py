@@ -123,10 +123,7 @@ def _time_limit(job: Mapping, raw: bool) -> str:
 
 
 def _eligible(job: Mapping, view: AcctView) -> str:
-    """A held job is never eligible; corral makes others eligible at submission (no --begin yet)."""
-    if records.get(job, "held"):
-        return "Unknown"
-    return timefmt.make_time_str(job.get("submit_time"), view.now, view.time_format)
+    return timefmt.make_time_str(records.eligible_time(job), view.now, view.time_format)
 
 
 def _node_list(job: Mapping, step: Mapping | None, view: AcctView) -> str:

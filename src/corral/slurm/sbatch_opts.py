@@ -48,8 +48,10 @@ class SbatchOptions(Record):
 
     @property
     def submit(self) -> dict:
-        """The submission: JobSubmit fields plus the extras (see sbatch_table.JOB), None unset."""
-        merged: dict = {}
+        """The submission: JobSubmit fields plus the extras (see sbatch_table.JOB). Only what the
+        options set, and `batch` (sbatch runs its script once, on the first node); the caller adds
+        script, workdir, env and user."""
+        merged: dict = {"batch": True}
         for source in (self.script, self.environment, self.command_line):
             replaced = {_GROUPS[f] for f in source if f in _GROUPS}
             merged = {f: val for f, val in merged.items() if _GROUPS.get(f) not in replaced}

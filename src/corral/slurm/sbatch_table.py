@@ -2,7 +2,8 @@
 
 Long names are kept in alphabetical order, which is Slurm's table order: glibc lists ambiguous
 prefixes (`--s`) in that order. Every option is in one of four groups:
-- JOB: sets a field of the submission (JobSubmit's names, plus the extra fields listed in the report);
+- JOB: sets a field of the submission (JobSubmit's names; comment, wckey, open_mode, export,
+  exclusive, nodelist, exclude, input and begin are not JobSubmit fields yet);
 - COMMAND: changes what sbatch itself does (--parsable, --wrap, --wait, ...);
 - IGNORED: accepted with a warning (hints, tuning corral does not have, mail);
 - UNSUPPORTED: an error naming the option (hard requirements corral cannot honour)."""
@@ -47,6 +48,7 @@ JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "priority": (None, REQUIRED, "priority", v.non_negative),
     "qos": ("q", REQUIRED, "qos", v.text),
     "requeue": (None, NO_ARG, "requeue", True),
+    "reservation": (None, REQUIRED, "reservation", v.text),
     "signal": (None, REQUIRED, "signal", v.signal_spec),
     "time": ("t", REQUIRED, "time_limit_s", v.time_limit),
     "wckey": (None, REQUIRED, "wckey", v.text),
@@ -104,7 +106,7 @@ UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "cluster-constraint": (None, REQUIRED), "constraint": ("C", REQUIRED), "container": (None, REQUIRED),
     "cpus-per-gpu": (None, REQUIRED), "deadline": (None, REQUIRED), "export-file": (None, REQUIRED),
     "gid": (None, REQUIRED), "gpus-per-socket": (None, REQUIRED), "licenses": ("L", REQUIRED),
-    "nodefile": ("F", REQUIRED), "reservation": (None, REQUIRED), "uid": (None, REQUIRED),
+    "nodefile": ("F", REQUIRED), "uid": (None, REQUIRED),
 }
 _ALIASES = {"ntasks-per-node": ("tasks-per-node",), "clusters": ("cluster",)}
 

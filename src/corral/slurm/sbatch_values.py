@@ -124,8 +124,14 @@ def dependency(value: str, option: str) -> str:
     return value
 
 
-def signal_spec(value: str, option: str) -> dict:
-    """`[R|B:]SIG[@seconds]` (submitit: `USR2@90`) -> {"signal": 12, "time_s": 90, "batch_only": ...}."""
+def signal_spec(value: str, option: str) -> str:
+    """`[R|B:]SIG[@seconds]` (submitit: `USR2@90`), checked; JobSubmit.signal takes the text."""
+    parse_signal_spec(value, option)
+    return value
+
+
+def parse_signal_spec(value: str, option: str = "signal") -> dict:
+    """`B:USR2@90` -> {"signal": 12, "time_s": 90, "batch_only": True, "reservation": False}."""
     match = _SIGNAL.fullmatch(value)
     number = _signal_number(match.group(2)) if match else None
     if number is None:

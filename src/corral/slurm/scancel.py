@@ -31,6 +31,7 @@ def _passes_filters(job: Mapping, options: ScancelOptions, user: str | None) -> 
     checks = {
         "account": lambda j: records.get(j, "account"), "name": lambda j: j.get("name"),
         "partition": lambda j: j.get("partition"), "qos": lambda j: records.get(j, "qos"),
+        "reservation": lambda j: records.get(j, "reservation"),
         "state": states.job_state, "user": lambda j: j.get("user"), "wckey": lambda j: records.get(j, "wckey"),
     }
     for key, wanted in options.filters.items():

@@ -23,8 +23,8 @@ OPTIONS = (
     Opt("wckey", None, REQUIRED),
 )
 SPEC = CommandSpec("scancel", OPTIONS, ignored={"hurry": "corral has no burst buffers"},
-                   unsupported=frozenset({"interactive", "sibling", "reservation"}))
-FILTERS = ("account", "name", "nodelist", "partition", "qos", "state", "user", "wckey", "me")
+                   unsupported=frozenset({"interactive", "sibling"}))
+FILTERS = ("account", "name", "nodelist", "partition", "qos", "reservation", "state", "user", "wckey", "me")
 _STATES = {"PENDING": "PENDING", "PD": "PENDING", "RUNNING": "RUNNING", "R": "RUNNING",
            "SUSPENDED": "SUSPENDED", "S": "SUSPENDED"}
 

@@ -7,23 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from corral.slurm import jobids, records, states, timefmt, tres
-from corral.slurm.squeue_fields import reason
 
-# Pending reasons for which Slurm has not made the job eligible (EligibleTime=Unknown).
-_NOT_ELIGIBLE = frozenset({"JobHeldUser", "JobHeldAdmin", "JobArrayTaskLimit", "Dependency", "BeginTime"})
 NO_VAL = 4294967294  # what %a expands to in the remainder's paths: its task id is NO_VAL
 
 
 def _null(value: object) -> str:
     return str(value) if value not in (None, "") else "(null)"
-
-
-def eligible_time(job: Mapping) -> float | None:
-    if job.get("eligible_time") is not None:
-        return job["eligible_time"]
-    if states.job_state(job) == "PENDING" and (records.get(job, "held") or reason(job) in _NOT_ELIGIBLE):
-        return None
-    return job.get("submit_time")
 
 
 def expand_path(pattern: str, job: Mapping) -> str:
@@ -49,7 +38,7 @@ def expand_path(pattern: str, job: Mapping) -> str:
 def _header(job: Mapping) -> str:
     if records.get(job, "array_job_id") is None:
         return f"JobId={job['id']} JobName={job.get('name', '')}"
-    throttle = job.get("array_task_throttle")
+    throttle = records.get(job, "array_throttle")
     spec = records.get(job, "array_task_spec")
     if throttle is None and spec and "%" in spec:
         throttle = spec.rpartition("%")[2]
@@ -71,7 +60,7 @@ def _times(job: Mapping, now: float, fmt: str | None) -> list[str]:
     used = records.time_used_s(job, now)
     return [
         f"RunTime={timefmt.elapsed(used)} TimeLimit={timefmt.time_limit(limit)} TimeMin=N/A",
-        f"SubmitTime={stamp(job.get('submit_time'))} EligibleTime={stamp(eligible_time(job))}",
+        f"SubmitTime={stamp(job.get('submit_time'))} EligibleTime={stamp(records.eligible_time(job))}",
         f"AccrueTime={stamp(None if held else job.get('submit_time'))}",
         f"StartTime={stamp(start)} EndTime={stamp(end)} Deadline=N/A",
         f"SuspendTime=None SecsPreSuspend=0 LastSchedEval={stamp(job.get('start_time') or job.get('submit_time'))}"
@@ -107,7 +96,8 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
         f"UserId={job.get('user', '')}({uid}) GroupId={records.group_name(job)}({gid}) MCS_label=N/A",
         f"Priority={job.get('priority', 0)} Nice=0 Account={_null(records.get(job, 'account'))} "
         f"QOS={_null(records.get(job, 'qos'))}",
-        f"JobState={states.job_state(job)} Reason={reason(job)} Dependency={_null(records.get(job, 'dependency'))}",
+        f"JobState={states.job_state(job)} Reason={records.reason(job)} "
+        f"Dependency={_null(records.get(job, 'dependency'))}",
         f"Requeue={int(bool(records.get(job, 'requeue')))} Restarts={job.get('restart_count', 0)} BatchFlag=1 "
         f"Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
         *_times(job, now, time_format),

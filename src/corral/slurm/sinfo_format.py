@@ -33,6 +33,7 @@ class SinfoField(Record):
     header: str
     value: object  # Callable[[Group, None], str | None]
     cut: bool = True
+    header_cut: bool = True
 
 
 def _same_or_plus(values: Sequence[int]) -> str:
@@ -74,8 +75,8 @@ def _per_node(name: str):
     return lambda group, _: _same_or_plus([int(n.get(name, 0)) for n in group.nodes])
 
 
-def _field(header: str, value, cut: bool = True) -> SinfoField:
-    return SinfoField(header, value, cut)
+def _field(header: str, value, header_cut: bool = True) -> SinfoField:
+    return SinfoField(header, value, True, header_cut)
 
 
 LETTERS: Mapping[str, SinfoField] = {
@@ -95,9 +96,10 @@ LETTERS: Mapping[str, SinfoField] = {
     "l": _field("TIMELIMIT", lambda g, _: _time_limit(g.partition.get("max_time_s"))),
     "L": _field("DEFAULTTIME", lambda g, _: _time_limit(g.partition.get("default_time_s"))),
     "m": _field("MEMORY", _per_node("mem_mib")),
-    "n": _field("HOSTNAMES", lambda g, _: hostlist.compress([n["name"] for n in g.nodes])),
-    "N": _field("NODELIST", lambda g, _: hostlist.compress([n["name"] for n in g.nodes]), cut=False),
-    "o": _field("NODE_ADDR", lambda g, _: hostlist.compress([str(n.get("address") or n["name"]) for n in g.nodes])),
+    "n": _field("HOSTNAMES", lambda g, _: hostlist.compress([n["name"] for n in g.nodes]), header_cut=False),
+    "N": _field("NODELIST", lambda g, _: hostlist.compress([n["name"] for n in g.nodes]), header_cut=False),
+    "o": _field("NODE_ADDR", lambda g, _: hostlist.compress([str(n.get("address") or n["name"]) for n in g.nodes]),
+                header_cut=False),
     "p": _field("PRIO_TIER", lambda g, _: "1"),
     "P": _field("PARTITION", _partition_name),
     "r": _field("ROOT", lambda g, _: "no"),
@@ -130,8 +132,8 @@ def shows_state(fmt: Format) -> bool:
 
 def group_nodes(partitions: Sequence[Mapping], nodes: Sequence[Mapping], *, by_state: bool,
                 node_centric: bool = False) -> list[Group]:
-    """One group per partition (and per node state when shown), in partition order and then in the
-    order of each group's first node; with `node_centric`, one group per node and partition."""
+    """One group per partition (and per node state when shown), in partition order; with
+    `node_centric`, one group per node and partition, in node order."""
     by_name = {n["name"]: n for n in nodes}
     groups: list[Group] = []
     for partition in partitions:
@@ -143,7 +145,9 @@ def group_nodes(partitions: Sequence[Mapping], nodes: Sequence[Mapping], *, by_s
         buckets: dict[str, list[Mapping]] = {}
         for node in members:
             buckets.setdefault(states.node_state_compact(node) if by_state else "", []).append(node)
-        groups.extend(Group(partition, tuple(b)) for b in buckets.values())
+        # sinfo's default sort "#P,-t": partitions in order, then states by Slurm's number, descending.
+        ordered = sorted(buckets.values(), key=lambda b: -states.node_state_rank(b[0]) if by_state else 0)
+        groups.extend(Group(partition, tuple(b)) for b in ordered)
     if node_centric:
         groups.sort(key=lambda g: hostlist.sort_key(g.nodes[0]["name"]))
     return groups

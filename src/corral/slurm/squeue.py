@@ -24,8 +24,11 @@ def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping], now: float,
                                 qos=options.qos)
     if options.nodes:
         chosen = _on_nodes(chosen, options.nodes)
-    if options.array:
-        chosen = select.expand_array_remainders(chosen)
+    if options.reservation is not None:
+        chosen = [j for j in chosen if j.get("reservation") == options.reservation]
+    # -r: one line per array task; otherwise an array's pending tasks share one `A_[..]` line.
+    expand = select.expand_array_remainders if options.array else select.combine_pending_array_tasks
+    chosen = expand(chosen)
     ordered = select.sort_jobs(chosen, options.sort)
     out = render(ordered, options.format, View(now, options.time_format), header=not options.noheader,
                  long_banner=options.long_banner)

@@ -23,37 +23,20 @@ Getter = Callable[[Mapping, View], "str | None"]
 class Field(Record):
     header: str
     value: Getter
-    cut: bool = True  # right-justified values longer than the width are cut (not node lists)
+    # Whether a right-justified value longer than the width is cut (squeue's cut_output): a bool,
+    # or a function of the job for %R, whose reasons are cut and whose node lists are not.
+    cut: object = True
+    header_cut: bool = True
 
 
-def reason(job: Mapping) -> str:
-    """The job's reason as Slurm names it, filling in what Slurm sets for finished jobs."""
-    text = str(job.get("reason") or "None")
-    if text != "None":
-        return text
-    state = states.job_state(job)
-    if state == "FAILED":
-        sig = int(job.get("exit_signal", 0))
-        return f"RaisedSignal:{sig}({_signal_name(sig)})" if sig else "NonZeroExitCode"
-    if state == "TIMEOUT":
-        return "TimeLimit"
-    if state == "PENDING" and records.get(job, "held"):
-        return "JobHeldUser"
-    return text
-
-
-def _signal_name(number: int) -> str:
-    import signal  # only failed jobs need it; the module costs start-up time (enum)
-    try:
-        return signal.strsignal(number) or str(number)
-    except ValueError:
-        return str(number)
+def _shows_reason(job: Mapping) -> bool:
+    return states.job_state(job) in ("PENDING", "TIMEOUT", "FAILED")
 
 
 def reason_or_nodes(job: Mapping, view: View) -> str:
     """%R: `(reason)` while pending and for failed or timed-out jobs, else the nodes."""
-    if states.job_state(job) in ("PENDING", "TIMEOUT", "FAILED"):
-        return f"({reason(job)})"
+    if _shows_reason(job):
+        return f"({records.reason(job)})"
     return job.get("nodelist") or ""
 
 
@@ -64,20 +47,26 @@ def time_left(job: Mapping, view: View) -> str:
     return timefmt.squeue_duration(int(limit) - records.time_used_s(job, view.now))
 
 
+def _start(job: Mapping) -> float | None:
+    """When the job started, or for a pending job when the backfill plan expects it to."""
+    if states.job_state(job) == "PENDING":
+        return job.get("estimated_start")
+    return job.get("start_time")
+
+
 def end_time(job: Mapping, view: View) -> str:
-    """%e: the end so far or the expected end (start + limit); NONE for an unlimited running job."""
-    end = job.get("end_time")
-    if end is None and job.get("start_time") and states.job_state(job) != "PENDING":
+    """%e: the end, or the expected one (start + limit); NONE for an unlimited job (no end)."""
+    end, start = job.get("end_time"), _start(job)
+    if end is None and start:
         limit = job.get("time_limit_s")
         if limit is None:
             return "NONE"
-        end = job["start_time"] + limit
+        end = start + limit
     return timefmt.make_time_str(end, view.now, view.time_format, unset="N/A")
 
 
 def start_time(job: Mapping, view: View) -> str:
-    start = job.get("start_time") or (job.get("estimated_start") if states.job_state(job) == "PENDING" else None)
-    return timefmt.make_time_str(start, view.now, view.time_format, unset="N/A")
+    return timefmt.make_time_str(_start(job), view.now, view.time_format, unset="N/A")
 
 
 def _text(name: str) -> Getter:
@@ -116,26 +105,26 @@ LETTERS: Mapping[str, Field] = {
     "J": Field("THREADS_PER_CORE", _const("*")),
     "k": Field("COMMENT", _text("comment")),
     "K": Field("ARRAY_TASK_ID", lambda j, v: jobids.array_task_id(j)),
-    "l": Field("TIME_LIMIT", lambda j, v: timefmt.squeue_time_limit(j.get("time_limit_s"))),
-    "L": Field("TIME_LEFT", time_left),
+    "l": Field("TIME_LIMIT", lambda j, v: timefmt.squeue_time_limit(j.get("time_limit_s")), cut=False),
+    "L": Field("TIME_LEFT", time_left, cut=False),
     "m": Field("MIN_MEMORY", lambda j, v: tres.mem_text(int(j.get("mem_per_node_mib", 0)), exact=True)),
-    "M": Field("TIME", lambda j, v: timefmt.squeue_duration(records.time_used_s(j, v.now))),
+    "M": Field("TIME", lambda j, v: timefmt.squeue_duration(records.time_used_s(j, v.now)), cut=False),
     "n": Field("REQ_NODES", _const(""), cut=False),
-    "N": Field("NODELIST", lambda j, v: j.get("nodelist") or "", cut=False),
+    "N": Field("NODELIST", lambda j, v: j.get("nodelist") or "", cut=False, header_cut=False),
     "o": Field("COMMAND", _text("command")),
     "O": Field("CONTIGUOUS", _const("0")),
     "p": Field("PRIORITY", _priority_float),
     "P": Field("PARTITION", lambda j, v: str(j.get("partition", ""))),
     "q": Field("QOS", _text("qos")),
     "Q": Field("PRIORITY", lambda j, v: str(j.get("priority", 0))),
-    "r": Field("REASON", lambda j, v: reason(j)),
-    "R": Field("NODELIST(REASON)", reason_or_nodes, cut=False),
+    "r": Field("REASON", lambda j, v: records.reason(j)),
+    "R": Field("NODELIST(REASON)", reason_or_nodes, cut=_shows_reason, header_cut=False),
     "S": Field("START_TIME", start_time),
     "t": Field("ST", lambda j, v: states.job_state_compact(j)),
     "T": Field("STATE", lambda j, v: states.job_state(j)),
     "u": Field("USER", lambda j, v: str(j.get("user", ""))),
     "U": Field("UID", lambda j, v: str(records.get(j, "uid"))),
-    "v": Field("RESERVATION", _const(None)),
+    "v": Field("RESERVATION", _text("reservation")),
     "V": Field("SUBMIT_TIME", lambda j, v: timefmt.make_time_str(j.get("submit_time"), v.now, v.time_format,
                                                                   unset="N/A")),
     "w": Field("WCKEY", _text("wckey")),
@@ -143,7 +132,7 @@ LETTERS: Mapping[str, Field] = {
     "x": Field("EXC_NODES", _const(""), cut=False),
     "X": Field("CORE_SPEC", _const("N/A")),
     "y": Field("NICE", _const("0")),
-    "Y": Field("SCHEDNODES", _const(None), cut=False),
+    "Y": Field("SCHEDNODES", _const(None), cut=False, header_cut=False),
     "z": Field("S:C:T", _const("*:*:*")),
     "Z": Field("WORK_DIR", lambda j, v: str(j.get("workdir", ""))),
 }

@@ -35,7 +35,7 @@ OPTIONS = (
 SPEC = CommandSpec(
     "squeue", OPTIONS,
     ignored={"priority": "a corral job belongs to one partition", "cluster": "corral runs one cluster"},
-    unsupported=frozenset({"licenses", "reservation", "steps", "json", "yaml", "array-unique"}),
+    unsupported=frozenset({"licenses", "steps", "json", "yaml", "array-unique"}),
 )
 USAGE = """\
 Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]
@@ -60,6 +60,7 @@ class SqueueOptions(Record):
     partitions: tuple[str, ...] | None = None
     accounts: tuple[str, ...] | None = None
     qos: tuple[str, ...] | None = None
+    reservation: str | None = None
     nodes: str | None = None  # hostlist expression of -w
     sort: str = DEFAULT_SORT
     array: bool = False  # -r: one line per array task
@@ -91,7 +92,8 @@ def parse_squeue(argv: Sequence[str], env: Mapping[str, str]) -> SqueueOptions:
         names=_list(line.last("name") or env.get("SQUEUE_NAMES")),
         partitions=_list(line.last("partitions") or env.get("SQUEUE_PARTITION")),
         accounts=_list(line.last("accounts") or env.get("SQUEUE_ACCOUNT")),
-        qos=_list(line.last("qos") or env.get("SQUEUE_QOS")), nodes=line.last("node"),
+        qos=_list(line.last("qos") or env.get("SQUEUE_QOS")), reservation=line.last("reservation"),
+        nodes=line.last("node"),
         sort=line.last("sort") or env.get("SQUEUE_SORT") or ("S" if line.has("start") else DEFAULT_SORT),
         array=line.has("array") or "SQUEUE_ARRAY" in env, iterate_s=_iterate(line.last("iterate")),
         verbose=line.count("verbose"), time_format=env.get("SLURM_TIME_FORMAT"),

@@ -11,15 +11,6 @@ from corral.slurm import jobids, records, states
 DEFAULT_SORT = "P,t,-p"  # partition, compact state (PD before R), priority descending
 
 
-def parse_job_filter(text: str) -> tuple[int, int | None]:
-    """One `--jobs` entry: `123` or `123_4` -> (job id, task id or None). Raises ValueError."""
-    job_text, underscore, task_text = text.partition("_")
-    job_id = int(job_text)
-    if job_id <= 0:
-        raise ValueError(text)
-    return job_id, int(task_text) if underscore else None
-
-
 def matches_job_filter(job: Mapping, wanted: tuple[int, int | None]) -> bool:
     job_id, task_id = wanted
     array_id = records.get(job, "array_job_id")
@@ -58,6 +49,44 @@ def filter_jobs(jobs: Iterable[Mapping], *, job_ids: Sequence[tuple[int, int | N
         )
         return all(checks)
     return [job for job in jobs if keep(job)]
+
+
+def combine_pending_array_tasks(jobs: Iterable[Mapping]) -> list[Mapping]:
+    """Pending tasks of one array (same name and partition) as one `A_[2-9%2]` record, as squeue
+    (_combine_pending_array_tasks) and sacct show them; differing reasons are joined with commas.
+    A record that already stands for several tasks (array_task_spec) absorbs its pending siblings."""
+    out: list[Mapping | tuple] = []
+    groups: dict[tuple, list[Mapping]] = {}
+    for job in jobs:
+        array_id = records.get(job, "array_job_id")
+        if states.job_state(job) != "PENDING" or array_id is None or not records.is_array(job):
+            out.append(job)
+            continue
+        key = (array_id, job.get("name"), job.get("partition"))
+        if key not in groups:
+            groups[key] = []
+            out.append(key)
+        groups[key].append(job)
+    return [_combined(groups[item]) if isinstance(item, tuple) else item for item in out]
+
+
+def _combined(tasks: list[Mapping]) -> Mapping:
+    if len(tasks) == 1:
+        return tasks[0]
+    ids: set[int] = set()
+    throttle = records.get(tasks[0], "array_throttle")
+    for task in tasks:
+        spec = records.get(task, "array_task_spec")
+        if spec:
+            spec_ids, spec_throttle = jobids.parse_task_spec(spec)
+            ids.update(spec_ids)
+            throttle = throttle or spec_throttle
+        else:
+            ids.add(records.get(task, "array_task_id"))
+    first = tasks[0]
+    reasons = ",".join(dict.fromkeys(str(t.get("reason") or "None") for t in tasks))
+    return {**first, "id": records.get(first, "array_job_id"), "array_task_id": None, "reason": reasons,
+            "array_task_spec": jobids.format_task_ranges(ids, throttle)}
 
 
 def expand_array_remainders(jobs: Iterable[Mapping]) -> list[Mapping]:

@@ -59,24 +59,34 @@ def sacct_state(job: Mapping) -> str:
     return state
 
 
-# corral's node states -> (sinfo %t, sinfo %T). A draining node still runs jobs; a drained one is
-# empty. corral marks a node down when its agent stops answering: Slurm's "*" (not responding).
-_NODE_STATES: Mapping[str, tuple[str, str]] = {
-    "idle": ("idle", "idle"),
-    "mixed": ("mix", "mixed"),
-    "allocated": ("alloc", "allocated"),
-    "draining": ("drng", "draining"),
-    "drained": ("drain", "drained"),
-    "down": ("down*", "down*"),
+# corral's node states -> (sinfo %t, sinfo %T, Slurm's numeric node_state). A draining node still
+# runs jobs; a drained one is empty. corral marks a node down when its agent stops answering:
+# Slurm's "*" (not responding). "planned": idle, but held for a job the backfill plans to start.
+# The number (base state | flags: DRAIN 0x200, NO_RESPOND 0x800, PLANNED 0x200000) orders sinfo's
+# lines: sinfo sorts by it, descending.
+_NODE_STATES: Mapping[str, tuple[str, str, int]] = {
+    "idle": ("idle", "idle", 2),
+    "mixed": ("mix", "mixed", 5),
+    "allocated": ("alloc", "allocated", 3),
+    "draining": ("drng", "draining", 5 | 0x200),
+    "drained": ("drain", "drained", 2 | 0x200),
+    "down": ("down*", "down*", 1 | 0x800),
+    "planned": ("plnd", "planned", 2 | 0x200000),
 }
 
 
 def node_state_compact(node: Mapping) -> str:
-    return _NODE_STATES.get(node.get("state", ""), (str(node.get("state")), ""))[0]
+    state = str(node.get("state", ""))
+    return _NODE_STATES[state][0] if state in _NODE_STATES else state
 
 
 def node_state_long(node: Mapping) -> str:
-    return _NODE_STATES.get(node.get("state", ""), ("", str(node.get("state"))))[1]
+    state = str(node.get("state", ""))
+    return _NODE_STATES[state][1] if state in _NODE_STATES else state
+
+
+def node_state_rank(node: Mapping) -> int:
+    return _NODE_STATES.get(str(node.get("state", "")), ("", "", 0))[2]
 
 
 def node_state_scontrol(node: Mapping) -> str:
@@ -88,4 +98,6 @@ def node_state_scontrol(node: Mapping) -> str:
         return f"{base}+DRAIN"
     if state == "down":
         return "DOWN+NOT_RESPONDING"
+    if state == "planned":
+        return "IDLE+PLANNED"
     return str(state).upper()
