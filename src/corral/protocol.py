@@ -86,6 +86,7 @@ class LaunchJob(BaseModel):
     batch: bool = False
     # Which of ntasks, ntasks_per_node, cpus_per_task the user gave: Slurm exports them only then.
     explicit: list[str] = []
+    open_mode: str = "append"  # "truncate": a batch job's output files start empty
 
 
 class SignalJob(BaseModel):

@@ -45,6 +45,9 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         reservation="maint",
         batch=True,
         explicit="ntasks",
+        comment="a comment",
+        wckey="submitit",
+        open_mode="truncate",
     )
 
 

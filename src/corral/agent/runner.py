@@ -166,11 +166,16 @@ class JobRunner:
 
     def _open_outputs(self, task: TaskLaunch) -> tuple[int, int]:
         """File descriptors for the task's stdout and stderr (the same one when `error` is None)."""
-        stdout_fd = _open_append(self._output_path(self.launch.output, task))
+        # Slurm truncates a batch job's files unless --open-mode=append; a file that several tasks or
+        # nodes share is only ever appended to, so that nobody truncates another task's output.
+        truncate = self.launch.batch and self.launch.open_mode == "truncate"
+        stdout_path = self._output_path(self.launch.output, task)
+        stdout_fd = _open_output(stdout_path, truncate)
         if self.launch.error is None:
             return stdout_fd, stdout_fd
         try:
-            return stdout_fd, _open_append(self._output_path(self.launch.error, task))
+            error_path = self._output_path(self.launch.error, task)
+            return stdout_fd, _open_output(error_path, truncate and error_path != stdout_path)
         except SpawnError:
             os.close(stdout_fd)
             raise
@@ -233,9 +238,10 @@ def _int_or_none(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def _open_append(path: str) -> int:
+def _open_output(path: str, truncate: bool) -> int:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
     try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, OUTPUT_FILE_MODE)
+        return os.open(path, flags, OUTPUT_FILE_MODE)
     except OSError as exc:
         raise SpawnError(f"cannot open output file {path}: {exc.strerror}") from exc
 

@@ -1,6 +1,8 @@
 """User-facing request and response bodies of the REST API (also the CLI's --json output)."""
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -46,6 +48,10 @@ class JobSubmit(BaseModel):
     reservation: str | None = None
     hold: bool = False
     batch: bool = Field(False, description="sbatch semantics: the script runs once, on the first node")
+    comment: str = ""
+    wckey: str = ""
+    open_mode: Literal["append", "truncate"] | None = Field(
+        None, description="Output files: batch jobs truncate by default, as sbatch does")
 
 
 class SubmitReply(BaseModel):
@@ -106,6 +112,13 @@ class JobOut(BaseModel):
     submit_host: str = ""
     # What happened to the job: preemptions (by whom, why), requeues, warning signals.
     history: list[dict] = []
+    comment: str = ""
+    wckey: str = ""
+    open_mode: str = "append"
+    batch: bool = False
+    cancelled_by_uid: int | None = None
+    # Job steps (issue 4's srun); a batch job shows its batch step here.
+    steps: list[dict] = []
 
 
 class GpuOut(BaseModel):

@@ -80,8 +80,9 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return job
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
-    async def cancel(job_id: int) -> JobOut:
-        return _operate(service, job_id, lambda: service.cancel(job_id))
+    async def cancel(job_id: int, uid: int | None = None) -> JobOut:
+        """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
+        return _operate(service, job_id, lambda: service.cancel(job_id, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
     async def requeue(job_id: int) -> JobOut:

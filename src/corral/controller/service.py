@@ -162,8 +162,8 @@ class ControllerService:
         if not record.allows(spec.user, spec.account):
             raise AdmissionError(f"access denied to reservation {spec.reservation!r} for {spec.user}/{spec.account}")
 
-    def cancel(self, job_id: int) -> JobOut:
-        return self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now))
+    def cancel(self, job_id: int, uid: int | None = None) -> JobOut:
+        return self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now, uid))
 
     def requeue(self, job_id: int) -> JobOut:
         return self._job_operation(job_id, lambda now: self.engine.requeue(job_id, now))

@@ -32,8 +32,24 @@ def job_out(job: Job, now: float) -> JobOut:
         array_task_id=job.spec.array_task_id, array_throttle=job.spec.array_throttle,
         dependency=job.spec.dependency, reason_detail=job.reason_detail, held=job.held,
         requeue=job.spec.requeue, reservation=job.spec.reservation, uid=job.spec.uid,
-        submit_host=job.spec.submit_host, history=list(job.history),
+        submit_host=job.spec.submit_host, history=list(job.history), comment=job.spec.comment,
+        wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch,
+        cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
+        steps=batch_steps(job),
     )
+
+
+def batch_steps(job: Job) -> list[dict]:
+    """The batch step of a batch job, as sacct shows it (`N.batch`)."""
+    if not job.spec.batch or job.start_time is None:
+        return []
+    first = job.slices[0].node if job.slices else ""
+    run = job.runs.get(first)
+    ended = run is not None and run.finished
+    return [{"step_id": "batch", "name": "batch", "nodelist": first, "num_tasks": 1,
+             "start_time": job.start_time, "end_time": job.end_time if ended else None,
+             "state": (job.state.value if job.state.terminal else "RUNNING") if run else "PENDING",
+             "exit_code": run.exit_code if ended else 0, "exit_signal": run.signal if ended else 0}]
 
 
 def node_out(node: Node, usage: tuple[set[int], int, int], owners: dict[int, int]) -> NodeOut:
@@ -81,7 +97,7 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         workdir=job.spec.workdir, env={**job.spec.env, **job_facts(job)}, output=job.spec.output,
         error=job.spec.error, time_limit_s=req.time_limit_s, restart_count=job.restart_count,
         submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=job.spec.batch,
-        explicit=[k for k in job.spec.explicit.split(",") if k],
+        explicit=[k for k in job.spec.explicit.split(",") if k], open_mode=job.spec.open_mode,
     )
 
 

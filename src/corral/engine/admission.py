@@ -93,7 +93,8 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
         name=name, user=sub.user, request=request, script=sub.script,
         argv=tuple(sub.argv if sub.argv is not None else sub.script_args), workdir=sub.workdir, env=dict(sub.env),
         output=sub.output or ("slurm-%A_%a.out" if sub.array else "slurm-%j.out"), error=sub.error,
-        gpus_per_task=sub.gpus_per_task, batch=sub.batch,
+        gpus_per_task=sub.gpus_per_task, batch=sub.batch, comment=sub.comment, wckey=sub.wckey,
+        open_mode=sub.open_mode or ("truncate" if sub.batch else "append"),
         explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task") if getattr(sub, k) is not None),
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host,
     )

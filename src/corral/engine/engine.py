@@ -120,8 +120,9 @@ class Engine:
         self._touch(job)
         return job
 
-    def cancel(self, job_id: int, now: float) -> list[Command]:
+    def cancel(self, job_id: int, now: float, uid: int | None = None) -> list[Command]:
         job = self._get(job_id)
+        job.history.append({"t": now, "event": "cancelled", "uid": uid})
         if job.state is JobState.PENDING:
             self._finish(job, now, JobState.CANCELLED)
             return []

@@ -65,6 +65,9 @@ class JobSpec:
     # Which of ntasks, ntasks_per_node, cpus_per_task the user gave (comma-separated): Slurm sets
     # SLURM_NTASKS, SLURM_NTASKS_PER_NODE and SLURM_CPUS_PER_TASK only then.
     explicit: str = ""
+    comment: str = ""
+    wckey: str = ""
+    open_mode: str = "append"
 
 
 @dataclass(slots=True)

@@ -1,28 +1,26 @@
 """Job scripts in Slurm's terms: units, #SBATCH directives, submit options -> JobSubmit fields.
 
 Pure and stdlib-only, so the command line starts fast and other front ends (an sbatch shim) can
-share it."""
-from corral.jobscript.directives import DirectiveToken, check_script, parse_directives, wrap_script
-from corral.jobscript.errors import DirectiveError
-from corral.jobscript.getopt import Option, ParsedArgs, ParsedOption, parse_args
-from corral.jobscript.submission import SUBMIT_OPTION_TABLE, SUBMIT_OPTIONS, build_submission
-from corral.jobscript.units import format_duration, format_duration_short, parse_mem_mib, parse_time_s
+share it. Names load on first use (PEP 562): `sbatch` imports only the submodules it needs."""
+from __future__ import annotations
 
-__all__ = [
-    "SUBMIT_OPTIONS",
-    "SUBMIT_OPTION_TABLE",
-    "DirectiveError",
-    "DirectiveToken",
-    "Option",
-    "ParsedArgs",
-    "ParsedOption",
-    "build_submission",
-    "check_script",
-    "format_duration",
-    "format_duration_short",
-    "parse_args",
-    "parse_directives",
-    "parse_mem_mib",
-    "parse_time_s",
-    "wrap_script",
-]
+import importlib
+
+_WHERE = {
+    "DirectiveToken": "directives", "check_script": "directives", "parse_directives": "directives",
+    "wrap_script": "directives", "DirectiveError": "errors", "Option": "getopt", "ParsedArgs": "getopt",
+    "ParsedOption": "getopt", "parse_args": "getopt", "SUBMIT_OPTION_TABLE": "submission",
+    "SUBMIT_OPTIONS": "submission", "build_submission": "submission", "format_duration": "units",
+    "format_duration_short": "units", "parse_mem_mib": "units", "parse_time_s": "units",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'corral.jobscript' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"corral.jobscript.{module}"), name)
+    globals()[name] = value
+    return value
