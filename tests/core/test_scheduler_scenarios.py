@@ -132,3 +132,14 @@ def test_overdue_running_job_is_not_counted_free_now() -> None:
     plan = schedule(snap)
     assert plan.starts == ()
     assert plan.waiting[0].estimated_start == pytest.approx(NOW + 1)
+
+
+def test_strict_fifo_blocks_the_partition_behind_its_head() -> None:
+    nodes = [node("n1", gpus=4)]
+    runs = [running(9, 600, ("n1", (0, 1)))]
+    plan = schedule(snapshot(nodes, [job(1, gpus=4), job(2, gpus=1, limit_s=60)], runs),
+                    SchedulerConfig(backfill=False))
+    assert plan.starts == ()
+    assert {w.job_id: w.reason for w in plan.waiting} == {1: Reason.RESOURCES, 2: Reason.PRIORITY}
+    plan = schedule(snapshot(nodes, [job(1, gpus=4), job(2, gpus=1, limit_s=60)], runs))
+    assert [s.job_id for s in plan.starts] == [2], "with backfill the short job goes ahead"

@@ -45,9 +45,13 @@ class Cycle:
         self.preempted: set[int] = set()
         self.reservations = 0
         self.preemption_attempts = 0
+        self.blocked_partitions: set[str] = set()
 
     def consider(self, job: PendingJob) -> None:
         req = job.request
+        if not self.config.backfill and req.partition in self.blocked_partitions:
+            self.waiting.append(Waiting(job.id, Reason.PRIORITY))
+            return
         if job.caps and not self._within_caps(job):
             return
         amounts = None
@@ -113,6 +117,10 @@ class Cycle:
                 return
             self.memo.failed_limit[key] = req.time_limit_s
         if self._try_preempt(job, amounts, model):
+            return
+        if not self.config.backfill:
+            self.blocked_partitions.add(req.partition)
+            self._wait(job, Reason.RESOURCES)
             return
         if self.reservations < self.config.max_reservations:
             self.waiting.append(self._reserve(job, need, model))

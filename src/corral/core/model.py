@@ -189,6 +189,9 @@ class SchedulerConfig:
     max_jobs_considered: int | None = None
     # Victim searches per cycle (each simulates removals on the whole pool).
     max_preemption_attempts: int = 32
+    # False: strict FIFO per partition, as the Helios paper's baseline: once a job of a partition cannot
+    # start, no later job of that partition starts in the cycle (no backfill, no reservations needed).
+    backfill: bool = True
 
 
 @dataclass(frozen=True, slots=True)

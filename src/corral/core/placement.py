@@ -113,19 +113,27 @@ class Pool:
         # partition -> buckets[free gpu count] -> insertion-ordered set of schedulable node indices
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.members: dict[str, list[WorkNode]] = {}
-        for view in nodes:
-            node = WorkNode(
-                index=len(self.nodes), name=view.name, gpus=view.gpus, cpus=view.cpus, mem_mib=view.mem_mib,
-                free=set(view.free_gpus), free_cpus=view.free_cpus, free_mem_mib=view.free_mem_mib,
-                partitions=view.partitions, gpu_model=view.gpus[0].model if view.gpus else "",
-            )
-            self.nodes.append(node)
-            self.by_name[view.name] = node
+        # Built once per cycle for every node: kept to plain loops (this is the cycle's fixed cost).
+        nodes_list, by_name, members, buckets = self.nodes, self.by_name, self.members, self.buckets
+        for index, view in enumerate(nodes):
+            gpus = view.gpus
+            node = WorkNode(index, view.name, gpus, view.cpus, view.mem_mib, set(view.free_gpus), view.free_cpus,
+                            view.free_mem_mib, view.partitions, gpus[0].model if gpus else "")
+            nodes_list.append(node)
+            by_name[view.name] = node
+            free = len(node.free)
             for part in view.partitions:
-                self.members.setdefault(part, [])
+                group = members.get(part)
+                if group is None:
+                    group = members[part] = []
                 if view.schedulable:
-                    self.members[part].append(node)
-                    self._bucket(part, len(node.free))[node.index] = None
+                    group.append(node)
+                    part_buckets = buckets.get(part)
+                    if part_buckets is None:
+                        part_buckets = buckets[part] = []
+                    while len(part_buckets) <= free:
+                        part_buckets.append({})
+                    part_buckets[free][index] = None
 
     def release_time(self, expected_end: float) -> float:
         # A job past its expected end is being killed: its resources are not free now, but soon.

@@ -25,6 +25,7 @@ from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun
 from corral.engine.reservations import Reservations
 from corral.engine.snapshot import build_snapshot
 from corral.engine.tenancy import Tenancy
+from corral.engine.usage import NodeUsage
 from corral.engine.views import Views
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
@@ -52,6 +53,7 @@ class Engine:
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.next_job_id = next_job_id
         self.views = Views()
+        self.usage = NodeUsage()
         # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
         self.ended: dict[int, tuple[JobState, bool]] = {}
         # Pending jobs that preempted others and wait for them: preemptor id -> victim ids.
@@ -78,6 +80,7 @@ class Engine:
             self.views.pending_view(self, job, now)
         else:
             self.views.running_view(self, job)
+            self.usage.add(job)
 
     def _touch(self, job: Job) -> None:
         self.dirty_jobs[job.id] = job
@@ -208,6 +211,7 @@ class Engine:
         launched = slices[:1] if job.spec.batch else slices
         job.runs = {s.node: NodeRun() for s in launched}
         self.views.running_view(self, job)
+        self.usage.add(job)
         self._touch(job)
         return [Launch(job.id, s.node) for s in launched]
 
@@ -327,6 +331,7 @@ class Engine:
         node = self.nodes[name]
         node.up = False
         self.dirty_nodes.add(name)
+        self.usage.changed(name)
         commands: list[Command] = []
         for job in list(self.jobs.values()):
             run = job.runs.get(name)
@@ -360,6 +365,7 @@ class Engine:
 
     def _end_run(self, job: Job, now: float) -> None:
         self.fairshare.charge_job(job, now)
+        self.usage.remove(job)
         if job.final_state is JobState.PENDING:
             self._requeue(job, now)
         else:

@@ -9,6 +9,7 @@ above it.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from corral.api.tenancy import TenancySpec
@@ -21,6 +22,7 @@ class FairShare:
         self.usage: dict[str, float] = dict(usage or {})
         self.as_of = as_of
         self._accrued_to: dict[int, float] = {}
+        self._rates: dict[int, float] = {}
 
     def configure(self, spec: TenancySpec) -> None:
         self.half_life_s = spec.priority.half_life_s
@@ -67,6 +69,7 @@ class FairShare:
         self.decay_to(now)
         self._charge(job, now)
         self._accrued_to.pop(job.id, None)
+        self._rates.pop(job.id, None)
 
     def _charge(self, job: Job, now: float) -> None:
         if job.start_time is None:
@@ -76,13 +79,14 @@ class FairShare:
         if seconds <= 0:
             return
         # Usage earned over [since, now] decays as it is earned: integrate 2^(-(now-t)/h) dt.
-        earned = self._billing_rate(job) * self._decayed(seconds)
+        rate = self._rates.get(job.id)
+        if rate is None:
+            rate = self._rates[job.id] = self._billing_rate(job)
+        earned = rate * self._decayed(seconds)
         self.usage[job.spec.account] = self.usage.get(job.spec.account, 0.0) + earned
         self._accrued_to[job.id] = now
 
     def _decayed(self, seconds: float) -> float:
-        import math
-
         k = math.log(2) / self.half_life_s
         return (1 - math.exp(-k * seconds)) / k
 

@@ -36,6 +36,7 @@ def register(engine: Engine, name: str, inventory: Inventory, running: set[int],
     node.address, node.up, node.last_seen = inventory.address, True, now
     node.partitions = engine.config.partitions_of(name)
     engine.dirty_nodes.add(name)
+    engine.usage.changed(name)
     commands: list[Command] = []
     known: set[int] = set()
     for job in list(engine.jobs.values()):
@@ -71,6 +72,7 @@ def set_drain(engine: Engine, name: str, drain: bool, reason: str) -> Node:
     node = engine.nodes[name]
     node.drain, node.drain_reason = drain, (reason if drain else "")
     engine.dirty_nodes.add(name)
+    engine.usage.changed(name)
     return node
 
 
