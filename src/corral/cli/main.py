@@ -57,6 +57,14 @@ app.command("prio")(scheduling.prio)
 app.command("share")(scheduling.share)
 app.command("queues")(scheduling.queues)
 app.add_typer(tenancy_app, name="tenancy")
+
+
+@app.command("simulate", cls=RawArgsCommand, context_settings={"help_option_names": []},
+             help="Replay a workload trace through the scheduler (see 'corral simulate --help').")
+def simulate(ctx: typer.Context) -> None:
+    from corral.sim.cli import main as simulate_main
+
+    raise typer.Exit(simulate_main(ctx.meta[_RAW_ARGS]))
 app.add_typer(reservation_app, name="reservation")
 
 
