@@ -144,14 +144,15 @@ class RunningJob:
     # Already being stopped (COMPLETING): its resources are about to come back.
     completing: bool = False
     gpu_model: str = ""  # the model of the GPUs it holds (its quota flavor)
+    # What it holds, per quota resource; derived once (every cycle charges it to its queue).
+    resources: dict[str, int] = field(init=False, repr=False, compare=False)
 
-    @property
-    def resources(self) -> dict[str, int]:
+    def __post_init__(self) -> None:
         gpus = sum(len(s.gpus) for s in self.slices)
         out = {"gpu": gpus, "cpu": sum(s.cpus for s in self.slices), "mem_mib": sum(s.mem_mib for s in self.slices)}
         if self.gpu_model:
             out[f"gpu:{self.gpu_model}"] = gpus
-        return out
+        object.__setattr__(self, "resources", out)
 
 
 @dataclass(frozen=True, slots=True)

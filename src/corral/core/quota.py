@@ -40,9 +40,15 @@ class QuotaBook:
             for r in q.nominal:
                 cap[r] = cap.get(r, 0) + self._lendable(q, r)
                 self.pooled[q.cohort].setdefault(r, 0)
+        # Sum per queue first: one charge per queue instead of one per running job.
+        totals: dict[str, dict[str, int]] = {}
         for job in running:
             if job.queue in self.queues:
-                self.charge(job.queue, job.resources)
+                total = totals.setdefault(job.queue, {})
+                for r, amount in job.resources.items():
+                    total[r] = total.get(r, 0) + amount
+        for queue, total in totals.items():
+            self.charge(queue, total)
         # Queues borrowing when the cycle began. Reclaim takes only from these: a queue that starts
         # borrowing within the cycle does so with capacity idle right now, and preempting its older
         # jobs for that would trade running work for running work.

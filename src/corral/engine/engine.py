@@ -30,6 +30,7 @@ from corral.engine.views import Views
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
 SIGNAL_ONLY = -1.0  # Kill.grace_s: deliver the signal, no SIGKILL after it
+ACCRUE_EVERY_S = 30.0
 
 
 class UnknownJob(KeyError):
@@ -54,6 +55,7 @@ class Engine:
         self.next_job_id = next_job_id
         self.views = Views()
         self.usage = NodeUsage()
+        self._accrued_at = float("-inf")
         # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
         self.ended: dict[int, tuple[JobState, bool]] = {}
         # Pending jobs that preempted others and wait for them: preemptor id -> victim ids.
@@ -260,11 +262,15 @@ class Engine:
     def accrue_usage(self, now: float) -> None:
         self.fairshare.accrue([j for j in self.jobs.values() if j.state is not JobState.PENDING], now)
         self.meta_dirty.add("fairshare")
+        self._accrued_at = now
 
     def tick(self, now: float) -> list[Command]:
         """Accrue fair-share usage, send warning signals, enforce time limits, re-send overdue kills,
         mark silent nodes down and drop expired reservations."""
-        self.accrue_usage(now)
+        # Accrual integrates exactly over any interval (and a job's last stretch is charged when it
+        # ends), so it need not run every cycle; priorities read it every calc_period_s.
+        if now - self._accrued_at >= ACCRUE_EVERY_S:
+            self.accrue_usage(now)
         commands: list[Command] = []
         for job in list(self.jobs.values()):
             if job.state is JobState.RUNNING:

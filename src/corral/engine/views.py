@@ -39,6 +39,7 @@ class Views:
         return view
 
     def refresh_priorities(self, engine: Engine, now: float) -> None:
+        engine.accrue_usage(now)
         shares = engine.fairshare.factors()
         for job_id in list(self.pending):
             self.pending_view(engine, engine.jobs[job_id], now, shares)

@@ -1,0 +1,76 @@
+"""`scontrol requeue|hold|release <job_list>`: one controller call per job, Slurm's messages on failure.
+
+Slurm prints `<reason> for job <id>` per failed id (and, for hold and release, a last
+`slurm_suspend error: <reason>`), nothing on success, and exits 1 if any id failed. Ids may be
+`N`, an array's `A` (every task) or `A_i` (one task), comma-separated or as separate arguments."""
+from __future__ import annotations
+
+from corral.slurm.commands.common import Result, array_siblings
+from corral.slurm.http import ApiError, Controller
+from corral.slurm.scontrol_opts import ScontrolCommand
+
+INVALID_JOB_ID = "Invalid job id specified"
+# The controller's 409 details (corral.engine.engine, corral.controller.app) -> slurm_strerror's text.
+_SLURM_REASONS = (
+    ("submitted with --no-requeue", "Requested operation is presently disabled"),
+    ("is PENDING: only a running job", "Job is pending execution"),
+    ("already finished", "Job has already finished"),
+    ("only a pending job can be held or released", "Job is no longer pending execution"),
+)
+
+
+def slurm_reason(exc: ApiError) -> str:
+    if exc.status == 404:
+        return INVALID_JOB_ID
+    return next((text for marker, text in _SLURM_REASONS if marker in exc.detail), exc.detail)
+
+
+def job_actions(command: ScontrolCommand, controller: Controller) -> Result:
+    items = [item for arg in command.args for item in arg.split(",") if item]
+    reasons: list[tuple[str, str]] = []  # (id as written, why it failed)
+    for item in items:
+        failure = act_on(controller, command.keyword, item)
+        if failure is not None:
+            reasons.append((item, slurm_reason(failure)))
+    lines = [f"{reason} for job {item}\n" for item, reason in reasons]
+    if reasons and command.keyword in ("hold", "release"):
+        lines.append(f"slurm_suspend error: {reasons[-1][1]}\n")
+    return "", "".join(command.warnings) + ("" if command.quiet else "".join(lines)), 1 if reasons else 0
+
+
+def act_on(controller: Controller, action: str, item: str) -> ApiError | None:
+    """Do `action` to every job `item` names; the refusal to report, if all of them refused.
+    (An array's finished tasks cannot be held, but its pending ones can: that is a success.)"""
+    try:
+        job_ids = resolve(controller, item)
+    except ApiError as exc:
+        if exc.status not in (404, 409):
+            raise
+        return exc
+    refusals = []
+    for job_id in job_ids:
+        try:
+            controller.act(job_id, action)
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise
+            refusals.append(exc)
+    return refusals[-1] if refusals and len(refusals) == len(job_ids) else None
+
+
+def resolve(controller: Controller, item: str) -> list[int]:
+    """`N`, `A` or `A_i` -> the ids of corral's job records (every array task has its own)."""
+    head, underscore, task = item.partition("_")
+    if not head.isdigit() or (underscore and not task.isdigit()):
+        raise ApiError(404, INVALID_JOB_ID)
+    job = controller.job(int(head))
+    if job.get("array_job_id") != job["id"]:
+        if underscore:
+            raise ApiError(404, INVALID_JOB_ID)
+        return [job["id"]]
+    tasks = array_siblings(controller, job)
+    if underscore:
+        tasks = [t for t in tasks if t.get("array_task_id") == int(task)]
+        if not tasks:
+            raise ApiError(404, INVALID_JOB_ID)
+    return [t["id"] for t in sorted(tasks, key=lambda t: t["id"])]

@@ -1,0 +1,57 @@
+"""squeue: the controller's jobs in Slurm 22.05's squeue layout."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+
+from corral.slurm import states
+from corral.slurm.commands.common import Result, action_text, connect, emit, run, still_known
+from corral.slurm.http import ApiError, Controller
+from corral.slurm.squeue import squeue_output
+from corral.slurm.squeue_opts import USAGE, SqueueOptions, parse_squeue
+from corral.slurm.target import current_user
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run("squeue", lambda: squeue(args, os.environ))
+
+
+def squeue(argv: Sequence[str], env: Mapping[str, str]) -> Result:
+    options = parse_squeue(argv, env)
+    if options.action:
+        return action_text("squeue", options.action, USAGE)
+    controller = connect(env)
+    user = current_user(env) if options.me else None
+    if options.iterate_s is None:
+        return squeue_output(options, fetch_jobs(controller, options, time.time()), time.time(), user)
+    while True:  # -i N: print again every N seconds until interrupted, a blank line between
+        now = time.time()
+        out, err, code = squeue_output(options, fetch_jobs(controller, options, now), now, user)
+        if emit(out + "\n", err, code):
+            return "", "", code
+        time.sleep(options.iterate_s)
+
+
+def fetch_jobs(controller: Controller, options: SqueueOptions, now: float) -> list[dict]:
+    """What slurmctld would hold: unfinished jobs, and finished ones for MinJobAge when -t asks
+    for finished states. One --jobs id outside that set is looked up, as squeue tells a finished
+    job (header only) from an unknown one (an error)."""
+    wanted = options.job_states
+    if wanted is not None and wanted - states.ACTIVE_STATES:
+        jobs = [j for j in controller.jobs(include_finished=True) if still_known(j, now)]
+    else:
+        jobs = controller.jobs()
+    single = options.single_job_id
+    if single is not None and not any(j["id"] == single or j.get("array_job_id") == single for j in jobs):
+        try:
+            job = controller.job(single)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        else:
+            if still_known(job, now):
+                jobs.append(job)
+    return jobs
