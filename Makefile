@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast bench venv clean
+.PHONY: up test test-fast bench sim-report venv clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+sim-report: $(STAMP)
+	$(PY) -m corral.sim.suite reports
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
