@@ -25,6 +25,13 @@ def imported_by(modules: list[str]) -> set[str]:
     ["corral.slurm.sacct_opts", "corral.slurm.sacct"],
     ["corral.slurm.scancel_opts", "corral.slurm.scancel"],
     ["corral.slurm.scontrol_opts"],
+    ["corral.slurm.http", "corral.slurm.target", "corral.slurm.jsontext"],
+    ["corral.slurm.commands.squeue"],
+    ["corral.slurm.commands.sacct"],
+    ["corral.slurm.commands.scancel"],
+    ["corral.slurm.commands.scontrol", "corral.slurm.commands.scontrol_actions"],
+    ["corral.slurm.commands.sprio"],
+    ["corral.slurm.commands.dispatch"],
 ])
 def test_fast_paths_import_only_what_they_need(modules):
     loaded = imported_by(modules)
@@ -38,3 +45,24 @@ def test_fast_paths_import_only_what_they_need(modules):
 ])
 def test_no_heavy_libraries(modules):
     assert not NEVER & imported_by(modules)
+
+
+# The commands talk HTTP and JSON through corral.slurm.http and jsontext, never these (~30 ms).
+NETWORK = {"json", "http.client", "email", "ssl", "socket", "urllib.request"}
+
+
+@pytest.mark.parametrize("command", ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio"])
+def test_commands_import_no_heavy_libraries(command):
+    loaded = imported_by([f"corral.slurm.commands.{command}"])
+    assert not (NEVER | NETWORK) & loaded
+
+
+def test_sbatch_reads_a_submitit_script_without_dataclasses():
+    """Every submission starts sbatch: its usual options must not pull in dataclasses and inspect."""
+    script = ("#!/bin/bash\n#SBATCH --cpus-per-task=4\n#SBATCH --gpus-per-node=2\n#SBATCH --mem=16GB\n"
+              "#SBATCH --gres=gpu:1\n#SBATCH --time=60\n#SBATCH --array=0-3%2\nrun\n")
+    code = ("import sys\nfrom corral.slurm.sbatch_opts import apply_script, parse_sbatch\n"
+            f"apply_script(parse_sbatch(['--wrap', 'x'], {{}})[0], {script!r}).submit\n"
+            "print(sorted(sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert not {"dataclasses", "inspect", "typing"} & set(ast.literal_eval(out))

@@ -84,17 +84,20 @@ def batch_host(job: Mapping) -> str | None:
 def reason(job: Mapping) -> str:
     """The job's reason as Slurm names it, filling in what Slurm sets for finished jobs."""
     text = str(job.get("reason") or "None")
+    state = states.job_state(job)
+    if state == "PENDING" and get(job, "held") and text not in _HELD_REASONS:
+        return "JobHeldUser"  # a hold outranks what the job waited for before (Dependency, Priority)
     if text != "None":
         return text
-    state = states.job_state(job)
     if state == "FAILED":
         sig = int(job.get("exit_signal", 0))
         return f"RaisedSignal:{sig}({_signal_name(sig)})" if sig else "NonZeroExitCode"
     if state == "TIMEOUT":
         return "TimeLimit"
-    if state == "PENDING" and get(job, "held"):
-        return "JobHeldUser"
     return text
+
+
+_HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
 
 def _signal_name(number: int) -> str:

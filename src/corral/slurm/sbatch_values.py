@@ -2,16 +2,16 @@
 
 sbatch rejects some values itself (exit 255 after `Invalid --time specification`, exit 1 after
 `Invalid numeric value`) and leaves others to slurmctld (`Batch job submission failed: ...`, exit
-1); corral checks both here, before anything is sent. The unit parsing is corral.jobscript's."""
+1); corral checks both here, before anything is sent. The unit parsing is corral.jobscript's
+(units; GPU counts: gpu_values, which says why). Modules only some values need (units, signal,
+jobids) are imported by the converters that use them: sbatch starts on every submission."""
 from __future__ import annotations
 
 import re
-import signal as signals
 from collections.abc import Callable
 
-from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
-from corral.slurm import jobids
+from corral.slurm import gpu_values
 from corral.slurm.errors import SlurmCommandError
 
 Converter = Callable[[str, str], object]  # (value, option name) -> field value
@@ -53,8 +53,10 @@ def node_count(value: str, option: str) -> int:
 
 
 def time_limit(value: str, option: str) -> int:
+    from corral.jobscript.units import parse_time_s
+
     try:
-        return values.time_limit_s(value)
+        return parse_time_s(value)
     except DirectiveError as exc:
         if "unlimited" in exc.reason:
             raise fail(f"Invalid --{option} specification: {exc.reason}") from None
@@ -62,23 +64,25 @@ def time_limit(value: str, option: str) -> int:
 
 
 def memory(value: str, option: str) -> int:
+    from corral.jobscript.units import parse_mem_mib
+
     try:
-        return values.mem_mib(value)
+        return parse_mem_mib(value)
     except DirectiveError:
         raise fail(f"Invalid --{option} specification") from None
 
 
 def gpus(value: str, option: str) -> object:
-    """A GPU count, with its type when written `a100:8` (corral.jobscript's GpuRequest)."""
+    """A GPU count, with its type when written `a100:8` (a GpuRequest)."""
     try:
-        return values.gpu_count(value)
+        return gpu_values.gpu_count(value)
     except DirectiveError:
         raise rejected("Invalid generic resource (gres) specification") from None
 
 
 def gres(value: str, option: str) -> object:
     try:
-        return values.gres_gpus(value)
+        return gpu_values.gres_gpus(value)
     except DirectiveError as exc:
         raise fail(f"Invalid generic resource (gres) specification: {exc.reason}", 1) from None
 
@@ -110,6 +114,8 @@ def partition(value: str, option: str) -> str:
 
 
 def array(value: str, option: str) -> str:
+    from corral.slurm import jobids
+
     try:
         jobids.parse_task_spec(value)
     except ValueError:
@@ -142,6 +148,8 @@ def parse_signal_spec(value: str, option: str = "signal") -> dict:
 
 
 def _signal_number(name: str) -> int | None:
+    import signal as signals
+
     if name.isdigit():
         return int(name) if 0 < int(name) < 65 else None
     upper = name.upper()

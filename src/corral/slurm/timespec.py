@@ -53,6 +53,8 @@ def _calendar(word: str, today: time.struct_time) -> float:
         year, month, day = (int(x) for x in date_part.split("-"))
     elif "/" in date_part:
         parts = [int(x) for x in date_part.split("/")]
+        if len(parts) > 3:
+            raise ValueError(date_part)
         month, day = parts[0], parts[1]
         year = _year(parts[2]) if len(parts) > 2 else year
     elif date_part:

@@ -19,7 +19,6 @@ from corral.slurm.commands.common import (
     still_known,
 )
 from corral.slurm.http import ApiError, Controller
-from corral.slurm.scontrol import scontrol_show_output
 from corral.slurm.scontrol_opts import ScontrolCommand, parse_scontrol
 
 USAGE = """\
@@ -51,6 +50,9 @@ def scontrol(argv: Sequence[str], env: Mapping[str, str]) -> Result:
 
 
 def show(command: ScontrolCommand, env: Mapping[str, str]) -> Result:
+    # Imported here: the formatters bring `re` (hostlist), which requeue, hold and release do without.
+    from corral.slurm.scontrol import scontrol_show_output
+
     warnings = "".join(command.warnings)
     if command.entity in _LOCAL_ENTITIES:
         out, err, code = scontrol_show_output(command, env=env)

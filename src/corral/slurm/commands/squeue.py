@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from corral.slurm import states
-from corral.slurm.commands.common import Result, action_text, connect, emit, run, still_known
+from corral.slurm.commands.common import MIN_JOB_AGE_S, Result, action_text, connect, emit, run, still_known
 from corral.slurm.http import ApiError, Controller
 from corral.slurm.squeue import squeue_output
 from corral.slurm.squeue_opts import USAGE, SqueueOptions, parse_squeue
@@ -41,7 +41,9 @@ def fetch_jobs(controller: Controller, options: SqueueOptions, now: float) -> li
     job (header only) from an unknown one (an error)."""
     wanted = options.job_states
     if wanted is not None and wanted - states.ACTIVE_STATES:
-        jobs = [j for j in controller.jobs(include_finished=True) if still_known(j, now)]
+        # Jobs that had not ended MinJobAge ago: the accounting window, rather than GET /jobs?all=true,
+        # which sends the whole history.
+        jobs = controller.accounting(since=now - MIN_JOB_AGE_S)
     else:
         jobs = controller.jobs()
     single = options.single_job_id

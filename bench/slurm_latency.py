@@ -1,0 +1,113 @@
+"""Per-call latency of corral's sbatch and squeue against real Slurm's.
+
+Starts a local corral cluster (controller and 4 agents x 8 GPUs, tests/e2e/harness.py) and times,
+one call after another, N `sbatch -o /dev/null --gres=gpu:1 --wrap true` and then, once the queue
+has drained, M `squeue`, each as a fresh process (what a user or a workflow tool pays). The same
+calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` answers (the anchor
+in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
+in milliseconds, and the ratios corral / Slurm of the medians. As a floor for corral's figures it
+also times this Python starting and doing nothing (`python -c pass`).
+
+corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by
+one untimed call), as after a normal install: where PYTHONDONTWRITEBYTECODE is set, every call
+would otherwise compile each module from source again.
+
+    python bench/slurm_latency.py [--sbatch N] [--squeue M]      (defaults 500 and 100)"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.harness import Cluster  # noqa: E402
+
+SBATCH_ARGS = ("-o", "/dev/null", "--gres=gpu:1", "--wrap", "true")
+SLURM_BIN = Path("/usr/bin")
+
+
+def timed_calls(argv: list[str], count: int, env: dict[str, str]) -> list[float]:
+    """Milliseconds per call; every call must succeed."""
+    times_ms = []
+    for _ in range(count):
+        start = time.perf_counter()
+        proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, check=False)
+        times_ms.append((time.perf_counter() - start) * 1000)
+        if proc.returncode != 0:
+            raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.decode()}")
+    return times_ms
+
+
+def summary(times_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(times_ms)
+    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(0.9 * len(ordered))], 2)}
+
+
+def wait_until_drained(squeue: list[str], env: dict[str, str], timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while subprocess.run([*squeue, "-h"], env=env, capture_output=True, text=True).stdout.strip():
+        if time.monotonic() > deadline:
+            raise SystemExit("the queue did not drain")
+        time.sleep(0.5)
+
+
+def measure(bin_dir: Path, env: dict[str, str], sbatch_calls: int, squeue_calls: int) -> dict:
+    timed_calls([str(bin_dir / "squeue")], 1, env)  # warm-up: caches, bytecode
+    sbatch = timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], sbatch_calls, env)
+    wait_until_drained([str(bin_dir / "squeue")], env)
+    squeue = timed_calls([str(bin_dir / "squeue")], squeue_calls, env)
+    return {"sbatch": summary(sbatch), "squeue": summary(squeue)}
+
+
+def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="corral-latency-") as tmp:
+        cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
+        try:
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("CORRAL_", "SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"}
+            env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
+                    "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache")}
+            timed_calls([str(Path(sysconfig.get_path("scripts")) / "sbatch"), "--version"], 1, env)
+            figures = measure(Path(sysconfig.get_path("scripts")), env, sbatch_calls, squeue_calls)
+            figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
+            return figures
+        finally:
+            cluster.stop()
+
+
+def slurm_available() -> bool:
+    try:
+        return subprocess.run([str(SLURM_BIN / "sinfo"), "-h"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sbatch", type=int, default=500, help="sbatch calls")
+    parser.add_argument("--squeue", type=int, default=100, help="squeue calls")
+    args = parser.parse_args()
+    result: dict = {"bench": "slurm-latency", "sbatch_calls": args.sbatch, "squeue_calls": args.squeue,
+                    "machine": f"{platform.node()} cpus={os.cpu_count()}", "python": platform.python_version()}
+    result["corral"] = measure_corral(args.sbatch, args.squeue)
+    result["slurm"] = measure(SLURM_BIN, dict(os.environ), args.sbatch, args.squeue) if slurm_available() else None
+    if result["slurm"]:
+        result["ratio_corral_over_slurm"] = {
+            cmd: round(result["corral"][cmd]["median_ms"] / result["slurm"][cmd]["median_ms"], 2)
+            for cmd in ("sbatch", "squeue")}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

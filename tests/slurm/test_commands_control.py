@@ -1,0 +1,95 @@
+"""scancel and scontrol's console scripts against a real controller."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.e2e.harness import wait_for
+
+from . import golden_records as golden
+
+pytestmark = pytest.mark.slow
+
+
+def test_scancel_unknown_id_is_silent_success(cmd):
+    result = cmd("scancel", "999999")
+    assert (result.stdout, result.stderr, result.code) == ("", "", 0)
+
+
+def test_scancel_running_job_is_cancelled_by_the_caller(cmd, slurm_cluster):
+    job_id = cmd.submit("-o", "/dev/null", "--wrap", "sleep 60")
+    slurm_cluster.wait_state(job_id, "RUNNING")
+    result = cmd("scancel", str(job_id))
+    assert (result.stdout, result.stderr, result.code) == ("", "", 0)
+    slurm_cluster.wait_state(job_id, "CANCELLED")
+    sacct = cmd("sacct", "-X", "-n", "-P", "-o", "JobID,State", "-j", str(job_id))
+    assert sacct.stdout == f"{job_id}|CANCELLED by {os.getuid()}\n"
+
+
+def test_scancel_with_a_filter_reports_unknown_ids(cmd):
+    fixture = golden.fixture("scancel_unknown_signal")  # the same rule: a filter makes ids strict
+    result = cmd("scancel", "-u", "nobody", "999999")
+    assert (result.stderr, result.code) == (fixture["stderr"], fixture["exit_code"])
+
+
+def test_scancel_signal_is_an_error_naming_it_not_a_silent_success(cmd, slurm_cluster):
+    job_id = cmd.submit("-o", "/dev/null", "--wrap", "sleep 60")
+    result = cmd("scancel", str(job_id), "--signal", "USR2")
+    assert result.code == 1 and "--signal" in result.stderr and result.stdout == ""
+    assert slurm_cluster.job(job_id)["state"] in ("PENDING", "RUNNING")
+    cmd("scancel", str(job_id))
+
+
+def test_scontrol_show_job(cmd, slurm_cluster):
+    job_id = cmd.submit("-J", "shown", "-t", "10", "-o", "/dev/null", "--wrap", "sleep 30")
+    job = slurm_cluster.wait_state(job_id, "RUNNING")
+    lines = cmd("scontrol", "show", "job", str(job_id)).stdout.splitlines()
+    assert lines[0] == f"JobId={job_id} JobName=shown"
+    assert "   JobState=RUNNING Reason=None Dependency=(null)" in lines
+    assert f"   NodeList={job['nodelist']}" in lines
+    assert any(line.startswith("   RunTime=") and "TimeLimit=00:10:00" in line for line in lines)
+    unknown = cmd("scontrol", "show", "job", "999999")
+    assert (unknown.stderr, unknown.code) == ("slurm_load_jobs error: Invalid job id specified\n", 1)
+    cmd("scancel", str(job_id))
+
+
+def test_scontrol_show_hostnames_needs_no_controller(cmd):
+    nowhere = {"CORRAL_URL": "http://127.0.0.1:9", "SLURM_NODELIST": "n[1-2]"}
+    result = cmd("scontrol", "show", "hostnames", env=nowhere)
+    assert (result.stdout, result.code) == ("n1\nn2\n", 0)
+    assert cmd("scontrol", "show", "hostnames", "node[1-3]").stdout == "node1\nnode2\nnode3\n"
+
+
+def test_scontrol_requeue_runs_the_job_again(cmd, slurm_cluster):
+    job_id = cmd.submit("-o", "/dev/null", "--wrap", "sleep 60")
+    slurm_cluster.wait_state(job_id, "RUNNING")
+    result = cmd("scontrol", "requeue", str(job_id))
+    assert (result.stdout, result.stderr, result.code) == ("", "", 0)
+    wait_for(lambda: slurm_cluster.job(job_id)["restart_count"] == 1, message="requeued")
+    slurm_cluster.wait_state(job_id, "RUNNING")
+    assert "Restarts=1" in cmd("scontrol", "show", "job", str(job_id)).stdout
+    cmd("scancel", str(job_id))
+
+
+def test_scontrol_hold_and_release(cmd, slurm_cluster):
+    blocker = cmd.submit("-o", "/dev/null", "--wrap", "sleep 60")
+    waiting = cmd.submit(f"--dependency=afterok:{blocker}", "-o", "/dev/null", "--wrap", "true")
+    assert cmd("scontrol", "hold", str(waiting)).code == 0
+    assert slurm_cluster.job(waiting)["held"]
+    assert "Reason=JobHeldUser" in cmd("scontrol", "show", "job", str(waiting)).stdout
+    assert cmd("scontrol", "release", str(waiting)).code == 0
+    assert not slurm_cluster.job(waiting)["held"]
+    cmd("scancel", str(blocker), str(waiting))
+
+
+@pytest.mark.parametrize("name", ["action_requeue_unknown", "action_hold_unknown", "action_release_unknown"])
+def test_scontrol_actions_on_unknown_ids_print_what_slurm_prints(cmd, name):
+    fixture = golden.fixture(name)
+    result = cmd(*fixture["argv"])
+    assert (result.stdout, result.stderr, result.code) == (fixture["stdout"], fixture["stderr"], fixture["exit_code"])
+
+
+def test_scontrol_update_is_an_error_naming_it(cmd):
+    result = cmd("scontrol", "update", "JobId=1", "TimeLimit=5")
+    assert (result.stderr, result.code) == ("scontrol: error: update is not supported by corral\n", 1)

@@ -1,0 +1,138 @@
+"""The commands' HTTP client and JSON codec, against a small stdlib HTTP server."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral.protocol import API_PREFIX
+from corral.slurm import http, jsontext
+from tests.e2e.harness import free_port
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4), max_leaves=20)
+
+
+@given(JSON_VALUES)
+def test_json_round_trips_like_the_json_module(value):
+    assert json.loads(jsontext.dumps(value)) == value
+    assert jsontext.loads(json.dumps(value)) == value
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1,]", "1 2", "nul"])
+def test_invalid_json_is_a_value_error(text):
+    with pytest.raises(ValueError):
+        jsontext.loads(text)
+
+
+def test_api_prefix_is_the_controllers():
+    assert http.API_PREFIX == API_PREFIX
+
+
+def test_query_strings_quote_what_urls_cannot_hold():
+    assert http.query_string({"user": "a b/é", "ids": "1,2", "all": None}) == "?user=a%20b%2F%C3%A9&ids=1,2"
+    assert http.query_string({"all": None}) == ""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    replies: dict = {}  # path -> (status, body bytes, chunked)
+    seen: list = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.seen.append((self.command, self.path, self.headers.get("Authorization"), self.rfile.read(length)))
+        status, body, chunked = self.replies.get(self.path.partition("?")[0], (404, b'{"detail":"nope"}', False))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        if chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for start in range(0, len(body), 3):
+                part = body[start:start + 3]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server():
+    _Handler.replies, _Handler.seen = {}, []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd, _Handler
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_requests_carry_the_secret_and_json(server):
+    httpd, handler = server
+    handler.replies = {f"{API_PREFIX}/jobs": (201, b'{"job_id": 7, "task_ids": []}', False)}
+    controller = http.Controller(f"http://127.0.0.1:{httpd.server_port}/", "s3cret")
+    assert controller.submit({"name": "x", "env": {"K": "v"}}) == {"job_id": 7, "task_ids": []}
+    method, path, auth, body = handler.seen[0]
+    assert (method, path, auth, json.loads(body)) == ("POST", f"{API_PREFIX}/jobs", "Bearer s3cret",
+                                                      {"name": "x", "env": {"K": "v"}})
+
+
+def test_chunked_replies_and_query_parameters(server):
+    httpd, handler = server
+    handler.replies = {f"{API_PREFIX}/accounting": (200, json.dumps([{"id": i} for i in range(50)]).encode(), True)}
+    controller = http.Controller(f"http://127.0.0.1:{httpd.server_port}")
+    assert controller.accounting(ids=[1, 2], since=1.5) == [{"id": i} for i in range(50)]
+    assert handler.seen[0][1] == f"{API_PREFIX}/accounting?since=1.5&ids=1,2"
+
+
+def test_error_statuses_carry_the_detail(server):
+    httpd, _ = server
+    with pytest.raises(http.ApiError) as caught:
+        http.Controller(f"http://127.0.0.1:{httpd.server_port}").job(5)
+    assert (caught.value.status, caught.value.detail) == (404, "nope")
+
+
+def test_a_closed_port_is_unreachable():
+    with pytest.raises(http.Unreachable) as caught:
+        http.Controller(f"http://127.0.0.1:{free_port()}", source="CORRAL_URL").nodes()
+    assert caught.value.reason == "Connection refused" and caught.value.source == "CORRAL_URL"
+
+
+@pytest.mark.parametrize(("url", "host", "port", "base"), [
+    ("http://h:81", "h", 81, API_PREFIX), ("http://h", "h", 80, API_PREFIX),
+    ("https://h/x/", "h", 443, f"/x{API_PREFIX}"), ("http://[::1]:82", "::1", 82, API_PREFIX),
+])
+def test_urls(url, host, port, base):
+    controller = http.Controller(url)
+    assert (controller.host, controller.port, controller.base) == (host, port, base)
+
+
+def test_commands_report_failures_as_slurm_like_lines(capsys):
+    from corral.slurm.commands.common import run
+
+    def refused():
+        raise http.ApiError(401, "missing or wrong cluster secret")
+
+    assert run("squeue", refused) == 1
+    assert capsys.readouterr().err.startswith("squeue: error: the controller refused the cluster secret")
+
+    def unreachable():
+        raise http.Unreachable("http://h:1", "Connection refused", "CORRAL_URL")
+
+    assert run("sinfo", unreachable) == 1
+    assert capsys.readouterr().err == (
+        "sinfo: error: Unable to contact slurm controller (connect failure)\n"
+        "sinfo: error: corral's controller at http://h:1 (from CORRAL_URL) did not answer: Connection refused; "
+        "is 'corral up' running?\n")
