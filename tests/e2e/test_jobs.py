@@ -189,3 +189,14 @@ def test_batch_job_runs_its_script_once_with_the_batch_environment(cluster, tmp_
     (dump,) = list(out.glob("*.env"))
     env = read_env(dump)
     assert (env["SLURM_NTASKS"], env["SLURM_NTASKS_PER_NODE"], env["SLURM_CPUS_PER_TASK"]) == ("4", "2", "2")
+
+
+def test_a_job_can_requeue_itself_through_the_controller(cluster, tmp_path) -> None:
+    log = tmp_path / "runs"
+    scontrol = str(Path(__import__("sys").executable).parent / "scontrol")
+    script = (f"#!/bin/sh\necho run $SLURM_RESTART_COUNT >> {log}\n"
+              f"if [ -z \"$SLURM_RESTART_COUNT\" ]; then {scontrol} requeue $SLURM_JOB_ID; sleep 30; fi\n")
+    job_id = cluster.submit(script=script, batch=True, gpus=1)
+    job = cluster.wait_state(job_id, "COMPLETED", timeout_s=40)
+    assert log.read_text().split("\n")[:2] == ["run", "run 1"]
+    assert job["restart_count"] == 1

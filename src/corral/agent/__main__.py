@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         inventory=inventory,
         spool_dir=args.spool or default_spool_dir(args.node),
         address=args.address,
+        # Jobs reach the controller the way the agent does, so that `scontrol requeue` (submitit,
+        # Lightning) works from inside a job. Tasks run as the agent's user, who can read the file anyway.
+        base_env={**os.environ, "CORRAL_URL": args.controller,
+                  "CORRAL_SECRET_FILE": os.path.abspath(args.secret_file)},
     )
     asyncio.run(serve(agent))
     return 0
