@@ -3,7 +3,7 @@
 sbatch rejects some values itself (exit 255 after `Invalid --time specification`, exit 1 after
 `Invalid numeric value`) and leaves others to slurmctld (`Batch job submission failed: ...`, exit
 1); corral checks both here, before anything is sent. The unit parsing is corral.jobscript's
-(units; GPU counts: gpu_values, which says why). Modules only some values need (units, signal,
+(units; GPU counts: corral.jobscript.values). Modules only some values need (units, signal,
 jobids) are imported by the converters that use them: sbatch starts on every submission."""
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable
 
 from corral.jobscript.errors import DirectiveError
-from corral.slurm import gpu_values
 from corral.slurm.errors import SlurmCommandError
 
 Converter = Callable[[str, str], object]  # (value, option name) -> field value
@@ -75,14 +74,14 @@ def memory(value: str, option: str) -> int:
 def gpus(value: str, option: str) -> object:
     """A GPU count, with its type when written `a100:8` (a GpuRequest)."""
     try:
-        return gpu_values.gpu_count(value)
+        return _values().gpu_count(value)
     except DirectiveError:
         raise rejected("Invalid generic resource (gres) specification") from None
 
 
 def gres(value: str, option: str) -> object:
     try:
-        return gpu_values.gres_gpus(value)
+        return _values().gres_gpus(value)
     except DirectiveError as exc:
         raise fail(f"Invalid generic resource (gres) specification: {exc.reason}", 1) from None
 
@@ -172,3 +171,9 @@ def exclusive(value: str | None, option: str) -> str:
     if value in ("user", "mcs"):
         return value
     raise fail(f"Invalid --{option} specification")
+
+
+def _values():
+    from corral.jobscript import values
+
+    return values
