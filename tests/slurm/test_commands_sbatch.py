@@ -117,8 +117,10 @@ def test_export_decides_the_job_environment(cmd, slurm_cluster, tmp_path):
     assert envs["ALL,EXTRA=1"]["FOO"] == "foo" and envs["ALL,EXTRA=1"]["EXTRA"] == "1"
     assert envs["ALL,EXTRA=1"]["SLURM_JOB_ID"] == str(ids["ALL,EXTRA=1"][0]), "the job's own Slurm variables"
     assert not {"SLURM_STALE", "SRUN_STALE"} & set(envs["ALL,EXTRA=1"])
-    assert "FOO" not in envs["NONE"] and "CORRAL_URL" not in envs["NONE"]
-    assert envs["FOO"]["FOO"] == "foo" and "CORRAL_URL" not in envs["FOO"]
+    assert "FOO" not in envs["NONE"]
+    assert envs["FOO"]["FOO"] == "foo" and "EXTRA" not in envs["FOO"]
+    # The agent, not the submitter, tells every job where its controller is (for scontrol requeue).
+    assert {envs[e]["CORRAL_URL"] for e in envs} == {slurm_cluster.url}
 
 
 def test_submitit_job_logs_into_a_directory_made_after_sbatch_returns(cmd, slurm_cluster, tmp_path):
