@@ -67,6 +67,9 @@ class SliceOut(BaseModel):
 
 
 class JobOut(BaseModel):
+    """A job. `priority` is the multifactor priority the scheduler orders pending jobs by (for other
+    jobs, the adjustment given at submission)."""
+
     id: int
     name: str
     user: str

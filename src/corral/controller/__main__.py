@@ -104,7 +104,9 @@ def _read_secret(path: str) -> str | None:
 def _serve(app, host: str, port: int) -> int:
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False))
+    # Agents hold long polls open: do not wait for them at shutdown (they reconnect and re-register).
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                           timeout_graceful_shutdown=1))
     server.run()
     return 0 if server.started else 1
 

@@ -194,6 +194,7 @@ class ControllerService:
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)
+            out.priority = view.priority
         return out
 
     def positions(self) -> dict[int, int]:
@@ -210,9 +211,12 @@ class ControllerService:
             found = [j for j in found if (not user or j.spec.user == user)
                      and (not states or j.state.value in states)]
         places = self.positions()
+        pending = self.engine.views.pending
         outs = [views.job_out(j, now) for j in found]
         for out in outs:
             out.position = places.get(out.id)
+            if out.id in pending:
+                out.priority = pending[out.id].priority  # the multifactor priority the scheduler uses
         return outs
 
     def accounting(self, **filters) -> list[JobOut]:
