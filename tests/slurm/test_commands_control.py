@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -33,12 +34,25 @@ def test_scancel_with_a_filter_reports_unknown_ids(cmd):
     assert (result.stderr, result.code) == (fixture["stderr"], fixture["exit_code"])
 
 
-def test_scancel_signal_is_an_error_naming_it_not_a_silent_success(cmd, slurm_cluster):
-    job_id = cmd.submit("-o", "/dev/null", "--wrap", "sleep 60")
-    result = cmd("scancel", str(job_id), "--signal", "USR2")
-    assert result.code == 1 and "--signal" in result.stderr and result.stdout == ""
-    assert slurm_cluster.job(job_id)["state"] in ("PENDING", "RUNNING")
+def test_scancel_signal_reaches_the_batch_shell_only_with_b(cmd, slurm_cluster, tmp_path):
+    marker = tmp_path / "usr2"
+    script = tmp_path / "trap.sh"
+    script.write_text(f"#!/bin/sh\ntrap 'echo got >> {marker}' USR2\nwhile true; do sleep 0.1; done\n")
+    job_id = cmd.submit("-o", "/dev/null", str(script))
+    slurm_cluster.wait_state(job_id, "RUNNING")
+    time.sleep(0.5)  # let the shell install its trap
+    # submitit's form: the option after the id, the signal name with and without SIG.
+    assert cmd("scancel", str(job_id), "--signal", "SIGUSR2").code == 0
+    time.sleep(0.5)
+    assert not marker.exists(), "without -b, only steps are signaled, and a batch job has none yet"
+    assert cmd("scancel", "-b", str(job_id), "--signal", "USR2").code == 0
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.read_text() == "got\n"
+    assert slurm_cluster.job(job_id)["state"] == "RUNNING", "a signal is not a cancel"
     cmd("scancel", str(job_id))
+    slurm_cluster.wait_state(job_id, "CANCELLED")
 
 
 def test_scontrol_show_job(cmd, slurm_cluster):

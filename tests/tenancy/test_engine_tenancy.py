@@ -147,3 +147,17 @@ def test_manual_requeue_needs_a_requeueable_running_job() -> None:
     e.schedule(T0 + 3)
     with pytest.raises(WrongState, match="no-requeue"):
         e.requeue(stubborn.id, T0 + 3)
+
+
+def test_signal_reaches_the_right_processes_without_ending_the_job() -> None:
+    e = engine()
+    batch = e.submit(dataclasses.replace(spec(queue=""), batch=True), T0)
+    tasks = e.submit(spec(queue=""), T0)
+    e.schedule(T0)
+    assert e.signal(batch.id, signal.SIGUSR2, "steps", T0 + 1) == [], "a batch job has no steps yet"
+    assert e.signal(batch.id, signal.SIGUSR2, "batch", T0 + 1) == [Kill(batch.id, "n1", signal.SIGUSR2, -1.0)]
+    assert e.signal(tasks.id, signal.SIGUSR1, "steps", T0 + 1) == [Kill(tasks.id, "n1", signal.SIGUSR1, -1.0)]
+    assert batch.state is JobState.RUNNING and batch.history[-1]["event"] == "signaled"
+    pending = e.submit(spec(queue="", gpus=8), T0 + 2)
+    with pytest.raises(WrongState):
+        e.signal(pending.id, signal.SIGUSR1, "full", T0 + 2)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hmac
 from contextlib import asynccontextmanager
+from typing import Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -83,6 +84,12 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
     async def cancel(job_id: int, uid: int | None = None) -> JobOut:
         """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
         return _operate(service, job_id, lambda: service.cancel(job_id, uid))
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=ERRORS)
+    async def signal_job(job_id: int, signal: int = Query(..., ge=1, le=64),
+                         scope: Literal["steps", "batch", "full"] = "steps", uid: int | None = None) -> JobOut:
+        """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
+        return _operate(service, job_id, lambda: service.signal(job_id, signal, scope, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
     async def requeue(job_id: int) -> JobOut:

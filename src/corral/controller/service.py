@@ -169,6 +169,9 @@ class ControllerService:
     def cancel(self, job_id: int, uid: int | None = None) -> JobOut:
         return self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now, uid))
 
+    def signal(self, job_id: int, signum: int, scope: str, uid: int | None) -> JobOut:
+        return self._job_operation(job_id, lambda now: self.engine.signal(job_id, signum, scope, now, uid))
+
     def requeue(self, job_id: int) -> JobOut:
         return self._job_operation(job_id, lambda now: self.engine.requeue(job_id, now))
 

@@ -146,6 +146,22 @@ class Engine:
         job.history.append({"t": now, "event": "requeue-requested"})
         return self._begin_kill(job, now, JobState.PENDING)
 
+    def signal(self, job_id: int, signum: int, scope: str, now: float, uid: int | None = None) -> list[Command]:
+        """Deliver a signal without ending the job (scancel --signal). `scope`, as scancel's: "steps"
+        (the default: the job's tasks, not a batch shell), "batch" (the batch shell only) or "full"."""
+        job = self._get(job_id)
+        if job.state is not JobState.RUNNING:
+            raise WrongState(f"job {job_id} is {job.state.value}: only a running job can be signaled")
+        if job.spec.batch:
+            # Until steps exist, a batch job's only process is its batch shell.
+            nodes = list(job.runs) if scope in ("batch", "full") else []
+        else:
+            nodes = list(job.runs) if scope in ("steps", "full") else []
+        job.history.append({"t": now, "event": "signaled", "signal": signum, "scope": scope, "uid": uid})
+        self._touch(job)
+        return [Kill(job.id, node, signum, SIGNAL_ONLY) for node, run in job.runs.items()
+                if node in nodes and not run.finished]
+
     def hold(self, job_id: int, held: bool, now: float) -> Job:
         job = self._get(job_id)
         if job.state is not JobState.PENDING:

@@ -77,6 +77,10 @@ class Controller:
         """cancel, requeue, hold or release; cancel records who asked (`uid`)."""
         return self.call("POST", f"/jobs/{job_id}/{action}", {"uid": uid})
 
+    def signal(self, job_id: int, signum: int, scope: str, uid: int | None = None) -> dict:
+        """scope: "steps" (scancel's default), "batch" (-b) or "full" (-f)."""
+        return self.call("POST", f"/jobs/{job_id}/signal", {"signal": signum, "scope": scope, "uid": uid})
+
     def nodes(self) -> list[dict]:
         return self.call("GET", "/nodes")
 

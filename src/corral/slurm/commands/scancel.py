@@ -45,7 +45,11 @@ def scancel(argv: Sequence[str], env: Mapping[str, str]) -> Result:
         if options.verbose:
             stderr += f"scancel: Terminating job {job['id']}\n"
         try:
-            controller.act(job["id"], "cancel", uid=uid)
+            if options.signal is not None:
+                scope = "full" if options.full else "batch" if options.batch else "steps"
+                controller.signal(job["id"], options.signal, scope, uid=uid)
+            else:
+                controller.act(job["id"], "cancel", uid=uid)
         except ApiError as exc:
             if exc.status not in (404, 409):
                 raise
@@ -59,9 +63,6 @@ def scancel(argv: Sequence[str], env: Mapping[str, str]) -> Result:
 
 def check_supported(options: ScancelOptions) -> None:
     """What the API cannot do yet stops here with an error naming it, rather than doing something else."""
-    if options.signal is not None:
-        raise SlurmCommandError("scancel: error: --signal is not supported by corral yet: the controller "
-                                "cannot send a signal to a job without ending it\n", 1)
     for ref in options.jobs:
         if ref.step is not None and ref.step != "batch":
             raise SlurmCommandError(f"scancel: error: job steps are not supported by corral yet: {ref.text}\n", 1)
