@@ -84,11 +84,15 @@ def test_sbatch_unknown_partition_is_slurms_two_lines():
     assert (error.stderr, error.exit_code) == (fixture["stderr"], fixture["exit_code"])
 
 
-@pytest.mark.parametrize(("argv", "named"), [(["12", "--signal", "USR2"], "--signal"), (["12.0"], "12.0")])
+@pytest.mark.parametrize(("argv", "named"), [(["12.0"], "12.0"), (["12.1", "--signal", "USR2"], "12.1")])
 def test_scancel_refuses_what_the_api_cannot_do(argv, named):
     with pytest.raises(SlurmCommandError) as caught:
         check_supported(parse_scancel(argv, {}))
     assert named in caught.value.stderr and caught.value.exit_code == 1
+
+
+def test_scancel_signal_is_supported():
+    check_supported(parse_scancel(["12", "--signal", "USR2"], {}))  # POST /jobs/{id}/signal
 
 
 def test_scancel_batch_step_cancels_the_job():
