@@ -122,3 +122,11 @@ def test_a_job_starts_no_sooner_than_the_start_delay_after_submission() -> None:
     assert engine.schedule(T0 + 0.1) == [], "the submitter must have the id before the job runs"
     assert engine.next_deadline() == T0 + 0.3
     assert engine.schedule(T0 + 0.3) == [Launch(job.id, "node1")]
+
+
+def test_an_open_reservation_is_no_deadline_but_its_end_is() -> None:
+    from corral.api.tenancy import ReservationSpec
+
+    engine = engine_with_nodes(count=1, node_timeout_s=1e9)
+    engine.add_reservation(ReservationSpec(name="r", start=T0 - 10, end=T0 + 100, nodes="node1"), T0)
+    assert engine.next_deadline(T0) == T0 + 100, "a past opening would wake the controller in a loop"

@@ -83,6 +83,7 @@ def test_min_runtime_protects_young_jobs() -> None:
     e.schedule(T0)
     e.submit(spec(qos="high", gpus=4, queue=""), T0 + 5)
     assert e.schedule(T0 + 5) == [], "low has run 5 s of its 10 s minimum"
+    assert e.next_deadline() == T0 + 10, "the engine wakes up when low becomes preemptible"
     assert any(isinstance(c, Kill) for c in e.schedule(T0 + 11))
     assert low.state is JobState.COMPLETING
 

@@ -78,8 +78,9 @@ class ControllerService:
 
     async def _loop(self) -> None:
         while True:
-            deadline = self.engine.next_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - self.clock())
+            now = self.clock()
+            deadline = self.engine.next_deadline(now)
+            timeout = None if deadline is None else max(0.0, deadline - now)
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             except TimeoutError:

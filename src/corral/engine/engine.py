@@ -319,7 +319,11 @@ class Engine:
             return None
         return job.start_time + job.spec.request.time_limit_s - job.spec.warn_before_s
 
-    def next_deadline(self) -> float | None:
+    def next_deadline(self, now: float | None = None) -> float | None:
+        """When the engine must look again with nothing else happening. Past times are due now: each
+        is acted on by tick() or schedule() and so goes away, except the two kinds filtered by `now`
+        (a reservation that has opened, a job that became preemptible), which would otherwise wake
+        the caller in a loop."""
         times: list[float] = []
         for job in self.jobs.values():
             if job.state is JobState.RUNNING:
@@ -330,9 +334,15 @@ class Engine:
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None:
                 times.append(job.kill_deadline)
         times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
-        times.extend(self.reservations.boundaries())
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
+        later: list[float] = list(self.reservations.boundaries())
+        if self.views.pending:
+            # A waiting job may preempt a running one once that one's minimum runtime has passed:
+            # nothing else may happen then, so wake up for it.
+            later.extend(v.preemptible_from for v in self.views.running.values()
+                         if v.preemptible_from is not None and not v.completing)
+        times.extend(t for t in later if now is None or t > now)
         return min(times, default=None)
 
     # ----- nodes

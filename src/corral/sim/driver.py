@@ -115,7 +115,7 @@ class Simulation:
         engine.take_dirty()
         self.result.cycles += 1
         self._carry_out(commands, now)
-        deadline = engine.next_deadline()
+        deadline = engine.next_deadline(now)
         if deadline is not None and deadline > now and deadline != float("inf"):
             self._push(deadline, "wake", None)
 
