@@ -18,11 +18,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from corral.core.cycle import Cycle
-from corral.core.model import CyclePlan, PendingJob, Reason, SchedulerConfig, Snapshot, Waiting
-
-
-def priority_key(job: PendingJob) -> tuple[int, int, float, int]:
-    return job.order
+from corral.core.model import CyclePlan, Reason, SchedulerConfig, Snapshot, Waiting
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) -> CyclePlan:

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from corral.api.tenancy import TenancySpec
-from corral.core.model import CyclePlan, Reason
+from corral.core.model import CyclePlan
 from corral.core.scheduler import schedule
 from corral.engine import gates, membership
 from corral.engine.commands import Command, Kill, Launch
@@ -440,6 +440,3 @@ class Engine:
         self.reservations.remove(name)
         self.meta_dirty.add("reservations")
 
-
-def reason_of(reason: Reason) -> str:
-    return reason.value
