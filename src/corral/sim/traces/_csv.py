@@ -11,8 +11,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-# Where the shared traces live; tests and the CLI use it for defaults. Overridable for other checkouts.
-TRACES_DIR = Path(os.environ.get("CORRAL_TRACES_DIR", "/work/shared/traces"))
+def _default_traces_dir() -> Path:
+    """CORRAL_TRACES_DIR, else the `shared/traces` folder beside this checkout (as CI lays it out),
+    else /work/shared/traces."""
+    if os.environ.get("CORRAL_TRACES_DIR"):
+        return Path(os.environ["CORRAL_TRACES_DIR"])
+    beside_checkout = Path(__file__).resolve().parents[4].parent / "shared" / "traces"
+    return beside_checkout if beside_checkout.is_dir() else Path("/work/shared/traces")
+
+
+# Where the shared traces live; tests and the CLI use it for defaults.
+TRACES_DIR = _default_traces_dir()
 
 
 class TraceFormatError(ValueError):
