@@ -15,7 +15,7 @@ from pathlib import Path
 from corral.cli.errors import ConfigError
 
 DEFAULT_PORT = 6817  # slurmctld's port: familiar, and free on a machine without Slurm
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"  # = corral.slurm.target.DEFAULT_URL
 CLUSTER_FILE_NAME = "cluster.json"
 
 
@@ -47,55 +47,15 @@ def cluster_file(env: Mapping[str, str] = os.environ) -> Path:
     return _xdg_dir(env, "XDG_CONFIG_HOME", ".config") / CLUSTER_FILE_NAME
 
 
-def normalize_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    return url if "://" in url else f"http://{url}"
-
-
 def resolve_target(url_option: str | None, env: Mapping[str, str] = os.environ) -> Target:
-    path = cluster_file(env)
-    cluster = read_cluster_file(path)
-    if url_option:
-        url, source = normalize_url(url_option), "--url"
-    elif env.get("CORRAL_URL"):
-        url, source = normalize_url(env["CORRAL_URL"]), "CORRAL_URL"
-    elif cluster:
-        url, source = normalize_url(cluster["url"]), str(path)
-    else:
-        url, source = DEFAULT_URL, "default"
-    return Target(url, _secret_for(url, env, cluster), source)
+    # The rules live in corral.slurm.target, shared with the Slurm commands.
+    from corral.slurm import target
 
-
-def _secret_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
-    if env.get("CORRAL_SECRET"):
-        return env["CORRAL_SECRET"].strip()
-    if env.get("CORRAL_SECRET_FILE"):
-        return read_secret(Path(env["CORRAL_SECRET_FILE"]))
-    if cluster and cluster.get("secret_file") and normalize_url(cluster["url"]) == url:
-        return read_secret(Path(cluster["secret_file"]))
-    return None
-
-
-def read_secret(path: Path) -> str:
     try:
-        secret = path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the cluster secret from {path}: {exc.strerror}") from None
-    if not secret:
-        raise ConfigError(f"the cluster secret file {path} is empty")
-    return secret
-
-
-def read_cluster_file(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
-        raise ConfigError(f"{path} has no \"url\"; run 'corral up' again or remove the file")
-    return data
+        found = target.resolve_target(env, url_option)
+    except target.TargetError as exc:
+        raise ConfigError(str(exc)) from None
+    return Target(found.url, found.secret, found.source)
 
 
 def write_cluster_file(url: str, secret_file: Path, env: Mapping[str, str] = os.environ) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from corral.durations import format_duration, format_duration_short  # noqa: F401 (re-exported)
 from corral.jobscript.errors import DirectiveError
 
 _UNLIMITED_WORDS = frozenset({"unlimited", "infinite", "-1"})
@@ -67,28 +68,3 @@ def parse_mem_mib(text: str) -> int:
     if unit == "K":
         return -(-amount // 1024)
     return amount * _MIB_PER_UNIT[unit]
-
-
-def _split_seconds(seconds: float) -> tuple[int, int, int, int]:
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    return days, hours, minutes, secs
-
-
-def format_duration(seconds: float) -> str:
-    """Slurm's elapsed form (sacct Elapsed, TimeLimit): `HH:MM:SS`, or `D-HH:MM:SS` from one day."""
-    days, hours, minutes, secs = _split_seconds(seconds)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
-
-
-def format_duration_short(seconds: float) -> str:
-    """squeue's TIME form: `M:SS`, `H:MM:SS`, or `D-HH:MM:SS`."""
-    days, hours, minutes, secs = _split_seconds(seconds)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"

@@ -1,6 +1,6 @@
-"""Where the controller is and who is asking, for the Slurm commands: corral.cli.config's rules,
-without its imports (dataclasses, pathlib, getpass and json cost ~25 ms; these commands must start
-in a few tens). A test keeps the two in agreement.
+"""Where the controller is and who is asking: the one implementation of these rules, for the Slurm
+commands and the `corral` CLI (corral.cli.config wraps it). Stdlib-only and light: dataclasses,
+pathlib, getpass and json would cost the Slurm commands ~25 ms of a start of a few tens.
 
 URL: `CORRAL_URL`, else the `url` of cluster.json (written by `corral up`), else DEFAULT_URL.
 Secret: `CORRAL_SECRET`, else `CORRAL_SECRET_FILE`, else cluster.json's `secret_file` when
@@ -42,10 +42,13 @@ def normalize_url(url: str) -> str:
     return url if "://" in url else f"http://{url}"
 
 
-def resolve_target(env: Mapping[str, str] = os.environ) -> Target:
+def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None = None) -> Target:
+    """`url_option` is the `corral` CLI's --url, which wins over everything."""
     path = cluster_file(env)
     cluster = read_cluster_file(path)
-    if env.get("CORRAL_URL"):
+    if url_option:
+        url, source = normalize_url(url_option), "--url"
+    elif env.get("CORRAL_URL"):
         url, source = normalize_url(env["CORRAL_URL"]), "CORRAL_URL"
     elif cluster:
         url, source = normalize_url(cluster["url"]), path

@@ -4,34 +4,11 @@ from __future__ import annotations
 
 import time
 
+from corral.durations import format_duration, format_duration_short  # noqa: F401 (used by callers)
+
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%S"  # Slurm's "%FT%T" (SLURM_TIME_FORMAT unset or "standard")
 UNLIMITED = "UNLIMITED"
 _SQUEUE_MAX_S = 365 * 24 * 3600  # squeue prints INVALID beyond a year, or below zero
-
-
-# The two duration forms are corral.jobscript.units' format_duration and format_duration_short
-# (a test keeps them equal). They are repeated here because importing corral.jobscript runs its
-# package __init__, which loads the whole directive parser and `re`: start-up time that squeue and
-# sacct do not need.
-def _split(seconds: float) -> tuple[int, int, int, int]:
-    total = max(0, int(seconds))
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    return days, hours, minutes, secs
-
-
-def format_duration(seconds: float) -> str:
-    days, hours, minutes, secs = _split(seconds)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
-
-
-def format_duration_short(seconds: float) -> str:
-    days, hours, minutes, secs = _split(seconds)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def make_time_str(epoch: float | None, now: float, time_format: str | None = None, *, unset: str = "Unknown") -> str:
