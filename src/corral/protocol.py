@@ -36,6 +36,8 @@ class Registration(BaseModel):
     # Jobs whose local tasks ended but whose NodeFinished event the controller has not acknowledged
     # yet; the agent re-sends those events right after registering.
     finished_jobs: list[int] = []
+    # Steps whose tasks run on this node now, as [job id, step id] pairs.
+    running_steps: list[tuple[int, int]] = []
     agent_version: str = ""
 
 
@@ -89,18 +91,69 @@ class LaunchJob(BaseModel):
     open_mode: str = "append"  # "truncate": a batch job's output files start empty
 
 
+class LaunchStep(BaseModel):
+    """Start this node's tasks of a job step (srun inside an allocation).
+
+    The tasks' stdout/stderr are streamed to srun's listener at `io_host:io_port` (see corral.stepio),
+    unless `output`/`error` name files; srun's stdin comes back the same way. The environment is the
+    agent's (scrubbed), then `env` (what srun exported, with its step-wide Slurm variables), then the
+    job, step and task variables the agent computes."""
+
+    kind: Literal["step"] = "step"
+    seq: int = 0
+    job_id: int
+    step_id: int
+    step_name: str
+    job_name: str
+    user: str
+    uid: int = 0
+    partition: str
+    cluster_name: str = "corral"
+    submit_host: str = ""
+    job_nodes: list[str]  # the allocation: SLURM_JOB_NODELIST, SLURM_JOB_NUM_NODES
+    cpus_on_node: int  # the job's CPUs on this node
+    node_gpus: list[int]  # every device the job holds on this node
+    time_limit_s: int
+    restart_count: int = 0
+    step_nodes: list[str]  # the step's nodes, in rank order: SLURM_STEP_NODELIST, SLURM_NODELIST
+    node_index: int  # this node's place in step_nodes: SLURM_NODEID
+    tasks_per_node: list[int]  # per step node: SLURM_STEP_TASKS_PER_NODE, SLURM_TASKS_PER_NODE
+    num_tasks: int
+    cpus_per_task: int = 1
+    gpus_per_task: int | None = None
+    tasks: list[TaskLaunch]  # this node's tasks
+    argv: list[str]
+    workdir: str
+    env: dict[str, str] = {}
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    # Slurm filename patterns (%j %s %t %N %n %A %a ...); None: the stream goes to srun.
+    output: str | None = None
+    error: str | None = None
+    # srun's --input: "all" (the default: srun's stdin to every task), "none", or a rank as text.
+    input: str = "all"
+    io_host: str | None = None
+    io_port: int | None = None
+    io_token: str = ""
+
+
 class SignalJob(BaseModel):
     """Signal a job's tasks on this node: `signal` to each task's process group, then SIGKILL to those
-    still alive after `grace_s`. A negative `grace_s` sends the signal only (scancel --signal)."""
+    still alive after `grace_s`. A negative `grace_s` sends the signal only (scancel --signal).
+
+    `target`: "all" (batch shell, job tasks and steps), "steps" (only step tasks), "batch" (only the
+    batch shell / the job's own tasks). `step_id` narrows "steps" to one step."""
 
     kind: Literal["kill"] = "kill"
     seq: int = 0
     job_id: int
     signal: int = 15
     grace_s: float = 10.0
+    target: Literal["all", "steps", "batch"] = "all"
+    step_id: int | None = None
 
 
-Command = Annotated[Union[LaunchJob, SignalJob], Field(discriminator="kind")]
+Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator="kind")]
 
 
 class CommandBatch(BaseModel):
@@ -128,7 +181,17 @@ class NodeFinished(BaseModel):
     error: str | None = None
 
 
-Event = Annotated[Union[NodeStarted, NodeFinished], Field(discriminator="kind")]
+class StepFinished(BaseModel):
+    """Every local task of a step has exited (or could not start: then `error` says why)."""
+
+    kind: Literal["step-finished"] = "step-finished"
+    job_id: int
+    step_id: int
+    tasks: list[TaskExit]
+    error: str | None = None
+
+
+Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished], Field(discriminator="kind")]
 
 
 class EventBatch(BaseModel):
