@@ -130,7 +130,7 @@ def test_warning_signal_before_the_time_limit() -> None:
     e.schedule(T0)
     assert e.next_deadline() == T0 + 180
     commands = e.tick(T0 + 180)
-    assert commands == [Kill(job.id, "n1", signal.SIGUSR1, -1.0)]
+    assert commands == [Kill(job.id, "n1", signal.SIGUSR1, -1.0, target="batch")]
     assert e.tick(T0 + 181) == [], "sent once"
     assert job.history[-1]["event"] == "signal"
 
@@ -156,8 +156,10 @@ def test_signal_reaches_the_right_processes_without_ending_the_job() -> None:
     tasks = e.submit(spec(queue=""), T0)
     e.schedule(T0)
     assert e.signal(batch.id, signal.SIGUSR2, "steps", T0 + 1) == [], "a batch job has no steps yet"
-    assert e.signal(batch.id, signal.SIGUSR2, "batch", T0 + 1) == [Kill(batch.id, "n1", signal.SIGUSR2, -1.0)]
-    assert e.signal(tasks.id, signal.SIGUSR1, "steps", T0 + 1) == [Kill(tasks.id, "n1", signal.SIGUSR1, -1.0)]
+    assert e.signal(batch.id, signal.SIGUSR2, "batch", T0 + 1) == [
+        Kill(batch.id, "n1", signal.SIGUSR2, -1.0, target="batch")]
+    assert e.signal(tasks.id, signal.SIGUSR1, "steps", T0 + 1) == [
+        Kill(tasks.id, "n1", signal.SIGUSR1, -1.0, target="batch")], "a command job's tasks count as its steps"
     assert batch.state is JobState.RUNNING and batch.history[-1]["event"] == "signaled"
     pending = e.submit(spec(queue="", gpus=8), T0 + 2)
     with pytest.raises(WrongState):

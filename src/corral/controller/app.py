@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from corral.api.schemas import ErrorOut, JobOut, JobSubmit, NodeOut, NodeUpdate, PartitionOut, SubmitReply
 from corral.controller.service import ControllerService, StaleAgent
 from corral.engine.admission import AdmissionError
+from corral.controller.step_routes import step_routes
 from corral.controller.tenancy_routes import tenancy_routes
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
@@ -55,6 +56,7 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
 
     _user_routes(app, service, Depends(authorized))
     tenancy_routes(app, service, Depends(authorized))
+    step_routes(app, service, Depends(authorized))
     _agent_routes(app, service, Depends(authorized))
     return app
 

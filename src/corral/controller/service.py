@@ -21,7 +21,8 @@ from corral.controller.outbox import Outbox
 from corral.core.model import Gpu
 from corral.controller.deps import resolve_dependency
 from corral.engine.admission import AdmissionError, admit_full
-from corral.engine.commands import Command, Launch
+from corral.controller.step_views import step_launch_message
+from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import Job, JobState
@@ -34,6 +35,7 @@ from corral.protocol import (
     Registration,
     RegistrationReply,
     SignalJob,
+    StepFinished,
 )
 from corral.store import Store
 
@@ -121,8 +123,16 @@ class ControllerService:
                     continue
                 msg = views.launch_message(job, cmd.node, self.engine.nodes, self.engine.config.cluster_name)
                 self.outbox.put(cmd.node, msg)
+            elif isinstance(cmd, LaunchStep):
+                job = self.engine.jobs.get(cmd.job_id)
+                if job is None or not job.steps[cmd.step_id].live:
+                    continue
+                step = job.steps[cmd.step_id]
+                self.outbox.put(cmd.node, step_launch_message(job, step, cmd.node, self.engine.nodes,
+                                                              self.engine.config.cluster_name))
             else:
-                self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s))
+                self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s,
+                                                    target=cmd.target, step_id=cmd.step_id))
 
     # ----- users
 
@@ -175,6 +185,13 @@ class ControllerService:
 
     def requeue(self, job_id: int) -> JobOut:
         return self._job_operation(job_id, lambda now: self.engine.requeue(job_id, now))
+
+    def operate(self, operation) -> None:
+        """Run an engine operation that returns commands; commit, then dispatch them."""
+        commands = operation(self.clock())
+        self._commit()
+        self._dispatch(commands)
+        self.poke()
 
     def hold(self, job_id: int, held: bool) -> JobOut:
         return self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
@@ -288,6 +305,9 @@ class ControllerService:
             elif isinstance(event, NodeFinished):
                 tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
                 commands += self.engine.node_finished(node, event.job_id, tasks, event.error, now)
+            elif isinstance(event, StepFinished):
+                tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
+                commands += self.engine.step_finished(node, event.job_id, event.step_id, tasks, event.error, now)
         self._commit()
         self._dispatch(commands)
         self.poke()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from corral import hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
+from corral.controller.step_views import step_rows
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
 from corral.engine.arrays import parse_array
@@ -35,7 +36,7 @@ def job_out(job: Job, now: float) -> JobOut:
         submit_host=job.spec.submit_host, history=list(job.history), comment=job.spec.comment,
         wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch,
         cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
-        steps=batch_steps(job),
+        steps=batch_steps(job) + step_rows(job),
     )
 
 

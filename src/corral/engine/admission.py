@@ -47,7 +47,8 @@ def admit_full(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node], tena
             raise AdmissionError(str(exc)) from None
     spec = dataclasses.replace(
         spec, account=account, qos=qos, queue=queue, dependency=sub.dependency or "", warn_signal=warn_signal,
-        warn_before_s=warn_before_s, requeue=sub.requeue, reservation=sub.reservation or "",
+        warn_before_s=warn_before_s, warn_batch=bool(sub.signal and sub.signal.startswith("B:")),
+        requeue=sub.requeue, reservation=sub.reservation or "",
         array_throttle=throttle, array_indices=compress_indices(indices) if indices else "")
     return Admitted(spec, indices)
 
@@ -71,7 +72,10 @@ def parse_signal(text: str) -> tuple[int, int]:
 
 
 def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpec:
-    if (sub.script is None) == (sub.argv is None):
+    if sub.allocation:
+        if sub.script is not None or sub.argv is not None or sub.batch or sub.array:
+            raise AdmissionError("an allocation (salloc) runs no script or command of its own and is no array")
+    elif (sub.script is None) == (sub.argv is None):
         raise AdmissionError("give exactly one of a script or a command")
     if sub.script is not None and not sub.script.startswith("#!"):
         raise AdmissionError("the script must start with a '#!' interpreter line")
@@ -88,10 +92,13 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
             raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "
                                  f"(models: {', '.join(models) or 'none'})")
     request = _request(sub, partition, members)
-    name = sub.name or ("script" if sub.script is not None else sub.argv[0].rsplit("/", 1)[-1])
+    if sub.allocation:
+        name = sub.name or "interactive"
+    else:
+        name = sub.name or ("script" if sub.script is not None else sub.argv[0].rsplit("/", 1)[-1])
     return JobSpec(
         name=name, user=sub.user, request=request, script=sub.script,
-        argv=tuple(sub.argv if sub.argv is not None else sub.script_args), workdir=sub.workdir, env=dict(sub.env),
+        argv=tuple(sub.argv if sub.argv is not None else sub.script_args), allocation=sub.allocation, workdir=sub.workdir, env=dict(sub.env),
         output=sub.output or ("slurm-%A_%a.out" if sub.array else "slurm-%j.out"), error=sub.error,
         gpus_per_task=sub.gpus_per_task, batch=sub.batch, comment=sub.comment, wckey=sub.wckey,
         open_mode=sub.open_mode or ("truncate" if sub.batch else "append"),

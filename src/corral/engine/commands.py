@@ -12,11 +12,24 @@ class Launch:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchStep:
+    job_id: int
+    step_id: int
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class Kill:
+    """`signal` to a job's processes on `node`, then SIGKILL after `grace_s` (negative: signal only).
+    `target`: "all", "steps" (step tasks only; `step_id` narrows it to one step) or "batch" (the batch
+    shell or the job's own tasks)."""
+
     job_id: int
     node: str
     signal: int
     grace_s: float
+    target: str = "all"
+    step_id: int | None = None
 
 
-Command = Launch | Kill
+Command = Launch | LaunchStep | Kill

@@ -15,13 +15,13 @@ from collections.abc import Iterable
 from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan
 from corral.core.scheduler import schedule
-from corral.engine import gates, membership
+from corral.engine import gates, membership, steps
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
 from corral.engine.outcome import final_state, fold_exit, node_result
-from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun
+from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
 from corral.engine.reservations import Reservations
 from corral.engine.snapshot import build_snapshot
 from corral.engine.tenancy import Tenancy
@@ -86,6 +86,11 @@ class Engine:
 
     def _touch(self, job: Job) -> None:
         self.dirty_jobs[job.id] = job
+
+    def _active(self) -> list[Job]:
+        """Running and completing jobs (those with a running view), in job id order, as self.jobs has
+        them: the per-cycle passes over them need not walk a long pending queue."""
+        return [self.jobs[job_id] for job_id in sorted(self.views.running)]
 
     def take_dirty(self) -> tuple[list[Job], list[Node]]:
         jobs = list(self.dirty_jobs.values())
@@ -152,15 +157,53 @@ class Engine:
         job = self._get(job_id)
         if job.state is not JobState.RUNNING:
             raise WrongState(f"job {job_id} is {job.state.value}: only a running job can be signaled")
-        if job.spec.batch:
-            # Until steps exist, a batch job's only process is its batch shell.
-            nodes = list(job.runs) if scope in ("batch", "full") else []
-        else:
-            nodes = list(job.runs) if scope in ("steps", "full") else []
         job.history.append({"t": now, "event": "signaled", "signal": signum, "scope": scope, "uid": uid})
         self._touch(job)
-        return [Kill(job.id, node, signum, SIGNAL_ONLY) for node, run in job.runs.items()
-                if node in nodes and not run.finished]
+        return self._signal_commands(job, signum, "batch" if scope == "batch" else
+                                     "steps" if scope == "steps" else "all")
+
+    def _signal_commands(self, job: Job, signum: int, target: str) -> list[Command]:
+        """Signal-only Kills. A batch job's own process is its batch shell ("batch"); a job started with
+        a command has its tasks, which scancel treats as steps; srun steps are "steps"."""
+        own = [n for n, r in job.runs.items() if not r.finished and not job.spec.allocation]
+        commands: list[Command] = []
+        if target in ("all", "batch") and job.spec.batch or not job.spec.batch and target in ("all", "steps"):
+            commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch") for n in own]
+        if target in ("all", "steps"):
+            commands += steps.step_kills(job, signum, SIGNAL_ONLY)
+        return commands
+
+    def start_step(self, job_id: int, request: steps.StepRequest, now: float) -> tuple[Step, list[Command]]:
+        return steps.start_step(self, self._get(job_id), request, now)
+
+    def step_finished(self, node: str, job_id: int, step_id: int, tasks: list[tuple[int, int, int]],
+                      error: str | None, now: float) -> list[Command]:
+        return steps.step_finished(self, node, job_id, step_id, tasks, error, now)
+
+    def complete(self, job_id: int, exit_code: int, signum: int, now: float) -> list[Command]:
+        """An allocation's holder (salloc, or srun outside a job) is done with it."""
+        job = self._get(job_id)
+        if not job.spec.allocation:
+            raise WrongState(f"job {job_id} is not an allocation (salloc): it ends when its tasks do")
+        if job.state is not JobState.RUNNING:
+            raise WrongState(f"job {job_id} is {job.state.value}: only a running allocation can be completed")
+        job.history.append({"t": now, "event": "completed", "exit_code": exit_code, "signal": signum})
+        for node in job.runs:
+            job.runs[node] = NodeRun(started=True, finished=True, exit_code=exit_code, signal=signum)
+        self._touch(job)
+        return self._maybe_end(job, now)
+
+    def _maybe_end(self, job: Job, now: float) -> list[Command]:
+        """Once the job's own processes are done: end it, after killing the steps still running."""
+        if job.state not in (JobState.RUNNING, JobState.COMPLETING) or not all(r.finished for r in job.runs.values()):
+            return []
+        if steps.live_step_nodes(job):
+            if job.state is JobState.COMPLETING:
+                return []
+            job.final_state = final_state(job)
+            return self._begin_kill(job, now, job.final_state)
+        self._end_run(job, now)
+        return []
 
     def hold(self, job_id: int, held: bool, now: float) -> Job:
         job = self._get(job_id)
@@ -225,12 +268,16 @@ class Engine:
         job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
         job.end_time = None
         job.reason, job.reason_detail, job.estimated_start = "None", "", None
-        # A batch job's script runs on its first node only; the other nodes wait for its steps.
-        launched = slices[:1] if job.spec.batch else slices
-        job.runs = {s.node: NodeRun() for s in launched}
+        # A batch job's script runs on its first node only; the other nodes wait for its steps. An
+        # allocation runs nothing: its first node's part stands for the holder until it completes.
+        launched = slices[:1] if job.spec.batch or job.spec.allocation else slices
+        job.runs = {s.node: NodeRun(started=job.spec.allocation) for s in launched}
+        job.steps = []
         self.views.running_view(self, job)
         self.usage.add(job)
         self._touch(job)
+        if job.spec.allocation:
+            return []
         return [Launch(job.id, s.node) for s in launched]
 
     def _preempt(self, victim_id: int, preemptor_id: int, cause: str, now: float) -> list[Command]:
@@ -266,8 +313,7 @@ class Engine:
             job.reason = f"LaunchFailed:{error}"[:200]
         self._touch(job)
         if all(r.finished for r in job.runs.values()):
-            self._end_run(job, now)
-            return []
+            return self._maybe_end(job, now)
         if error is not None and job.state is JobState.RUNNING:
             # One node could not start its part of the gang: the whole gang ends.
             return self._begin_kill(job, now, JobState.FAILED)
@@ -276,7 +322,7 @@ class Engine:
     # ----- time
 
     def accrue_usage(self, now: float) -> None:
-        self.fairshare.accrue([j for j in self.jobs.values() if j.state is not JobState.PENDING], now)
+        self.fairshare.accrue(self._active(), now)
         self.meta_dirty.add("fairshare")
         self._accrued_at = now
 
@@ -288,12 +334,12 @@ class Engine:
         if now - self._accrued_at >= ACCRUE_EVERY_S:
             self.accrue_usage(now)
         commands: list[Command] = []
-        for job in list(self.jobs.values()):
+        for job in self._active():
             if job.state is JobState.RUNNING:
                 commands.extend(self._running_deadlines(job, now))
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None and now >= job.kill_deadline:
                 job.kill_deadline = now + self.config.kill_report_timeout_s
-                commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0) for n, r in job.runs.items() if not r.finished)
+                commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0) for n in self._kill_nodes(job))
         for node in self.nodes.values():
             if node.up and now - node.last_seen > self.config.node_timeout_s:
                 commands.extend(self.node_lost(node.name, now))
@@ -309,7 +355,9 @@ class Engine:
         if warn_at is not None and now >= warn_at:
             job.history.append({"t": now, "event": "signal", "signal": job.spec.warn_signal})
             self._touch(job)
-            return [Kill(job.id, n, job.spec.warn_signal, SIGNAL_ONLY) for n in job.runs]
+            # --signal=B:SIG warns the batch shell only; plain --signal=SIG, every step (Slurm's rule).
+            target = "batch" if job.spec.warn_batch else "steps" if job.spec.batch else "all"
+            return self._signal_commands(job, job.spec.warn_signal, target)
         return []
 
     def _warn_at(self, job: Job) -> float | None:
@@ -325,7 +373,7 @@ class Engine:
         (a reservation that has opened, a job that became preemptible), which would otherwise wake
         the caller in a loop."""
         times: list[float] = []
-        for job in self.jobs.values():
+        for job in self._active():
             if job.state is JobState.RUNNING:
                 times.append(job.start_time + job.spec.request.time_limit_s)
                 warn_at = self._warn_at(job)
@@ -366,16 +414,21 @@ class Engine:
         self.usage.changed(name)
         commands: list[Command] = []
         for job in list(self.jobs.values()):
-            run = job.runs.get(name)
-            if run is None or run.finished or job.state not in (JobState.RUNNING, JobState.COMPLETING):
+            if job.state not in (JobState.RUNNING, JobState.COMPLETING) or name not in job.node_names:
                 continue
-            job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
-            commands.extend(self._fail_gang(job, now))
+            steps.node_lost(job, name, now)
+            run = job.runs.get(name)
+            if run is not None and not run.finished:
+                job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
+            if job.state is JobState.RUNNING or run is not None and not run.finished:
+                commands.extend(self._fail_gang(job, now))
+            else:
+                commands.extend(self._maybe_end(job, now))
         return commands
 
     def _fail_gang(self, job: Job, now: float) -> list[Command]:
         self._touch(job)
-        if all(r.finished for r in job.runs.values()):
+        if all(r.finished for r in job.runs.values()) and not steps.live_step_nodes(job):
             if job.final_state is None:
                 job.final_state = JobState.NODE_FAIL
             self._end_run(job, now)
@@ -391,11 +444,26 @@ class Engine:
         job.state, job.final_state = JobState.COMPLETING, final
         grace = self.config.kill_grace_s if grace_s is None else grace_s
         job.kill_deadline = now + grace + self.config.kill_report_timeout_s
+        if job.spec.allocation:
+            # Nothing of the holder's runs on the nodes: its part is over at once; steps get the signal.
+            for node, run in job.runs.items():
+                if not run.finished:
+                    job.runs[node] = NodeRun(started=True, finished=True)
         self.views.running_view(self, job)
         self._touch(job)
-        return [Kill(job.id, n, signal.SIGTERM, grace) for n, r in job.runs.items() if not r.finished]
+        nodes = self._kill_nodes(job)
+        if not nodes:
+            self._end_run(job, now)
+            return []
+        return [Kill(job.id, n, signal.SIGTERM, grace) for n in nodes]
+
+    def _kill_nodes(self, job: Job) -> list[str]:
+        """Nodes where something of the job may still run: its own unfinished parts and its live steps."""
+        own = {n for n, r in job.runs.items() if not r.finished}
+        return sorted(own | steps.live_step_nodes(job))
 
     def _end_run(self, job: Job, now: float) -> None:
+        steps.close_steps(job, now)
         self.fairshare.charge_job(job, now)
         self.usage.remove(job)
         if job.final_state is JobState.PENDING:

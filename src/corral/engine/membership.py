@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from corral.core.model import Gpu
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.records import JobState, Node, NodeRun
+from corral.engine.steps import live_step_nodes
 
 if TYPE_CHECKING:
     from corral.engine.engine import Engine
@@ -40,6 +41,8 @@ def register(engine: Engine, name: str, inventory: Inventory, running: set[int],
     commands: list[Command] = []
     known: set[int] = set()
     for job in list(engine.jobs.values()):
+        if name in live_step_nodes(job):
+            known.add(job.id)  # its steps here end by themselves, or with the job
         run = job.runs.get(name)
         if run is None or run.finished:
             continue

@@ -58,6 +58,7 @@ class JobSpec:
     dependency: str = ""
     warn_signal: int = 0  # sent warn_before_s before the time limit (0: none)
     warn_before_s: int = 0
+    warn_batch: bool = False  # --signal=B:...: the warning goes to the batch shell only, not the steps
     requeue: bool = True
     reservation: str = ""
     # sbatch semantics: the script runs once, on the first node; steps (srun) use the allocation.
@@ -68,6 +69,9 @@ class JobSpec:
     comment: str = ""
     wckey: str = ""
     open_mode: str = "append"
+    # salloc / srun outside an allocation: the job runs nothing itself; its holder (salloc or srun,
+    # wherever it runs) starts steps in it and ends it with a completion call.
+    allocation: bool = False
 
 
 @dataclass(slots=True)
@@ -78,6 +82,35 @@ class NodeRun:
     finished: bool = False
     exit_code: int = 0
     signal: int = 0
+
+
+@dataclass(slots=True)
+class Step:
+    """One srun inside a job's allocation (Slurm's job step N.<step_id>)."""
+
+    step_id: int
+    name: str
+    nodes: tuple[str, ...]
+    tasks_per_node: tuple[int, ...]
+    start_time: float
+    # What the agents need to start it (argv, env, workdir, output, error, input, io_host, io_port,
+    # io_token, cpus_per_task, gpus_per_task); emptied when the step ends.
+    launch: dict = field(default_factory=dict)
+    end_time: float | None = None
+    state: str = "RUNNING"
+    exit_code: int = 0
+    signal: int = 0
+    error: str = ""
+    # Nodes that reported all their tasks ended, with the folded result.
+    reported: dict[str, NodeRun] = field(default_factory=dict)
+
+    @property
+    def live(self) -> bool:
+        return self.end_time is None
+
+    @property
+    def num_tasks(self) -> int:
+        return sum(self.tasks_per_node)
 
 
 @dataclass(slots=True)
@@ -105,6 +138,7 @@ class Job:
     reason_detail: str = ""
     # Events worth explaining later: {"t": time, "event": "preempted"|"requeued"|"signal", ...}.
     history: list[dict] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
 
     @property
     def gpu_count(self) -> int:

@@ -7,6 +7,7 @@ field that is not plain JSON (a tuple, a set, an enum) needs a converter here.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping
@@ -16,7 +17,7 @@ from typing import Any
 
 from corral import hostlist
 from corral.core.model import Gpu, NodeSlice, Request
-from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun
+from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
 
 Json = dict[str, Any]
 
@@ -104,7 +105,8 @@ def job_to_row(job: Job) -> Json:
         "runs": {node: _RUN.to_json(run) for node, run in job.runs.items()},
         "account": spec.account,
         "extra": {"held": job.held, "prior_gpu_seconds": job.prior_gpu_seconds,
-                  "reason_detail": job.reason_detail, "history": job.history},
+                  "reason_detail": job.reason_detail, "history": job.history,
+                  "steps": [_step_to_json(step) for step in job.steps]},
     }
 
 
@@ -131,7 +133,22 @@ def job_from_row(row: Any) -> Job:
         prior_gpu_seconds=extra.get("prior_gpu_seconds", 0.0),
         reason_detail=extra.get("reason_detail", ""),
         history=list(extra.get("history", [])),
+        steps=[_step_from_json(step) for step in extra.get("steps", ())],
     )
+
+
+def _step_to_json(step: Step) -> Json:
+    data = dataclasses.asdict(step)
+    data["nodes"], data["tasks_per_node"] = list(step.nodes), list(step.tasks_per_node)
+    return data
+
+
+def _step_from_json(data: Mapping[str, Any]) -> Step:
+    names = {f.name for f in dataclasses.fields(Step)}
+    known = {k: v for k, v in data.items() if k in names}
+    known["nodes"], known["tasks_per_node"] = tuple(known["nodes"]), tuple(known["tasks_per_node"])
+    known["reported"] = {node: NodeRun(**_RUN.known(run)) for node, run in known.get("reported", {}).items()}
+    return Step(**known)
 
 
 def node_to_row(node: Node) -> Json:

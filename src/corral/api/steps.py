@@ -1,0 +1,53 @@
+"""Bodies of the job step API (srun) and of an allocation's completion (salloc)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class StepSubmit(BaseModel):
+    """Start a step in a running job: what `srun` sends, with its defaults already applied."""
+
+    argv: list[str] = Field(min_length=1)
+    name: str | None = Field(None, description="Default: the command's file name")
+    nodes: int | None = Field(None, ge=1, description="Default: all usable nodes (fewer if ntasks is smaller)")
+    ntasks: int | None = Field(None, ge=1, description="Default: nodes x ntasks_per_node, or one per node")
+    ntasks_per_node: int | None = Field(None, ge=1)
+    nodelist: list[str] = Field([], description="Nodes the step must use (srun -w); all must be in the allocation")
+    exclude: list[str] = Field([], description="Nodes the step must not use (srun -x)")
+    cpus_per_task: int = Field(1, ge=1)
+    gpus_per_task: int | None = Field(None, ge=1, description="Split the node's GPUs between tasks")
+    workdir: str
+    env: dict[str, str] = Field({}, description="The tasks' environment as srun exports it")
+    output: str | None = Field(None, description="File pattern for stdout; default: streamed to srun")
+    error: str | None = Field(None, description="File pattern for stderr; default: with stdout")
+    input: str = Field("all", pattern=r"^(all|none|\d+)$", description="srun --input: all, none or a rank")
+    io_host: str | None = Field(None, description="srun's listener for the tasks' I/O (corral.stepio)")
+    io_port: int | None = Field(None, ge=1, le=65535)
+    io_token: str = ""
+
+
+class StepOut(BaseModel):
+    job_id: int
+    step_id: int
+    name: str
+    state: str
+    nodes: list[str]
+    tasks_per_node: list[int]
+    num_tasks: int
+    start_time: float
+    end_time: float | None
+    exit_code: int
+    exit_signal: int
+    error: str = ""
+    # Which nodes have reported their tasks' end.
+    reported_nodes: list[str] = []
+
+
+class CompleteBody(BaseModel):
+    exit_code: int = Field(0, ge=0, le=255)
+    signal: int = Field(0, ge=0, le=64)
+
+
+StepState = Literal["RUNNING", "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL"]

@@ -1,0 +1,159 @@
+"""Job steps: srun inside a running job's allocation (Slurm's N.0, N.1, ...).
+
+A step runs on some of the job's nodes with a task layout of its own and uses the job's resources
+there; steps do not take resources from each other (as Slurm's `--overlap`). The scheduler never sees
+steps: they live and die inside their job. A job that ends (its batch shell exits, it is cancelled or
+times out, its holder completes it) kills the steps still running and ends only once they have exited.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from corral.engine.commands import Command, Kill, LaunchStep
+from corral.engine.outcome import node_result
+from corral.engine.records import Job, JobState, NodeRun, Step
+
+if TYPE_CHECKING:
+    from corral.engine.engine import Engine
+
+# What a step that was still running ends as when its job ends for this reason.
+_ENDED_BY_JOB = {JobState.NODE_FAIL: "NODE_FAIL"}
+
+
+class StepRefused(ValueError):
+    """The step cannot run in this allocation (the message says why, in Slurm's words where it has some)."""
+
+
+class JobNotRunning(StepRefused):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    name: str
+    nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    gpus_per_task: int | None = None
+    # Passed through to the agents (see Step.launch).
+    launch: dict | None = None
+
+
+def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The step's nodes (in allocation order) and tasks per node (block distribution: the first nodes
+    take one more when the tasks do not divide evenly)."""
+    allocated = job.node_names
+    unknown = [n for n in (*request.nodelist, *request.exclude) if n not in allocated]
+    if unknown:
+        raise StepRefused(f"Requested node configuration is not available: {', '.join(unknown)} "
+                          f"not in the allocation of job {job.id} ({', '.join(allocated)})")
+    if set(request.nodelist) & set(request.exclude):
+        raise StepRefused("Requested node configuration is not available: a node is both required and excluded")
+    candidates = [n for n in allocated if n not in request.exclude]
+    count = request.nodes
+    if count is None:
+        count = len(request.nodelist) if request.nodelist else len(candidates)
+        if request.ntasks is not None and not request.nodelist:
+            count = min(count, request.ntasks)
+    if count < 1 or count > len(candidates) or count < len(request.nodelist):
+        raise StepRefused(f"Requested node configuration is not available: {count} node(s) asked, "
+                          f"{len(candidates)} usable in the allocation of job {job.id}")
+    chosen = [n for n in allocated if n in request.nodelist]
+    chosen += [n for n in candidates if n not in chosen][:count - len(chosen)]
+    nodes = tuple(n for n in allocated if n in chosen)
+    per_node = request.ntasks_per_node
+    ntasks = request.ntasks if request.ntasks is not None else count * (per_node or 1)
+    if ntasks < count:
+        raise StepRefused(f"Requested node configuration is not available: {ntasks} task(s) on {count} node(s)")
+    base, extra = divmod(ntasks, count)
+    tasks = tuple(base + (1 if i < extra else 0) for i in range(count))
+    if per_node is not None and tasks[0] > per_node:
+        raise StepRefused(f"Requested node configuration is not available: {ntasks} tasks do not fit "
+                          f"{count} node(s) x {per_node} task(s) per node")
+    if request.gpus_per_task:
+        for node, n_tasks in zip(nodes, tasks):
+            held = len(next(s for s in job.slices if s.node == node).gpus)
+            if n_tasks * request.gpus_per_task > held:
+                raise StepRefused(f"Requested node configuration is not available: {n_tasks} task(s) x "
+                                  f"{request.gpus_per_task} GPU(s) on {node}, where job {job.id} holds {held}")
+    return nodes, tasks
+
+
+def start_step(engine: Engine, job: Job, request: StepRequest, now: float) -> tuple[Step, list[Command]]:
+    if job.state is not JobState.RUNNING:
+        raise JobNotRunning(f"Job {job.id} is {job.state.value}: steps start only in a running job")
+    nodes, tasks = layout(job, request)
+    launch = dict(request.launch or {})
+    launch["gpus_per_task"] = request.gpus_per_task
+    step = Step(step_id=len(job.steps), name=request.name, nodes=nodes, tasks_per_node=tasks,
+                start_time=now, launch=launch)
+    job.steps.append(step)
+    engine._touch(job)
+    return step, [LaunchStep(job.id, step.step_id, node) for node in nodes]
+
+
+def live_step_nodes(job: Job) -> set[str]:
+    """Nodes where a step of the job may still have tasks."""
+    return {n for st in job.steps if st.live for n in st.nodes if n not in st.reported}
+
+
+def step_finished(engine: Engine, node: str, job_id: int, step_id: int, tasks: list[tuple[int, int, int]],
+                  error: str | None, now: float) -> list[Command]:
+    job = engine.jobs.get(job_id)
+    if job is None or step_id >= len(job.steps):
+        return []
+    step = job.steps[step_id]
+    if not step.live or node not in step.nodes or node in step.reported:
+        return []  # a repeat of a report already folded in
+    step.reported[node] = node_result(tasks, error)
+    if error:
+        step.error = error[:200]
+    commands: list[Command] = []
+    if len(step.reported) == len(step.nodes):
+        _end_step(step, now, killed_by=job.final_state if job.state is JobState.COMPLETING else None)
+    elif error and job.state is JobState.RUNNING:
+        # One node could not start its part: the step's other tasks end too (srun kills a failed step).
+        commands = [Kill(job.id, n, signal.SIGKILL, 0.0, target="steps", step_id=step.step_id)
+                    for n in step.nodes if n not in step.reported]
+    engine._touch(job)
+    return commands + engine._maybe_end(job, now)
+
+
+def node_lost(job: Job, node: str, now: float) -> None:
+    for step in job.steps:
+        if step.live and node in step.nodes and node not in step.reported:
+            step.reported[node] = NodeRun(started=True, finished=True, signal=signal.SIGKILL)
+            if len(step.reported) == len(step.nodes):
+                _end_step(step, now, killed_by=JobState.NODE_FAIL)
+
+
+def close_steps(job: Job, now: float) -> None:
+    """The job is over: steps nobody reported on end with it."""
+    for step in job.steps:
+        if step.live:
+            _end_step(step, now, killed_by=job.final_state or job.state)
+
+
+def _end_step(step: Step, now: float, killed_by: JobState | None) -> None:
+    runs = list(step.reported.values())
+    step.exit_code = max((r.exit_code for r in runs), default=0)
+    step.signal = next((r.signal for r in runs if r.signal), 0)
+    if killed_by is not None and killed_by is not JobState.PENDING:
+        step.state = _ENDED_BY_JOB.get(killed_by, "CANCELLED")
+    elif killed_by is JobState.PENDING:
+        step.state = "CANCELLED"  # requeued
+    elif step.error or step.exit_code or step.signal:
+        step.state = "FAILED"
+    else:
+        step.state = "COMPLETED"
+    step.end_time = now
+    step.launch = {}
+
+
+def step_kills(job: Job, signum: int, grace_s: float, step_id: int | None = None) -> list[Command]:
+    return [Kill(job.id, n, signum, grace_s, target="steps", step_id=step_id)
+            for n in sorted(live_step_nodes(job))]

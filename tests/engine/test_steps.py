@@ -1,0 +1,145 @@
+"""Job steps (srun) and allocations (salloc) in the engine: layout, launch, accounting, and how a job's
+end takes its steps with it."""
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+import pytest
+
+from corral.engine.commands import Kill, Launch, LaunchStep
+from corral.engine.engine import WrongState
+from corral.engine.records import JobState
+from corral.engine.steps import JobNotRunning, StepRefused, StepRequest, layout
+from tests.engine.builders import T0, engine_with_nodes, spec
+
+
+def batch_job(engine, nodes=2, gpus=2, tasks=1):
+    job = engine.submit(dataclasses.replace(spec(nodes=nodes, gpus=gpus, tasks=tasks), batch=True), T0)
+    commands = engine.schedule(T0)
+    assert commands == [Launch(job.id, job.slices[0].node)], "the batch shell runs on the first node only"
+    return job
+
+
+def request(**kw) -> StepRequest:
+    return StepRequest(name="hostname", launch={"argv": ["hostname"], "workdir": "/"}, **kw)
+
+
+def test_step_layout_defaults_and_block_distribution() -> None:
+    engine = engine_with_nodes(count=3)
+    job = batch_job(engine, nodes=3)
+    names = job.node_names
+    assert layout(job, request()) == (names, (1, 1, 1))
+    assert layout(job, request(ntasks=4)) == (names, (2, 1, 1)), "block: the first nodes take the extra"
+    assert layout(job, request(ntasks=1)) == (names[:1], (1,))
+    assert layout(job, request(nodelist=(names[2],))) == ((names[2],), (1,))
+    assert layout(job, request(nodes=2, exclude=(names[0],))) == (names[1:], (1, 1))
+    assert layout(job, request(nodes=2, ntasks_per_node=2)) == (names[:2], (2, 2))
+    with pytest.raises(StepRefused, match="not in the allocation"):
+        layout(job, request(nodelist=("elsewhere",)))
+    with pytest.raises(StepRefused, match="4 node"):
+        layout(job, request(nodes=4))
+    with pytest.raises(StepRefused, match="do not fit"):
+        layout(job, request(nodes=1, ntasks=3, ntasks_per_node=2))
+    with pytest.raises(StepRefused, match="GPU"):
+        layout(job, request(nodes=1, ntasks=3, gpus_per_task=1))
+
+
+def test_steps_launch_on_their_nodes_and_are_accounted() -> None:
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    step, commands = engine.start_step(job.id, request(ntasks=2), T0 + 1)
+    assert commands == [LaunchStep(job.id, 0, n) for n in job.node_names]
+    second, _ = engine.start_step(job.id, request(nodelist=(job.node_names[1],)), T0 + 2)
+    assert (step.step_id, second.step_id) == (0, 1), "concurrent steps get consecutive ids"
+    engine.step_finished(job.node_names[0], job.id, 0, [(0, 0, 0)], None, T0 + 3)
+    assert step.live, "a step ends when every node reported"
+    engine.step_finished(job.node_names[1], job.id, 0, [(1, 3, 0)], None, T0 + 4)
+    assert (step.state, step.exit_code, step.end_time) == ("FAILED", 3, T0 + 4)
+    engine.step_finished(job.node_names[1], job.id, 0, [(1, 0, 0)], None, T0 + 5)
+    assert step.exit_code == 3, "a repeated report changes nothing"
+    engine.step_finished(job.node_names[1], job.id, 1, [(0, 0, 0)], None, T0 + 6)
+    assert second.state == "COMPLETED"
+    assert job.state is JobState.RUNNING, "steps ending do not end the job"
+
+
+def test_batch_end_kills_live_steps_and_waits_for_them() -> None:
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    step, _ = engine.start_step(job.id, request(nodelist=(job.node_names[1],)), T0 + 1)
+    commands = engine.node_finished(job.node_names[0], job.id, [(0, 0, 0)], None, T0 + 2)
+    assert commands == [Kill(job.id, job.node_names[1], signal.SIGTERM, engine.config.kill_grace_s)]
+    assert job.state is JobState.COMPLETING and job.final_state is JobState.COMPLETED
+    engine.step_finished(job.node_names[1], job.id, 0, [(0, 0, signal.SIGTERM)], None, T0 + 3)
+    assert job.state is JobState.COMPLETED, "the batch shell's result decides the job's state"
+    assert step.state == "CANCELLED" and step.signal == signal.SIGTERM
+
+
+def test_cancel_reaches_step_nodes_and_scancel_signals_only_steps() -> None:
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    engine.start_step(job.id, request(), T0 + 1)
+    signals = engine.signal(job.id, signal.SIGUSR2, "steps", T0 + 2)
+    assert sorted(signals, key=lambda k: k.node) == [
+        Kill(job.id, n, signal.SIGUSR2, -1.0, target="steps") for n in job.node_names]
+    kills = engine.cancel(job.id, T0 + 3)
+    assert sorted(k.node for k in kills) == list(job.node_names), "the job's kill goes where steps run"
+
+
+def test_warning_signal_goes_to_steps_unless_batch_flag() -> None:
+    engine = engine_with_nodes(node_timeout_s=10_000)
+    plain = engine.submit(dataclasses.replace(spec(limit_s=300), batch=True, warn_signal=signal.SIGUSR2,
+                                              warn_before_s=90), T0)
+    flagged = engine.submit(dataclasses.replace(spec(limit_s=300), batch=True, warn_signal=signal.SIGUSR1,
+                                                warn_before_s=90, warn_batch=True), T0)
+    engine.schedule(T0)
+    engine.start_step(plain.id, request(), T0 + 1)
+    commands = engine.tick(T0 + 210)
+    assert Kill(plain.id, plain.node_names[0], signal.SIGUSR2, -1.0, target="steps") in commands
+    assert Kill(flagged.id, flagged.node_names[0], signal.SIGUSR1, -1.0, target="batch") in commands
+    assert len(commands) == 2
+
+
+def test_allocation_runs_nothing_until_completed() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(dataclasses.replace(spec(nodes=2), argv=(), allocation=True), T0)
+    assert engine.schedule(T0) == [], "an allocation launches nothing"
+    assert job.state is JobState.RUNNING
+    with pytest.raises(WrongState):
+        engine.complete(batch_job(engine).id, 0, 0, T0)
+    engine.start_step(job.id, request(), T0 + 1)
+    kills = engine.complete(job.id, 2, 0, T0 + 5)
+    assert sorted(k.node for k in kills) == list(job.node_names), "the holder's end kills live steps"
+    for rank, node in enumerate(job.node_names):
+        engine.step_finished(node, job.id, 0, [(rank, 0, signal.SIGTERM)], None, T0 + 6)
+    assert (job.state, job.exit_code) == (JobState.FAILED, 2)
+
+
+def test_allocation_timeout_without_steps_ends_at_once() -> None:
+    engine = engine_with_nodes(node_timeout_s=10_000)
+    job = engine.submit(dataclasses.replace(spec(limit_s=60), argv=(), allocation=True), T0)
+    engine.schedule(T0)
+    assert engine.tick(T0 + 60) == []
+    assert job.state is JobState.TIMEOUT
+
+
+def test_steps_refused_outside_a_running_job() -> None:
+    engine = engine_with_nodes(count=1, gpus=1)
+    engine.submit(spec(), T0)
+    waiting = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    with pytest.raises(JobNotRunning):
+        engine.start_step(waiting.id, request(), T0 + 1)
+
+
+def test_lost_node_fails_the_step_and_the_job() -> None:
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    step, _ = engine.start_step(job.id, request(), T0 + 1)
+    commands = engine.node_lost(job.node_names[1], T0 + 2)
+    assert [k.node for k in commands] == [job.node_names[0]], "the rest of the gang is killed"
+    assert job.final_state is JobState.NODE_FAIL
+    engine.node_finished(job.node_names[0], job.id, [(0, 0, signal.SIGTERM)], None, T0 + 3)
+    assert job.state is JobState.COMPLETING, "the step's first node has not reported yet"
+    engine.step_finished(job.node_names[0], job.id, 0, [(0, 0, signal.SIGTERM)], None, T0 + 4)
+    assert job.state is JobState.NODE_FAIL and step.state == "NODE_FAIL"
