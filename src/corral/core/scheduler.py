@@ -15,16 +15,24 @@ some time limit, the same shape with an equal or longer limit fails too: that me
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from operator import attrgetter
 
 from corral.core.cycle import Cycle
-from corral.core.model import CyclePlan, Reason, SchedulerConfig, Snapshot, Waiting
+from corral.core.model import CyclePlan, PendingJob, Reason, SchedulerConfig, Snapshot, Waiting
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) -> CyclePlan:
-    cycle = Cycle(snapshot, config)
     ordered = sorted(snapshot.pending, key=attrgetter("order"))
     limit = config.max_jobs_considered
+    considered = [job for position, job in enumerate(ordered)
+                  if not job.held and (limit is None or position < limit)]
+    if not considered:
+        # Nothing can start or preempt: the cycle's working state (O(nodes + running)) is not built.
+        waiting = tuple(Waiting(job.id, Reason.HELD if job.held else Reason.PRIORITY) for job in ordered)
+        return CyclePlan(waiting=waiting, stats={"pending": len(ordered), "started": 0, "reservations": 0,
+                                                 "preempted": 0})
+    cycle = Cycle(_in_play(snapshot, considered), config)
     for position, job in enumerate(ordered):
         if job.held:
             cycle.waiting.append(Waiting(job.id, Reason.HELD))
@@ -36,5 +44,17 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) ->
              "preempted": len(cycle.preemptions)}
     return CyclePlan(starts=tuple(cycle.starts), waiting=tuple(cycle.waiting),
                      preemptions=tuple(cycle.preemptions), stats=stats)
+
+
+def _in_play(snapshot: Snapshot, considered: list[PendingJob]) -> Snapshot:
+    """The snapshot with only the nodes of partitions some considered job asks for. Nothing else can
+    change a decision: placement, the backfill timeline and static reasons look only at the job's own
+    partition, and preemption frees room only there (quota is charged from every running job still).
+    With isolated partitions this keeps a cycle's working state to the partitions that have work."""
+    wanted = {job.request.partition for job in considered}
+    if all(wanted.issuperset(node.partitions) for node in snapshot.nodes):
+        return snapshot
+    nodes = tuple(node for node in snapshot.nodes if not wanted.isdisjoint(node.partitions))
+    return replace(snapshot, nodes=nodes)
 
 

@@ -14,6 +14,9 @@ class NodeUsage:
         self.cpus: dict[str, int] = {}
         self.mem_mib: dict[str, int] = {}
         self._views: dict[str, NodeView] = {}
+        # The last tuple views() returned, with the node objects it was built for: reused while nothing
+        # changed (most cycles, when no job started or ended since the previous one).
+        self._all: tuple[tuple[object, ...], tuple[NodeView, ...]] | None = None
 
     def add(self, job: Job) -> None:
         for s in job.slices:
@@ -21,6 +24,7 @@ class NodeUsage:
             self.cpus[s.node] = self.cpus.get(s.node, 0) + s.cpus
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) + s.mem_mib
             self._views.pop(s.node, None)
+        self._all = None
 
     def remove(self, job: Job) -> None:
         for s in job.slices:
@@ -28,22 +32,28 @@ class NodeUsage:
             self.cpus[s.node] = self.cpus.get(s.node, 0) - s.cpus
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) - s.mem_mib
             self._views.pop(s.node, None)
+        self._all = None
 
     def changed(self, node: str) -> None:
         """The node itself changed (registered, drained, lost): rebuild its view."""
         self._views.pop(node, None)
+        self._all = None
 
     def of(self, node: str) -> tuple[set[int], int, int]:
         return self.gpus.get(node, set()), self.cpus.get(node, 0), self.mem_mib.get(node, 0)
 
     def views(self, nodes: Iterable[Node]) -> tuple[NodeView, ...]:
+        nodes = tuple(nodes)
+        if self._all is not None and self._all[0] == nodes:
+            return self._all[1]
         out = []
         for node in nodes:
             view = self._views.get(node.name)
             if view is None:
                 view = self._views[node.name] = self._view(node)
             out.append(view)
-        return tuple(out)
+        self._all = (nodes, tuple(out))
+        return self._all[1]
 
     def _view(self, node: Node) -> NodeView:
         gpus, cpus, mem = self.of(node.name)
