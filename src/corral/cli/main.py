@@ -45,6 +45,19 @@ def submit(ctx: typer.Context) -> None:
     run_submit(ctx.meta[_RAW_ARGS])
 
 
+@app.command(
+    "slurm",
+    cls=RawArgsCommand,
+    add_help_option=False,
+    help="Run one of corral's Slurm commands (sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo, "
+         "sprio) under this name, for machines that also have real Slurm on PATH: 'corral slurm squeue -u me'.",
+)
+def slurm(ctx: typer.Context) -> None:
+    from corral.slurm.commands.dispatch import main as dispatch
+
+    raise typer.Exit(dispatch(ctx.meta[_RAW_ARGS]))
+
+
 app.command("queue")(jobs.queue)
 app.command("show")(jobs.show)
 app.command("cancel")(jobs.cancel)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-COMMANDS = ("sacct", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue")
+COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun")
 USAGE = f"Usage: corral-slurm {{{','.join(COMMANDS)}}} [ARGS...]\n"
 
 
