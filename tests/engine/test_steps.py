@@ -143,3 +143,12 @@ def test_lost_node_fails_the_step_and_the_job() -> None:
     assert job.state is JobState.COMPLETING, "the step's first node has not reported yet"
     engine.step_finished(job.node_names[0], job.id, 0, [(0, 0, signal.SIGTERM)], None, T0 + 4)
     assert job.state is JobState.NODE_FAIL and step.state == "NODE_FAIL"
+
+
+def test_begin_time_keeps_a_job_waiting_and_wakes_the_engine() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(dataclasses.replace(spec(), begin_time=T0 + 100), T0)
+    assert engine.schedule(T0) == []
+    assert job.reason == "BeginTime"
+    assert engine.next_deadline(T0) <= T0 + 100
+    assert [type(c) for c in engine.schedule(T0 + 100)] == [Launch]

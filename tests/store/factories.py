@@ -50,6 +50,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         open_mode="truncate",
         warn_batch=True,
         allocation=True,
+        begin_time=1234.5,
     )
 
 

@@ -48,6 +48,8 @@ class JobSubmit(BaseModel):
     reservation: str | None = None
     hold: bool = False
     batch: bool = Field(False, description="sbatch semantics: the script runs once, on the first node")
+    begin_time: float | None = Field(None, description="Not eligible to start before this time (epoch seconds, "
+                                     "sbatch --begin)")
     allocation: bool = Field(False, description="salloc semantics: no script or command; the caller starts "
                              "steps in the allocation and ends it with POST /jobs/{id}/complete")
     comment: str = ""

@@ -225,7 +225,7 @@ class Engine:
     def schedule(self, now: float) -> list[Command]:
         if now - self.views.priority_at >= self.tenancy.spec.priority.calc_period_s:
             self.views.refresh_priorities(self, now)
-        gated = self._gate_pending()
+        gated = self._gate_pending(now)
         gated.update(self._too_fresh(now))
         plan = schedule(build_snapshot(self, now, exclude=gated), self.config.scheduler)
         self.last_plan = plan
@@ -244,14 +244,14 @@ class Engine:
             self._fresh.popleft()
         return {job_id for _, job_id in self._fresh}
 
-    def _gate_pending(self) -> set[int]:
+    def _gate_pending(self, now: float) -> set[int]:
         gated: set[int] = set()
         walled = self.tenancy.walled_qos
         for job_id in self.views.pending:
             job = self.jobs[job_id]
-            if not job.spec.dependency and job.spec.qos not in walled:
+            if not job.spec.dependency and job.spec.qos not in walled and job.spec.begin_time is None:
                 continue
-            blocked = gates.gate(self, job)
+            blocked = gates.gate(self, job, now)
             if blocked is not None:
                 gated.add(job_id)
                 self._set_reason(job, blocked[0].value, blocked[1], None)
@@ -385,6 +385,8 @@ class Engine:
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
         later: list[float] = list(self.reservations.boundaries())
+        later.extend(job.spec.begin_time for job_id in self.views.pending
+                     if (job := self.jobs[job_id]).spec.begin_time is not None)
         if self.views.pending:
             # A waiting job may preempt a running one once that one's minimum runtime has passed:
             # nothing else may happen then, so wake up for it.

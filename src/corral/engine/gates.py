@@ -1,4 +1,5 @@
-"""Reasons a pending job is kept from the scheduler altogether: dependencies and QOS wall-time limits."""
+"""Reasons a pending job is kept from the scheduler altogether: a begin time, dependencies and QOS
+wall-time limits."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -11,8 +12,10 @@ if TYPE_CHECKING:
     from corral.engine.engine import Engine
 
 
-def gate(engine: Engine, job: Job) -> tuple[Reason, str] | None:
+def gate(engine: Engine, job: Job, now: float) -> tuple[Reason, str] | None:
     """None if the job may be scheduled; else (reason, detail)."""
+    if job.spec.begin_time is not None and now < job.spec.begin_time:
+        return Reason.BEGIN_TIME, f"eligible from {job.spec.begin_time:.0f} (epoch seconds)"
     qos = engine.tenancy.qos_of(job.spec)
     if qos.max_wall_s is not None and job.spec.request.time_limit_s > qos.max_wall_s:
         return Reason.QOS_MAX_WALL, f"time limit {job.spec.request.time_limit_s}s over qos {qos.name} max {qos.max_wall_s}s"

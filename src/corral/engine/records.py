@@ -72,6 +72,7 @@ class JobSpec:
     # salloc / srun outside an allocation: the job runs nothing itself; its holder (salloc or srun,
     # wherever it runs) starts steps in it and ends it with a completion call.
     allocation: bool = False
+    begin_time: float | None = None  # sbatch --begin: not eligible before this time (epoch seconds)
 
 
 @dataclass(slots=True)

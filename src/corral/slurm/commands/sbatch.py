@@ -37,7 +37,7 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [--hold] [--pars
 """
 # Settings sbatch's options make that JobSubmit has no field for yet: honouring them is not possible,
 # and dropping them silently would run the job somewhere or sometime the user excluded.
-NOT_IN_API = {"nodelist": "--nodelist", "exclude": "--exclude", "begin": "--begin", "input": "--input"}
+NOT_IN_API = {"nodelist": "--nodelist", "exclude": "--exclude", "input": "--input"}
 WAIT_POLL_MAX_S = 2.0
 
 
@@ -86,6 +86,8 @@ def submission(options: SbatchOptions, source: ScriptSource, text: str, env: Map
         if key in fields and not (key == "input" and fields[key] == "/dev/null"):
             raise fail(f"{option} is not supported by corral yet: its API has no such job setting", 1)
     fields.pop("input", None)
+    if "begin" in fields:
+        fields["begin_time"] = begin_time(str(fields.pop("begin")))
     if fields.pop("exclusive", None) is not None:
         warnings.append("sbatch: warning: --exclusive is ignored by corral: jobs get the GPUs, CPUs and "
                         "memory they ask for, and nothing keeps other jobs off the rest of the node\n")
@@ -99,6 +101,18 @@ def submission(options: SbatchOptions, source: ScriptSource, text: str, env: Map
     fields.update(env=job_environment(export, env), user=current_user(env), uid=os.getuid(),
                   submit_host=os.uname().nodename)
     return fields, warnings
+
+
+def begin_time(text: str) -> float:
+    """--begin's time, as Slurm reads it (now+1hour, 16:00, 2026-12-01T08:00, tomorrow...)."""
+    from corral.slurm.errors import SlurmCommandError
+    from corral.slurm.timespec import parse_time
+
+    try:
+        return parse_time(text, time.time())
+    except SlurmCommandError:
+        raise SlurmCommandError(f"Invalid time specification (pos=0): {text}\n"
+                                f"sbatch: error: Invalid --begin specification\n", 255) from None
 
 
 def default_name(source: ScriptSource) -> str:
