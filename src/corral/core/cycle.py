@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from corral.core import preemption
+from corral.core.fgd import model_matches, scorer_for
 from corral.core.model import PendingJob, Preempt, Reason, SchedulerConfig, Snapshot, Start, Waiting
 from corral.core.placement import Need, Pool
 from corral.core.quota import QuotaBook, job_resources
@@ -31,7 +32,8 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.now = snapshot.now
         self.config = config
-        self.pool = Pool(snapshot.nodes, snapshot.now)
+        scorer = scorer_for(config.task_mix) if config.placement == "fgd" else None
+        self.pool = Pool(snapshot.nodes, snapshot.now, scorer)
         self.partitions = {p.name: p for p in snapshot.partitions}
         self.running = list(snapshot.running)
         self.book = QuotaBook(snapshot.queues, snapshot.running)
@@ -72,13 +74,13 @@ class Cycle:
         """Kueue's flavor assignment: the first GPU model (in the queue's order) with quota and room;
         if none has room now, the first with quota waits (preempting or reserving) on that model."""
         req = job.request
-        options = [m for m in flavors if not req.gpu_model or m == req.gpu_model]
+        options = [m for m in flavors if model_matches(m, req.gpu_model)]
         if not options:
             self._wait(job, Reason.QUEUE_QUOTA, detail=f"queue {job.queue}: no quota for GPU model {req.gpu_model}")
             return
         with_quota: list[tuple[str, dict[str, int]]] = []
         shortfalls: list[str] = []
-        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
         for model in options:
             amounts = _amounts(req, model)
             short = self._quota_shortfall(job.queue, (req.shape, model), amounts)
@@ -110,7 +112,7 @@ class Cycle:
         if static is not None:
             self._wait(job, static)
             return
-        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
         amounts = amounts or _amounts(req, model)
         if failed is None or req.time_limit_s < failed:
             if self._start_now(job, need, amounts, model):
@@ -177,7 +179,7 @@ class Cycle:
         if self._static(job, model) is not None:
             return False
         self.preemption_attempts += 1
-        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
         end = self.now + req.time_limit_s
 
         def fits() -> bool:
@@ -210,7 +212,7 @@ class Cycle:
         if advance is not None:
             candidates = [n for n in candidates if n.name in advance[1]]
         if model:
-            candidates = [n for n in candidates if n.gpu_model == model]
+            candidates = [n for n in candidates if model_matches(n.gpu_model, model)]
         found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now, job.reservation)
         if found is None:
             reason = Reason.RESERVATION if job.reservation else Reason.REQ_NODE_NOT_AVAIL
@@ -253,15 +255,15 @@ class Cycle:
         cached = memo.fits_free.get(key)
         if cached is None or (cached[0] != memo.version and cached[1]):
             # A shape that did not fit never fits again this cycle (free capacity only shrinks).
-            need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+            need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
             fits = sum(1 for node in self.pool.members.get(req.partition, ())
-                       if node.fits_now(need) and (not model or node.gpu_model == model))
+                       if node.fits_now(need) and model_matches(node.gpu_model, model))
             cached = memo.fits_free[key] = (memo.version, fits >= req.num_nodes)
         return Reason.PRIORITY if cached[1] else Reason.RESOURCES
 
 
 def _amounts(req, model: str = "") -> dict[str, int]:
-    return job_resources(req.total_gpus, req.num_nodes * req.cpus_per_node, req.num_nodes * req.mem_per_node_mib,
+    return job_resources(req.gpu_amount, req.num_nodes * req.cpus_per_node, req.num_nodes * req.mem_per_node_mib,
                          model)
 
 
@@ -276,7 +278,8 @@ def _load_running(cycle: Cycle) -> None:
         for s in job.slices:
             node = pool.by_name.get(s.node)
             if node is not None:
-                node.releases.append((when, len(s.gpus), s.cpus, s.mem_mib, job.id))
+                # A shared device is not planned on coming back (see placement.py).
+                node.releases.append((when, len(s.gpus) if s.gpu_milli == 1000 else 0, s.cpus, s.mem_mib, job.id))
         for key, amount in job.charges:
             cycle.used[key] = cycle.used.get(key, 0) + amount
     for resv in cycle.advance.values():
@@ -293,13 +296,13 @@ def _static_reason(pool: Pool, partitions: dict, req, model: str) -> Reason | No
         return Reason.INVALID_PARTITION
     if not part.up:
         return Reason.PARTITION_DOWN
-    need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib)
+    need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
     all_nodes = [n for n in pool.nodes if req.partition in n.partitions and n.capacity_fits(need)
-                 and (not model or n.gpu_model == model)]
+                 and model_matches(n.gpu_model, model)]
     if len(all_nodes) < req.num_nodes:
         return Reason.PARTITION_NODE_LIMIT
     usable = [n for n in pool.members.get(req.partition, ()) if n.capacity_fits(need)
-              and (not model or n.gpu_model == model)]
+              and model_matches(n.gpu_model, model)]
     if len(usable) < req.num_nodes:
         return Reason.REQ_NODE_NOT_AVAIL
     return None

@@ -9,6 +9,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+GPU_MILLI = 1000  # one whole GPU in milli-GPU
+
+
+@dataclass(frozen=True, slots=True)
+class TaskShape:
+    """A typical task of the target workload (for fragmentation-aware placement): GPUs per node, the share
+    of each in milli-GPU, CPUs (in the cluster's CPU unit), and its GPU model constraint."""
+
+    gpus: int
+    gpu_milli: int = GPU_MILLI
+    cpus: int = 0
+    gpu_model: str = ""
+
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
@@ -39,6 +52,9 @@ class NodeView:
     partitions: frozenset[str]
     # False for down, draining and drained nodes: nothing new starts there.
     schedulable: bool = True
+    # GPUs shared by fractional jobs: (index, milli-GPU in use, 1..999). They are not in free_gpus;
+    # a fraction may still go there, a whole-GPU request may not.
+    shared_gpus: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +76,20 @@ class Request:
     mem_per_node_mib: int = 0
     time_limit_s: int = 3600
     partition: str = ""
-    gpu_model: str = ""  # a GPU model constraint ("" = any)
+    gpu_model: str = ""  # a GPU model constraint ("" = any; "A|B": any of them)
+    # Share of each GPU in milli-GPU: 1000 = whole GPUs; 1..999 = a fraction of one GPU per node
+    # (then gpus_per_node must be 1), packed onto a device with that much left.
+    gpu_milli: int = GPU_MILLI
     # What decides whether a job fits somewhere right now (the time limit does not). Derived once:
     # the scheduler reads it for every pending job in every cycle.
-    shape: tuple[int, int, int, int, str, str] = field(init=False, repr=False, compare=False)
+    shape: tuple[int, int, int, int, str, str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.gpu_milli != GPU_MILLI and not (0 < self.gpu_milli < GPU_MILLI and self.gpus_per_node == 1):
+            raise ValueError(f"gpu_milli {self.gpu_milli}: a fraction (1..999) of exactly one GPU per node, "
+                             f"or 1000 for whole GPUs")
         shape = (self.num_nodes, self.gpus_per_node, self.cpus_per_node, self.mem_per_node_mib, self.partition,
-                 self.gpu_model)
+                 self.gpu_model, self.gpu_milli)
         object.__setattr__(self, "shape", shape)
 
     @property
@@ -78,15 +100,23 @@ class Request:
     def total_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
+    @property
+    def gpu_amount(self) -> int | float:
+        """GPUs for quota and limits: a fraction counts as milli / 1000 of a GPU."""
+        if self.gpu_milli == GPU_MILLI:
+            return self.num_nodes * self.gpus_per_node
+        return self.num_nodes * self.gpus_per_node * self.gpu_milli / GPU_MILLI
+
 
 @dataclass(frozen=True, slots=True)
 class NodeSlice:
-    """What one job holds on one node."""
+    """What one job holds on one node: whole devices, or (gpu_milli < 1000) a share of one device."""
 
     node: str
     gpus: tuple[int, ...]
     cpus: int
     mem_mib: int
+    gpu_milli: int = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +178,8 @@ class RunningJob:
     resources: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        gpus = sum(len(s.gpus) for s in self.slices)
+        gpus = sum(len(s.gpus) if s.gpu_milli == GPU_MILLI else len(s.gpus) * s.gpu_milli / GPU_MILLI
+                   for s in self.slices)
         out = {"gpu": gpus, "cpu": sum(s.cpus for s in self.slices), "mem_mib": sum(s.mem_mib for s in self.slices)}
         if self.gpu_model:
             out[f"gpu:{self.gpu_model}"] = gpus
@@ -193,6 +224,19 @@ class SchedulerConfig:
     # False: strict FIFO per partition, as the Helios paper's baseline: once a job of a partition cannot
     # start, no later job of that partition starts in the cycle (no backfill, no reservations needed).
     backfill: bool = True
+    # Node and device choice: "bestfit" (fewest free GPUs that fit; a fraction goes to the tightest shared
+    # GPU) or "fgd" (fragmentation gradient descent, Weng et al. ATC'23: the node and GPU whose use least
+    # increases the expected GPU capacity that `task_mix` could not use).
+    placement: str = "bestfit"
+    # The target workload for "fgd": typical task shapes with their probabilities (weights are normalized).
+    task_mix: tuple[tuple[TaskShape, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
+
+
+PLACEMENTS = ("bestfit", "fgd")
 
 
 @dataclass(frozen=True, slots=True)

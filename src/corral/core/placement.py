@@ -1,14 +1,24 @@
-"""Where a gang fits: per-node working state for one cycle, best-fit node choice, and device choice.
+"""Where a gang fits: per-node working state for one cycle, node choice (best fit or FGD), device choice.
 
 `Pool` is the cycle's mutable working copy of the cluster (built from the immutable snapshot, thrown away
 after the cycle). Nodes sit in buckets by free GPU count per partition, so best fit (the fewest free GPUs
 that still fit) is a short walk up the buckets instead of a sort per job.
+
+Fractional GPUs: a request may ask for a share of one GPU per node (`Need.gpu_milli` < 1000). A shared
+device leaves `free` (whole-GPU requests never see it) and its milli-GPU in use are kept in
+`WorkNode.shared` until its last sharer leaves. Best fit puts a fraction on the shared device with the least
+room that still holds it (nodes indexed by room), else on a whole free device of the fullest node. The
+backfill timeline counts only whole devices: a shared device is not expected back (conservative).
+
+With `placement="fgd"` nodes are also grouped by their fragmentation state (see fgd.py); a request scores
+each group once and takes a node of the best group that fits.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from corral.core.model import Gpu, NodeSlice, NodeView
+from corral.core.fgd import FragScorer, model_matches
+from corral.core.model import GPU_MILLI, Gpu, NodeSlice, NodeView
 
 
 @dataclass(slots=True)
@@ -18,6 +28,7 @@ class Need:
     gpus: int
     cpus: int
     mem_mib: int
+    gpu_milli: int = GPU_MILLI  # < 1000: a share of one device (gpus == 1)
 
 
 @dataclass(slots=True)
@@ -39,12 +50,33 @@ class WorkNode:
     blocks: list[tuple[float, float, int, int, int]] = field(default_factory=list)
     # Advance reservations covering the whole node: (start, end, name, maintenance).
     advance: list[tuple[float, float, str, bool]] = field(default_factory=list)
+    # Devices shared by fractional jobs: index -> milli-GPU in use (1..1000); never also in `free`.
+    shared: dict[int, int] = field(default_factory=dict)
+    schedulable: bool = True
 
     def capacity_fits(self, need: Need) -> bool:
         return len(self.gpus) >= need.gpus and self.cpus >= need.cpus and self.mem_mib >= need.mem_mib
 
     def fits_now(self, need: Need) -> bool:
+        if need.gpu_milli < GPU_MILLI:
+            return (bool(self.free) or self.share_room(need.gpu_milli) is not None) and \
+                self.free_cpus >= need.cpus and self.free_mem_mib >= need.mem_mib
         return len(self.free) >= need.gpus and self.free_cpus >= need.cpus and self.free_mem_mib >= need.mem_mib
+
+    def share_room(self, milli: int) -> int | None:
+        """The least room (free milli) among shared devices that can take `milli` more; None if none."""
+        best = None
+        for used in self.shared.values():
+            room = GPU_MILLI - used
+            if room >= milli and (best is None or room < best):
+                best = room
+        return best
+
+    def free_milli(self) -> tuple[int, ...]:
+        """Free milli-GPU per device, high to low (the fragmentation state)."""
+        shared = sorted((GPU_MILLI - u for u in self.shared.values()), reverse=True)
+        idle = len(self.gpus) - len(self.free) - len(shared)
+        return (GPU_MILLI,) * len(self.free) + tuple(shared) + (0,) * idle
 
     def available_at(self, when: float) -> tuple[int, int, int]:
         """Free (gpus, cpus, mem) at `when`, counting releases due by then and reservations active then."""
@@ -70,11 +102,17 @@ class WorkNode:
             return False
         if self.advance and not self.usable(start, end, reservation):
             return False
+        if not self.blocks:
+            return True
+        # Reservations count whole devices only: a fraction on an already shared device takes none.
+        gpus = need.gpus
+        if need.gpu_milli < GPU_MILLI and self.share_room(need.gpu_milli) is not None:
+            gpus = 0
         for b_start, b_end, *_ in self.blocks:
             if b_end <= start or b_start >= end:
                 continue
             g, c, m = self.available_at(max(b_start, start))
-            if g < need.gpus or c < need.cpus or m < need.mem_mib:
+            if g < gpus or c < need.cpus or m < need.mem_mib:
                 return False
         return True
 
@@ -106,13 +144,20 @@ def choose_devices(node: WorkNode, count: int) -> tuple[int, ...]:
 class Pool:
     """The cycle's working copy of node capacity."""
 
-    def __init__(self, nodes: tuple[NodeView, ...], now: float) -> None:
+    def __init__(self, nodes: tuple[NodeView, ...], now: float, scorer: FragScorer | None = None) -> None:
         self.now = now
         self.nodes: list[WorkNode] = []
         self.by_name: dict[str, WorkNode] = {}
         # partition -> buckets[free gpu count] -> insertion-ordered set of schedulable node indices
         self.buckets: dict[str, list[dict[int, None]]] = {}
         self.members: dict[str, list[WorkNode]] = {}
+        # partition -> room (free milli of a shared device, 1..999) -> schedulable nodes with such a device
+        self.rooms: dict[str, list[dict[int, None]]] = {}
+        self.node_rooms: dict[int, frozenset[int]] = {}
+        # FGD only: partition -> fragmentation state -> schedulable nodes in that state
+        self.scorer = scorer
+        self.groups: dict[str, dict[tuple, dict[int, None]]] = {}
+        self.node_key: dict[int, tuple] = {}
         # Built once per cycle for every node: kept to plain loops (this is the cycle's fixed cost).
         nodes_list, by_name, members, buckets = self.nodes, self.by_name, self.members, self.buckets
         for index, view in enumerate(nodes):
@@ -121,6 +166,8 @@ class Pool:
                             view.free_mem_mib, view.partitions, gpus[0].model if gpus else "")
             nodes_list.append(node)
             by_name[view.name] = node
+            if not view.schedulable:
+                node.schedulable = False
             free = len(node.free)
             for part in view.partitions:
                 group = members.get(part)
@@ -134,6 +181,13 @@ class Pool:
                     while len(part_buckets) <= free:
                         part_buckets.append({})
                     part_buckets[free][index] = None
+            if view.shared_gpus:
+                node.shared.update(view.shared_gpus)
+                node.free.difference_update(node.shared)
+                if view.schedulable:
+                    self._index_rooms(node)
+            if scorer is not None and view.schedulable:
+                self._regroup(node)
 
     def release_time(self, expected_end: float) -> float:
         # A job past its expected end is being killed: its resources are not free now, but soon.
@@ -147,52 +201,161 @@ class Pool:
 
     def find_now(self, partition: str, need: Need, count: int, end: float,
                  reservation: tuple[str, frozenset[str]] | None = None, model: str = "") -> list[WorkNode] | None:
-        """Best-fit choice of `count` nodes where `need` fits from now until `end`, or None.
-        A job in an advance reservation (name, nodes) is confined to the reservation's nodes; `model`
-        confines it to nodes with that GPU model."""
+        """The `count` best nodes where `need` fits from now until `end`, or None: best fit, or the least
+        fragmentation with FGD. A job in an advance reservation (name, nodes) is confined to the
+        reservation's nodes; `model` ("A" or "A|B") confines it to nodes with that GPU model."""
+        if self.scorer is not None:
+            return self._find_scored(partition, need, count, end, reservation, model)
         buckets = self.buckets.get(partition)
         if not buckets:
             return None
         name, allowed = reservation if reservation else ("", None)
         chosen: list[WorkNode] = []
-        for free_gpus in range(need.gpus, len(buckets)):
+        first = need.gpus
+        if need.gpu_milli < GPU_MILLI:
+            chosen = self._shared_fits(partition, need, count, end, name, allowed, model)
+            if len(chosen) == count:
+                return chosen
+        for free_gpus in range(first, len(buckets)):
             for index in buckets[free_gpus]:
                 node = self.nodes[index]
                 if allowed is not None and node.name not in allowed:
                     continue
-                if model and node.gpu_model != model:
+                if model and node.gpu_model != model and not model_matches(node.gpu_model, model):
                     continue
-                if node.fits_window(need, self.now, end, name):
+                if node.fits_window(need, self.now, end, name) and node not in chosen:
                     chosen.append(node)
                     if len(chosen) == count:
                         return chosen
         return None
 
+    def _shared_fits(self, partition: str, need: Need, count: int, end: float, name: str,
+                     allowed: frozenset[str] | None, model: str) -> list[WorkNode]:
+        """Best fit for a fraction: nodes with a shared device that holds it, the tightest room first."""
+        rooms = self.rooms.get(partition)
+        chosen: list[WorkNode] = []
+        if not rooms:
+            return chosen
+        for room in range(need.gpu_milli, GPU_MILLI):
+            for index in rooms[room]:
+                node = self.nodes[index]
+                if allowed is not None and node.name not in allowed:
+                    continue
+                if model and not model_matches(node.gpu_model, model):
+                    continue
+                if node.fits_window(need, self.now, end, name) and node not in chosen:
+                    chosen.append(node)
+                    if len(chosen) == count:
+                        return chosen
+        return chosen
+
+    def _find_scored(self, partition: str, need: Need, count: int, end: float,
+                     reservation: tuple[str, frozenset[str]] | None, model: str) -> list[WorkNode] | None:
+        """FGD: score each fragmentation state once, then take nodes of the best states that fit."""
+        groups = self.groups.get(partition)
+        if not groups:
+            return None
+        name, allowed = reservation if reservation else ("", None)
+        best = self.scorer.best
+        gpus, milli, cpus = need.gpus, need.gpu_milli, need.cpus
+        scored = []
+        for key, members in groups.items():
+            if key[2] < cpus or (model and not model_matches(key[0], model)):
+                continue
+            score = best(key, gpus, milli, cpus)
+            if score is not None:
+                scored.append((score, key, members))
+        if not scored:
+            return None
+        chosen: list[WorkNode] = []
+        if count == 1:
+            top = min(scored, key=_score_order)
+            node = self._first_fitting(top[2], need, end, name, allowed)
+            if node is not None:
+                return [node]
+        scored.sort(key=_score_order)
+        for _, _, members in scored:
+            for index in members:
+                node = self.nodes[index]
+                if (allowed is None or node.name in allowed) and node.fits_window(need, self.now, end, name):
+                    chosen.append(node)
+                    if len(chosen) == count:
+                        return chosen
+        return None
+
+    def _first_fitting(self, members: dict[int, None], need: Need, end: float, name: str,
+                       allowed: frozenset[str] | None) -> WorkNode | None:
+        for index in members:
+            node = self.nodes[index]
+            if (allowed is None or node.name in allowed) and node.fits_window(need, self.now, end, name):
+                return node
+        return None
+
     def take(self, node: WorkNode, need: Need, end: float, job_id: int) -> NodeSlice:
-        piece = NodeSlice(node=node.name, gpus=choose_devices(node, need.gpus), cpus=need.cpus, mem_mib=need.mem_mib)
+        if need.gpu_milli < GPU_MILLI:
+            gpus = (self._share_device(node, need),)
+        else:
+            gpus = choose_devices(node, need.gpus)
+        piece = NodeSlice(node.name, gpus, need.cpus, need.mem_mib, need.gpu_milli)
         self.occupy(piece, job_id, end)
         return piece
+
+    def _share_device(self, node: WorkNode, need: Need) -> int:
+        """The device a fraction goes to: with FGD the one its score chose, else the tightest shared
+        device that holds it, else a whole free one (from the tightest topology domain)."""
+        room = node.share_room(need.gpu_milli)
+        if self.scorer is not None and not node.blocks:
+            key = self.node_key.get(node.index) or _state_key(node)
+            score = self.scorer.best(key, 1, need.gpu_milli, need.cpus)
+            if score is not None:
+                room = score[3] if score[3] < GPU_MILLI else None
+        if room is None:
+            return choose_devices(node, 1)[0]
+        return min(i for i, used in node.shared.items() if GPU_MILLI - used == room)
 
     def occupy(self, piece: NodeSlice, job_id: int, end: float) -> None:
         node = self.by_name[piece.node]
         before = len(node.free)
-        node.free.difference_update(piece.gpus)
+        if piece.gpu_milli < GPU_MILLI:
+            shared = node.shared
+            for g in piece.gpus:
+                node.free.discard(g)
+                shared[g] = shared.get(g, 0) + piece.gpu_milli
+            whole = 0  # a shared device comes back only when its last sharer leaves: not planned on
+        else:
+            node.free.difference_update(piece.gpus)
+            whole = len(piece.gpus)
         node.free_cpus -= piece.cpus
         node.free_mem_mib -= piece.mem_mib
-        node.releases.append((self.release_time(end), len(piece.gpus), piece.cpus, piece.mem_mib, job_id))
-        self._rebucket(node, before)
+        node.releases.append((self.release_time(end), whole, piece.cpus, piece.mem_mib, job_id))
+        self._rebucket(node, before, piece.gpu_milli < GPU_MILLI)
 
     def release(self, piece: NodeSlice, job_id: int) -> None:
         """Give a running job's slice back now (what-if for preemption; `occupy` undoes it)."""
         node = self.by_name[piece.node]
         before = len(node.free)
-        node.free.update(piece.gpus)
+        if piece.gpu_milli < GPU_MILLI:
+            shared = node.shared
+            for g in piece.gpus:
+                used = shared.get(g, 0) - piece.gpu_milli
+                if used > 0:
+                    shared[g] = used
+                else:
+                    shared.pop(g, None)
+                    node.free.add(g)
+        else:
+            node.free.update(piece.gpus)
         node.free_cpus += piece.cpus
         node.free_mem_mib += piece.mem_mib
         node.releases = [r for r in node.releases if r[4] != job_id]
-        self._rebucket(node, before)
+        self._rebucket(node, before, piece.gpu_milli < GPU_MILLI)
 
-    def _rebucket(self, node: WorkNode, before: int) -> None:
+    def _rebucket(self, node: WorkNode, before: int, shares: bool = False) -> None:
+        if node.schedulable:
+            if shares or node.index in self.node_rooms:
+                self._index_rooms(node)
+            if self.scorer is not None:
+                self._regroup(node)
         after = len(node.free)
         if after == before:
             return
@@ -201,3 +364,47 @@ class Pool:
             if buckets is not None and node.index in buckets[before]:
                 del buckets[before][node.index]
                 self._bucket(part, after)[node.index] = None
+
+    def _index_rooms(self, node: WorkNode) -> None:
+        """Keep the room index (shared devices by free milli) of a schedulable node up to date."""
+        old = self.node_rooms.get(node.index, frozenset())
+        new = frozenset(GPU_MILLI - u for u in node.shared.values() if u < GPU_MILLI)
+        if old == new:
+            return
+        for part in node.partitions:
+            rooms = self.rooms.get(part)
+            if rooms is None:
+                rooms = self.rooms[part] = [{} for _ in range(GPU_MILLI)]
+            for room in old - new:
+                rooms[room].pop(node.index, None)
+            for room in new - old:
+                rooms[room][node.index] = None
+        if new:
+            self.node_rooms[node.index] = new
+        else:
+            self.node_rooms.pop(node.index, None)
+
+    def _regroup(self, node: WorkNode) -> None:
+        """Move a schedulable node to the group of its current fragmentation state (FGD only)."""
+        key = _state_key(node)
+        old = self.node_key.get(node.index)
+        if old == key:
+            return
+        self.node_key[node.index] = key
+        for part in node.partitions:
+            groups = self.groups.setdefault(part, {})
+            if old is not None:
+                members = groups[old]
+                del members[node.index]
+                if not members:
+                    del groups[old]
+            groups.setdefault(key, {})[node.index] = None
+
+
+def _state_key(node: WorkNode) -> tuple:
+    return (node.gpu_model, node.free_milli(), node.free_cpus)
+
+
+def _score_order(item: tuple) -> tuple:
+    score, key, _ = item
+    return score, key

@@ -1,0 +1,107 @@
+"""Fragmentation gradient descent (FGD, Weng et al., USENIX ATC'23): place a task where it least increases
+the node's expected GPU fragmentation with respect to the target workload.
+
+A node's state, as far as fragmentation goes, is its GPU model, the free milli-GPU of each device (as a
+sorted tuple: which device is which does not matter) and its free CPUs. Its fragmentation for one typical
+task is the free GPU capacity that task could not use there: all of it when the task cannot run on the
+node at all (wrong GPU model, too few CPUs, too few devices with enough room), otherwise the free share of
+the devices too small for the task's per-device request. The node's fragmentation is the expectation of
+that over the task mix. Memory is left out, as in the paper's simulator.
+
+Pure functions of (state, task mix), memoized: the cache keys are states, so a scorer can be reused for
+as long as its task mix holds (`scorer_for` keeps one per mix). CPU-only shapes of the mix are left out:
+they add the same amount to every candidate's score, so they never change a choice.
+"""
+from __future__ import annotations
+
+import functools
+from bisect import bisect_left, bisect_right
+
+from corral.core.model import GPU_MILLI, TaskShape
+
+# A node's state for scoring: (GPU model, free milli per device sorted high to low, free CPUs).
+StateKey = tuple[str, tuple[int, ...], int]
+
+
+def model_matches(node_model: str, constraint: str) -> bool:
+    """Does a node of `node_model` satisfy a GPU model constraint ("" = any, "A|B" = either)?"""
+    if not constraint or node_model == constraint:
+        return True
+    return "|" in constraint and node_model in constraint.split("|")
+
+
+class FragScorer:
+    def __init__(self, mix: tuple[tuple[TaskShape, float], ...]) -> None:
+        gpu_shapes = [(s, w) for s, w in mix if s.gpus > 0 and w > 0]
+        total = sum(w for _, w in gpu_shapes)
+        self.thresholds = sorted({s.cpus for s, _ in gpu_shapes})
+        # (gpus, per-device milli, index of its CPU need among thresholds, model constraint, probability)
+        self.shapes = [(s.gpus, s.gpu_milli, bisect_left(self.thresholds, s.cpus), s.gpu_model, w / total)
+                       for s, w in gpu_shapes]
+        self._frag: dict[tuple[str, tuple[int, ...], int], float] = {}
+        self._delta: dict[tuple, tuple | None] = {}
+
+    def node_frag(self, model: str, free: tuple[int, ...], cpus: int) -> float:
+        """Expected fragmented milli-GPU of a node in this state (free: per device, any order)."""
+        free = tuple(sorted(free, reverse=True))
+        cpu_class = bisect_right(self.thresholds, cpus)
+        key = (model, free, cpu_class)
+        cached = self._frag.get(key)
+        if cached is None:
+            cached = self._frag[key] = self._compute(model, free, cpu_class)
+        return cached
+
+    def _compute(self, model: str, free: tuple[int, ...], cpu_class: int) -> float:
+        total = sum(free)
+        if total == 0:
+            return 0.0
+        frag = 0.0
+        for gpus, milli, cpu_index, constraint, p in self.shapes:
+            if cpu_class <= cpu_index or (constraint and not model_matches(model, constraint)):
+                frag += p * total
+                continue
+            fitting, small = 0, 0
+            for f in free:
+                if f >= milli:
+                    fitting += 1
+                else:
+                    small += f
+            frag += p * (small if fitting >= gpus else total)
+        return frag
+
+    def best(self, key: StateKey, gpus: int, milli: int, cpus: int) -> tuple | None:
+        """How well a task (gpus x milli, cpus) fits a node in state `key`: (increase of fragmentation,
+        free milli-GPU left, free CPUs left, the free milli of the device a fraction should go to), smaller
+        is better; None if the task's GPUs do not fit the state. Memoized per (state, task)."""
+        memo = (key, gpus, milli, cpus)
+        if memo in self._delta:
+            return self._delta[memo]
+        model, free, node_cpus = key
+        before = self.node_frag(model, free, node_cpus)
+        cpus_after = node_cpus - cpus
+        result: tuple | None = None
+        if gpus == 0:
+            after = self.node_frag(model, free, cpus_after)
+            result = (after - before, sum(free), cpus_after, GPU_MILLI)
+        elif milli >= GPU_MILLI:
+            if free.count(GPU_MILLI) >= gpus:
+                # Sorted high to low, the whole free devices come first.
+                after_free = free[gpus:] + (0,) * gpus
+                after = self.node_frag(model, after_free, cpus_after)
+                result = (after - before, sum(after_free), cpus_after, GPU_MILLI)
+        else:
+            for value in sorted({f for f in free if f >= milli}):
+                i = free.index(value)
+                after_free = free[:i] + (value - milli,) + free[i + 1:]
+                after = self.node_frag(model, after_free, cpus_after)
+                option = (after - before, sum(after_free), cpus_after, value)
+                if result is None or option < result:
+                    result = option
+        self._delta[memo] = result
+        return result
+
+
+@functools.lru_cache(maxsize=8)
+def scorer_for(mix: tuple[tuple[TaskShape, float], ...]) -> FragScorer:
+    """One scorer (and its memo) per task mix, shared by every cycle that uses that mix."""
+    return FragScorer(mix)
