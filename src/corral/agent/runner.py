@@ -24,47 +24,36 @@ import asyncio
 import logging
 import os
 import shutil
-import signal
 import subprocess
-import threading
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from corral.agent.environment import expand_pattern, task_environment
+from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
+    LocalTasks,
+    SpawnError,
+    describe_exits,
+    int_or_none,
+    open_output,
+    spawn_task,
+    task_exit,
+)
 from corral.protocol import LaunchJob, NodeFinished, NodeStarted, TaskExit, TaskLaunch
 
 log = logging.getLogger(__name__)
 
-EXIT_SPAWN_FAILED = 1
-EXIT_NOT_EXECUTABLE = 126
-EXIT_NOT_FOUND = 127
-OUTPUT_FILE_MODE = 0o644
 
-
-class SpawnError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_SPAWN_FAILED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-class JobRunner:
+class JobRunner(LocalTasks):
     """One job's local tasks. `run()` yields NodeStarted then NodeFinished (or only NodeFinished with
-    `error` if the tasks could not be started); `kill()` may be called at any time."""
+    `error` if the tasks could not be started); `kill()` (see LocalTasks) may be called at any time."""
 
     def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str]):
+        super().__init__(f"job {launch.job_id}")
         self.launch = launch
         self.job_id = launch.job_id
         self._node_name = node_name
         self._job_dir = Path(spool_dir) / f"job{launch.job_id}"
         self._base_env = dict(base_env)
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}  # rank -> the task's main process
-        self._exits: dict[int, TaskExit] = {}
-        self._spawn_done = asyncio.Event()
-        self._all_exited = asyncio.Event()
-
-    @property
-    def pids(self) -> list[int]:
-        return [proc.pid for proc in self._procs.values()]
 
     async def run(self) -> AsyncIterator[NodeStarted | NodeFinished]:
         try:
@@ -77,7 +66,7 @@ class JobRunner:
         self._spawn_done.set()
         # Watch in tasks of their own, so exits are seen (and kill() can return early) whether or not
         # the consumer is pulling from this generator at the time.
-        watchers = [asyncio.create_task(self._watch(rank, proc)) for rank, proc in self._procs.items()]
+        watchers = [asyncio.create_task(self._reap(rank, proc)) for rank, proc in self._procs.items()]
         try:
             log.info("job %d: started %d task(s), pids %s", self.job_id, len(self._procs), self.pids)
             yield NodeStarted(job_id=self.job_id, pids=self.pids)
@@ -87,25 +76,8 @@ class JobRunner:
                 watcher.cancel()  # only matters when the consumer gave up: the processes live on
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [self._exits[rank] for rank in sorted(self._exits)]
-        log.info("job %d: all tasks exited: %s", self.job_id, _describe(exits))
+        log.info("job %d: all tasks exited: %s", self.job_id, describe_exits(exits))
         yield NodeFinished(job_id=self.job_id, tasks=exits)
-
-    async def kill(self, signum: int, grace_s: float) -> None:
-        """`signum` to every task's process group, then SIGKILL to those still alive after `grace_s`.
-
-        A negative `grace_s` delivers the signal only (for `scancel --signal`, which must not kill).
-        """
-        await self._spawn_done.wait()
-        log.info("job %d: signal %d to %d task group(s), grace %.1fs", self.job_id, signum,
-                 len(self._live_ranks()), grace_s)
-        self._signal_live(signum)
-        if grace_s < 0 or signum == signal.SIGKILL:
-            return
-        try:
-            await asyncio.wait_for(self._all_exited.wait(), timeout=grace_s)
-        except TimeoutError:
-            log.info("job %d: still running after %.1fs, sending SIGKILL", self.job_id, grace_s)
-            self._signal_live(signal.SIGKILL)
 
     # -- starting
 
@@ -143,22 +115,14 @@ class JobRunner:
     def _spawn(self, task: TaskLaunch, argv: list[str]) -> subprocess.Popen[bytes]:
         stdout_fd, stderr_fd = self._open_outputs(task)
         try:
-            return subprocess.Popen(
+            return spawn_task(
                 argv,
                 cwd=self.launch.workdir,
                 env=task_environment(self.launch, task, self._node_name, self._base_env),
                 stdin=subprocess.DEVNULL,
                 stdout=stdout_fd,
                 stderr=stderr_fd,
-                start_new_session=True,  # own session and process group: signals reach the whole task
             )
-        except FileNotFoundError as exc:
-            raise SpawnError(f"command not found: {argv[0]} ({exc.strerror})", EXIT_NOT_FOUND) from exc
-        except PermissionError as exc:
-            raise SpawnError(f"cannot execute {argv[0]}: {exc.strerror}", EXIT_NOT_EXECUTABLE) from exc
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            # ValueError: e.g. a NUL byte in an argument or environment value.
-            raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
         finally:
             os.close(stdout_fd)
             if stderr_fd != stdout_fd:
@@ -170,12 +134,12 @@ class JobRunner:
         # nodes share is only ever appended to, so that nobody truncates another task's output.
         truncate = self.launch.batch and self.launch.open_mode == "truncate"
         stdout_path = self._output_path(self.launch.output, task)
-        stdout_fd = _open_output(stdout_path, truncate)
+        stdout_fd = open_output(stdout_path, truncate)
         if self.launch.error is None:
             return stdout_fd, stdout_fd
         try:
             error_path = self._output_path(self.launch.error, task)
-            return stdout_fd, _open_output(error_path, truncate and error_path != stdout_path)
+            return stdout_fd, open_output(error_path, truncate and error_path != stdout_path)
         except SpawnError:
             os.close(stdout_fd)
             raise
@@ -191,108 +155,16 @@ class JobRunner:
             node_index=launch.node_index,
             task_rank=task.rank,
             # The launch message has no array fields; array jobs carry these in their environment.
-            array_job_id=_int_or_none(launch.env.get("SLURM_ARRAY_JOB_ID")),
-            array_task_id=_int_or_none(launch.env.get("SLURM_ARRAY_TASK_ID")),
+            array_job_id=int_or_none(launch.env.get("SLURM_ARRAY_JOB_ID")),
+            array_task_id=int_or_none(launch.env.get("SLURM_ARRAY_TASK_ID")),
         )
         return os.path.join(launch.workdir, name)  # join keeps an absolute name as it is
 
     async def _abort(self, exc: SpawnError) -> NodeFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""
         log.warning("job %d: cannot start: %s", self.job_id, exc)
-        for proc in self._procs.values():
-            _killpg(proc.pid, signal.SIGKILL)
-        for proc in self._procs.values():
-            await _wait_process(proc)
-        self._all_exited.set()
+        await self._kill_started()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]
         return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc))
 
-    # -- running
-
-    async def _watch(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
-        returncode = await _wait_process(proc)
-        self._exits[rank] = task_exit(rank, returncode)
-        # Whatever the task left behind in its group dies with it, as under Slurm's process tracking.
-        _killpg(proc.pid, signal.SIGKILL)
-        if len(self._exits) == len(self._procs):
-            self._all_exited.set()
-
-    def _live_ranks(self) -> list[int]:
-        return [rank for rank in self._procs if rank not in self._exits]
-
-    def _signal_live(self, signum: int) -> None:
-        # Only tasks not yet reaped: a reaped leader's pid could belong to someone else by now.
-        for rank in self._live_ranks():
-            _killpg(self._procs[rank].pid, signum)
-
-
-def task_exit(rank: int, returncode: int) -> TaskExit:
-    """Popen's returncode (negative for a signal death) as the protocol reports it."""
-    if returncode < 0:
-        return TaskExit(rank=rank, exit_code=0, signal=-returncode)
-    return TaskExit(rank=rank, exit_code=returncode)
-
-
-def _int_or_none(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
-
-
-def _open_output(path: str, truncate: bool) -> int:
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
-    try:
-        return os.open(path, flags, OUTPUT_FILE_MODE)
-    except OSError as exc:
-        raise SpawnError(f"cannot open output file {path}: {exc.strerror}") from exc
-
-
-def _killpg(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone (or, for a permission error, no longer ours)
-
-
-async def _wait_process(proc: subprocess.Popen[bytes]) -> int:
-    """Await a child's exit without a thread per child (pidfd), falling back to a daemon thread."""
-    if proc.returncode is not None:
-        return proc.returncode
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[None] = loop.create_future()
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # no pidfd (not Linux, or a kernel before 5.3)
-        _wait_in_thread(loop, proc, exited)
-        await exited
-        return proc.wait()
-    loop.add_reader(pidfd, _set_done, exited)
-    try:
-        await exited
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    return proc.wait()  # the child is a zombie now: this reaps it without blocking
-
-
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _wait_in_thread(
-    loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes], exited: asyncio.Future[None]
-) -> None:
-    def wait() -> None:
-        proc.wait()
-        try:
-            loop.call_soon_threadsafe(_set_done, exited)
-        except RuntimeError:
-            pass  # the loop is closed: the agent is shutting down
-
-    # A daemon thread, not the default executor: asyncio.run() joins the executor on shutdown, which
-    # would make the agent wait for every running job before it could stop.
-    threading.Thread(target=wait, name=f"wait-{proc.pid}", daemon=True).start()
-
-
-def _describe(exits: list[TaskExit]) -> str:
-    return ", ".join(f"rank {e.rank} {e.exit_code}:{e.signal}" for e in exits)

@@ -1,0 +1,185 @@
+"""What the job runner and the step runner share: a task is started as its own process group, awaited
+through a pidfd, signalled as a group, and reported as a TaskExit. See runner.py for why each is so."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Mapping
+from typing import IO, Any
+
+from corral.protocol import TaskExit
+
+log = logging.getLogger(__name__)
+
+EXIT_SPAWN_FAILED = 1
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+OUTPUT_FILE_MODE = 0o644
+
+StdioTarget = int | IO[Any] | None
+
+
+class SpawnError(Exception):
+    def __init__(self, message: str, exit_code: int = EXIT_SPAWN_FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def spawn_task(
+    argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
+    stderr: StdioTarget,
+) -> subprocess.Popen[bytes]:
+    """Start one task in its own session and process group; a failure becomes a SpawnError with the exit
+    code a shell would give (127 not found, 126 not executable, 1 anything else)."""
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,  # own session and process group: signals reach the whole task
+        )
+    except FileNotFoundError as exc:
+        raise SpawnError(f"command not found: {argv[0]} ({exc.strerror})", EXIT_NOT_FOUND) from exc
+    except PermissionError as exc:
+        raise SpawnError(f"cannot execute {argv[0]}: {exc.strerror}", EXIT_NOT_EXECUTABLE) from exc
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        # ValueError: e.g. a NUL byte in an argument or environment value.
+        raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
+
+
+def open_output(path: str, truncate: bool = False) -> int:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+    try:
+        return os.open(path, flags, OUTPUT_FILE_MODE)
+    except OSError as exc:
+        raise SpawnError(f"cannot open output file {path}: {exc.strerror}") from exc
+
+
+def task_exit(rank: int, returncode: int) -> TaskExit:
+    """Popen's returncode (negative for a signal death) as the protocol reports it."""
+    if returncode < 0:
+        return TaskExit(rank=rank, exit_code=0, signal=-returncode)
+    return TaskExit(rank=rank, exit_code=returncode)
+
+
+def int_or_none(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def describe_exits(exits: list[TaskExit]) -> str:
+    return ", ".join(f"rank {e.rank} {e.exit_code}:{e.signal}" for e in exits)
+
+
+class LocalTasks:
+    """The local tasks of one job or step: their main processes by rank, their exits, and signals to
+    their process groups. Subclasses start the processes, then set `_spawn_done`, and await `_reap` for
+    each."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what  # "job 7", "step 7.0": for the log
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}  # rank -> the task's main process
+        self._exits: dict[int, TaskExit] = {}
+        self._spawn_done = asyncio.Event()
+        self._all_exited = asyncio.Event()
+
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs.values()]
+
+    async def kill(self, signum: int, grace_s: float) -> None:
+        """`signum` to every task's process group, then SIGKILL to those still alive after `grace_s`.
+
+        A negative `grace_s` delivers the signal only (for `scancel --signal`, which must not kill).
+        """
+        await self._spawn_done.wait()
+        log.info("%s: signal %d to %d task group(s), grace %.1fs", self._what, signum,
+                 len(self._live_ranks()), grace_s)
+        self._signal_live(signum)
+        if grace_s < 0 or signum == signal.SIGKILL:
+            return
+        try:
+            await asyncio.wait_for(self._all_exited.wait(), timeout=grace_s)
+        except TimeoutError:
+            log.info("%s: still running after %.1fs, sending SIGKILL", self._what, grace_s)
+            self._signal_live(signal.SIGKILL)
+
+    async def _reap(self, rank: int, proc: subprocess.Popen[bytes]) -> TaskExit:
+        """Wait for a task's main process; kill what it left in its group; record its exit."""
+        returncode = await wait_process(proc)
+        exit_ = self._exits[rank] = task_exit(rank, returncode)
+        # Whatever the task left behind in its group dies with it, as under Slurm's process tracking.
+        killpg(proc.pid, signal.SIGKILL)
+        if len(self._exits) == len(self._procs):
+            self._all_exited.set()
+        return exit_
+
+    async def _kill_started(self) -> None:
+        """SIGKILL every task started so far and wait for them (a sibling failed to start)."""
+        for proc in self._procs.values():
+            killpg(proc.pid, signal.SIGKILL)
+        for proc in self._procs.values():
+            await wait_process(proc)
+        self._all_exited.set()
+
+    def _live_ranks(self) -> list[int]:
+        return [rank for rank in self._procs if rank not in self._exits]
+
+    def _signal_live(self, signum: int) -> None:
+        # Only tasks not yet reaped: a reaped leader's pid could belong to someone else by now.
+        for rank in self._live_ranks():
+            killpg(self._procs[rank].pid, signum)
+
+
+def killpg(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone (or, for a permission error, no longer ours)
+
+
+async def wait_process(proc: subprocess.Popen[bytes]) -> int:
+    """Await a child's exit without a thread per child (pidfd), falling back to a daemon thread."""
+    if proc.returncode is not None:
+        return proc.returncode
+    loop = asyncio.get_running_loop()
+    exited: asyncio.Future[None] = loop.create_future()
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd (not Linux, or a kernel before 5.3)
+        _wait_in_thread(loop, proc, exited)
+        await exited
+        return proc.wait()
+    loop.add_reader(pidfd, set_done, exited)
+    try:
+        await exited
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    return proc.wait()  # the child is a zombie now: this reaps it without blocking
+
+
+def set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _wait_in_thread(
+    loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes], exited: asyncio.Future[None]
+) -> None:
+    def wait() -> None:
+        proc.wait()
+        try:
+            loop.call_soon_threadsafe(set_done, exited)
+        except RuntimeError:
+            pass  # the loop is closed: the agent is shutting down
+
+    # A daemon thread, not the default executor: asyncio.run() joins the executor on shutdown, which
+    # would make the agent wait for every running job before it could stop.
+    threading.Thread(target=wait, name=f"wait-{proc.pid}", daemon=True).start()
