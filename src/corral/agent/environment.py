@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 
 from corral import hostlist
-from corral.protocol import LaunchJob, TaskLaunch
+from corral.protocol import LaunchJob, LaunchStep, TaskLaunch
 
 # Anything Slurm-ish in the agent's own environment (e.g. an agent started from inside a Slurm job) must not
 # leak into tasks: a stale SLURM_CPUS_PER_TASK would change what srun and Lightning do.
@@ -128,6 +128,80 @@ def optional_job_variables(launch: LaunchJob) -> dict[str, str]:
     return env
 
 
+def step_environment(
+    launch: LaunchStep, task: TaskLaunch, node_name: str, base_env: Mapping[str, str]
+) -> dict[str, str]:
+    """The full environment of one task of a job step (srun): the agent's (scrubbed), then what srun
+    exported (`launch.env`), then the job's, the step's and the task's variables (env_array_for_step).
+
+    Presence is srun's to decide for SLURM_NTASKS_PER_NODE, SLURM_CPUS_PER_TASK and SLURM_GPUS_PER_TASK:
+    they reach the task only through `launch.env` (given to srun, or inherited from the batch shell).
+    """
+    env = scrub_environment(base_env)
+    env.update(launch.env)
+    env.update(step_variables(launch, node_name))
+    env.update(rank_variables(task))
+    for name in (*GPU_VARIABLES, "SLURM_STEP_GPUS"):
+        env.pop(name, None)  # the batch shell's devices are not this task's
+    env.update(gpu_variables(task))
+    if task.gpus:
+        env["SLURM_STEP_GPUS"] = ",".join(str(g) for g in task.gpus)
+    return env
+
+
+def step_variables(launch: LaunchStep, node_name: str) -> dict[str, str]:
+    """Variables with the same value for every task of the step on this node."""
+    job_nodes = hostlist.compress(launch.job_nodes)
+    step_nodes = hostlist.compress(launch.step_nodes)
+    tasks_per_node = slurm_counts(launch.tasks_per_node)
+    env = {
+        # The job's.
+        "SLURM_JOB_ID": str(launch.job_id),
+        "SLURM_JOBID": str(launch.job_id),
+        "CORRAL_JOB_ID": str(launch.job_id),
+        "SLURM_JOB_NAME": launch.job_name,
+        "SLURM_JOB_USER": launch.user,
+        "SLURM_JOB_UID": str(launch.uid),
+        "SLURM_JOB_PARTITION": launch.partition,
+        "SLURM_CLUSTER_NAME": launch.cluster_name,
+        "SLURM_JOB_NODELIST": job_nodes,
+        "SLURM_JOB_NUM_NODES": str(len(launch.job_nodes)),
+        "SLURM_JOB_CPUS_PER_NODE": slurm_counts([launch.cpus_on_node] * len(launch.job_nodes)),
+        "SLURM_CPUS_ON_NODE": str(launch.cpus_on_node),
+        "SLURM_GPUS_ON_NODE": str(len(launch.node_gpus)),
+        "SLURMD_NODENAME": node_name,
+        "SLURM_SUBMIT_HOST": launch.submit_host,
+        # The step's.
+        "SLURM_STEP_ID": str(launch.step_id),
+        "SLURM_STEPID": str(launch.step_id),
+        "SLURM_STEP_NODELIST": step_nodes,
+        "SLURM_STEP_NUM_NODES": str(len(launch.step_nodes)),
+        "SLURM_STEP_NUM_TASKS": str(launch.num_tasks),
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_NTASKS": str(launch.num_tasks),
+        "SLURM_NPROCS": str(launch.num_tasks),
+        "SLURM_NNODES": str(len(launch.step_nodes)),
+        "SLURM_NODELIST": step_nodes,
+        "SLURM_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_NODEID": str(launch.node_index),
+        "SLURM_GTIDS": ",".join(str(t.rank) for t in launch.tasks),
+        "MASTER_ADDR": launch.master_addr,
+        "MASTER_PORT": str(launch.master_port),
+        "WORLD_SIZE": str(launch.num_tasks),
+        "LOCAL_WORLD_SIZE": str(len(launch.tasks)),
+    }
+    if launch.node_gpus:
+        env["SLURM_JOB_GPUS"] = ",".join(str(g) for g in launch.node_gpus)
+    if launch.io_host is not None and launch.io_port is not None:
+        env["SLURM_SRUN_COMM_HOST"] = launch.io_host
+        env["SLURM_LAUNCH_NODE_IPADDR"] = launch.io_host
+        env["SLURM_SRUN_COMM_PORT"] = str(launch.io_port)
+        env["SLURM_STEP_LAUNCHER_PORT"] = str(launch.io_port)
+    if launch.restart_count > 0:
+        env["SLURM_RESTART_COUNT"] = str(launch.restart_count)
+    return env
+
+
 def rank_variables(task: TaskLaunch) -> dict[str, str]:
     return {
         "SLURM_PROCID": str(task.rank),
@@ -174,8 +248,10 @@ def expand_pattern(
     task_rank: int,
     array_job_id: int | None = None,
     array_task_id: int | None = None,
+    step_id: int | None = None,
 ) -> str:
-    """Expand a Slurm output filename pattern as slurmstepd does for a batch job.
+    """Expand a Slurm output filename pattern as slurmstepd does for a batch job (or, given `step_id`,
+    for a step's task: then %s is the step id, %J is `jobid.stepid` and %n the node's index in the step).
 
     %j job id, %J job id + ".batch", %x job name, %u user, %N node name, %n node index, %t task rank,
     %s step ("batch"), %A array job id (the job id outside arrays), %a array task id (4294967294 outside
@@ -193,6 +269,9 @@ def expand_pattern(
         "t": task_rank,
     }
     texts = {"x": job_name, "u": user, "N": node_name, "s": "batch"}
+    if step_id is not None:
+        numbers["s"] = step_id
+        del texts["s"]
 
     def replace(match: re.Match[str]) -> str:
         if match.group(1) == "%":
@@ -202,7 +281,7 @@ def expand_pattern(
         if letter in numbers:
             return f"{numbers[letter]:0{width}d}"
         if letter == "J":
-            return f"{job_id:0{width}d}.batch"
+            return f"{job_id:0{width}d}." + ("batch" if step_id is None else str(step_id))
         if letter in texts:
             return texts[letter]
         return match.group(0)
