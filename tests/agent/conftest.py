@@ -7,7 +7,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,12 +16,15 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 import pytest
 
+from corral.agent.agent import Agent
+from corral.agent.discovery import discover
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
     CommandBatch,
     EventBatch,
     LaunchJob,
+    LaunchStep,
     NodeFinished,
     NodeStarted,
     Registration,
@@ -58,6 +61,40 @@ def build_launch(workdir: Path | str, **overrides: Any) -> LaunchJob:
     )
     fields.update(overrides)
     return LaunchJob(**fields)
+
+
+def build_step(workdir: Path | str, **overrides: Any) -> LaunchStep:
+    """Step 0 of job 7: one node (n1), one task running `true`, no srun listening; override any field."""
+    fields: dict[str, Any] = dict(
+        job_id=7,
+        step_id=0,
+        step_name="true",
+        job_name="test",
+        user="alice",
+        uid=1000,
+        partition="gpu",
+        job_nodes=["n1"],
+        cpus_on_node=1,
+        node_gpus=[],
+        time_limit_s=60,
+        step_nodes=["n1"],
+        node_index=0,
+        tasks_per_node=[1],
+        num_tasks=1,
+        tasks=[TaskLaunch(rank=0, local_rank=0, gpus=[])],
+        argv=["true"],
+        workdir=str(workdir),
+    )
+    fields.update(overrides)
+    return LaunchStep(**fields)
+
+
+@pytest.fixture
+def make_step(tmp_path: Path) -> Callable[..., LaunchStep]:
+    def make(**overrides: Any) -> LaunchStep:
+        return build_step(overrides.pop("workdir", tmp_path), **overrides)
+
+    return make
 
 
 @pytest.fixture
@@ -258,6 +295,34 @@ def controller() -> Iterator[FakeController]:
     yield ctl
     if ctl._server is not None:
         ctl.stop()
+
+
+@pytest.fixture
+def run_with_agent(controller, tmp_path, agent_env):
+    """Run `scenario(agent)` while an Agent for node n1 talks to the fake controller."""
+
+    def run(scenario: Callable[[Agent], Awaitable[None]], secret: str = SECRET) -> Agent:
+        agent = Agent(
+            controller_url=controller.url,
+            secret=secret,
+            node="n1",
+            inventory=discover(2, cpus=4, mem_mib=4096),
+            spool_dir=tmp_path / "spool",
+            base_env=agent_env,
+        )
+
+        async def main() -> None:
+            agent_task = asyncio.create_task(agent.run())
+            try:
+                await scenario(agent)
+            finally:
+                agent_task.cancel()
+                await asyncio.gather(agent_task, return_exceptions=True)
+
+        asyncio.run(main())
+        return agent
+
+    return run
 
 
 @pytest.fixture

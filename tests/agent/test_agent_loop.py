@@ -3,43 +3,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
 
-import pytest
-
-from corral.agent.agent import Agent
-from corral.agent.discovery import discover
 from corral.protocol import NodeStarted, SignalJob, TaskExit
 
 EXITED_OK = TaskExit(rank=0, exit_code=0)
-
-
-@pytest.fixture
-def run_with_agent(controller, tmp_path, agent_env):
-    """Run `scenario(agent)` while an Agent for node n1 talks to the fake controller."""
-
-    def run(scenario: Callable[[Agent], Awaitable[None]], secret: str = "test-secret") -> Agent:
-        agent = Agent(
-            controller_url=controller.url,
-            secret=secret,
-            node="n1",
-            inventory=discover(2, cpus=4, mem_mib=4096),
-            spool_dir=tmp_path / "spool",
-            base_env=agent_env,
-        )
-
-        async def main() -> None:
-            agent_task = asyncio.create_task(agent.run())
-            try:
-                await scenario(agent)
-            finally:
-                agent_task.cancel()
-                await asyncio.gather(agent_task, return_exceptions=True)
-
-        asyncio.run(main())
-        return agent
-
-    return run
 
 
 def test_registers_with_inventory_and_secret(controller, run_with_agent):

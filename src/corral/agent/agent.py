@@ -7,6 +7,8 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
 - Any 409 means the controller restarted (new epoch): register again, reporting the jobs running here and
   the finished jobs whose NodeFinished is still unacknowledged, then carry on with the outbox.
 - Commands may be re-sent: a launch for a job already running or finished here is ignored.
+- Job steps (srun) run beside the job's own tasks, in runners of their own (step_runner.py); a signal
+  for a job reaches its steps too unless it names only the batch part.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ import httpx
 from pydantic import ValidationError
 
 from corral.agent.discovery import Inventory
-from corral.agent.runner import EXIT_SPAWN_FAILED, JobRunner
+from corral.agent.runner import JobRunner
+from corral.agent.step_runner import StepRunner
+from corral.agent.tasks import EXIT_SPAWN_FAILED
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -34,10 +38,12 @@ from corral.protocol import (
     Event,
     EventBatch,
     LaunchJob,
+    LaunchStep,
     NodeFinished,
     Registration,
     RegistrationReply,
     SignalJob,
+    StepFinished,
     TaskExit,
 )
 
@@ -113,6 +119,9 @@ class Agent:
         self._after_seq = 0
         self._runners: dict[int, JobRunner] = {}  # jobs with tasks running here
         self._launched: OrderedDict[tuple[int, int], None] = OrderedDict()  # (job id, restart count)
+        self._steps: dict[tuple[int, int], StepRunner] = {}  # (job id, step id) -> steps running here
+        # (job id, step id, restart count) of the steps launched here, for ignoring re-sent commands.
+        self._launched_steps: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._outbox: list[Event] = []
         self._outbox_ready = asyncio.Event()
         self._register_lock = asyncio.Lock()
@@ -121,7 +130,12 @@ class Agent:
 
     @property
     def running_jobs(self) -> list[int]:
-        return sorted(self._runners)
+        """Jobs with tasks here: their own, or only steps' (an allocation whose batch runs elsewhere)."""
+        return sorted(set(self._runners) | {job_id for job_id, _ in self._steps})
+
+    @property
+    def running_steps(self) -> list[tuple[int, int]]:
+        return sorted(self._steps)
 
     @property
     def unacknowledged_finished_jobs(self) -> list[int]:
@@ -176,6 +190,7 @@ class Agent:
             mem_mib=inventory.mem_mib,
             running_jobs=self.running_jobs,
             finished_jobs=self.unacknowledged_finished_jobs,
+            running_steps=self.running_steps,
             agent_version=_agent_version(),
         )
 
@@ -234,11 +249,21 @@ class Agent:
         self._after_seq = max(self._after_seq, command.seq)
         if isinstance(command, LaunchJob):
             self._launch(command)
+        elif isinstance(command, LaunchStep):
+            self._launch_step(command)
         elif isinstance(command, SignalJob):
-            if command.job_id in self._runners:
-                self._start_kill(command.job_id, command.signal, command.grace_s)
-            else:
-                log.debug("signal for job %d, which does not run here: ignored", command.job_id)
+            self._signal(command)
+
+    def _signal(self, command: SignalJob) -> None:
+        """A job's signal: to its own tasks ("batch"), its steps ("steps", maybe only `step_id`), or both."""
+        job_id = command.job_id
+        reached = 0
+        if command.target in ("all", "batch"):
+            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False)
+        if command.target in ("all", "steps"):
+            reached += self._kill_steps(job_id, command.signal, command.grace_s, command.step_id)
+        if not reached:
+            log.debug("signal for job %d (%s), which does not run here: ignored", job_id, command.target)
 
     def _launch(self, launch: LaunchJob) -> None:
         key = (launch.job_id, launch.restart_count)
@@ -251,6 +276,32 @@ class Agent:
         runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env)
         self._runners[launch.job_id] = runner
         self._spawn_background(self._drive(runner), f"job-{launch.job_id}")
+
+    def _launch_step(self, launch: LaunchStep) -> None:
+        key = (launch.job_id, launch.step_id)
+        seen = (launch.job_id, launch.step_id, launch.restart_count)
+        if seen in self._launched_steps or key in self._steps:
+            log.debug("launch of step %d.%d (restart %d) already seen: ignored", *seen)
+            return
+        self._launched_steps[seen] = None
+        while len(self._launched_steps) > REMEMBERED_LAUNCHES:
+            self._launched_steps.popitem(last=False)
+        runner = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env)
+        self._steps[key] = runner
+        self._spawn_background(self._drive_step(runner), f"step-{key[0]}.{key[1]}")
+
+    async def _drive_step(self, runner: StepRunner) -> None:
+        """Post the step's StepFinished; the step leaves `running_steps` when its tasks are done."""
+        try:
+            async for event in runner.run():
+                self._steps.pop(runner.key, None)
+                self._post(event)
+        except Exception as exc:  # a bug must not take the agent down, nor leave the step unreported
+            log.exception("step %d.%d: runner failed", *runner.key)
+            self._steps.pop(runner.key, None)
+            exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
+            self._post(StepFinished(job_id=runner.job_id, step_id=runner.step_id, tasks=exits,
+                                    error=f"corral agent error: {exc}"))
 
     async def _drive(self, runner: JobRunner) -> None:
         """Forward a job's events to the outbox; the job leaves `running_jobs` when its tasks are done."""
@@ -265,10 +316,24 @@ class Agent:
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
             self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}"))
 
-    def _start_kill(self, job_id: int, signum: int, grace_s: float) -> None:
+    def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True) -> int:
+        """Signal a job's own tasks here and (unless `steps` is False) its steps; how many runners."""
+        reached = 0
         runner = self._runners.get(job_id)
         if runner is not None:
             self._spawn_background(runner.kill(signum, grace_s), f"kill-{job_id}")
+            reached += 1
+        if steps:
+            reached += self._kill_steps(job_id, signum, grace_s)
+        return reached
+
+    def _kill_steps(self, job_id: int, signum: int, grace_s: float, step_id: int | None = None) -> int:
+        reached = 0
+        for (job, step), runner in list(self._steps.items()):
+            if job == job_id and step_id in (None, step):
+                self._spawn_background(runner.kill(signum, grace_s), f"kill-{job}.{step}")
+                reached += 1
+        return reached
 
     def _spawn_background(self, coroutine: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
