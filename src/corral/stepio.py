@@ -136,7 +136,7 @@ class _Node:
     """One step node as srun sees it: what is queued for it, and how far it got."""
 
     __slots__ = ("name", "ranks", "expected", "sock", "decoder", "urgent", "queued", "queued_bytes",
-                 "sending", "connected", "done", "failed_frame", "exited")
+                 "sending", "connected", "done", "failed_frame", "exited", "early")
 
     def __init__(self, name: str, ranks: list[int]) -> None:
         self.name = name
@@ -152,6 +152,7 @@ class _Node:
         self.done = False
         self.failed_frame = False
         self.exited: set[int] = set()
+        self.early = b""  # frames that came with the hello, before expect()
 
     def has_output(self) -> bool:
         return bool(self.sending) or bool(self.urgent) or bool(self.queued)
@@ -365,14 +366,26 @@ class StepStreams:
                 if self._closing:
                     return
                 self._close_done_nodes(interest)
+                early = [n for n in self._nodes.values() if n.early and self._expected]
                 for node in self._nodes.values():
                     if node.sock is None:
                         continue
-                    wanted = selectors.EVENT_READ | (selectors.EVENT_WRITE if node.has_output() else 0)
-                    if interest.get(node.sock) != wanted:
-                        self._selector.modify(node.sock, wanted)
+                    # Output waits until expect(): the labels' width depends on the step's size.
+                    wanted = ((selectors.EVENT_READ if self._expected else 0)
+                              | (selectors.EVENT_WRITE if node.has_output() else 0))
+                    current = interest.get(node.sock, 0)
+                    if wanted != current:
+                        if not current:
+                            self._selector.register(node.sock, wanted)
+                        elif not wanted:
+                            self._selector.unregister(node.sock)
+                        else:
+                            self._selector.modify(node.sock, wanted)
                         interest[node.sock] = wanted
                 timeout = self._hello_timeout()
+            for node in early:
+                data, node.early = node.early, b""
+                self._handle_frames(node, data)
             for key, events in self._selector.select(timeout):
                 target = key.fileobj
                 if target is self._listener:
@@ -429,11 +442,8 @@ class StepStreams:
         with self._lock:
             self._hellos.pop(sock, None)
             self._by_sock.pop(sock, None)
-        interest.pop(sock, None)
-        try:
+        if interest.pop(sock, 0):
             self._selector.unregister(sock)
-        except (KeyError, ValueError):
-            pass
         sock.close()
 
     def _read_hello(self, sock: socket.socket, interest: dict[socket.socket, int]) -> None:
@@ -481,7 +491,7 @@ class StepStreams:
             self._drop(sock, interest)
             return
         if rest:
-            self._handle_frames(node, rest)
+            node.early = rest  # handled by the loop once expect() was called
 
     def _receive(self, node: _Node) -> None:
         sock = node.sock
@@ -544,11 +554,8 @@ class StepStreams:
             if node.done and node.sock is not None:
                 sock, node.sock = node.sock, None
                 self._by_sock.pop(sock, None)
-                interest.pop(sock, None)
-                try:
+                if interest.pop(sock, 0):
                     self._selector.unregister(sock)
-                except (KeyError, ValueError):
-                    pass
                 sock.close()
             if node.done and node.has_output():
                 node.urgent.clear()

@@ -241,3 +241,22 @@ def test_srun_module_imports_only_the_standard_library():
                          check=True).stdout
     loaded = set(json.loads(out))
     assert not {"asyncio", "pydantic", "secrets", "hmac", "corral.protocol", "corral.agent"} & loaded
+
+
+def test_output_before_expect_waits_for_the_layout(make_streams):
+    """An agent may connect and write before srun has the step's layout: labels still get its width."""
+    streams, out, _ = make_streams(label=True)
+    agent = Agent(streams, "n1", [0])
+    agent.out(0, b"early\n")
+    agent.exit(0)
+    finishing = threading.Thread(target=agent.finish)
+    finishing.start()
+    time.sleep(0.2)
+    assert out.getvalue() == b"" and streams.exits == {}
+    streams.expect({"n1": [0], "n2": list(range(1, 10)), "n3": [10]})
+    finishing.join()
+    deadline = time.monotonic() + 5
+    while not streams.exits and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert out.getvalue() == b" 0: early\n" and streams.exits == {0: (0, 0)}
+    assert streams.pending == ["n2", "n3"]
