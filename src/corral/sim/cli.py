@@ -95,18 +95,44 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="corral simulate", description=__doc__)
-    p.add_argument("--trace", default="philly", help="philly | accounting | sacct")
+    p.add_argument("--trace", default="philly", help="philly | accounting | sacct | openb")
     p.add_argument("--trace-file", default=None, help="the trace (philly: default shared/traces copy)")
-    p.add_argument("--policy", action="append", dest="policies", help=f"one of {', '.join(POLICIES)}; repeatable")
+    p.add_argument("--policy", action="append", dest="policies",
+                   help=f"one of {', '.join(POLICIES)} (openb: fgd, bestfit); repeatable")
     p.add_argument("--max-jobs", type=int, default=None, help="only the first N jobs")
     p.add_argument("--seed", type=int, default=1, help="time-limit model seed")
     p.add_argument("--nodes", type=int, default=16, help="cluster size for traces without one")
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--report", default=None, help="write a self-contained HTML report here")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--openb-pods", default=None,
+                   help="openb: the pod list (csv or csv.gz; default: the trace's openb_pod_list_default)")
+    p.add_argument("--openb-nodes", default=None, help="openb: the node list (default: the 1,213 GPU nodes)")
+    p.add_argument("--seeds", default="42-51", help="openb: arrival-order seeds, e.g. 42-51 or 42,45")
     args = p.parse_args(argv)
+    if args.trace == "openb":
+        return _openb(args)
     summary = simulate(args.trace, args.trace_file, args.policies or ["backfill-isolated"], args.max_jobs,
                        args.seed, args.nodes, args.gpus_per_node, args.report, not args.no_progress)
     json.dump(summary, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+def _openb(args) -> int:
+    """The FGD paper's experiment (see corral.sim.openb_experiment): allocation ratio at 100/130 %."""
+    from corral.sim import openb_experiment, openb_report
+
+    policies = args.policies or ["fgd"]
+    for name in policies:
+        if name not in openb_experiment.POLICIES:
+            raise SystemExit(f"corral simulate: error: unknown openb policy {name!r} "
+                             f"({', '.join(openb_experiment.POLICIES)})")
+    rows = openb_experiment.run(policies, openb_experiment.parse_seeds(args.seeds), args.openb_pods,
+                                args.openb_nodes)
+    if args.report:
+        openb_report.write(args.report, rows)
+    json.dump({"trace": "openb", "experiments": [{k: v for k, v in r.items() if k != "curve"} for r in rows]},
+              sys.stdout, indent=1)
     print()
     return 0
