@@ -6,13 +6,12 @@ the line and be followed by white space; `# SBATCH` and indented `#SBATCH` are c
 """
 from __future__ import annotations
 
-import re
-import shlex
-
 from corral.jobscript.errors import DirectiveError
 
-DIRECTIVE_PREFIXES = ("#SBATCH", "#CORRAL")
-_DIRECTIVE = re.compile(r"(#SBATCH|#CORRAL)(?:\s+(.*))?")
+# No `re` or `shlex` at import: sbatch reads directives on every submission, and `re` (with enum)
+# costs it ~7 ms of start-up. Lines with quotes or backslashes go through shlex (imported then).
+DIRECTIVE_PREFIXES = ("#SBATCH", "#CORRAL")  # both 7 characters long (_directive_rest)
+_SHELL_SPECIAL = ("'", '"', "\\")
 WRAP_HEADER = "# This script was created by corral submit --wrap."
 
 
@@ -33,9 +32,8 @@ def parse_directives(script_text: str) -> list[str]:
     for number, line in enumerate(script_text.splitlines(), start=1):
         if number == 1 and line.startswith("#!"):
             continue
-        match = _DIRECTIVE.fullmatch(line.rstrip())
-        if match:
-            prefix, rest = match.group(1), match.group(2) or ""
+        prefix, rest = _directive_rest(line.rstrip())
+        if prefix:
             tokens.extend(DirectiveToken(t, number, prefix) for t in _split_line(rest, number, prefix))
             continue
         stripped = line.strip()
@@ -44,9 +42,24 @@ def parse_directives(script_text: str) -> list[str]:
     return tokens
 
 
+def _directive_rest(line: str) -> tuple[str, str]:
+    """(prefix, arguments) of a directive line without trailing white space, else ("", "").
+    The prefix must be the whole line or be followed by white space (`#SBATCHX` is a comment)."""
+    prefix, rest = line[:7], line[7:]
+    if prefix not in DIRECTIVE_PREFIXES or (rest and not rest[0].isspace()):
+        return "", ""
+    return prefix, rest.lstrip()
+
+
 def _split_line(text: str, line_number: int, prefix: str) -> list[str]:
+    text = text[: _comment_start(text)]
+    if not any(char in text for char in _SHELL_SPECIAL):
+        # What shlex.split gives for text without quotes or escapes: words between ' \t\r\n'.
+        return [word for word in text.replace("\t", " ").replace("\r", " ").replace("\n", " ").split(" ") if word]
+    import shlex
+
     try:
-        return shlex.split(text[: _comment_start(text)])
+        return shlex.split(text)
     except ValueError as exc:  # unbalanced quotes
         raise DirectiveError(f"cannot parse {prefix} directive line {line_number}: {exc}") from None
 

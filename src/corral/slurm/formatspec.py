@@ -8,7 +8,7 @@ are always cut to it (printf's "%.Ns"), right-justified ones too unless the fiel
 command carries on."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from _collections_abc import Callable, Mapping
 
 from corral.slurm.record import Record
 

@@ -12,7 +12,7 @@ Each command adds its own "Try ... --help" line and exit status to the GetoptErr
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from _collections_abc import Iterable, Sequence
 
 from corral.slurm.record import Record
 

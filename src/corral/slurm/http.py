@@ -7,7 +7,7 @@ commands turn into Slurm-like messages (commands/common.py)."""
 from __future__ import annotations
 
 import _socket
-from collections.abc import Iterable, Mapping
+from _collections_abc import Iterable, Mapping
 
 from corral.slurm import jsontext
 

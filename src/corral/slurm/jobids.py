@@ -2,7 +2,7 @@
 `J.batch` / `J.0`; and the array index expressions of `sbatch --array`."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from _collections_abc import Iterable, Mapping
 
 from corral.slurm import records
 

@@ -7,7 +7,7 @@ says which ones corral does not implement: `ignored` ones are accepted with a wa
 the command with an error naming the option."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from _collections_abc import Iterable, Mapping, Sequence
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import CommandLine, GetoptError, Opt, getopt_long

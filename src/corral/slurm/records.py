@@ -4,7 +4,7 @@ Fields the API does not send yet are read with the defaults below, so the format
 today's records and pick the new fields up as they arrive. Times are epoch seconds (floats)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from _collections_abc import Mapping
 
 from corral.slurm import states
 

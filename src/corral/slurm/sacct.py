@@ -2,7 +2,7 @@
 prints and its exit status out. The command fetches the records (all users' with -j, as sacct)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import records
 from corral.slurm.sacct_fields import AcctView

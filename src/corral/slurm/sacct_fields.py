@@ -8,7 +8,7 @@ Slurm without job accounting gathering."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from _collections_abc import Callable, Mapping
 
 from corral.slurm import jobids, records, states, timefmt, tres
 from corral.slurm.record import Record

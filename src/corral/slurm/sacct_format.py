@@ -8,7 +8,7 @@ Quirks kept from Slurm 22.05:
 - fixed-width headers are cut to the width without a mark, values of text fields get a `+`."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from _collections_abc import Iterable, Mapping, Sequence
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.record import Record

@@ -1,7 +1,7 @@
 """sacct's command line and environment (sacct/options.c) -> SacctOptions."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError

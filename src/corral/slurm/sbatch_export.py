@@ -11,7 +11,7 @@ another would otherwise hand it stale SLURM_NTASKS, SLURM_JOB_ID, ... (Slurm its
 SLURM_* on and lets the job's own values win; corral's agent sets the job's from scratch)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from _collections_abc import Mapping
 
 from corral.slurm.errors import SlurmCommandError
 

@@ -6,7 +6,7 @@ script comes from stdin. Reading files and stdin is the caller's: `parse_sbatch`
 script is, `apply_script` reads its directives once the caller has the text."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.jobscript.directives import parse_directives
 from corral.slurm import sbatch_table as table

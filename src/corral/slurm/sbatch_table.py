@@ -9,7 +9,7 @@ prefixes (`--s`) in that order. Every option is in one of four groups:
 - UNSUPPORTED: an error naming the option (hard requirements corral cannot honour)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from _collections_abc import Mapping
 
 from corral.slurm import sbatch_values as v
 from corral.slurm.getopt import NO_ARG, OPTIONAL, REQUIRED, Opt

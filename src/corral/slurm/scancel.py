@@ -5,7 +5,7 @@ unfinished job is skipped silently unless --signal or a filter was given (then: 
 exit 1, as scancel's KILL_JOB_ERROR)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import jobids, records, states
 from corral.slurm.scancel_opts import JobRef, ScancelOptions, kill_job_error

@@ -5,7 +5,7 @@ unknown or finished id is skipped silently and scancel exits 0; with either, the
 `Kill job error on job id N: Invalid job id specified` and scancel exits 1 (KILL_JOB_ERROR)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import REQUIRED, Opt

@@ -3,7 +3,7 @@ stdout, stderr and the exit status out. requeue, hold and release act on the con
 the command's to perform."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import scontrol_job, scontrol_show
 from corral.slurm.scontrol_opts import ScontrolCommand

@@ -4,7 +4,7 @@ Keys corral has no data for print what Slurm prints when they are unset (`(null)
 With `one_liner` (scontrol -o) the lines of a block are joined by spaces."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from _collections_abc import Iterable, Mapping
 
 from corral.slurm import jobids, records, states, timefmt, tres
 

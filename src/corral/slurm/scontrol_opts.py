@@ -4,7 +4,7 @@ Keywords and `show` entities match case-insensitive prefixes of at least a minim
 scontrol (`sho`, `hostn`, `part`); corral implements the keywords below and errors on the rest."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from _collections_abc import Sequence
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import REQUIRED, Opt

@@ -5,7 +5,7 @@ print Slurm's "not known" values; the partition keys are Slurm's defaults for wh
 configure (no QOS, no preemption, no group limits)."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from _collections_abc import Iterable, Mapping, Sequence
 
 from corral import hostlist
 from corral.slurm import states, timefmt, tres

@@ -1,7 +1,7 @@
 """sinfo as a pure function: parsed options, partitions and nodes in, stdout out."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral import hostlist
 from corral.slurm import sinfo_format as fmt

@@ -6,7 +6,7 @@ Records are PartitionOut and NodeOut dicts. Values that differ inside a group pr
 for its default formats."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral import hostlist
 from corral.slurm import states, timefmt

@@ -1,7 +1,7 @@
 """sinfo's command line and environment (sinfo/opts.c) -> SinfoOptions."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import sinfo_format as fmt
 from corral.slurm.errors import SlurmCommandError

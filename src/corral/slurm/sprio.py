@@ -7,7 +7,7 @@ or TRES weights (SITE 0, ASSOC 0, TRES empty). corral's `nice` is an adjustment 
 priority (JobSubmit.priority); Slurm's NICE is subtracted, so NICE shows its negation."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from _collections_abc import Callable, Mapping, Sequence
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.formatspec import print_str

@@ -1,7 +1,7 @@
 """sprio's command line and environment (sprio/opts.c, 22.05) -> SprioOptions."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt

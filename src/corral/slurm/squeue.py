@@ -2,7 +2,7 @@
 prints and its exit status out. The command fetches the records and writes the result."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import squeue_select as select
 from corral.slurm.squeue_fields import View

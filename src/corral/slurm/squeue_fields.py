@@ -4,7 +4,7 @@ corral job record (squeue/print.c's _print_job_* functions).
 A value of None stands for C's NULL string, which glibc's printf writes as "(null)"."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from _collections_abc import Callable, Mapping
 
 from corral.slurm import jobids, records, states, timefmt, tres
 from corral.slurm.record import Record

@@ -3,7 +3,7 @@ knows, so `%-4D` prints back literally with an error), `-O "JobID,Name:20"` (fie
 `name[:[.]width][suffix]`, 20 wide by default, with no separator of their own), and the lines."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from _collections_abc import Iterable, Mapping
 
 from corral.slurm import formatspec, timefmt
 from corral.slurm.formatspec import Column, Format, parse_percent_format, print_str

@@ -1,7 +1,7 @@
 """squeue's command line and environment (squeue/opts.c) -> SqueueOptions."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError

@@ -4,7 +4,7 @@ Slurm breaks ties in its sort by the order of the controller's job list; here ti
 job id, so the output is reproducible."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 from corral.slurm import jobids, records, states
 

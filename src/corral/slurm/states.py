@@ -2,7 +2,7 @@
 node_state_string)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from _collections_abc import Mapping
 
 # Base states in Slurm's numeric order (enum job_states up to JOB_END), then the flag states.
 BASE_STATES = (

@@ -8,7 +8,7 @@ cluster.json describes the chosen URL, else none (a controller without auth)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from _collections_abc import Mapping
 
 from corral.slurm import jsontext
 

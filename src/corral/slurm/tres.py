@@ -5,7 +5,7 @@ name. Billing is the CPU count (no TRESBillingWeights). Memory that is not alloc
 CR_*_Memory, or a corral slice with 0 MiB) is left out of allocations, as Slurm does."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from _collections_abc import Mapping
 
 _MEM_UNITS = "MGTP"
 _SCONTROL_ORDER = ("cpu", "mem", "node", "billing", "gres/gpu")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from _collections_abc import Callable, Mapping
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.http import ApiError, Controller, Unreachable

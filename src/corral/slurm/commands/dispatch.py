@@ -3,7 +3,7 @@ have real Slurm's sbatch, squeue, ... on PATH (`corral-slurm squeue -u me`)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from _collections_abc import Sequence
 
 COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun")
 USAGE = f"Usage: corral-slurm {{{','.join(COMMANDS)}}} [ARGS...]\n"

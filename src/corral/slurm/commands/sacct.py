@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm.commands.common import Result, action_text, array_siblings, connect, run
 from corral.slurm.http import Controller

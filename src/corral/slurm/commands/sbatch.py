@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 from io import TextIOBase as TextIO  # typing.TextIO would import `typing`: start-up time
 
 from corral.slurm import states

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm.commands.common import Result, action_text, connect, run
 from corral.slurm.errors import SlurmCommandError

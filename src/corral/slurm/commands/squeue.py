@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from _collections_abc import Mapping, Sequence
 
 from corral.slurm import states
 from corral.slurm.commands.common import MIN_JOB_AGE_S, Result, action_text, connect, emit, run, still_known
