@@ -29,7 +29,10 @@ class JobSubmit(BaseModel):
     gpus: int | None = Field(None, ge=0, description="GPUs for the whole job")
     gpus_per_node: int | None = Field(None, ge=0)
     gpus_per_task: int | None = Field(None, ge=0)
-    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model")
+    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model ('A|B': either)")
+    gpu_milli: int | None = Field(None, ge=1, le=1000, description=(
+        "A share of one GPU per node in milli-GPU (1..999; 1000 = whole GPUs, the default); needs exactly "
+        "one GPU per node. The scheduler packs shares onto devices; it does not enforce them on the GPU yet."))
     cpus_per_task: int | None = Field(None, ge=1, description="Default 1")
     mem_mib: int | None = Field(None, ge=0, description="Memory per node")
     mem_per_gpu_mib: int | None = Field(None, ge=0)
@@ -68,6 +71,7 @@ class SliceOut(BaseModel):
     gpus: list[int]
     cpus: int
     mem_mib: int
+    gpu_milli: int = 1000  # < 1000: a share of the one GPU listed
 
 
 class JobOut(BaseModel):

@@ -25,7 +25,8 @@ def job_out(job: Job, now: float) -> JobOut:
         tasks_per_node=req.tasks_per_node, num_tasks=req.num_nodes * req.tasks_per_node,
         gpus_per_node=req.gpus_per_node, cpus_per_task=req.cpus_per_task, mem_per_node_mib=req.mem_per_node_mib,
         total_gpus=req.total_gpus, nodelist=hostlist.compress(job.node_names) if job.slices else "",
-        slices=[SliceOut(node=s.node, gpus=list(s.gpus), cpus=s.cpus, mem_mib=s.mem_mib) for s in job.slices],
+        slices=[SliceOut(node=s.node, gpus=list(s.gpus), cpus=s.cpus, mem_mib=s.mem_mib, gpu_milli=s.gpu_milli)
+                for s in job.slices],
         exit_code=job.exit_code, exit_signal=job.exit_signal,
         gpu_seconds=job.gpu_seconds if job.end_time is not None else job.prior_gpu_seconds + job.run_gpu_seconds(now),
         workdir=job.spec.workdir, output=job.spec.output, error=job.spec.error, restart_count=job.restart_count,

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral.api.schemas import JobSubmit
+from corral.core.fgd import model_matches
 from corral.core.model import Request
 from corral.engine.arrays import ArrayError, compress_indices, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
@@ -87,7 +88,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
     members = [n for n in nodes if partition.contains(n.name)]
     if sub.gpu_model:
         models = sorted({g.model for n in members for g in n.gpus})
-        members = [n for n in members if n.gpus and n.gpus[0].model == sub.gpu_model]
+        members = [n for n in members if n.gpus and model_matches(n.gpus[0].model, sub.gpu_model)]
         if not members:
             raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "
                                  f"(models: {', '.join(models) or 'none'})")
@@ -129,9 +130,13 @@ def _request(sub: JobSubmit, partition: PartitionConfig, members: list[Node]) ->
     cpus_per_node = tasks_per_node * cpus_per_task
     mem = _mem_per_node(sub, gpus_per_node, cpus_per_node)
     limit = _time_limit(sub, partition)
+    milli = sub.gpu_milli or 1000
+    if milli < 1000 and gpus_per_node != 1:
+        raise AdmissionError(f"gpu_milli {milli} is a share of one GPU: it needs exactly 1 GPU per node, "
+                             f"not {gpus_per_node}")
     req = Request(num_nodes=nodes, tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node,
                   cpus_per_task=cpus_per_task, mem_per_node_mib=mem, time_limit_s=limit,
-                  partition=partition.name, gpu_model=sub.gpu_model or "")
+                  partition=partition.name, gpu_model=sub.gpu_model or "", gpu_milli=milli)
     _check_fits(req, partition, members)
     return req
 

@@ -13,6 +13,8 @@ class NodeUsage:
         self.gpus: dict[str, set[int]] = {}
         self.cpus: dict[str, int] = {}
         self.mem_mib: dict[str, int] = {}
+        # Devices shared by fractional jobs: node -> device -> milli-GPU in use (not in `gpus`).
+        self.shared: dict[str, dict[int, int]] = {}
         self._views: dict[str, NodeView] = {}
         # The last tuple views() returned, with the node objects it was built for: reused while nothing
         # changed (most cycles, when no job started or ended since the previous one).
@@ -20,7 +22,10 @@ class NodeUsage:
 
     def add(self, job: Job) -> None:
         for s in job.slices:
-            self.gpus.setdefault(s.node, set()).update(s.gpus)
+            if s.gpu_milli < 1000:
+                self._share(s.node, s.gpus, s.gpu_milli)
+            else:
+                self.gpus.setdefault(s.node, set()).update(s.gpus)
             self.cpus[s.node] = self.cpus.get(s.node, 0) + s.cpus
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) + s.mem_mib
             self._views.pop(s.node, None)
@@ -28,11 +33,23 @@ class NodeUsage:
 
     def remove(self, job: Job) -> None:
         for s in job.slices:
-            self.gpus.get(s.node, set()).difference_update(s.gpus)
+            if s.gpu_milli < 1000:
+                self._share(s.node, s.gpus, -s.gpu_milli)
+            else:
+                self.gpus.get(s.node, set()).difference_update(s.gpus)
             self.cpus[s.node] = self.cpus.get(s.node, 0) - s.cpus
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) - s.mem_mib
             self._views.pop(s.node, None)
         self._all = None
+
+    def _share(self, node: str, gpus: tuple[int, ...], milli: int) -> None:
+        shared = self.shared.setdefault(node, {})
+        for g in gpus:
+            used = shared.get(g, 0) + milli
+            if used > 0:
+                shared[g] = used
+            else:
+                shared.pop(g, None)
 
     def changed(self, node: str) -> None:
         """The node itself changed (registered, drained, lost): rebuild its view."""
@@ -57,8 +74,10 @@ class NodeUsage:
 
     def _view(self, node: Node) -> NodeView:
         gpus, cpus, mem = self.of(node.name)
+        shared = self.shared.get(node.name) or {}
         return NodeView(
             name=node.name, gpus=node.gpus, cpus=node.cpus, mem_mib=node.mem_mib,
-            free_gpus=frozenset(g.index for g in node.gpus if g.index not in gpus),
+            free_gpus=frozenset(g.index for g in node.gpus if g.index not in gpus and g.index not in shared),
             free_cpus=node.cpus - cpus, free_mem_mib=node.mem_mib - mem,
-            partitions=node.partitions, schedulable=node.up and not node.drain)
+            partitions=node.partitions, schedulable=node.up and not node.drain,
+            shared_gpus=tuple(sorted(shared.items())) if shared else ())

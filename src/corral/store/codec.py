@@ -64,11 +64,15 @@ def spec_from_json(data: Mapping[str, Any]) -> JobSpec:
 
 
 def _slice_to_json(piece: NodeSlice) -> Json:
-    return {"node": piece.node, "gpus": piece.gpus, "cpus": piece.cpus, "mem_mib": piece.mem_mib}
+    out = {"node": piece.node, "gpus": piece.gpus, "cpus": piece.cpus, "mem_mib": piece.mem_mib}
+    if piece.gpu_milli != 1000:  # a share of one GPU; whole-GPU rows stay as they were
+        out["gpu_milli"] = piece.gpu_milli
+    return out
 
 
 def _slice_from_json(data: Mapping[str, Any]) -> NodeSlice:
-    return NodeSlice(node=data["node"], gpus=tuple(data["gpus"]), cpus=data["cpus"], mem_mib=data["mem_mib"])
+    return NodeSlice(node=data["node"], gpus=tuple(data["gpus"]), cpus=data["cpus"], mem_mib=data["mem_mib"],
+                     gpu_milli=data.get("gpu_milli", 1000))
 
 
 @functools.lru_cache(maxsize=4096)
