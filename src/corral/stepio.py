@@ -207,6 +207,7 @@ class StepStreams:
         self._exits: dict[int, tuple[int, int]] = {}
         self._failures: dict[str, str] = {}
         self._expected = False
+        self._signals: deque[int] = deque()  # from signal(), for the I/O thread to queue per node
         self._closing = False
         self._closed = False
 
@@ -256,20 +257,20 @@ class StepStreams:
             self._label_width = len(str(max(total - 1, largest, 0)))
             self._expected = True
             self._changed.notify_all()
-        self._wake()
+            self._wake()
         if self._stdin_thread is None and self._input_rank is not None:
             self._stdin_thread = threading.Thread(target=self._forward_stdin, name="step-stdin", daemon=True)
             self._stdin_thread.start()
 
     def signal(self, signum: int) -> None:
         """Send `signum` to the step's tasks on every node that is not done (queued for a node that has
-        not connected yet)."""
-        data = frame(SIGNAL, ALL_RANKS, str(int(signum)).encode())
-        with self._lock:
-            for node in self._nodes.values():
-                if not node.done:
-                    node.urgent.append(data)
-        self._wake()
+        not connected yet). Takes no lock: safe to call from a signal handler."""
+        self._signals.append(int(signum))  # deque.append is atomic; the I/O thread hands it out
+        if threading.current_thread() is threading.main_thread():
+            self._wake()  # maybe in a handler that interrupted the lock's holder: no lock here
+        else:
+            with self._lock:
+                self._wake()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Until every expected node is done (all its output copied): True, or False on timeout."""
@@ -288,7 +289,7 @@ class StepStreams:
             self._failures.setdefault(node, text)
             entry.done = True  # the I/O thread closes its socket
             self._changed.notify_all()
-        self._wake()
+            self._wake()
 
     @property
     def exits(self) -> dict[int, tuple[int, int]]:
@@ -321,7 +322,7 @@ class StepStreams:
                 return
             self._closing = True
             self._changed.notify_all()
-        self._wake()
+            self._wake()
         if self._thread is not threading.current_thread():
             self._thread.join()
         with self._lock:
@@ -329,12 +330,14 @@ class StepStreams:
             socks = list(self._by_sock) + list(self._hellos)
             self._by_sock.clear()
             self._hellos.clear()
+            # Whoever wakes the loop from now on finds no pipe (never a reused descriptor number).
+            wake_w, self._wake_w = self._wake_w, -1
         for sock in socks:
             sock.close()
         self._selector.close()
         self._listener.close()
         os.close(self._wake_r)
-        os.close(self._wake_w)
+        os.close(wake_w)
         for stream, rank in list(self._partial):
             self._flush_partial(stream, rank)
 
@@ -352,10 +355,15 @@ class StepStreams:
         return self._expected and all(n.done for n in self._nodes.values() if n.expected)
 
     def _wake(self) -> None:
+        """Wake the I/O thread. Called with the lock held, or from signal() in the main thread (where
+        close() runs too, so never while close() swaps the descriptor out)."""
+        fd = self._wake_w
+        if fd < 0:
+            return
         try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full (a wake-up is pending anyway) or closed
+            os.write(fd, b"\0")
+        except OSError:
+            pass  # the pipe is full: a wake-up is pending anyway
 
     # -- the I/O thread
 
@@ -366,6 +374,11 @@ class StepStreams:
                 if self._closing:
                     return
                 self._close_done_nodes(interest)
+                while self._signals:
+                    data = frame(SIGNAL, ALL_RANKS, str(self._signals.popleft()).encode())
+                    for node in self._nodes.values():
+                        if not node.done:
+                            node.urgent.append(data)
                 early = [n for n in self._nodes.values() if n.early and self._expected]
                 for node in self._nodes.values():
                     if node.sock is None:
@@ -660,7 +673,7 @@ class StepStreams:
                     for node in live:
                         node.queued.append(message)
                         node.queued_bytes += len(message)
-                self._wake()
+                    self._wake()
             with self._lock:
                 # Backpressure: stop reading while a live node has a lot queued.
                 self._changed.wait_for(lambda: self._closing or all(
@@ -673,7 +686,7 @@ class StepStreams:
                 if not node.done:
                     node.queued.append(closed)
                     node.queued_bytes += len(closed)
-        self._wake()
+            self._wake()
 
 
 def _read_chunk(stream) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -262,3 +263,18 @@ def test_output_before_expect_waits_for_the_layout(make_streams):
         time.sleep(0.01)
     assert out.getvalue() == b" 0: early\n" and streams.exits == {0: (0, 0)}
     assert streams.pending == ["n2", "n3"]
+
+
+def test_signal_from_a_handler_while_the_lock_is_held(make_streams):
+    """srun forwards SIGINT from a signal handler, which may interrupt the main thread inside wait():
+    signal() must not need the lock."""
+    streams, _, _ = make_streams(input="none")
+    streams.expect({"n1": [0]})
+    agent = Agent(streams, "n1", [0])
+    previous = signal.signal(signal.SIGUSR1, lambda signum, _frame: streams.signal(signum))
+    try:
+        with streams._lock:  # as inside wait() or exits: the handler runs here
+            signal.raise_signal(signal.SIGUSR1)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert agent.read_until(lambda: agent.received) == [(stepio.SIGNAL, ALL_RANKS, b"%d" % signal.SIGUSR1)]
