@@ -116,7 +116,7 @@ def test_fgd_fragmentation_by_hand():
     # A 500-milli task on (1000, 1000, 600), 16 CPUs: on the 600 device -> (1000, 1000, 100):
     # frag 0.5*100 + 0.5*100 = 100; on a whole device -> (1000, 600, 500): 0.5*0 + 0.5*1100.
     before = scorer.node_frag("A", (1000, 1000, 600), 16)
-    delta, _, _, device_room = scorer.best(("A", (1000, 1000, 600), 16), 1, 500, 4)
+    delta, _, _, device_room = scorer.best(scorer.intern(("A", (1000, 1000, 600), 16)), 1, 500, 4)
     assert device_room == 600 and delta == pytest.approx(100 - before)
 
 

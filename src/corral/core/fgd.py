@@ -39,7 +39,26 @@ class FragScorer:
         self.shapes = [(s.gpus, s.gpu_milli, bisect_left(self.thresholds, s.cpus), s.gpu_model, w / total)
                        for s, w in gpu_shapes]
         self._frag: dict[tuple[str, tuple[int, ...], int], float] = {}
-        self._delta: dict[tuple, tuple | None] = {}
+        # States are interned to small ints (tuples of tuples re-hash on every lookup): id -> key, key -> id.
+        self.keys: list[StateKey] = []
+        self.ids: dict[StateKey, int] = {}
+        # (gpus, milli, cpus) -> state id -> best() of that task in that state
+        self.tables: dict[tuple[int, int, int], dict[int, tuple | None]] = {}
+
+    def intern(self, key: StateKey) -> int:
+        found = self.ids.get(key)
+        if found is None:
+            found = self.ids[key] = len(self.keys)
+            self.keys.append(key)
+        return found
+
+    def table(self, gpus: int, milli: int, cpus: int) -> dict[int, tuple | None]:
+        """The memo of `best` for one task shape, keyed by state id (fill misses with `best`)."""
+        task = (gpus, milli, cpus)
+        found = self.tables.get(task)
+        if found is None:
+            found = self.tables[task] = {}
+        return found
 
     def node_frag(self, model: str, free: tuple[int, ...], cpus: int) -> float:
         """Expected fragmented milli-GPU of a node in this state (free: per device, any order)."""
@@ -69,18 +88,20 @@ class FragScorer:
             frag += p * (small if fitting >= gpus else total)
         return frag
 
-    def best(self, key: StateKey, gpus: int, milli: int, cpus: int) -> tuple | None:
-        """How well a task (gpus x milli, cpus) fits a node in state `key`: (increase of fragmentation,
-        free milli-GPU left, free CPUs left, the free milli of the device a fraction should go to), smaller
-        is better; None if the task's GPUs do not fit the state. Memoized per (state, task)."""
-        memo = (key, gpus, milli, cpus)
-        if memo in self._delta:
-            return self._delta[memo]
-        model, free, node_cpus = key
+    def best(self, state: int, gpus: int, milli: int, cpus: int) -> tuple | None:
+        """How well a task (gpus x milli, cpus) fits a node in state `state` (an interned id): (increase of
+        fragmentation, free milli-GPU left, free CPUs left, the free milli of the device a fraction should
+        go to), smaller is better; None if the task's GPUs or CPUs do not fit. Memoized per (state, task)."""
+        table = self.table(gpus, milli, cpus)
+        if state in table:
+            return table[state]
+        model, free, node_cpus = self.keys[state]
         before = self.node_frag(model, free, node_cpus)
         cpus_after = node_cpus - cpus
         result: tuple | None = None
-        if gpus == 0:
+        if cpus_after < 0:
+            pass
+        elif gpus == 0:
             after = self.node_frag(model, free, cpus_after)
             result = (after - before, sum(free), cpus_after, GPU_MILLI)
         elif milli >= GPU_MILLI:
@@ -97,7 +118,7 @@ class FragScorer:
                 option = (after - before, sum(after_free), cpus_after, value)
                 if result is None or option < result:
                     result = option
-        self._delta[memo] = result
+        table[state] = result
         return result
 
 

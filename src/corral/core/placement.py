@@ -15,6 +15,7 @@ each group once and takes a node of the best group that fits.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.core.fgd import FragScorer, model_matches
@@ -154,10 +155,10 @@ class Pool:
         # partition -> room (free milli of a shared device, 1..999) -> schedulable nodes with such a device
         self.rooms: dict[str, list[dict[int, None]]] = {}
         self.node_rooms: dict[int, frozenset[int]] = {}
-        # FGD only: partition -> fragmentation state -> schedulable nodes in that state
+        # FGD only: partition -> fragmentation state (interned id) -> schedulable nodes in that state
         self.scorer = scorer
-        self.groups: dict[str, dict[tuple, dict[int, None]]] = {}
-        self.node_key: dict[int, tuple] = {}
+        self.groups: dict[str, dict[int, dict[int, None]]] = {}
+        self.node_key: dict[int, int] = {}
         # Built once per cycle for every node: kept to plain loops (this is the cycle's fixed cost).
         nodes_list, by_name, members, buckets = self.nodes, self.by_name, self.members, self.buckets
         for index, view in enumerate(nodes):
@@ -256,24 +257,28 @@ class Pool:
         if not groups:
             return None
         name, allowed = reservation if reservation else ("", None)
-        best = self.scorer.best
+        scorer = self.scorer
         gpus, milli, cpus = need.gpus, need.gpu_milli, need.cpus
+        table = scorer.table(gpus, milli, cpus)
+        keys = scorer.keys
         scored = []
-        for key, members in groups.items():
-            if key[2] < cpus or (model and not model_matches(key[0], model)):
-                continue
-            score = best(key, gpus, milli, cpus)
-            if score is not None:
-                scored.append((score, key, members))
+        lookup = table.get  # a state never scored for this task gives the sentinel
+        for state, members in groups.items():
+            score = lookup(state, _UNSCORED)
+            if score is _UNSCORED:
+                score = scorer.best(state, gpus, milli, cpus)
+            if score is not None and (not model or model_matches(keys[state][0], model)):
+                scored.append((score, state, members))
         if not scored:
             return None
         chosen: list[WorkNode] = []
+        order = _score_order(keys)
         if count == 1:
-            top = min(scored, key=_score_order)
+            top = min(scored, key=order)
             node = self._first_fitting(top[2], need, end, name, allowed)
             if node is not None:
                 return [node]
-        scored.sort(key=_score_order)
+        scored.sort(key=order)
         for _, _, members in scored:
             for index in members:
                 node = self.nodes[index]
@@ -305,8 +310,8 @@ class Pool:
         device that holds it, else a whole free one (from the tightest topology domain)."""
         room = node.share_room(need.gpu_milli)
         if self.scorer is not None and not node.blocks:
-            key = self.node_key.get(node.index) or _state_key(node)
-            score = self.scorer.best(key, 1, need.gpu_milli, need.cpus)
+            state = self.scorer.intern(_state_key(node))
+            score = self.scorer.best(state, 1, need.gpu_milli, need.cpus)
             if score is not None:
                 room = score[3] if score[3] < GPU_MILLI else None
         if room is None:
@@ -386,7 +391,7 @@ class Pool:
 
     def _regroup(self, node: WorkNode) -> None:
         """Move a schedulable node to the group of its current fragmentation state (FGD only)."""
-        key = _state_key(node)
+        key = self.scorer.intern(_state_key(node))
         old = self.node_key.get(node.index)
         if old == key:
             return
@@ -401,10 +406,15 @@ class Pool:
             groups.setdefault(key, {})[node.index] = None
 
 
+_UNSCORED = object()
+
+
 def _state_key(node: WorkNode) -> tuple:
     return (node.gpu_model, node.free_milli(), node.free_cpus)
 
 
-def _score_order(item: tuple) -> tuple:
-    score, key, _ = item
-    return score, key
+def _score_order(keys: list) -> Callable[[tuple], tuple]:
+    """Best score first; ties by the state itself (not its id, which depends on what was scored before)."""
+    def order(item: tuple) -> tuple:
+        return item[0], keys[item[1]]
+    return order
