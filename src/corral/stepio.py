@@ -368,6 +368,18 @@ class StepStreams:
     # -- the I/O thread
 
     def _io_loop(self) -> None:
+        try:
+            self._serve()
+        except Exception as exc:  # a bug here must not leave srun waiting for ever
+            with self._lock:
+                for node in self._nodes.values():
+                    if not node.done:
+                        self._failures.setdefault(node.name, f"srun I/O error: {type(exc).__name__}: {exc}")
+                        node.done = True
+                self._changed.notify_all()
+            raise
+
+    def _serve(self) -> None:
         interest: dict[socket.socket, int] = {}
         while True:
             with self._lock:
