@@ -16,6 +16,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.discovery import DiscoveryError, discover
+from corral.slurm.commands_dir import slurm_commands_dir
 
 log = logging.getLogger("corral.agent")
 
@@ -81,20 +82,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     log.info("node %s: %d GPU(s) (%s), %d CPUs, %d MiB", args.node, len(inventory.gpus), inventory.source,
              inventory.cpus, inventory.mem_mib)
+    spool = args.spool or default_spool_dir(args.node)
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
         node=args.node,
         inventory=inventory,
-        spool_dir=args.spool or default_spool_dir(args.node),
+        spool_dir=spool,
         address=args.address,
         # Jobs reach the controller the way the agent does, so that `scontrol requeue` (submitit,
         # Lightning) works from inside a job. Tasks run as the agent's user, who can read the file anyway.
-        base_env={**os.environ, "CORRAL_URL": args.controller,
+        base_env={**os.environ, "CORRAL_URL": args.controller, "CORRAL_SLURM_BIN": slurm_commands_dir(spool),
                   "CORRAL_SECRET_FILE": os.path.abspath(args.secret_file)},
     )
     asyncio.run(serve(agent))
     return 0
+
+
 
 
 if __name__ == "__main__":

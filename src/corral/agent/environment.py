@@ -5,11 +5,13 @@ submitit decide what they are running under from which variables exist, not only
 """
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 
 from corral import hostlist
 from corral.protocol import LaunchJob, LaunchStep, TaskLaunch
+from corral.slurm.commands_dir import first_on_path
 
 # Anything Slurm-ish in the agent's own environment (e.g. an agent started from inside a Slurm job) must not
 # leak into tasks: a stale SLURM_CPUS_PER_TASK would change what srun and Lightning do.
@@ -49,6 +51,15 @@ def task_environment(
     for name in GPU_VARIABLES:
         env.pop(name, None)  # a task without GPUs must not see the user's or agent's device list
     env.update(gpu_variables(task))
+    return with_slurm_commands(env, base_env)
+
+
+def with_slurm_commands(env: dict[str, str], base_env: Mapping[str, str]) -> dict[str, str]:
+    """Put the agent's directory of corral's Slurm commands (CORRAL_SLURM_BIN) first on PATH: a job's
+    `srun` or `scontrol` must be corral's even on a host where real Slurm is installed."""
+    directory = base_env.get("CORRAL_SLURM_BIN")
+    if directory:
+        env["PATH"] = first_on_path(directory, env.get("PATH", os.defpath))
     return env
 
 
@@ -146,7 +157,7 @@ def step_environment(
     env.update(gpu_variables(task))
     if task.gpus:
         env["SLURM_STEP_GPUS"] = ",".join(str(g) for g in task.gpus)
-    return env
+    return with_slurm_commands(env, base_env)
 
 
 def step_variables(launch: LaunchStep, node_name: str) -> dict[str, str]:

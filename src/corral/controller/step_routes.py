@@ -70,5 +70,3 @@ def _guarded(action, job_id: int) -> None:
         raise HTTPException(409, str(exc)) from None
     except StepRefused as exc:
         raise HTTPException(422, str(exc)) from None
-    except WrongState as exc:
-        raise HTTPException(409, str(exc)) from None

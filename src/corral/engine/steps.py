@@ -142,6 +142,8 @@ def _end_step(step: Step, now: float, killed_by: JobState | None) -> None:
     runs = list(step.reported.values())
     step.exit_code = max((r.exit_code for r in runs), default=0)
     step.signal = next((r.signal for r in runs if r.signal), 0)
+    if len(runs) == len(step.nodes) and not step.signal:
+        killed_by = None  # every task had exited by itself before the job's end reached it
     if killed_by is not None and killed_by is not JobState.PENDING:
         step.state = _ENDED_BY_JOB.get(killed_by, "CANCELLED")
     elif killed_by is JobState.PENDING:

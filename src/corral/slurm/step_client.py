@@ -15,6 +15,14 @@ from corral.slurm.srun_opts import StepOptions, fail
 
 STEP_POLL_S = 2.0  # how often srun asks the controller about a step whose I/O has gone quiet
 DRAIN_GRACE_S = 3.0  # after the controller says the step ended, wait this long for the last exits
+RECORD_WAIT_S = 5.0
+
+
+def _step_record(controller: Controller, job_id: int, step_id: int, wait_s: float = 0.0) -> dict | None:
+    try:
+        return controller.call("GET", f"/jobs/{job_id}/steps/{step_id}", {"wait_s": wait_s or None})
+    except ApiError:
+        return None
 
 
 def io_address(controller_url: str) -> str:
@@ -61,8 +69,9 @@ def step_variables(options: StepOptions) -> dict[str, str]:
 
 
 def run_step(controller: Controller, job_id: int, options: StepOptions, environment: dict[str, str],
-             workdir: str) -> int:
-    """Create the step and see it through; returns srun's exit status."""
+             workdir: str, wait_for_record: bool = False) -> int:
+    """Create the step and see it through; returns srun's exit status. `wait_for_record`: also wait until
+    the controller has every node's report, so that the step is accounted before its allocation ends."""
     from corral.stepio import StepStreams
 
     streams = StepStreams(label=options.label, stdin=_stdin(options), input=options.input,
@@ -88,6 +97,8 @@ def run_step(controller: Controller, job_id: int, options: StepOptions, environm
         streams.expect(expected)
         with _forwarded_signals(streams):
             final = _wait(controller, streams, job_id, step, options)
+        if final is None and wait_for_record:
+            final = _step_record(controller, job_id, step["step_id"], wait_s=RECORD_WAIT_S)
         return _report(streams, step, final, options)
     finally:
         streams.close()
@@ -111,10 +122,7 @@ def _wait(controller: Controller, streams, job_id: int, step: dict, options: Ste
         if options.kill_on_bad_exit and not killed and any(code or sig for code, sig in streams.exits.values()):
             streams.signal(signal.SIGKILL)
             killed = True
-        try:
-            record = controller.call("GET", f"/jobs/{job_id}/steps/{step['step_id']}")
-        except ApiError:
-            record = None
+        record = _step_record(controller, job_id, step["step_id"])
         if record is not None and record.get("end_time") is not None:
             ended_at = ended_at or time.monotonic()
             if time.monotonic() - ended_at >= DRAIN_GRACE_S:

@@ -71,7 +71,10 @@ def allocation_environment(job: dict, options, env: Mapping[str, str], workdir: 
 
     nodes = int(job["num_nodes"])
     cpus = max((int(s.get("cpus", 0)) for s in job.get("slices") or ()), default=0)
+    from corral.slurm.commands_dir import first_on_path, user_commands_dir
+
     out = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SRUN_"))}
+    out["PATH"] = first_on_path(user_commands_dir(), env.get("PATH", os.defpath))
     out.update({
         "SLURM_JOB_ID": str(job["id"]), "SLURM_JOBID": str(job["id"]), "SLURM_JOB_NAME": job["name"],
         "SLURM_JOB_NODELIST": job["nodelist"], "SLURM_NODELIST": job["nodelist"],

@@ -67,7 +67,8 @@ def with_new_allocation(controller: Controller, options: StepOptions, env: Mappi
     try:
         _wait_until_running(controller, job_id, "srun", quiet=options.quiet)
         step_options = options.replace(jobid=job_id)
-        code = run_step(controller, job_id, step_options, environment | step_variables(options), workdir)
+        code = run_step(controller, job_id, step_options, environment | step_variables(options), workdir,
+                        wait_for_record=True)
         return code
     finally:
         _end_allocation(controller, job_id, code)
