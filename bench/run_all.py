@@ -12,6 +12,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import cycle  # noqa: E402
+import slurm_latency  # noqa: E402
 import tenancy_cycle  # noqa: E402
 import throughput  # noqa: E402
 
@@ -49,6 +50,12 @@ def main() -> None:
         print(json.dumps({"e2e_ratio_corral_over_slurm": round(r["e2e_jobs_per_s"] / ref["e2e_jobs_per_s"], 2)}))
     else:
         print("real Slurm is not running: start ../shared/anchors/slurm/setup.sh for the side-by-side figure")
+    # Per-call latency of the Slurm commands (500 sbatch, 100 squeue), real Slurm's beside it when it runs.
+    r_latency = slurm_latency.run(500, 100)
+    print(json.dumps(r_latency))
+    results["results"].append(r_latency)
+    if r_latency["slurm"] is None:
+        print(slurm_latency.NO_SLURM)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=1))

@@ -5,8 +5,10 @@ one call after another, N `sbatch -o /dev/null --gres=gpu:1 --wrap true` and the
 has drained, M `squeue`, each as a fresh process (what a user or a workflow tool pays). The same
 calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` answers (the anchor
 in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
-in milliseconds, and the ratios corral / Slurm of the medians. As a floor for corral's figures it
-also times this Python starting and doing nothing (`python -c pass`).
+and 95th percentiles in milliseconds, and the ratios corral / Slurm of the medians (and of the
+95th percentiles). Without a running Slurm it says so and gives corral's figures alone. As a floor
+for corral's figures it also times this Python starting and doing nothing (`python -c pass`), and it
+records the load average before and after, since other work on the machine moves every figure.
 
 corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by
 one untimed call), as after a normal install: where PYTHONDONTWRITEBYTECODE is set, every call
@@ -51,7 +53,11 @@ def timed_calls(argv: list[str], count: int, env: dict[str, str]) -> list[float]
 
 def summary(times_ms: list[float]) -> dict[str, float]:
     ordered = sorted(times_ms)
-    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": round(ordered[int(0.9 * len(ordered))], 2)}
+
+    def quantile(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+
+    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": quantile(0.9), "p95_ms": quantile(0.95)}
 
 
 def wait_until_drained(squeue: list[str], env: dict[str, str], timeout_s: float = 300) -> None:
@@ -93,19 +99,35 @@ def slurm_available() -> bool:
         return False
 
 
+NO_SLURM = ("real Slurm is not running (no answer from /usr/bin/sinfo): corral's latency is measured alone; "
+            "start ../shared/anchors/slurm/setup.sh for the side-by-side figures")
+
+
+def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
+    """corral's figures, then real Slurm's when it answers, in one run; ratios corral / Slurm."""
+    result: dict = {"bench": "slurm-latency", "sbatch_calls": sbatch_calls, "squeue_calls": squeue_calls,
+                    "machine": f"{platform.node()} cpus={os.cpu_count()}", "python": platform.python_version(),
+                    "loadavg_before": os.getloadavg()[0]}
+    result["corral"] = measure_corral(sbatch_calls, squeue_calls)
+    result["slurm"] = measure(SLURM_BIN, dict(os.environ), sbatch_calls, squeue_calls) if slurm_available() else None
+    result["loadavg_after"] = os.getloadavg()[0]
+    if result["slurm"]:
+        result["ratio_corral_over_slurm"] = {
+            f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"] / result["slurm"][cmd][f"{stat}_ms"], 2)
+            for cmd in ("sbatch", "squeue") for stat in ("median", "p95")}
+    else:
+        result["slurm_skipped"] = NO_SLURM
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sbatch", type=int, default=500, help="sbatch calls")
     parser.add_argument("--squeue", type=int, default=100, help="squeue calls")
     args = parser.parse_args()
-    result: dict = {"bench": "slurm-latency", "sbatch_calls": args.sbatch, "squeue_calls": args.squeue,
-                    "machine": f"{platform.node()} cpus={os.cpu_count()}", "python": platform.python_version()}
-    result["corral"] = measure_corral(args.sbatch, args.squeue)
-    result["slurm"] = measure(SLURM_BIN, dict(os.environ), args.sbatch, args.squeue) if slurm_available() else None
-    if result["slurm"]:
-        result["ratio_corral_over_slurm"] = {
-            cmd: round(result["corral"][cmd]["median_ms"] / result["slurm"][cmd]["median_ms"], 2)
-            for cmd in ("sbatch", "squeue")}
+    result = run(args.sbatch, args.squeue)
+    if result["slurm"] is None:
+        print(NO_SLURM, file=sys.stderr)
     print(json.dumps(result))
 
 
