@@ -104,6 +104,33 @@ def test_scontrol_actions_on_unknown_ids_print_what_slurm_prints(cmd, name):
     assert (result.stdout, result.stderr, result.code) == (fixture["stdout"], fixture["stderr"], fixture["exit_code"])
 
 
-def test_scontrol_update_is_an_error_naming_it(cmd):
-    result = cmd("scontrol", "update", "JobId=1", "TimeLimit=5")
-    assert (result.stderr, result.code) == ("scontrol: error: update is not supported by corral\n", 1)
+def test_scontrol_update_changes_a_waiting_job_as_slurm_does(cmd, slurm_cluster):
+    job_id = cmd.submit("--hold", "-o", "/dev/null", "--wrap", "true")
+    before = slurm_cluster.job(job_id)["priority"]
+    result = cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=10", "Name=renamed", "Comment=hi", "Priority=7")
+    assert (result.stdout, result.stderr, result.code) == ("", "", 0)
+    job = slurm_cluster.job(job_id)
+    assert (job["time_limit_s"], job["name"], job["comment"]) == (600, "renamed", "hi")
+    assert job["priority"] == before + 7, "the given priority adds to the multifactor one, as sbatch --priority"
+    assert cmd("scontrol", "update", f"job={job_id}", "TimeLimit=+5").code == 0
+    assert slurm_cluster.job(job_id)["time_limit_s"] == 900, "+N: minutes added to the current limit"
+    # The messages below were recorded from real scontrol 22.05 on this machine.
+    assert (cmd("scontrol", "update", "JobId=999999", "TimeLimit=10").stderr
+            == "Invalid job id specified for job 999999\n")
+    bad = cmd("scontrol", "update", f"JobId={job_id}", "Foo=bar")
+    assert (bad.stderr, bad.code) == ("Update of this parameter is not supported: Foo=bar\nRequest aborted\n", 1)
+    assert cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=abc").stderr == "scontrol: error: Invalid TimeLimit value\n"
+    assert cmd("scontrol", "update", f"JobId={job_id}", "Priority=abc").stderr == "scontrol: error: Invalid Priority value: abc\n"
+    cmd("scancel", str(job_id))
+    slurm_cluster.wait_state(job_id, "CANCELLED")
+    late = cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=5")
+    assert (late.stderr, late.code) == (f"Job has already finished for job {job_id}\n", 1)
+
+
+def test_scontrol_update_drains_and_resumes_nodes(cmd, slurm_cluster):
+    assert cmd("scontrol", "update", "NodeName=node2", "State=DRAIN").stderr == (
+        "You must specify a reason when DOWNING or DRAINING a node. Request denied\n")
+    assert cmd("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=maint").code == 0
+    assert cmd("sinfo", "-n", "node2", "-h", "-o", "%t %E").stdout.split() in (["drain", "maint"], ["drng", "maint"])
+    assert cmd("scontrol", "update", "NodeName=node2", "State=RESUME").code == 0
+    assert cmd("sinfo", "-n", "node2", "-h", "-o", "%t").stdout.strip() in ("idle", "mix", "alloc")

@@ -105,7 +105,8 @@ def test_scontrol_options_may_follow_the_command():
     (["bogus"], "invalid keyword: bogus\n"), (["sh", "job"], "invalid keyword: sh\n"),
     (["show"], "too few arguments for keyword:show\n"), (["show", "bogus"], "invalid entity:bogus for keyword:show \n"),
     (["requeue"], "too few arguments for keyword:requeue\n"),
-    (["update", "JobId=1"], "scontrol: error: update is not supported by corral\n"),
+    (["update"], "too few arguments for keyword:update\n"),
+    (["suspend", "1"], "scontrol: error: suspend is not supported by corral\n"),
 ])
 def test_scontrol_errors(argv, stderr):
     with pytest.raises(SlurmCommandError) as caught:

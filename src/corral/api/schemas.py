@@ -164,6 +164,16 @@ class PartitionOut(BaseModel):
     nodes: list[str]
 
 
+class JobUpdate(BaseModel):
+    """scontrol update: what may change in an active job (priority only while it waits)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, min_length=1)
+    comment: str | None = None
+    time_limit_s: int | None = Field(None, ge=1)
+    priority: int | None = Field(None, ge=0)
+
+
 class NodeUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     drain: bool

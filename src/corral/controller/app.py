@@ -9,7 +9,16 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from corral.api.schemas import ErrorOut, JobOut, JobSubmit, NodeOut, NodeUpdate, PartitionOut, SubmitReply
+from corral.api.schemas import (
+    ErrorOut,
+    JobOut,
+    JobSubmit,
+    JobUpdate,
+    NodeOut,
+    NodeUpdate,
+    PartitionOut,
+    SubmitReply,
+)
 from corral.controller.service import ControllerService, StaleAgent
 from corral.engine.admission import AdmissionError
 from corral.controller.step_routes import step_routes
@@ -96,6 +105,10 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
     async def requeue(job_id: int) -> JobOut:
         return _operate(service, job_id, lambda: service.requeue(job_id))
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=ERRORS)
+    async def update(job_id: int, body: JobUpdate) -> JobOut:
+        return _operate(service, job_id, lambda: service.update(job_id, body))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=ERRORS)
     async def hold(job_id: int) -> JobOut:

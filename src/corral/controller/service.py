@@ -193,6 +193,10 @@ class ControllerService:
         self._dispatch(commands)
         self.poke()
 
+    def update(self, job_id: int, changes) -> JobOut:
+        fields = changes.model_dump(exclude_none=True)
+        return self._job_operation(job_id, lambda now: (self.engine.update(job_id, now, **fields), [])[1])
+
     def hold(self, job_id: int, held: bool) -> JobOut:
         return self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
 

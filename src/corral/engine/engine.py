@@ -8,6 +8,7 @@ and where `now` comes from.
 """
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections import deque
 from collections.abc import Iterable
@@ -172,6 +173,35 @@ class Engine:
         if target in ("all", "steps"):
             commands += steps.step_kills(job, signum, SIGNAL_ONLY)
         return commands
+
+    def update(self, job_id: int, now: float, *, name: str | None = None, comment: str | None = None,
+               time_limit_s: int | None = None, priority: int | None = None) -> Job:
+        """scontrol update: a job's name, comment and time limit while it is active; its priority while
+        it waits. Everything is checked before anything changes."""
+        job = self._get(job_id)
+        spec, request = job.spec, job.spec.request
+        if priority is not None and job.state is not JobState.PENDING:
+            raise WrongState(f"job {job_id} is {job.state.value}: only a pending job's priority can change")
+        if time_limit_s is not None:
+            partition = self.config.partition(request.partition)
+            cap = partition.max_time_s if partition is not None else None
+            if cap is not None and time_limit_s > cap:
+                raise WrongState(f"requested time limit {time_limit_s}s exceeds the maximum {cap}s of partition "
+                                 f"{request.partition!r}")
+            request = dataclasses.replace(request, time_limit_s=time_limit_s)
+        job.spec = dataclasses.replace(
+            spec, request=request, name=spec.name if name is None else name,
+            comment=spec.comment if comment is None else comment,
+            priority=spec.priority if priority is None else priority)
+        job.history.append({"t": now, "event": "updated", **{k: v for k, v in (
+            ("name", name), ("comment", comment), ("time_limit_s", time_limit_s), ("priority", priority))
+            if v is not None}})
+        if job.state is JobState.PENDING:
+            self.views.pending_view(self, job, now)
+        else:
+            self.views.running_view(self, job)
+        self._touch(job)
+        return job
 
     def start_step(self, job_id: int, request: steps.StepRequest, now: float) -> tuple[Step, list[Command]]:
         return steps.start_step(self, self._get(job_id), request, now)

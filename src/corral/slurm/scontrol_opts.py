@@ -20,7 +20,7 @@ OPTIONS = (
 SPEC = CommandSpec("scontrol", OPTIONS, ignored={"cluster": "corral runs one cluster"},
                    unsupported=frozenset({"json", "yaml", "future", "uid"}))
 # (keyword, shortest prefix accepted); the ones corral implements.
-KEYWORDS = (("show", 3), ("requeue", 3), ("hold", 2), ("release", 3), ("version", 4), ("help", 2))
+KEYWORDS = (("show", 3), ("requeue", 3), ("hold", 2), ("release", 3), ("update", 1), ("version", 4), ("help", 2))
 SUPPORTED_KEYWORDS = frozenset(k for k, _ in KEYWORDS)
 # Slurm's other keywords: recognised, so that the error says corral lacks them rather than "invalid".
 SLURM_ONLY_KEYWORDS = (("abort", 5), ("cancel_reboot", 3), ("create", 2), ("delete", 3), ("errnumstr", 2),
@@ -28,7 +28,7 @@ SLURM_ONLY_KEYWORDS = (("abort", 5), ("cancel_reboot", 3), ("create", 2), ("dele
                        ("reboot_nodes", 3), ("reconfigure", 3), ("requeuehold", 8), ("resume", 3),
                        ("schedloglevel", 3), ("setdebug", 2), ("setdebugflags", 9), ("shutdown", 8),
                        ("suspend", 2), ("takeover", 2), ("token", 3), ("top", 3), ("uhold", 2),
-                       ("update", 1), ("wait_job", 2), ("write", 2))
+                       ("wait_job", 2), ("write", 2))
 # `show` entities, in scontrol's matching order, with their shortest prefix.
 ENTITIES = (("config", 1), ("hostnames", 5), ("hostlist", 5), ("hostlistsorted", 9), ("jobs", 1),
             ("nodes", 1), ("partitions", 2))
@@ -69,7 +69,7 @@ def parse_scontrol(argv: Sequence[str]) -> ScontrolCommand:
             raise SlurmCommandError(f"scontrol: error: {word} is not supported by corral\n", 1)
         raise SlurmCommandError(f"invalid keyword: {word}\n", 1)
     if keyword != "show":
-        if keyword in ("requeue", "hold", "release") and not rest:
+        if keyword in ("requeue", "hold", "release", "update") and not rest:
             raise SlurmCommandError(f"too few arguments for keyword:{word}\n", 1)
         return ScontrolCommand(keyword, tuple(rest), **flags)
     if not rest:

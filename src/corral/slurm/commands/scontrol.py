@@ -25,7 +25,7 @@ USAGE = """\
 Usage: scontrol [<OPTION>] [<COMMAND>]
     Valid <OPTION> values are: -a, -d, -h, -M, -o, -Q, -v, -V
     Valid <COMMAND> values (in corral) are: show <ENTITY> [<ID>], requeue <job_list>,
-    hold <job_list>, release <job_list>, version, help
+    hold <job_list>, release <job_list>, update <SPECIFICATIONS>, version, help
     <ENTITY> may be config, hostnames, hostlist, hostlistsorted, job, node or partition.
 """
 _LOCAL_ENTITIES = ("hostnames", "hostlist", "hostlistsorted")
@@ -44,6 +44,10 @@ def scontrol(argv: Sequence[str], env: Mapping[str, str]) -> Result:
         return out, "".join(command.warnings) + err, code
     if command.keyword == "show":
         return show(command, env)
+    if command.keyword == "update":
+        from corral.slurm.commands.scontrol_update import update
+
+        return update(command, connect(env))
     from corral.slurm.commands.scontrol_actions import job_actions  # requeue, hold, release
 
     return job_actions(command, connect(env))
