@@ -20,12 +20,19 @@ from corral.api.schemas import (
     SubmitReply,
 )
 from corral.controller.service import ControllerService, StaleAgent
-from corral.engine.admission import AdmissionError
 from corral.controller.step_routes import step_routes
 from corral.controller.tenancy_routes import tenancy_routes
+from corral.engine.admission import AdmissionError
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
-from corral.protocol import API_PREFIX, EPOCH_HEADER, CommandBatch, EventBatch, Registration, RegistrationReply
+from corral.protocol import (
+    API_PREFIX,
+    EPOCH_HEADER,
+    CommandBatch,
+    EventBatch,
+    Registration,
+    RegistrationReply,
+)
 
 ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
 
