@@ -162,3 +162,27 @@ def test_gpu_model_constraint_without_queue() -> None:
     impossible = replace(pending[0], request=replace(pending[0].request, gpu_model="H100"))
     plan = schedule(snapshot(nodes, [impossible]))
     assert plan.waiting[0].reason is Reason.PARTITION_NODE_LIMIT
+
+
+def test_a_borrower_does_not_preempt_a_lender_within_nominal_by_qos() -> None:
+    # Found by the replay-equivalence workload: "high" (queue b, borrowing) preempted a normal job of
+    # queue a (within nominal) by QOS, a reclaimed it at once, and the two preempted each other for ever.
+    a = QueueQuota("a", {"gpu": 4}, cohort="c")
+    b = QueueQuota("b", {"gpu": 4}, cohort="c")
+    nodes = [node("n1", gpus=8)]
+    runs = [running(10, 600, ("n1", (0, 1, 2, 3)), queue="a", qos="normal", preemptible_from=NOW - 1),
+            running(11, 600, ("n1", (4, 5, 6, 7)), queue="b", qos="normal", preemptible_from=NOW - 1)]
+    high = job(1, gpus=4, queue="b", qos="high", preempts_qos=frozenset({"normal"}))
+    plan = schedule(snapshot(nodes, [high], runs, queues=[a, b]))
+    assert [(p.victim_id, p.cause) for p in plan.preemptions] == [(11, "priority")], \
+        "only its own queue's job: queue a is within nominal"
+    # With queue a borrowing (b idle), the high job of b, within nominal, takes a's borrowed part back.
+    runs = [running(10, 600, ("n1", (0, 1, 2, 3)), queue="a", qos="normal", preemptible_from=NOW - 1),
+            running(12, 600, ("n1", (4, 5, 6, 7)), queue="a", qos="normal", preemptible_from=NOW - 1)]
+    plan = schedule(snapshot(nodes, [high], runs, queues=[a, b]))
+    assert [p.cause for p in plan.preemptions] == ["reclaim"]
+    # Without quota queues, QOS preemption is Slurm's: any lower QOS job.
+    plain = job(1, gpus=8, qos="high", preempts_qos=frozenset({"normal"}))
+    runs = [running(10, 600, ("n1", (0, 1, 2, 3)), qos="normal", preemptible_from=NOW - 1),
+            running(11, 600, ("n1", (4, 5, 6, 7)), qos="normal", preemptible_from=NOW - 1)]
+    assert {p.victim_id for p in schedule(snapshot(nodes, [plain], runs)).preemptions} == {10, 11}

@@ -2,7 +2,9 @@
 
 Candidates are jobs the preemptor may displace: in a cohort, jobs of queues that borrow while the
 preemptor's queue is within its nominal quota (reclaim); anywhere, jobs whose QOS the preemptor's QOS
-preempts (priority). Jobs inside their minimum runtime, or already stopping, are never candidates.
+preempts (priority), except that a preemptor whose queue would borrow takes nothing by priority from a
+cohort queue that is not borrowing (else reclaim and priority would undo each other in a loop). Jobs
+inside their minimum runtime, or already stopping, are never candidates.
 Removal is simulated on the cycle's pool and quota book (and undone): candidates are removed in order
 (reclaim first, then lowest priority, then most recently started) until the preemptor fits, then each
 victim that turns out unnecessary is put back. If removing every candidate would not make room, nobody
@@ -36,10 +38,18 @@ def candidates(job: PendingJob, amounts: dict[str, int], running: list[RunningJo
         if reclaim and victim.queue != job.queue and book.same_cohort(victim.queue, job.queue) \
                 and victim.queue in book.borrowing_at_start:
             found.append(Victim(victim, "reclaim"))
-        elif victim.qos in job.preempts_qos:
+        elif victim.qos in job.preempts_qos and (reclaim or not _guarded(job, victim, book)):
             found.append(Victim(victim, "priority"))
     found.sort(key=lambda v: (v.cause != "reclaim", v.job.priority, -v.job.start_time, v.job.id))
     return found
+
+
+def _guarded(job: PendingJob, victim: RunningJob, book: QuotaBook) -> bool:
+    """A job whose queue would borrow may not preempt, even by QOS, the jobs of another queue of its
+    cohort that is within its nominal quota: that queue would reclaim its quota at once, and the two would
+    preempt each other for ever (Kueue never lets a borrower displace a lender's nominal share)."""
+    return victim.queue != job.queue and book.same_cohort(victim.queue, job.queue) \
+        and victim.queue not in book.borrowing_at_start
 
 
 class WhatIf:
