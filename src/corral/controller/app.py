@@ -5,7 +5,7 @@ import hmac
 from contextlib import asynccontextmanager
 from typing import Literal
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
@@ -110,8 +110,10 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return _operate(service, job_id, lambda: service.signal(job_id, signal, scope, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
-    async def requeue(job_id: int) -> JobOut:
-        return _operate(service, job_id, lambda: service.requeue(job_id))
+    async def requeue(job_id: int, background: BackgroundTasks) -> JobOut:
+        out, send_kills = _operate(service, job_id, lambda: service.requeue(job_id))
+        background.add_task(send_kills)  # after the reply: the caller is often one of the job's processes
+        return out
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=ERRORS)
     async def update(job_id: int, body: JobUpdate) -> JobOut:

@@ -183,8 +183,19 @@ class ControllerService:
     def signal(self, job_id: int, signum: int, scope: str, uid: int | None) -> JobOut:
         return self._job_operation(job_id, lambda now: self.engine.signal(job_id, signum, scope, now, uid))
 
-    def requeue(self, job_id: int) -> JobOut:
-        return self._job_operation(job_id, lambda now: self.engine.requeue(job_id, now))
+    def requeue(self, job_id: int) -> tuple[JobOut, Callable[[], None]]:
+        """Requeue, and a function that sends the kills: the caller runs it once the reply is out, since
+        `scontrol requeue` is usually run by the job itself (submitit, Lightning), whose processes the
+        kill would otherwise reach before scontrol has heard that its request succeeded."""
+        commands = self.engine.requeue(job_id, self.clock())
+        self._commit()
+        out = views.job_out(self.find_job(job_id), self.clock())
+
+        def send() -> None:
+            self._dispatch(commands)
+            self.poke()
+
+        return out, send
 
     def operate(self, operation) -> None:
         """Run an engine operation that returns commands; commit, then dispatch them."""

@@ -26,6 +26,12 @@ def slurm_reason(exc: ApiError) -> str:
 
 
 def job_actions(command: ScontrolCommand, controller: Controller) -> Result:
+    if command.keyword == "requeue":
+        # A job requeues itself this way (submitit, Lightning): the kill of its processes, this one
+        # included, may arrive before the reply; scontrol must still finish and report success.
+        import _signal
+
+        _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
     items = [item for arg in command.args for item in arg.split(",") if item]
     reasons: list[tuple[str, str]] = []  # (id as written, why it failed)
     for item in items:
