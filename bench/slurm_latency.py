@@ -5,8 +5,8 @@ one call after another, N `sbatch -o /dev/null --gres=gpu:1 --wrap true` and the
 has drained, M `squeue`, each as a fresh process (what a user or a workflow tool pays). The same
 calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` answers (the anchor
 in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
-and 95th percentiles in milliseconds, and the ratios corral / Slurm of the medians (and of the
-95th percentiles). Without a running Slurm it says so and gives corral's figures alone. As a floor
+and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
+process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times. Without a running Slurm it says so and gives corral's figures alone. As a floor
 for corral's figures it also times this Python starting and doing nothing (`python -c pass`), and it
 records the load average before and after, since other work on the machine moves every figure.
 
@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,26 +39,38 @@ SBATCH_ARGS = ("-o", "/dev/null", "--gres=gpu:1", "--wrap", "true")
 SLURM_BIN = Path("/usr/bin")
 
 
-def timed_calls(argv: list[str], count: int, env: dict[str, str]) -> list[float]:
-    """Milliseconds per call; every call must succeed."""
-    times_ms = []
+class Calls(list):
+    """Wall-clock milliseconds per call, with the CPU milliseconds (user + system) of each call's
+    process in `cpu_ms`: the CPU figure hardly moves with other work on the machine, the wall one does."""
+
+    cpu_ms: list[float]
+
+
+def timed_calls(argv: list[str], count: int, env: dict[str, str]) -> Calls:
+    """Every call must succeed."""
+    times_ms, cpu_ms = Calls(), []
     for _ in range(count):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, check=False)
         times_ms.append((time.perf_counter() - start) * 1000)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_ms.append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
         if proc.returncode != 0:
             raise SystemExit(f"{argv[0]} failed ({proc.returncode}): {proc.stderr.decode()}")
+    times_ms.cpu_ms = cpu_ms
     return times_ms
 
 
-def summary(times_ms: list[float]) -> dict[str, float]:
+def summary(times_ms: Calls) -> dict[str, float]:
     ordered = sorted(times_ms)
 
     def quantile(q: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
 
-    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": quantile(0.9), "p95_ms": quantile(0.95)}
+    return {"median_ms": round(statistics.median(ordered), 2), "p90_ms": quantile(0.9), "p95_ms": quantile(0.95),
+            "cpu_median_ms": round(statistics.median(times_ms.cpu_ms), 2)}
 
 
 def wait_until_drained(squeue: list[str], env: dict[str, str], timeout_s: float = 300) -> None:
@@ -114,7 +127,7 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
     if result["slurm"]:
         result["ratio_corral_over_slurm"] = {
             f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"] / result["slurm"][cmd][f"{stat}_ms"], 2)
-            for cmd in ("sbatch", "squeue") for stat in ("median", "p95")}
+            for cmd in ("sbatch", "squeue") for stat in ("median", "p95", "cpu_median")}
     else:
         result["slurm_skipped"] = NO_SLURM
     return result
