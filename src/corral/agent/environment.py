@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 
 from corral import hostlist
+from corral.agent.tasks import int_or_none
 from corral.protocol import LaunchJob, LaunchStep, TaskLaunch
 from corral.slurm.commands_dir import first_on_path
 
@@ -243,6 +244,18 @@ def slurm_counts(values: list[int]) -> str:
         parts.append(f"{values[i]}(x{run})" if run > 1 else str(values[i]))
         i += run
     return ",".join(parts)
+
+
+def output_path(launch: LaunchJob | LaunchStep, pattern: str, node_name: str, task_rank: int) -> str:
+    """Where a task's stdout or stderr goes: `pattern` expanded for this task, relative to the job's
+    working directory (an absolute pattern stays as it is). Array jobs carry their ids in the env."""
+    name = expand_pattern(
+        pattern, job_id=launch.job_id, job_name=launch.job_name, user=launch.user, node_name=node_name,
+        node_index=launch.node_index, task_rank=task_rank,
+        array_job_id=int_or_none(launch.env.get("SLURM_ARRAY_JOB_ID")),
+        array_task_id=int_or_none(launch.env.get("SLURM_ARRAY_TASK_ID")),
+        step_id=getattr(launch, "step_id", None))
+    return os.path.join(launch.workdir, name)
 
 
 _PATTERN = re.compile(r"%(%|(\d*)([A-Za-z]))")

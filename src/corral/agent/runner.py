@@ -28,12 +28,11 @@ import subprocess
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from corral.agent.environment import expand_pattern, task_environment
+from corral.agent.environment import output_path, task_environment
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
     LocalTasks,
     SpawnError,
     describe_exits,
-    int_or_none,
     open_output,
     spawn_task,
     task_exit,
@@ -145,20 +144,7 @@ class JobRunner(LocalTasks):
             raise
 
     def _output_path(self, pattern: str, task: TaskLaunch) -> str:
-        launch = self.launch
-        name = expand_pattern(
-            pattern,
-            job_id=launch.job_id,
-            job_name=launch.job_name,
-            user=launch.user,
-            node_name=self._node_name,
-            node_index=launch.node_index,
-            task_rank=task.rank,
-            # The launch message has no array fields; array jobs carry these in their environment.
-            array_job_id=int_or_none(launch.env.get("SLURM_ARRAY_JOB_ID")),
-            array_task_id=int_or_none(launch.env.get("SLURM_ARRAY_TASK_ID")),
-        )
-        return os.path.join(launch.workdir, name)  # join keeps an absolute name as it is
+        return output_path(self.launch, pattern, self._node_name, task.rank)
 
     async def _abort(self, exc: SpawnError) -> NodeFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""

@@ -31,14 +31,13 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from corral import stepio
-from corral.agent.environment import expand_pattern, step_environment
+from corral.agent.environment import output_path, step_environment
 from corral.agent.tasks import (
     EXIT_SPAWN_FAILED,
     LocalTasks,
     SpawnError,
     StdioTarget,
     describe_exits,
-    int_or_none,
     open_output,
     set_done,
     spawn_task,
@@ -303,20 +302,7 @@ class StepRunner(LocalTasks):
         return write_end
 
     def _output_path(self, pattern: str, task: TaskLaunch) -> str:
-        launch = self.launch
-        name = expand_pattern(
-            pattern,
-            job_id=launch.job_id,
-            job_name=launch.job_name,
-            user=launch.user,
-            node_name=self._node_name,
-            node_index=launch.node_index,
-            task_rank=task.rank,
-            array_job_id=int_or_none(launch.env.get("SLURM_ARRAY_JOB_ID")),
-            array_task_id=int_or_none(launch.env.get("SLURM_ARRAY_TASK_ID")),
-            step_id=launch.step_id,
-        )
-        return os.path.join(launch.workdir, name)
+        return output_path(self.launch, pattern, self._node_name, task.rank)
 
     async def _abort(self, exc: SpawnError) -> StepFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""
