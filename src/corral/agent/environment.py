@@ -64,11 +64,8 @@ def with_slurm_commands(env: dict[str, str], base_env: Mapping[str, str]) -> dic
     return env
 
 
-def job_variables(launch: LaunchJob, node_name: str) -> dict[str, str]:
-    """Variables with the same value for every task of the job on this node."""
-    num_nodes = len(launch.nodes)
-    nodelist = hostlist.compress(launch.nodes)
-    env = {
+def job_identity(launch: LaunchJob | LaunchStep) -> dict[str, str]:
+    return {
         "SLURM_JOB_ID": str(launch.job_id),
         "SLURM_JOBID": str(launch.job_id),
         "CORRAL_JOB_ID": str(launch.job_id),
@@ -77,6 +74,15 @@ def job_variables(launch: LaunchJob, node_name: str) -> dict[str, str]:
         "SLURM_JOB_UID": str(launch.uid),
         "SLURM_JOB_PARTITION": launch.partition,
         "SLURM_CLUSTER_NAME": launch.cluster_name,
+    }
+
+
+def job_variables(launch: LaunchJob, node_name: str) -> dict[str, str]:
+    """Variables with the same value for every task of the job on this node."""
+    num_nodes = len(launch.nodes)
+    nodelist = hostlist.compress(launch.nodes)
+    env = {
+        **job_identity(launch),
         "SLURM_SUBMIT_DIR": launch.workdir,
         "SLURM_SUBMIT_HOST": launch.submit_host,
         "SLURM_NODEID": str(launch.node_index),
@@ -168,14 +174,7 @@ def step_variables(launch: LaunchStep, node_name: str) -> dict[str, str]:
     tasks_per_node = slurm_counts(launch.tasks_per_node)
     env = {
         # The job's.
-        "SLURM_JOB_ID": str(launch.job_id),
-        "SLURM_JOBID": str(launch.job_id),
-        "CORRAL_JOB_ID": str(launch.job_id),
-        "SLURM_JOB_NAME": launch.job_name,
-        "SLURM_JOB_USER": launch.user,
-        "SLURM_JOB_UID": str(launch.uid),
-        "SLURM_JOB_PARTITION": launch.partition,
-        "SLURM_CLUSTER_NAME": launch.cluster_name,
+        **job_identity(launch),
         "SLURM_JOB_NODELIST": job_nodes,
         "SLURM_JOB_NUM_NODES": str(len(launch.job_nodes)),
         "SLURM_JOB_CPUS_PER_NODE": slurm_counts([launch.cpus_on_node] * len(launch.job_nodes)),
