@@ -57,8 +57,13 @@ def step_body(options: StepOptions, environment: dict[str, str], io: tuple[str, 
 
 
 def step_variables(options: StepOptions) -> dict[str, str]:
-    """Step-wide Slurm variables srun sets itself, only for what the user gave (presence matters)."""
-    env = {"SLURM_DISTRIBUTION": "block"}
+    """Step-wide Slurm variables srun sets itself."""
+    return {"SLURM_DISTRIBUTION": "block", **requested_variables(options)}
+
+
+def requested_variables(options: StepOptions) -> dict[str, str]:
+    """Variables srun and salloc set only for what the user gave (presence matters to Lightning)."""
+    env = {}
     if options.ntasks_per_node is not None:
         env["SLURM_NTASKS_PER_NODE"] = str(options.ntasks_per_node)
     if options.cpus_per_task is not None:

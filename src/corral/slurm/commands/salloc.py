@@ -72,6 +72,7 @@ def allocation_environment(job: dict, options, env: Mapping[str, str], workdir: 
     nodes = int(job["num_nodes"])
     cpus = max((int(s.get("cpus", 0)) for s in job.get("slices") or ()), default=0)
     from corral.slurm.commands_dir import first_on_path, user_commands_dir
+    from corral.slurm.step_client import requested_variables
 
     out = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SRUN_"))}
     out["PATH"] = first_on_path(user_commands_dir(), env.get("PATH", os.defpath))
@@ -86,12 +87,7 @@ def allocation_environment(job: dict, options, env: Mapping[str, str], workdir: 
     })
     if options.ntasks is not None or options.ntasks_per_node is not None:
         out["SLURM_NTASKS"] = out["SLURM_NPROCS"] = str(job["num_tasks"])
-    if options.ntasks_per_node is not None:
-        out["SLURM_NTASKS_PER_NODE"] = str(options.ntasks_per_node)
-    if options.cpus_per_task is not None:
-        out["SLURM_CPUS_PER_TASK"] = str(options.cpus_per_task)
-    if options.gpus_per_task is not None:
-        out["SLURM_GPUS_PER_TASK"] = str(options.gpus_per_task)
+    out.update(requested_variables(options))
     if job.get("gpus_per_node"):
         out["SLURM_GPUS_PER_NODE"] = str(job["gpus_per_node"])
     return out
