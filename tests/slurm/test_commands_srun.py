@@ -108,3 +108,22 @@ def test_step_outside_the_allocation_is_refused_as_slurm_does(cmd, slurm_cluster
     result = cmd("salloc", "-N1", "srun", "-w", "node9", "true")
     assert "srun: error: Unable to create step for job" in result.stderr
     assert "Requested node configuration is not available" in result.stderr and result.code == 1
+
+
+def test_squeue_steps_lists_running_steps_as_slurm_does(cmd, slurm_cluster, tmp_path):
+    script = tmp_path / "long.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N2 -o /dev/null\nsrun sleep 30\n")
+    job_id = cmd.submit(str(script))
+    deadline = time.monotonic() + 30
+    while not any(s["step_id"] == "0" for s in slurm_cluster.job(job_id)["steps"]):
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.2)
+    result = cmd("squeue", "-s")
+    lines = result.stdout.splitlines()
+    # The header as real squeue -s prints it (22.05, recorded on this machine).
+    assert lines[0] == "         STEPID     NAME PARTITION     USER      TIME NODELIST"
+    assert [line.split()[:2] + line.split()[-1:] for line in lines[1:]] == [
+        [f"{job_id}.0", "sleep", "node[1-2]"], [f"{job_id}.batch", "batch", "node1"]]
+    only = cmd("squeue", f"--steps={job_id}.0", "-h", "-o", "%i %j %N")
+    assert only.stdout == f"{job_id}.0 sleep node[1-2]\n"
+    cmd("scancel", str(job_id))

@@ -29,6 +29,11 @@ def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping], now: float,
     # -r: one line per array task; otherwise an array's pending tasks share one `A_[..]` line.
     expand = select.expand_array_remainders if options.array else select.combine_pending_array_tasks
     chosen = expand(chosen)
+    if options.steps is not None:
+        from corral.slurm.squeue_steps import squeue_steps_output
+
+        view = View(now, options.time_format)
+        return squeue_steps_output(options.format, chosen, options.steps, view, not options.noheader), warnings, 0
     ordered = select.sort_jobs(chosen, options.sort)
     out = render(ordered, options.format, View(now, options.time_format), header=not options.noheader,
                  long_banner=options.long_banner)
@@ -36,7 +41,9 @@ def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping], now: float,
 
 
 def _on_nodes(jobs: Sequence[Mapping], expression: str) -> list[Mapping]:
-    from corral import hostlist  # -w only: hostlist brings `re`, which costs start-up time
+    from corral import (
+        hostlist,  # -w only: hostlist brings `re`, which costs start-up time
+    )
 
     wanted = set(hostlist.expand(expression))
     return [j for j in jobs if wanted & set(hostlist.expand(j.get("nodelist") or ""))]

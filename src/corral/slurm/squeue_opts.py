@@ -6,7 +6,12 @@ from _collections_abc import Mapping, Sequence
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
-from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
+from corral.slurm.optable import (
+    CommandSpec,
+    check_support,
+    parse_command_line,
+    split_list,
+)
 from corral.slurm.record import Record
 from corral.slurm.squeue_format import (
     DEFAULT_FORMAT,
@@ -35,7 +40,7 @@ OPTIONS = (
 SPEC = CommandSpec(
     "squeue", OPTIONS,
     ignored={"priority": "a corral job belongs to one partition", "cluster": "corral runs one cluster"},
-    unsupported=frozenset({"licenses", "steps", "json", "yaml", "array-unique"}),
+    unsupported=frozenset({"licenses", "json", "yaml", "array-unique"}),
 )
 USAGE = """\
 Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid]
@@ -69,6 +74,7 @@ class SqueueOptions(Record):
     action: str | None = None  # "help", "usage" or "version": print that and exit 0
     time_format: str | None = None  # SLURM_TIME_FORMAT
     warnings: tuple[str, ...] = ()  # stderr lines to print before the output
+    steps: tuple[str, ...] | None = None  # -s: list steps (these `J.S` ids; empty: all) instead of jobs
 
     @property
     def single_job_id(self) -> int | None:
@@ -83,7 +89,13 @@ def parse_squeue(argv: Sequence[str], env: Mapping[str, str]) -> SqueueOptions:
         if line.has(action):
             return SqueueOptions(format=parse_format(DEFAULT_FORMAT), action=action)
     jobs_text = _positional_jobs(line)
-    fmt = _output_format(line, env, start=line.has("start"))
+    steps = _list(line.last("steps")) or () if line.has("steps") else None
+    if steps is not None:
+        from corral.slurm.squeue_steps import parse_step_format
+
+        fmt = parse_step_format(line.last("format"))
+    else:
+        fmt = _output_format(line, env, start=line.has("start"))
     return SqueueOptions(
         format=fmt, noheader=line.has("noheader"), long_banner=line.has("long") or line.has("iterate"),
         job_ids=_job_ids(jobs_text), job_states=_states(line.last("states") or env.get("SQUEUE_STATES"),
@@ -97,7 +109,7 @@ def parse_squeue(argv: Sequence[str], env: Mapping[str, str]) -> SqueueOptions:
         sort=line.last("sort") or env.get("SQUEUE_SORT") or ("S" if line.has("start") else DEFAULT_SORT),
         array=line.has("array") or "SQUEUE_ARRAY" in env, iterate_s=_iterate(line.last("iterate")),
         verbose=line.count("verbose"), time_format=env.get("SLURM_TIME_FORMAT"),
-        warnings=tuple(warnings) + fmt.errors,
+        warnings=tuple(warnings) + fmt.errors, steps=steps,
     )
 
 
