@@ -189,7 +189,7 @@ class Cycle:
 
         what_if = preemption.WhatIf(self.pool, self.book)
         if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
-            self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
+            self._hold(job, need, model, "waiting for preempted or ending jobs to exit")
             return True
         options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted)
         victims = preemption.choose_victims(options, what_if, fits) if options else None
@@ -201,9 +201,22 @@ class Cycle:
             self.preemptions.append(Preempt(victim.job.id, job.id, victim.cause))
         self.running = [r for r in self.running if r.id not in self.preempted] + [
             _stopping(v.job) for v in victims]
+        for victim in victims:
+            # What a victim holds comes back as soon as it has stopped, not at its time limit.
+            what_if.remove(victim.job)
+            what_if.restore(replace(victim.job, expected_end=self.now))
         ids = ", ".join(str(v.job.id) for v in victims)
-        self._wait(job, Reason.RESOURCES, detail=f"preempting job(s) {ids}")
+        self._hold(job, need, model, f"preempting job(s) {ids}")
         return True
+
+    def _hold(self, job: PendingJob, need: Need, model: str, detail: str) -> None:
+        """A job waiting for its victims to stop keeps what they free: it holds a reservation from when
+        they are gone, so that no later job (a requeued victim included) starts there meanwhile and is
+        preempted again in the next cycle."""
+        held = self._reserve(job, need, model)
+        if held.estimated_start is None:
+            held = Waiting(job.id, Reason.RESOURCES)
+        self.waiting.append(replace(held, detail=detail))
 
     def _reserve(self, job: PendingJob, need: Need, model: str) -> Waiting:
         req = job.request
