@@ -325,7 +325,10 @@ class ControllerService:
                 commands += self.engine.step_finished(node, event.job_id, event.step_id, tasks, event.error, now)
         self._commit()
         self._dispatch(commands)
-        self.poke()
+        # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
+        # driver does not run one either, and a cycle would only find the same plan).
+        if any(not isinstance(event, NodeStarted) for event in batch.events):
+            self.poke()
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         return await self.outbox.wait(node, after, wait_s)

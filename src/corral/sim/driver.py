@@ -2,7 +2,9 @@
 
 No policy lives here. Submissions and job ends are events ordered by (time, sequence); after each batch
 of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
-when something changes. The engine's commands are carried out by a stand-in for the agents: a Launch
+when something changes, and otherwise at the engine's next deadline (only the latest one: the controller
+loop keeps one timer). tests/sim/test_replay_equivalence.py checks that the live controller, driven by
+fake agents and a fake clock, makes the same decisions. The engine's commands are carried out by a stand-in for the agents: a Launch
 schedules the job's natural end (its real duration from the trace), a Kill ends it after a short,
 configurable stopping delay, and a signal-only Kill changes nothing.
 """
@@ -66,6 +68,7 @@ class Simulation:
         self._ends: dict[int, float] = {}  # job id -> the end event that counts for its current run
         self.result = SimResult()
         self._last_cycle = float("-inf")
+        self._wake_at: float | None = None  # the one timer the controller loop keeps: the latest deadline
 
     def submit(self, submissions: Iterable[SimSubmission]) -> None:
         for index, sub in enumerate(submissions):
@@ -78,37 +81,45 @@ class Simulation:
         while self._events and self._events[0][0] <= until_s:
             now = self._events[0][0]
             self.now = now
+            due = False
             while self._events and self._events[0][0] == now:
                 _, _, kind, payload = heapq.heappop(self._events)
-                self._handle(kind, payload, now)
-            self._cycle(now)
+                due = self._handle(kind, payload, now) or due
+            if due:
+                self._cycle(now)
             if on_progress is not None:
                 on_progress(now)
         self.result.end_s = self.now
         return self.result
 
-    def _handle(self, kind: str, payload, now: float) -> None:
+    def _handle(self, kind: str, payload, now: float) -> bool:
+        """Fold one event in; True if the controller would run a cycle for it."""
         engine = self.engine
         if kind == "submit":
             index, sub = payload
             job = engine.submit(sub.spec, now)
             self._durations[job.id] = sub.duration_s
             self.result.ids[index] = job.id
-        elif kind == "end":
+            return True
+        if kind == "end":
             job_id, at, sig = payload
             job = engine.jobs.get(job_id)
             if job is None or self._ends.get(job_id) != at:
-                return  # a stale end: the run it belonged to was stopped earlier
+                return False  # a stale end: the run it belonged to was stopped earlier
             for node in list(job.runs):
                 engine.node_finished(node, job_id, [(0, 0, sig)], None, now)
             if job.state.terminal:
                 self.result.finished.append(job)
-        # "wake": nothing to fold in, the cycle below is the point
+            return True
+        # "wake": the controller loop sleeps until the deadline it computed after its last cycle; an
+        # older timer was dropped when that cycle ran (as asyncio.wait_for's timeout is).
+        return payload is None or payload == self._wake_at
 
     def _cycle(self, now: float) -> None:
         if now - self._last_cycle < self.min_cycle_interval_s:
             self._push(self._last_cycle + self.min_cycle_interval_s, "wake", None)
             return
+        self._wake_at = None
         self._last_cycle = now
         engine = self.engine
         commands = engine.tick(now) + engine.schedule(now)
@@ -117,7 +128,8 @@ class Simulation:
         self._carry_out(commands, now)
         deadline = engine.next_deadline(now)
         if deadline is not None and deadline > now and deadline != float("inf"):
-            self._push(deadline, "wake", None)
+            self._wake_at = deadline
+            self._push(deadline, "wake", deadline)
 
     def _carry_out(self, commands, now: float) -> None:
         launched: set[int] = set()

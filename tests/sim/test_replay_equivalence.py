@@ -1,0 +1,244 @@
+"""Replay equivalence (issue 5): a recorded workload through the simulator and through the live controller
+gives the same decisions.
+
+Path 1 is `corral.sim.driver.Simulation`. Path 2 is the real controller: `ControllerService` on a SQLite
+store, its FastAPI app driven over HTTP (httpx's ASGI transport, no sockets), fake agents that register,
+poll their commands and report task exits through the agent protocol at the recorded durations, and a fake
+clock the test advances. The test plays the controller loop's part: it runs a cycle whenever the service
+was poked (a submission, a task exit), until nothing pokes it at that instant, and otherwise at the engine's
+next deadline, keeping one timer as the loop does.
+
+The workload (tests/sim/fixtures/replay_workload.csv) is congested on purpose: backfill with reservations,
+cohort queues that borrow and are reclaimed by preemption (requeue), a QOS that preempts, multi-node gangs
+and jobs that run past their time limit. Compared: every launch (time, job, node, devices) and every kill
+(time, job, node, signal, grace), and each job's final record (state, start, end, slices, restarts).
+"""
+from __future__ import annotations
+
+import asyncio
+import csv
+import heapq
+import itertools
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral.api.schemas import JobSubmit
+from corral.api.tenancy import TenancySpec
+from corral.controller.__main__ import restore_engine
+from corral.controller.app import create_app
+from corral.controller.service import ControllerService
+from corral.core.model import SchedulerConfig
+from corral.engine.admission import admit_full
+from corral.engine.commands import Kill, Launch
+from corral.engine.config import EngineConfig, PartitionConfig
+from corral.protocol import API_PREFIX, EPOCH_HEADER
+from corral.sim.driver import SimNode, SimSubmission, Simulation
+from corral.store import Store
+
+WORKLOAD = Path(__file__).parent / "fixtures" / "replay_workload.csv"
+T0 = 1_750_000_000.0
+NODES = ("n1", "n2", "n3", "n4")
+GPUS, CPUS, MEM_MIB = 8, 128, 2_048_000
+STOP_DELAY_S = 2.0  # how long a signalled task takes to exit (both paths)
+SECRET = "replay-secret"
+
+CONFIG = EngineConfig(partitions=(PartitionConfig("gpu", default=True),),
+                      scheduler=SchedulerConfig(max_reservations=4, backfill=True), kill_grace_s=5.0)
+TENANCY = TenancySpec(
+    accounts=[{"name": a} for a in "abc"],
+    users=[{"name": f"u{a}", "accounts": [a]} for a in "abc"],
+    qos=[{"name": "normal"}, {"name": "high", "priority": 100, "preempts": ["normal"], "grace_s": 20.0}],
+    queues=[{"name": f"q{a}", "cohort": "all", "accounts": [a], "nominal": {"gpu": g}}
+            for a, g in (("a", 16), ("b", 8), ("c", 8))],
+    priority={"weight_age": 1000, "weight_fairshare": 2000, "weight_qos": 3000, "calc_period_s": 300},
+)
+
+
+def recorded() -> list[tuple[float, dict, float]]:
+    """(submit time, the submission as a user sends it, how long it runs)."""
+    lines = [line for line in WORKLOAD.read_text().splitlines() if not line.startswith("#")]
+    out = []
+    for i, row in enumerate(csv.DictReader(lines)):
+        body = {"name": f"r{i}", "argv": ["true"], "workdir": "/tmp", "user": row["user"],
+                "nodes": int(row["nodes"]), "ntasks_per_node": 1, "gpus_per_node": int(row["gpus_per_node"]),
+                "time_limit_s": int(row["time_limit_s"]), "qos": row["qos"]}
+        out.append((T0 + float(row["submit_s"]), body, float(row["duration_s"])))
+    return out
+
+
+# ----- path 1: the simulator
+
+
+class RecordingSimulation(Simulation):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: list[tuple] = []
+
+    def _carry_out(self, commands, now: float) -> None:
+        for cmd in commands:
+            if isinstance(cmd, Launch):
+                job = self.engine.jobs[cmd.job_id]
+                gpus = next(s.gpus for s in job.slices if s.node == cmd.node)
+                self.log.append((now, "launch", cmd.job_id, cmd.node, tuple(gpus)))
+            elif isinstance(cmd, Kill):
+                self.log.append((now, "kill", cmd.job_id, cmd.node, int(cmd.signal), float(cmd.grace_s)))
+        super()._carry_out(commands, now)
+
+
+def run_simulator(workload) -> tuple[list[tuple], dict[int, dict]]:
+    sim = RecordingSimulation(CONFIG, [SimNode(n, GPUS, CPUS, MEM_MIB) for n in NODES], TENANCY,
+                              stop_delay_s=STOP_DELAY_S, start_s=T0)
+    engine = sim.engine
+    subs = [SimSubmission(at, admit_full(JobSubmit(**body), engine.config, engine.nodes.values(),
+                                         engine.tenancy).spec, duration) for at, body, duration in workload]
+    sim.submit(subs)
+    result = sim.run()
+    finals = {job.id: {"state": job.state.value, "start": job.start_time, "end": job.end_time,
+                       "slices": [(s.node, tuple(s.gpus)) for s in job.slices], "restarts": job.restart_count}
+              for job in result.finished}
+    return sim.log, finals
+
+
+# ----- path 2: the live controller
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeAgent:
+    """Speaks the agent protocol: registers, polls its commands, reports started and finished tasks."""
+
+    def __init__(self, name: str, http: httpx.AsyncClient) -> None:
+        self.name, self.http = name, http
+        self.epoch = ""
+        self.seq = 0
+        self.runs: dict[int, tuple[float, int]] = {}  # job id -> (when its tasks exit, signal)
+        self.ranks: dict[int, list[int]] = {}
+
+    async def register(self) -> None:
+        body = {"node": self.name, "address": "127.0.0.1", "cpus": CPUS, "mem_mib": MEM_MIB,
+                "gpus": [{"index": i, "model": "sim-gpu"} for i in range(GPUS)]}
+        reply = await self.http.post(f"{API_PREFIX}/agents/register", json=body)
+        assert reply.status_code == 200, reply.text
+        self.epoch = reply.json()["epoch"]
+
+    async def poll(self) -> list[dict]:
+        reply = await self.http.get(f"{API_PREFIX}/agents/{self.name}/commands",
+                                    params={"after": self.seq, "wait_s": 0}, headers={EPOCH_HEADER: self.epoch})
+        assert reply.status_code == 200, reply.text
+        commands = reply.json()["commands"]
+        if commands:
+            self.seq = max(c["seq"] for c in commands)
+        return commands
+
+    async def post(self, events: list[dict]) -> None:
+        reply = await self.http.post(f"{API_PREFIX}/agents/{self.name}/events", json={"events": events},
+                                     headers={EPOCH_HEADER: self.epoch})
+        assert reply.status_code == 200, reply.text
+
+
+async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:
+    clock = FakeClock(T0)
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    # What the simulator also sets: its agents never go silent, and jobs may start as soon as submitted.
+    config = replace(CONFIG, node_timeout_s=math.inf, start_delay_s=0.0)
+    service = ControllerService(restore_engine(config, store, clock(), TENANCY), store, clock)
+    app = create_app(service, SECRET)  # the lifespan (the real-time loop) is not started: the test is the loop
+    log: list[tuple] = []
+    durations: dict[int, float] = {}
+    events: list[tuple] = []
+    seq = itertools.count()
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://controller",
+                                 headers={"Authorization": f"Bearer {SECRET}"}) as http:
+        agents = {name: FakeAgent(name, http) for name in NODES}
+        for agent in agents.values():
+            await agent.register()
+        for index, (at, body, duration) in enumerate(workload):
+            heapq.heappush(events, (at, next(seq), "submit", (index, body, duration)))
+        wake_at = None
+
+        async def deliver(now: float) -> None:
+            """Agents fetch their commands and act on them, in the order the controller issued them (its
+            outbox numbers commands across nodes), so that simultaneous exits are reported in that order."""
+            fetched = [(cmd, agent) for agent in agents.values() for cmd in await agent.poll()]
+            for cmd, agent in sorted(fetched, key=lambda item: item[0]["seq"]):
+                job_id = cmd["job_id"]
+                if cmd["kind"] == "launch":
+                    log.append((now, "launch", job_id, agent.name, tuple(cmd["node_gpus"])))
+                    agent.runs[job_id] = (now + durations[job_id], 0)
+                    agent.ranks[job_id] = [t["rank"] for t in cmd["tasks"]]
+                    heapq.heappush(events, (now + durations[job_id], next(seq), "exit", (agent.name, job_id)))
+                    await agent.post([{"kind": "started", "job_id": job_id}])
+                elif cmd["kind"] == "kill":
+                    log.append((now, "kill", job_id, agent.name, cmd["signal"], float(cmd["grace_s"])))
+                    if cmd["grace_s"] < 0 or job_id not in agent.runs:
+                        continue  # a signal only, or nothing running here
+                    at = now + min(STOP_DELAY_S, cmd["grace_s"])
+                    if agent.runs[job_id][0] > at:
+                        agent.runs[job_id] = (at, cmd["signal"])
+                        heapq.heappush(events, (at, next(seq), "exit", (agent.name, job_id)))
+
+        poked = service._wake = asyncio.Event()  # the loop's own event: what poke() sets
+        while events:
+            now = events[0][0]
+            clock.now = now
+            while events and events[0][0] == now:
+                _, _, kind, payload = heapq.heappop(events)
+                if kind == "submit":
+                    index, body, duration = payload
+                    reply = await http.post(f"{API_PREFIX}/jobs", json=body)
+                    assert reply.status_code == 201, reply.text
+                    durations[reply.json()["job_id"]] = duration
+                elif kind == "exit":
+                    name, job_id = payload
+                    agent = agents[name]
+                    if job_id not in agent.runs or agent.runs[job_id][0] != now:
+                        continue  # superseded: the tasks were killed sooner
+                    _, sig = agent.runs.pop(job_id)
+                    tasks = [{"rank": r, "exit_code": 0, "signal": sig} for r in agent.ranks.pop(job_id)]
+                    await agent.post([{"kind": "finished", "job_id": job_id, "tasks": tasks}])
+                elif kind == "wake" and payload == wake_at:
+                    poked.set()  # the loop's timer: the deadline it computed after its last cycle
+            # The controller loop: a cycle whenever it was poked, until nothing pokes it at this instant.
+            while poked.is_set():
+                poked.clear()
+                wake_at = None
+                service.run_cycle()
+                await deliver(now)
+                deadline = service.engine.next_deadline(now)
+                if deadline is not None and now < deadline < math.inf:
+                    wake_at = deadline
+                    heapq.heappush(events, (deadline, next(seq), "wake", deadline))
+        reply = await http.get(f"{API_PREFIX}/jobs", params={"all": "true"})
+        assert reply.status_code == 200, reply.text
+        finals = {j["id"]: {"state": j["state"], "start": j["start_time"], "end": j["end_time"],
+                            "slices": [(s["node"], tuple(s["gpus"])) for s in j["slices"]],
+                            "restarts": j["restart_count"]} for j in reply.json()}
+    return log, finals
+
+
+@pytest.mark.slow  # ~30 s: some 4,000 launches and kills over HTTP
+def test_simulator_and_live_controller_make_the_same_decisions(tmp_path: Path) -> None:
+    workload = recorded()
+    sim_log, sim_finals = run_simulator(workload)
+    live_log, live_finals = asyncio.run(run_live(workload, tmp_path))
+
+    # The workload exercises what it claims to.
+    states = {f["state"] for f in sim_finals.values()}
+    assert len(sim_finals) == len(workload)
+    assert {"COMPLETED", "TIMEOUT"} <= states, states
+    assert sum(f["restarts"] for f in sim_finals.values()) > 0, "no preemption happened"
+    assert any(len(f["slices"]) > 1 for f in sim_finals.values()), "no multi-node gang"
+
+    assert sorted(live_log) == sorted(sim_log)
+    assert live_finals == sim_finals
