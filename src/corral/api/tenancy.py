@@ -67,6 +67,11 @@ class PriorityWeights(_Strict):
     weight_age: int = 1000
     weight_fairshare: int = 10000
     weight_job_size: int = 0
+    # The job-size factor's measure: "gpus" (the share of the cluster's GPUs a job asks for) or "gpu_time"
+    # (GPUs x time limit, what the user asked for, on a log scale from 1 GPU-second to the whole cluster for
+    # a year). favor_small (Slurm's PriorityFavorSmall) turns it around: the smaller, the higher.
+    job_size_basis: Literal["gpus", "gpu_time"] = "gpus"
+    favor_small: bool = False
     weight_partition: int = 0
     weight_qos: int = 0
     max_age_s: float = Field(7 * DAY_S, gt=0)
