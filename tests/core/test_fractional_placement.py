@@ -120,6 +120,44 @@ def test_fgd_fragmentation_by_hand():
     assert device_room == 600 and delta == pytest.approx(100 - before)
 
 
+def test_fgd_cpu_stranded_fragmentation_by_hand():
+    # One typical task: 1 whole GPU with 4 CPUs. 4 free GPUs but 8 CPUs: 4 copies fit the GPUs, CPUs for 2.
+    plain = FragScorer(((TaskShape(1, 1000, 4), 1.0),))
+    cpu = FragScorer(((TaskShape(1, 1000, 4), 1.0),), cpu_weight=0.3)
+    assert plain.node_frag("A", (1000,) * 4, 8) == 0.0  # FGD: the task fits, nothing is fragment
+    # Short of CPUs for 1 - 8 / (4 x 4) = 1/2 of the copies: 0.3 x 1/2 x 4000.
+    assert cpu.node_frag("A", (1000,) * 4, 8) == pytest.approx(600)
+    assert cpu.node_frag("A", (1000,) * 4, 16) == 0.0  # enough CPUs for every copy
+    assert cpu.node_frag("A", (1000,) * 4, 3) == pytest.approx(4000)  # does not fit at all: all fragment
+    # A 500-milli task with 4 CPUs on (1000, 1000, 400), 8 CPUs: 400 is fragment (too small); the two whole
+    # devices hold 2 copies each, CPUs for 2 of the 4: 400 + 0.3 x 1/2 x 2000.
+    half = FragScorer(((TaskShape(1, 500, 4), 1.0),), cpu_weight=0.3)
+    assert half.node_frag("A", (1000, 400, 1000), 8) == pytest.approx(700)
+    # A 2-GPU task (8 CPUs) on 5 free GPUs, 12 CPUs: 2 copies, CPUs for 1.5 of them; FGD's usable capacity
+    # is all 5 devices, so 0.5 x (1 - 12/16) x 5000.
+    pair = FragScorer(((TaskShape(2, 1000, 8), 1.0),), cpu_weight=0.5)
+    assert pair.node_frag("A", (1000,) * 5, 12) == pytest.approx(0.5 * (1 - 12 / 16) * 5000)
+    with pytest.raises(ValueError):
+        FragScorer((), cpu_weight=-1)
+    with pytest.raises(ValueError, match="fgd_cpu_weight"):
+        SchedulerConfig(placement="fgd+cpu", fgd_cpu_weight=-0.1)
+
+
+def test_fgd_cpu_keeps_cpus_for_the_gpus_left():
+    # Typical task: 1 GPU, 4 CPUs. A 1-GPU job with 6 CPUs: on n1 (3 GPUs, 12 CPUs) it leaves 2 GPUs and
+    # 6 CPUs, enough for one typical task but not two; on n2 (4 GPUs, 40 CPUs) plenty. Plain FGD sees no
+    # fragment either way and packs (n1, fewer free GPUs left); fgd+cpu counts n1's stranded GPU
+    # (delta 0.3 x 1/4 x 2000 = 150 against 0) and takes n2.
+    mix = ((TaskShape(1, 1000, 4), 1.0),)
+    snap = snapshot(nodes=[node("n1", gpus=3, cpus=12), node("n2", gpus=4, cpus=40)], pending=[job(1, cpus=6)])
+    assert schedule(snap, SchedulerConfig(placement="fgd", task_mix=mix)).starts[0].slices[0].node == "n1"
+    plan = schedule(snap, SchedulerConfig(placement="fgd+cpu", task_mix=mix))
+    assert plan.starts[0].slices[0].node == "n2"
+    scorer = FragScorer(mix, cpu_weight=0.3)
+    delta = scorer.best(scorer.intern(("", (1000, 1000, 1000), 12)), 1, 1000, 6)[0]
+    assert delta == pytest.approx(150)
+
+
 def _cluster(sizes):
     return tuple(view(f"n{i}", gpus=g, model="AB"[i % 2], cpus=c, mem_mib=m) for i, (g, c, m) in enumerate(sizes))
 
@@ -131,11 +169,11 @@ requests = st.tuples(st.integers(0, 3), st.sampled_from([1000, 1000, 100, 250, 5
 @settings(max_examples=60, deadline=None)
 @given(sizes=st.lists(st.tuples(st.integers(1, 8), st.integers(8, 64), st.integers(64_000, 256_000)),
                       min_size=1, max_size=6),
-       reqs=st.lists(requests, min_size=1, max_size=40), fgd=st.booleans())
+       reqs=st.lists(requests, min_size=1, max_size=40), fgd=st.sampled_from([None, 0.0, 0.3]))
 def test_no_device_over_1000_milli_and_constraints_hold(sizes, reqs, fgd):
     views = _cluster(sizes)
     mix = ((TaskShape(1, 500, 4), 0.5), (TaskShape(2, 1000, 8), 0.5))
-    pool = Pool(views, NOW, FragScorer(mix) if fgd else None)
+    pool = Pool(views, NOW, FragScorer(mix, fgd) if fgd is not None else None)
     use: dict[tuple[str, int], int] = {}
     cpus: dict[str, int] = {}
     mem: dict[str, int] = {}

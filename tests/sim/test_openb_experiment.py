@@ -16,9 +16,10 @@ def test_best_fit_on_the_golden_order(openb_nodes, openb_pods):
     assert run.curve[50] == pytest.approx(50.0, abs=0.5)  # everything fits at half load
 
 
-def test_fgd_on_a_small_cluster(openb_nodes, openb_pods):
+@pytest.mark.parametrize("policy", ["fgd", "fgd+cpu"])
+def test_fgd_on_a_small_cluster(openb_nodes, openb_pods, policy):
     small = replace(openb_nodes, nodes=openb_nodes.nodes[:120])
-    run = ox.run_seed(small, openb_pods, 43, "fgd")
+    run = ox.run_seed(small, openb_pods, 43, policy)
     assert "PCG64" in run.method
     assert 80.0 < run.alloc_ratio_100 <= run.alloc_ratio_130 <= 100.0
     assert 0 < run.placed < run.arrivals

@@ -32,7 +32,8 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.now = snapshot.now
         self.config = config
-        scorer = scorer_for(config.task_mix) if config.placement == "fgd" else None
+        weight = config.frag_cpu_weight
+        scorer = scorer_for(config.task_mix, weight) if weight is not None else None
         self.pool = Pool(snapshot.nodes, snapshot.now, scorer)
         self.partitions = {p.name: p for p in snapshot.partitions}
         self.running = list(snapshot.running)

@@ -8,6 +8,12 @@ node at all (wrong GPU model, too few CPUs, too few devices with enough room), o
 the devices too small for the task's per-device request. The node's fragmentation is the expectation of
 that over the task mix. Memory is left out, as in the paper's simulator.
 
+CPU-stranded variant (`cpu_weight` > 0, placement "fgd+cpu"): a task shape that fits a node once may still
+not get CPUs for as many copies as the node's GPUs could hold. FGD counts such GPUs as usable; here the share
+of the usable free GPU capacity that its copies could not get CPUs for, 1 - free CPUs / (copies x the
+shape's CPUs) when positive, also counts as fragment, weighted by `cpu_weight` (a task using few CPUs on a
+CPU-poor node then scores better than one using many). The state then keys on the exact free CPUs.
+
 Pure functions of (state, task mix), memoized: the cache keys are states, so a scorer can be reused for
 as long as its task mix holds (`scorer_for` keeps one per mix). CPU-only shapes of the mix are left out:
 they add the same amount to every candidate's score, so they never change a choice.
@@ -31,9 +37,14 @@ def model_matches(node_model: str, constraint: str) -> bool:
 
 
 class FragScorer:
-    def __init__(self, mix: tuple[tuple[TaskShape, float], ...]) -> None:
+    def __init__(self, mix: tuple[tuple[TaskShape, float], ...], cpu_weight: float = 0.0) -> None:
+        if cpu_weight < 0:
+            raise ValueError(f"cpu_weight {cpu_weight}: must be >= 0")
         gpu_shapes = [(s, w) for s, w in mix if s.gpus > 0 and w > 0]
         total = sum(w for _, w in gpu_shapes)
+        self.cpu_weight = cpu_weight
+        # For the CPU-stranded variant: (gpus, per-device milli, CPUs, model constraint, probability)
+        self.cpu_shapes = [(s.gpus, s.gpu_milli, s.cpus, s.gpu_model, w / total) for s, w in gpu_shapes]
         self.thresholds = sorted({s.cpus for s, _ in gpu_shapes})
         # (gpus, per-device milli, index of its CPU need among thresholds, model constraint, probability)
         self.shapes = [(s.gpus, s.gpu_milli, bisect_left(self.thresholds, s.cpus), s.gpu_model, w / total)
@@ -63,6 +74,12 @@ class FragScorer:
     def node_frag(self, model: str, free: tuple[int, ...], cpus: int) -> float:
         """Expected fragmented milli-GPU of a node in this state (free: per device, any order)."""
         free = tuple(sorted(free, reverse=True))
+        if self.cpu_weight:
+            key = (model, free, cpus)
+            cached = self._frag.get(key)
+            if cached is None:
+                cached = self._frag[key] = self._compute_stranded(model, free, cpus)
+            return cached
         cpu_class = bisect_right(self.thresholds, cpus)
         key = (model, free, cpu_class)
         cached = self._frag.get(key)
@@ -86,6 +103,32 @@ class FragScorer:
                 else:
                     small += f
             frag += p * (small if fitting >= gpus else total)
+        return frag
+
+    def _compute_stranded(self, model: str, free: tuple[int, ...], cpus: int) -> float:
+        """`_compute`, plus `cpu_weight` x the usable free capacity that copies of a shape lack CPUs for."""
+        total = sum(free)
+        if total == 0:
+            return 0.0
+        frag = 0.0
+        weight = self.cpu_weight
+        for gpus, milli, need_cpus, constraint, p in self.cpu_shapes:
+            if cpus < need_cpus or (constraint and not model_matches(model, constraint)):
+                frag += p * total
+                continue
+            fitting, small, copies = 0, 0, 0
+            for f in free:
+                if f >= milli:
+                    fitting += 1
+                    copies += f // milli
+                else:
+                    small += f
+            if fitting < gpus:
+                frag += p * total
+                continue
+            copies //= gpus
+            short = max(0.0, 1.0 - cpus / (need_cpus * copies)) if need_cpus else 0.0
+            frag += p * (small + weight * short * (total - small))
         return frag
 
     def best(self, state: int, gpus: int, milli: int, cpus: int) -> tuple | None:
@@ -123,6 +166,6 @@ class FragScorer:
 
 
 @functools.lru_cache(maxsize=8)
-def scorer_for(mix: tuple[tuple[TaskShape, float], ...]) -> FragScorer:
-    """One scorer (and its memo) per task mix, shared by every cycle that uses that mix."""
-    return FragScorer(mix)
+def scorer_for(mix: tuple[tuple[TaskShape, float], ...], cpu_weight: float = 0.0) -> FragScorer:
+    """One scorer (and its memo) per task mix and CPU weight, shared by every cycle that uses them."""
+    return FragScorer(mix, cpu_weight)

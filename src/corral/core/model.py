@@ -212,6 +212,10 @@ class AdvanceReservation:
     maintenance: bool = False
 
 
+# "fgd+cpu": weight of CPU-stranded GPU capacity (chosen on openb seeds 52-56; see docs/architecture.md).
+FGD_CPU_WEIGHT = 0.3
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     # How many blocked jobs, in priority order, get a reservation in the backfill timeline.
@@ -226,17 +230,30 @@ class SchedulerConfig:
     backfill: bool = True
     # Node and device choice: "bestfit" (fewest free GPUs that fit; a fraction goes to the tightest shared
     # GPU) or "fgd" (fragmentation gradient descent, Weng et al. ATC'23: the node and GPU whose use least
-    # increases the expected GPU capacity that `task_mix` could not use).
+    # increases the expected GPU capacity that `task_mix` could not use), or "fgd+cpu" (FGD whose
+    # fragmentation also counts, weighted by `fgd_cpu_weight`, the free GPU capacity that copies of a typical
+    # task could not get CPUs for: see core/fgd.py).
     placement: str = "bestfit"
-    # The target workload for "fgd": typical task shapes with their probabilities (weights are normalized).
+    # The target workload for "fgd"/"fgd+cpu": typical task shapes with their probabilities (normalized).
     task_mix: tuple[tuple[TaskShape, float], ...] = ()
+    # "fgd+cpu" only: weight of CPU-stranded GPU capacity in the fragmentation measure (0 = plain FGD).
+    fgd_cpu_weight: float = FGD_CPU_WEIGHT
 
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
+        if self.fgd_cpu_weight < 0:
+            raise ValueError(f"fgd_cpu_weight {self.fgd_cpu_weight}: must be >= 0")
+
+    @property
+    def frag_cpu_weight(self) -> float | None:
+        """The FGD scorer's CPU weight for this placement; None: no FGD scorer (best fit)."""
+        if self.placement == "fgd+cpu":
+            return self.fgd_cpu_weight
+        return 0.0 if self.placement == "fgd" else None
 
 
-PLACEMENTS = ("bestfit", "fgd")
+PLACEMENTS = ("bestfit", "fgd", "fgd+cpu")
 
 
 @dataclass(frozen=True, slots=True)

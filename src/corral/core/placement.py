@@ -10,8 +10,8 @@ device leaves `free` (whole-GPU requests never see it) and its milli-GPU in use 
 room that still holds it (nodes indexed by room), else on a whole free device of the fullest node. The
 backfill timeline counts only whole devices: a shared device is not expected back (conservative).
 
-With `placement="fgd"` nodes are also grouped by their fragmentation state (see fgd.py); a request scores
-each group once and takes a node of the best group that fits.
+With `placement="fgd"` or `"fgd+cpu"` nodes are also grouped by their fragmentation state (see fgd.py); a
+request scores each group once and takes a node of the best group that fits.
 """
 from __future__ import annotations
 

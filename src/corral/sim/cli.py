@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", default="philly", help="philly | accounting | sacct | openb")
     p.add_argument("--trace-file", default=None, help="the trace (philly: default shared/traces copy)")
     p.add_argument("--policy", action="append", dest="policies",
-                   help=f"one of {', '.join(POLICIES)} (openb: fgd, bestfit); repeatable")
+                   help=f"one of {', '.join(POLICIES)} (openb: fgd+cpu, fgd, bestfit); repeatable")
     p.add_argument("--max-jobs", type=int, default=None, help="only the first N jobs")
     p.add_argument("--seed", type=int, default=1, help="time-limit model seed")
     p.add_argument("--nodes", type=int, default=16, help="cluster size for traces without one")
@@ -123,7 +123,7 @@ def _openb(args) -> int:
     """The FGD paper's experiment (see corral.sim.openb_experiment): allocation ratio at 100/130 %."""
     from corral.sim import openb_experiment, openb_report
 
-    policies = args.policies or ["fgd"]
+    policies = args.policies or ["fgd+cpu"]
     for name in policies:
         if name not in openb_experiment.POLICIES:
             raise SystemExit(f"corral simulate: error: unknown openb policy {name!r} "
