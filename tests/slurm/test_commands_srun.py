@@ -127,3 +127,10 @@ def test_squeue_steps_lists_running_steps_as_slurm_does(cmd, slurm_cluster, tmp_
     only = cmd("squeue", f"--steps={job_id}.0", "-h", "-o", "%i %j %N")
     assert only.stdout == f"{job_id}.0 sleep node[1-2]\n"
     cmd("scancel", str(job_id))
+
+
+def test_srun_without_a_command_and_with_nodes_for_a_new_allocation(cmd):
+    bare = cmd("srun")
+    assert (bare.stderr, bare.code) == ("srun: fatal: No command given to execute.\n", 1)  # as real srun
+    pinned = cmd("srun", "-w", "node1", "true")
+    assert pinned.code == 1 and "-w/--nodelist and -x/--exclude are not supported by corral yet" in pinned.stderr

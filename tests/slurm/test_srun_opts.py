@@ -55,6 +55,7 @@ def test_explicit_nodes_without_tasks_ignore_the_inherited_task_count() -> None:
 
 @pytest.mark.parametrize("argv,message", [
     (["--mpi=pmi2", "true"], "--mpi=pmi2 is not supported by corral"),
+    (["--mpi=bogus", "true"], "Invalid MPI type 'bogus', --mpi=list for acceptable types"),  # as real srun
     (["--pty", "bash"], "--pty is not supported by corral"),
     (["-n", "zero", "true"], 'Invalid numeric value "zero" for --ntasks'),
     (["--input=file.txt", "cat"], "--input=file.txt is not supported"),
@@ -76,3 +77,11 @@ def test_job_options_for_a_new_allocation() -> None:
     options = parse_srun(["-p", "gpu", "-t", "10", "--gpus-per-node=1", "-N2", "hostname"], {})
     assert options.job == {"partition": "gpu", "time_limit_s": 600, "gpus_per_node": 1}
     assert options.jobid is None
+
+
+def test_unknown_option_exits_as_real_srun() -> None:
+    with pytest.raises(SlurmCommandError) as error:
+        parse_srun(["--bogus"], {})
+    # Recorded from real srun 22.05 (which names itself by its argv[0]).
+    assert (error.value.stderr, error.value.exit_code) == (
+        "srun: unrecognized option '--bogus'\nTry \"srun --help\" for more information\n", 255)

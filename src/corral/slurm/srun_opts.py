@@ -64,7 +64,7 @@ def _options() -> tuple[Opt, ...]:
     return tuple(Opt(key, short, arg, aliases.get(key, ())) for key, (short, arg) in sorted(shape.items()))
 
 
-SRUN = CommandSpec("srun", _options(), getopt_exit=1, permute=False,
+SRUN = CommandSpec("srun", _options(), getopt_exit=255, permute=False,
                    ignored={k: why for k, (_, _, why) in IGNORED.items()}, unsupported=frozenset(UNSUPPORTED))
 
 
@@ -114,7 +114,7 @@ def parse_srun(argv: Sequence[str], env: Mapping[str, str], spec: CommandSpec = 
 def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str, ...], prog: str) -> StepOptions:
     mpi = line.last("mpi")
     if mpi is not None and mpi not in ("none", "pmi2", "pmix", "list"):
-        raise fail(f"MPI type '{mpi}' is not known")
+        raise fail(f"Invalid MPI type '{mpi}', --mpi=list for acceptable types")
     if mpi in ("pmi2", "pmix"):
         raise fail(f"--mpi={mpi} is not supported by corral: it has no PMI server; use --mpi=none "
                    f"and let the program find its peers from SLURM_PROCID/SLURM_NTASKS")

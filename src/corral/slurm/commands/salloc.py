@@ -33,7 +33,7 @@ _STEP_ONLY = {"label", "output", "error", "input", "unbuffered", "jobid", "kill-
               "disable-status", "quit-on-interrupt", "distribution", "export"}
 SALLOC = CommandSpec(
     "salloc", tuple(o for o in SRUN.options if o.key not in _STEP_ONLY) + (Opt("no-shell", None, NO_ARG),),
-    getopt_exit=1, permute=False, ignored=SRUN.ignored, unsupported=SRUN.unsupported | {"no-shell"})
+    getopt_exit=255, permute=False, ignored=SRUN.ignored, unsupported=SRUN.unsupported | {"no-shell"})
 WATCH_S = 2.0
 
 

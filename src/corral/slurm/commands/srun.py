@@ -36,7 +36,7 @@ def srun(argv: Sequence[str], env: Mapping[str, str]) -> Result:
     if options.action:
         return action_text("srun", options.action, USAGE)
     if not options.command:
-        raise fail("No command given to execute.")
+        raise SlurmError("srun: fatal: No command given to execute.\n")
     _warn("".join(options.warnings))
     controller = connect(env)
     workdir = os.path.abspath(options.workdir or os.getcwd())
@@ -58,6 +58,9 @@ def in_allocation(controller: Controller, options: StepOptions, env: Mapping[str
 def with_new_allocation(controller: Controller, options: StepOptions, env: Mapping[str, str], workdir: str) -> int:
     from corral.slurm.step_client import run_step, step_variables
 
+    if options.nodelist or options.exclude:
+        raise fail("-w/--nodelist and -x/--exclude are not supported by corral yet for a new allocation: "
+                   "its API has no such job setting (inside a job they choose the step's nodes)")
     options, warnings = resolve_layout(options, None)
     _warn("".join(warnings))
     environment = step_environment(options.export, env)
