@@ -113,8 +113,8 @@ fabric = Fabric(accelerator="cpu", devices=2, num_nodes=1, strategy="ddp")
 fabric.launch()
 env = fabric._connector.cluster_environment
 total = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
-print(type(env).__name__, fabric.global_rank, fabric.world_size, fabric.local_rank, fabric.node_rank,
-      int(total.item()), flush=True)
+print(f"{type(env).__name__} {fabric.global_rank} {fabric.world_size} {fabric.local_rank} {fabric.node_rank} "
+      f"{int(total.item())}", flush=True)
 """
 
 
@@ -124,13 +124,13 @@ def test_lightning_detects_slurm_under_srun_and_reduces_on_cpu(client_env, cmd, 
     script.write_text(LIGHTNING_SCRIPT)
     batch = client_env / "lightning.sh"
     batch.write_text(f"#!/bin/bash\n#SBATCH -N1 --ntasks-per-node=2 -o lightning.out -t 5\n"
-                     f"srun {sys.executable} {script}\n")
+                     f"srun -l {sys.executable} {script}\n")  # -l: whole lines, whatever the interleaving
     job_id = cmd.submit(str(batch))
     job = slurm_cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=120)
     output = (client_env / "lightning.out").read_text()
     assert job["state"] == "COMPLETED", output
-    lines = sorted(line for line in output.splitlines() if line.startswith("SLURMEnvironment"))
-    assert lines == ["SLURMEnvironment 0 2 0 0 3", "SLURMEnvironment 1 2 1 0 3"], output
+    lines = sorted(line for line in output.splitlines() if "SLURMEnvironment" in line)
+    assert lines == ["0: SLURMEnvironment 0 2 0 0 3", "1: SLURMEnvironment 1 2 1 0 3"], output
 
 
 TORCH_SCRIPT = """
@@ -160,13 +160,15 @@ def test_srun_torchrun_with_the_rendezvous_from_scontrol_hostnames(client_env, c
     batch.write_text(f"""#!/bin/bash
 #SBATCH -N2 --ntasks-per-node=1 -o torchrun.out -t 5
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
-srun --ntasks-per-node=1 {Path(sys.executable).parent}/torchrun --nnodes=$SLURM_NNODES --nproc-per-node=2 \\
+srun -l --ntasks-per-node=1 {Path(sys.executable).parent}/torchrun --nnodes=$SLURM_NNODES --nproc-per-node=2 \\
   --node-rank=$SLURM_NODEID --rdzv-id=$SLURM_JOB_ID --rdzv-backend=c10d --rdzv-endpoint=$head:{port} {script}
 """)
     job_id = cmd.submit(str(batch))
     job = slurm_cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=180)
     output = (client_env / "torchrun.out").read_text()
     assert job["state"] == "COMPLETED", output
-    ranks = sorted(line for line in output.splitlines() if line.startswith("rank "))
-    assert ranks == ["rank 0/4 node 0 sum 6", "rank 1/4 node 0 sum 6", "rank 2/4 node 1 sum 6",
-                     "rank 3/4 node 1 sum 6"], output
+    # "<srun task>: rank R/4 node N sum 6": the c10d rendezvous numbers the ranks in its own order.
+    ranks = sorted(line.split(": ", 1)[1] for line in output.splitlines() if ": rank " in line)
+    assert sorted(int(r.split()[1].split("/")[0]) for r in ranks) == [0, 1, 2, 3], output
+    assert {r.split(" ", 2)[2] for r in ranks} == {"node 0 sum 6", "node 1 sum 6"}, output
+    assert sum(r.endswith("node 0 sum 6") for r in ranks) == 2, "two processes on each node"
