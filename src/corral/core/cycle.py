@@ -16,8 +16,6 @@ from corral.hostlist import sort_key
 class _Memo:
     # (shape, reservation) -> the shortest time limit that already failed to start now
     failed_limit: dict[tuple, float] = field(default_factory=dict)
-    # shape -> static reason (partition problems, can never fit), or None when the shape is placeable
-    static: dict[tuple, Reason | None] = field(default_factory=dict)
     # shape -> (version, fits the free resources ignoring reservations?); valid while version holds
     fits_free: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
     # (shape, queue, qos) -> preemption found no victims
@@ -34,13 +32,17 @@ class Cycle:
         self.config = config
         weight = config.frag_cpu_weight
         scorer = scorer_for(config.task_mix, weight) if weight is not None else None
-        self.pool = Pool(snapshot.nodes, snapshot.now, scorer)
+        base = snapshot.base
+        forked = base is not None and scorer is None
+        self.pool = base.fork(snapshot.now) if forked else Pool(snapshot.nodes, snapshot.now, scorer)
         self.partitions = {p.name: p for p in snapshot.partitions}
         self.running = list(snapshot.running)
         self.book = QuotaBook(snapshot.queues, snapshot.running)
         self.used: dict[str, int] = {}
         self.advance = {r.name: r for r in snapshot.reservations}
-        _load_running(self)
+        # Counted limits matter only to jobs that carry caps.
+        self._count_caps = any(job.caps for job in snapshot.pending)
+        _load_running(self, releases=not forked)
         self.memo = _Memo()
         self.starts: list[Start] = []
         self.waiting: list[Waiting] = []
@@ -190,7 +192,7 @@ class Cycle:
 
         what_if = preemption.WhatIf(self.pool, self.book)
         if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
-            self._hold(job, need, model, "waiting for preempted or ending jobs to exit")
+            self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
             return True
         options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted)
         victims = preemption.choose_victims(options, what_if, fits) if options else None
@@ -202,22 +204,9 @@ class Cycle:
             self.preemptions.append(Preempt(victim.job.id, job.id, victim.cause))
         self.running = [r for r in self.running if r.id not in self.preempted] + [
             _stopping(v.job) for v in victims]
-        for victim in victims:
-            # What a victim holds comes back as soon as it has stopped, not at its time limit.
-            what_if.remove(victim.job)
-            what_if.restore(replace(victim.job, expected_end=self.now))
         ids = ", ".join(str(v.job.id) for v in victims)
-        self._hold(job, need, model, f"preempting job(s) {ids}")
+        self._wait(job, Reason.RESOURCES, detail=f"preempting job(s) {ids}")
         return True
-
-    def _hold(self, job: PendingJob, need: Need, model: str, detail: str) -> None:
-        """A job waiting for its victims to stop keeps what they free: it holds a reservation from when
-        they are gone, so that no later job (a requeued victim included) starts there meanwhile and is
-        preempted again in the next cycle."""
-        held = self._reserve(job, need, model)
-        if held.estimated_start is None:
-            held = Waiting(job.id, Reason.RESOURCES)
-        self.waiting.append(replace(held, detail=detail))
 
     def _reserve(self, job: PendingJob, need: Need, model: str) -> Waiting:
         req = job.request
@@ -233,7 +222,8 @@ class Cycle:
             return Waiting(job.id, reason)
         start, nodes = found
         for node in nodes:
-            node.blocks.append((start, start + req.time_limit_s, need.gpus, need.cpus, need.mem_mib))
+            self.pool.own(node).blocks.append((start, start + req.time_limit_s, need.gpus, need.cpus,
+                                               need.mem_mib))
         self.reservations += 1
         return Waiting(job.id, Reason.RESOURCES, start, tuple(n.name for n in nodes))
 
@@ -242,9 +232,9 @@ class Cycle:
     def _static(self, job: PendingJob, model: str) -> Reason | None:
         req = job.request
         key = (req.shape, model)
-        static = self.memo.static.get(key, False)
+        static = self.pool.static_memo.get(key, False)
         if static is False:
-            static = self.memo.static[key] = _static_reason(self.pool, self.partitions, req, model)
+            static = self.pool.static_memo[key] = _static_reason(self.pool, self.partitions, req, model)
         if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
             return Reason.PARTITION_TIME_LIMIT
         if static is None and job.reservation:
@@ -285,22 +275,27 @@ def _stopping(job):
     return replace(job, completing=True)
 
 
-def _load_running(cycle: Cycle) -> None:
+def _load_running(cycle: Cycle, releases: bool = True) -> None:
+    """Running jobs' counted limits, and (unless the pool is a fork of a base that has them) the times
+    their resources come back; advance reservations onto their nodes."""
     pool = cycle.pool
-    for job in cycle.running:
-        when = pool.release_time(job.expected_end)
-        for s in job.slices:
-            node = pool.by_name.get(s.node)
-            if node is not None:
-                # A shared device is not planned on coming back (see placement.py).
-                node.releases.append((when, len(s.gpus) if s.gpu_milli == 1000 else 0, s.cpus, s.mem_mib, job.id))
+    used = cycle.used
+    for job in cycle.running if releases or cycle._count_caps else ():
+        if releases:
+            when = pool.release_time(job.expected_end)
+            for s in job.slices:
+                node = pool.by_name.get(s.node)
+                if node is not None:
+                    # A shared device is not planned on coming back (see placement.py).
+                    node.releases.append((when, len(s.gpus) if s.gpu_milli == 1000 else 0, s.cpus, s.mem_mib,
+                                          job.id))
         for key, amount in job.charges:
-            cycle.used[key] = cycle.used.get(key, 0) + amount
+            used[key] = used.get(key, 0) + amount
     for resv in cycle.advance.values():
         for name in resv.nodes:
             node = pool.by_name.get(name)
             if node is not None and resv.end > cycle.now:
-                node.advance.append((resv.start, resv.end, resv.name, resv.maintenance))
+                pool.own(node).advance.append((resv.start, resv.end, resv.name, resv.maintenance))
 
 
 def _static_reason(pool: Pool, partitions: dict, req, model: str) -> Reason | None:

@@ -265,6 +265,10 @@ class Snapshot:
     pending: tuple[PendingJob, ...]
     queues: tuple[QueueQuota, ...] = ()
     reservations: tuple[AdvanceReservation, ...] = ()
+    # Optional: a placement.Pool of exactly `nodes` and `running` (releases at their raw expected ends), kept
+    # up to date by the engine between cycles. The cycle works on a copy-on-write fork of it instead of
+    # building its working state from scratch; it never changes the base. None: built from the fields above.
+    base: object | None = field(default=None, compare=False)
 
 
 class Reason(str, Enum):

@@ -15,6 +15,7 @@ request scores each group once and takes a node of the best group that fits.
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -159,6 +160,17 @@ class Pool:
         self.scorer = scorer
         self.groups: dict[str, dict[int, dict[int, None]]] = {}
         self.node_key: dict[int, int] = {}
+        # Copy-on-write (see fork): indices of the nodes this pool may change; None: all of them (a pool
+        # built from views owns its nodes).
+        self._owned: set[int] | None = None
+        self._member_pos: dict[str, dict[int, int]] = {}  # partition -> node index -> place in members
+        # Base pools (kept by the engine): job id -> (raw expected end, slices), and the ends that a fork
+        # must move to now + 1 (jobs past their expected end).
+        self._held: dict[int, tuple[float, tuple[NodeSlice, ...]]] = {}
+        self._ends: list[tuple[float, int]] = []
+        self._late: dict[int, float] = {}
+        # Static reasons per request shape: they depend only on what a rebuild would change.
+        self.static_memo: dict = {}
         # Built once per cycle for every node: kept to plain loops (this is the cycle's fixed cost).
         nodes_list, by_name, members, buckets = self.nodes, self.by_name, self.members, self.buckets
         for index, view in enumerate(nodes):
@@ -175,6 +187,7 @@ class Pool:
                 if group is None:
                     group = members[part] = []
                 if view.schedulable:
+                    self._member_pos.setdefault(part, {})[index] = len(group)
                     group.append(node)
                     part_buckets = buckets.get(part)
                     if part_buckets is None:
@@ -189,6 +202,104 @@ class Pool:
                     self._index_rooms(node)
             if scorer is not None and view.schedulable:
                 self._regroup(node)
+
+    # ----- copy-on-write forks of a base pool the engine keeps between cycles
+
+    def fork(self, now: float) -> Pool:
+        """A cycle's working pool over this one: node records are copied only when the cycle changes them
+        (take, reservation blocks, preemption what-ifs), the bucket indexes are copied whole (dict copies)."""
+        if self.scorer is not None:
+            raise ValueError("FGD pools are rebuilt each cycle")
+        pool = Pool.__new__(Pool)
+        pool.now = now
+        pool.nodes = list(self.nodes)
+        pool.by_name = dict(self.by_name)
+        # A pool built afresh lists each bucket's nodes in node order; the base's buckets are in the order
+        # nodes moved there, so sort them (best fit breaks ties by that order).
+        pool.buckets = {part: [dict.fromkeys(sorted(b)) for b in buckets] for part, buckets in self.buckets.items()}
+        pool.members = {part: list(group) for part, group in self.members.items()}
+        pool.rooms = {part: [dict.fromkeys(sorted(r)) if r else {} for r in rooms]
+                      for part, rooms in self.rooms.items()}
+        pool.node_rooms = dict(self.node_rooms)
+        pool.scorer, pool.groups, pool.node_key = None, {}, {}
+        pool._owned = set()
+        pool._member_pos = self._member_pos
+        pool._held, pool._ends, pool._late = {}, [], {}
+        pool.static_memo = self.static_memo
+        # Releases are kept at raw expected ends; a job already past its own is due "soon" (release_time).
+        ends = self._ends
+        while ends and ends[0][0] < now + 1.0:
+            end, job_id = heapq.heappop(ends)
+            if self._held.get(job_id, (None,))[0] == end:
+                self._late[job_id] = end
+        for job_id in self._late:
+            end, slices = self._held[job_id]
+            for piece in slices:
+                node = pool.own(pool.by_name[piece.node])
+                node.releases = [(max(t, now + 1.0), *rest) if rest[-1] == job_id else (t, *rest)
+                                 for t, *rest in node.releases]
+        return pool
+
+    def own(self, node: WorkNode) -> WorkNode:
+        """The record of `node` this pool may change (a fork copies it on first use)."""
+        owned = self._owned
+        if owned is None:
+            return node
+        index = node.index
+        if index in owned:
+            return self.nodes[index]
+        node = self.nodes[index]
+        copy = WorkNode(index, node.name, node.gpus, node.cpus, node.mem_mib, set(node.free), node.free_cpus,
+                        node.free_mem_mib, node.partitions, node.gpu_model, list(node.releases), list(node.blocks),
+                        list(node.advance), dict(node.shared), node.schedulable)
+        self.nodes[index] = copy
+        self.by_name[copy.name] = copy
+        for part in copy.partitions:
+            place = self._member_pos.get(part, {}).get(index)
+            if place is not None:
+                self.members[part][place] = copy
+        owned.add(index)
+        return copy
+
+    def hold(self, job_id: int, slices: tuple[NodeSlice, ...], end: float) -> None:
+        """Base pool: a job started (or was found running): its slices are taken until `end`."""
+        self._held[job_id] = (end, slices)
+        heapq.heappush(self._ends, (end, job_id))
+        for piece in slices:
+            if piece.node in self.by_name:
+                self.occupy(piece, job_id, end)
+
+    def note_running(self, job_id: int, slices: tuple[NodeSlice, ...], end: float) -> None:
+        """Base pool built from views that already count the job: record only its release."""
+        self._held[job_id] = (end, slices)
+        heapq.heappush(self._ends, (end, job_id))
+        for piece in slices:
+            node = self.by_name.get(piece.node)
+            if node is not None:
+                node.releases.append((end, len(piece.gpus) if piece.gpu_milli == GPU_MILLI else 0, piece.cpus,
+                                      piece.mem_mib, job_id))
+
+    def unhold(self, job_id: int) -> None:
+        """Base pool: a job's resources came back."""
+        held = self._held.pop(job_id, None)
+        self._late.pop(job_id, None)
+        if held is not None:
+            for piece in held[1]:
+                if piece.node in self.by_name:
+                    self.release(piece, job_id)
+
+    def retime(self, job_id: int, end: float) -> None:
+        """Base pool: a running job's expected end moved (it is being stopped)."""
+        held = self._held.get(job_id)
+        if held is None or held[0] == end:
+            return
+        self._late.pop(job_id, None)
+        self._held[job_id] = (end, held[1])
+        heapq.heappush(self._ends, (end, job_id))
+        for piece in held[1]:
+            node = self.by_name.get(piece.node)
+            if node is not None:
+                node.releases = [(end, *rest) if rest[-1] == job_id else (t, *rest) for t, *rest in node.releases]
 
     def release_time(self, expected_end: float) -> float:
         # A job past its expected end is being killed: its resources are not free now, but soon.
@@ -319,7 +430,7 @@ class Pool:
         return min(i for i, used in node.shared.items() if GPU_MILLI - used == room)
 
     def occupy(self, piece: NodeSlice, job_id: int, end: float) -> None:
-        node = self.by_name[piece.node]
+        node = self.own(self.by_name[piece.node])
         before = len(node.free)
         if piece.gpu_milli < GPU_MILLI:
             shared = node.shared
@@ -337,7 +448,7 @@ class Pool:
 
     def release(self, piece: NodeSlice, job_id: int) -> None:
         """Give a running job's slice back now (what-if for preemption; `occupy` undoes it)."""
-        node = self.by_name[piece.node]
+        node = self.own(self.by_name[piece.node])
         before = len(node.free)
         if piece.gpu_milli < GPU_MILLI:
             shared = node.shared

@@ -42,7 +42,7 @@ class QuotaBook:
                 self.pooled[q.cohort].setdefault(r, 0)
         # Sum per queue first: one charge per queue instead of one per running job.
         totals: dict[str, dict[str, int]] = {}
-        for job in running:
+        for job in running if self.queues else ():
             if job.queue in self.queues:
                 total = totals.setdefault(job.queue, {})
                 for r, amount in job.resources.items():

@@ -51,6 +51,8 @@ def _in_play(snapshot: Snapshot, considered: list[PendingJob]) -> Snapshot:
     change a decision: placement, the backfill timeline and static reasons look only at the job's own
     partition, and preemption frees room only there (quota is charged from every running job still).
     With isolated partitions this keeps a cycle's working state to the partitions that have work."""
+    if snapshot.base is not None:
+        return snapshot  # a fork of the engine's base pool costs nothing per node anyway
     wanted = {job.request.partition for job in considered}
     if all(wanted.issuperset(node.partitions) for node in snapshot.nodes):
         return snapshot

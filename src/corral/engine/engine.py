@@ -19,6 +19,7 @@ from corral.core.scheduler import schedule
 from corral.engine import gates, membership, steps
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
+from corral.engine.deadlines import Deadlines
 from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
 from corral.engine.outcome import final_state, fold_exit, node_result
@@ -56,6 +57,7 @@ class Engine:
         self.next_job_id = next_job_id
         self.views = Views()
         self.usage = NodeUsage()
+        self.deadlines = Deadlines()
         self._accrued_at = float("-inf")
         # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
         self.ended: dict[int, tuple[JobState, bool]] = {}
@@ -364,14 +366,16 @@ class Engine:
         if now - self._accrued_at >= ACCRUE_EVERY_S:
             self.accrue_usage(now)
         commands: list[Command] = []
-        for job in self._active():
+        for job in self.deadlines.due(self, now):
             if job.state is JobState.RUNNING:
                 commands.extend(self._running_deadlines(job, now))
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None and now >= job.kill_deadline:
                 job.kill_deadline = now + self.config.kill_report_timeout_s
+                self.deadlines.push(self, job)
                 commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0) for n in self._kill_nodes(job))
-        for node in self.nodes.values():
-            if node.up and now - node.last_seen > self.config.node_timeout_s:
+        timeout = self.config.node_timeout_s
+        for node in self.nodes.values() if timeout != float("inf") else ():
+            if node.up and now - node.last_seen > timeout:
                 commands.extend(self.node_lost(node.name, now))
         if self.reservations.expire(now):
             self.meta_dirty.add("reservations")
@@ -403,14 +407,9 @@ class Engine:
         (a reservation that has opened, a job that became preemptible), which would otherwise wake
         the caller in a loop."""
         times: list[float] = []
-        for job in self._active():
-            if job.state is JobState.RUNNING:
-                times.append(job.start_time + job.spec.request.time_limit_s)
-                warn_at = self._warn_at(job)
-                if warn_at is not None:
-                    times.append(warn_at)
-            elif job.state is JobState.COMPLETING and job.kill_deadline is not None:
-                times.append(job.kill_deadline)
+        earliest = self.deadlines.earliest(self)
+        if earliest is not None:
+            times.append(earliest)
         times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
@@ -420,9 +419,12 @@ class Engine:
         if self.views.pending:
             # A waiting job may preempt a running one once that one's minimum runtime has passed:
             # nothing else may happen then, so wake up for it.
-            later.extend(v.preemptible_from for v in self.views.running.values()
-                         if v.preemptible_from is not None and not v.completing)
-        times.extend(t for t in later if now is None or t > now)
+            if now is None:
+                later.extend(v.preemptible_from for v in self.views.running.values()
+                             if v.preemptible_from is not None and not v.completing)
+            else:
+                later.append(self.deadlines.next_preemptible(self, now))
+        times.extend(t for t in later if t is not None and (now is None or t > now))
         return min(times, default=None)
 
     # ----- nodes

@@ -21,8 +21,12 @@ def build_snapshot(engine: Engine, now: float, exclude: set[int] = frozenset()) 
         waiting = tuple(v for job_id, v in pending.items() if job_id not in exclude)
     else:
         waiting = tuple(pending.values())
+    running = tuple(engine.views.running.values())
+    # FGD placement scores every node each cycle: it builds its own pool.
+    base = engine.usage.base(engine.nodes.values(), running) if engine.config.scheduler.frag_cpu_weight is None \
+        else None
     return Snapshot(
         now=now, nodes=nodes, partitions=tuple(p.core() for p in engine.config.partitions),
-        running=tuple(engine.views.running.values()), pending=waiting,
-        queues=engine.tenancy.queues, reservations=engine.reservations.core(),
+        running=running, pending=waiting, queues=engine.tenancy.queues,
+        reservations=engine.reservations.core(), base=base,
     )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.core.model import NodeView
+from corral.core.model import NodeView, RunningJob
+from corral.core.placement import Pool
 from corral.engine.records import Job, Node
+from corral.engine.views import expected_end
 
 
 class NodeUsage:
@@ -19,6 +21,10 @@ class NodeUsage:
         # The last tuple views() returned, with the node objects it was built for: reused while nothing
         # changed (most cycles, when no job started or ended since the previous one).
         self._all: tuple[tuple[object, ...], tuple[NodeView, ...]] | None = None
+        # The core's working pool as of now, kept between cycles (Snapshot.base): built from the views once,
+        # then changed job by job; rebuilt when a node itself changes.
+        self._base: Pool | None = None
+        self._base_nodes: tuple[Node, ...] = ()
 
     def add(self, job: Job) -> None:
         for s in job.slices:
@@ -30,6 +36,8 @@ class NodeUsage:
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) + s.mem_mib
             self._views.pop(s.node, None)
         self._all = None
+        if self._base is not None:
+            self._base.hold(job.id, job.slices, expected_end(job))
 
     def remove(self, job: Job) -> None:
         for s in job.slices:
@@ -41,6 +49,13 @@ class NodeUsage:
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) - s.mem_mib
             self._views.pop(s.node, None)
         self._all = None
+        if self._base is not None:
+            self._base.unhold(job.id)
+
+    def retime(self, job: Job) -> None:
+        """A running job's expected end changed (it is being stopped)."""
+        if self._base is not None:
+            self._base.retime(job.id, expected_end(job))
 
     def _share(self, node: str, gpus: tuple[int, ...], milli: int) -> None:
         shared = self.shared.setdefault(node, {})
@@ -55,6 +70,17 @@ class NodeUsage:
         """The node itself changed (registered, drained, lost): rebuild its view."""
         self._views.pop(node, None)
         self._all = None
+        self._base = None
+
+    def base(self, nodes: Iterable[Node], running: Iterable[RunningJob]) -> Pool:
+        """The base pool for Snapshot.base: the nodes' views with the running jobs' releases."""
+        nodes = tuple(nodes)
+        if self._base is None or self._base_nodes != nodes:
+            base = Pool(self.views(nodes), float("-inf"))
+            for job in running:
+                base.note_running(job.id, job.slices, job.expected_end)
+            self._base, self._base_nodes = base, nodes
+        return self._base
 
     def of(self, node: str) -> tuple[set[int], int, int]:
         return self.gpus.get(node, set()), self.cpus.get(node, 0), self.mem_mib.get(node, 0)

@@ -49,17 +49,25 @@ class Views:
         tenancy = engine.tenancy
         factors = self.factors.get(job.id)
         completing = job.state is JobState.COMPLETING
-        expected_end = (job.kill_deadline or job.start_time) if completing else \
-            job.start_time + job.spec.request.time_limit_s
         first = engine.nodes.get(job.slices[0].node) if job.slices else None
         model = first.gpus[0].model if first is not None and first.gpus and job.gpu_count else ""
-        view = RunningJob(job.id, expected_end, job.slices, priority=factors.total if factors else 0,
+        view = RunningJob(job.id, expected_end(job), job.slices, priority=factors.total if factors else 0,
                           queue=job.spec.queue, qos=job.spec.qos, start_time=job.start_time,
                           preemptible_from=tenancy.preemptible_from(job), charges=tenancy.charges(job),
                           completing=completing, gpu_model=model)
         self.running[job.id] = view
+        engine.usage.retime(job)
+        engine.deadlines.push(engine, job)
         return view
 
     def forget(self, job_id: int) -> None:
         self.pending.pop(job_id, None)
         self.running.pop(job_id, None)
+
+
+def expected_end(job: Job) -> float:
+    """When a running job's resources are expected back: start + time limit, or once it is being stopped,
+    its kill deadline."""
+    if job.state is JobState.COMPLETING:
+        return job.kill_deadline or job.start_time
+    return job.start_time + job.spec.request.time_limit_s

@@ -1,0 +1,69 @@
+"""When running and completing jobs next need the engine (time limit, warning signal, kill escalation,
+becoming preemptible), kept as lazy heaps so that a cycle does not walk every running job.
+
+An entry is pushed whenever a job's running view is (re)built, which every change of those times goes
+through (start, restore, stop, scontrol update, tenancy change), and when a kill is re-sent. Entries are
+never updated in place: one that no longer matches its job is dropped when it reaches the top.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from corral.engine.records import Job, JobState
+
+if TYPE_CHECKING:
+    from corral.engine.engine import Engine
+
+
+def job_times(engine: Engine, job: Job) -> tuple[float, ...]:
+    """The times `job` needs the engine at (past ones included: they are due)."""
+    if job.state is JobState.RUNNING:
+        limit_at = job.start_time + job.spec.request.time_limit_s
+        warn_at = engine._warn_at(job)
+        return (limit_at,) if warn_at is None else (limit_at, warn_at)
+    if job.state is JobState.COMPLETING and job.kill_deadline is not None:
+        return (job.kill_deadline,)
+    return ()
+
+
+class Deadlines:
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int]] = []
+        self._preemptible: list[tuple[float, int]] = []
+
+    def push(self, engine: Engine, job: Job) -> None:
+        for t in job_times(engine, job):
+            heapq.heappush(self._due, (t, job.id))
+        view = engine.views.running.get(job.id)
+        if view is not None and view.preemptible_from is not None and not view.completing:
+            heapq.heappush(self._preemptible, (view.preemptible_from, job.id))
+
+    def due(self, engine: Engine, now: float) -> list[Job]:
+        """Active jobs with a time at or before `now`, in job id order (as a walk over all of them)."""
+        heap, ids = self._due, set()
+        while heap and heap[0][0] <= now:
+            _, job_id = heapq.heappop(heap)
+            ids.add(job_id)
+        return [engine.jobs[i] for i in sorted(ids) if i in engine.views.running]
+
+    def earliest(self, engine: Engine) -> float | None:
+        heap = self._due
+        while heap:
+            t, job_id = heap[0]
+            job = engine.jobs.get(job_id)
+            if job is not None and job_id in engine.views.running and t in job_times(engine, job):
+                return t
+            heapq.heappop(heap)
+        return None
+
+    def next_preemptible(self, engine: Engine, now: float) -> float | None:
+        """The earliest time after `now` at which a running job becomes preemptible."""
+        heap = self._preemptible
+        while heap:
+            t, job_id = heap[0]
+            view = engine.views.running.get(job_id)
+            if t > now and view is not None and view.preemptible_from == t and not view.completing:
+                return t
+            heapq.heappop(heap)
+        return None
