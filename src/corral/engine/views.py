@@ -25,10 +25,11 @@ class Views:
     def cluster_gpus(self, engine: Engine) -> int:
         return sum(len(n.gpus) for n in engine.nodes.values())
 
-    def pending_view(self, engine: Engine, job: Job, now: float, shares: dict[str, float] | None = None) -> PendingJob:
+    def pending_view(self, engine: Engine, job: Job, now: float, shares: dict[str, float] | None = None,
+                     cluster_gpus: int | None = None) -> PendingJob:
         tenancy = engine.tenancy
         factors = job_priority(job, now, tenancy, shares if shares is not None else engine.fairshare.factors(),
-                               self.cluster_gpus(engine))
+                               self.cluster_gpus(engine) if cluster_gpus is None else cluster_gpus)
         self.factors[job.id] = factors
         spec = job.spec
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
@@ -41,8 +42,9 @@ class Views:
     def refresh_priorities(self, engine: Engine, now: float) -> None:
         engine.accrue_usage(now)
         shares = engine.fairshare.factors()
+        gpus = self.cluster_gpus(engine)  # once, not once per pending job
         for job_id in list(self.pending):
-            self.pending_view(engine, engine.jobs[job_id], now, shares)
+            self.pending_view(engine, engine.jobs[job_id], now, shares, gpus)
         self.priority_at = now
 
     def running_view(self, engine: Engine, job: Job) -> RunningJob:
