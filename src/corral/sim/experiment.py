@@ -37,8 +37,10 @@ class Policy:
                   "idle quota and reclaiming it by preemption (requeue)")
         order = (f"backfill with {self.max_reservations} reservations" if self.backfill
                  else "strict FIFO per partition (no backfill)")
-        return f"{self.name}: {layout}; {order}; priority weights age={self.weight_age}, " \
-               f"fairshare={self.weight_fairshare}"
+        size = (f", job size={self.weight_job_size} favouring small requested GPU time (GPUs x time limit, log "
+                f"scale)" if self.favor_small else "")
+        return f"{self.name}: {layout}; {order}; multifactor priority weights age={self.weight_age} (max age 7 d), " \
+               f"fairshare={self.weight_fairshare}{size}"
 
 
 @dataclass
@@ -72,6 +74,9 @@ def _engine_setup(cluster: Cluster, policy: Policy) -> tuple[EngineConfig, Tenan
     queues = cluster.queue_gpus()
     priority = {"weight_age": policy.weight_age, "weight_fairshare": policy.weight_fairshare,
                 "weight_job_size": policy.weight_job_size, "max_age_s": 7 * 86400, "calc_period_s": 300}
+    if policy.favor_small:
+        # Slurm's PriorityFavorSmall, with size = GPUs x the time limit the user asked for (no oracle).
+        priority.update(job_size_basis="gpu_time", favor_small=True)
     accounts = [{"name": q} for q in queues]
     if policy.isolated:
         parts = tuple(PartitionConfig(q, nodes=hostlist.compress([n.name for n in cluster.nodes if n.queue == q]))
