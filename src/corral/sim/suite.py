@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     raw = read_philly()
     workloads = [("", model.apply(raw), "Philly (Sia/Pollux job list) as recorded"),
                  ("-calibrated", model.apply(scaled(raw, DURATION_SCALE)),
-                  f"Philly (Sia/Pollux job list), every runtime x {DURATION_SCALE} so that the mean runtime is "
-                  f"the Helios job list's ({PAPER_FIFO_JCT_S - PAPER_FIFO_QUEUE_S:,} s = the paper's FIFO JCT "
-                  f"minus its FIFO queueing delay; raw mean {RAW_MEAN_RUNTIME_S:,.0f} s); arrivals, GPU counts and "
-                  f"VCs unchanged")]
+                  (f"Philly (Sia/Pollux job list), every runtime x {DURATION_SCALE} so that the mean runtime is "
+                   f"the Helios job list's ({PAPER_FIFO_JCT_S - PAPER_FIFO_QUEUE_S:,} s = the paper's FIFO JCT "
+                   f"minus its FIFO queueing delay; raw mean {RAW_MEAN_RUNTIME_S:,.0f} s); arrivals, GPU counts "
+                   f"and VCs unchanged"))]
     experiments = []
     for suffix, workload, what in workloads:
         outcomes = []
