@@ -34,8 +34,12 @@ STOP_DELAY_S = 30.0  # a preempted (or killed) job's processes take this long to
 
 EXPERIMENTS = [
     Policy("philly-fifo-isolated", isolated=True, backfill=False, weight_age=0),
-    Policy("philly-best-isolated", isolated=True, backfill=True),
-    Policy("philly-best-cohort", isolated=False, backfill=True),
+    # Backfill with user time limits, and multifactor priority: age, and job size favouring small requested
+    # GPU time (GPUs x time limit; Slurm's PriorityFavorSmall on that size). No runtime oracle.
+    Policy("philly-best-isolated", isolated=True, backfill=True, weight_age=10_000, weight_job_size=10_000,
+           favor_small=True),
+    Policy("philly-best-cohort", isolated=False, backfill=True, weight_age=10_000, weight_job_size=10_000,
+           favor_small=True),
 ]
 PAPER = ("Helios (SC'21) on its own Philly job list, VCs isolated, no backfill: FIFO 86,072 s, QSSF 37,324 s, "
          "SJF (oracle) 34,272 s, SRTF (oracle, preemptive) 30,683 s")
