@@ -152,3 +152,24 @@ def test_begin_time_keeps_a_job_waiting_and_wakes_the_engine() -> None:
     assert job.reason == "BeginTime"
     assert engine.next_deadline(T0) <= T0 + 100
     assert [type(c) for c in engine.schedule(T0 + 100)] == [Launch]
+
+
+def test_a_job_preempted_again_and_again_backs_off_before_restarting() -> None:
+    engine = engine_with_nodes(count=1, node_timeout_s=10_000)
+    victim = engine.submit(spec(), T0)
+    waiting = engine.submit(spec(gpus=8), T0)  # never fits: the victim's GPU is all it would take
+    now = T0
+    delays = []
+    for _ in range(4):
+        engine.schedule(now)
+        assert victim.state is JobState.RUNNING
+        engine._preempt(victim.id, waiting.id, "reclaim", now)
+        engine.node_finished(victim.node_names[0], victim.id, [(0, 0, signal.SIGTERM)], None, now + 2)
+        assert victim.state is JobState.PENDING
+        delays.append(None if victim.eligible_at is None else victim.eligible_at - (now + 2))
+        engine.schedule(now + 3)
+        if victim.eligible_at is not None:
+            assert victim.state is JobState.PENDING and victim.reason == "BeginTime"
+        now = (victim.eligible_at or now + 3) + 1
+        engine.claims.clear()
+    assert delays == [None, 10.0, 20.0, 40.0], "no wait after the first preemption, then doubling"

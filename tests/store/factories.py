@@ -85,6 +85,7 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
         steps=[Step(step_id=0, name="python", nodes=("gpu001", "gpu002"), tasks_per_node=(2, 1), start_time=3.0,
                     launch={"argv": ["python", "-c", "pass"], "env": {"A": "1"}}, end_time=9.0, state="FAILED",
                     exit_code=3, signal=0, error="lost", reported={"gpu001": NodeRun(True, True, 3, 0)})],
+        eligible_at=42.0,
     )
 
 

@@ -42,6 +42,12 @@ class EngineConfig:
     # A job never starts sooner than this after its submission, so that the submitter has its id
     # before the job runs (submitit creates the job's log directory only after sbatch returns).
     start_delay_s: float = 0.3
+    # A job preempted again and again waits before it may start again: nothing after its first
+    # preemption, then requeue_backoff_s, doubling each time up to requeue_backoff_max_s (Kueue's
+    # requeuing backoff). Without it a requeued victim restarts on what its preemptor could not use
+    # yet and is preempted again within seconds, without end.
+    requeue_backoff_s: float = 10.0
+    requeue_backoff_max_s: float = 600.0
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.partitions]

@@ -281,7 +281,8 @@ class Engine:
         walled = self.tenancy.walled_qos
         for job_id in self.views.pending:
             job = self.jobs[job_id]
-            if not job.spec.dependency and job.spec.qos not in walled and job.spec.begin_time is None:
+            if not job.spec.dependency and job.spec.qos not in walled and job.spec.begin_time is None \
+                    and job.eligible_at is None:
                 continue
             blocked = gates.gate(self, job, now)
             if blocked is not None:
@@ -414,8 +415,9 @@ class Engine:
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
         later: list[float] = list(self.reservations.boundaries())
-        later.extend(job.spec.begin_time for job_id in self.views.pending
-                     if (job := self.jobs[job_id]).spec.begin_time is not None)
+        for job_id in self.views.pending:
+            job = self.jobs[job_id]
+            later.extend(t for t in (job.spec.begin_time, job.eligible_at) if t is not None)
         if self.views.pending:
             # A waiting job may preempt a running one once that one's minimum runtime has passed:
             # nothing else may happen then, so wake up for it.
@@ -506,6 +508,7 @@ class Engine:
             self._finish(job, now, final_state(job))
 
     def _requeue(self, job: Job, now: float) -> None:
+        self._requeue_backoff(job, now)
         job.prior_gpu_seconds += job.run_gpu_seconds(now)
         job.history.append({"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now})
         job.restart_count += 1
@@ -517,6 +520,14 @@ class Engine:
         self.views.forget(job.id)
         self.views.pending_view(self, job, now)
         self._touch(job)
+
+    def _requeue_backoff(self, job: Job, now: float) -> None:
+        preemptions = sum(1 for h in job.history if h.get("event") == "preempted")
+        preempted_now = any(h.get("event") == "preempted" and h["t"] >= (job.start_time or now)
+                            for h in job.history[-3:])
+        if preempted_now and preemptions >= 2:
+            delay = min(self.config.requeue_backoff_max_s, self.config.requeue_backoff_s * 2 ** (preemptions - 2))
+            job.eligible_at = now + delay
 
     def _finish(self, job: Job, now: float, state: JobState) -> None:
         job.state, job.end_time, job.kill_deadline = state, now, None

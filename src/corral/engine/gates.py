@@ -16,6 +16,8 @@ def gate(engine: Engine, job: Job, now: float) -> tuple[Reason, str] | None:
     """None if the job may be scheduled; else (reason, detail)."""
     if job.spec.begin_time is not None and now < job.spec.begin_time:
         return Reason.BEGIN_TIME, f"eligible from {job.spec.begin_time:.0f} (epoch seconds)"
+    if job.eligible_at is not None and now < job.eligible_at:
+        return Reason.BEGIN_TIME, f"preempted {job.restart_count} times: requeue backoff until {job.eligible_at:.0f}"
     qos = engine.tenancy.qos_of(job.spec)
     if qos.max_wall_s is not None and job.spec.request.time_limit_s > qos.max_wall_s:
         return Reason.QOS_MAX_WALL, f"time limit {job.spec.request.time_limit_s}s over qos {qos.name} max {qos.max_wall_s}s"

@@ -140,6 +140,8 @@ class Job:
     # Events worth explaining later: {"t": time, "event": "preempted"|"requeued"|"signal", ...}.
     history: list[dict] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
+    # Not eligible to start before this time: the backoff of a job preempted more than once.
+    eligible_at: float | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -110,7 +110,7 @@ def job_to_row(job: Job) -> Json:
         "account": spec.account,
         "extra": {"held": job.held, "prior_gpu_seconds": job.prior_gpu_seconds,
                   "reason_detail": job.reason_detail, "history": job.history,
-                  "steps": [_step_to_json(step) for step in job.steps]},
+                  "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at},
     }
 
 
@@ -138,6 +138,7 @@ def job_from_row(row: Any) -> Job:
         reason_detail=extra.get("reason_detail", ""),
         history=list(extra.get("history", [])),
         steps=[_step_from_json(step) for step in extra.get("steps", ())],
+        eligible_at=extra.get("eligible_at"),
     )
 
 
