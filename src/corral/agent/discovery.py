@@ -5,8 +5,9 @@ driver must fail loudly, or the cluster would schedule GPU jobs onto devices tha
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 import psutil
 
