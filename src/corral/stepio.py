@@ -472,12 +472,9 @@ class StepStreams:
         sock.close()
 
     def _read_hello(self, sock: socket.socket, interest: dict[socket.socket, int]) -> None:
-        try:
-            data = sock.recv(CHUNK)
-        except (BlockingIOError, InterruptedError):
+        data = _recv(sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._drop(sock, interest)
             return
@@ -521,12 +518,9 @@ class StepStreams:
     def _receive(self, node: _Node) -> None:
         sock = node.sock
         assert sock is not None
-        try:
-            data = sock.recv(CHUNK)
-        except (BlockingIOError, InterruptedError):
+        data = _recv(sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._connection_ended(node)
             return
@@ -699,6 +693,16 @@ class StepStreams:
                     node.queued.append(closed)
                     node.queued_bytes += len(closed)
             self._wake()
+
+
+def _recv(sock: socket.socket) -> bytes | None:
+    """What a ready socket has: None if nothing after all, b"" when the peer closed or the connection broke."""
+    try:
+        return sock.recv(CHUNK)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
 
 
 def _read_chunk(stream) -> bytes:
