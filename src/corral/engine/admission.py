@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from corral.api.schemas import JobSubmit
 from corral.core.fgd import model_matches
 from corral.core.model import Request
-from corral.engine.arrays import ArrayError, compress_indices, parse_array
+from corral.engine.arrays import ArrayError, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.dependencies import DependencyError, parse_dependency
 from corral.engine.records import JobSpec, Node
 from corral.engine.tenancy import Tenancy, TenancyError
+from corral.ranges import compress_ranges
 
 
 class AdmissionError(ValueError):
@@ -50,7 +51,7 @@ def admit_full(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node], tena
         spec, account=account, qos=qos, queue=queue, dependency=sub.dependency or "", warn_signal=warn_signal,
         warn_before_s=warn_before_s, warn_batch=bool(sub.signal and sub.signal.startswith("B:")),
         requeue=sub.requeue, reservation=sub.reservation or "",
-        array_throttle=throttle, array_indices=compress_indices(indices) if indices else "")
+        array_throttle=throttle, array_indices=compress_ranges(indices) if indices else "")
     return Admitted(spec, indices)
 
 

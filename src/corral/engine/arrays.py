@@ -33,17 +33,3 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
             raise ArrayError(f"--array={text} has more than {MAX_ARRAY_TASKS} tasks")
         indices.update(range(lo, hi + 1, step))
     return sorted(indices), throttle
-
-
-def compress_indices(indices: list[int]) -> str:
-    """Slurm's compact form of task indices: 1-3,5,7-9."""
-    parts: list[str] = []
-    ordered = sorted(indices)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)

@@ -1,5 +1,6 @@
 """When running and completing jobs next need the engine (time limit, warning signal, kill escalation,
-becoming preemptible), kept as lazy heaps so that a cycle does not walk every running job.
+becoming preemptible), and when waiting jobs become eligible (sbatch --begin, a requeue backoff), kept as
+lazy heaps so that neither a cycle nor next_deadline walks every job.
 
 An entry is pushed whenever a job's running view is (re)built, which every change of those times goes
 through (start, restore, stop, scontrol update, tenancy change), and when a kill is re-sent. Entries are
@@ -14,6 +15,11 @@ from corral.engine.records import Job, JobState
 
 if TYPE_CHECKING:
     from corral.engine.engine import Engine
+
+
+def eligible_times(job: Job) -> tuple[float, ...]:
+    """The times a waiting job becomes eligible to start at."""
+    return tuple(t for t in (job.spec.begin_time, job.eligible_at) if t is not None)
 
 
 def job_times(engine: Engine, job: Job) -> tuple[float, ...]:
@@ -31,6 +37,24 @@ class Deadlines:
     def __init__(self) -> None:
         self._due: list[tuple[float, int]] = []
         self._preemptible: list[tuple[float, int]] = []
+        self._eligible: list[tuple[float, int]] = []
+
+    def push_eligible(self, job: Job) -> None:
+        """Call whenever a waiting job gets a begin time or a requeue backoff."""
+        for t in eligible_times(job):
+            heapq.heappush(self._eligible, (t, job.id))
+
+    def next_eligible(self, engine: Engine, now: float | None) -> float | None:
+        """The earliest time (after `now`, if given) at which a waiting job becomes eligible."""
+        heap = self._eligible
+        while heap:
+            t, job_id = heap[0]
+            job = engine.jobs.get(job_id)
+            if (now is None or t > now) and job is not None and job_id in engine.views.pending \
+                    and t in eligible_times(job):
+                return t
+            heapq.heappop(heap)
+        return None
 
     def push(self, engine: Engine, job: Job) -> None:
         for t in job_times(engine, job):

@@ -83,6 +83,7 @@ class Engine:
         self.jobs[job.id] = job
         if job.state is JobState.PENDING:
             self.views.pending_view(self, job, now)
+            self.deadlines.push_eligible(job)
         else:
             self.views.running_view(self, job)
             self.usage.add(job)
@@ -169,8 +170,9 @@ class Engine:
         """Signal-only Kills. A batch job's own process is its batch shell ("batch"); a job started with
         a command has its tasks, which scancel treats as steps; srun steps are "steps"."""
         own = [n for n, r in job.runs.items() if not r.finished and not job.spec.allocation]
+        own_scopes = ("all", "batch") if job.spec.batch else ("all", "steps")
         commands: list[Command] = []
-        if target in ("all", "batch") and job.spec.batch or not job.spec.batch and target in ("all", "steps"):
+        if target in own_scopes:
             commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch") for n in own]
         if target in ("all", "steps"):
             commands += steps.step_kills(job, signum, SIGNAL_ONLY)
@@ -191,13 +193,11 @@ class Engine:
                 raise WrongState(f"requested time limit {time_limit_s}s exceeds the maximum {cap}s of partition "
                                  f"{request.partition!r}")
             request = dataclasses.replace(request, time_limit_s=time_limit_s)
-        job.spec = dataclasses.replace(
-            spec, request=request, name=spec.name if name is None else name,
-            comment=spec.comment if comment is None else comment,
-            priority=spec.priority if priority is None else priority)
-        job.history.append({"t": now, "event": "updated", **{k: v for k, v in (
-            ("name", name), ("comment", comment), ("time_limit_s", time_limit_s), ("priority", priority))
-            if v is not None}})
+        changes = {k: v for k, v in (("name", name), ("comment", comment), ("priority", priority)) if v is not None}
+        job.spec = dataclasses.replace(spec, request=request, **changes)
+        if time_limit_s is not None:
+            changes["time_limit_s"] = time_limit_s
+        job.history.append({"t": now, "event": "updated", **changes})
         if job.state is JobState.PENDING:
             self.views.pending_view(self, job, now)
         else:
@@ -415,9 +415,7 @@ class Engine:
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
         later: list[float] = list(self.reservations.boundaries())
-        for job_id in self.views.pending:
-            job = self.jobs[job_id]
-            later.extend(t for t in (job.spec.begin_time, job.eligible_at) if t is not None)
+        later.append(self.deadlines.next_eligible(self, now))
         if self.views.pending:
             # A waiting job may preempt a running one once that one's minimum runtime has passed:
             # nothing else may happen then, so wake up for it.
@@ -528,6 +526,7 @@ class Engine:
         if preempted_now and preemptions >= 2:
             delay = min(self.config.requeue_backoff_max_s, self.config.requeue_backoff_s * 2 ** (preemptions - 2))
             job.eligible_at = now + delay
+            self.deadlines.push_eligible(job)
 
     def _finish(self, job: Job, now: float, state: JobState) -> None:
         job.state, job.end_time, job.kill_deadline = state, now, None

@@ -144,10 +144,8 @@ def _end_step(step: Step, now: float, killed_by: JobState | None) -> None:
     step.signal = next((r.signal for r in runs if r.signal), 0)
     if len(runs) == len(step.nodes) and not step.signal:
         killed_by = None  # every task had exited by itself before the job's end reached it
-    if killed_by is not None and killed_by is not JobState.PENDING:
+    if killed_by is not None:  # the job's end (a requeue included) took the step with it
         step.state = _ENDED_BY_JOB.get(killed_by, "CANCELLED")
-    elif killed_by is JobState.PENDING:
-        step.state = "CANCELLED"  # requeued
     elif step.error or step.exit_code or step.signal:
         step.state = "FAILED"
     else:

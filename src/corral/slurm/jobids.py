@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from _collections_abc import Iterable, Mapping
 
+from corral.ranges import compress_ranges
 from corral.slurm import records
 
 MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
@@ -49,16 +50,7 @@ def step_id(job: Mapping, step: Mapping, *, raw: bool = False) -> str:
 
 def format_task_ranges(task_ids: Iterable[int], throttle: int | None = None) -> str:
     """Slurm's bit_fmt of task ids (`2-4,7`), plus `%N` for a throttle, as squeue and sacct show them."""
-    ids = sorted(set(task_ids))
-    parts: list[str] = []
-    start = 0
-    while start < len(ids):
-        end = start
-        while end + 1 < len(ids) and ids[end + 1] == ids[end] + 1:
-            end += 1
-        parts.append(str(ids[start]) if start == end else f"{ids[start]}-{ids[end]}")
-        start = end + 1
-    text = ",".join(parts)
+    text = compress_ranges(task_ids)
     return f"{text}%{throttle}" if throttle else text
 
 

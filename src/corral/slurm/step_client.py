@@ -8,7 +8,6 @@ import socket
 import sys
 import time
 
-from corral.slurm.errors import SlurmCommandError
 from corral.slurm.http import ApiError, Controller
 from corral.slurm.jobids import format_task_ranges
 from corral.slurm.srun_opts import StepOptions, fail
@@ -199,6 +198,3 @@ class _forwarded_signals:
         for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 
-
-def attach_error(job_id: int, exc: ApiError) -> SlurmCommandError:
-    return fail(f"Unable to confirm allocation for job {job_id}: {exc.detail}")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from corral.slurm.commands.common import Result, action_text, connect, run
+from corral.slurm.errors import SlurmCommandError
 from corral.slurm.http import ApiError, Controller
 from corral.slurm.srun_opts import StepOptions, fail, parse_srun, resolve_layout
 from corral.slurm.target import current_user
@@ -36,7 +37,7 @@ def srun(argv: Sequence[str], env: Mapping[str, str]) -> Result:
     if options.action:
         return action_text("srun", options.action, USAGE)
     if not options.command:
-        raise SlurmError("srun: fatal: No command given to execute.\n")
+        raise SlurmCommandError("srun: fatal: No command given to execute.\n")
     _warn("".join(options.warnings))
     controller = connect(env)
     workdir = os.path.abspath(options.workdir or os.getcwd())
@@ -120,7 +121,7 @@ def _allocate(controller: Controller, body: dict, prog: str) -> int:
         reply = controller.submit(body)
     except ApiError as exc:
         if exc.status == 422:
-            raise SlurmError(f"{prog}: error: Unable to allocate resources: {exc.detail}\n") from None
+            raise SlurmCommandError(f"{prog}: error: Unable to allocate resources: {exc.detail}\n") from None
         raise
     return int(reply["job_id"])
 
@@ -138,7 +139,7 @@ def _wait_until_running(controller: Controller, job_id: int, prog: str, quiet: b
                     _warn(f"{prog}: job {job_id} has been allocated resources\n")
                 return job
             if state != "PENDING":
-                raise SlurmError(f"{prog}: error: Unable to allocate resources: job {job_id} is {state}"
+                raise SlurmCommandError(f"{prog}: error: Unable to allocate resources: job {job_id} is {state}"
                                  f"{': ' + job['reason'] if job.get('reason') not in (None, 'None') else ''}\n")
             if not told and time.monotonic() - started >= PENDING_NOTICE_AFTER_S and not quiet:
                 reason = job.get("reason") or "None"
@@ -150,7 +151,7 @@ def _wait_until_running(controller: Controller, job_id: int, prog: str, quiet: b
     except KeyboardInterrupt:
         controller.act(job_id, "cancel", uid=os.getuid())
         _warn(f"{prog}: Job allocation {job_id} has been revoked.\n")
-        raise SlurmError("", 1) from None
+        raise SlurmCommandError("", 1) from None
 
 
 def _end_allocation(controller: Controller, job_id: int, exit_code: int) -> None:
@@ -165,9 +166,3 @@ def _warn(text: str) -> None:
     if text:
         sys.stderr.write(text)
         sys.stderr.flush()
-
-
-def SlurmError(text: str, code: int = 1):
-    from corral.slurm.errors import SlurmCommandError
-
-    return SlurmCommandError(text, code)
