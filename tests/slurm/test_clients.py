@@ -141,8 +141,10 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 value = torch.tensor(float(dist.get_rank()))
 dist.all_reduce(value)
-print(f"rank {dist.get_rank()}/{dist.get_world_size()} node {os.environ['SLURM_NODEID']} sum {int(value.item())}",
-      flush=True)
+# One write(2) per line: torchrun's two children share their task's stdout pipe, and print()'s
+# separate writes of the text and the newline interleave between them.
+os.write(1, f"rank {dist.get_rank()}/{dist.get_world_size()} node {os.environ['SLURM_NODEID']} "
+            f"sum {int(value.item())}\\n".encode())
 dist.destroy_process_group()
 """
 
