@@ -50,7 +50,8 @@ class Engine:
         self.config = config
         self.tenancy = Tenancy(tenancy or TenancySpec())
         state = fairshare_state or {}
-        self.fairshare = FairShare(self.tenancy.spec, state.get("usage"), state.get("as_of", 0.0))
+        self.fairshare = FairShare(self.tenancy.spec, state.get("usage"), state.get("as_of", 0.0),
+                                   state.get("charged_to"))
         self.reservations = Reservations(reservations or [])
         self.jobs: dict[int, Job] = {}
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
@@ -117,7 +118,7 @@ class Engine:
     def set_tenancy(self, spec: TenancySpec, now: float) -> None:
         self.tenancy = Tenancy(spec)
         self.fairshare.configure(spec)
-        self.views.refresh_priorities(self, now)
+        self.views.refresh_priorities(self, now, rebuild=True)
         for job in self.jobs.values():
             if job.state is not JobState.PENDING:
                 self.views.running_view(self, job)
@@ -411,7 +412,8 @@ class Engine:
         earliest = self.deadlines.earliest(self)
         if earliest is not None:
             times.append(earliest)
-        times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
+        if self.config.node_timeout_s != float("inf"):  # the simulator's nodes never go silent
+            times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
         later: list[float] = list(self.reservations.boundaries())
