@@ -11,6 +11,8 @@ from corral.core.quota import QuotaBook, job_resources
 from corral.core.timeline import earliest_gang_start
 from corral.hostlist import sort_key
 
+_PRIORITY = Reason.PRIORITY  # an enum member's lookup is a descriptor call: this runs per waiting job
+
 
 @dataclass(slots=True)
 class _Memo:
@@ -55,7 +57,7 @@ class Cycle:
     def consider(self, job: PendingJob) -> None:
         req = job.request
         if not self.config.backfill and req.partition in self.blocked_partitions:
-            self.waiting.append(Waiting(job.id, Reason.PRIORITY))
+            self.waiting.append(Waiting(job.id, _PRIORITY))
             return
         if job.caps and not self._within_caps(job):
             return

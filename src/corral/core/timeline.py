@@ -19,6 +19,15 @@ def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float,
     """Closed intervals of start times at which `need` fits on `node` for `duration_s` seconds."""
     if not node.capacity_fits(need):
         return []
+    if not node.blocks and not node.advance:
+        return _monotone_starts(node, need, now)
+    return _stepwise_starts(node, need, duration_s, now, reservation)
+
+
+def _stepwise_starts(node: WorkNode, need: Need, duration_s: float, now: float,
+                     reservation: str) -> list[tuple[float, float]]:
+    """The general case: walk the node's availability step function (releases up, reservation blocks
+    down and up again) and take the complement of the spans that cannot hold `need`."""
     deltas: list[tuple[float, int, int, int]] = [(t, g, c, m) for t, g, c, m, _ in node.releases]
     for start, end, g, c, m in node.blocks:
         deltas.append((start, -g, -c, -m))
@@ -51,6 +60,20 @@ def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float,
     return _complement(blocked, duration_s, now)
 
 
+def _monotone_starts(node: WorkNode, need: Need, now: float) -> list[tuple[float, float]]:
+    """Without reservations a node's availability only rises, so `need` fits for any duration from the
+    first instant it fits at all: one interval [t, inf) (or none). The common case, walked without
+    building and sorting the general step function."""
+    if _fits_free(node, need):
+        return [(now, INF)]
+    g, c, m = len(node.free), node.free_cpus, node.free_mem_mib
+    for t, dg, dc, dm, _ in sorted(node.releases):
+        g, c, m = g + dg, c + dc, m + dm
+        if g >= need.gpus and c >= need.cpus and m >= need.mem_mib:
+            return [(max(t, now), INF)]
+    return []
+
+
 def _complement(blocked: list[tuple[float, float]], duration_s: float, now: float) -> list[tuple[float, float]]:
     """Start times t >= now whose window [t, t + duration) touches no blocked span [s, e)."""
     intervals: list[tuple[float, float]] = []
@@ -72,6 +95,35 @@ def earliest_gang_start(
     """The earliest time at which `count` of `candidates` can each hold `need` for `duration_s`,
     and which nodes (best fit: those that became available most recently, so long-idle nodes stay
     free for others; ties by node order). None if that never happens."""
+    if count == 1:
+        return _earliest_single(candidates, need, duration_s, now, reservation)
+    return _sweep(candidates, need, count, duration_s, now, reservation)
+
+
+def _earliest_single(candidates: list[WorkNode], need: Need, duration_s: float, now: float,
+                     reservation: str) -> tuple[float, list[WorkNode]] | None:
+    """One node: the sweep's answer is the node whose first feasible start is earliest (ties by node
+    order). A node that does not fit now cannot fit before its first release (reservations only take
+    away), which skips most nodes without walking their timelines."""
+    best_t, best = INF, None
+    for node in candidates:
+        if not node.capacity_fits(need):
+            continue
+        if node.releases and min(node.releases)[0] >= best_t and not _fits_free(node, need):
+            continue
+        starts = feasible_starts(node, need, duration_s, now, reservation)
+        if starts and starts[0][0] < best_t:
+            best_t, best = starts[0][0], node
+    return None if best is None else (best_t, [best])
+
+
+def _fits_free(node: WorkNode, need: Need) -> bool:
+    return len(node.free) >= need.gpus and node.free_cpus >= need.cpus and node.free_mem_mib >= need.mem_mib
+
+
+def _sweep(candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float,
+           reservation: str) -> tuple[float, list[WorkNode]] | None:
+    """A sweep over every node's feasible start intervals, earliest first, until `count` are open."""
     events: list[tuple[float, int, int]] = []  # (time, 0 = opens / 1 = closes, node index in candidates)
     for pos, node in enumerate(candidates):
         for a, b in feasible_starts(node, need, duration_s, now, reservation):

@@ -38,6 +38,7 @@ def register(engine: Engine, name: str, inventory: Inventory, running: set[int],
     node.partitions = engine.config.partitions_of(name)
     engine.dirty_nodes.add(name)
     engine.usage.changed(name)
+    engine.views.nodes_changed()
     commands: list[Command] = []
     known: set[int] = set()
     for job in list(engine.jobs.values()):

@@ -5,6 +5,7 @@ PriorityCalcPeriod) rather than every cycle; running views carry what preemption
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from corral.core.model import PendingJob, RunningJob
@@ -21,9 +22,15 @@ class Views:
         self.running: dict[int, RunningJob] = {}
         self.factors: dict[int, Factors] = {}
         self.priority_at = float("-inf")
+        self._cluster_gpus: int | None = None
 
     def cluster_gpus(self, engine: Engine) -> int:
-        return sum(len(n.gpus) for n in engine.nodes.values())
+        if self._cluster_gpus is None:
+            self._cluster_gpus = sum(len(n.gpus) for n in engine.nodes.values())
+        return self._cluster_gpus
+
+    def nodes_changed(self) -> None:
+        self._cluster_gpus = None
 
     def pending_view(self, engine: Engine, job: Job, now: float, shares: dict[str, float] | None = None,
                      cluster_gpus: int | None = None) -> PendingJob:
@@ -39,12 +46,21 @@ class Views:
         self.pending[job.id] = view
         return view
 
-    def refresh_priorities(self, engine: Engine, now: float) -> None:
+    def refresh_priorities(self, engine: Engine, now: float, rebuild: bool = False) -> None:
+        """New priorities for every pending job (its age and its account's fair share moved on); with
+        `rebuild`, whole new views (the tenancy changed: limits, QOS)."""
         engine.accrue_usage(now)
         shares = engine.fairshare.factors()
         gpus = self.cluster_gpus(engine)  # once, not once per pending job
-        for job_id in list(self.pending):
-            self.pending_view(engine, engine.jobs[job_id], now, shares, gpus)
+        for job_id, view in list(self.pending.items()):
+            job = engine.jobs[job_id]
+            if rebuild:
+                self.pending_view(engine, job, now, shares, gpus)
+                continue
+            factors = self.factors[job_id] = job_priority(job, now, engine.tenancy, shares, gpus)
+            claim = job_id in engine.claims
+            if (factors.total, claim, job.held) != (view.priority, view.claim, view.held):
+                self.pending[job_id] = replace(view, priority=factors.total, claim=claim, held=job.held)
         self.priority_at = now
 
     def running_view(self, engine: Engine, job: Job) -> RunningJob:

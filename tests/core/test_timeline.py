@@ -1,0 +1,71 @@
+"""The backfill timeline: the fast path for nodes without reservations agrees with the general walk."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral.core.model import Gpu
+from corral.core.placement import Need, WorkNode
+from corral.core.timeline import INF, _stepwise_starts, _sweep, earliest_gang_start, feasible_starts
+
+NOW = 1000.0
+
+
+def work_node(index: int, gpus: int, free: int, releases: list[tuple[float, int]]) -> WorkNode:
+    node = WorkNode(index, f"n{index}", tuple(Gpu(i) for i in range(gpus)), 32, 64_000, set(range(free)),
+                    free_cpus=32 - 4 * len(releases), free_mem_mib=64_000, partitions=frozenset({"p"}))
+    node.releases = [(t, g, 4, 0, job) for job, (t, g) in enumerate(releases)]
+    return node
+
+
+@st.composite
+def nodes(draw, index: int = 0) -> WorkNode:
+    gpus = draw(st.integers(1, 8))
+    held = draw(st.lists(st.integers(1, 3), max_size=4))
+    free = gpus - min(gpus, sum(held))
+    releases, left = [], gpus - free
+    for g in held:
+        take = min(g, left)
+        left -= take
+        releases.append((NOW + draw(st.integers(1, 5000)), take))
+    return work_node(index, gpus, free, releases)
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes(), st.integers(0, 8), st.integers(0, 32), st.integers(1, 10_000))
+def test_nodes_without_reservations_take_the_fast_path_to_the_same_answer(node, gpus, cpus, duration) -> None:
+    need = Need(gpus, cpus, 0)
+    fast = feasible_starts(node, need, duration, NOW)
+    assert fast == (_stepwise_starts(node, need, duration, NOW, "") if node.capacity_fits(need) else [])
+    assert len(fast) <= 1 and all(end == INF for _, end in fast), "availability only rises"
+
+
+def test_a_reservation_block_opens_a_gap_that_only_short_jobs_fit_before() -> None:
+    node = work_node(0, 4, 4, [])
+    node.blocks.append((NOW + 100, NOW + 200, 4, 0, 0))
+    assert feasible_starts(node, Need(1, 0, 0), 50, NOW) == [(NOW, NOW + 50), (NOW + 200, INF)]
+    assert feasible_starts(node, Need(1, 0, 0), 150, NOW) == [(NOW + 200, INF)]
+
+
+def test_the_gang_starts_when_enough_nodes_are_free_on_the_most_recently_freed() -> None:
+    early, late, never = work_node(0, 2, 0, [(NOW + 10, 2)]), work_node(1, 2, 0, [(NOW + 20, 2)]), \
+        work_node(2, 1, 1, [])
+    start, chosen = earliest_gang_start([early, late, never], Need(2, 0, 0), 2, 100, NOW)
+    assert start == NOW + 20 and [n.name for n in chosen] == ["n1", "n0"]
+    assert earliest_gang_start([early, late, never], Need(2, 0, 0), 3, 100, NOW) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(nodes(), min_size=1, max_size=6), st.integers(1, 8), st.integers(1, 10_000),
+       st.lists(st.tuples(st.integers(0, 5), st.integers(0, 4000), st.integers(1, 3000), st.integers(1, 4)),
+                max_size=4))
+def test_a_single_node_search_agrees_with_the_sweep(candidates, gpus, duration, blocks) -> None:
+    for i, node in enumerate(candidates):
+        node.index, node.name = i, f"n{i}"
+    for which, start, length, g in blocks:  # reservations already placed on some nodes
+        if which < len(candidates):
+            candidates[which].blocks.append((NOW + start, NOW + start + length, g, 0, 0))
+    need = Need(gpus, 0, 0)
+    single = earliest_gang_start(candidates, need, 1, duration, NOW)
+    swept = _sweep(candidates, need, 1, duration, NOW, "")
+    assert (single and (single[0], [n.name for n in single[1]])) == (swept and (swept[0], [n.name for n in swept[1]]))
