@@ -115,6 +115,9 @@ env = fabric._connector.cluster_environment
 total = fabric.all_reduce(torch.tensor(float(fabric.global_rank + 1)), reduce_op="sum")
 print(f"{type(env).__name__} {fabric.global_rank} {fabric.world_size} {fabric.local_rank} {fabric.node_rank} "
       f"{int(total.item())}", flush=True)
+# Left to interpreter exit, gloo's threads can be torn down mid-flight: one CI run had a rank die of
+# SIGABRT ("terminate called without an active exception") after printing its line.
+torch.distributed.destroy_process_group()
 """
 
 
