@@ -21,6 +21,8 @@ class NodeUsage:
         # The last tuple views() returned, with the node objects it was built for: reused while nothing
         # changed (most cycles, when no job started or ended since the previous one).
         self._all: tuple[tuple[object, ...], tuple[NodeView, ...]] | None = None
+        self._positions: dict[str, int] = {}  # node name -> its place in _all
+        self._stale: set[str] = set()  # nodes whose usage changed since _all was built: patched in place
         # The core's working pool as of now, kept between cycles (Snapshot.base): built from the views once,
         # then changed job by job; rebuilt when a node itself changes.
         self._base: Pool | None = None
@@ -35,7 +37,7 @@ class NodeUsage:
             self.cpus[s.node] = self.cpus.get(s.node, 0) + s.cpus
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) + s.mem_mib
             self._views.pop(s.node, None)
-        self._all = None
+            self._stale.add(s.node)
         if self._base is not None:
             self._base.hold(job.id, job.slices, expected_end(job))
 
@@ -48,7 +50,7 @@ class NodeUsage:
             self.cpus[s.node] = self.cpus.get(s.node, 0) - s.cpus
             self.mem_mib[s.node] = self.mem_mib.get(s.node, 0) - s.mem_mib
             self._views.pop(s.node, None)
-        self._all = None
+            self._stale.add(s.node)
         if self._base is not None:
             self._base.unhold(job.id)
 
@@ -88,15 +90,25 @@ class NodeUsage:
     def views(self, nodes: Iterable[Node]) -> tuple[NodeView, ...]:
         nodes = tuple(nodes)
         if self._all is not None and self._all[0] == nodes:
+            if self._stale:  # a job started or ended: rebuild its nodes' views only
+                out = list(self._all[1])
+                for name in self._stale:
+                    at = self._positions.get(name)
+                    if at is not None:
+                        out[at] = self._cached_view(nodes[at])
+                self._all = (nodes, tuple(out))
+                self._stale.clear()
             return self._all[1]
-        out = []
-        for node in nodes:
-            view = self._views.get(node.name)
-            if view is None:
-                view = self._views[node.name] = self._view(node)
-            out.append(view)
-        self._all = (nodes, tuple(out))
+        self._all = (nodes, tuple(self._cached_view(node) for node in nodes))
+        self._positions = {node.name: at for at, node in enumerate(nodes)}
+        self._stale.clear()
         return self._all[1]
+
+    def _cached_view(self, node: Node) -> NodeView:
+        view = self._views.get(node.name)
+        if view is None:
+            view = self._views[node.name] = self._view(node)
+        return view
 
     def _view(self, node: Node) -> NodeView:
         gpus, cpus, mem = self.of(node.name)
