@@ -69,6 +69,7 @@ class FairShare:
         """Charge running jobs' accounts for the time since the last call."""
         if now < self._live_to:
             return
+        jobs = list(jobs)  # walked twice when a job left unannounced
         self.decay_to(now)
         seen, joining = 0, []
         for job in jobs:
