@@ -63,6 +63,10 @@ class WorkNode:
         if need.gpu_milli < GPU_MILLI:
             return (bool(self.free) or self.share_room(need.gpu_milli) is not None) and \
                 self.free_cpus >= need.cpus and self.free_mem_mib >= need.mem_mib
+        return self.fits_whole_free(need)
+
+    def fits_whole_free(self, need: Need) -> bool:
+        """Does `need` fit now on whole free devices (how the backfill timeline counts)?"""
         return len(self.free) >= need.gpus and self.free_cpus >= need.cpus and self.free_mem_mib >= need.mem_mib
 
     def share_room(self, milli: int) -> int | None:

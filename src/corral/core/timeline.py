@@ -19,6 +19,11 @@ def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float,
     """Closed intervals of start times at which `need` fits on `node` for `duration_s` seconds."""
     if not node.capacity_fits(need):
         return []
+    return _starts_within_capacity(node, need, duration_s, now, reservation)
+
+
+def _starts_within_capacity(node: WorkNode, need: Need, duration_s: float, now: float,
+                            reservation: str) -> list[tuple[float, float]]:
     if not node.blocks and not node.advance:
         return _monotone_starts(node, need, now)
     return _stepwise_starts(node, need, duration_s, now, reservation)
@@ -64,7 +69,7 @@ def _monotone_starts(node: WorkNode, need: Need, now: float) -> list[tuple[float
     """Without reservations a node's availability only rises, so `need` fits for any duration from the
     first instant it fits at all: one interval [t, inf) (or none). The common case, walked without
     building and sorting the general step function."""
-    if _fits_free(node, need):
+    if node.fits_whole_free(need):
         return [(now, INF)]
     g, c, m = len(node.free), node.free_cpus, node.free_mem_mib
     for t, dg, dc, dm, _ in sorted(node.releases):
@@ -109,16 +114,12 @@ def _earliest_single(candidates: list[WorkNode], need: Need, duration_s: float, 
     for node in candidates:
         if not node.capacity_fits(need):
             continue
-        if node.releases and min(node.releases)[0] >= best_t and not _fits_free(node, need):
+        if node.releases and min(node.releases)[0] >= best_t and not node.fits_whole_free(need):
             continue
-        starts = feasible_starts(node, need, duration_s, now, reservation)
+        starts = _starts_within_capacity(node, need, duration_s, now, reservation)
         if starts and starts[0][0] < best_t:
             best_t, best = starts[0][0], node
     return None if best is None else (best_t, [best])
-
-
-def _fits_free(node: WorkNode, need: Need) -> bool:
-    return len(node.free) >= need.gpus and node.free_cpus >= need.cpus and node.free_mem_mib >= need.mem_mib
 
 
 def _sweep(candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float,

@@ -265,14 +265,9 @@ class Engine:
         commands: list[Command] = []
         for start in plan.starts:
             commands.extend(self._start(self.jobs[start.job_id], start.slices, now))
-        jobs = self.jobs
-        for wait in plan.waiting:  # every pending job, every cycle: kept to attribute reads
-            job = jobs[wait.job_id]
-            # `_value_`, not `.value`: the latter is a descriptor call, and this runs millions of times.
-            reason, detail, estimate = wait.reason._value_, wait.detail, wait.estimated_start
-            if job.reason != reason or job.reason_detail != detail or job.estimated_start != estimate:
-                job.reason, job.reason_detail, job.estimated_start = reason, detail, estimate
-                self._touch(job)
+        for wait in plan.waiting:
+            # `_value_`, not `.value` (a descriptor call): this runs for every pending job in every cycle.
+            self._set_reason(self.jobs[wait.job_id], wait.reason._value_, wait.detail, wait.estimated_start)
         for preempt in plan.preemptions:
             commands.extend(self._preempt(preempt.victim_id, preempt.preemptor_id, preempt.cause, now))
         return commands
