@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from corral.limits import LIST_MAX_ITEMS
+
 _SPLIT = re.compile(r",(?![^\[]*\])")  # commas outside brackets
 _TRAILING_NUM = re.compile(r"^(.*?)(\d+)$")
 
@@ -17,11 +19,13 @@ def expand(expression: str) -> list[str]:
     for part in _SPLIT.split(expression.strip()):
         if not part:
             continue
-        hosts.extend(_expand_part(part))
+        hosts.extend(_expand_part(part, LIST_MAX_ITEMS - len(hosts)))
     return hosts
 
 
-def _expand_part(part: str) -> list[str]:
+def _expand_part(part: str, room: int) -> list[str]:
+    """The names of one comma-free part; more than `room` of them is an error (a typo such as
+    `node[1-100000000]` would otherwise take the memory of the machine)."""
     open_at = part.find("[")
     if open_at < 0:
         if "]" in part:
@@ -31,16 +35,18 @@ def _expand_part(part: str) -> list[str]:
     if close_at < 0:
         raise HostlistError(f"unbalanced '[' in hostlist {part!r}")
     prefix, body, rest = part[:open_at], part[open_at + 1 : close_at], part[close_at + 1 :]
-    tails = _expand_part(rest) if rest else [""]
+    tails = _expand_part(rest, room) if rest else [""]
     out: list[str] = []
     for item in body.split(","):
         lo, _, hi = item.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
+        if not lo.isdecimal() or (hi and not hi.isdecimal()):
             raise HostlistError(f"bad range {item!r} in hostlist {part!r}")
         width = len(lo)
         end = int(hi) if hi else int(lo)
         if end < int(lo):
             raise HostlistError(f"descending range {item!r} in hostlist {part!r}")
+        if len(out) + (end - int(lo) + 1) * len(tails) > room:
+            raise HostlistError(f"hostlist {part!r} names more than {LIST_MAX_ITEMS} hosts")
         for n in range(int(lo), end + 1):
             out.extend(f"{prefix}{n:0{width}d}{tail}" for tail in tails)
     return out

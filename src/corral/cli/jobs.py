@@ -85,9 +85,17 @@ def cancel(
                 unknown += 1
                 typer.echo(f"corral: error: job {job_id}: {exc}", err=True)
                 continue
-            typer.echo(f"Cancelled job {render.job_id_text(job)} ({job['state']})")
+            typer.echo(cancelled_line(job))
     if unknown:
         raise typer.Exit(1)
+
+
+def cancelled_line(job: dict) -> str:
+    """What a cancel did, from the job as the controller answered: ended, or being stopped."""
+    name = render.job_id_text(job)
+    if job["state"] == "COMPLETING":
+        return f"Cancelling job {name}: its tasks are being stopped (COMPLETING), then it ends CANCELLED"
+    return f"Cancelled job {name} ({job['state']})"
 
 
 def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:

@@ -19,12 +19,14 @@ from corral.api.schemas import (
     PartitionOut,
     SubmitReply,
 )
+from corral.controller.params import EpochQuery, JobIdPath, NamePath, NameQuery, SeqQuery, UidQuery, job_ids
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.step_routes import step_routes
 from corral.controller.tenancy_routes import tenancy_routes
 from corral.engine.admission import AdmissionError
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
+from corral.limits import LimitError
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -35,6 +37,8 @@ from corral.protocol import (
 )
 
 ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+# Every refusal (bad JSON, a value out of range, an unknown job, a wrong secret) has this body.
+REFUSALS = {"4XX": {"model": ErrorOut, "description": "Refused: `detail` says why"}}
 
 
 def create_app(service: ControllerService, secret: str) -> FastAPI:
@@ -44,7 +48,7 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
         yield
         await service.stop()
 
-    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan, responses=REFUSALS,
                   description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
     expected = f"Bearer {secret}".encode()
 
@@ -87,44 +91,44 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
     @app.get(f"{API_PREFIX}/jobs", dependencies=[auth])
-    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[JobOut]:
+    async def list_jobs(states: NameQuery = None, user: NameQuery = None, all: bool = False) -> list[JobOut]:
         wanted = _states(states)
         return service.jobs(wanted, user, include_finished=all)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
-    async def get_job(job_id: int) -> JobOut:
+    async def get_job(job_id: JobIdPath) -> JobOut:
         job = service.job(job_id)
         if job is None:
             raise HTTPException(404, f"invalid job id specified: {job_id}")
         return job
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
-    async def cancel(job_id: int, uid: int | None = None) -> JobOut:
+    async def cancel(job_id: JobIdPath, uid: UidQuery = None) -> JobOut:
         """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
         return _operate(service, job_id, lambda: service.cancel(job_id, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=ERRORS)
-    async def signal_job(job_id: int, signal: int = Query(..., ge=1, le=64),
-                         scope: Literal["steps", "batch", "full"] = "steps", uid: int | None = None) -> JobOut:
+    async def signal_job(job_id: JobIdPath, signal: int = Query(..., ge=1, le=64),
+                         scope: Literal["steps", "batch", "full"] = "steps", uid: UidQuery = None) -> JobOut:
         """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
         return _operate(service, job_id, lambda: service.signal(job_id, signal, scope, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
-    async def requeue(job_id: int, background: BackgroundTasks) -> JobOut:
+    async def requeue(job_id: JobIdPath, background: BackgroundTasks) -> JobOut:
         out, send_kills = _operate(service, job_id, lambda: service.requeue(job_id))
         background.add_task(send_kills)  # after the reply: the caller is often one of the job's processes
         return out
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=ERRORS)
-    async def update(job_id: int, body: JobUpdate) -> JobOut:
+    async def update(job_id: JobIdPath, body: JobUpdate) -> JobOut:
         return _operate(service, job_id, lambda: service.update(job_id, body))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=ERRORS)
-    async def hold(job_id: int) -> JobOut:
+    async def hold(job_id: JobIdPath) -> JobOut:
         return _operate(service, job_id, lambda: service.hold(job_id, True))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=ERRORS)
-    async def release(job_id: int) -> JobOut:
+    async def release(job_id: JobIdPath) -> JobOut:
         return _operate(service, job_id, lambda: service.hold(job_id, False))
 
     @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
@@ -132,7 +136,7 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return service.nodes()
 
     @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=ERRORS)
-    async def update_node(name: str, body: NodeUpdate) -> NodeOut:
+    async def update_node(name: NamePath, body: NodeUpdate) -> NodeOut:
         try:
             service.drain(name, body.drain, body.reason)
         except KeyError:
@@ -144,13 +148,13 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return service.partitions()
 
     @app.get(f"{API_PREFIX}/accounting", dependencies=[auth])
-    async def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
-                   until: float | None = None, ids: str | None = None) -> list[JobOut]:
+    async def accounting(user: NameQuery = None, states: NameQuery = None, since: EpochQuery = None,
+                         until: EpochQuery = None, ids: str | None = None) -> list[JobOut]:
         wanted = _states(states)
         try:
-            id_list = [int(i) for i in ids.split(",")] if ids else None
-        except ValueError:
-            raise HTTPException(422, f"bad job id list {ids!r}") from None
+            id_list = job_ids(ids) if ids else None
+        except LimitError as exc:
+            raise HTTPException(422, str(exc)) from None
         return service.accounting(
             ids=id_list, users=[user] if user else None,
             states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
@@ -184,13 +188,13 @@ def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return service.register(body)
 
     @app.get(f"{API_PREFIX}/agents/{{node}}/commands", dependencies=[auth])
-    async def commands(node: str, after: int = 0, wait_s: float = Query(20.0, ge=0, le=60),
+    async def commands(node: NamePath, after: SeqQuery = 0, wait_s: float = Query(20.0, ge=0, le=60),
                        epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> CommandBatch:
         service.check_agent(node, epoch)
         return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
 
     @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth])
-    async def events(node: str, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
+    async def events(node: NamePath, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
         service.check_agent(node, epoch)
         service.agent_events(node, body)
         return {"accepted": len(body.events)}

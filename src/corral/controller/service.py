@@ -212,8 +212,11 @@ class ControllerService:
         return self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
 
     def _job_operation(self, job_id: int, operation) -> JobOut:
+        # The live record, taken first: an operation that ends the job (cancelling a pending one) drops
+        # it from the engine, and until the commit the store still holds its previous state.
+        live = self.engine.jobs.get(job_id)
         commands = operation(self.clock())
-        job = self.find_job(job_id)
+        job = live or self.find_job(job_id)
         self._commit()
         self._dispatch(commands)
         self.poke()

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import re
 
-MAX_ARRAY_TASKS = 100_000
+from corral.limits import ARRAY_INDEX_MAX, ARRAY_TASKS_MAX, COUNT_MAX
+
+MAX_ARRAY_TASKS = ARRAY_TASKS_MAX
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
@@ -16,8 +18,9 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
     body, _, throttle_text = text.strip().partition("%")
     throttle = None
     if throttle_text:
-        if not throttle_text.isdigit() or int(throttle_text) < 1:
-            raise ArrayError(f"invalid array throttle {throttle_text!r} in --array={text}")
+        if not throttle_text.isdecimal() or not 1 <= int(throttle_text) <= COUNT_MAX:
+            raise ArrayError(f"invalid array throttle {throttle_text!r} in --array={text}: it must be from 1 "
+                             f"to {COUNT_MAX}")
         throttle = int(throttle_text)
     indices: set[int] = set()
     for part in body.split(","):
@@ -29,6 +32,8 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
         step = int(m.group(3)) if m.group(3) else 1
         if hi < lo or step < 1:
             raise ArrayError(f"invalid array range {part!r} in --array={text}")
+        if hi > ARRAY_INDEX_MAX:
+            raise ArrayError(f"--array={text}: index {hi} is above the largest allowed, {ARRAY_INDEX_MAX}")
         if (hi - lo) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
             raise ArrayError(f"--array={text} has more than {MAX_ARRAY_TASKS} tasks")
         indices.update(range(lo, hi + 1, step))

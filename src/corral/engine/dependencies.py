@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from corral.engine.records import JobState
+from corral.limits import ARRAY_INDEX_MAX, JOB_ID_MAX
 
 KINDS = ("after", "afterok", "afternotok", "afterany")
 _TOKEN = re.compile(r"^(\d+)(?:_(\d+))?(?:\+\d+)?$")
@@ -59,7 +60,11 @@ def parse_dependency(text: str) -> Dependency:
             m = _TOKEN.match(token)
             if not m:
                 raise DependencyError(f"invalid job id {token!r} in dependency {part!r}")
-            targets.append((int(m.group(1)), int(m.group(2)) if m.group(2) else None))
+            job_id, task = int(m.group(1)), int(m.group(2)) if m.group(2) else None
+            if not 1 <= job_id <= JOB_ID_MAX or (task is not None and task > ARRAY_INDEX_MAX):
+                raise DependencyError(f"invalid job id {token!r} in dependency {part!r}: job ids are 1 to "
+                                      f"{JOB_ID_MAX}, array task indices 0 to {ARRAY_INDEX_MAX}")
+            targets.append((job_id, task))
         clauses.append(Clause(kind, tuple(targets)))
     return Dependency(tuple(clauses), any_of)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from corral.limits import COUNT_MAX, JOB_ID_MAX
 from corral.slurm import sbatch_table as sbatch
 from corral.slurm import sbatch_values as v
 from corral.slurm.errors import SlurmCommandError
@@ -136,7 +137,7 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         nodelist=_hosts(line.values("nodelist")), exclude=_hosts(line.values("exclude")), label=line.has("label"),
         output=line.last("output"), error=line.last("error"), input=_input(line.last("input")),
         export=line.last("export", env.get("SLURM_EXPORT_ENV")), workdir=line.last("chdir"),
-        name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid"),
+        name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid", v.job_id),
         kill_on_bad_exit=line.has("kill-on-bad-exit") and line.last("kill-on-bad-exit") != "0",
         quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job), warnings=warnings)
     return with_environment(options, env)
@@ -144,10 +145,10 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
 
 def with_environment(options: StepOptions, env: Mapping[str, str]) -> StepOptions:
     """Defaults from SLURM_* input variables, where the command line left a value open."""
-    def env_int(*names: str) -> int | None:
+    def env_int(*names: str, high: int = COUNT_MAX) -> int | None:
         for name in names:
             text = env.get(name, "")
-            if text.isdigit() and int(text) > 0:
+            if text.isascii() and text.isdigit() and 0 < int(text) <= high:
                 return int(text)
         return None
 
@@ -163,7 +164,7 @@ def with_environment(options: StepOptions, env: Mapping[str, str]) -> StepOption
     if options.gpus_per_task is None:
         changes["gpus_per_task"] = env_int("SLURM_GPUS_PER_TASK")
     if options.jobid is None:
-        changes["jobid"] = env_int("SLURM_JOB_ID", "SLURM_JOBID")
+        changes["jobid"] = env_int("SLURM_JOB_ID", "SLURM_JOBID", high=JOB_ID_MAX)
     return options.replace(**changes)
 
 
@@ -198,7 +199,10 @@ def _hosts(values: list[str | None]) -> tuple[str, ...]:
 
     names: list[str] = []
     for value in values:
-        names.extend(hostlist.expand(value or ""))
+        try:
+            names.extend(hostlist.expand(value or ""))
+        except hostlist.HostlistError as exc:
+            raise fail(f"Invalid node name specified: {exc}") from None
     return tuple(dict.fromkeys(names))
 
 
@@ -207,6 +211,6 @@ def _input(value: str | None) -> str:
         return "all"
     if value == "none" or value == "/dev/null":
         return "none"
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return value
     raise fail(f"--input={value} is not supported by corral: give all, none or a task number")

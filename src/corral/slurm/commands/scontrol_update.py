@@ -6,6 +6,7 @@ Comment, Priority (a waiting job's). Nodes: State=DRAIN (with a Reason) or State
 Anything else is refused before any change is made."""
 from __future__ import annotations
 
+from corral import limits
 from corral.slurm.commands.common import Result
 from corral.slurm.commands.scontrol_actions import resolve, slurm_reason
 from corral.slurm.errors import SlurmCommandError
@@ -47,13 +48,14 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
         if field is None:
             raise SlurmCommandError(f"Update of this parameter is not supported: {key}={value}\nRequest aborted\n", 1)
         if field == "time_limit_s":
-            if value[:1] in "+-" and value[1:].isdigit():
+            if value[:1] in "+-" and _is_number(value[1:]):
                 relative[field] = int(value) * 60
             else:
                 changes[field] = _time_limit(value)
         elif field == "priority":
-            if not value.isdigit():
-                raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value}\n", 1)
+            if not _is_number(value) or int(value) > limits.PRIORITY_MAX:
+                raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value} (corral's priorities are "
+                                        f"0 to {limits.PRIORITY_MAX})\n", 1)
             changes[field] = int(value)
         else:
             changes[field] = value
@@ -71,6 +73,10 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
                 raise
             failures.append(f"{slurm_reason(exc) if exc.status != 422 else exc.detail} for job {item}\n")
     return "", "".join(command.warnings) + ("" if command.quiet else "".join(failures)), 1 if failures else 0
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _time_limit(value: str) -> int:
@@ -99,8 +105,12 @@ def _update_nodes(pairs, controller: Controller, command: ScontrolCommand) -> Re
     else:
         raise SlurmCommandError(f"scontrol: error: State={settings.get('state', '')} is not supported by corral: "
                                 f"use DRAIN (with a Reason) or RESUME\n", 1)
+    try:
+        names = hostlist.expand(pairs[0][1])
+    except hostlist.HostlistError as exc:
+        raise SlurmCommandError(f"scontrol: error: Invalid node name specified: {exc}\n", 1) from None
     failures = []
-    for name in hostlist.expand(pairs[0][1]):
+    for name in names:
         try:
             controller.call("POST", f"/nodes/{name}", body=body)
         except ApiError as exc:
