@@ -66,11 +66,6 @@ def test_a_lone_surrogate_in_a_name_is_refused_and_the_queue_stays_readable(api)
     assert no_jobs(api)  # on main: every later GET /jobs answered 500
 
 
-def test_a_lone_surrogate_in_a_variable_name_gets_a_readable_refusal(api):
-    body = '{"workdir": "/tmp", "user": "alice", "argv": ["true"], "env": {"x\\ud800": 1}}'
-    refused(api.post_raw("/jobs", body), "env.x", "Input should be a valid string")
-
-
 @pytest.mark.parametrize(("fields", "words"), [
     ({"name": "x" * 1024 * 1024}, ["name", str(limits.NAME_MAX_CHARS)]),
     ({"comment": "x" * (limits.COMMENT_MAX_CHARS + 1)}, ["comment", str(limits.COMMENT_MAX_CHARS)]),
@@ -112,7 +107,7 @@ def test_a_negative_step_id_is_refused(api):
     refused(api.get(f"/jobs/{job_id}/steps/-1"), "step_id")
 
 
-@pytest.mark.parametrize("query", [f"ids={TOO_BIG}", "ids=1,x", "since=nan", "until=inf"])
+@pytest.mark.parametrize("query", [f"ids={TOO_BIG}", "since=nan", "until=inf"])
 def test_accounting_filters_are_bounded(api, query):
     refused(api.get(f"/accounting?{query}"))
 
