@@ -51,34 +51,11 @@ class LimitError(ValueError):
     """A value outside corral's limits; the message names the field and the limit."""
 
 
-def require(problem: str | None, field: str) -> None:
-    """Raise LimitError("<field>: <problem>") if there is a problem."""
-    if problem is not None:
-        raise LimitError(f"{field}: {problem}")
-
-
-def int_problem(value: int, low: int, high: int) -> str | None:
-    if low <= value <= high:
-        return None
-    return f"{value} is out of range: it must be from {low} to {high}"
-
-
-def check_int(value: int, field: str, low: int, high: int) -> int:
-    require(int_problem(value, low, high), field)
-    return value
-
-
 def parse_int(text: str, field: str, low: int, high: int) -> int:
     """A whole number written in ASCII digits (no sign, no spaces), within [low, high]."""
-    if not (text.isascii() and text.isdigit()):
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
         raise LimitError(f"{field}: {text!r} is not a whole number from {low} to {high}")
-    return check_int(int(text), field, low, high)
-
-
-def float_problem(value: float, low: float, high: float) -> str | None:
-    if low <= value <= high:  # NaN fails both comparisons
-        return None
-    return f"{value} is out of range: it must be a finite number from {low:g} to {high:g}"
+    return int(text)
 
 
 def text_problem(text: str, max_chars: int) -> str | None:
@@ -92,11 +69,6 @@ def text_problem(text: str, max_chars: int) -> str | None:
     if len(text) > max_chars:
         return f"{len(text)} characters is too long: the limit is {max_chars}"
     return None
-
-
-def check_text(text: str, field: str, max_chars: int) -> str:
-    require(text_problem(text, max_chars), field)
-    return text
 
 
 def script_problem(text: str) -> str | None:

@@ -17,9 +17,9 @@ NODE = {"node": "node1", "address": "127.0.0.1", "gpus": [{"index": i} for i in 
 
 
 class InProcessController:
-    def __init__(self, db_path) -> None:
+    def __init__(self, db_url: str) -> None:
         config, tenancy = load_settings(None)
-        self.app = build_app(config, Store.open(f"sqlite:///{db_path}"), SECRET, tenancy=tenancy)
+        self.app = build_app(config, Store.open(db_url), SECRET, tenancy=tenancy)
 
     def request(self, method: str, path: str, **kwargs) -> httpx.Response:
         async def send() -> httpx.Response:

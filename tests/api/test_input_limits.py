@@ -13,7 +13,7 @@ TOO_BIG = 2**63
 
 @pytest.fixture
 def api(tmp_path) -> InProcessController:
-    controller = InProcessController(tmp_path / "corral.db")
+    controller = InProcessController(f"sqlite:///{tmp_path / 'corral.db'}")
     assert controller.post("/agents/register", json=NODE).status_code == 200
     return controller
 
@@ -118,7 +118,7 @@ def test_accounting_filters_are_bounded(api, query):
     ({"running_jobs": [TOO_BIG]}, ["running_jobs"]),
 ])
 def test_an_agent_registration_out_of_range_changes_nothing(tmp_path, change, words):
-    api = InProcessController(tmp_path / "corral.db")
+    api = InProcessController(f"sqlite:///{tmp_path / 'corral.db'}")
     refused(api.post("/agents/register", json={**NODE, "node": "node9", **change}), *words)
     assert api.get("/nodes").json() == []  # on main: the node stayed in memory, shown idle
 

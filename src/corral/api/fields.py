@@ -10,18 +10,8 @@ from pydantic import AfterValidator, BeforeValidator, Field
 from corral import limits
 
 
-def _valid_text(max_chars: int):
-    # Before pydantic's own string check, which refuses a lone surrogate without saying so.
-    def check(text: object) -> object:
-        problem = limits.text_problem(text, max_chars) if isinstance(text, str) else None
-        if problem is not None:
-            raise ValueError(problem)
-        return text
-
-    return check
-
-
 def _valid(problem_of, kind: type = object):
+    """A validator raising the problem corral.limits finds in a value of type `kind`."""
     def check(value):
         problem = problem_of(value) if isinstance(value, kind) else None
         if problem is not None:
@@ -45,7 +35,9 @@ def _diagnostic(text: object) -> object:
 
 
 def _text(max_chars: int, min_chars: int = 0):
-    return Annotated[str, Field(min_length=min_chars, max_length=max_chars), BeforeValidator(_valid_text(max_chars))]
+    # Checked before pydantic's own string check, which refuses a lone surrogate without saying so.
+    check = _valid(lambda text: limits.text_problem(text, max_chars), str)
+    return Annotated[str, Field(min_length=min_chars, max_length=max_chars), BeforeValidator(check)]
 
 
 def _int(low: int, high: int):
