@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
 from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
@@ -67,6 +68,15 @@ _BY_NAME = {s.option.name: s for s in SUBMIT_OPTIONS}
 _MEMORY_FIELDS = ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib")
 
 
+@cache
+def slurm_sbatch_options() -> tuple[Option, ...]:
+    """Every option of Slurm's sbatch (corral.slurm.sbatch_table): those SUBMIT_OPTIONS lacks are refused
+    as unsupported, anything else as unrecognized (with a suggestion)."""
+    from corral.slurm.sbatch_table import OPTIONS
+
+    return tuple(Option(o.key, o.short, o.aliases) for o in OPTIONS)
+
+
 @dataclass(frozen=True, slots=True)
 class _Setting:
     value: object
@@ -103,7 +113,7 @@ def _split_gpu_models(fields: dict) -> dict:
 
 
 def _read_source(tokens: Sequence[str], where: str) -> dict[str, _Setting]:
-    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where)
+    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where, known=slurm_sbatch_options())
     extra = parsed.positionals[:1] or ([parsed.double_dash] if parsed.double_dash else [])
     if extra:
         raise DirectiveError(f"unexpected argument '{extra[0]}'{location(extra[0], where)}")
