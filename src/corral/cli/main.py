@@ -23,7 +23,9 @@ class RawArgsCommand(TyperCommand):
 
 app = typer.Typer(
     name="corral",
-    help="corral: a GPU cluster workload manager with Slurm's ways. Start one with 'corral up'.",
+    help="corral: a GPU cluster workload manager with Slurm's ways. Start one with 'corral up'. "
+         "'corral submit' is sbatch: its script runs once, and the srun lines in it start the tasks. "
+         "'corral run' is srun: it runs a command as every task and shows their output.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,  # tracebacks with locals could print the cluster secret
@@ -37,12 +39,26 @@ app.command("up")(up)
     "submit",
     cls=RawArgsCommand,
     add_help_option=False,
-    help="Submit a batch script or a command (sbatch). 'corral submit --help' lists the options.",
+    help="Submit a batch job (sbatch): the script or command runs once, on the first node; srun lines "
+         "in it start the tasks. 'corral submit --help' lists the options.",
 )
 def submit(ctx: typer.Context) -> None:
     from corral.cli.submit import run_submit
 
     run_submit(ctx.meta[_RAW_ARGS])
+
+
+@app.command(
+    "run",
+    cls=RawArgsCommand,
+    add_help_option=False,
+    help="Run a command as every task of a new job (srun), each task with its own RANK and "
+         "CUDA_VISIBLE_DEVICES; output shown here, exit status the tasks'. 'corral run --help' lists the options.",
+)
+def run_command(ctx: typer.Context) -> None:
+    from corral.cli.run import run_tasks
+
+    raise typer.Exit(run_tasks(ctx.meta[_RAW_ARGS]))
 
 
 @app.command(
