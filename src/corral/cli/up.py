@@ -174,8 +174,9 @@ def banner(cluster: Cluster, config_path: Path) -> str:
         f"  API:       {plan.url}\n"
         f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
         f"  logs:      {plan.log_dir}\n"
-        "Submit from another shell, for example:\n"
-        f"  corral submit -N {len(plan.node_names)} --gpus-per-node 1 --wrap 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
+        "Run jobs from another shell, for example:\n"
+        f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
+        "  corral submit job.sh   (a batch script: runs once, its srun lines start the tasks)\n"
         "  corral queue; corral nodes; corral acct\n"
         "Press Ctrl-C to stop the cluster."
     )
