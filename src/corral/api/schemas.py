@@ -162,6 +162,7 @@ class PartitionOut(BaseModel):
     max_time_s: int | None
     default_time_s: int
     nodes: list[str]
+    priority_job_factor: int = 1
 
 
 class JobUpdate(BaseModel):

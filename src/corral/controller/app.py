@@ -5,9 +5,11 @@ import hmac
 from contextlib import asynccontextmanager
 from typing import Literal
 
-from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 
 from corral.api.schemas import (
     ErrorOut,
@@ -44,13 +46,19 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
         yield
         await service.stop()
 
-    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan,
-                  description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
-    expected = f"Bearer {secret}".encode()
+    # /docs and /redoc with their scripts and styles served from the package, not a CDN: they work on a
+    # cluster without internet access. Swagger UI's "Authorize" takes the secret (the bearer scheme below).
+    app = FastAPIOffline(title="corral", version="0.1.0", lifespan=lifespan,
+                         description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
+    expected = secret.encode()
+    bearer = HTTPBearer(auto_error=False, scheme_name="ClusterSecret",
+                        description="The cluster secret: the controller's --secret-file (`corral up` writes it "
+                                    "to ~/.local/state/corral/secret).")
 
-    async def authorized(authorization: str | None = Header(None)) -> None:
-        if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
-            raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)")
+    async def authorized(credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> None:
+        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), expected):
+            raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)",
+                                headers={"WWW-Authenticate": "Bearer"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -67,7 +75,9 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
         return JSONResponse({"detail": f"node {exc} must register again"}, status_code=409)
 
     @app.get(f"{API_PREFIX}/health")
+    @app.get("/health")
     async def health() -> dict:
+        """Whether the controller answers (no secret needed)."""
         return {"status": "ok", "cluster": service.engine.config.cluster_name}
 
     _user_routes(app, service, Depends(authorized))

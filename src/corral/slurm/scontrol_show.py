@@ -39,7 +39,8 @@ def partition_lines(partition: Mapping, nodes: Sequence[Mapping]) -> list[str]:
         f"MaxNodes=UNLIMITED MaxTime={_limit(partition.get('max_time_s'), 'UNLIMITED')} MinNodes=0 LLN=NO "
         "MaxCPUsPerNode=UNLIMITED",
         f"Nodes={names}",
-        "PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO",
+        f"PriorityJobFactor={partition.get('priority_job_factor', 1)} PriorityTier=1 RootOnly=NO ReqResv=NO "
+        "OverSubscribe=NO",
         "OverTimeLimit=NONE PreemptMode=OFF",
         f"State={'UP' if partition.get('up', True) else 'DOWN'} TotalCPUs={cpus} TotalNodes={len(members)} "
         "SelectTypeParameters=NONE",
