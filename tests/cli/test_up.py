@@ -49,7 +49,8 @@ def test_plan_simulated_defaults(tmp_path):
     assert plan.agent_argvs[1] == (
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817", "--secret-file", str(tmp_path / "secret"),
         "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
-        "--gpus", "4")
+        "--kill-tasks-on-exit", "--gpus", "4")
+    assert plan.spool_dirs == (tmp_path / "spool" / "node1", tmp_path / "spool" / "node2")
 
 
 def test_plan_options(tmp_path):
@@ -59,8 +60,8 @@ def test_plan_options(tmp_path):
     assert plan.url == "http://127.0.0.1:7000" and plan.gpus_per_node == 0  # given G wins over NVML
     assert plan.controller_argv[4:7] == ("0.0.0.0:7000", "--db", "postgresql://db/corral")
     assert plan.controller_argv[-2:] == ("--config", "/etc/corral.toml")
-    assert plan.agent_argvs[0][-8:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
-                                        str(tmp_path / "spool" / "node1"), "--gpus", "0")
+    assert plan.agent_argvs[0][-9:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
+                                        str(tmp_path / "spool" / "node1"), "--kill-tasks-on-exit", "--gpus", "0")
 
 
 def test_plan_real_gpus_one_node_without_gpus_option(tmp_path):
@@ -163,7 +164,9 @@ def test_up_runs_in_the_foreground_until_sigterm(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert "stopping agents and controller" in proc.stderr.read()
+    stderr = proc.stderr.read()
+    assert "stopping the jobs, then the agents and the controller" in stderr
+    assert "corral: stopping: 1 running job requeued; the next 'corral up' runs them\n" in stderr
     children = [json.loads(line)["pid"] for line in (tmp_path / "record.jsonl").read_text().splitlines()]
     time.sleep(0.1)
     for pid in children:

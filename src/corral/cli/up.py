@@ -23,6 +23,9 @@ from corral.cli.up_plan import UpOptions, UpPlan, plan_up
 
 CONTROLLER = "controller"
 STARTUP_TIMEOUT_S = 60.0
+# How long stopping waits for the jobs' tasks to be reported gone (the controller waits at most its kill
+# grace plus its report timeout); past it, the agents kill what is left as they stop.
+STOP_JOBS_WAIT_S = 120.0
 POLL_INTERVAL_S = 0.1
 
 
@@ -32,16 +35,77 @@ class _Stop(Exception):
 
 @dataclass(slots=True)
 class Cluster:
-    """The children of one `corral up`; whatever was started, stop() ends it (agents first)."""
+    """The children of one `corral up`; whatever was started, stop() ends it: the jobs first (through the
+    controller, while the agents still run), then the agents, then the controller."""
 
     plan: UpPlan
     supervisor: Supervisor
     name: str = "corral"  # as the controller's /health says
+    controller_answered: bool = False
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self, grace_s: float = 10.0, stop_jobs: bool = True) -> None:
+        """`stop_jobs=False`: no waiting for the jobs (asked twice); the agents kill their tasks anyway."""
+        if stop_jobs:
+            self.stop_jobs()
         children = self.supervisor.children
         agents = [c for c in children if c.name != CONTROLLER]
         self.supervisor.stop([agents, [c for c in children if c.name == CONTROLLER]], grace_s)
+        kill_leftover_tasks(self.plan)
+
+    def stop_jobs(self) -> None:
+        """Have the controller stop every running job (requeued, or ended) and say so in one line."""
+        controller = next((c for c in self.supervisor.children if c.name == CONTROLLER), None)
+        if controller is None or not self.controller_answered:
+            return  # it never served: no job can have started in this run
+        if controller.process.poll() is not None:
+            typer.echo("corral: the controller is gone: running jobs are killed with the agents and end "
+                       "NODE_FAIL at the next 'corral up'", err=True)
+            return
+        try:
+            with Client(self.plan.url, self.plan.secret_file.read_text().strip(), timeout_s=10.0) as client:
+                report = client.stop_cluster(STOP_JOBS_WAIT_S)
+        except (CliError, OSError) as exc:
+            typer.echo(f"corral: could not stop the jobs through the controller ({exc}): the agents kill "
+                       "their tasks as they stop", err=True)
+            return
+        typer.echo(f"corral: {stop_summary(report)}", err=True)
+
+
+def stop_summary(report: dict) -> str:
+    """One line on what stopping did to the jobs, from the controller's ClusterStopOut."""
+    ended: dict[str, int] = {}
+    for job in report["ended"]:
+        ended[job["state"]] = ended.get(job["state"], 0) + 1
+    parts = []
+    if report["requeued"]:
+        parts.append(f"{_jobs(len(report['requeued']), 'running job')} requeued")
+    parts += [f"{count} ended {state}" for state, count in sorted(ended.items())]
+    if report["unconfirmed"]:
+        parts.append(f"{len(report['unconfirmed'])} not reported stopped in time (killed with the agents)")
+    line = "stopping: " + (", ".join(parts) if parts else "no running jobs")
+    if report["pending"]:
+        line += f"; {_jobs(report['pending'], 'pending job')} {'stays' if report['pending'] == 1 else 'stay'} queued"
+    if report["requeued"] or report["pending"]:
+        line += "; the next 'corral up' runs them"
+    return line
+
+
+def _jobs(count: int, what: str) -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
+
+
+def kill_leftover_tasks(plan: UpPlan) -> None:
+    """Kill what an agent that died (SIGKILL, a crash) left running; its spool records its tasks."""
+    from corral.agent.task_spool import TaskSpool, sweep
+
+    for node, spool_dir in zip(plan.node_names, plan.spool_dirs, strict=True):
+        killed, survivors = sweep(TaskSpool(spool_dir))
+        if killed:
+            typer.echo(f"corral: killed the leftover tasks of {', '.join(r.describe() for r in killed)} on "
+                       f"{node}, whose agent was gone", err=True)
+        if survivors:
+            typer.echo(f"corral: warning: the tasks of {', '.join(r.describe() for r in survivors)} on {node} "
+                       "outlived SIGKILL", err=True)
 
 
 @contextmanager
@@ -80,6 +144,7 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
     supervisor.start(CONTROLLER, plan.controller_argv)
     with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=2.0) as client:
         cluster.name = _wait_for_health(client, supervisor, deadline).get("cluster", cluster.name)
+        cluster.controller_answered = True
         for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
             supervisor.start(name, argv)
         _wait_for_nodes(client, supervisor, plan.node_names, deadline)
@@ -157,13 +222,13 @@ def run_up(plan: UpPlan) -> int:
             typer.echo(banner(cluster, config_path))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
-            typer.echo("\ncorral: stopping agents and controller...", err=True)
+            typer.echo("\ncorral: stopping the jobs, then the agents and the controller...", err=True)
             return 0 if ready else 130
         finally:
             try:
                 cluster.stop()
             except (KeyboardInterrupt, _Stop):  # asked again: no more waiting
-                cluster.stop(grace_s=0.0)
+                cluster.stop(grace_s=0.0, stop_jobs=False)
 
 
 def banner(cluster: Cluster, config_path: Path) -> str:
