@@ -14,7 +14,7 @@ from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited
 from corral.cli.supervisor import Supervisor
-from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_secret
+from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, stop_summary, write_secret
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 
 FAKE = str(Path(__file__).with_name("fake_cluster.py"))
@@ -108,6 +108,19 @@ def test_secret_file_is_private(tmp_path):
     write_secret(tmp_path / "secret")
     assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
     assert len((tmp_path / "secret").read_text().strip()) >= 32
+
+
+@pytest.mark.parametrize(("report", "line"), [
+    ({"requeued": [1, 2], "ended": [{"id": 3, "state": "NODE_FAIL"}], "unconfirmed": [], "pending": 3},
+     "stopping: 2 running jobs requeued, 1 ended NODE_FAIL; 3 pending jobs stay queued; the next 'corral up' runs them"),
+    ({"requeued": [], "ended": [{"id": 4, "state": "CANCELLED"}, {"id": 5, "state": "NODE_FAIL"}],
+      "unconfirmed": [6], "pending": 0},
+     "stopping: 1 ended CANCELLED, 1 ended NODE_FAIL, 1 not reported stopped in time (killed with the agents)"),
+    ({"requeued": [], "ended": [], "unconfirmed": [], "pending": 1},
+     "stopping: no running jobs; 1 pending job stays queued; the next 'corral up' runs them"),
+])
+def test_stop_summary(report, line):
+    assert stop_summary(report) == line
 
 
 def test_start_and_stop_cluster(tmp_path, monkeypatch):
