@@ -9,9 +9,10 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
-from corral.agent.task_spool import TaskSpool, sweep
-from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskExit, TaskLaunch
+from corral.agent.task_spool import TaskSpool, since_boot, sweep
+from corral.protocol import NodeStarted, SignalJob
 
 
 def spawn_group(tmp_path, job_id: int, script: str = "sleep 30") -> subprocess.Popen:
@@ -31,33 +32,6 @@ def session_members(sid: int) -> list[int]:
     return found
 
 
-def test_a_launch_onto_gpus_a_live_task_of_another_job_holds_is_refused(controller, run_with_agent, make_launch,
-                                                                        make_step, tmp_path):
-    async def scenario(agent):
-        await controller.until(lambda: controller.polls)
-        controller.send(make_launch(job_id=7, node_gpus=[0], argv=["sleep", "30"]))
-        await controller.until(lambda: controller.started(7))
-        controller.send(make_launch(job_id=8, node_gpus=[1, 0], tasks=[TaskLaunch(rank=0, local_rank=0, gpus=[1, 0])],
-                                    argv=["sh", "-c", "echo ran > job8"]))
-        controller.send(make_step(job_id=9, node_gpus=[0], argv=["sh", "-c", "echo ran > step9"]))
-        controller.send(make_launch(job_id=10, node_gpus=[1], argv=["true"]))  # a free GPU: fine
-        await controller.until(lambda: controller.finished(8) and controller.finished(10) and
-                               controller.events_of(StepFinished, 9))
-        assert agent.running_jobs == [7], "the job holding the GPU runs on"
-        controller.send(SignalJob(job_id=7, signal=signal.SIGKILL, grace_s=0))
-        await controller.until(lambda: controller.finished(7))
-
-    run_with_agent(scenario)
-    refused = controller.finished(8)
-    assert refused.error == ("GPU 0 of node n1 still in use by job 7, whose tasks there have not exited: "
-                             "refusing to start another job on it")
-    assert refused.tasks == [TaskExit(rank=0, exit_code=1)] and controller.started(8) is None
-    (step,) = controller.events_of(StepFinished, 9)
-    assert "GPU 0 of node n1 still in use by job 7" in step.error
-    assert controller.finished(10).tasks == [TaskExit(rank=0, exit_code=0)]
-    assert not (tmp_path / "job8").exists() and not (tmp_path / "step9").exists()
-
-
 def test_tasks_are_recorded_while_they_run(controller, run_with_agent, make_launch, tmp_path):
     spool = TaskSpool(tmp_path / "spool")
 
@@ -67,7 +41,7 @@ def test_tasks_are_recorded_while_they_run(controller, run_with_agent, make_laun
         (started,) = await controller.until(lambda: controller.events_of(NodeStarted, 5))
         (record,) = spool.records()
         assert (record.pgid, record.job_id, record.step_id, record.gpus) == (started.pids[0], 5, None, (1,))
-        assert record.started == psutil.Process(started.pids[0]).create_time()
+        assert record.started == pytest.approx(since_boot(psutil.Process(started.pids[0])), abs=0.001)
         controller.send(SignalJob(job_id=5, signal=signal.SIGTERM, grace_s=2))
         await controller.until(lambda: controller.finished(5))
 
@@ -104,6 +78,18 @@ def test_a_recorded_pid_that_now_belongs_to_another_process_is_left_alone(tmp_pa
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_record_from_an_earlier_boot_is_left_alone(tmp_path):
+    task = spawn_group(tmp_path, job_id=3)
+    try:
+        spool = TaskSpool(tmp_path / "spool")
+        spool.write(dataclasses.replace(spool.add(task.pid, 3, None, [0]), boot_id="an-earlier-boot"))
+        assert sweep(spool, grace_s=1) == ([], [])
+        assert task.poll() is None and spool.records() == []
+    finally:
+        task.kill()
+        task.wait()
 
 
 def test_what_a_dead_task_leader_left_in_its_session_is_killed(tmp_path):

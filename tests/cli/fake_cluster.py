@@ -5,7 +5,8 @@ Stdlib only, so they start in milliseconds.
     fake_cluster.py agent --controller URL --secret-file F --node NAME [ignored options...]
 
 The controller serves /health and /nodes, takes agent registrations and answers /cluster/stop (as if it
-had one running job, which it requeued); an agent registers once and then waits for SIGTERM. Both record their argv in $FAKE_CLUSTER_RECORD (one JSON line each)."""
+had one running job, which it requeued); an agent registers once and then waits for SIGTERM. Both record
+their argv in $FAKE_CLUSTER_RECORD (one JSON line each)."""
 from __future__ import annotations
 
 import json

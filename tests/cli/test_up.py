@@ -14,7 +14,16 @@ from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited
 from corral.cli.supervisor import Supervisor
-from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, stop_summary, write_secret
+from corral.agent.task_spool import TaskSpool
+from corral.cli.up import (
+    Cluster,
+    check_port_free,
+    kill_leftover_tasks,
+    start_cluster,
+    state_dir_lock,
+    stop_summary,
+    write_secret,
+)
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 
 FAKE = str(Path(__file__).with_name("fake_cluster.py"))
@@ -104,6 +113,21 @@ def test_one_up_per_state_dir(tmp_path):
             pass
 
 
+def test_what_a_dead_agent_left_running_is_killed_and_said(tmp_path, capsys):
+    plan = fake_plan(tmp_path)
+    orphan = subprocess.Popen(["sleep", "30"], start_new_session=True, env={"PATH": os.environ["PATH"]})
+    try:
+        TaskSpool(plan.spool_dirs[1]).add(orphan.pid, 3, None, [0, 1])
+        kill_leftover_tasks(plan)
+        assert orphan.wait(timeout=1) == -signal.SIGTERM
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert capsys.readouterr().err == (f"corral: killed the leftover tasks of job 3 (process group {orphan.pid}, "
+                                       "GPUs 0,1) on node2, whose agent was gone\n")
+    assert TaskSpool(plan.spool_dirs[1]).records() == []
+
+
 def test_secret_file_is_private(tmp_path):
     write_secret(tmp_path / "secret")
     assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
@@ -112,7 +136,8 @@ def test_secret_file_is_private(tmp_path):
 
 @pytest.mark.parametrize(("report", "line"), [
     ({"requeued": [1, 2], "ended": [{"id": 3, "state": "NODE_FAIL"}], "unconfirmed": [], "pending": 3},
-     "stopping: 2 running jobs requeued, 1 ended NODE_FAIL; 3 pending jobs stay queued; the next 'corral up' runs them"),
+     "stopping: 2 running jobs requeued, 1 ended NODE_FAIL; 3 pending jobs stay queued; "
+     "the next 'corral up' runs them"),
     ({"requeued": [], "ended": [{"id": 4, "state": "CANCELLED"}, {"id": 5, "state": "NODE_FAIL"}],
       "unconfirmed": [6], "pending": 0},
      "stopping: 1 ended CANCELLED, 1 ended NODE_FAIL, 1 not reported stopped in time (killed with the agents)"),

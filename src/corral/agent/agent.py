@@ -186,8 +186,9 @@ class Agent:
         for other, held in holders:
             shared = sorted(set(held) & set(gpus))
             if other != job_id and shared:
-                return (f"GPU {','.join(map(str, shared))} of node {self.node} still in use by job {other}, "
-                        "whose tasks there have not exited: refusing to start another job on it")
+                return (f"GPU{'s' if len(shared) > 1 else ''} {','.join(map(str, shared))} of node {self.node} "
+                        f"still in use by job {other}, whose tasks there have not exited: refusing to start "
+                        f"job {job_id} there")
         return None
 
     # -- registration

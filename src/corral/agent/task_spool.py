@@ -7,10 +7,11 @@ starts (one small JSON file per group: pgid, job, step, GPUs, and the leader's s
 when it is reaped. `sweep()` kills whatever recorded task still runs: the agent calls it before it
 registers, and `corral up` after its agents are gone.
 
-A recorded pgid is trusted only with its leader's start time: Linux does not hand out a pid while a
-process, process group or session still uses the number, so a live process with the pid but another start
-time means the recorded session ended long ago. When the leader is gone but members of its session
-remain, a member counts only if it started after the leader and carries the job's SLURM_JOB_ID.
+A recorded pgid is trusted only with its leader's start time (in seconds since boot, so that a change of
+the wall clock changes nothing, with the boot's id): Linux does not hand out a pid while a process,
+process group or session still uses the number, so a live process with the pid but another start time
+means the recorded session ended long ago. When the leader is gone but members of its session remain, a
+member counts only if it started after the leader and carries the job's SLURM_JOB_ID.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import psutil
 log = logging.getLogger(__name__)
 
 RECORDS_DIR = "tasks"
+BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 SWEEP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait for the processes to go
 POLL_S = 0.05
@@ -37,7 +39,8 @@ START_TIME_TOLERANCE_S = 0.01  # psutil's start times are in clock ticks (1/100 
 @dataclass(frozen=True, slots=True)
 class TaskRecord:
     pgid: int  # the task's main process, leader of its own session and process group
-    started: float  # the leader's start time (psutil's create_time)
+    started: float  # the leader's start, in seconds since boot
+    boot_id: str  # which boot: after a reboot nothing recorded can still run
     job_id: int
     step_id: int | None  # None: the job's own tasks (its batch script or command)
     gpus: tuple[int, ...]  # the devices the task may use
@@ -57,10 +60,10 @@ class TaskSpool:
     def add(self, pid: int, job_id: int, step_id: int | None, gpus: Iterable[int]) -> TaskRecord | None:
         """Record a task just started (its leader is our child, so at worst a zombie: never a stranger)."""
         try:
-            started = psutil.Process(pid).create_time()
+            started = since_boot(psutil.Process(pid))
         except psutil.Error:
             return None  # already reaped: nothing of it is ours to record any more
-        record = TaskRecord(pid, started, job_id, step_id, tuple(gpus))
+        record = TaskRecord(pid, started, boot_id(), job_id, step_id, tuple(gpus))
         self.write(record)
         return record
 
@@ -78,8 +81,8 @@ class TaskSpool:
         for path in sorted(self.directory.glob("*.json")):
             try:
                 fields = json.loads(path.read_text())
-                found.append(TaskRecord(fields["pgid"], fields["started"], fields["job_id"], fields["step_id"],
-                                        tuple(fields["gpus"])))
+                found.append(TaskRecord(fields["pgid"], fields["started"], fields["boot_id"], fields["job_id"],
+                                        fields["step_id"], tuple(fields["gpus"])))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring unreadable task record %s: %s", path, exc)
         return found
@@ -88,10 +91,24 @@ class TaskSpool:
         return self.directory / f"{pgid}.json"
 
 
+def since_boot(proc: psutil.Process) -> float:
+    """When the process started, in seconds since boot (psutil's create_time() follows the wall clock)."""
+    return proc.create_time() - psutil.boot_time()
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID_PATH.read_text().strip()
+    except OSError:
+        return ""
+
+
 def live_members(record: TaskRecord) -> list[psutil.Process]:
     """The live (not zombie) processes of the recorded task's session; [] once it is gone."""
+    if record.boot_id != boot_id():
+        return []
     try:
-        leader_is_ours: bool | None = _same_start(psutil.Process(record.pgid).create_time(), record.started)
+        leader_is_ours: bool | None = _same_start(since_boot(psutil.Process(record.pgid)), record.started)
     except psutil.NoSuchProcess:
         leader_is_ours = None
     except psutil.Error:
@@ -116,7 +133,7 @@ def _same_start(a: float, b: float) -> bool:
 
 
 def _descends_from(proc: psutil.Process, record: TaskRecord) -> bool:
-    return (proc.create_time() >= record.started - START_TIME_TOLERANCE_S
+    return (since_boot(proc) >= record.started - START_TIME_TOLERANCE_S
             and proc.environ().get("SLURM_JOB_ID") == str(record.job_id))
 
 
