@@ -15,15 +15,8 @@ from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited
 from corral.cli.supervisor import Supervisor
 from corral.agent.task_spool import TaskSpool
-from corral.cli.up import (
-    Cluster,
-    check_port_free,
-    kill_leftover_tasks,
-    start_cluster,
-    state_dir_lock,
-    stop_summary,
-    write_secret,
-)
+from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_secret
+from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 
 FAKE = str(Path(__file__).with_name("fake_cluster.py"))

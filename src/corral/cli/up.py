@@ -20,12 +20,10 @@ from corral.cli.errors import CliError
 from corral.cli.output import reported_errors
 from corral.cli.supervisor import ChildExited, Supervisor
 from corral.cli.up_plan import UpOptions, UpPlan, plan_up
+from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
 
 CONTROLLER = "controller"
 STARTUP_TIMEOUT_S = 60.0
-# How long stopping waits for the jobs' tasks to be reported gone (the controller waits at most its kill
-# grace plus its report timeout); past it, the agents kill what is left as they stop.
-STOP_JOBS_WAIT_S = 120.0
 POLL_INTERVAL_S = 0.1
 
 
@@ -45,67 +43,13 @@ class Cluster:
 
     def stop(self, grace_s: float = 10.0, stop_jobs: bool = True) -> None:
         """`stop_jobs=False`: no waiting for the jobs (asked twice); the agents kill their tasks anyway."""
-        if stop_jobs:
-            self.stop_jobs()
         children = self.supervisor.children
+        controller = next((c for c in children if c.name == CONTROLLER), None)
+        if stop_jobs and controller is not None and self.controller_answered:  # else no job can have started
+            stop_cluster_jobs(self.plan, controller_alive=controller.process.poll() is None)
         agents = [c for c in children if c.name != CONTROLLER]
         self.supervisor.stop([agents, [c for c in children if c.name == CONTROLLER]], grace_s)
         kill_leftover_tasks(self.plan)
-
-    def stop_jobs(self) -> None:
-        """Have the controller stop every running job (requeued, or ended) and say so in one line."""
-        controller = next((c for c in self.supervisor.children if c.name == CONTROLLER), None)
-        if controller is None or not self.controller_answered:
-            return  # it never served: no job can have started in this run
-        if controller.process.poll() is not None:
-            typer.echo("corral: the controller is gone: running jobs are killed with the agents and end "
-                       "NODE_FAIL at the next 'corral up'", err=True)
-            return
-        try:
-            with Client(self.plan.url, self.plan.secret_file.read_text().strip(), timeout_s=10.0) as client:
-                report = client.stop_cluster(STOP_JOBS_WAIT_S)
-        except (CliError, OSError) as exc:
-            typer.echo(f"corral: could not stop the jobs through the controller ({exc}): the agents kill "
-                       "their tasks as they stop", err=True)
-            return
-        typer.echo(f"corral: {stop_summary(report)}", err=True)
-
-
-def stop_summary(report: dict) -> str:
-    """One line on what stopping did to the jobs, from the controller's ClusterStopOut."""
-    ended: dict[str, int] = {}
-    for job in report["ended"]:
-        ended[job["state"]] = ended.get(job["state"], 0) + 1
-    parts = []
-    if report["requeued"]:
-        parts.append(f"{_jobs(len(report['requeued']), 'running job')} requeued")
-    parts += [f"{count} ended {state}" for state, count in sorted(ended.items())]
-    if report["unconfirmed"]:
-        parts.append(f"{len(report['unconfirmed'])} not reported stopped in time (killed with the agents)")
-    line = "stopping: " + (", ".join(parts) if parts else "no running jobs")
-    if report["pending"]:
-        line += f"; {_jobs(report['pending'], 'pending job')} {'stays' if report['pending'] == 1 else 'stay'} queued"
-    if report["requeued"] or report["pending"]:
-        line += "; the next 'corral up' runs them"
-    return line
-
-
-def _jobs(count: int, what: str) -> str:
-    return f"{count} {what}{'' if count == 1 else 's'}"
-
-
-def kill_leftover_tasks(plan: UpPlan) -> None:
-    """Kill what an agent that died (SIGKILL, a crash) left running; its spool records its tasks."""
-    from corral.agent.task_spool import TaskSpool, sweep
-
-    for node, spool_dir in zip(plan.node_names, plan.spool_dirs, strict=True):
-        killed, survivors = sweep(TaskSpool(spool_dir))
-        if killed:
-            typer.echo(f"corral: killed the leftover tasks of {', '.join(r.describe() for r in killed)} on "
-                       f"{node}, whose agent was gone", err=True)
-        if survivors:
-            typer.echo(f"corral: warning: the tasks of {', '.join(r.describe() for r in survivors)} on {node} "
-                       "outlived SIGKILL", err=True)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from corral.engine.commands import Command
-from corral.engine.records import JobState
+from corral.engine.records import JobSpec, JobState
 
 if TYPE_CHECKING:
     from corral.engine.engine import Engine
@@ -38,7 +38,7 @@ class ClusterStop:
         return self.requeue + self.end + self.already_stopping
 
 
-def may_requeue(spec) -> bool:
+def may_requeue(spec: JobSpec) -> bool:
     # An allocation's holder (salloc, srun outside a job) goes away with the cluster: requeued, the
     # allocation would wait for a holder that never comes back.
     return spec.requeue and not spec.allocation
