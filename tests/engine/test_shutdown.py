@@ -69,3 +69,12 @@ def test_a_job_already_being_stopped_ends_as_it_was_going_to() -> None:
     assert (stop.requeue, stop.end, stop.already_stopping, stop.commands) == ((), (), (job.id,), [])
     engine.node_finished("node1", job.id, [(0, 0, signal.SIGTERM)], None, T0 + 3)
     assert job.state is JobState.CANCELLED
+
+
+def test_a_stopping_engine_has_no_deadline_that_stays_due() -> None:
+    engine = engine_with_nodes(count=1, start_delay_s=0.3)
+    engine.submit(spec(), T0)  # just submitted: it may not start before T0 + 0.3
+    engine.stop_cluster(T0 + 0.1)
+    assert engine.schedule(T0 + 1) == []
+    deadline = engine.next_deadline(T0 + 1)
+    assert deadline is None or deadline > T0 + 1, "the controller's loop would spin"

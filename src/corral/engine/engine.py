@@ -259,6 +259,7 @@ class Engine:
 
     def schedule(self, now: float) -> list[Command]:
         if self.stopping:
+            self._fresh.clear()  # nothing will start: their start delay is no deadline to wake up for
             return []
         if now - self.views.priority_at >= self.tenancy.spec.priority.calc_period_s:
             self.views.refresh_priorities(self, now)
