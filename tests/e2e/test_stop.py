@@ -18,6 +18,8 @@ import pytest
 from corral.store import Store
 from tests.e2e.harness import API, free_port, wait_for
 
+pytestmark = pytest.mark.slow
+
 MARKER = "CORRAL_STOP_TEST"
 
 
