@@ -186,7 +186,7 @@ def banner(cluster: Cluster, config_path: Path) -> str:
         "Submit from another shell, for example:\n"
         f"  corral submit -N {len(plan.node_names)} --gpus-per-node 1 --wrap 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
         "  corral queue; corral nodes; corral acct\n"
-        "Press Ctrl-C to stop the cluster."
+        "Press Ctrl-C to stop the cluster (running jobs are stopped and requeued)."
     )
 
 
@@ -206,7 +206,8 @@ def up(
     config: Annotated[Path | None, typer.Option("--config", show_default=False,
                                                 help="Controller config file (partitions...).")] = None,
 ) -> None:
-    """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C."""
+    """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
+    stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
     from corral.cli.hostinfo import probe_host
 
     with reported_errors():
