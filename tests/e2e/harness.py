@@ -73,12 +73,21 @@ class Cluster:
         except httpx.TransportError:
             return False
 
+    def start_agent(self, name: str) -> None:
+        """Start one node's agent; it registers in the background."""
+        self.agents[name] = self._spawn(
+            ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
+             "--node", name, "--gpus", str(self.gpus), "--cpus", "16", "--mem-mib", "64000",
+             "--spool", str(self.root / "spool" / name)], f"agent-{name}.log")
+
+    def kill_agent(self, name: str) -> None:
+        """SIGKILL the agent alone (its tasks are sessions of their own: they live on)."""
+        self.agents[name].kill()
+        self.agents[name].wait()
+
     def start_agents(self) -> None:
         for name in self.node_names:
-            self.agents[name] = self._spawn(
-                ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
-                 "--node", name, "--gpus", str(self.gpus), "--cpus", "16", "--mem-mib", "64000",
-                 "--spool", str(self.root / "spool" / name)], f"agent-{name}.log")
+            self.start_agent(name)
         wait_for(lambda: {n["name"] for n in self.nodes() if n["state"] != "down"} >= set(self.node_names),
                  message="agents registered")
 

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from corral.agent.environment import output_path, task_environment
+from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
     LocalTasks,
     SpawnError,
@@ -46,8 +47,10 @@ class JobRunner(LocalTasks):
     """One job's local tasks. `run()` yields NodeStarted then NodeFinished (or only NodeFinished with
     `error` if the tasks could not be started); `kill()` (see LocalTasks) may be called at any time."""
 
-    def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str]):
-        super().__init__(f"job {launch.job_id}")
+    def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
+                 refusal: str | None = None):
+        super().__init__(f"job {launch.job_id}", spool=TaskSpool(spool_dir), job_id=launch.job_id, step_id=None,
+                         gpus=launch.node_gpus, refusal=refusal)
         self.launch = launch
         self.job_id = launch.job_id
         self._node_name = node_name
@@ -81,12 +84,13 @@ class JobRunner(LocalTasks):
     # -- starting
 
     def _spawn_all(self) -> None:
+        self._refuse_if_told()
         workdir = self.launch.workdir
         if not os.path.isdir(workdir):
             raise SpawnError(f"working directory {workdir} does not exist or is not a directory")
         argv = self._command()
         for task in self.launch.tasks:
-            self._procs[task.rank] = self._spawn(task, argv)
+            self._started(task.rank, self._spawn(task, argv))
 
     def _command(self) -> list[str]:
         """argv of every task: the job's script (given the job's argv as its arguments) or the argv."""

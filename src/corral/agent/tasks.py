@@ -8,9 +8,10 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from corral.agent.task_spool import TaskSpool
 from corral.protocol import TaskExit
 
 log = logging.getLogger(__name__)
@@ -79,11 +80,16 @@ def describe_exits(exits: list[TaskExit]) -> str:
 
 class LocalTasks:
     """The local tasks of one job or step: their main processes by rank, their exits, and signals to
-    their process groups. Subclasses start the processes, then set `_spawn_done`, and await `_reap` for
-    each."""
+    their process groups. Subclasses start the processes (`_refuse_if_told` first, `_started` for each),
+    then set `_spawn_done`, and await `_reap` for each. Every task is in the spool from its start to its
+    reaping (task_spool.py), so that it never outlives the agent unnoticed."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, spool: TaskSpool, job_id: int, step_id: int | None, gpus: Sequence[int],
+                 refusal: str | None = None) -> None:
         self._what = what  # "job 7", "step 7.0": for the log
+        self._spool = spool
+        self._owner = (job_id, step_id, tuple(gpus))
+        self._refusal = refusal  # why the agent will not start these tasks at all (their GPUs are busy)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # rank -> the task's main process
         self._exits: dict[int, TaskExit] = {}
         self._spawn_done = asyncio.Event()
@@ -110,12 +116,31 @@ class LocalTasks:
             log.info("%s: still running after %.1fs, sending SIGKILL", self._what, grace_s)
             self._signal_live(signal.SIGKILL)
 
+    @property
+    def holds_devices(self) -> bool:
+        """Whether its tasks may be using their GPUs: about to start, or started and not all exited."""
+        return self._refusal is None and not self._all_exited.is_set()
+
+    def _refuse_if_told(self) -> None:
+        if self._refusal is not None:
+            raise SpawnError(self._refusal)
+
+    def _started(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        """Keep a task just spawned, and record it in the spool; one that cannot be recorded is killed
+        (SpawnError: the caller's abort kills every task started so far)."""
+        self._procs[rank] = proc
+        try:
+            self._spool.add(proc.pid, *self._owner)
+        except OSError as exc:
+            raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}") from exc
+
     async def _reap(self, rank: int, proc: subprocess.Popen[bytes]) -> TaskExit:
         """Wait for a task's main process; kill what it left in its group; record its exit."""
         returncode = await wait_process(proc)
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         # Whatever the task left behind in its group dies with it, as under Slurm's process tracking.
         killpg(proc.pid, signal.SIGKILL)
+        self._spool.remove(proc.pid)
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
@@ -126,6 +151,7 @@ class LocalTasks:
             killpg(proc.pid, signal.SIGKILL)
         for proc in self._procs.values():
             await wait_process(proc)
+            self._spool.remove(proc.pid)
         self._all_exited.set()
 
     def _live_ranks(self) -> list[int]:

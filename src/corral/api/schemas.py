@@ -183,3 +183,17 @@ class NodeUpdate(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class StoppedJob(BaseModel):
+    id: int
+    state: str
+
+
+class ClusterStopOut(BaseModel):
+    """What stopping the cluster did to its jobs (`POST /cluster/stop`, which `corral up` sends first)."""
+
+    requeued: list[int]  # pending again, same id: they run again when the cluster starts again
+    ended: list[StoppedJob]  # their final state (NODE_FAIL: they may not be requeued)
+    unconfirmed: list[int]  # still being stopped when the wait ran out (their tasks were not reported gone)
+    pending: int  # jobs that were waiting, and wait on

@@ -78,6 +78,11 @@ class Client:
     def nodes(self) -> list[dict]:
         return self._call("GET", "/nodes")
 
+    def stop_cluster(self, wait_s: float) -> dict:
+        """Stop every running job before the cluster stops; the reply comes once they are reported gone
+        (or after `wait_s`), so this request may take that long."""
+        return self._call("POST", "/cluster/stop", params={"wait_s": f"{wait_s:g}"}, timeout=wait_s + self.timeout_s)
+
     def partitions(self) -> list[dict]:
         return self._call("GET", "/partitions")
 
@@ -120,7 +125,8 @@ class Client:
         except (httpx.ConnectError, httpx.ConnectTimeout):
             raise ControllerUnreachable(self.url) from None
         except httpx.TimeoutException:
-            raise ClientError(f"the controller at {self.url} did not answer within {self.timeout_s:g} s") from None
+            waited = kwargs.get("timeout", self.timeout_s)
+            raise ClientError(f"the controller at {self.url} did not answer within {waited:g} s") from None
         except httpx.HTTPError as exc:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:

@@ -282,6 +282,13 @@ def _requeued(kind: str, rest: dict) -> str:
     return "requeued" + _in_parens(rest, "cause", "reason")
 
 
+def _cluster_stopped(kind: str, rest: dict) -> str:
+    outcome = rest.pop("outcome", None)
+    if outcome is None:
+        return "cluster stopped"
+    return "cluster stopped: tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")
+
+
 def _signal(kind: str, rest: dict) -> str:
     name = rest.pop("signal", None) or rest.pop("name", None)
     return (f"signal {name} sent" if name is not None else "signal sent") + _in_parens(rest, "cause", "reason")
@@ -295,4 +302,5 @@ def _in_parens(rest: dict, *keys: str) -> str:
     return ""
 
 
-_EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal}
+_EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal,
+                  "cluster-stopped": _cluster_stopped}

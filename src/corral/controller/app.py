@@ -23,6 +23,7 @@ from corral.api.schemas import (
 )
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.step_routes import step_routes
+from corral.controller.stop_routes import stop_routes
 from corral.controller.tenancy_routes import tenancy_routes
 from corral.engine.admission import AdmissionError
 from corral.engine.engine import UnknownJob, WrongState
@@ -83,6 +84,7 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
     _user_routes(app, service, Depends(authorized))
     tenancy_routes(app, service, Depends(authorized))
     step_routes(app, service, Depends(authorized))
+    stop_routes(app, service, Depends(authorized))
     _agent_routes(app, service, Depends(authorized))
     return app
 

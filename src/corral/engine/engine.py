@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan
 from corral.core.scheduler import schedule
-from corral.engine import gates, membership, steps
+from corral.engine import gates, membership, shutdown, steps
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.deadlines import Deadlines
@@ -70,6 +70,8 @@ class Engine:
         self.dirty_nodes: set[str] = set()
         self.meta_dirty: set[str] = set()
         self.last_plan: CyclePlan | None = None
+        # The cluster is being stopped (shutdown.py): nothing starts or is preempted any more.
+        self.stopping = False
         for job in jobs:
             if job.state in ACTIVE:
                 self._track(job, 0.0)
@@ -256,6 +258,9 @@ class Engine:
     # ----- scheduling
 
     def schedule(self, now: float) -> list[Command]:
+        if self.stopping:
+            self._fresh.clear()  # nothing will start: their start delay is no deadline to wake up for
+            return []
         if now - self.views.priority_at >= self.tenancy.spec.priority.calc_period_s:
             self.views.refresh_priorities(self, now)
         gated = self._gate_pending(now)
@@ -429,6 +434,10 @@ class Engine:
                 later.append(self.deadlines.next_preemptible(self, now))
         times.extend(t for t in later if t is not None and (now is None or t > now))
         return min(times, default=None)
+
+    def stop_cluster(self, now: float) -> shutdown.ClusterStop:
+        """The cluster is stopping: stop every running job (requeue it or end it), start nothing more."""
+        return shutdown.stop_cluster(self, now)
 
     # ----- nodes
 
