@@ -100,6 +100,14 @@ def test_up_command_port_in_use(isolated, cli):
     assert not (isolated / "s" / "secret").exists()  # nothing was started or written
 
 
+def test_up_command_missing_config_file(isolated, cli):
+    for config, why in ((isolated / "missing.toml", "does not exist"), (isolated, "is a directory")):
+        result = cli("up", "--config", str(config), "--state-dir", str(isolated / "s"))
+        assert result.exit_code == 2
+        assert f"Invalid value for '--config': file '{config}' {why}" in result.stderr
+    assert not (isolated / "s").exists()  # refused before anything started
+
+
 def test_one_up_per_state_dir(tmp_path):
     with state_dir_lock(tmp_path), pytest.raises(CliError, match="another 'corral up' is running"):
         with state_dir_lock(tmp_path):

@@ -6,10 +6,13 @@ Times are shown in local time in Slurm's ISO form (2024-05-01T14:05:03); `now` i
 output is reproducible."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
+from corral.filename_pattern import expand_pattern
 from corral.jobscript.units import format_duration, format_duration_short
+from corral.slurm import jobids
 
 QUEUE_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", "NODELIST(REASON)")
 QUEUE_RIGHT = frozenset({0, 5, 6, 7})  # numbers right-aligned, as squeue does
@@ -52,10 +55,9 @@ def exit_code_text(job: dict) -> str:
 
 
 def job_id_text(job: dict) -> str:
-    """`12_3` for task 3 of array job 12, else the job id."""
-    if job.get("array_task_id") is not None and job.get("array_job_id") is not None:
-        return f"{job['array_job_id']}_{job['array_task_id']}"
-    return str(job["id"])
+    """`12_3` for task 3 of array job 12, `12_[4-9]` for a record standing for its pending tasks (as
+    squeue_select.combine_pending_array_tasks makes them), else the job id."""
+    return jobids.job_id(job)
 
 
 def or_dash(text: object) -> str:
@@ -169,9 +171,19 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         ("GpuSeconds", f"{job['gpu_seconds']:.0f}"),
         ("WorkDir", job["workdir"]),
         ("SubmitHost", or_none(job.get("submit_host"))),
-        ("StdOut", job["output"]),
-        ("StdErr", job["error"] or job["output"]),  # no separate file: stderr goes with stdout
+        ("StdOut", output_file(job, job["output"])),
+        ("StdErr", output_file(job, job["error"] or job["output"])),  # no separate file: stderr goes with stdout
     ]
+
+
+def output_file(job: dict, pattern: str) -> str:
+    """The file an output pattern (%j, %x, %N, %t, ...) names, as the agent opens it for the first task on
+    the job's first node (Slurm's scontrol also shows the first task's); %N stays until there is a node."""
+    node = job["slices"][0]["node"] if job.get("slices") else "%N"
+    name = expand_pattern(pattern, job_id=job["id"], job_name=job["name"], user=job["user"], node_name=node,
+                          node_index=0, task_rank=0, array_job_id=job.get("array_job_id"),
+                          array_task_id=job.get("array_task_id"))
+    return os.path.join(job["workdir"], name)
 
 
 def or_none(text: str | None) -> str:

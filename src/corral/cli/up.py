@@ -192,19 +192,20 @@ def banner(cluster: Cluster, config_path: Path) -> str:
 
 
 def up(
-    nodes: Annotated[int | None, typer.Option("--nodes", "-N", min=1, show_default=False,
+    nodes: Annotated[int | None, typer.Option("--nodes", "-N", min=1, show_default=False, metavar="N",
                                               help="Nodes to start. Default: 2, or 1 on real GPUs.")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(
-        "--gpus-per-node", min=0, show_default=False,
+        "--gpus-per-node", min=0, show_default=False, metavar="N",
         help="Simulated GPUs per node. Default: the real GPUs if NVML finds any, else 4 simulated.")] = None,
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Controller port.")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option("--host", help="Address the controller listens on.")] = "127.0.0.1",
     state_dir: Annotated[Path | None, typer.Option(
-        "--state-dir", show_default=False,
+        "--state-dir", show_default=False, metavar="DIR",
         help="Secret, database, logs, spool. Default: $XDG_STATE_HOME/corral or ~/.local/state/corral.")] = None,
-    db: Annotated[str | None, typer.Option("--db", show_default=False,
+    db: Annotated[str | None, typer.Option("--db", show_default=False, metavar="URL",
                                            help="Database URL. Default: SQLite in the state dir.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", show_default=False,
+    config: Annotated[Path | None, typer.Option("--config", show_default=False, metavar="FILE", exists=True,
+                                                dir_okay=False,
                                                 help="Controller config file (partitions...).")] = None,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
