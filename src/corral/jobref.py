@@ -42,8 +42,10 @@ class JobRef:
                  step: str | None = None) -> None:
         self.text, self.job_id, self.tasks, self.step = text, job_id, tasks, step
 
-    def has_task(self, index: int) -> bool:
-        return self.tasks is not None and any(first <= index <= last for first, last in self.tasks)
+    def has_task(self, index: int | None) -> bool:
+        if self.tasks is None or index is None:
+            return False
+        return any(first <= index <= last for first, last in self.tasks)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JobRef) and (self.text, self.job_id, self.tasks, self.step) == (
