@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
+
+from corral.hostlist import check_node_name
 
 API_PREFIX = "/api/v1"
 EPOCH_HEADER = "X-Corral-Epoch"
@@ -26,7 +28,7 @@ class GpuInfo(BaseModel):
 
 
 class Registration(BaseModel):
-    node: str
+    node: Annotated[str, AfterValidator(check_node_name)]
     address: str
     gpus: list[GpuInfo]
     cpus: int

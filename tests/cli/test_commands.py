@@ -96,10 +96,13 @@ def test_queue_long_adds_account_qos_queue_and_detail(standin, cli):
 
 
 def test_acct_names_array_tasks(standin, cli):
+    """As sacct -j: an array's id is every task, `A_I` one task, and a task's own id that task."""
     add_array_tasks(standin.state)
-    result = cli("acct", "-j", "20,21")
-    assert result.exit_code == 0, result.output
-    assert [r[0] for r in lines_of(result.stdout)[1:]] == ["20_0", "20_1"]
+    for ids, rows in (("20", ["20_0", "20_1", "20_2"]), ("20_2,21", ["20_1", "20_2"]), ("20_[0-1]", ["20_0", "20_1"])):
+        result = cli("acct", "-j", ids)
+        assert result.exit_code == 0, result.output
+        assert [r[0] for r in lines_of(result.stdout)[1:]] == rows
+        assert standin.state.queries[-1] == ("/accounting", {"ids": ids})
 
 
 def test_show_array_task_reason_detail_and_policy(standin, cli):
@@ -190,7 +193,7 @@ def test_cancel(standin, cli):
 def test_cancel_unknown_fails_but_cancels_the_rest(standin, cli):
     result = cli("cancel", "99", "2")
     assert result.exit_code == 1
-    assert "corral: error: job 99: job 99 not found" in result.stderr
+    assert "corral: error: job 99 not found" in result.stderr
     assert "Cancelled job 2" in result.stdout
     assert standin.state.jobs[2]["state"] == "CANCELLED"
 

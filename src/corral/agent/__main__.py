@@ -18,6 +18,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.discovery import DiscoveryError, discover
+from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.commands_dir import slurm_commands_dir
 
 log = logging.getLogger("corral.agent")
@@ -28,11 +29,18 @@ def default_spool_dir(node: str) -> Path:
     return Path(state_home) / "corral" / f"agent-{node}"
 
 
+def _node_name(text: str) -> str:
+    try:
+        return check_node_name(text)
+    except HostlistError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m corral.agent", description="corral node agent")
     parser.add_argument("--controller", required=True, help="controller URL, e.g. http://head:6817")
     parser.add_argument("--secret-file", required=True, type=Path, help="file holding the cluster secret")
-    parser.add_argument("--node", required=True, help="this node's name in the cluster")
+    parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
     parser.add_argument("--address", default="127.0.0.1", help="address other nodes reach this one at")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="simulate N GPUs instead of reading them from NVML")

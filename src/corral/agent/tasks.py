@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from corral.agent.task_spool import TaskSpool
+from corral.jobref import ascii_number
 from corral.protocol import TaskExit
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,8 @@ def task_exit(rank: int, returncode: int) -> TaskExit:
 
 
 def int_or_none(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
+    """ASCII digits only: int() and str.isdigit() take other scripts' digits too."""
+    return None if text is None else ascii_number(text)
 
 
 def describe_exits(exits: list[TaskExit]) -> str:

@@ -194,6 +194,8 @@ class PriorityOut(BaseModel):
     partition_factor: int
     qos_factor: int
     nice: int
+    array_job_id: int | None = None  # an array task's array, so that `sprio -j A_I` finds it
+    array_task_id: int | None = None
 
 
 class FairShareOut(BaseModel):

@@ -55,9 +55,10 @@ class Client:
     def submit(self, body: dict) -> dict:
         return self._call("POST", "/jobs", json=body)
 
-    def jobs(self, *, states: Iterable[str] = (), user: str | None = None,
-             include_finished: bool = False) -> list[dict]:
-        params = _params(states=_csv(states), user=user, all="true" if include_finished else None)
+    def jobs(self, *, states: Iterable[str] = (), user: str | None = None, include_finished: bool = False,
+             ids: Iterable[str] = ()) -> list[dict]:
+        """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`)."""
+        params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids))
         return self._call("GET", "/jobs", params=params)
 
     def job(self, job_id: int) -> dict:
@@ -87,7 +88,7 @@ class Client:
         return self._call("GET", "/partitions")
 
     def accounting(self, *, user: str | None = None, states: Iterable[str] = (), since: float | None = None,
-                   until: float | None = None, ids: Iterable[int] = ()) -> list[dict]:
+                   until: float | None = None, ids: Iterable[str] = ()) -> list[dict]:
         params = _params(user=user, states=_csv(states), since=_epoch(since), until=_epoch(until), ids=_csv(ids))
         return self._call("GET", "/accounting", params=params)
 

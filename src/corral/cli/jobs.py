@@ -9,12 +9,14 @@ from typing import Annotated
 import typer
 
 from corral.cli import render
-from corral.cli.client import ClientError
+from corral.cli.client import Client, ClientError
 from corral.cli.config import current_user
 from corral.cli.connect import open_client
+from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
 from corral.slurm.squeue_select import combine_pending_array_tasks
+from corral.jobref import JobIdError, JobRef, parse_job_list
 
 UrlOption = Annotated[
     str | None,
@@ -105,41 +107,54 @@ def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
 
 
 def show(
-    job_id: Annotated[int, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobRefArgument,
     json_output: JsonOption = False,
     url: UrlOption = None,
 ) -> None:
-    """Show every detail of one job and its history: preemptions, requeues, signals (scontrol show job)."""
+    """Show every detail of one job and its history: preemptions, requeues, signals (scontrol show job).
+    An array's id shows every task of the array (with --json: a list), as scontrol show job does."""
     with reported_errors(), open_client(url) as client:
-        job = client.job(job_id)
+        jobs = jobs_named(client, job_id)
+    if not jobs:
+        fail(f"job {job_id} not found")
     if json_output:
-        print_json(job)
+        print_json(jobs if names_array(job_id, jobs) else jobs[0])
         return
-    print_lines(render.format_fields(render.job_fields(job)) + render.history_lines(job))
+    blocks = [render.format_fields(render.job_fields(job)) + render.history_lines(job) for job in jobs]
+    print_lines([line for index, block in enumerate(blocks) for line in ([""] if index else []) + block])
 
 
-def cancel(
-    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", show_default=False)],
-    url: UrlOption = None,
-) -> None:
-    """Cancel jobs, pending or running (scancel). A job that already ended is reported, not an error."""
+def cancel(job_ids: JobRefsArgument, url: UrlOption = None) -> None:
+    """Cancel jobs, pending or running (scancel). An array's id cancels every task of it, N_I one task,
+    N_[I-J,K] those tasks. A job that already ended is reported, not an error."""
     unknown = 0
     with reported_errors(), open_client(url) as client:
-        for job_id in job_ids:
-            try:
-                job = client.cancel(job_id)
-            except ClientError as exc:
-                if exc.status == 409:  # already finished: the user's goal holds, as scancel's exit 0
-                    warn(f"job {job_id} not cancelled: {exc}")
-                    continue
-                if exc.status != 404:
-                    raise
+        for ref in job_ids:
+            jobs = jobs_named(client, ref)
+            if not jobs:
                 unknown += 1
-                typer.echo(f"corral: error: job {job_id}: {exc}", err=True)
+                typer.echo(f"corral: error: job {ref} not found", err=True)
                 continue
-            typer.echo(f"Cancelled job {render.job_id_text(job)} ({job['state']})")
+            _cancel_each(client, ref, jobs)
     if unknown:
         raise typer.Exit(1)
+
+
+def _cancel_each(client: Client, ref: JobRef, jobs: list[dict]) -> None:
+    ended = []
+    for job in jobs:
+        try:
+            done = client.cancel(job["id"])
+        except ClientError as exc:
+            if exc.status != 409:  # 409: already finished; the user's goal holds, as scancel's exit 0
+                raise
+            ended.append(exc)
+            continue
+        typer.echo(f"Cancelled job {render.job_id_text(done)} ({done['state']})")
+    if len(jobs) == 1 and ended:
+        warn(f"job {ref} not cancelled: {ended[0]}")
+    elif ended:
+        warn(f"{len(ended)} of the {len(jobs)} jobs of {ref} had already ended")
 
 
 def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:
@@ -163,7 +178,8 @@ def acct(
                                               metavar="TIME", show_default=False)] = None,
     states: Annotated[str | None, typer.Option("--states", "-s", help="Comma-separated states.",
                                                show_default=False)] = None,
-    jobs: Annotated[str | None, typer.Option("--jobs", "-j", help="Comma-separated job ids.", metavar="IDS",
+    jobs: Annotated[str | None, typer.Option("--jobs", "-j", help="Comma-separated job ids: N (an array's id: "
+                                             "every task), N_I, N_[I-J,K].", metavar="IDS",
                                              show_default=False)] = None,
     json_output: JsonOption = False,
     url: UrlOption = None,
@@ -181,7 +197,7 @@ def acct(
 
 def _acct_query(user: str | None, all_users: bool, since: str | None, until: str | None, states: str | None,
                 jobs: str | None, now: float) -> dict:
-    ids = [_job_id(text) for text in _csv(jobs)]
+    ids = _job_ids(jobs)
     # sacct's defaults: with -j every user and all time; otherwise the caller's jobs since midnight.
     if user is None and not all_users and not ids:
         user = current_user()
@@ -195,7 +211,9 @@ def _acct_query(user: str | None, all_users: bool, since: str | None, until: str
     }
 
 
-def _job_id(text: str) -> int:
-    if not text.isdigit():
-        fail(f"invalid job id {text!r} in --jobs")
-    return int(text)
+def _job_ids(text: str | None) -> list[str]:
+    """--jobs in Slurm's forms, checked here so that a bad id stops the command before any request."""
+    try:
+        return [ref.text for ref in parse_job_list(text or "", task_lists=True)]
+    except JobIdError as exc:
+        fail(f"{exc} in --jobs")

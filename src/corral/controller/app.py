@@ -21,6 +21,7 @@ from corral.api.schemas import (
     PartitionOut,
     SubmitReply,
 )
+from corral.controller.params import JobIdPath
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.step_routes import step_routes
 from corral.controller.stop_routes import stop_routes
@@ -28,6 +29,7 @@ from corral.controller.tenancy_routes import tenancy_routes
 from corral.engine.admission import AdmissionError
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
+from corral.jobref import JobIdError, parse_job_list
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -37,6 +39,8 @@ from corral.protocol import (
     RegistrationReply,
 )
 
+IDS_HELP = ("Comma-separated job ids in Slurm's forms: N (for an array's id, every task), N_I (task I of "
+            "array N), N_[I-J,K] (those tasks).")
 ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
 
 
@@ -98,45 +102,46 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
             raise HTTPException(422, str(exc)) from None
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
-    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth])
-    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[JobOut]:
+    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], responses=ERRORS)
+    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False,
+                        ids: str | None = Query(None, description=IDS_HELP)) -> list[JobOut]:
         wanted = _states(states)
-        return service.jobs(wanted, user, include_finished=all)
+        return service.jobs(wanted, user, include_finished=all, ids=_job_ids(service, ids))
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
-    async def get_job(job_id: int) -> JobOut:
+    async def get_job(job_id: JobIdPath) -> JobOut:
         job = service.job(job_id)
         if job is None:
             raise HTTPException(404, f"invalid job id specified: {job_id}")
         return job
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
-    async def cancel(job_id: int, uid: int | None = None) -> JobOut:
+    async def cancel(job_id: JobIdPath, uid: int | None = None) -> JobOut:
         """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
         return _operate(service, job_id, lambda: service.cancel(job_id, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=ERRORS)
-    async def signal_job(job_id: int, signal: int = Query(..., ge=1, le=64),
+    async def signal_job(job_id: JobIdPath, signal: int = Query(..., ge=1, le=64),
                          scope: Literal["steps", "batch", "full"] = "steps", uid: int | None = None) -> JobOut:
         """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
         return _operate(service, job_id, lambda: service.signal(job_id, signal, scope, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
-    async def requeue(job_id: int, background: BackgroundTasks) -> JobOut:
+    async def requeue(job_id: JobIdPath, background: BackgroundTasks) -> JobOut:
         out, send_kills = _operate(service, job_id, lambda: service.requeue(job_id))
         background.add_task(send_kills)  # after the reply: the caller is often one of the job's processes
         return out
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=ERRORS)
-    async def update(job_id: int, body: JobUpdate) -> JobOut:
+    async def update(job_id: JobIdPath, body: JobUpdate) -> JobOut:
         return _operate(service, job_id, lambda: service.update(job_id, body))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=ERRORS)
-    async def hold(job_id: int) -> JobOut:
+    async def hold(job_id: JobIdPath) -> JobOut:
         return _operate(service, job_id, lambda: service.hold(job_id, True))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=ERRORS)
-    async def release(job_id: int) -> JobOut:
+    async def release(job_id: JobIdPath) -> JobOut:
         return _operate(service, job_id, lambda: service.hold(job_id, False))
 
     @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
@@ -157,14 +162,10 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
 
     @app.get(f"{API_PREFIX}/accounting", dependencies=[auth])
     async def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
-                   until: float | None = None, ids: str | None = None) -> list[JobOut]:
+                   until: float | None = None, ids: str | None = Query(None, description=IDS_HELP)) -> list[JobOut]:
         wanted = _states(states)
-        try:
-            id_list = [int(i) for i in ids.split(",")] if ids else None
-        except ValueError:
-            raise HTTPException(422, f"bad job id list {ids!r}") from None
         return service.accounting(
-            ids=id_list, users=[user] if user else None,
+            ids=_job_ids(service, ids), users=[user] if user else None,
             states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
 
 
@@ -178,6 +179,17 @@ def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
         raise HTTPException(409, f"job {job_id} already finished ({found.state.value})") from None
     except WrongState as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+def _job_ids(service: ControllerService, text: str | None) -> list[int] | None:
+    """The raw ids an `ids=` list names; ids that name no job add nothing (as sacct -j)."""
+    if not text:
+        return None
+    try:
+        refs = parse_job_list(text, task_lists=True)
+    except JobIdError as exc:
+        raise HTTPException(422, f"ids: {exc}") from None
+    return service.job_ids(refs)
 
 
 def _states(text: str | None) -> set[str] | None:

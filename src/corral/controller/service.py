@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
@@ -20,6 +20,7 @@ from corral.controller import views
 from corral.controller.outbox import Outbox
 from corral.core.model import Gpu
 from corral.controller.deps import resolve_dependency
+from corral.controller.job_refs import UnknownRef, named_job_ids
 from corral.engine.admission import AdmissionError, admit_full
 from corral.controller.step_views import step_launch_message
 from corral.engine.commands import Command, Launch, LaunchStep
@@ -27,6 +28,7 @@ from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import Job, JobState
 from corral.engine.snapshot import node_usage
+from corral.jobref import JobRef
 from corral.protocol import (
     EventBatch,
     LaunchJob,
@@ -213,8 +215,8 @@ class ControllerService:
 
     def _job_operation(self, job_id: int, operation) -> JobOut:
         commands = operation(self.clock())
+        self._commit()  # first: a job that ended (a pending one cancelled) is read back from the store
         job = self.find_job(job_id)
-        self._commit()
         self._dispatch(commands)
         self.poke()
         return views.job_out(job, self.clock())
@@ -237,15 +239,29 @@ class ControllerService:
         ordered = sorted(self.engine.views.pending.values(), key=lambda v: v.order)
         return {v.id: i for i, v in enumerate(ordered, 1)}
 
-    def jobs(self, states: set[str] | None, user: str | None, include_finished: bool) -> list[JobOut]:
+    def job_ids(self, refs: Iterable[JobRef]) -> list[int]:
+        """The raw ids the references name (corral.controller.job_refs); those naming no job add none."""
+        found: set[int] = set()
+        for ref in refs:
+            try:
+                found.update(named_job_ids(ref, self.find_job))
+            except UnknownRef:
+                continue
+        return sorted(found)
+
+    def jobs(self, states: set[str] | None, user: str | None, include_finished: bool,
+             ids: Collection[int] | None = None) -> list[JobOut]:
+        """`ids`: only these records (live ones from the engine, finished ones from the store)."""
         now = self.clock()
-        if include_finished:
+        if ids is not None:
+            found = [j for j in map(self.find_job, sorted(set(ids)))
+                     if j is not None and (include_finished or j.id in self.engine.jobs)]
+        elif include_finished:
             found = self.store.query_jobs(users=[user] if user else None,
                                           states=[JobState(s) for s in states] if states else None)
         else:
             found = sorted(self.engine.jobs.values(), key=lambda j: j.id)
-            found = [j for j in found if (not user or j.spec.user == user)
-                     and (not states or j.state.value in states)]
+        found = [j for j in found if (not user or j.spec.user == user) and (not states or j.state.value in states)]
         places = self.positions()
         pending = self.engine.views.pending
         outs = [views.job_out(j, now) for j in found]

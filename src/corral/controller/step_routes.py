@@ -8,6 +8,7 @@ from fastapi import FastAPI, HTTPException, Query
 from corral.api.schemas import JobOut
 from corral.api.steps import CompleteBody, StepOut, StepSubmit
 from corral.controller import views
+from corral.controller.params import JobIdPath, StepIdPath
 from corral.controller.service import ControllerService
 from corral.controller.step_views import step_out
 from corral.engine.engine import UnknownJob, WrongState
@@ -23,7 +24,7 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
     engine = service.engine
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/steps", status_code=201, dependencies=[auth], responses=ERRORS)
-    async def create_step(job_id: int, body: StepSubmit) -> StepOut:
+    async def create_step(job_id: JobIdPath, body: StepSubmit) -> StepOut:
         launch = body.model_dump(include={"argv", "workdir", "env", "output", "error", "input", "io_host",
                                           "io_port", "io_token", "cpus_per_task"})
         request = StepRequest(
@@ -41,7 +42,7 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return step_out(engine.jobs[job_id], created[0])
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}/steps/{{step_id}}", dependencies=[auth], responses=ERRORS)
-    async def get_step(job_id: int, step_id: int, wait_s: float = Query(0.0, ge=0, le=60)) -> StepOut:
+    async def get_step(job_id: JobIdPath, step_id: StepIdPath, wait_s: float = Query(0.0, ge=0, le=60)) -> StepOut:
         """With wait_s: answer once the step has ended, or after wait_s."""
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
@@ -54,7 +55,7 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
             await asyncio.sleep(STEP_POLL_S)
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/complete", dependencies=[auth], responses=ERRORS)
-    async def complete(job_id: int, body: CompleteBody) -> JobOut:
+    async def complete(job_id: JobIdPath, body: CompleteBody) -> JobOut:
         """The holder of an allocation (salloc, srun outside a job) is done: end it with this exit status."""
         _guarded(lambda: service.operate(lambda now: engine.complete(job_id, body.exit_code, body.signal, now)),
                  job_id)

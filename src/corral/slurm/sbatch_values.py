@@ -13,7 +13,7 @@ from corral.slurm.errors import SlurmCommandError
 
 _DEPENDENCY = (
     r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
-    r"(?::\d+(?:_\d+)?(?:\+\d+)?)+|expand:\d+)"
+    r"(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+|expand:[0-9]+)"
 )
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 SIGNAL_DEFAULT_TIME_S = 60  # sbatch's default warning time for --signal without @time
