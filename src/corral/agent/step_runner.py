@@ -30,13 +30,14 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from corral import stepio
+from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.tasks import (
     EXIT_SPAWN_FAILED,
     LocalTasks,
     SpawnError,
     StdioTarget,
+    append_to,
     describe_exits,
     open_output,
     set_done,
@@ -63,11 +64,12 @@ class StepRunner(LocalTasks):
     start); `kill()` (LocalTasks.kill) may be called at any time."""
 
     def __init__(self, launch: LaunchStep, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str]):
-        super().__init__(f"step {launch.job_id}.{launch.step_id}")
+        super().__init__(f"step {launch.job_id}.{launch.step_id}",
+                         kill_reasons.step_entity(launch.job_id, launch.step_id), node_name,
+                         announces=launch.node_index == 0)
         self.launch = launch
         self.job_id = launch.job_id
         self.step_id = launch.step_id
-        self._node_name = node_name
         self._spool_dir = Path(spool_dir)  # unused for now: steps write no files of their own
         self._base_env = dict(base_env)
         self._reader: asyncio.StreamReader | None = None
@@ -303,6 +305,16 @@ class StepRunner(LocalTasks):
 
     def _output_path(self, pattern: str, task: TaskLaunch) -> str:
         return output_path(self.launch, pattern, self._node_name, task.rank)
+
+    async def _write_stderr(self, data: bytes) -> None:
+        """Where the first local task's stderr goes: its --error file (--output without --error), or to
+        srun as that task's stderr (srun -l labels it), or nowhere."""
+        task = self.launch.tasks[0]
+        pattern = self.launch.error or self.launch.output
+        if pattern is not None:
+            append_to(self._output_path(pattern, task), data)
+        elif self._writer is not None:
+            await self._send(stepio.frame(stepio.STDERR, task.rank, data))
 
     async def _abort(self, exc: SpawnError) -> StepFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""
