@@ -144,7 +144,9 @@ class SignalJob(BaseModel):
     still alive after `grace_s`. A negative `grace_s` sends the signal only (scancel --signal).
 
     `target`: "all" (batch shell, job tasks and steps), "steps" (only step tasks), "batch" (only the
-    batch shell / the job's own tasks). `step_id` narrows "steps" to one step."""
+    batch shell / the job's own tasks). `step_id` narrows "steps" to one step. `reason`: why (see
+    corral.kill_reasons); the agent writes slurmstepd's closing line for it into the job's or step's
+    stderr (None: no line)."""
 
     kind: Literal["kill"] = "kill"
     seq: int = 0
@@ -153,6 +155,7 @@ class SignalJob(BaseModel):
     grace_s: float = 10.0
     target: Literal["all", "steps", "batch"] = "all"
     step_id: int | None = None
+    reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
 
 
 Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator="kind")]

@@ -223,6 +223,16 @@ def test_sinfo(argv, out):
     assert sinfo_output(parse_sinfo(argv, {}), PARTS, NODES, T0) == (out, "", 0)
 
 
+def test_gres_shows_the_slurm_type_of_the_gpu_name():
+    h100 = [{"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "domain": None, "allocated_to": None}
+            for i in range(8)]
+    nodes = [node("n1"), node("n2")]
+    nodes[0]["gpus"] = h100
+    out, _, _ = sinfo_output(parse_sinfo(["-N", "-h", "-o", "%N %G"], {}), [partition("gpu", ("n1", "n2"))], nodes, T0)
+    assert out == "n1 gpu:h100:8\nn2 gpu:8\n"  # the builder's model "sim" names no type: Slurm's untyped gpu:8
+    assert "   Gres=gpu:h100:8\n" in render_nodes(nodes[:1], T0)
+
+
 def test_sinfo_options():
     assert parse_sinfo([], {"SINFO_FORMAT": "%P"}).format.columns[0].field.header == "PARTITION"
     assert parse_sinfo(["-l"], {}).long_banner

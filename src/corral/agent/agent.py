@@ -290,12 +290,13 @@ class Agent:
 
     def _signal(self, command: SignalJob) -> None:
         """A job's signal: to its own tasks ("batch"), its steps ("steps", maybe only `step_id`), or both."""
-        job_id = command.job_id
+        job_id, reason = command.job_id, command.reason
         reached = 0
-        if command.target in ("all", "batch"):
-            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False)
+        # Steps first: their closing lines leave for srun before the batch shell (srun's parent) is signalled.
         if command.target in ("all", "steps"):
-            reached += self._kill_steps(job_id, command.signal, command.grace_s, command.step_id)
+            reached += self._kill_steps(job_id, command.signal, command.grace_s, command.step_id, reason)
+        if command.target in ("all", "batch"):
+            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False, reason=reason)
         if not reached:
             log.debug("signal for job %d (%s), which does not run here: ignored", job_id, command.target)
 
@@ -352,22 +353,25 @@ class Agent:
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
             self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}"))
 
-    def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True) -> int:
-        """Signal a job's own tasks here and (unless `steps` is False) its steps; how many runners."""
+    def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,
+                    reason: str | None = None) -> int:
+        """Signal a job's own tasks here and (unless `steps` is False) its steps; how many runners.
+        `reason` (corral.kill_reasons): the runners write slurmstepd's closing line for it."""
         reached = 0
         runner = self._runners.get(job_id)
         if runner is not None:
-            self._spawn_background(runner.kill(signum, grace_s), f"kill-{job_id}")
+            self._spawn_background(runner.kill(signum, grace_s, reason), f"kill-{job_id}")
             reached += 1
         if steps:
-            reached += self._kill_steps(job_id, signum, grace_s)
+            reached += self._kill_steps(job_id, signum, grace_s, reason=reason)
         return reached
 
-    def _kill_steps(self, job_id: int, signum: int, grace_s: float, step_id: int | None = None) -> int:
+    def _kill_steps(self, job_id: int, signum: int, grace_s: float, step_id: int | None = None,
+                    reason: str | None = None) -> int:
         reached = 0
         for (job, step), runner in list(self._steps.items()):
             if job == job_id and step_id in (None, step):
-                self._spawn_background(runner.kill(signum, grace_s), f"kill-{job}.{step}")
+                self._spawn_background(runner.kill(signum, grace_s, reason), f"kill-{job}.{step}")
                 reached += 1
         return reached
 

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from corral import stepio
+from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
@@ -38,6 +38,7 @@ from corral.agent.tasks import (
     LocalTasks,
     SpawnError,
     StdioTarget,
+    append_to,
     describe_exits,
     open_output,
     set_done,
@@ -65,7 +66,9 @@ class StepRunner(LocalTasks):
 
     def __init__(self, launch: LaunchStep, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
                  refusal: str | None = None):
-        super().__init__(f"step {launch.job_id}.{launch.step_id}", spool=TaskSpool(spool_dir),
+        super().__init__(f"step {launch.job_id}.{launch.step_id}",
+                         kill_reasons.step_entity(launch.job_id, launch.step_id), node_name,
+                         announces=launch.node_index == 0, spool=TaskSpool(spool_dir),
                          job_id=launch.job_id, step_id=launch.step_id, gpus=launch.node_gpus, refusal=refusal)
         self.launch = launch
         self.job_id = launch.job_id
@@ -306,6 +309,16 @@ class StepRunner(LocalTasks):
 
     def _output_path(self, pattern: str, task: TaskLaunch) -> str:
         return output_path(self.launch, pattern, self._node_name, task.rank)
+
+    async def _write_stderr(self, data: bytes) -> None:
+        """Where the first local task's stderr goes: its --error file (--output without --error), or to
+        srun as that task's stderr (srun -l labels it), or nowhere."""
+        task = self.launch.tasks[0]
+        pattern = self.launch.error or self.launch.output
+        if pattern is not None:
+            append_to(self._output_path(pattern, task), data)
+        elif self._writer is not None:
+            await self._send(stepio.frame(stepio.STDERR, task.rank, data))
 
     async def _abort(self, exc: SpawnError) -> StepFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""

@@ -29,7 +29,8 @@ class JobSubmit(BaseModel):
     gpus: int | None = Field(None, ge=0, description="GPUs for the whole job")
     gpus_per_node: int | None = Field(None, ge=0)
     gpus_per_task: int | None = Field(None, ge=0)
-    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model ('A|B': either)")
+    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model: its Slurm type ('h100'), "
+                                                    "NVML's or Slurm's AutoDetect name, any case ('A|B': either)")
     gpu_milli: int | None = Field(None, ge=1, le=1000, description=(
         "A share of one GPU per node in milli-GPU (1..999; 1000 = whole GPUs, the default); needs exactly "
         "one GPU per node. The scheduler packs shares onto devices; it does not enforce them on the GPU yet."))

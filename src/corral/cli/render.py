@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 
 from corral.filename_pattern import expand_pattern
+from corral.gpu_models import describe as describe_gpu
 from corral.jobscript.units import format_duration, format_duration_short
 from corral.slurm import jobids
 
@@ -107,11 +108,12 @@ def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
 
 
 def gpu_models(node: dict) -> str:
-    """Distinct GPU models with counts, e.g. `4x NVIDIA H100`; `-` for a node without GPUs."""
+    """Distinct GPU models with counts, each as its Slurm type and full name, e.g.
+    `4x h100 (NVIDIA H100 80GB HBM3)`; `-` for a node without GPUs."""
     counts: dict[str, int] = {}
     for gpu in node["gpus"]:
         counts[gpu["model"]] = counts.get(gpu["model"], 0) + 1
-    return ", ".join(f"{n}x {model}" for model, n in counts.items()) or "-"
+    return ", ".join(f"{n}x {describe_gpu(model)}" for model, n in counts.items()) or "-"
 
 
 def acct_rows(jobs: Sequence[dict]) -> list[tuple[str, ...]]:

@@ -134,7 +134,7 @@ class ControllerService:
                                                               self.engine.config.cluster_name))
             else:
                 self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s,
-                                                    target=cmd.target, step_id=cmd.step_id))
+                                                    target=cmd.target, step_id=cmd.step_id, reason=cmd.reason))
 
     # ----- users
 

@@ -13,6 +13,7 @@ import signal
 from collections import deque
 from collections.abc import Iterable
 
+from corral import kill_reasons
 from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan
 from corral.core.scheduler import schedule
@@ -22,7 +23,7 @@ from corral.engine.config import EngineConfig
 from corral.engine.deadlines import Deadlines
 from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
-from corral.engine.outcome import final_state, fold_exit, node_result
+from corral.engine.outcome import final_state, fold_exit, kill_reason, node_result
 from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
 from corral.engine.reservations import Reservations
 from corral.engine.snapshot import build_snapshot
@@ -174,11 +175,13 @@ class Engine:
         a command has its tasks, which scancel treats as steps; srun steps are "steps"."""
         own = [n for n, r in job.runs.items() if not r.finished and not job.spec.allocation]
         own_scopes = ("all", "batch") if job.spec.batch else ("all", "steps")
+        # slurmstepd announces a SIGTERM or SIGKILL as a cancel, whoever sends it.
+        reason = kill_reasons.CANCELLED if signum in (signal.SIGTERM, signal.SIGKILL) else None
         commands: list[Command] = []
         if target in own_scopes:
-            commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch") for n in own]
+            commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch", reason=reason) for n in own]
         if target in ("all", "steps"):
-            commands += steps.step_kills(job, signum, SIGNAL_ONLY)
+            commands += steps.step_kills(job, signum, SIGNAL_ONLY, reason=reason)
         return commands
 
     def update(self, job_id: int, now: float, *, name: str | None = None, comment: str | None = None,
@@ -380,7 +383,8 @@ class Engine:
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None and now >= job.kill_deadline:
                 job.kill_deadline = now + self.config.kill_report_timeout_s
                 self.deadlines.push(self, job)
-                commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0) for n in self._kill_nodes(job))
+                commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0, reason=kill_reason(job))
+                                for n in self._kill_nodes(job))
         timeout = self.config.node_timeout_s
         for node in self.nodes.values() if timeout != float("inf") else ():
             if node.up and now - node.last_seen > timeout:
@@ -501,7 +505,8 @@ class Engine:
         if not nodes:
             self._end_run(job, now)
             return []
-        return [Kill(job.id, n, signal.SIGTERM, grace) for n in nodes]
+        reason = kill_reason(job)
+        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason) for n in nodes]
 
     def _kill_nodes(self, job: Job) -> list[str]:
         """Nodes where something of the job may still run: its own unfinished parts and its live steps."""

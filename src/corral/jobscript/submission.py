@@ -5,6 +5,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
+from corral import gpu_models
 from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.getopt import Option, ParsedOption, location, parse_args
@@ -99,16 +100,17 @@ def build_submission(tokens_from_script: Sequence[str], tokens_from_command_line
 
 def _split_gpu_models(fields: dict) -> dict:
     """GPU counts written with a type (`a100:8`) set the count and JobSubmit.gpu_model."""
-    models = set()
+    written = []
     for name, value in list(fields.items()):
         if isinstance(value, values.GpuRequest):
             fields[name] = value.count
             if value.model:
-                models.add(value.model)
+                written.append(value.model)
+    models = gpu_models.distinct(written)  # `h100` and `H100` are one type
     if len(models) > 1:
         raise DirectiveError(f"conflicting GPU types: {', '.join(sorted(models))}")
     if models:
-        fields["gpu_model"] = models.pop()
+        fields["gpu_model"] = models[0]
     return fields
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from _collections_abc import Iterable, Mapping, Sequence
 
-from corral import hostlist
+from corral import gpu_models, hostlist
 from corral.slurm import states, timefmt, tres
 
 
@@ -72,7 +72,7 @@ def node_lines(node: Mapping, now: float, time_format: str | None = None) -> lis
         f"CPUAlloc={node.get('cpus_alloc', 0)} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
         "AvailableFeatures=(null)",
         "ActiveFeatures=(null)",
-        f"Gres={f'gpu:{gpus}' if gpus else '(null)'}",
+        f"Gres={gpu_models.gres(node['gpus'][0].get('model') or '', gpus) if gpus else '(null)'}",
         f"NodeAddr={address} NodeHostName={address} Version=(null)",
         "OS=(null)",
         f"RealMemory={node.get('mem_mib', 0)} AllocMem={node.get('mem_alloc_mib', 0)} FreeMem=N/A "
