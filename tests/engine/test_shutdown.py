@@ -21,7 +21,8 @@ def test_running_jobs_are_killed_everywhere_then_requeued_with_the_same_id() -> 
     stop = engine.stop_cluster(T0 + 10)
 
     assert (stop.requeue, stop.end, stop.already_stopping, stop.pending) == ((gang.id,), (), (), 1)
-    assert stop.commands == [Kill(gang.id, n, signal.SIGTERM, engine.config.kill_grace_s) for n in ("node1", "node2")]
+    assert stop.commands == [Kill(gang.id, n, signal.SIGTERM, engine.config.kill_grace_s, reason="requeue")
+                             for n in ("node1", "node2")]
     assert gang.state is JobState.COMPLETING, "its GPUs stay held until its tasks are reported gone"
     engine.node_finished("node1", gang.id, [(0, 0, signal.SIGTERM)], None, T0 + 11)
     assert gang.state is JobState.COMPLETING

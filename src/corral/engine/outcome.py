@@ -47,6 +47,6 @@ def kill_reason(job: Job) -> str:
     still run, is a plain cancel."""
     if job.final_state is JobState.PENDING:
         cause = next((h["event"] for h in reversed(job.history)
-                      if h.get("event") in ("preempted", "requeue-requested")), None)
+                      if h.get("event") in ("preempted", "requeue-requested", "cluster-stopped")), None)
         return kill_reasons.PREEMPTION if cause == "preempted" else kill_reasons.REQUEUE
     return _KILL_REASONS.get(job.final_state, kill_reasons.CANCELLED)
