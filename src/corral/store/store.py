@@ -1,6 +1,7 @@
 """The store: the controller's durable copy of jobs and nodes."""
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -8,12 +9,12 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql import Select
 
 from corral.engine.records import Job, JobState, Node
 from corral.store import codec, migrate
-from corral.store.database import make_engine, safe_url, sqlite_writer
+from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
 from corral.store.errors import StoreError
 from corral.store.schema import JOBS, META, NODES
 from corral.store.upsert import BulkUpsert
@@ -124,6 +125,30 @@ class Store:
             self._upsert_jobs.execute(connection, changes.jobs)
             self._upsert_nodes.execute(connection, changes.nodes)
             self._upsert_meta.execute(connection, changes.meta)
+
+    def try_write(self, changes: Changes) -> bool:
+        """write() if that needs no waiting, else write nothing and return False: on SQLite, when another
+        connection holds the write lock; on PostgreSQL always (each write is a network round trip). For
+        a caller that must not wait (an event loop), and writes in another thread when this says False."""
+        if self._engine.dialect.name != "sqlite":
+            return False
+        if not (changes.jobs or changes.nodes or changes.meta):
+            return True
+        with _translated("saving"), self._writer.connect() as connection:
+            sqlite = connection.connection.driver_connection
+            sqlite.execute("PRAGMA busy_timeout=0")
+            try:
+                with connection.begin():
+                    self._upsert_jobs.execute(connection, changes.jobs)
+                    self._upsert_nodes.execute(connection, changes.nodes)
+                    self._upsert_meta.execute(connection, changes.meta)
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
+                    return False  # rolled back: nothing written
+                raise
+            finally:
+                sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        return True
 
     def check_writable(self, now: float) -> None:
         """Write one small row (the time of this check), or raise StoreError: whether writes work again
