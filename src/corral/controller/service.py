@@ -3,11 +3,11 @@ store before anyone is answered, and the resulting commands go to the agents' ou
 
 The store is the truth (docs/architecture.md, "The state-store contract"). One asyncio event loop owns the
 engine; one stimulus at a time holds the writer lock from folding it in to dispatching its commands, and
-its commit runs in the store's writer thread, so reads and health checks are answered meanwhile. When a
-commit fails, the engine is thrown away and rebuilt from the store as a restarted controller would build
-it, the epoch changes so that every agent registers again and is reconciled, and the caller gets
-StoreUnavailable (HTTP 503): nothing changed. Until a write succeeds again, stimuli are refused at once
-and no cycle runs. The loop sleeps until something changed (a submission, an agent report, a cancel) or
+a commit that would wait runs in the store's writer thread, so reads and health checks are answered
+meanwhile (writer.py). When a commit fails, the engine is thrown away and rebuilt from the store as a
+restarted controller would build it, the epoch changes so that every agent registers again and is
+reconciled, and the caller gets StoreUnavailable (HTTP 503): nothing changed. Until a write succeeds
+again, stimuli are refused at once and no cycle runs. The loop sleeps until something changed (a submission, an agent report, a cancel) or
 the engine's next deadline (a time limit, a kill to escalate, a node to declare lost) comes due.
 """
 from __future__ import annotations
