@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, TypeVar
 
 from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -23,6 +24,7 @@ from corral.api.schemas import (
 )
 from corral.controller.params import JobIdPath
 from corral.controller.service import ControllerService, StaleAgent
+from corral.controller.writer import StoreUnavailable
 from corral.controller.step_routes import step_routes
 from corral.controller.stop_routes import stop_routes
 from corral.controller.tenancy_routes import tenancy_routes
@@ -41,7 +43,15 @@ from corral.protocol import (
 
 IDS_HELP = ("Comma-separated job ids in Slurm's forms: N (for an array's id, every task), N_I (task I of "
             "array N), N_[I-J,K] (those tasks).")
+
+R = TypeVar("R")
+
 ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+# Requests that change something are refused while the database cannot be written.
+UNAVAILABLE = {503: {"model": ErrorOut, "description": "the database cannot be written: nothing was changed"}}
+WRITE_ERRORS = {**ERRORS, **UNAVAILABLE}
+# What a 503 tells clients to wait before trying again (the controller checks the store more often).
+RETRY_AFTER_S = 5
 
 
 def create_app(service: ControllerService, secret: str) -> FastAPI:
@@ -79,11 +89,21 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
     async def _stale(_req: Request, exc: StaleAgent) -> JSONResponse:
         return JSONResponse({"detail": f"node {exc} must register again"}, status_code=409)
 
-    @app.get(f"{API_PREFIX}/health")
-    @app.get("/health")
-    async def health() -> dict:
-        """Whether the controller answers (no secret needed)."""
-        return {"status": "ok", "cluster": service.engine.config.cluster_name}
+    @app.exception_handler(StoreUnavailable)
+    async def _unavailable(_req: Request, exc: StoreUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    async def health() -> JSONResponse:
+        """200 while the controller can take changes; 503, with the reason, while its database cannot be
+        written (requests that change something are refused then; reads still work)."""
+        body = {"status": "ok", "cluster": service.engine.config.cluster_name}
+        problem = service.health()
+        if problem is None:
+            return JSONResponse(body)
+        return JSONResponse({**body, "status": "unavailable", "detail": problem}, status_code=503)
+
+    for path in (f"{API_PREFIX}/health", "/health", "/readyz"):
+        app.add_api_route(path, health, methods=["GET"], responses=UNAVAILABLE)
 
     _user_routes(app, service, Depends(authorized))
     tenancy_routes(app, service, Depends(authorized))
@@ -94,10 +114,10 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
 
 
 def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=WRITE_ERRORS)
     async def submit(body: JobSubmit) -> SubmitReply:
         try:
-            job_id, task_ids = service.submit(body)
+            job_id, task_ids = await service.submit(body)
         except AdmissionError as exc:
             raise HTTPException(422, str(exc)) from None
         return SubmitReply(job_id=job_id, task_ids=task_ids)
@@ -115,43 +135,43 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
             raise HTTPException(404, f"invalid job id specified: {job_id}")
         return job
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=WRITE_ERRORS)
     async def cancel(job_id: JobIdPath, uid: int | None = None) -> JobOut:
         """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
-        return _operate(service, job_id, lambda: service.cancel(job_id, uid))
+        return await _operate(service, job_id, service.cancel(job_id, uid))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=WRITE_ERRORS)
     async def signal_job(job_id: JobIdPath, signal: int = Query(..., ge=1, le=64),
                          scope: Literal["steps", "batch", "full"] = "steps", uid: int | None = None) -> JobOut:
         """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
-        return _operate(service, job_id, lambda: service.signal(job_id, signal, scope, uid))
+        return await _operate(service, job_id, service.signal(job_id, signal, scope, uid))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=WRITE_ERRORS)
     async def requeue(job_id: JobIdPath, background: BackgroundTasks) -> JobOut:
-        out, send_kills = _operate(service, job_id, lambda: service.requeue(job_id))
+        out, send_kills = await _operate(service, job_id, service.requeue(job_id))
         background.add_task(send_kills)  # after the reply: the caller is often one of the job's processes
         return out
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=WRITE_ERRORS)
     async def update(job_id: JobIdPath, body: JobUpdate) -> JobOut:
-        return _operate(service, job_id, lambda: service.update(job_id, body))
+        return await _operate(service, job_id, service.update(job_id, body))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=WRITE_ERRORS)
     async def hold(job_id: JobIdPath) -> JobOut:
-        return _operate(service, job_id, lambda: service.hold(job_id, True))
+        return await _operate(service, job_id, service.hold(job_id, True))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=WRITE_ERRORS)
     async def release(job_id: JobIdPath) -> JobOut:
-        return _operate(service, job_id, lambda: service.hold(job_id, False))
+        return await _operate(service, job_id, service.hold(job_id, False))
 
     @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
     async def nodes() -> list[NodeOut]:
         return service.nodes()
 
-    @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=WRITE_ERRORS)
     async def update_node(name: str, body: NodeUpdate) -> NodeOut:
         try:
-            service.drain(name, body.drain, body.reason)
+            await service.drain(name, body.drain, body.reason)
         except KeyError:
             raise HTTPException(404, f"unknown node {name!r}") from None
         return next(n for n in service.nodes() if n.name == name)
@@ -169,9 +189,9 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
             states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
 
 
-def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
+async def _operate(service: ControllerService, job_id: int, operation: Awaitable[R]) -> R:
     try:
-        return operation()
+        return await operation
     except UnknownJob:
         found = service.find_job(job_id)
         if found is None:
@@ -203,9 +223,9 @@ def _states(text: str | None) -> set[str] | None:
 
 
 def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    @app.post(f"{API_PREFIX}/agents/register", dependencies=[auth])
+    @app.post(f"{API_PREFIX}/agents/register", dependencies=[auth], responses=UNAVAILABLE)
     async def register(body: Registration) -> RegistrationReply:
-        return service.register(body)
+        return await service.register(body)
 
     @app.get(f"{API_PREFIX}/agents/{{node}}/commands", dependencies=[auth])
     async def commands(node: str, after: int = 0, wait_s: float = Query(20.0, ge=0, le=60),
@@ -213,8 +233,7 @@ def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
         service.check_agent(node, epoch)
         return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
 
-    @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth])
+    @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth], responses=UNAVAILABLE)
     async def events(node: str, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
-        service.check_agent(node, epoch)
-        service.agent_events(node, body)
+        await service.agent_events(node, epoch, body)
         return {"accepted": len(body.events)}

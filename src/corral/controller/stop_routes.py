@@ -31,7 +31,7 @@ def stop_routes(app: FastAPI, service: ControllerService, auth) -> None:
             decisions.append(service.engine.stop_cluster(now))
             return decisions[0].commands
 
-        service.operate(stop)
+        await service.operate(stop)
         decision = decisions[0]
         config = service.engine.config
         deadline = time.monotonic() + min(wait_s, config.kill_grace_s + config.kill_report_timeout_s)
