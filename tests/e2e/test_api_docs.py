@@ -13,7 +13,7 @@ from tests.e2e.harness import API
 
 pytestmark = pytest.mark.slow
 
-UNSECURED = {"/health", f"{API}/health"}
+UNSECURED = {"/health", f"{API}/health", "/readyz"}
 
 
 class _Links(HTMLParser):
