@@ -3,14 +3,30 @@ from __future__ import annotations
 
 import re
 
-from corral.limits import LIST_MAX_ITEMS
+from corral.jobref import ascii_number
 
 _SPLIT = re.compile(r",(?![^\[]*\])")  # commas outside brackets
-_TRAILING_NUM = re.compile(r"^(.*?)(\d+)$")
+# ASCII digits: `\d` also takes other scripts' digits, which int() reads as ASCII ones ("gpu\u0663"
+# would compress to "gpu3", another node's name).
+_TRAILING_NUM = re.compile(r"(.*?)([0-9]+)")
+MAX_HOSTS = 65536  # one expression expands to at most this many names (Slurm's MAX_RANGE is 64K)
+
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+MAX_NAME_LENGTH = 253  # a DNS name's
 
 
 class HostlistError(ValueError):
     pass
+
+
+def check_node_name(name: str) -> str:
+    """A node name that hostlists carry unchanged: ASCII letters, digits, `.`, `_` and `-`. A `,`, `[`,
+    space or another script's digits would be read back as other names (`a,b` as two nodes)."""
+    if not name or len(name) > MAX_NAME_LENGTH or not set(name) <= _NAME_CHARS or name[0] in "-.":
+        raise HostlistError(f"invalid node name {name!r}: use 1 to {MAX_NAME_LENGTH} ASCII letters, digits, "
+                            "'.', '_' and '-', starting with a letter or digit")
+    return name
 
 
 def expand(expression: str) -> list[str]:
@@ -19,13 +35,13 @@ def expand(expression: str) -> list[str]:
     for part in _SPLIT.split(expression.strip()):
         if not part:
             continue
-        hosts.extend(_expand_part(part, LIST_MAX_ITEMS - len(hosts)))
+        hosts.extend(_expand_part(part))
+        if len(hosts) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {expression!r} names more than {MAX_HOSTS} hosts")
     return hosts
 
 
-def _expand_part(part: str, room: int) -> list[str]:
-    """The names of one comma-free part; more than `room` of them is an error (a typo such as
-    `node[1-100000000]` would otherwise take the memory of the machine)."""
+def _expand_part(part: str) -> list[str]:
     open_at = part.find("[")
     if open_at < 0:
         if "]" in part:
@@ -35,26 +51,24 @@ def _expand_part(part: str, room: int) -> list[str]:
     if close_at < 0:
         raise HostlistError(f"unbalanced '[' in hostlist {part!r}")
     prefix, body, rest = part[:open_at], part[open_at + 1 : close_at], part[close_at + 1 :]
-    tails = _expand_part(rest, room) if rest else [""]
+    tails = _expand_part(rest) if rest else [""]
     out: list[str] = []
     for item in body.split(","):
-        lo, _, hi = item.partition("-")
-        if not lo.isdecimal() or (hi and not hi.isdecimal()):
+        lo, dash, hi = item.partition("-")
+        start, end = ascii_number(lo), ascii_number(hi) if dash else ascii_number(lo)
+        if start is None or end is None:
             raise HostlistError(f"bad range {item!r} in hostlist {part!r}")
-        width = len(lo)
-        end = int(hi) if hi else int(lo)
-        if end < int(lo):
+        if end < start:
             raise HostlistError(f"descending range {item!r} in hostlist {part!r}")
-        if len(out) + (end - int(lo) + 1) * len(tails) > room:
-            raise HostlistError(f"hostlist {part!r} names more than {LIST_MAX_ITEMS} hosts")
-        for n in range(int(lo), end + 1):
-            out.extend(f"{prefix}{n:0{width}d}{tail}" for tail in tails)
+        if (end - start + 1) * len(tails) + len(out) > MAX_HOSTS:
+            raise HostlistError(f"hostlist {part!r} names more than {MAX_HOSTS} hosts")
+        out.extend(f"{prefix}{n:0{len(lo)}d}{tail}" for n in range(start, end + 1) for tail in tails)
     return out
 
 
 def sort_key(host: str) -> tuple[str, int, str]:
     """Slurm's order of hosts: by prefix, then by number (node2 before node10)."""
-    m = _TRAILING_NUM.match(host)
+    m = _TRAILING_NUM.fullmatch(host)
     return (m.group(1), int(m.group(2)), host) if m else (host, -1, host)
 
 
@@ -64,7 +78,7 @@ def compress(hosts: list[str] | tuple[str, ...]) -> str:
     plain: list[str] = []
     order: list[str] = []
     for host in dict.fromkeys(hosts):
-        m = _TRAILING_NUM.match(host)
+        m = _TRAILING_NUM.fullmatch(host)
         if not m:
             plain.append(host)
             continue

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from corral import limits
-from corral.api.fields import Amount, Diagnostic, ExitCode, Index, JobId, MemMib, Name, NodeName, Pid, Signal, StepId
+from corral.api.fields import Amount, Diagnostic, ExitCode, Index, JobId, MemMib, Name, Pid, Signal, StepId
+from corral.hostlist import check_node_name
 
 API_PREFIX = "/api/v1"
 EPOCH_HEADER = "X-Corral-Epoch"
@@ -31,7 +32,7 @@ class GpuInfo(BaseModel):
 
 
 class Registration(BaseModel):
-    node: NodeName
+    node: Annotated[str, AfterValidator(check_node_name)]
     address: Name
     gpus: list[GpuInfo] = Field(max_length=limits.LIST_MAX_ITEMS)
     cpus: Amount
@@ -147,7 +148,9 @@ class SignalJob(BaseModel):
     still alive after `grace_s`. A negative `grace_s` sends the signal only (scancel --signal).
 
     `target`: "all" (batch shell, job tasks and steps), "steps" (only step tasks), "batch" (only the
-    batch shell / the job's own tasks). `step_id` narrows "steps" to one step."""
+    batch shell / the job's own tasks). `step_id` narrows "steps" to one step. `reason`: why (see
+    corral.kill_reasons); the agent writes slurmstepd's closing line for it into the job's or step's
+    stderr (None: no line)."""
 
     kind: Literal["kill"] = "kill"
     seq: int = 0
@@ -156,6 +159,7 @@ class SignalJob(BaseModel):
     grace_s: float = 10.0
     target: Literal["all", "steps", "batch"] = "all"
     step_id: int | None = None
+    reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
 
 
 Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator="kind")]

@@ -81,8 +81,6 @@ def test_sizes_are_capped(api, fields, words):
 
 
 @pytest.mark.parametrize(("fields", "words"), [
-    ({"dependency": f"afterok:{TOO_BIG}"}, ["dependency", str(limits.JOB_ID_MAX)]),
-    ({"array": "0-3%\u00b2"}, ["throttle"]),
     ({"array": f"{limits.ARRAY_INDEX_MAX + 1}"}, [str(limits.ARRAY_INDEX_MAX)]),
     ({"signal": "USR1@\u00b2"}, ["--signal time"]),
 ])
@@ -91,30 +89,14 @@ def test_submission_specs_with_numbers_out_of_range_are_refused(api, fields, wor
     assert no_jobs(api)
 
 
-JOB_ROUTES = [("GET", "/jobs/{}"), ("POST", "/jobs/{}/cancel"), ("POST", "/jobs/{}/hold"),
-              ("POST", "/jobs/{}/release"), ("POST", "/jobs/{}/requeue"), ("POST", "/jobs/{}/signal?signal=10"),
-              ("POST", "/jobs/{}/update"), ("POST", "/jobs/{}/complete"), ("GET", "/jobs/{}/steps/0")]
-
-
-@pytest.mark.parametrize(("method", "path"), JOB_ROUTES)
-@pytest.mark.parametrize("job_id", [TOO_BIG, 0, -1])
-def test_job_ids_out_of_range_are_refused_on_every_route(api, method, path, job_id):
-    refused(api.request(method, path.format(job_id), json={}), "job_id")
-
-
-def test_a_negative_step_id_is_refused(api):
-    job_id = api.submit(hold=True).json()["job_id"]
-    refused(api.get(f"/jobs/{job_id}/steps/-1"), "step_id")
-
-
-@pytest.mark.parametrize("query", [f"ids={TOO_BIG}", "since=nan", "until=inf"])
+@pytest.mark.parametrize("query", ["since=nan", "until=inf", "since=-1", "user=a%00b"])
 def test_accounting_filters_are_bounded(api, query):
     refused(api.get(f"/accounting?{query}"))
 
 
 @pytest.mark.parametrize(("change", "words"), [
     ({"cpus": TOO_BIG}, ["cpus"]), ({"mem_mib": 2**31}, ["mem_mib", str(limits.MEM_MIB_MAX)]),
-    ({"gpus": [{"index": -1}]}, ["gpus.0.index"]), ({"node": "n\x00"}, ["node", "NUL"]),
+    ({"gpus": [{"index": -1}]}, ["gpus.0.index"]),
     ({"running_jobs": [TOO_BIG]}, ["running_jobs"]),
 ])
 def test_an_agent_registration_out_of_range_changes_nothing(tmp_path, change, words):
@@ -155,12 +137,6 @@ def test_tenancy_and_reservations_are_bounded(api):
     refused(api.post("/reservations", json=reservation), "end")
     reservation = {"name": "r", "start": 1, "end": 2e9, "nodes": "node[1-100000000]"}
     refused(api.post("/reservations", json=reservation), str(limits.LIST_MAX_ITEMS))
-
-
-def test_cancelling_a_pending_job_answers_with_its_new_state(api):
-    job_id = api.submit(hold=True).json()["job_id"]
-    reply = api.post(f"/jobs/{job_id}/cancel")
-    assert reply.status_code == 200 and reply.json()["state"] == "CANCELLED"  # on main: PENDING
 
 
 def test_the_openapi_schema_documents_the_refusals_and_the_bounds(api):

@@ -45,7 +45,6 @@ def _int(low: int, high: int):
 
 
 Name = _text(limits.NAME_MAX_CHARS)
-NodeName = _text(limits.NAME_MAX_CHARS, min_chars=1)
 Comment = _text(limits.COMMENT_MAX_CHARS)
 Diagnostic = Annotated[str, BeforeValidator(_diagnostic), Field(max_length=limits.COMMENT_MAX_CHARS)]
 FilePath = _text(limits.PATH_MAX_CHARS)

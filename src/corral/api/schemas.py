@@ -45,7 +45,8 @@ class JobSubmit(BaseModel):
     gpus: Amount | None = Field(None, description="GPUs for the whole job")
     gpus_per_node: Amount | None = None
     gpus_per_task: Amount | None = None
-    gpu_model: Name | None = Field(None, description="Run only on nodes with this GPU model ('A|B': either)")
+    gpu_model: Name | None = Field(None, description="Run only on nodes with this GPU model: its Slurm type ('h100'), "
+                                                     "NVML's or Slurm's AutoDetect name, any case ('A|B': either)")
     gpu_milli: int | None = Field(None, ge=1, le=1000, description=(
         "A share of one GPU per node in milli-GPU (1..999; 1000 = whole GPUs, the default); needs exactly "
         "one GPU per node. The scheduler packs shares onto devices; it does not enforce them on the GPU yet."))
@@ -178,6 +179,7 @@ class PartitionOut(BaseModel):
     max_time_s: int | None
     default_time_s: int
     nodes: list[str]
+    priority_job_factor: int = 1
 
 
 class JobUpdate(BaseModel):
@@ -198,3 +200,17 @@ class NodeUpdate(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class StoppedJob(BaseModel):
+    id: int
+    state: str
+
+
+class ClusterStopOut(BaseModel):
+    """What stopping the cluster did to its jobs (`POST /cluster/stop`, which `corral up` sends first)."""
+
+    requeued: list[int]  # pending again, same id: they run again when the cluster starts again
+    ended: list[StoppedJob]  # their final state (NODE_FAIL: they may not be requeued)
+    unconfirmed: list[int]  # still being stopped when the wait ran out (their tasks were not reported gone)
+    pending: int  # jobs that were waiting, and wait on

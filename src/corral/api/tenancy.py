@@ -94,6 +94,9 @@ class TenancySpec(_Strict):
     users: Annotated[list[UserSpec], Field(max_length=LIST_MAX_ITEMS)] = []
     qos: Annotated[list[QosSpec], Field(max_length=LIST_MAX_ITEMS)] = [QosSpec(name="normal")]
     default_qos: Name = "normal"
+    # The account of users without a [[users]] entry; None: such users may not submit (as in Slurm with
+    # AccountingStorageEnforce=associations).
+    default_account: Name | None = None
     queues: Annotated[list[QueueSpec], Field(max_length=LIST_MAX_ITEMS)] = []
     limits: Annotated[list[LimitSpec], Field(max_length=LIST_MAX_ITEMS)] = []
     priority: PriorityWeights = PriorityWeights()
@@ -126,6 +129,8 @@ def check_tenancy(spec: TenancySpec) -> None:
                 raise ValueError(f"user {u.name!r}: unknown account {name!r}")
         if u.default_account and u.default_account not in u.accounts:
             raise ValueError(f"user {u.name!r}: default account {u.default_account!r} is not among its accounts")
+    if spec.default_account is not None and spec.default_account not in accounts:
+        raise ValueError(f"default_account {spec.default_account!r} is not a defined account")
     qos = {q.name: q for q in spec.qos}
     if spec.default_qos not in qos:
         raise ValueError(f"default_qos {spec.default_qos!r} is not a defined qos")
@@ -197,6 +202,8 @@ class PriorityOut(BaseModel):
     partition_factor: int
     qos_factor: int
     nice: int
+    array_job_id: int | None = None  # an array task's array, so that `sprio -j A_I` finds it
+    array_task_id: int | None = None
 
 
 class FairShareOut(BaseModel):

@@ -52,8 +52,11 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     from corral.controller.app import create_app
     from corral.controller.service import ControllerService
 
-    engine = restore_engine(config, store, clock(), tenancy)
-    return create_app(ControllerService(engine, store, clock), secret)
+    def restore(now: float):
+        return restore_engine(config, store, now, tenancy)
+
+    # The same function builds the engine now and again after a failed commit.
+    return create_app(ControllerService(restore(clock()), store, clock, restore=restore), secret)
 
 
 def restore_engine(config, store, now: float, file_tenancy=None):

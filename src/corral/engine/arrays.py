@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import re
 
-from corral.limits import ARRAY_INDEX_MAX, ARRAY_TASKS_MAX, COUNT_MAX
+from corral.jobref import ascii_number
+from corral.limits import ARRAY_INDEX_MAX, ARRAY_TASKS_MAX
 
 MAX_ARRAY_TASKS = ARRAY_TASKS_MAX
-_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")  # ASCII digits: `\d` takes any script's
 
 
 class ArrayError(ValueError):
@@ -18,18 +19,19 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
     body, _, throttle_text = text.strip().partition("%")
     throttle = None
     if throttle_text:
-        if not throttle_text.isdecimal() or not 1 <= int(throttle_text) <= COUNT_MAX:
-            raise ArrayError(f"invalid array throttle {throttle_text!r} in --array={text}: it must be from 1 "
-                             f"to {COUNT_MAX}")
-        throttle = int(throttle_text)
+        throttle = ascii_number(throttle_text)
+        if not throttle:
+            raise ArrayError(f"invalid array throttle {throttle_text!r} in --array={text}")
     indices: set[int] = set()
     for part in body.split(","):
-        m = _RANGE.match(part.strip())
+        m = _RANGE.fullmatch(part.strip())
         if not m:
             raise ArrayError(f"invalid array element {part!r} in --array={text}")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) else lo
-        step = int(m.group(3)) if m.group(3) else 1
+        lo = ascii_number(m.group(1))
+        hi = ascii_number(m.group(2)) if m.group(2) else lo
+        step = ascii_number(m.group(3)) if m.group(3) else 1
+        if lo is None or hi is None or step is None:
+            raise ArrayError(f"array index too large in {part!r} in --array={text}")
         if hi < lo or step < 1:
             raise ArrayError(f"invalid array range {part!r} in --array={text}")
         if hi > ARRAY_INDEX_MAX:

@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from corral.engine.records import JobState
-from corral.limits import ARRAY_INDEX_MAX, JOB_ID_MAX
+from corral.jobref import JobIdError, ascii_number, parse_job_ref
 
 KINDS = ("after", "afterok", "afternotok", "afterany")
-_TOKEN = re.compile(r"^(\d+)(?:_(\d+))?(?:\+\d+)?$")
 
 
 class DependencyError(ValueError):
@@ -55,18 +54,20 @@ def parse_dependency(text: str) -> Dependency:
         kind, _, ids = part.partition(":")
         if kind not in KINDS or not ids:
             raise DependencyError(f"invalid dependency {part!r} (after, afterok, afternotok, afterany, singleton)")
-        targets = []
-        for token in ids.split(":"):
-            m = _TOKEN.match(token)
-            if not m:
-                raise DependencyError(f"invalid job id {token!r} in dependency {part!r}")
-            job_id, task = int(m.group(1)), int(m.group(2)) if m.group(2) else None
-            if not 1 <= job_id <= JOB_ID_MAX or (task is not None and task > ARRAY_INDEX_MAX):
-                raise DependencyError(f"invalid job id {token!r} in dependency {part!r}: job ids are 1 to "
-                                      f"{JOB_ID_MAX}, array task indices 0 to {ARRAY_INDEX_MAX}")
-            targets.append((job_id, task))
-        clauses.append(Clause(kind, tuple(targets)))
+        clauses.append(Clause(kind, tuple(_target(token, part) for token in ids.split(":"))))
     return Dependency(tuple(clauses), any_of)
+
+
+def _target(token: str, part: str) -> tuple[int, int | None]:
+    """`N`, `N_I`, either with a `+minutes` delay -> (N, I or None)."""
+    ref_text, plus, delay = token.partition("+")
+    try:
+        ref = parse_job_ref(ref_text)
+    except JobIdError as exc:
+        raise DependencyError(f"{exc} in dependency {part!r}") from None
+    if plus and ascii_number(delay) is None:
+        raise DependencyError(f"invalid delay {token!r} in dependency {part!r}: expected +minutes (ASCII digits)")
+    return ref.job_id, ref.tasks[0][0] if ref.tasks else None
 
 
 def clause_status(kind: str, states: list[JobState | None], started: list[bool]) -> Status:

@@ -10,7 +10,7 @@ import sys
 import time
 from _collections_abc import Mapping, Sequence
 
-from corral.slurm.commands.common import Result, action_text, array_siblings, connect, run
+from corral.slurm.commands.common import Result, action_text, connect, run
 from corral.slurm.http import Controller
 from corral.slurm.sacct import sacct_output
 from corral.slurm.sacct_opts import SacctOptions, parse_sacct
@@ -49,7 +49,10 @@ def sacct(argv: Sequence[str], env: Mapping[str, str]) -> Result:
 
 def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: str) -> list[dict]:
     if options.job_ids is not None:
-        return fetch_by_id(controller, sorted({job_id for job_id, _ in options.job_ids}))
+        # The controller reads an array's id as every task of it, as sacct does; select_jobs then keeps
+        # the tasks the ids name.
+        ids = sorted({ref.job_id for ref in options.job_ids})
+        return controller.accounting(ids=ids) if ids else []
     from corral.slurm.timespec import parse_time  # only a window needs the parser
 
     today = time.localtime(now)
@@ -60,16 +63,6 @@ def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: 
     users = options.users if options.users is not None else (None if options.all_users else (user,))
     api_user = users[0] if users and len(users) == 1 and not users[0].isdigit() else None
     return controller.accounting(user=api_user, since=since, until=until)
-
-
-def fetch_by_id(controller: Controller, ids: Sequence[int]) -> list[dict]:
-    """The jobs with these ids and, for an array's id, every task of it (tasks have ids of their own)."""
-    found = {job["id"]: job for job in controller.accounting(ids=ids)}
-    for job_id in ids:
-        job = found.get(job_id)
-        if job is not None and job.get("array_job_id") == job_id:
-            found.update((task["id"], task) for task in array_siblings(controller, job))
-    return list(found.values())
 
 
 def _on_nodes(jobs: list[dict], expression: str) -> list[dict]:

@@ -7,6 +7,7 @@ Anything else is refused before any change is made."""
 from __future__ import annotations
 
 from corral import limits
+from corral.jobref import ascii_number, split_job_list
 from corral.slurm.commands.common import Result
 from corral.slurm.commands.scontrol_actions import resolve, slurm_reason
 from corral.slurm.errors import SlurmCommandError
@@ -48,19 +49,19 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
         if field is None:
             raise SlurmCommandError(f"Update of this parameter is not supported: {key}={value}\nRequest aborted\n", 1)
         if field == "time_limit_s":
-            if value[:1] in "+-" and _is_number(value[1:]):
+            if value[:1] in "+-" and ascii_number(value[1:]) is not None:
                 relative[field] = int(value) * 60
             else:
                 changes[field] = _time_limit(value)
         elif field == "priority":
-            if not _is_number(value) or int(value) > limits.PRIORITY_MAX:
+            if ascii_number(value, limits.PRIORITY_MAX) is None:
                 raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value} (corral's priorities are "
                                         f"0 to {limits.PRIORITY_MAX})\n", 1)
             changes[field] = int(value)
         else:
             changes[field] = value
     failures = []
-    for item in (i for i in ids_text.split(",") if i):
+    for item in split_job_list(ids_text):
         try:
             for job_id in resolve(controller, item):
                 body = dict(changes)
@@ -73,10 +74,6 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
                 raise
             failures.append(f"{slurm_reason(exc) if exc.status != 422 else exc.detail} for job {item}\n")
     return "", "".join(command.warnings) + ("" if command.quiet else "".join(failures)), 1 if failures else 0
-
-
-def _is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
 
 
 def _time_limit(value: str) -> int:
