@@ -112,10 +112,9 @@ def batch_job(fields: Mapping[str, object], program: Mapping[str, object], expor
 
 def begin_time(text: str) -> float:
     """--begin's time, as Slurm reads it (now+1hour, 16:00, 2026-12-01T08:00, tomorrow...)."""
+    from corral.limits import TIME_MAX_S
     from corral.slurm.errors import SlurmCommandError
     from corral.slurm.timespec import parse_time
-
-    from corral.limits import TIME_MAX_S
 
     try:
         moment = parse_time(text, time.time())

@@ -54,10 +54,13 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
             else:
                 changes[field] = _time_limit(value)
         elif field == "priority":
-            if ascii_number(value, limits.PRIORITY_MAX) is None:
-                raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value} (corral's priorities are "
-                                        f"0 to {limits.PRIORITY_MAX})\n", 1)
-            changes[field] = int(value)
+            priority = ascii_number(value, limits.PRIORITY_MAX)
+            if priority is None:
+                # Slurm's line; for a number too large, corral's range after it.
+                too_large = value.isascii() and value.isdigit()
+                note = f" (corral's priorities are 0 to {limits.PRIORITY_MAX})" if too_large else ""
+                raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value}{note}\n", 1)
+            changes[field] = priority
         else:
             changes[field] = value
     failures = []
