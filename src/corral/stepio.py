@@ -37,7 +37,7 @@ from corral.jobref import ascii_number
 from corral.slurm import jsontext
 
 try:  # what hmac.compare_digest is, without importing hmac (and _hashlib)
-    from _operator import _compare_digest as _compare_digest
+    from _operator import _compare_digest
 except ImportError:  # pragma: no cover - CPython always has it
     from hmac import compare_digest as _compare_digest
 

@@ -85,6 +85,23 @@ def test_frames_survive_any_split():
         FrameDecoder().feed(stepio.HEADER.pack(b"o", 0, stepio.MAX_PAYLOAD + 1))
 
 
+@pytest.mark.parametrize("line, parsed", [
+    (stepio.hello("t", "n1", [0, 1])[:-1], ("t", "n1", [0, 1])),
+    (b'{"token": "t", "node": "n1"}', None),
+    (b'{"token": 1, "node": "n1", "ranks": []}', None),
+    (b'{"token": "t", "node": "n1", "ranks": ["x"]}', None),
+    (b'["t", "n1", [0]]', None),
+    (b'{"token": "t", "node": ', None),
+])
+def test_hello_lines(line, parsed):
+    if parsed is None:
+        with pytest.raises(stepio.ProtocolError):
+            stepio.parse_hello(line)
+    else:
+        assert stepio.parse_hello(line) == parsed
+    assert stepio.same_token("abc", "abc") and not stepio.same_token("abd", "abc")
+
+
 def test_raw_output_exits_and_done_after_the_connection_ends(make_streams):
     streams, out, err = make_streams()
     streams.expect({"n1": [0, 1]})
