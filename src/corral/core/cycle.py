@@ -35,12 +35,14 @@ class Cycle:
         self.now = snapshot.now
         self.config = config
         base = snapshot.base
+        # Static reasons per (shape, model): a base keeps them across cycles (see core/basepool.py).
+        self.static_memo: dict[tuple, Reason | None]
         if base is not None:
             self.pool = base.fork(snapshot.now, config.placement_policy)
             self.static_memo = base.static_reasons.memo(snapshot.partitions)
         else:
             self.pool = WorkPool(snapshot.nodes, snapshot.now, config.placement_policy)
-            self.static_memo: dict[tuple, Reason | None] = {}
+            self.static_memo = {}
         self.partitions = {p.name: p for p in snapshot.partitions}
         self.running = list(snapshot.running)
         self.book = QuotaBook(snapshot.queues, snapshot.running)
