@@ -29,6 +29,8 @@ def test_the_placement_policy_is_resolved_from_the_file() -> None:
     ({"placement": "fgd"}, "placement 'fgd' needs task_mix"),
     ({"placement": "fgd", "task_mix": []}, "placement 'fgd' needs task_mix"),
     ({"task_mix": [{"gpus": 1}]}, "task_mix is for placement"),
+    ({"placement": "fgd", "fgd_cpu_weight": 0.3, "task_mix": [{"gpus": 1}]},
+     "fgd_cpu_weight is for placement \"fgd\\+cpu\", not 'fgd'"),
     ({"placement": "fgd+cpu", "fgd_cpu_weight": -1, "task_mix": [{"gpus": 1}]}, "fgd_cpu_weight -1: a number >= 0"),
     ({"placement": "fgd", "task_mix": [3]}, r"task_mix\[0\]: a table"),
     ({"placement": "fgd", "task_mix": [{"cpus": 2}]}, r"task_mix\[0\]: gpus is required"),

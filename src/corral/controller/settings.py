@@ -89,6 +89,8 @@ def _placement(sched: dict, where: str) -> None:
     weight = sched.get("fgd_cpu_weight", 0)
     if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
         raise SettingsError(f"{where}: fgd_cpu_weight {weight!r}: a number >= 0")
+    if "fgd_cpu_weight" in sched and placement != "fgd+cpu":
+        raise SettingsError(f"{where}: fgd_cpu_weight is for placement \"fgd+cpu\", not {placement!r}")
     mix = sched.get("task_mix")
     if placement == "bestfit":
         if mix is not None:
