@@ -191,7 +191,7 @@ def test_no_device_over_1000_milli_and_constraints_hold(sizes, reqs, fgd):
             use[(piece.node, g)] = use.get((piece.node, g), 0) + milli
         cpus[piece.node] = cpus.get(piece.node, 0) + c
         mem[piece.node] = mem.get(piece.node, 0) + m
-    for (name, _), used in use.items():
+    for used in use.values():
         assert used <= 1000
     for v in views:
         assert cpus.get(v.name, 0) <= v.cpus and mem.get(v.name, 0) <= v.mem_mib

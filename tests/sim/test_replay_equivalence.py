@@ -146,7 +146,7 @@ class FakeAgent:
         assert reply.status_code == 200, reply.text
 
 
-async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:
+async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:  # noqa: C901 (the driver's loop, step by step)
     clock = FakeClock(T0)
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     # What the simulator also sets: its agents never go silent, and jobs may start as soon as submitted.

@@ -15,8 +15,8 @@ from corral.cli.connect import open_client
 from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
-from corral.slurm.squeue_select import combine_pending_array_tasks
 from corral.jobref import JobIdError, JobRef, parse_job_list
+from corral.slurm.squeue_select import combine_pending_array_tasks
 
 UrlOption = Annotated[
     str | None,

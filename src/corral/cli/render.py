@@ -130,10 +130,10 @@ def acct_rows(jobs: Sequence[dict]) -> list[tuple[str, ...]]:
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
                  right: frozenset[int] = frozenset()) -> list[str]:
     """Columns padded to their widest cell, two spaces apart; trailing blanks trimmed."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
     lines = []
     for row in (headers, *rows):
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))]
         lines.append("  ".join(cells).rstrip())
     return lines
 

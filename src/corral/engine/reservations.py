@@ -60,7 +60,8 @@ class Reservations:
         for other in self.by_name.values():
             overlap = other.nodes & set(names)
             if overlap and other.spec.start < spec.end and spec.start < other.spec.end:
-                raise ReservationError(f"overlaps reservation {other.spec.name!r} on {hostlist.compress(sorted(overlap))}")
+                raise ReservationError(
+                    f"overlaps reservation {other.spec.name!r} on {hostlist.compress(sorted(overlap))}")
         record = Reservation(spec, frozenset(names))
         self.by_name[spec.name] = record
         return record

@@ -4,9 +4,9 @@ No policy lives here. Submissions and job ends are events ordered by (time, sequ
 of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
 when something changes, and otherwise at the engine's next deadline (only the latest one: the controller
 loop keeps one timer). tests/sim/test_replay_equivalence.py checks that the live controller, driven by
-fake agents and a fake clock, makes the same decisions. The engine's commands are carried out by a stand-in for the agents: a Launch
-schedules the job's natural end (its real duration from the trace), a Kill ends it after a short,
-configurable stopping delay, and a signal-only Kill changes nothing.
+fake agents and a fake clock, makes the same decisions. The engine's commands are carried out by a stand-in
+for the agents: a Launch schedules the job's natural end (its real duration from the trace), a Kill ends it
+after a short, configurable stopping delay, and a signal-only Kill changes nothing.
 """
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ class TimeLimitModel:
         also for jobs that keep a known limit, so adding limits to some jobs never reshuffles the rest)."""
         factors = self.factors(len(workload.jobs))
         jobs = []
-        for job, factor in zip(workload.jobs, factors):
+        for job, factor in zip(workload.jobs, factors, strict=True):
             if self.keep_known and job.time_limit_s is not None:
                 jobs.append(job)
             else:
