@@ -19,8 +19,8 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from corral.core.fgd import FragScorer, model_matches
-from corral.core.model import GPU_MILLI, Gpu, NodeSlice, NodeView
+from corral.core.fgd import Fit, FragScorer, StateKey, model_matches
+from corral.core.model import GPU_MILLI, Gpu, NodeSlice, NodeView, Reason
 
 
 @dataclass(slots=True)
@@ -174,7 +174,7 @@ class Pool:
         self._ends: list[tuple[float, int]] = []
         self._late: dict[int, float] = {}
         # Static reasons per request shape: they depend only on what a rebuild would change.
-        self.static_memo: dict = {}
+        self.static_memo: dict[tuple[object, ...], Reason | None] = {}
         # Built once per cycle for every node: kept to plain loops (this is the cycle's fixed cost).
         nodes_list, by_name, members, buckets = self.nodes, self.by_name, self.members, self.buckets
         for index, view in enumerate(nodes):
@@ -240,8 +240,8 @@ class Pool:
             end, slices = self._held[job_id]
             for piece in slices:
                 node = pool.own(pool.by_name[piece.node])
-                node.releases = [(max(t, now + 1.0), *rest) if rest[-1] == job_id else (t, *rest)
-                                 for t, *rest in node.releases]
+                node.releases = [(max(t, now + 1.0), g, c, m, j) if j == job_id else (t, g, c, m, j)
+                                 for t, g, c, m, j in node.releases]
         return pool
 
     def own(self, node: WorkNode) -> WorkNode:
@@ -303,7 +303,8 @@ class Pool:
         for piece in held[1]:
             node = self.by_name.get(piece.node)
             if node is not None:
-                node.releases = [(end, *rest) if rest[-1] == job_id else (t, *rest) for t, *rest in node.releases]
+                node.releases = [(end, g, c, m, j) if j == job_id else (t, g, c, m, j)
+                                 for t, g, c, m, j in node.releases]
 
     def release_time(self, expected_end: float) -> float:
         # A job past its expected end is being killed: its resources are not free now, but soon.
@@ -373,6 +374,7 @@ class Pool:
             return None
         name, allowed = reservation if reservation else ("", None)
         scorer = self.scorer
+        assert scorer is not None  # find_now asks this only of a pool with a scorer
         gpus, milli, cpus = need.gpus, need.gpu_milli, need.cpus
         table = scorer.table(gpus, milli, cpus)
         keys = scorer.keys
@@ -412,6 +414,7 @@ class Pool:
         return None
 
     def take(self, node: WorkNode, need: Need, end: float, job_id: int) -> NodeSlice:
+        gpus: tuple[int, ...]
         if need.gpu_milli < GPU_MILLI:
             gpus = (self._share_device(node, need),)
         else:
@@ -506,6 +509,7 @@ class Pool:
 
     def _regroup(self, node: WorkNode) -> None:
         """Move a schedulable node to the group of its current fragmentation state (FGD only)."""
+        assert self.scorer is not None  # only FGD pools have groups
         key = self.scorer.intern(_state_key(node))
         old = self.node_key.get(node.index)
         if old == key:
@@ -521,15 +525,15 @@ class Pool:
             groups.setdefault(key, {})[node.index] = None
 
 
-_UNSCORED = object()
+_UNSCORED: Fit = (0.0, -1, -1, -1)  # a sentinel, told by identity: no score is this object
 
 
-def _state_key(node: WorkNode) -> tuple:
+def _state_key(node: WorkNode) -> StateKey:
     return (node.gpu_model, node.free_milli(), node.free_cpus)
 
 
-def _score_order(keys: list) -> Callable[[tuple], tuple]:
+def _score_order(keys: list[StateKey]) -> Callable[[tuple[Fit, int, dict[int, None]]], tuple[Fit, StateKey]]:
     """Best score first; ties by the state itself (not its id, which depends on what was scored before)."""
-    def order(item: tuple) -> tuple:
+    def order(item: tuple[Fit, int, dict[int, None]]) -> tuple[Fit, StateKey]:
         return item[0], keys[item[1]]
     return order
