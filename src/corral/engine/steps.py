@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
@@ -41,7 +41,7 @@ class StepRequest:
     exclude: tuple[str, ...] = ()
     gpus_per_task: int | None = None
     # Passed through to the agents (see Step.launch).
-    launch: dict | None = None
+    launch: dict[str, Any] | None = None
 
 
 def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, ...]]:
