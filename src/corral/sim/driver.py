@@ -103,13 +103,13 @@ class Simulation:
             return True
         if kind == "end":
             job_id, at, sig = payload
-            job = engine.jobs.get(job_id)
-            if job is None or self._ends.get(job_id) != at:
+            ended = engine.jobs.get(job_id)
+            if ended is None or self._ends.get(job_id) != at:
                 return False  # a stale end: the run it belonged to was stopped earlier
-            for node in list(job.runs):
+            for node in list(ended.runs):
                 engine.node_finished(node, job_id, [(0, 0, sig)], None, now)
-            if job.state.terminal:
-                self.result.finished.append(job)
+            if ended.state.terminal:
+                self.result.finished.append(ended)
             return True
         # "wake": the controller loop sleeps until the deadline it computed after its last cycle; an
         # older timer was dropped when that cycle ran (as asyncio.wait_for's timeout is).

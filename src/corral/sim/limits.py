@@ -93,7 +93,7 @@ class TimeLimitModel:
 def human_duration(seconds: float) -> str:
     """Compact duration for reports: 45 s, 15 min, 4 h, 7 d, 1 h 30 min."""
     seconds = int(round(seconds))
-    parts = []
+    parts: list[str] = []
     for unit_s, unit in ((DAY_S, "d"), (HOUR_S, "h"), (MINUTE_S, "min"), (1, "s")):
         if seconds >= unit_s or (unit == "s" and not parts):
             count, seconds = divmod(seconds, unit_s)
