@@ -28,8 +28,8 @@ import pytest
 
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.controller.__main__ import restore_engine
 from corral.controller.app import create_app
+from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import SchedulerConfig
 from corral.engine.admission import admit_full

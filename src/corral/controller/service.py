@@ -73,7 +73,7 @@ class ControllerService:
         self.cycles = 0
         self.writer = StoreWriter(store)
         if restore is None:
-            from corral.controller.__main__ import restore_engine
+            from corral.controller.restore import restore_engine
             restore = functools.partial(restore_engine, engine.config, store, file_tenancy=engine.tenancy.spec)
         self._restore = restore
         self._lock = asyncio.Lock()  # held by one stimulus from folding it in to dispatching its commands
