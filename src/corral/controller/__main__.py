@@ -53,7 +53,9 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     from corral.controller.service import ControllerService
 
     engine = restore_engine(config, store, clock(), tenancy)
-    return create_app(ControllerService(engine, store, clock), secret)
+    # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
+    heartbeat_s = min(5.0, config.node_timeout_s / 3)
+    return create_app(ControllerService(engine, store, clock, heartbeat_s=heartbeat_s), secret)
 
 
 def restore_engine(config, store, now: float, file_tenancy=None):

@@ -18,6 +18,7 @@ from dataclasses import replace
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
 from corral.controller.outbox import Outbox
+from corral.controller.stall import StallWatch
 from corral.core.model import Gpu
 from corral.controller.deps import resolve_dependency
 from corral.engine.admission import AdmissionError, admit_full
@@ -58,6 +59,7 @@ class ControllerService:
         self.cycles = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._stalls = StallWatch()
 
     # ----- lifecycle
 
@@ -83,10 +85,7 @@ class ControllerService:
             now = self.clock()
             deadline = self.engine.next_deadline(now)
             timeout = None if deadline is None else max(0.0, deadline - now)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except TimeoutError:
-                pass
+            self._discount_stall(await self._stalls.wait(self._wake, timeout))
             self._wake.clear()
             started = time.perf_counter()
             try:
@@ -97,7 +96,12 @@ class ControllerService:
             # Give requests at least as long as the cycle took (a 100,000-job cycle takes ~0.5 s), so
             # that submissions and agent reports are answered between back-to-back cycles; they are
             # folded into the next cycle together.
-            await asyncio.sleep(min(time.perf_counter() - started, 1.0))
+            self._discount_stall(await self._stalls.sleep(min(time.perf_counter() - started, 1.0)))
+
+    def _discount_stall(self, stall_s: float) -> None:
+        if stall_s > 0:
+            log.warning("the controller could not listen for %.1f s: not counted as any node's silence", stall_s)
+            self.engine.discount_stall(stall_s, self.clock())
 
     def run_cycle(self) -> None:
         now = self.clock()
