@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from corral import hostlist
 from corral.api.tenancy import TenancySpec
 from corral.core.model import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
@@ -64,6 +65,11 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
         _only(part, _PART, f"{origin} partitions[{i}]")
         if "name" not in part:
             raise SettingsError(f"{origin} partitions[{i}]: 'name' is required")
+        if part.get("nodes", "ALL") != "ALL":
+            try:
+                hostlist.expand(str(part["nodes"]))
+            except hostlist.HostlistError as exc:
+                raise SettingsError(f"{origin} partitions[{i}]: nodes: {exc}") from None
         partitions.append(PartitionConfig(**part))
     top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s")
            if k in data}

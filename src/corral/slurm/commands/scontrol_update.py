@@ -83,7 +83,7 @@ def _time_limit(value: str) -> int:
 
 
 def _update_nodes(pairs, controller: Controller, command: ScontrolCommand) -> Result:
-    from corral import hostlist
+    from corral.slurm.hostnames import expand_option
 
     settings = {k.lower(): v for k, v in pairs[1:]}
     unknown = [f"{k}={v}" for k, v in pairs[1:] if k.lower() not in NODE_KEYS]
@@ -100,7 +100,7 @@ def _update_nodes(pairs, controller: Controller, command: ScontrolCommand) -> Re
         raise SlurmCommandError(f"scontrol: error: State={settings.get('state', '')} is not supported by corral: "
                                 f"use DRAIN (with a Reason) or RESUME\n", 1)
     failures = []
-    for name in hostlist.expand(pairs[0][1]):
+    for name in expand_option("scontrol", "NodeName", pairs[0][1]):
         try:
             controller.call("POST", f"/nodes/{name}", body=body)
         except ApiError as exc:
