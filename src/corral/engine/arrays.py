@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import re
 
-MAX_ARRAY_TASKS = 100_000
+# Slurm's default MaxArraySize: task indices 0..1000, so one submission makes at most 1,001 jobs
+# (~40 ms of the controller's time; 100,000 tasks took 4 s in which it answered no one).
+MAX_ARRAY_SIZE = 1001
 _RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
@@ -29,7 +31,8 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
         step = int(m.group(3)) if m.group(3) else 1
         if hi < lo or step < 1:
             raise ArrayError(f"invalid array range {part!r} in --array={text}")
-        if (hi - lo) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
-            raise ArrayError(f"--array={text} has more than {MAX_ARRAY_TASKS} tasks")
+        if hi >= MAX_ARRAY_SIZE:  # checked before the range is made
+            raise ArrayError(f"invalid array index {hi} in --array={text}: task indices go up to "
+                             f"{MAX_ARRAY_SIZE - 1} (MaxArraySize={MAX_ARRAY_SIZE})")
         indices.update(range(lo, hi + 1, step))
     return sorted(indices), throttle
