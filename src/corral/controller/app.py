@@ -7,7 +7,7 @@ from typing import Literal
 
 from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from corral.api.schemas import (
     ErrorOut,
@@ -19,6 +19,8 @@ from corral.api.schemas import (
     PartitionOut,
     SubmitReply,
 )
+from corral.controller import listing
+from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.step_routes import step_routes
 from corral.controller.tenancy_routes import tenancy_routes
@@ -86,10 +88,25 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
             raise HTTPException(422, str(exc)) from None
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
-    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth])
-    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[JobOut]:
-        wanted = _states(states)
-        return service.jobs(wanted, user, include_finished=all)
+    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
+    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False,
+                        ids: str | None = None, partitions: str | None = None, accounts: str | None = None,
+                        after: int | None = Query(None, ge=0), limit: int | None = Query(None, ge=1),
+                        combine_arrays: bool = False) -> Response:
+        """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
+        list: `user` names, `ids` jobs (an array's id stands for all its tasks), `states`, `partitions`,
+        `accounts`. Paging: at most `limit` jobs with an id above `after`; the X-Next-After header says
+        where the next page starts. `combine_arrays`: an array's pending tasks as one record
+        (`array_task_spec`), as squeue shows them."""
+        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_ids(ids), ids_cover_arrays=True,
+                                   partitions=_names(partitions), accounts=_names(accounts)),
+                         after=after, limit=limit, combine_arrays=combine_arrays)
+        if all:
+            found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
+                                              queue_facts=True)
+        else:
+            found = await listing.active_jobs(service.engine, query, service.clock())
+        return _json_list(found)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
     async def get_job(job_id: int) -> JobOut:
@@ -143,17 +160,18 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
     async def partitions() -> list[PartitionOut]:
         return service.partitions()
 
-    @app.get(f"{API_PREFIX}/accounting", dependencies=[auth])
+    @app.get(f"{API_PREFIX}/accounting", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
     async def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
-                   until: float | None = None, ids: str | None = None) -> list[JobOut]:
-        wanted = _states(states)
-        try:
-            id_list = [int(i) for i in ids.split(",")] if ids else None
-        except ValueError:
-            raise HTTPException(422, f"bad job id list {ids!r}") from None
-        return service.accounting(
-            ids=id_list, users=[user] if user else None,
-            states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
+                         until: float | None = None, ids: str | None = None, partitions: str | None = None,
+                         accounts: str | None = None, after: int | None = Query(None, ge=0),
+                         limit: int | None = Query(None, ge=1), combine_arrays: bool = False) -> Response:
+        """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
+        by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs, except
+        that `ids` are the jobs' own ids."""
+        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_ids(ids),
+                                   partitions=_names(partitions), accounts=_names(accounts)),
+                         since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays)
+        return _json_list(await listing.stored_jobs(service.engine, service.store, query, service.clock()))
 
 
 def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
@@ -168,14 +186,34 @@ def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
         raise HTTPException(409, str(exc)) from None
 
 
-def _states(text: str | None) -> set[str] | None:
+def _states(text: str | None) -> frozenset[str] | None:
     if not text:
         return None
-    wanted = {s.strip().upper() for s in text.split(",") if s.strip()}
+    wanted = frozenset(s.strip().upper() for s in text.split(",") if s.strip())
     unknown = wanted - {s.value for s in JobState}
     if unknown:
         raise HTTPException(422, f"unknown job state(s): {', '.join(sorted(unknown))}")
     return wanted
+
+
+def _names(text: str | None) -> frozenset[str] | None:
+    """A comma-separated filter; none given (or only commas) keeps everything."""
+    names = frozenset(part.strip() for part in (text or "").split(",") if part.strip())
+    return names or None
+
+
+def _ids(text: str | None) -> frozenset[int] | None:
+    if not text:
+        return None
+    try:
+        return frozenset(int(i) for i in text.split(","))
+    except ValueError:
+        raise HTTPException(422, f"bad job id list {text!r}") from None
+
+
+def _json_list(found: listing.JobList) -> Response:
+    headers = {listing.NEXT_PAGE_HEADER: str(found.next_after)} if found.next_after is not None else None
+    return Response(found.body, media_type="application/json", headers=headers)
 
 
 def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:

@@ -26,7 +26,7 @@ from corral.controller.step_views import step_launch_message
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
-from corral.engine.records import Job, JobState
+from corral.engine.records import Job
 from corral.engine.snapshot import node_usage
 from corral.protocol import (
     EventBatch,
@@ -236,32 +236,6 @@ class ControllerService:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)
             out.priority = view.priority
         return out
-
-    def positions(self) -> dict[int, int]:
-        ordered = sorted(self.engine.views.pending.values(), key=lambda v: v.order)
-        return {v.id: i for i, v in enumerate(ordered, 1)}
-
-    def jobs(self, states: set[str] | None, user: str | None, include_finished: bool) -> list[JobOut]:
-        now = self.clock()
-        if include_finished:
-            found = self.store.query_jobs(users=[user] if user else None,
-                                          states=[JobState(s) for s in states] if states else None)
-        else:
-            found = sorted(self.engine.jobs.values(), key=lambda j: j.id)
-            found = [j for j in found if (not user or j.spec.user == user)
-                     and (not states or j.state.value in states)]
-        places = self.positions()
-        pending = self.engine.views.pending
-        outs = [views.job_out(j, now) for j in found]
-        for out in outs:
-            out.position = places.get(out.id)
-            if out.id in pending:
-                out.priority = pending[out.id].priority  # the multifactor priority the scheduler uses
-        return outs
-
-    def accounting(self, **filters) -> list[JobOut]:
-        now = self.clock()
-        return [views.job_out(j, now) for j in self.store.query_jobs(**filters)]
 
     def nodes(self) -> list[NodeOut]:
         usage = node_usage(self.engine)
