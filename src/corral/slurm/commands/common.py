@@ -93,10 +93,9 @@ def still_known(job: Mapping, now: float) -> bool:
 
 
 def array_siblings(controller: Controller, job: Mapping) -> list[dict]:
-    """Every task of the array `job` belongs to. The tasks were submitted together, so they all
-    existed at its submission time: the accounting window at that instant holds them all."""
+    """Every task of the array `job` belongs to: the array's id stands for all of them."""
     array_id = job.get("array_job_id")
     if array_id is None:
         return [dict(job)]
-    moment = job["submit_time"]
-    return [j for j in controller.accounting(since=moment, until=moment) if j.get("array_job_id") == array_id]
+    # A controller without the ids filter sends every job: keep the array's.
+    return [j for j in controller.jobs(include_finished=True, ids=[array_id]) if j.get("array_job_id") == array_id]

@@ -10,6 +10,8 @@ import sys
 import time
 from _collections_abc import Mapping, Sequence
 
+from corral import hostlist
+from corral.slurm import states
 from corral.slurm.commands.common import Result, action_text, array_siblings, connect, run
 from corral.slurm.http import Controller
 from corral.slurm.sacct import sacct_output
@@ -56,10 +58,22 @@ def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: 
     since = (parse_time(options.start_text, now) if options.start_text
              else time.mktime((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0, 0, 0, -1)))
     until = parse_time(options.end_text, now) if options.end_text else now
-    # Let the controller filter by user when there is exactly one name to filter by.
     users = options.users if options.users is not None else (None if options.all_users else (user,))
-    api_user = users[0] if users and len(users) == 1 and not users[0].isdigit() else None
-    return controller.accounting(user=api_user, since=since, until=until)
+    return controller.accounting(since=since, until=until, **server_filters(options, users))
+
+
+def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[str, object]:
+    """What the controller can filter (select_jobs filters everything again). Each filter keeps or
+    drops an array's pending tasks together, so the controller combines them as sacct would."""
+    filters: dict[str, object] = {"combine_arrays": True}
+    if users and not any(name.isdigit() for name in users):  # a uid is matched here only
+        filters["user"] = users
+    if options.job_states is not None and options.job_states & states.CORRAL_STATES:
+        filters["states"] = sorted(options.job_states & states.CORRAL_STATES)
+    for key, values in (("partitions", options.partitions), ("accounts", options.accounts)):
+        if values:
+            filters[key] = values
+    return filters
 
 
 def fetch_by_id(controller: Controller, ids: Sequence[int]) -> list[dict]:
@@ -73,7 +87,5 @@ def fetch_by_id(controller: Controller, ids: Sequence[int]) -> list[dict]:
 
 
 def _on_nodes(jobs: list[dict], expression: str) -> list[dict]:
-    from corral import hostlist  # -N only: hostlist brings `re`
-
     wanted = set(hostlist.expand(expression))
     return [j for j in jobs if wanted & set(hostlist.expand(j.get("nodelist") or ""))]
