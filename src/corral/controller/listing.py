@@ -2,15 +2,17 @@
 pending tasks optionally combined into one record as squeue and sacct show them, and encoded to
 JSON a slice at a time, so that a 100,000-job answer never holds the event loop for long.
 
-Unfinished jobs come from the engine, on the event loop (the loop owns them), in slices between which
-other requests are served. Everything else comes from the store in a worker thread, with its own
-database connection (SQLite's WAL lets it read while the controller writes)."""
+Unfinished jobs come from the engine, on the event loop (the loop owns them), with turns for other
+requests between slices. Everything else is read from the store in a worker thread with its own
+database connection (SQLite's WAL lets it read while the controller writes), each job encoded and
+let go as it comes: a whole list of decoded jobs kept alive made Python's collector walk millions of
+objects, a 0.3 s pause of the whole process each time."""
 from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
@@ -23,10 +25,8 @@ from corral.store import Store
 
 # Where the next page starts (the `after` to ask with); absent on the last page.
 NEXT_PAGE_HEADER = "X-Next-After"
-_SLICE = 500  # jobs converted and encoded between two turns of the event loop (~10-20 ms)
-_ENCODER = TypeAdapter(list[JobOut])
-
-Entry = Job | list[Job]  # a list: pending tasks of one array, shown as one record
+SLICE = 500  # jobs converted and encoded at once (~10-20 ms)
+_LIST = TypeAdapter(list[JobOut])
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,6 @@ class JobList:
 async def active_jobs(engine: Engine, query: JobQuery, now: float) -> JobList:
     """Unfinished jobs, with their place in the queue and scheduling priority while pending."""
     jobs, next_after = _page(engine.jobs, query)
-    entries = _combined(jobs) if query.combine_arrays else jobs
     places = _positions(engine) if any(job.state is JobState.PENDING for job in jobs) else {}
     pending = engine.views.pending
 
@@ -81,11 +80,13 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float) -> JobList:
             out.priority = view.priority  # the multifactor priority the scheduler uses
         return out
 
-    parts = []
-    for part in _json_slices(entries, job_out):
-        parts.append(part)
-        await asyncio.sleep(0)  # let other requests in between slices
-    return JobList(_json_array(parts), next_after)
+    encoding = _Encoding(job_out, query.combine_arrays)
+    for job in jobs:
+        if encoding.add(job):
+            await asyncio.sleep(0)  # let other requests in between slices
+    for _ in encoding.finish():
+        await asyncio.sleep(0)
+    return JobList(encoding.body(), next_after)
 
 
 async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float, *,
@@ -99,15 +100,6 @@ async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float,
 
 def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int, int],
                  priorities: Mapping[int, int]) -> JobList:
-    flt = query.filter
-    jobs = store.query_jobs(
-        ids=flt.ids, ids_cover_arrays=flt.ids_cover_arrays, users=flt.users,
-        states=[JobState(s) for s in flt.states] if flt.states is not None else None,
-        partitions=flt.partitions, accounts=flt.accounts, start_after=query.since, end_before=query.until,
-        after_id=query.after, limit=query.limit)
-    next_after = jobs[-1].id if query.limit is not None and len(jobs) == query.limit else None
-    entries = _combined(jobs) if query.combine_arrays else jobs
-
     def job_out(job: Job) -> JobOut:
         out = views.job_out(job, now)
         out.position = places.get(job.id)
@@ -115,7 +107,20 @@ def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int,
             out.priority = priorities[job.id]
         return out
 
-    return JobList(_json_array(_json_slices(entries, job_out)), next_after)
+    flt = query.filter
+    jobs = store.stream_jobs(
+        ids=flt.ids, ids_cover_arrays=flt.ids_cover_arrays, users=flt.users,
+        states=[JobState(s) for s in flt.states] if flt.states is not None else None,
+        partitions=flt.partitions, accounts=flt.accounts, start_after=query.since, end_before=query.until,
+        after_id=query.after, limit=query.limit)
+    encoding = _Encoding(job_out, query.combine_arrays)
+    count, last_id = 0, None
+    for job in jobs:
+        encoding.add(job)
+        count, last_id = count + 1, job.id
+    for _ in encoding.finish():
+        pass
+    return JobList(encoding.body(), last_id if query.limit is not None and count == query.limit else None)
 
 
 def _page(jobs: Mapping[int, Job], query: JobQuery) -> tuple[list[Job], int | None]:
@@ -138,45 +143,73 @@ def _positions(engine: Engine) -> dict[int, int]:
     return {v.id: i for i, v in enumerate(ordered, 1)}
 
 
-def _combined(jobs: Iterable[Job]) -> list[Entry]:
-    """Pending tasks of one array (same name and partition) as one entry, where the first of them was;
-    as squeue's _combine_pending_array_tasks, so the commands show the same as when they combined."""
-    entries: list[Entry] = []
-    groups: dict[tuple, list[Job]] = {}
-    for job in jobs:
+@dataclass(slots=True)
+class _Combined:
+    """Pending tasks of one array, shown as one record where the first of them was."""
+
+    first: Job
+    task_ids: list[int] = field(default_factory=list)
+    reasons: dict[str, None] = field(default_factory=dict)  # in order, each once
+
+
+class _Encoding:
+    """A job list's JSON, built as the jobs come: records are encoded a slice at a time, and with
+    `combine`, an array's pending tasks (same name and partition) become one record with their ids
+    in `array_task_spec`, as squeue's _combine_pending_array_tasks makes it (so the commands show
+    what they showed when they combined the tasks themselves)."""
+
+    def __init__(self, job_out: Callable[[Job], JobOut], combine: bool) -> None:
+        self._job_out = job_out
+        self._combine = combine
+        self._parts: list[bytes | _Combined] = []
+        self._slice: list[Job] = []
+        self._groups: dict[tuple, _Combined] = {}
+
+    def add(self, job: Job) -> bool:
+        """Take the next job; True when a slice was just encoded (a moment to let others in)."""
         spec = job.spec
-        if job.state is not JobState.PENDING or spec.array_job_id is None:
-            entries.append(job)
-            continue
-        key = (spec.array_job_id, spec.name, spec.request.partition)
-        if key not in groups:
-            groups[key] = []
-            entries.append(groups[key])
-        groups[key].append(job)
-    return [entry[0] if isinstance(entry, list) and len(entry) == 1 else entry for entry in entries]
+        if self._combine and job.state is JobState.PENDING and spec.array_job_id is not None:
+            key = (spec.array_job_id, spec.name, spec.request.partition)
+            group = self._groups.get(key)
+            if group is None:
+                self._flush()  # records stay in the order of their first job
+                group = self._groups[key] = _Combined(job)
+                self._parts.append(group)
+            group.task_ids.append(spec.array_task_id)
+            group.reasons[job.reason or "None"] = None
+            return False
+        self._slice.append(job)
+        if len(self._slice) < SLICE:
+            return False
+        self._flush()
+        return True
 
+    def finish(self) -> Iterator[None]:
+        """Encode what is left (the combined records), yielding after each slice."""
+        self._flush()
+        groups = [index for index, part in enumerate(self._parts) if isinstance(part, _Combined)]
+        for start in range(0, len(groups), SLICE):
+            for index in groups[start:start + SLICE]:
+                self._parts[index] = self._combined_out(self._parts[index]).model_dump_json().encode()
+            yield
 
-def _entry_out(entry: Entry, job_out: Callable[[Job], JobOut]) -> JobOut:
-    if isinstance(entry, Job):
-        return job_out(entry)
-    first = entry[0]
-    out = job_out(first)
-    out.id = first.spec.array_job_id
-    out.array_task_id = None
-    out.reason = ",".join(dict.fromkeys(task.reason or "None" for task in entry))
-    ranges = compress_ranges(task.spec.array_task_id for task in entry)
-    throttle = first.spec.array_throttle
-    out.array_task_spec = f"{ranges}%{throttle}" if throttle else ranges
-    return out
+    def body(self) -> bytes:
+        return b"[" + b",".join(part for part in self._parts if part) + b"]"
 
+    def _flush(self) -> None:
+        if self._slice:
+            # pydantic's encoder holds the GIL for a whole call: one slice, not the whole list.
+            self._parts.append(_LIST.dump_json([self._job_out(job) for job in self._slice])[1:-1])
+            self._slice = []
 
-def _json_slices(entries: list[Entry], job_out: Callable[[Job], JobOut]) -> Iterator[bytes]:
-    """The array's items, comma-separated, a slice of entries at a time (pydantic's encoder holds
-    the GIL for a whole call: one call for 100,000 jobs would stop every other thread)."""
-    for start in range(0, len(entries), _SLICE):
-        outs = [_entry_out(entry, job_out) for entry in entries[start:start + _SLICE]]
-        yield _ENCODER.dump_json(outs)[1:-1]
-
-
-def _json_array(parts: Iterable[bytes]) -> bytes:
-    return b"[" + b",".join(parts) + b"]"
+    def _combined_out(self, group: _Combined) -> JobOut:
+        if len(group.task_ids) == 1:
+            return self._job_out(group.first)
+        out = self._job_out(group.first)
+        out.id = group.first.spec.array_job_id
+        out.array_task_id = None
+        out.reason = ",".join(group.reasons)
+        ranges = compress_ranges(group.task_ids)
+        throttle = group.first.spec.array_throttle
+        out.array_task_spec = f"{ranges}%{throttle}" if throttle else ranges
+        return out

@@ -126,64 +126,26 @@ class Store:
         """The highest job id ever saved, 0 for an empty store (the next id is this + 1)."""
         return self._scalar(select(func.coalesce(func.max(JOBS.c.id), 0)))
 
-    def query_jobs(
-        self,
-        *,
-        ids: Collection[int] | None = None,
-        users: Collection[str] | None = None,
-        states: Collection[JobState] | None = None,
-        partitions: Collection[str] | None = None,
-        accounts: Collection[str] | None = None,
-        start_after: float | None = None,
-        end_before: float | None = None,
-        include_active: bool = True,
-        after_id: int | None = None,
-        limit: int | None = None,
-        ids_cover_arrays: bool = False,
-    ) -> list[Job]:
-        """Jobs matching every given filter, ordered by id (accounting, like sacct).
+    def query_jobs(self, **filters: Any) -> list[Job]:
+        """Jobs matching every filter of select_jobs, ordered by id (accounting, like sacct)."""
+        return list(self.stream_jobs(**filters))
 
-        A None filter matches everything; an empty collection matches nothing. The time window
-        works like sacct's --starttime/--endtime: `start_after` keeps jobs that had not ended by
-        then (end_time >= start_after, or not ended yet), `end_before` keeps jobs submitted by
-        then (submit_time <= end_before); together: jobs that existed during the window.
-        include_active=False keeps only jobs in a terminal state. `after_id` and `limit` page:
-        the first `limit` matches with an id above `after_id`. With `ids_cover_arrays`, an id in
-        `ids` also stands for every task of the array with that id.
-        """
-        query = select(JOBS).order_by(JOBS.c.id)
-        if ids is not None:
-            wanted = JOBS.c.id.in_(list(ids))
-            if ids_cover_arrays:
-                wanted = wanted | JOBS.c.spec["array_job_id"].as_integer().in_(list(ids))
-            query = query.where(wanted)
-        if users is not None:
-            query = query.where(JOBS.c.user.in_(list(users)))
-        if states is not None:
-            query = query.where(JOBS.c.state.in_([JobState(state).value for state in states]))
-        if partitions is not None:
-            query = query.where(JOBS.c.partition.in_(list(partitions)))
-        if accounts is not None:
-            query = query.where(JOBS.c.account.in_(list(accounts)))
-        if after_id is not None:
-            query = query.where(JOBS.c.id > after_id)
-        if start_after is not None:
-            query = query.where((JOBS.c.end_time >= start_after) | JOBS.c.end_time.is_(None))
-        if end_before is not None:
-            query = query.where(JOBS.c.submit_time <= end_before)
-        if not include_active:
-            query = query.where(JOBS.c.state.not_in(_ACTIVE_VALUES))
-        if limit is not None:
-            query = query.limit(limit)
-        return self._jobs(query)
+    def stream_jobs(self, **filters: Any) -> Iterator[Job]:
+        """query_jobs a job at a time: a reader that lets each job go before taking the next never
+        holds the whole list."""
+        return self._stream(select_jobs(**filters))
 
     def _jobs(self, query: Select[Any]) -> list[Job]:
+        return list(self._stream(query))
+
+    def _stream(self, query: Select[Any]) -> Iterator[Job]:
         # Decoded as the rows arrive, a batch at a time: 100,000 rows held at once with their parsed
-        # JSON took 670 MiB, which the process kept after the restore.
+        # JSON took 670 MiB, which the process kept after a restore. Jobs read together share their
+        # equal parts.
         sharing = codec.Sharing()
         with _translated("reading"), self._engine.connect() as connection:
-            rows = connection.execution_options(yield_per=_BATCH_ROWS).execute(query)
-            return [codec.job_from_row(row, sharing) for row in rows]
+            for row in connection.execution_options(yield_per=_BATCH_ROWS).execute(query):
+                yield codec.job_from_row(row, sharing)
 
     def _rows(self, query: Select[Any]) -> list[Any]:
         with _translated("reading"), self._engine.connect() as connection:
@@ -192,3 +154,54 @@ class Store:
     def _scalar(self, query: Select[Any]) -> Any:
         with _translated("reading"), self._engine.connect() as connection:
             return connection.execute(query).scalar()
+
+
+def select_jobs(
+    *,
+    ids: Collection[int] | None = None,
+    users: Collection[str] | None = None,
+    states: Collection[JobState] | None = None,
+    partitions: Collection[str] | None = None,
+    accounts: Collection[str] | None = None,
+    start_after: float | None = None,
+    end_before: float | None = None,
+    include_active: bool = True,
+    after_id: int | None = None,
+    limit: int | None = None,
+    ids_cover_arrays: bool = False,
+) -> Select[Any]:
+    """The jobs matching every given filter, ordered by id.
+
+    A None filter matches everything; an empty collection matches nothing. The time window
+    works like sacct's --starttime/--endtime: `start_after` keeps jobs that had not ended by
+    then (end_time >= start_after, or not ended yet), `end_before` keeps jobs submitted by
+    then (submit_time <= end_before); together: jobs that existed during the window.
+    include_active=False keeps only jobs in a terminal state. `after_id` and `limit` page:
+    the first `limit` matches with an id above `after_id`. With `ids_cover_arrays`, an id in
+    `ids` also stands for every task of the array with that id.
+    """
+    query = select(JOBS).order_by(JOBS.c.id)
+    if ids is not None:
+        wanted = JOBS.c.id.in_(list(ids))
+        if ids_cover_arrays:
+            wanted = wanted | JOBS.c.spec["array_job_id"].as_integer().in_(list(ids))
+        query = query.where(wanted)
+    if users is not None:
+        query = query.where(JOBS.c.user.in_(list(users)))
+    if states is not None:
+        query = query.where(JOBS.c.state.in_([JobState(state).value for state in states]))
+    if partitions is not None:
+        query = query.where(JOBS.c.partition.in_(list(partitions)))
+    if accounts is not None:
+        query = query.where(JOBS.c.account.in_(list(accounts)))
+    if after_id is not None:
+        query = query.where(JOBS.c.id > after_id)
+    if start_after is not None:
+        query = query.where((JOBS.c.end_time >= start_after) | JOBS.c.end_time.is_(None))
+    if end_before is not None:
+        query = query.where(JOBS.c.submit_time <= end_before)
+    if not include_active:
+        query = query.where(JOBS.c.state.not_in(_ACTIVE_VALUES))
+    if limit is not None:
+        query = query.limit(limit)
+    return query
