@@ -16,6 +16,7 @@ MIXED = [
     job(4, JobState.FAILED, user="bob", partition="debug", account="b"),
     job(5, JobState.CANCELLED, user="carol"),
     job(6, CG, user="alice", partition="debug"),
+    job(7, PD, user="bob", account="b"),
     # An array of five: its first task runs, the others wait (two reasons).
     job(10, R, user="alice", array=(10, 0)),
     job(11, PD, user="alice", array=(10, 1)),
@@ -37,8 +38,8 @@ FILTERS = [
     ({"ids": "2,20"}, lambda j: j["id"] in (2, 20) or j["array_job_id"] in (2, 20)),
     ({"partitions": "debug"}, lambda j: j["partition"] == "debug"),
     ({"accounts": "b,c"}, lambda j: j["account"] in ("b", "c")),
-    ({"states": "PENDING", "user": "alice", "partitions": "gpu"},
-     lambda j: j["state"] == "PENDING" and j["user"] == "alice" and j["partition"] == "gpu"),
+    ({"states": "PENDING", "user": "bob", "partitions": "debug"},
+     lambda j: j["state"] == "PENDING" and j["user"] == "bob" and j["partition"] == "debug"),
 ]
 
 

@@ -14,8 +14,5 @@ def test_a_bad_partition_hostlist_is_a_settings_error(nodes, problem) -> None:
     with pytest.raises(SettingsError) as caught:
         settings_from_dict({"partitions": [{"name": "gpu", "nodes": nodes}]}, "corral.toml")
     assert str(caught.value).startswith("corral.toml partitions[0]: nodes: ") and problem in str(caught.value)
-
-
-def test_a_good_partition_hostlist_is_kept() -> None:
-    config = settings_from_dict({"partitions": [{"name": "gpu", "nodes": "n[1-4]"}]})
+    config = settings_from_dict({"partitions": [{"name": "gpu", "nodes": "n[1-4]"}]})  # a good one is kept
     assert config.partitions[0].contains("n3") and not config.partitions[0].contains("n5")

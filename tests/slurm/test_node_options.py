@@ -35,11 +35,7 @@ def test_bad_node_options_stop_the_command(parse, argv, message) -> None:
     with pytest.raises(SlurmCommandError) as caught:
         parse(argv, {})
     assert (caught.value.stderr, caught.value.exit_code) == (message, 1)
-
-
-def test_good_node_options_pass() -> None:
-    assert parse_squeue(["-w", "n[1-2]"], {}).nodes == "n[1-2]"
-    assert parse_srun(["-w", "n[1-2]", "true"], {}).nodelist == ("n1", "n2")
+    parse(["n[1-2]" if a in (HUGE, "n[1-", "n[2-1]") else a for a in argv], {})  # a good list passes
 
 
 def test_scontrol_show_hostlist_says_a_list_is_invalid() -> None:
