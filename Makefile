@@ -6,17 +6,27 @@ STAMP := $(VENV)/.installed
 
 .PHONY: up test test-fast bench sim-report venv clean
 
+# `make up` settings: the controller's port (corral up records it in ~/.config/corral/cluster.json, where
+# every corral and Slurm command finds it), the simulated nodes and the GPUs of each.
+PORT = 6817
+NODES = 2
+GPUS = 4
+
 $(STAMP): requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+		{ echo "corral needs Python >= 3.11; '$(PYTHON)' is $$($(PYTHON) -V 2>&1): run make PYTHON=python3.11 ..." >&2; exit 1; }
+	@echo "creating $(VENV) from requirements.lock (first run only, about 2 minutes and 1.2 GB)..."
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
+	@echo "$(VENV) is ready"
 
 venv: $(STAMP)
 
 up: $(STAMP)
-	$(VENV)/bin/corral up --nodes 2 --gpus-per-node 4
+	$(VENV)/bin/corral up --nodes $(NODES) --gpus-per-node $(GPUS) --port $(PORT)
 
 test: $(STAMP)
 	$(PY) -m pytest -q

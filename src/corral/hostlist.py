@@ -1,17 +1,31 @@
 """Slurm hostlist expressions: `node[1-3,05],gpu7` <-> ["node1", "node2", "node3", "node05", "gpu7"].
 
-No imports: the Slurm commands parse their node options with it and must start fast. An expression
+No imports but corral.jobref (itself import-free): the Slurm commands parse their node options with it
+and must start fast. An expression
 names at most MAX_HOSTS hosts (Slurm's hostlist caps a range at 64K hosts); the count is worked out
 from the ranges before any name is made, so `n[1-100000000]` fails at once instead of building 10^8
 strings."""
 from __future__ import annotations
 
+from corral.jobref import ascii_number
+
 MAX_HOSTS = 65_536
 _DIGITS = "0123456789"
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+MAX_NAME_LENGTH = 253  # a DNS name's
 
 
 class HostlistError(ValueError):
     pass
+
+
+def check_node_name(name: str) -> str:
+    """A node name that hostlists carry unchanged: ASCII letters, digits, `.`, `_` and `-`. A `,`, `[`,
+    space or another script's digits would be read back as other names (`a,b` as two nodes)."""
+    if not name or len(name) > MAX_NAME_LENGTH or not set(name) <= _NAME_CHARS or name[0] in "-.":
+        raise HostlistError(f"invalid node name {name!r}: use 1 to {MAX_NAME_LENGTH} ASCII letters, digits, "
+                            "'.', '_' and '-', starting with a letter or digit")
+    return name
 
 
 def expand(expression: str, limit: int = MAX_HOSTS) -> list[str]:
@@ -65,17 +79,14 @@ def _parse_part(part: str) -> tuple[list[Segment], str]:
 
 
 def _range(item: str, part: str) -> tuple[int, int, int]:
-    lo, _, hi = item.partition("-")
-    if not _is_number(lo) or (hi and not _is_number(hi)):
+    lo, dash, hi = item.partition("-")
+    # ASCII digits only: int() reads "\u0661" and "1_0" as 1 and 10, other nodes' names.
+    first, last = ascii_number(lo), ascii_number(hi) if dash else ascii_number(lo)
+    if first is None or last is None:
         raise HostlistError(f"bad range {_shown(item)} in hostlist {_shown(part)}")
-    first, last = int(lo), int(hi) if hi else int(lo)
     if last < first:
         raise HostlistError(f"descending range {_shown(item)} in hostlist {_shown(part)}")
     return first, last, len(lo)
-
-
-def _is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
 
 
 def _count(segments: list[Segment]) -> int:
@@ -100,8 +111,8 @@ def _shown(text: str, limit: int = 80) -> str:
 
 def _trailing_number(host: str) -> tuple[str, str] | None:
     """`node012` -> ("node", "012"); None without trailing digits."""
-    cut = len(host.rstrip(_DIGITS))
-    if cut == len(host) or not host[cut:].isascii():
+    cut = len(host.rstrip(_DIGITS))  # ASCII digits: another script's are part of the name
+    if cut == len(host):
         return None
     return host[:cut], host[cut:]
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
+
+from corral.hostlist import check_node_name
 
 API_PREFIX = "/api/v1"
 EPOCH_HEADER = "X-Corral-Epoch"
@@ -26,7 +28,7 @@ class GpuInfo(BaseModel):
 
 
 class Registration(BaseModel):
-    node: str
+    node: Annotated[str, AfterValidator(check_node_name)]
     address: str
     gpus: list[GpuInfo]
     cpus: int
@@ -142,7 +144,9 @@ class SignalJob(BaseModel):
     still alive after `grace_s`. A negative `grace_s` sends the signal only (scancel --signal).
 
     `target`: "all" (batch shell, job tasks and steps), "steps" (only step tasks), "batch" (only the
-    batch shell / the job's own tasks). `step_id` narrows "steps" to one step."""
+    batch shell / the job's own tasks). `step_id` narrows "steps" to one step. `reason`: why (see
+    corral.kill_reasons); the agent writes slurmstepd's closing line for it into the job's or step's
+    stderr (None: no line)."""
 
     kind: Literal["kill"] = "kill"
     seq: int = 0
@@ -151,6 +155,7 @@ class SignalJob(BaseModel):
     grace_s: float = 10.0
     target: Literal["all", "steps", "batch"] = "all"
     step_id: int | None = None
+    reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
 
 
 Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator="kind")]

@@ -40,6 +40,7 @@ import threading
 import time
 from collections import deque
 
+from corral.jobref import ascii_number
 from corral.slurm import jsontext
 
 try:  # what hmac.compare_digest is, without importing hmac (and _hashlib)
@@ -126,8 +127,8 @@ def parse_input(mode: str) -> int | None:
         return ALL_RANKS
     if mode == "none":
         return None
-    rank = int(mode)
-    if rank < 0:
+    rank = ascii_number(mode)  # int() would read "1_0" as 10
+    if rank is None:
         raise ValueError(f"invalid input rank {mode!r}")
     return rank
 

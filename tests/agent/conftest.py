@@ -113,6 +113,7 @@ class FakeController:
         self.heartbeat_s = 0.5
         self.kill_jobs: list[int] = []
         self.registrations: list[Registration] = []
+        self.on_register: Callable[[Registration], None] | None = None  # runs before the reply
         self.auth_headers: list[str] = []
         self.polls: list[tuple[int, str]] = []  # (after, epoch header)
         self.events: list[Any] = []
@@ -232,6 +233,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _register(self) -> None:
         ctl = self.controller
         registration = Registration.model_validate_json(self._body())
+        if ctl.on_register is not None:
+            ctl.on_register(registration)
         with ctl.cond:
             ctl.registrations.append(registration)
             ctl.auth_headers.append(self.headers["Authorization"])

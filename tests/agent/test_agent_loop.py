@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from corral.protocol import NodeStarted, SignalJob, TaskExit
+from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskExit, TaskLaunch
 
 EXITED_OK = TaskExit(rank=0, exit_code=0)
 
@@ -156,3 +156,30 @@ def test_registration_reply_kills_unwanted_jobs(controller, run_with_agent, make
 
     run_with_agent(scenario)
     assert controller.finished(24).tasks == [TaskExit(rank=0, exit_code=0, signal=signal.SIGTERM)]
+
+
+def test_a_launch_onto_gpus_a_live_task_of_another_job_holds_is_refused(controller, run_with_agent, make_launch,
+                                                                        make_step, tmp_path):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=7, node_gpus=[0], argv=["sleep", "30"]))
+        await controller.until(lambda: controller.started(7))
+        controller.send(make_launch(job_id=8, node_gpus=[1, 0], tasks=[TaskLaunch(rank=0, local_rank=0, gpus=[1, 0])],
+                                    argv=["sh", "-c", "echo ran > job8"]))
+        controller.send(make_step(job_id=9, node_gpus=[0], argv=["sh", "-c", "echo ran > step9"]))
+        controller.send(make_launch(job_id=10, node_gpus=[1], argv=["true"]))  # a free GPU: fine
+        await controller.until(lambda: controller.finished(8) and controller.finished(10) and
+                               controller.events_of(StepFinished, 9))
+        assert agent.running_jobs == [7], "the job holding the GPU runs on"
+        controller.send(SignalJob(job_id=7, signal=signal.SIGKILL, grace_s=0))
+        await controller.until(lambda: controller.finished(7))
+
+    run_with_agent(scenario)
+    refused = controller.finished(8)
+    assert refused.error == ("GPU 0 of node n1 still in use by job 7, whose tasks there have not exited: "
+                             "refusing to start job 8 there")
+    assert refused.tasks == [TaskExit(rank=0, exit_code=1)] and controller.started(8) is None
+    (step,) = controller.events_of(StepFinished, 9)
+    assert "GPU 0 of node n1 still in use by job 7" in step.error
+    assert controller.finished(10).tasks == [TaskExit(rank=0, exit_code=0)]
+    assert not (tmp_path / "job8").exists() and not (tmp_path / "step9").exists()

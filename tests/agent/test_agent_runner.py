@@ -5,6 +5,7 @@ import asyncio
 import os
 import signal
 import stat
+import sys
 import time
 
 import pytest
@@ -113,6 +114,22 @@ def test_leftover_children_die_with_their_task(make_launch, tmp_path, agent_env,
     _, finished = asyncio.run(run_to_end(runner_for(launch, tmp_path, agent_env)))
     assert finished.tasks[0].exit_code == 0
     assert is_dead(int((tmp_path / "child.pid").read_text()))
+
+
+def test_during_a_kill_leftovers_get_the_grace_to_finish(make_launch, tmp_path, agent_env, is_dead):
+    # Slurm's KillWait: what a killed task left in its group (an srun relaying its step's end) gets the
+    # signal and until the grace is over; one that ignores it dies then.
+    child = (f"import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.3), "
+             f"open('child-done', 'w').close(), sys.exit(0))); open('child.pid', 'w').write(str(__import__('os').getpid()));"
+             f" time.sleep(30)")
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)"
+    launch = make_launch(argv=["sh", "-c", f"{sys.executable} -c \"{child}\" & {sys.executable} -c '{stubborn}' & "
+                                           f"echo $! > stubborn.pid; sleep 0.3; echo ready > ready; wait"])
+    started_at = time.monotonic()
+    asyncio.run(start_then_kill(runner_for(launch, tmp_path, agent_env), tmp_path, grace_s=1.5))
+    assert (tmp_path / "child-done").exists(), "the leftover finished its SIGTERM handler"
+    assert is_dead(int((tmp_path / "stubborn.pid").read_text()))
+    assert 1.5 <= time.monotonic() - started_at < 5, "the one ignoring SIGTERM was killed when the grace ended"
 
 
 def test_kill_leaves_other_process_groups_alone(make_launch, tmp_path, agent_env, is_dead):

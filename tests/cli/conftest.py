@@ -48,3 +48,15 @@ def cli():
         return runner.invoke(app, list(args), **kwargs)
 
     return invoke
+
+
+@pytest.fixture
+def live(monkeypatch, tmp_path):
+    """The real controller (tests/controller/live.py), fresh, with the CLI pointed at it."""
+    from tests.controller.live import SECRET, live_controller
+
+    clean_environment(monkeypatch, tmp_path)
+    with live_controller(tmp_path) as controller:
+        monkeypatch.setenv("CORRAL_URL", controller.url)
+        monkeypatch.setenv("CORRAL_SECRET", SECRET)
+        yield controller

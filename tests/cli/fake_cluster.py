@@ -4,8 +4,9 @@ Stdlib only, so they start in milliseconds.
     fake_cluster.py controller --listen H:P --secret-file F [ignored options...]
     fake_cluster.py agent --controller URL --secret-file F --node NAME [ignored options...]
 
-The controller serves /health and /nodes and takes agent registrations; an agent registers once and
-then waits for SIGTERM. Both record their argv in $FAKE_CLUSTER_RECORD (one JSON line each)."""
+The controller serves /health and /nodes, takes agent registrations and answers /cluster/stop (as if it
+had one running job, which it requeued); an agent registers once and then waits for SIGTERM. Both record
+their argv in $FAKE_CLUSTER_RECORD (one JSON line each)."""
 from __future__ import annotations
 
 import json
@@ -62,6 +63,8 @@ def controller(argv: list[str]) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 nodes[body["node"]] = {"name": body["node"], "state": "idle"}
                 self.reply(200, {"epoch": "e", "heartbeat_s": 1.0})
+            elif self.path.startswith(PREFIX + "/cluster/stop") and self.authorized():
+                self.reply(200, {"requeued": [1], "ended": [], "unconfirmed": [], "pending": 0})
 
         def log_message(self, *args: object) -> None:
             pass

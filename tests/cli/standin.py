@@ -24,6 +24,7 @@ from corral.api.tenancy import (
     UserSpec,
 )
 from corral.hostlist import expand
+from corral.jobref import JobIdError, parse_job_list
 from corral.jobscript.specs import parse_array_spec
 from corral.protocol import API_PREFIX
 
@@ -178,10 +179,13 @@ def _add_job_routes(app: FastAPI, state: StandinState) -> None:
         return SubmitReply(job_id=job_id)
 
     @app.get(API_PREFIX + "/jobs", dependencies=authed)
-    def jobs(states: str | None = None, user: str | None = None, all: bool = False) -> list[dict]:
+    def jobs(states: str | None = None, user: str | None = None, all: bool = False,
+             ids: str | None = None) -> list[dict]:
         wanted = states.split(",") if states else (None if all else ACTIVE)
+        named = _named(state, ids)
         return [j for j in state.jobs.values()
-                if (wanted is None or j["state"] in wanted) and (user is None or j["user"] == user)]
+                if (wanted is None or j["state"] in wanted) and (user is None or j["user"] == user)
+                and (named is None or j["id"] in named)]
 
     @app.get(API_PREFIX + "/jobs/{job_id}", dependencies=authed)
     def job(job_id: int) -> dict:
@@ -196,6 +200,27 @@ def _add_job_routes(app: FastAPI, state: StandinState) -> None:
             raise HTTPException(409, f"job {job_id} already ended ({found['state']})")
         found.update(state="CANCELLED", reason="None", end_time=time.time())
         return found
+
+
+def _named(state: StandinState, ids: str | None) -> set[int] | None:
+    """The controller's reading of `ids=` (corral.controller.job_refs): an array's id names every task."""
+    if not ids:
+        return None
+    try:
+        refs = parse_job_list(ids, task_lists=True)
+    except JobIdError as exc:
+        raise HTTPException(422, f"ids: {exc}") from None
+    named = set()
+    for ref in refs:
+        job = state.jobs.get(ref.job_id)
+        if job is None:
+            continue
+        if job.get("array_job_id") == job["id"]:
+            tasks = [j for j in state.jobs.values() if j.get("array_job_id") == job["id"]]
+            named.update(j["id"] for j in tasks if ref.tasks is None or ref.has_task(j["array_task_id"]))
+        elif ref.tasks is None:
+            named.add(job["id"])
+    return named
 
 
 def _submit_array(state: StandinState, body: JobSubmit) -> SubmitReply:
@@ -314,7 +339,7 @@ def _add_cluster_routes(app: FastAPI, state: StandinState) -> None:
     @app.get(API_PREFIX + "/accounting", dependencies=authed)
     def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
                    until: float | None = None, ids: str | None = None) -> list[dict]:
-        wanted_ids = {int(i) for i in ids.split(",")} if ids else None
+        wanted_ids = _named(state, ids)
         return [j for j in state.jobs.values()
                 if (user is None or j["user"] == user) and (wanted_ids is None or j["id"] in wanted_ids)
                 and (states is None or j["state"] in states.split(","))]

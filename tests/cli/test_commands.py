@@ -62,9 +62,25 @@ def test_queue_names_array_tasks(standin, cli):
     result = cli("queue")
     assert result.exit_code == 0, result.output
     rows = lines_of(result.stdout)[1:]
-    assert [r[0] for r in rows] == ["1", "2", "20_0", "20_1", "20_2"]
-    assert rows[3][-1] == "(QueueQuota)"  # the detail waits for --long
+    assert [r[0] for r in rows] == ["1", "2", "20_0", "20_[1-2%2]"]  # pending tasks share a row, as in squeue
+    assert rows[3][-1] == "(QueueQuota,JobArrayTaskLimit)"  # the detail waits for --long
     assert "gpu 8/8" not in result.stdout
+
+
+def test_queue_folds_pending_array_tasks_as_squeue(standin, cli):
+    for task in range(10):
+        running = task < 3
+        standin.state.jobs[30 + task] = make_job(
+            30 + task, name="sweep", array_job_id=30, array_task_id=task, array_throttle=3,
+            state="RUNNING" if running else "PENDING", reason="None" if running else "JobArrayTaskLimit",
+            nodelist="node1" if running else "")
+    result = cli("queue", "--user", "alice")
+    assert result.exit_code == 0, result.output
+    rows = lines_of(result.stdout)[1:]
+    assert [r[0] for r in rows] == ["1", "30_0", "30_1", "30_2", "30_[3-9%3]"]
+    assert rows[-1][4:] == ["PENDING", "0:00", "1", "0", "(JobArrayTaskLimit)"]
+    assert [r[0] for r in lines_of(cli("queue", "-l").stdout)[1:]][-1] == "30_[3-9%3]"
+    assert len(json.loads(cli("queue", "--json").stdout)) == 12  # JSON stays the API's records, one per task
 
 
 def test_queue_long_adds_account_qos_queue_and_detail(standin, cli):
@@ -75,17 +91,20 @@ def test_queue_long_adds_account_qos_queue_and_detail(standin, cli):
     assert header.split() == ["JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "QOS", "QUEUE", "STATE", "TIME",
                               "NODES", "GPUS", "NODELIST(REASON)", "DETAIL"]
     assert rows[0].split() == ["1", "gpu", "train", "alice", "-", "-", "-", "RUNNING", "5:03", "2", "8", "node[1-2]"]
-    assert rows[3].split()[:12] == ["20_1", "gpu", "sweep", "alice", "hep", "high", "hep-q", "PENDING", "0:00", "1",
-                                    "0", "(QueueQuota)"]
+    assert rows[3].split()[:12] == ["20_[1-2%2]", "gpu", "sweep", "alice", "hep", "high", "hep-q", "PENDING", "0:00",
+                                    "1", "0", "(QueueQuota,JobArrayTaskLimit)"]
     assert rows[3].endswith("queue hep-q: gpu 8/8 in use, cohort all has none to lend")
     assert cli("queue", "--long").stdout == result.stdout
 
 
 def test_acct_names_array_tasks(standin, cli):
+    """As sacct -j: an array's id is every task, `A_I` one task, and a task's own id that task."""
     add_array_tasks(standin.state)
-    result = cli("acct", "-j", "20,21")
-    assert result.exit_code == 0, result.output
-    assert [r[0] for r in lines_of(result.stdout)[1:]] == ["20_0", "20_1"]
+    for ids, rows in (("20", ["20_0", "20_1", "20_2"]), ("20_2,21", ["20_1", "20_2"]), ("20_[0-1]", ["20_0", "20_1"])):
+        result = cli("acct", "-j", ids)
+        assert result.exit_code == 0, result.output
+        assert [r[0] for r in lines_of(result.stdout)[1:]] == rows
+        assert standin.state.queries[-1] == ("/accounting", {"ids": ids, "limit": str(PAGE_JOBS)})
 
 
 def test_show_array_task_reason_detail_and_policy(standin, cli):
@@ -133,8 +152,30 @@ def test_show_lists_every_field(standin, cli):
     assert fields["TimeLimit"] == "01:00:00"
     assert fields["RunTime"] == "00:05:03"
     assert fields["EndTime"] == "Unknown"
-    assert fields["StdErr"] == "slurm-%j.out"
+    assert fields["StdErr"] == "/home/alice/slurm-1.out"
     assert fields["ExitCode"] == "0:0"
+
+
+def show_fields(cli, job_id):
+    result = cli("show", str(job_id))
+    assert result.exit_code == 0, result.output
+    return {k.strip(): v for k, v in (line.split(" : ", 1) for line in result.stdout.splitlines() if " : " in line)}
+
+
+def test_show_expands_output_patterns_as_the_agent_names_the_files(standin, cli):
+    standin.state.jobs[41] = make_job(
+        41, name="sweep", state="RUNNING", reason="None", nodelist="node[2-3]", array_job_id=40, array_task_id=1,
+        slices=[{"node": "node2", "gpus": [], "cpus": 1, "mem_mib": 0}, {"node": "node3", "gpus": [], "cpus": 1,
+                                                                       "mem_mib": 0}],
+        output="logs/%x-%j_%A_%a.%N.%t.out", error="/scratch/%u/%%j-%5j-%J.err")
+    fields = show_fields(cli, 41)
+    assert fields["StdOut"] == "/home/alice/logs/sweep-41_40_1.node2.0.out"
+    assert fields["StdErr"] == "/scratch/alice/%j-00041-41.batch.err"
+
+
+def test_show_keeps_the_node_pattern_until_the_job_has_a_node(standin, cli):
+    standin.state.jobs[2]["output"] = "%N-%j.out"
+    assert show_fields(cli, 2)["StdOut"] == "/home/alice/%N-2.out"
 
 
 def test_show_json_and_unknown_job(standin, cli):
@@ -154,7 +195,7 @@ def test_cancel(standin, cli):
 def test_cancel_unknown_fails_but_cancels_the_rest(standin, cli):
     result = cli("cancel", "99", "2")
     assert result.exit_code == 1
-    assert "corral: error: job 99: job 99 not found" in result.stderr
+    assert "corral: error: job 99 not found" in result.stderr
     assert "Cancelled job 2" in result.stdout
     assert standin.state.jobs[2]["state"] == "CANCELLED"
 
@@ -214,6 +255,18 @@ def test_acct_with_job_ids_spans_all_users_and_time(standin, cli):
 def test_acct_bad_inputs(standin, cli):
     assert "invalid time 'yesterday-ish'" in cli("acct", "--since", "yesterday-ish").stderr
     assert "invalid job id 'x'" in cli("acct", "-j", "1,x").stderr
+
+
+def test_bad_controller_url_is_one_line(isolated, cli, monkeypatch):
+    cases = {"http://[::1": "Invalid IPv6 URL", "http://node1:99999": "Port out of range",
+             "ftp://node1": "expected http://HOST:PORT", "http://": "expected http://HOST:PORT"}
+    for url, why in cases.items():
+        result = cli("queue", "--url", url)
+        assert result.exit_code == 1, url
+        assert result.stderr.startswith("corral: error: invalid controller URL ") and why in result.stderr, url
+        assert result.stderr.count("\n") == 1 and "(from --url)" in result.stderr
+    monkeypatch.setenv("CORRAL_URL", "http://[::1")
+    assert "(from CORRAL_URL): Invalid IPv6 URL" in cli("nodes").stderr
 
 
 def test_unreachable_controller(isolated, cli, monkeypatch):

@@ -42,6 +42,13 @@ def test_node_rows():
     assert rows[1] == ("node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad fan")
 
 
+def test_node_rows_show_the_slurm_type_and_the_full_gpu_name():
+    node = canned_nodes()[0]
+    node["gpus"] = [dict(g, model="NVIDIA H100 80GB HBM3") for g in node["gpus"][:3]] + \
+        [dict(node["gpus"][3], model="NVIDIA A100-SXM4-80GB")]
+    assert render.node_rows([node])[0][6] == "3x h100 (NVIDIA H100 80GB HBM3), 1x a100 (NVIDIA A100-SXM4-80GB)"
+
+
 def test_acct_rows():
     jobs = canned_jobs()
     assert render.acct_rows([jobs[3], jobs[2]]) == [
@@ -131,6 +138,9 @@ def test_queue_long_rows():
          "preempted by job 9 (reclaim) grace_s=60"),
         ({"t": T0, "event": "requeued", "reason": "scontrol requeue"}, "requeued (scontrol requeue)"),
         ({"t": T0, "event": "requeued"}, "requeued"),
+        ({"t": T0, "event": "cluster-stopped", "outcome": "requeued"}, "cluster stopped: tasks killed, job requeued"),
+        ({"t": T0, "event": "cluster-stopped", "outcome": "NODE_FAIL"},
+         "cluster stopped: tasks killed, job ended NODE_FAIL"),
         ({"t": T0, "event": "signal", "signal": "USR1"}, "signal USR1 sent"),
         ({"t": T0, "event": "signal", "signal": 10, "reason": "time limit"}, "signal 10 sent (time limit)"),
         ({"t": T0, "event": "signal"}, "signal sent"),

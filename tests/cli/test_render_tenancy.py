@@ -39,6 +39,9 @@ def test_share_rows():
 def test_tenancy_summary():
     assert rt.tenancy_summary(canned_tenancy()) == "3 accounts, 2 users, 2 QOS, 1 queue, 0 limits; default QOS normal"
     assert rt.tenancy_summary({}) == "0 accounts, 0 users, 0 QOS, 0 queues, 0 limits; default QOS normal"
+    with_default = dict(canned_tenancy(), default_account="physics")
+    assert rt.tenancy_summary(with_default).endswith("; users without an entry: account physics")
+    assert rt.tenancy_sections(with_default)[0][0] == "Accounts (users without an entry: physics)"
 
 
 def test_tenancy_sections_with_limits():

@@ -24,11 +24,11 @@ def test_requeue_refusals_are_reported_and_the_rest_done(standin, cli):
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         "corral: error: job 2: job 2 is pending; only running or finished jobs can be requeued",
-        "corral: error: job 99: job 99 not found",
+        "corral: error: job 99 not found",
         "corral: error: job 4: job 4 was submitted with --no-requeue",
     ]
     assert result.stdout == "Requeued job 1 (PENDING)\n"
-    assert [job_id for _, job_id in standin.state.actions] == [2, 99, 4, 1]
+    assert [job_id for _, job_id in standin.state.actions] == [2, 4, 1]
 
 
 def test_hold_and_release(standin, cli):
@@ -52,7 +52,7 @@ def test_hold_names_array_tasks(standin, cli):
     [
         ("hold", "1", "job 1: job 1 is RUNNING; only pending jobs can be held"),
         ("release", "2", "job 2: job 2 is not held"),
-        ("release", "42", "job 42: job 42 not found"),
+        ("release", "42", "job 42 not found"),
     ],
 )
 def test_hold_release_refusals(standin, cli, command, job_id, message):

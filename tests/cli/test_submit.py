@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from corral.cli.submit import build_body, job_environment, split_command_line
+from corral.cli.submit import build_body, split_command_line
 
 SCRIPT = """#!/bin/bash
 #SBATCH -N 2 --gpus-per-node=4
@@ -36,6 +36,7 @@ def test_submit_script_sends_parsed_fields(standin, cli, script, monkeypatch, tm
     assert sent["partition"] == "gpu"
     assert sent["name"] == "from-script"
     assert sent["script"] == SCRIPT and "argv" not in sent
+    assert sent["batch"] is True  # as sbatch: the script runs once, its srun lines start the tasks
     assert sent["workdir"] == str(tmp_path)
     assert sent["user"] == getpass.getuser() and sent["uid"] == os.getuid()
     assert sent["submit_host"] == socket.gethostname()
@@ -49,7 +50,7 @@ def test_submit_command_after_double_dash(standin, cli):
     sent = standin.state.submissions[-1]
     assert sent["argv"] == ["python", "-c", "print(1)", "--nodes", "9"]
     assert sent["nodes"] == 2 and sent["gpus_per_node"] == 2 and sent["name"] == "python"
-    assert "script" not in sent
+    assert "script" not in sent and sent["batch"] is True  # the command runs once, as a script would
 
 
 def test_submit_wrap(standin, cli):
@@ -57,7 +58,7 @@ def test_submit_wrap(standin, cli):
     assert result.exit_code == 0, result.output
     sent = standin.state.submissions[-1]
     assert sent["script"].startswith("#!/bin/sh\n") and sent["script"].endswith("\nhostname\n")
-    assert sent["name"] == "w"
+    assert sent["name"] == "w" and sent["batch"] is True
 
 
 def test_submit_script_on_stdin(standin, cli):
@@ -140,6 +141,13 @@ def test_submit_default_name_and_chdir(standin, cli, tmp_path, monkeypatch):
         (["--nodes=x", "--wrap", "true"],
          "invalid value 'x' for --nodes on the command line: expected a positive integer"),
         (["--exclusive", "--wrap", "true"], "unsupported option '--exclusive' on the command line"),
+        (["-w", "node1", "--wrap", "true"], "unsupported option '-w' on the command line"),  # sbatch's, not ours
+        (["--gpu-per-node", "1", "--wrap", "true"],
+         "unrecognized option '--gpu-per-node' on the command line; did you mean '--gpus-per-node'?"),
+        (["--nodess=2", "--wrap", "true"],
+         "unrecognized option '--nodess' on the command line; did you mean '--nodes'?"),
+        (["--bogus", "--wrap", "true"], "unrecognized option '--bogus' on the command line"),
+        (["-y", "--wrap", "true"], "unrecognized option '-y' on the command line"),
         (["--p", "gpu", "--wrap", "true"],
          "option '--p' is ambiguous (--parsable, --partition, --priority) on the command line"),
         (["--wrap", "true", "script.sh"], "--wrap cannot be combined with a script or a command"),
@@ -180,7 +188,7 @@ def test_submit_directive_error_names_the_line(standin, cli, tmp_path):
     path.write_text("#!/bin/sh\n#SBATCH -N 1\n#SBATCH --foo\nrun\n")
     result = cli("submit", str(path))
     assert result.exit_code == 1
-    assert result.stderr == "corral: error: unsupported option '--foo' in #SBATCH directive line 3\n"
+    assert result.stderr == "corral: error: unrecognized option '--foo' in #SBATCH directive line 3\n"
     assert standin.state.submissions == []
 
 
@@ -203,6 +211,38 @@ def test_submit_help(cli):
     result = cli("submit", "--help")
     assert result.exit_code == 0
     assert "Usage: corral submit" in result.stdout and "--gpus-per-node" in result.stdout
+    text = " ".join(result.stdout.split())
+    assert "as sbatch does: the script (or COMMAND) runs ONCE, on the first node" in text
+    assert "The srun lines inside it start the tasks" in text
+    assert "To run a command as every task now and see its output here, use 'corral run' (srun)." in text
+
+
+def test_run_help_says_it_runs_the_command_as_every_task(cli):
+    result = cli("run", "--help")
+    assert result.exit_code == 0 and result.stderr == ""
+    text = " ".join(result.stdout.split())
+    assert result.stdout.startswith("Usage: corral run [OPTIONS] [--] COMMAND [ARGS...]\n")
+    assert "Run COMMAND as every task of a new job, as srun does outside a job" in text
+    assert "each with its own CUDA_VISIBLE_DEVICES, RANK, LOCAL_RANK, WORLD_SIZE" in text
+    assert "use 'corral submit' (sbatch)" in text
+    assert cli("run", "-h").stdout == result.stdout
+
+
+def test_corral_help_says_which_is_which(cli):
+    result = cli("--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "'corral submit' is sbatch: its script runs once, and the srun lines in it start the tasks." in text
+    assert "'corral run' is srun: it runs a command as every task and shows their output." in text
+    assert "submit Submit a batch job (sbatch): the script or command runs once, on the first node" in text
+    assert "run Run a command as every task of a new job (srun)" in text
+
+
+def test_run_is_srun(cli):
+    bare = cli("run")
+    assert (bare.exit_code, bare.stderr) == (1, "srun: fatal: No command given to execute.\n")
+    bad = cli("run", "--gpu-per-task=1", "true")
+    assert bad.exit_code == 255 and bad.stderr.startswith("srun: unrecognized option '--gpu-per-task=1'\n")
 
 
 def test_submit_url_option_wins(standin, cli, monkeypatch):
@@ -230,8 +270,29 @@ def test_build_body_without_server(tmp_path):
     line = split_command_line(["--wrap", "true"])
     body = build_body(line, io.StringIO(""), {"A": "1", "SLURM_JOB_ID": "3"}, cwd=str(tmp_path))
     assert body["env"] == {"A": "1"} and body["workdir"] == str(tmp_path) and body["name"] == "wrap"
+    assert body["batch"] is True
 
 
-def test_job_environment_drops_private_variables():
-    env = {"PATH": "/bin", "CORRAL_SECRET": "x", "CORRAL_URL": "u", "SLURM_JOB_ID": "1", "SLURMD_NODENAME": "n"}
-    assert job_environment(env) == {"PATH": "/bin", "CORRAL_URL": "u"}
+def test_build_body_leaves_private_variables_behind(tmp_path):
+    import io
+
+    env = {"PATH": "/bin", "CORRAL_SECRET": "x", "CORRAL_URL": "u", "SLURM_JOB_ID": "1", "SLURMD_NODENAME": "n",
+           "SBATCH_PARTITION": "p", "SRUN_DEBUG": "1"}
+    body = build_body(split_command_line(["--wrap", "true"]), io.StringIO(""), env, cwd=str(tmp_path))
+    assert body["env"] == {"PATH": "/bin", "CORRAL_URL": "u"}
+
+
+def test_submit_body_is_the_one_sbatch_builds(tmp_path):
+    """corral submit and sbatch submit through one path: the same script gives the same body."""
+    import io
+
+    from corral.slurm.commands.sbatch import submission
+    from corral.slurm.sbatch_opts import apply_script, parse_sbatch
+
+    path = tmp_path / "train.sh"
+    path.write_text(SCRIPT)
+    env = {"PATH": "/bin", "HOME": "/h", "USER": getpass.getuser(), "SLURM_NTASKS": "8"}
+    ours = build_body(split_command_line([str(path), "--epochs", "3"]), io.StringIO(""), env, cwd=str(tmp_path))
+    options, source = parse_sbatch([str(path), "--epochs", "3"], env)
+    theirs, _ = submission(apply_script(options, SCRIPT), source, SCRIPT, env, str(tmp_path))
+    assert ours == theirs

@@ -14,7 +14,9 @@ from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited
 from corral.cli.supervisor import Supervisor
+from corral.agent.task_spool import TaskSpool
 from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_secret
+from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 
 FAKE = str(Path(__file__).with_name("fake_cluster.py"))
@@ -49,7 +51,8 @@ def test_plan_simulated_defaults(tmp_path):
     assert plan.agent_argvs[1] == (
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817", "--secret-file", str(tmp_path / "secret"),
         "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
-        "--gpus", "4")
+        "--kill-tasks-on-exit", "--gpus", "4")
+    assert plan.spool_dirs == (tmp_path / "spool" / "node1", tmp_path / "spool" / "node2")
 
 
 def test_plan_options(tmp_path):
@@ -59,8 +62,8 @@ def test_plan_options(tmp_path):
     assert plan.url == "http://127.0.0.1:7000" and plan.gpus_per_node == 0  # given G wins over NVML
     assert plan.controller_argv[4:7] == ("0.0.0.0:7000", "--db", "postgresql://db/corral")
     assert plan.controller_argv[-2:] == ("--config", "/etc/corral.toml")
-    assert plan.agent_argvs[0][-8:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
-                                        str(tmp_path / "spool" / "node1"), "--gpus", "0")
+    assert plan.agent_argvs[0][-9:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
+                                        str(tmp_path / "spool" / "node1"), "--kill-tasks-on-exit", "--gpus", "0")
 
 
 def test_plan_real_gpus_one_node_without_gpus_option(tmp_path):
@@ -97,16 +100,53 @@ def test_up_command_port_in_use(isolated, cli):
     assert not (isolated / "s" / "secret").exists()  # nothing was started or written
 
 
+def test_up_command_missing_config_file(isolated, cli):
+    for config, why in ((isolated / "missing.toml", "does not exist"), (isolated, "is a directory")):
+        result = cli("up", "--config", str(config), "--state-dir", str(isolated / "s"))
+        assert result.exit_code == 2
+        assert f"Invalid value for '--config': file '{config}' {why}" in result.stderr
+    assert not (isolated / "s").exists()  # refused before anything started
+
+
 def test_one_up_per_state_dir(tmp_path):
     with state_dir_lock(tmp_path), pytest.raises(CliError, match="another 'corral up' is running"):
         with state_dir_lock(tmp_path):
             pass
 
 
+def test_what_a_dead_agent_left_running_is_killed_and_said(tmp_path, capsys):
+    plan = fake_plan(tmp_path)
+    orphan = subprocess.Popen(["sleep", "30"], start_new_session=True, env={"PATH": os.environ["PATH"]})
+    try:
+        TaskSpool(plan.spool_dirs[1]).add(orphan.pid, 3, None, [0, 1])
+        kill_leftover_tasks(plan)
+        assert orphan.wait(timeout=1) == -signal.SIGTERM
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert capsys.readouterr().err == (f"corral: killed the leftover tasks of job 3 (process group {orphan.pid}, "
+                                       "GPUs 0,1) on node2, whose agent was gone\n")
+    assert TaskSpool(plan.spool_dirs[1]).records() == []
+
+
 def test_secret_file_is_private(tmp_path):
     write_secret(tmp_path / "secret")
     assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
     assert len((tmp_path / "secret").read_text().strip()) >= 32
+
+
+@pytest.mark.parametrize(("report", "line"), [
+    ({"requeued": [1, 2], "ended": [{"id": 3, "state": "NODE_FAIL"}], "unconfirmed": [], "pending": 3},
+     "stopping: 2 running jobs requeued, 1 ended NODE_FAIL; 3 pending jobs stay queued; "
+     "the next 'corral up' runs them"),
+    ({"requeued": [], "ended": [{"id": 4, "state": "CANCELLED"}, {"id": 5, "state": "NODE_FAIL"}],
+      "unconfirmed": [6], "pending": 0},
+     "stopping: 1 ended CANCELLED, 1 ended NODE_FAIL, 1 not reported stopped in time (killed with the agents)"),
+    ({"requeued": [], "ended": [], "unconfirmed": [], "pending": 1},
+     "stopping: no running jobs; 1 pending job stays queued; the next 'corral up' runs them"),
+])
+def test_stop_summary(report, line):
+    assert stop_summary(report) == line
 
 
 def test_start_and_stop_cluster(tmp_path, monkeypatch):
@@ -163,7 +203,9 @@ def test_up_runs_in_the_foreground_until_sigterm(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert "stopping agents and controller" in proc.stderr.read()
+    stderr = proc.stderr.read()
+    assert "stopping the jobs, then the agents and the controller" in stderr
+    assert "corral: stopping: 1 running job requeued; the next 'corral up' runs them\n" in stderr
     children = [json.loads(line)["pid"] for line in (tmp_path / "record.jsonl").read_text().splitlines()]
     time.sleep(0.1)
     for pid in children:

@@ -151,6 +151,28 @@ def test_gpu_model_flavors_are_tried_in_order_and_charged_per_model() -> None:
     assert wait.reason is Reason.QUEUE_QUOTA and "gpu:A100" in wait.detail and "gpu:T4" in wait.detail
 
 
+def test_flavors_and_constraints_name_nvml_devices_by_their_slurm_type() -> None:
+    # Agents report NVML's names; quota flavors and --gres types use Slurm's short types, any case.
+    h100, a100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"
+    flavored = QueueQuota("q", {"gpu:h100": 8, "gpu:a100": 4})
+    nodes = [_model_node("h1", h100, gpus=8), _model_node("a1", a100, gpus=8)]
+    runs = [running(10, 600, ("h1", (0, 1, 2, 3)), queue="q", gpu_model=h100)]
+    from dataclasses import replace
+
+    def constrained(job_id: int, model: str):
+        pending = job(job_id, gpus=4, queue="q")
+        return replace(pending, request=replace(pending.request, gpu_model=model))
+
+    pending = [job(1, gpus=4, queue="q"), constrained(2, "H100"), constrained(3, "a100")]
+    plan = schedule(snapshot(nodes, pending, runs, queues=[flavored]))
+    assert {s.job_id: s.slices[0].node for s in plan.starts} == {1: "h1", 3: "a1"}
+    (wait,) = plan.waiting
+    # The running job's 4 GPUs of the H100 node count against gpu:h100: 4 + 4 (job 1) + 4 > 8.
+    assert wait.job_id == 2 and wait.reason is Reason.QUEUE_QUOTA and "gpu:h100 8+4" in wait.detail
+    book = QuotaBook([flavored], runs)
+    assert book.usage["q"] == {"gpu:h100": 4, "gpu:a100": 0}
+
+
 def test_gpu_model_constraint_without_queue() -> None:
     nodes = [_model_node("a1", "A100"), _model_node("t1", "T4")]
     pending = [job(1, gpus=2)]

@@ -9,8 +9,9 @@ from tests.e2e.harness import Cluster
 def cluster_factory(tmp_path):
     made: list[Cluster] = []
 
-    def make(nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None) -> Cluster:
-        c = Cluster(tmp_path, nodes=nodes, gpus=gpus, config=config, db=db)
+    def make(nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
+             nvml_names: dict[str, list[str]] | None = None) -> Cluster:
+        c = Cluster(tmp_path, nodes=nodes, gpus=gpus, config=config, db=db, nvml_names=nvml_names)
         made.append(c)
         return c.start()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 API = "/api/v1"
+FAKE_NVML = Path(__file__).parent / "fake_nvml"  # a pynvml stand-in for agents (no GPU on this machine)
 
 
 def free_port() -> int:
@@ -35,10 +36,14 @@ def wait_for(what: Callable[[], object], timeout_s: float = 20.0, interval_s: fl
 
 
 class Cluster:
-    def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None) -> None:
+    def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
+                 nvml_names: dict[str, list[str]] | None = None) -> None:
         self.root = root
         self.node_names = [f"node{i}" for i in range(1, nodes + 1)]
         self.gpus = gpus
+        # node -> NVML device names: those agents discover their devices through the NVML path
+        # (tests/e2e/fake_nvml) instead of simulating `gpus` of them.
+        self.nvml_names = nvml_names or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.secret = secrets.token_urlsafe(16)
@@ -53,9 +58,9 @@ class Cluster:
 
     # ----- processes
 
-    def _spawn(self, args: list[str], log: str) -> subprocess.Popen:
+    def _spawn(self, args: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         out = open(self.root / log, "ab")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         return subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
 
@@ -73,12 +78,26 @@ class Cluster:
         except httpx.TransportError:
             return False
 
+    def start_agent(self, name: str) -> None:
+        """Start one node's agent; it registers in the background. A node named in `nvml_names` discovers
+        its GPUs through the real NVML code path, over a stand-in pynvml that reports those names."""
+        gpus, env = ["--gpus", str(self.gpus)], None
+        if name in self.nvml_names:
+            path = os.pathsep.join(p for p in (str(FAKE_NVML), os.environ.get("PYTHONPATH")) if p)
+            gpus, env = [], {"PYTHONPATH": path, "FAKE_NVML_NAMES": ",".join(self.nvml_names[name])}
+        self.agents[name] = self._spawn(
+            ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
+             "--node", name, *gpus, "--cpus", "16", "--mem-mib", "64000",
+             "--spool", str(self.root / "spool" / name)], f"agent-{name}.log", env)
+
+    def kill_agent(self, name: str) -> None:
+        """SIGKILL the agent alone (its tasks are sessions of their own: they live on)."""
+        self.agents[name].kill()
+        self.agents[name].wait()
+
     def start_agents(self) -> None:
         for name in self.node_names:
-            self.agents[name] = self._spawn(
-                ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
-                 "--node", name, "--gpus", str(self.gpus), "--cpus", "16", "--mem-mib", "64000",
-                 "--spool", str(self.root / "spool" / name)], f"agent-{name}.log")
+            self.start_agent(name)
         wait_for(lambda: {n["name"] for n in self.nodes() if n["state"] != "down"} >= set(self.node_names),
                  message="agents registered")
 

@@ -41,7 +41,7 @@ def test_cancel_pending_and_running() -> None:
     assert engine.cancel(second.id, T0 + 1) == []
     assert second.state is JobState.CANCELLED
     kills = engine.cancel(first.id, T0 + 2)
-    assert kills == [Kill(first.id, "node1", signal.SIGTERM, engine.config.kill_grace_s)]
+    assert kills == [Kill(first.id, "node1", signal.SIGTERM, engine.config.kill_grace_s, reason="cancelled")]
     assert first.state is JobState.COMPLETING
     engine.node_finished("node1", first.id, [(0, 0, signal.SIGTERM)], None, T0 + 3)
     assert first.state is JobState.CANCELLED
@@ -54,10 +54,11 @@ def test_time_limit_kills_then_times_out() -> None:
     assert engine.next_deadline() == T0 + 60
     assert engine.tick(T0 + 59) == []
     kills = engine.tick(T0 + 60)
-    assert [type(k) for k in kills] == [Kill] and job.state is JobState.COMPLETING
+    assert kills == [Kill(job.id, "node1", signal.SIGTERM, engine.config.kill_grace_s, reason="time-limit")]
+    assert job.state is JobState.COMPLETING
     # The agent does not answer: SIGKILL is sent again after grace + report timeout.
     later = engine.tick(T0 + 60 + engine.config.kill_grace_s + engine.config.kill_report_timeout_s)
-    assert later == [Kill(job.id, "node1", signal.SIGKILL, 0.0)]
+    assert later == [Kill(job.id, "node1", signal.SIGKILL, 0.0, reason="time-limit")]
     engine.node_finished("node1", job.id, [(0, 0, 9)], None, T0 + 95)
     assert job.state is JobState.TIMEOUT
 
@@ -69,7 +70,7 @@ def test_silent_node_fails_its_gangs_and_kills_the_rest() -> None:
     engine.contact("node2", T0 + 40)
     commands = engine.tick(T0 + engine.config.node_timeout_s + 1)
     assert engine.nodes["node1"].up is False
-    assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s)]
+    assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s, reason="node-failure")]
     engine.node_finished("node2", job.id, [(1, 0, 15)], None, T0 + 45)
     assert job.state is JobState.NODE_FAIL
 
@@ -111,7 +112,7 @@ def test_launch_failure_on_one_node_ends_the_gang() -> None:
     job = engine.submit(spec(nodes=2), T0)
     engine.schedule(T0)
     commands = engine.node_finished("node1", job.id, [], "workdir /nope does not exist", T0 + 1)
-    assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s)]
+    assert commands == [Kill(job.id, "node2", signal.SIGTERM, engine.config.kill_grace_s, reason="failure")]
     engine.node_finished("node2", job.id, [(1, 0, 15)], None, T0 + 2)
     assert job.state is JobState.FAILED and "workdir" in job.reason
 

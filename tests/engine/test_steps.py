@@ -68,7 +68,9 @@ def test_batch_end_kills_live_steps_and_waits_for_them() -> None:
     job = batch_job(engine)
     step, _ = engine.start_step(job.id, request(nodelist=(job.node_names[1],)), T0 + 1)
     commands = engine.node_finished(job.node_names[0], job.id, [(0, 0, 0)], None, T0 + 2)
-    assert commands == [Kill(job.id, job.node_names[1], signal.SIGTERM, engine.config.kill_grace_s)]
+    # slurmstepd tells the steps a plain cancel (SIG_TERM_KILL), as real Slurm does here.
+    assert commands == [Kill(job.id, job.node_names[1], signal.SIGTERM, engine.config.kill_grace_s,
+                             reason="cancelled")]
     assert job.state is JobState.COMPLETING and job.final_state is JobState.COMPLETED
     engine.step_finished(job.node_names[1], job.id, 0, [(0, 0, signal.SIGTERM)], None, T0 + 3)
     assert job.state is JobState.COMPLETED, "the batch shell's result decides the job's state"

@@ -34,6 +34,7 @@ def from_script(*lines):
         (["--gpus-per-task=1"], {"gpus_per_task": 1}),
         (["--gres=gpu:2"], {"gpus_per_node": 2}),
         (["--gres=gpu:a100:2"], {"gpus_per_node": 2, "gpu_model": "a100"}),
+        (["--gres=gpu:A100:2", "--gpus-per-task=a100:1"], {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "A100"}),
         (["--gres=gpu"], {"gpus_per_node": 1}),  # count defaults to 1, as in Slurm
         (["--gres=gpu:tesla"], {"gpus_per_node": 1, "gpu_model": "tesla"}),
         (["--gres=none"], {}),
@@ -164,7 +165,7 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (["#SBATCH --foo"], "unsupported option '--foo' in #SBATCH directive line 2"),
+        (["#SBATCH --foo"], "unrecognized option '--foo' in #SBATCH directive line 2"),
         (["#SBATCH -N 1", "#SBATCH --exclusive"], "unsupported option '--exclusive' in #SBATCH directive line 3"),
         (["#CORRAL --licenses=a:1"], "unsupported option '--licenses' in #CORRAL directive line 2"),
         (["#SBATCH -x n1"], "unsupported option '-x' in #SBATCH directive line 2"),
@@ -241,7 +242,7 @@ def test_script_errors(lines, message):
 @pytest.mark.parametrize(
     ("tokens", "message"),
     [
-        (["--foo=1"], "unsupported option '--foo' on the command line"),
+        (["--foo=1"], "unrecognized option '--foo' on the command line"),
         (["--nodes=x"], "invalid value 'x' for --nodes on the command line"),
         (["script.sh"], "unexpected argument 'script.sh' on the command line"),
         (["--mem=1G", "--mem-per-gpu=2G"], "mutually exclusive"),
@@ -254,8 +255,45 @@ def test_command_line_errors(tokens, message):
 
 
 def test_plain_string_script_tokens_get_a_generic_location():
-    with pytest.raises(DirectiveError, match="unsupported option '--foo' in #SBATCH directives"):
+    with pytest.raises(DirectiveError, match="unrecognized option '--foo' in #SBATCH directives"):
         build_submission(["--foo"], [])
+
+
+@pytest.mark.parametrize(
+    ("tokens", "message"),
+    [
+        (["--gpu-per-node=1"],
+         "unrecognized option '--gpu-per-node' on the command line; did you mean '--gpus-per-node'?"),
+        (["--partion", "gpu"], "unrecognized option '--partion' on the command line; did you mean '--partition'?"),
+        (["--bogus"], "unrecognized option '--bogus' on the command line"),  # nothing near enough to suggest
+        (["-y"], "unrecognized option '-y' on the command line"),
+        # Slurm's sbatch options that corral submit does not take are known: unsupported, not unknown.
+        (["--exclusive"], "unsupported option '--exclusive' on the command line"),
+        (["--open-m=append"], "unsupported option '--open-m' (--open-mode) on the command line"),
+        (["--cluster=x"], "unsupported option '--cluster' on the command line"),  # an alias of --clusters
+        (["-w", "node1"], "unsupported option '-w' on the command line"),
+    ],
+)
+def test_options_outside_the_table(tokens, message):
+    with pytest.raises(DirectiveError) as info:
+        from_cli(*tokens)
+    assert str(info.value) == message
+
+
+def test_an_unknown_directive_gets_a_suggestion_with_its_line():
+    with pytest.raises(DirectiveError) as info:
+        from_script("#SBATCH -N 1", "#SBATCH --ntask-per-node=2")
+    assert str(info.value) == ("unrecognized option '--ntask-per-node' in #SBATCH directive line 3; "
+                               "did you mean '--ntasks-per-node'?")
+
+
+def test_without_known_options_everything_outside_the_table_is_unrecognized():
+    from corral.jobscript import Option, parse_args
+
+    with pytest.raises(DirectiveError, match="^unrecognized option '--exclusive'$"):
+        parse_args(["--exclusive"], [Option("nodes", "N")])
+    with pytest.raises(DirectiveError, match="^unsupported option '--exclusive'$"):
+        parse_args(["--exclusive"], [Option("nodes", "N")], known=[Option("exclusive")])
 
 
 def test_flag_options_refuse_values():

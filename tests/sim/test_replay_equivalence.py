@@ -213,7 +213,7 @@ async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dic
             while poked.is_set():
                 poked.clear()
                 wake_at = None
-                service.run_cycle()
+                await service.run_cycle()
                 await deliver(now)
                 deadline = service.engine.next_deadline(now)
                 if deadline is not None and now < deadline < math.inf:

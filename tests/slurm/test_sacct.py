@@ -106,8 +106,10 @@ def test_every_field_renders_for_jobs_and_steps():
 
 
 @pytest.mark.parametrize(("argv", "check"), [
-    (["-j", "12", "-j", "15,16"], lambda o: o.job_ids == ((12, None), (15, None), (16, None))),
-    (["-j", "12_3,12_[4-5],13.batch,14+0"], lambda o: o.job_ids == ((12, 3), (12, None), (13, None), (14, None))),
+    (["-j", "12", "-j", "15,16"], lambda o: [(r.job_id, r.tasks) for r in o.job_ids] == [(12, None), (15, None),
+                                                                                           (16, None)]),
+    (["-j", "12_3,12_[4-5,7],13.batch"], lambda o: [(r.job_id, r.tasks, r.step) for r in o.job_ids] == [
+        (12, ((3, 3),), None), (12, ((4, 5), (7, 7)), None), (13, None, "batch")]),
     (["-P"], lambda o: o.layout.parsable == "parsable2"),
     (["-p", "--delimiter=,"], lambda o: (o.layout.parsable, o.layout.delimiter) == ("parsable", ",")),
     (["-n", "-X"], lambda o: not o.layout.header and not o.layout.steps),
@@ -137,6 +139,10 @@ def test_sacct_format_variable():
     (["junk", "more"], "sacct: error: Unknown arguments:\nsacct: error:  junk\nsacct: error:  more\n"),
     (["--bogus"], "sacct: unrecognized option '--bogus'\n"),  # no "Try --help" line in sacct
     (["-j", "abc"], "sacct: fatal: Bad job/step specified: abc\n"),
+    # int() reads "1_5" as 15 and takes other scripts' digits: each would select another job.
+    *((["-j", f"12,{bad}"], f"sacct: fatal: Bad job/step specified: {bad}\n")
+      for bad in ("1_5_3", "15__2", "+3", " 3", "0x10", "1e3", "\u0663", "-1", "0", "14+0", "12_[1-3].batch",
+                  "9223372036854775808")),
     (["-s", "bogus"], "sacct: fatal: unrecognized job state value 'bogus'\n"),
     (["--json"], "sacct: error: --json is not supported by corral\n"),
 ])
@@ -151,6 +157,9 @@ def test_selection_defaults_to_the_callers_jobs_without_ids():
             running(4, array_job_id=3, array_task_id=0)]
     assert [j["id"] for j in select_jobs(parse_sacct([], {}), jobs, user="bob")] == [2]
     assert [j["id"] for j in select_jobs(parse_sacct(["-j", "3"], {}), jobs, user="bob")] == [4, 3]
+    assert [j["id"] for j in select_jobs(parse_sacct(["-j", "3_0"], {}), jobs, user="bob")] == [4]
+    assert [j["id"] for j in select_jobs(parse_sacct(["-j", "3_2"], {}), jobs, user="bob")] == [3]  # in 1-2
+    assert [j["id"] for j in select_jobs(parse_sacct(["-j", "4_0"], {}), jobs, user="bob")] == []  # 4: no array
     assert [j["id"] for j in select_jobs(parse_sacct(["-a"], {}), jobs, user="bob")] == [1, 2, 4, 3]
     assert [j["id"] for j in select_jobs(parse_sacct(["-s", "R"], {}), jobs, user="ada")] == [4]
 

@@ -37,6 +37,7 @@ def submit(argv, env=None, directives=""):
     (["--tasks-per-node", "4"], {"ntasks_per_node": 4}),  # Ray's spelling
     (["--gpus-per-node=a100:2"], {"gpus_per_node": 2, "gpu_model": "a100"}),
     (["--gres=gpu:h100:2", "--gpus-per-task=h100:1"], {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "h100"}),
+    (["--gres=gpu:h100:2", "--gpus-per-task=H100:1"], {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "h100"}),
     (["--gres=gpu:4"], {"gpus_per_node": 4}),
     (["-G", "8"], {"gpus": 8}),
     (["--gpus-per-task=1"], {"gpus_per_task": 1}),

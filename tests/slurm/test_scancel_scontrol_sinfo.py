@@ -5,7 +5,8 @@ import pytest
 
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.scancel import select_targets
-from corral.slurm.scancel_opts import JobRef, parse_scancel, parse_signal
+from corral.jobref import ALL_TASKS, JobRef
+from corral.slurm.scancel_opts import parse_scancel, parse_signal
 from corral.slurm.scontrol import scontrol_show_output
 from corral.slurm.scontrol_job import expand_path, render_jobs
 from corral.slurm.scontrol_opts import parse_scontrol
@@ -29,12 +30,30 @@ def test_unknown_signals(text):
 
 
 @pytest.mark.parametrize(("text", "ref"), [
-    ("12", JobRef("12", 12)), ("12_4", JobRef("12_4", 12, "4")), ("12_[1-3]", JobRef("12_[1-3]", 12, "[1-3]")),
-    ("12_*", JobRef("12_*", 12, "*")), ("12.0", JobRef("12.0", 12, None, "0")),
-    ("12.batch", JobRef("12.batch", 12, None, "batch")),
+    ("12", JobRef("12", 12)), ("12_4", JobRef("12_4", 12, ((4, 4),))),
+    ("12_[1-3,7]", JobRef("12_[1-3,7]", 12, ((1, 3), (7, 7)))), ("12_*", JobRef("12_*", 12, ALL_TASKS)),
+    ("12.0", JobRef("12.0", 12, None, "0")), ("12_4.batch", JobRef("12_4.batch", 12, ((4, 4),), "batch")),
 ])
 def test_job_refs(text, ref):
     assert parse_scancel([text], {}).jobs == (ref,)
+
+
+def test_job_lists_split_outside_brackets_as_scancel():
+    assert [r.text for r in parse_scancel(["12,13_[1,3]", "14"], {}).jobs] == ["12", "13_[1,3]", "14"]
+
+
+@pytest.mark.parametrize("bad", ["1_5_3", "15__2", "+3", " 3", "0x10", "1e3", "\u0663", "0", "12_[1-3].0",
+                                 "12.", "12_[]", "12_[3-1]", "9223372036854775808"])
+def test_ids_int_would_misread_are_refused(bad):
+    """int("1_5") == 15 and int("\u0663") == 3: each would cancel another job."""
+    with pytest.raises(SlurmCommandError) as caught:
+        parse_scancel(["12", bad], {})
+    assert caught.value.stderr == f"scancel: error: Invalid job id {bad}\n"
+
+
+def test_signal_numbers_are_ascii():
+    with pytest.raises(SlurmCommandError):
+        parse_signal("\u0661\u0665")  # int() reads it as 15, SIGTERM
 
 
 @pytest.mark.parametrize(("argv", "stderr"), [
@@ -202,6 +221,16 @@ NODES = [node("n1", state="mixed", cpus_alloc=4), node("n2"), node("n3", state="
 ])
 def test_sinfo(argv, out):
     assert sinfo_output(parse_sinfo(argv, {}), PARTS, NODES, T0) == (out, "", 0)
+
+
+def test_gres_shows_the_slurm_type_of_the_gpu_name():
+    h100 = [{"index": i, "model": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "domain": None, "allocated_to": None}
+            for i in range(8)]
+    nodes = [node("n1"), node("n2")]
+    nodes[0]["gpus"] = h100
+    out, _, _ = sinfo_output(parse_sinfo(["-N", "-h", "-o", "%N %G"], {}), [partition("gpu", ("n1", "n2"))], nodes, T0)
+    assert out == "n1 gpu:h100:8\nn2 gpu:8\n"  # the builder's model "sim" names no type: Slurm's untyped gpu:8
+    assert "   Gres=gpu:h100:8\n" in render_nodes(nodes[:1], T0)
 
 
 def test_sinfo_options():

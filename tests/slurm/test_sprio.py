@@ -95,4 +95,25 @@ def test_format_from_the_environment_unless_given():
     assert parse_sprio([], {"SPRIO_FORMAT": "%i"}).format == "%i"
     assert parse_sprio(["-o", "%Y"], {"SPRIO_FORMAT": "%i"}).format == "%Y"
     assert parse_sprio(["-l"], {"SPRIO_FORMAT": "%i"}).format is None
-    assert parse_sprio(["-j", "12"], {}).job_ids == (12,)
+    assert [r.job_id for r in parse_sprio(["-j", "12,13_[1-2],14.0"], {}).job_ids] == [12, 13, 14]
+
+
+def test_job_ids_name_array_tasks_as_slurm_reads_them():
+    """Array 20's tasks 0-2 have ids 20-22; job 2 stands apart. sprio once read `20_2` as job 20."""
+    jobs = [{"job_id": 20 + t, "array_job_id": 20, "array_task_id": t} for t in range(3)] + [{"job_id": 2}]
+
+    def shown(ids):
+        out, _, _ = sprio_output(parse_sprio(["-h", "-o", "%i", "-j", ids], {}), jobs, {})
+        return out.split()
+
+    assert shown("20_2") == ["22"]
+    assert shown("20") == ["20", "21", "22"]
+    assert shown("20_[0-1],2.batch") == ["2", "20", "21"]
+    assert shown("21_0") == ["Unable", "to", "find", "jobs", "matching", "user/id(s)", "specified"]
+
+
+@pytest.mark.parametrize("bad", ["1_5_3", "+3", "\u0663", "0x10", "9223372036854775808"])
+def test_job_ids_int_would_misread_are_refused(bad):
+    with pytest.raises(SlurmCommandError) as caught:
+        parse_sprio(["-j", f"2,{bad}"], {})
+    assert caught.value.stderr == f"sprio: error: Invalid job id: {bad}\n"

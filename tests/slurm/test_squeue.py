@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from corral.jobref import parse_job_ref
 from corral.slurm import jobids
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.records import reason
@@ -112,17 +113,24 @@ def test_failed_by_signal_names_it():
 def test_filter_defaults_to_unfinished_jobs_even_with_ids():
     jobs = [job(1), running(2), job(3, state="COMPLETED")]
     assert [j["id"] for j in filter_jobs(jobs)] == [1, 2]
-    assert [j["id"] for j in filter_jobs(jobs, job_ids=[(3, None)])] == []
-    assert [j["id"] for j in filter_jobs(jobs, job_ids=[(3, None)], job_states=frozenset({"COMPLETED"}))] == [3]
+    three = [parse_job_ref("3")]
+    assert [j["id"] for j in filter_jobs(jobs, job_ids=three)] == []
+    assert [j["id"] for j in filter_jobs(jobs, job_ids=three, job_states=frozenset({"COMPLETED"}))] == [3]
 
 
 def test_filter_by_array_and_task():
     task = running(12, array_job_id=10, array_task_id=0)
     rest = job(10, array_job_id=10, array_task_spec="1-4")
     jobs = [task, rest, job(11)]
-    assert [j["id"] for j in filter_jobs(jobs, job_ids=[(10, None)])] == [12, 10]
-    assert [j["id"] for j in filter_jobs(jobs, job_ids=[(10, 3)])] == [10]
-    assert [j["id"] for j in filter_jobs(jobs, job_ids=[(12, None)])] == [12]
+    def ids(*texts):
+        return [j["id"] for j in filter_jobs(jobs, job_ids=[parse_job_ref(t, task_lists=True) for t in texts])]
+
+    assert ids("10") == [12, 10]
+    assert ids("10_3") == [10]
+    assert ids("10_0") == [12]
+    assert ids("10_[0,4]") == [12, 10]
+    assert ids("12") == [12]
+    assert ids("12_0", "11_0", "10_7") == []  # 12 is a task's own id, 11 no array; 10 has no task 7
     assert [j["id"] for j in filter_jobs(jobs, users=["1000"], names=["train"])] == [12, 10, 11]
 
 
@@ -155,9 +163,10 @@ def test_default_sort_pending_first_then_priority():
 @pytest.mark.parametrize(("argv", "env", "check"), [
     (["-h"], {}, lambda o: o.noheader),
     (["-l"], {}, lambda o: o.long_banner and "TIME_LIMI" in header_line(o.format)),
-    (["-j", "5"], {}, lambda o: o.job_ids == ((5, None),)),
-    (["-j12abc"], {}, lambda o: o.job_ids == ((12, None),)),  # strtol reads the digits
-    (["--jobs=5_2,6"], {}, lambda o: o.job_ids == ((5, 2), (6, None)) and o.single_job_id is None),
+    (["-j", "5"], {}, lambda o: o.job_ids == (parse_job_ref("5"),) and o.single_job_id == 5),
+    (["-j5_[1-2,4]"], {}, lambda o: [r.tasks for r in o.job_ids] == [((1, 2), (4, 4))]),
+    (["--jobs=5_2,6"], {}, lambda o: [(r.job_id, r.tasks) for r in o.job_ids] == [(5, ((2, 2),)), (6, None)]
+     and o.single_job_id is None),
     (["-t", "pd,R"], {}, lambda o: o.job_states == frozenset({"PENDING", "RUNNING"})),
     (["-t", "all"], {}, lambda o: "COMPLETED" in o.job_states),
     (["--start"], {}, lambda o: o.job_states == frozenset({"PENDING"}) and o.sort == "S"),
@@ -180,6 +189,10 @@ def test_options(argv, env, check):
 
 @pytest.mark.parametrize(("argv", "stderr"), [
     (["-j", "abc"], "squeue: error: Invalid job id: abc\n"),
+    # squeue's strtol reads "12abc" as 12; corral refuses what is not an id, as int("1_5") == 15 shows why.
+    *((["-j", f"5,{bad}"], f"squeue: error: Invalid job id: {bad}\n")
+      for bad in ("12abc", "1_5_3", "15__2", "+3", " 3", "0x10", "1e3", "\u0663", "-1", "0", "12.0",
+                  "9223372036854775808")),
     (["-o", "%i", "-l"], "squeue: fatal: Options -o(--format) and -l(--long) are mutually exclusive. "
                          "Please remove one and retry.\n"),
     (["-o", "%i", "-O", "jobid"], "squeue: error: -O (--Format) is incompatible with -o (--format)\n"),

@@ -84,8 +84,11 @@ def test_user_is_the_clis(monkeypatch, variables):
     assert target.current_user(os.environ) == config.current_user()
 
 
-def test_job_environment_matches_the_clis_with_export_all():
-    from corral.cli.submit import job_environment as cli_job_environment
+def test_job_environment_matches_the_clis_with_export_all(tmp_path):
+    import io
+
+    from corral.cli.submit import build_body, split_command_line
 
     environ = {"PATH": "/bin", "CORRAL_SECRET": "s", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n", "HOME": "/h"}
-    assert job_environment(None, environ) == cli_job_environment(environ)
+    body = build_body(split_command_line(["--wrap", "true"]), io.StringIO(""), environ, cwd=str(tmp_path))
+    assert body["env"] == job_environment(None, environ) == {"PATH": "/bin", "HOME": "/h"}

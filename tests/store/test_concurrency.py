@@ -14,6 +14,7 @@ import pytest
 from corral.engine.records import Job, JobState
 from corral.store import Store
 from tests.store.factories import pending_job
+from tests.store.pg import fresh_pg_schema
 
 JOBS_PER_SAVE = 50
 SAVES = 60
@@ -122,3 +123,27 @@ def test_sqlite_second_writer_waits_for_the_first(sqlite_writer: Store, db_path:
         release.join()
     assert waited_s >= hold_s * 0.8
     assert {job.restart_count for job in writer.query_jobs()} == {7}
+
+
+def test_sqlite_try_write_does_not_wait_for_another_writer(sqlite_writer: Store, db_path: Path) -> None:
+    other = _hold_write_lock(db_path)
+    try:
+        started = time.monotonic()
+        assert not sqlite_writer.try_write(sqlite_writer.encode(jobs=_generation(3), meta={"k": "v"}))
+        assert time.monotonic() - started < 1.0  # busy_timeout is 5 s: it did not wait
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert {job.restart_count for job in sqlite_writer.query_jobs()} == {0} and sqlite_writer.get_meta("k") is None
+    # With the lock free the write is done at once, and the connection waits for locks again afterwards.
+    assert sqlite_writer.try_write(sqlite_writer.encode(jobs=_generation(4)))
+    assert {job.restart_count for job in sqlite_writer.query_jobs()} == {4}
+    with sqlite_writer.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == 5000
+
+
+@pytest.mark.postgres
+def test_postgresql_try_write_leaves_every_write_to_the_caller_thread(pg_server_url: str) -> None:
+    with fresh_pg_schema(pg_server_url) as url, Store.open(url) as store:
+        assert not store.try_write(store.encode(jobs=_generation(1)))
+        assert store.query_jobs() == []

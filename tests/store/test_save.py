@@ -91,3 +91,17 @@ def test_cluster_meta(store: Store) -> None:
     store.set_meta("cluster_name", "alpha")
     store.set_meta("cluster_name", "beta")
     assert store.get_meta("cluster_name") == "beta"
+
+
+def test_meta_is_saved_in_the_same_transaction(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*_args: object) -> None:
+        raise OperationalError("INSERT INTO cluster_meta", {}, Exception("disk I/O error"))
+
+    monkeypatch.setattr(store._upsert_meta, "execute", fail)
+    with pytest.raises(StoreError, match="saving failed"):
+        store.save(jobs=[pending_job(1)], meta={"fairshare": "{}"})
+    monkeypatch.undo()
+    assert store.get_job(1) is None
+
+    store.save(jobs=[pending_job(1)], meta={"fairshare": "{}", "tenancy": "{}"})
+    assert (store.get_job(1), store.get_meta("fairshare"), store.get_meta("tenancy")) == (pending_job(1), "{}", "{}")

@@ -52,6 +52,7 @@ def test_reclaim_preempts_with_grace_then_requeues_with_the_same_id() -> None:
     commands = e.schedule(T0 + 20)
     kills = [c for c in commands if isinstance(c, Kill)]
     assert len(kills) == 1 and kills[0].signal == signal.SIGTERM and kills[0].grace_s == 30
+    assert kills[0].reason == "preemption", "requeued by preemption: slurmstepd says DUE TO PREEMPTION"
     victim = e.jobs[kills[0].job_id]
     assert victim.state is JobState.COMPLETING
     assert victim.history[-1] == {"t": T0 + 20, "event": "preempted", "by": mine.id, "cause": "reclaim"}
@@ -71,7 +72,7 @@ def test_preempted_job_in_cancel_mode_ends_preempted() -> None:
     low = e.submit(spec(qos="low", gpus=4, queue=""), T0)
     e.schedule(T0)
     urgent = e.submit(spec(qos="high", gpus=4, queue=""), T0 + 1)
-    e.schedule(T0 + 1)
+    assert [(c.job_id, c.reason) for c in e.schedule(T0 + 1)] == [(low.id, "preemption")]
     finish(e, low.id, T0 + 2, signal.SIGTERM)
     assert low.state is JobState.PREEMPTED and low.end_time == T0 + 2
     assert e.schedule(T0 + 2) == [Launch(urgent.id, "n1")]
@@ -141,7 +142,7 @@ def test_manual_requeue_needs_a_requeueable_running_job() -> None:
     with pytest.raises(WrongState):
         e.requeue(job.id, T0)
     e.schedule(T0)
-    assert [type(c) for c in e.requeue(job.id, T0 + 1)] == [Kill]
+    assert [(type(c), c.reason) for c in e.requeue(job.id, T0 + 1)] == [(Kill, "requeue")]
     finish(e, job.id, T0 + 2, signal.SIGTERM)
     assert job.state is JobState.PENDING and job.restart_count == 1
     stubborn = e.submit(spec(queue="", requeue=False), T0)
@@ -160,6 +161,9 @@ def test_signal_reaches_the_right_processes_without_ending_the_job() -> None:
         Kill(batch.id, "n1", signal.SIGUSR2, -1.0, target="batch")]
     assert e.signal(tasks.id, signal.SIGUSR1, "steps", T0 + 1) == [
         Kill(tasks.id, "n1", signal.SIGUSR1, -1.0, target="batch")], "a command job's tasks count as its steps"
+    # slurmstepd announces SIGTERM and SIGKILL as a cancel, whoever sends them (real Slurm, scancel -s TERM).
+    assert e.signal(batch.id, signal.SIGTERM, "batch", T0 + 1) == [
+        Kill(batch.id, "n1", signal.SIGTERM, -1.0, target="batch", reason="cancelled")]
     assert batch.state is JobState.RUNNING and batch.history[-1]["event"] == "signaled"
     pending = e.submit(spec(queue="", gpus=8), T0 + 2)
     with pytest.raises(WrongState):

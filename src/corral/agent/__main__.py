@@ -2,7 +2,9 @@
 
 SIGTERM and SIGINT stop the agent (it stops polling and reporting) but leave running tasks alone, like a
 slurmd restart: each task is its own session, so it survives the agent. A restarted agent does not adopt
-them again; the controller learns from the new registration that they are no longer reported.
+them again: it kills them before it registers (their GPUs must be free before it launches anything), and
+the controller learns from the new registration that they are lost. With --kill-tasks-on-exit (what
+`corral up` starts its agents with) the agent kills its tasks when it stops, so none outlives it.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.discovery import DiscoveryError, discover
+from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.commands_dir import slurm_commands_dir
 
 log = logging.getLogger("corral.agent")
@@ -26,11 +29,18 @@ def default_spool_dir(node: str) -> Path:
     return Path(state_home) / "corral" / f"agent-{node}"
 
 
+def _node_name(text: str) -> str:
+    try:
+        return check_node_name(text)
+    except HostlistError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m corral.agent", description="corral node agent")
     parser.add_argument("--controller", required=True, help="controller URL, e.g. http://head:6817")
     parser.add_argument("--secret-file", required=True, type=Path, help="file holding the cluster secret")
-    parser.add_argument("--node", required=True, help="this node's name in the cluster")
+    parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
     parser.add_argument("--address", default="127.0.0.1", help="address other nodes reach this one at")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="simulate N GPUs instead of reading them from NVML")
@@ -38,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mem-mib", type=int, default=None, metavar="N",
                         help="memory to offer in MiB (default: all)")
     parser.add_argument("--spool", type=Path, default=None,
-                        help="directory for job scripts (default: $XDG_STATE_HOME/corral/agent-NODE)")
+                        help="directory for job scripts and the record of running tasks "
+                        "(default: $XDG_STATE_HOME/corral/agent-NODE)")
+    parser.add_argument("--kill-tasks-on-exit", action="store_true",
+                        help="kill the running tasks when the agent stops (default: leave them running)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -53,7 +66,7 @@ def read_secret(path: Path) -> str | None:
     return secret or None
 
 
-async def serve(agent: Agent) -> None:
+async def serve(agent: Agent, kill_tasks_on_exit: bool = False) -> None:
     """Run the agent until SIGTERM or SIGINT."""
     main_task = asyncio.current_task()
     assert main_task is not None
@@ -63,7 +76,11 @@ async def serve(agent: Agent) -> None:
     try:
         await agent.run()
     except asyncio.CancelledError:
-        log.info("stopping; running tasks are left alone")
+        if not kill_tasks_on_exit:
+            log.info("stopping; running tasks are left alone")
+            return
+        log.info("stopping; killing the running tasks")
+        await agent.kill_recorded_tasks("the agent stops (--kill-tasks-on-exit)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         base_env={**os.environ, "CORRAL_URL": args.controller, "CORRAL_SLURM_BIN": slurm_commands_dir(spool),
                   "CORRAL_SECRET_FILE": os.path.abspath(args.secret_file)},
     )
-    asyncio.run(serve(agent))
+    asyncio.run(serve(agent, args.kill_tasks_on_exit))
     return 0
 
 

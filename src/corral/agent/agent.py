@@ -9,6 +9,10 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
 - Commands may be re-sent: a launch for a job already running or finished here is ignored.
 - Job steps (srun) run beside the job's own tasks, in runners of their own (step_runner.py); a signal
   for a job reaches its steps too unless it names only the batch part.
+- Tasks outlive the agent, and a restarted agent cannot adopt them yet: before it registers, it kills
+  whatever its spool says still runs (task_spool.py), so that their GPUs are free before any new launch.
+- A launch onto GPUs that a live task of another job still holds is refused (the launch fails, with
+  the reason): no device is ever given to two live jobs, whatever the controller believes.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from pydantic import ValidationError
 from corral.agent.discovery import Inventory
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
+from corral.agent.task_spool import TaskRecord, TaskSpool, live_members, sweep
 from corral.agent.tasks import EXIT_SPAWN_FAILED
 from corral.protocol import (
     API_PREFIX,
@@ -112,6 +117,8 @@ class Agent:
         self._address = address
         self._inventory = inventory
         self._spool_dir = Path(spool_dir)
+        self._task_spool = TaskSpool(self._spool_dir)
+        self._unkillable: list[TaskRecord] = []  # leftover tasks that survived the sweep at start
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._max_poll_wait_s = max_poll_wait_s
         self._poll_wait_s = max_poll_wait_s
@@ -148,6 +155,7 @@ class Agent:
         ) as client:
             self._client = client
             try:
+                await self.kill_recorded_tasks("an agent cannot adopt the tasks of an earlier one")
                 await self._register(Backoff("registration"))
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._poll_loop())
@@ -156,6 +164,32 @@ class Agent:
                 for task in list(self._background):
                     task.cancel()  # stops watching jobs; the jobs themselves keep running
                 self._client = None
+
+    # -- tasks of an earlier life
+
+    async def kill_recorded_tasks(self, why: str) -> None:
+        """Kill the tasks the spool records (an earlier agent's, or this one's when it stops) and wait
+        until they are gone. Those that survive SIGKILL keep their GPUs out of any launch."""
+        killed, self._unkillable = await asyncio.to_thread(sweep, self._task_spool)
+        for record in killed:
+            log.warning("killed the tasks of %s: %s", record.describe(), why)
+        for record in self._unkillable:
+            log.error("the leftover tasks of %s outlived SIGKILL: launches onto its GPUs are refused",
+                      record.describe())
+
+    def _busy_devices(self, job_id: int, gpus: list[int]) -> str | None:
+        """Why `gpus` may not go to `job_id`: a live task of another job holds some of them, or None."""
+        runners = [*self._runners.values(), *self._steps.values()]
+        holders = [(r.job_id, tuple(r.launch.node_gpus)) for r in runners if r.holds_devices]
+        self._unkillable = [r for r in self._unkillable if live_members(r)]
+        holders += [(r.job_id, r.gpus) for r in self._unkillable]
+        for other, held in holders:
+            shared = sorted(set(held) & set(gpus))
+            if other != job_id and shared:
+                return (f"GPU{'s' if len(shared) > 1 else ''} {','.join(map(str, shared))} of node {self.node} "
+                        f"still in use by job {other}, whose tasks there have not exited: refusing to start "
+                        f"job {job_id} there")
+        return None
 
     # -- registration
 
@@ -256,12 +290,13 @@ class Agent:
 
     def _signal(self, command: SignalJob) -> None:
         """A job's signal: to its own tasks ("batch"), its steps ("steps", maybe only `step_id`), or both."""
-        job_id = command.job_id
+        job_id, reason = command.job_id, command.reason
         reached = 0
-        if command.target in ("all", "batch"):
-            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False)
+        # Steps first: their closing lines leave for srun before the batch shell (srun's parent) is signalled.
         if command.target in ("all", "steps"):
-            reached += self._kill_steps(job_id, command.signal, command.grace_s, command.step_id)
+            reached += self._kill_steps(job_id, command.signal, command.grace_s, command.step_id, reason)
+        if command.target in ("all", "batch"):
+            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False, reason=reason)
         if not reached:
             log.debug("signal for job %d (%s), which does not run here: ignored", job_id, command.target)
 
@@ -273,7 +308,8 @@ class Agent:
         self._launched[key] = None
         while len(self._launched) > REMEMBERED_LAUNCHES:
             self._launched.popitem(last=False)
-        runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env)
+        runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
+                           refusal=self._busy_devices(launch.job_id, launch.node_gpus))
         self._runners[launch.job_id] = runner
         self._spawn_background(self._drive(runner), f"job-{launch.job_id}")
 
@@ -286,7 +322,8 @@ class Agent:
         self._launched_steps[seen] = None
         while len(self._launched_steps) > REMEMBERED_LAUNCHES:
             self._launched_steps.popitem(last=False)
-        runner = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env)
+        runner = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
+                            refusal=self._busy_devices(launch.job_id, launch.node_gpus))
         self._steps[key] = runner
         self._spawn_background(self._drive_step(runner), f"step-{key[0]}.{key[1]}")
 
@@ -316,22 +353,25 @@ class Agent:
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
             self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}"))
 
-    def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True) -> int:
-        """Signal a job's own tasks here and (unless `steps` is False) its steps; how many runners."""
+    def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,
+                    reason: str | None = None) -> int:
+        """Signal a job's own tasks here and (unless `steps` is False) its steps; how many runners.
+        `reason` (corral.kill_reasons): the runners write slurmstepd's closing line for it."""
         reached = 0
         runner = self._runners.get(job_id)
         if runner is not None:
-            self._spawn_background(runner.kill(signum, grace_s), f"kill-{job_id}")
+            self._spawn_background(runner.kill(signum, grace_s, reason), f"kill-{job_id}")
             reached += 1
         if steps:
-            reached += self._kill_steps(job_id, signum, grace_s)
+            reached += self._kill_steps(job_id, signum, grace_s, reason=reason)
         return reached
 
-    def _kill_steps(self, job_id: int, signum: int, grace_s: float, step_id: int | None = None) -> int:
+    def _kill_steps(self, job_id: int, signum: int, grace_s: float, step_id: int | None = None,
+                    reason: str | None = None) -> int:
         reached = 0
         for (job, step), runner in list(self._steps.items()):
             if job == job_id and step_id in (None, step):
-                self._spawn_background(runner.kill(signum, grace_s), f"kill-{job}.{step}")
+                self._spawn_background(runner.kill(signum, grace_s, reason), f"kill-{job}.{step}")
                 reached += 1
         return reached
 

@@ -1,4 +1,5 @@
-"""The environment a task runs in, and Slurm's output filename patterns. Pure functions, no I/O.
+"""The environment a task runs in, and where its output goes (corral.filename_pattern expands the
+names). Pure functions, no I/O.
 
 Variable names, values and *presence* follow Slurm 22.05 (see slurm-compat.md section 4): Lightning and
 submitit decide what they are running under from which variables exist, not only from their values.
@@ -6,11 +7,11 @@ submitit decide what they are running under from which variables exist, not only
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 
 from corral import hostlist
 from corral.agent.tasks import int_or_none
+from corral.filename_pattern import expand_pattern
 from corral.protocol import LaunchJob, LaunchStep, TaskLaunch
 from corral.slurm.commands_dir import first_on_path
 
@@ -20,11 +21,6 @@ SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_")
 TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 # Device selection belongs to the allocation; never inherit it.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
-
-# What %a expands to for a job that is not part of an array (Slurm's NO_VAL, printed unsigned).
-NO_ARRAY_TASK_ID = 4294967294
-# Zero-padding width is capped, as in Slurm's fname.c (MAX_WIDTH).
-MAX_PATTERN_WIDTH = 10
 
 
 def scrub_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -255,58 +251,3 @@ def output_path(launch: LaunchJob | LaunchStep, pattern: str, node_name: str, ta
         array_task_id=int_or_none(launch.env.get("SLURM_ARRAY_TASK_ID")),
         step_id=getattr(launch, "step_id", None))
     return os.path.join(launch.workdir, name)
-
-
-_PATTERN = re.compile(r"%(%|(\d*)([A-Za-z]))")
-
-
-def expand_pattern(
-    pattern: str,
-    *,
-    job_id: int,
-    job_name: str,
-    user: str,
-    node_name: str,
-    node_index: int,
-    task_rank: int,
-    array_job_id: int | None = None,
-    array_task_id: int | None = None,
-    step_id: int | None = None,
-) -> str:
-    """Expand a Slurm output filename pattern as slurmstepd does for a batch job (or, given `step_id`,
-    for a step's task: then %s is the step id, %J is `jobid.stepid` and %n the node's index in the step).
-
-    %j job id, %J job id + ".batch", %x job name, %u user, %N node name, %n node index, %t task rank,
-    %s step ("batch"), %A array job id (the job id outside arrays), %a array task id (4294967294 outside
-    arrays), %% a literal %. A width such as %5j zero-pads numbers (capped at 10) and is ignored for text.
-    Unknown letters are left as written. A pattern with a backslash is not expanded at all, only stripped
-    of its backslashes (Slurm's escape rule).
-    """
-    if "\\" in pattern:
-        return pattern.replace("\\", "")
-    numbers = {
-        "j": job_id,
-        "A": array_job_id if array_job_id is not None else job_id,
-        "a": array_task_id if array_task_id is not None else NO_ARRAY_TASK_ID,
-        "n": node_index,
-        "t": task_rank,
-    }
-    texts = {"x": job_name, "u": user, "N": node_name, "s": "batch"}
-    if step_id is not None:
-        numbers["s"] = step_id
-        del texts["s"]
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(1) == "%":
-            return "%"
-        width_text, letter = match.group(2), match.group(3)
-        width = min(int(width_text), MAX_PATTERN_WIDTH) if width_text else 0
-        if letter in numbers:
-            return f"{numbers[letter]:0{width}d}"
-        if letter == "J":
-            return f"{job_id:0{width}d}." + ("batch" if step_id is None else str(step_id))
-        if letter in texts:
-            return texts[letter]
-        return match.group(0)
-
-    return _PATTERN.sub(replace, pattern)

@@ -4,7 +4,8 @@ Design choices, each mirroring what slurmd/slurmstepd do or what the agent's res
 
 - Each task is its own session and process group (`start_new_session`), so a signal reaches everything the
   task started, and nothing else. When a task's main process exits, whatever it left running in its group is
-  SIGKILLed, as Slurm's process tracking does when a batch script ends.
+  SIGKILLed, as Slurm's process tracking does when a batch script ends; while a kill's grace runs, not
+  before the group is empty or the grace is over (Slurm's KillWait: an srun relays its step's end).
 - Output and error files are opened with O_APPEND|O_CREAT: several tasks and nodes may write one file, and
   a requeued job keeps its earlier output. corral always appends; it never truncates (Slurm truncates
   unless --open-mode=append).
@@ -28,10 +29,13 @@ import subprocess
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
+from corral import kill_reasons
 from corral.agent.environment import output_path, task_environment
+from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
     LocalTasks,
     SpawnError,
+    append_to,
     describe_exits,
     open_output,
     spawn_task,
@@ -46,11 +50,13 @@ class JobRunner(LocalTasks):
     """One job's local tasks. `run()` yields NodeStarted then NodeFinished (or only NodeFinished with
     `error` if the tasks could not be started); `kill()` (see LocalTasks) may be called at any time."""
 
-    def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str]):
-        super().__init__(f"job {launch.job_id}")
+    def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
+                 refusal: str | None = None):
+        super().__init__(f"job {launch.job_id}", kill_reasons.job_entity(launch.job_id), node_name,
+                         announces=launch.node_index == 0, spool=TaskSpool(spool_dir), job_id=launch.job_id,
+                         step_id=None, gpus=launch.node_gpus, refusal=refusal)
         self.launch = launch
         self.job_id = launch.job_id
-        self._node_name = node_name
         self._job_dir = Path(spool_dir) / f"job{launch.job_id}"
         self._base_env = dict(base_env)
 
@@ -81,12 +87,13 @@ class JobRunner(LocalTasks):
     # -- starting
 
     def _spawn_all(self) -> None:
+        self._refuse_if_told()
         workdir = self.launch.workdir
         if not os.path.isdir(workdir):
             raise SpawnError(f"working directory {workdir} does not exist or is not a directory")
         argv = self._command()
         for task in self.launch.tasks:
-            self._procs[task.rank] = self._spawn(task, argv)
+            self._started(task.rank, self._spawn(task, argv))
 
     def _command(self) -> list[str]:
         """argv of every task: the job's script (given the job's argv as its arguments) or the argv."""
@@ -145,6 +152,10 @@ class JobRunner(LocalTasks):
 
     def _output_path(self, pattern: str, task: TaskLaunch) -> str:
         return output_path(self.launch, pattern, self._node_name, task.rank)
+
+    async def _write_stderr(self, data: bytes) -> None:
+        # The file the task opened for its stderr: --error, or --output when stderr is not separate.
+        append_to(self._output_path(self.launch.error or self.launch.output, self.launch.tasks[0]), data)
 
     async def _abort(self, exc: SpawnError) -> NodeFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""

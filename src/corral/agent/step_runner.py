@@ -30,13 +30,15 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from corral import stepio
+from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
+from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
     EXIT_SPAWN_FAILED,
     LocalTasks,
     SpawnError,
     StdioTarget,
+    append_to,
     describe_exits,
     open_output,
     set_done,
@@ -62,13 +64,16 @@ class StepRunner(LocalTasks):
     """One step's local tasks. `run()` yields one StepFinished when they are all done (or could not
     start); `kill()` (LocalTasks.kill) may be called at any time."""
 
-    def __init__(self, launch: LaunchStep, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str]):
-        super().__init__(f"step {launch.job_id}.{launch.step_id}")
+    def __init__(self, launch: LaunchStep, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
+                 refusal: str | None = None):
+        super().__init__(f"step {launch.job_id}.{launch.step_id}",
+                         kill_reasons.step_entity(launch.job_id, launch.step_id), node_name,
+                         announces=launch.node_index == 0, spool=TaskSpool(spool_dir),
+                         job_id=launch.job_id, step_id=launch.step_id, gpus=launch.node_gpus, refusal=refusal)
         self.launch = launch
         self.job_id = launch.job_id
         self.step_id = launch.step_id
         self._node_name = node_name
-        self._spool_dir = Path(spool_dir)  # unused for now: steps write no files of their own
         self._base_env = dict(base_env)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -238,6 +243,7 @@ class StepRunner(LocalTasks):
     # -- starting
 
     def _spawn_all(self) -> None:
+        self._refuse_if_told()
         launch = self.launch
         if not os.path.isdir(launch.workdir):
             raise SpawnError(f"working directory {launch.workdir} does not exist or is not a directory")
@@ -251,7 +257,7 @@ class StepRunner(LocalTasks):
                 log.warning("%s: input %r is not all, none or a rank: no stdin", self._what, launch.input)
         for task in launch.tasks:
             takes_stdin = stdin_rank is not None and stdin_rank in (stepio.ALL_RANKS, task.rank)
-            self._procs[task.rank] = self._spawn(task, list(launch.argv), takes_stdin)
+            self._started(task.rank, self._spawn(task, list(launch.argv), takes_stdin))
 
     def _spawn(self, task: TaskLaunch, argv: list[str], takes_stdin: bool) -> subprocess.Popen[bytes]:
         child_fds: list[int] = []  # the child's ends: closed here whatever happens
@@ -303,6 +309,16 @@ class StepRunner(LocalTasks):
 
     def _output_path(self, pattern: str, task: TaskLaunch) -> str:
         return output_path(self.launch, pattern, self._node_name, task.rank)
+
+    async def _write_stderr(self, data: bytes) -> None:
+        """Where the first local task's stderr goes: its --error file (--output without --error), or to
+        srun as that task's stderr (srun -l labels it), or nowhere."""
+        task = self.launch.tasks[0]
+        pattern = self.launch.error or self.launch.output
+        if pattern is not None:
+            append_to(self._output_path(pattern, task), data)
+        elif self._writer is not None:
+            await self._send(stepio.frame(stepio.STDERR, task.rank, data))
 
     async def _abort(self, exc: SpawnError) -> StepFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""

@@ -8,9 +8,13 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
+from corral import kill_reasons
+from corral.agent.task_spool import TaskSpool
+from corral.jobref import ascii_number
 from corral.protocol import TaskExit
 
 log = logging.getLogger(__name__)
@@ -19,6 +23,7 @@ EXIT_SPAWN_FAILED = 1
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 OUTPUT_FILE_MODE = 0o644
+LEFTOVER_POLL_S = 0.05
 
 StdioTarget = int | IO[Any] | None
 
@@ -62,6 +67,14 @@ def open_output(path: str, truncate: bool = False) -> int:
         raise SpawnError(f"cannot open output file {path}: {exc.strerror}") from exc
 
 
+def append_to(path: str, data: bytes) -> None:
+    fd = open_output(path)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
 def task_exit(rank: int, returncode: int) -> TaskExit:
     """Popen's returncode (negative for a signal death) as the protocol reports it."""
     if returncode < 0:
@@ -70,7 +83,8 @@ def task_exit(rank: int, returncode: int) -> TaskExit:
 
 
 def int_or_none(text: str | None) -> int | None:
-    return int(text) if text is not None and text.isdigit() else None
+    """ASCII digits only: int() and str.isdigit() take other scripts' digits too."""
+    return None if text is None else ascii_number(text)
 
 
 def describe_exits(exits: list[TaskExit]) -> str:
@@ -79,28 +93,44 @@ def describe_exits(exits: list[TaskExit]) -> str:
 
 class LocalTasks:
     """The local tasks of one job or step: their main processes by rank, their exits, and signals to
-    their process groups. Subclasses start the processes, then set `_spawn_done`, and await `_reap` for
-    each."""
+    their process groups. Subclasses start the processes (`_refuse_if_told` first, `_started` for each),
+    then set `_spawn_done`, and await `_reap` for each. Every task is in the spool from its start to its
+    reaping (task_spool.py), so that it never outlives the agent unnoticed."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
+                 job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None) -> None:
         self._what = what  # "job 7", "step 7.0": for the log
+        self._entity = entity  # "JOB 7", "STEP 7.0": for slurmstepd's closing line
+        self._node_name = node_name
+        # Only the first node of a job or step writes the closing line, once, as slurmstepd does.
+        self._announce_pending = announces
+        self._spool = spool
+        self._owner = (job_id, step_id, tuple(gpus))
+        self._refusal = refusal  # why the agent will not start these tasks at all (their GPUs are busy)
         self._procs: dict[int, subprocess.Popen[bytes]] = {}  # rank -> the task's main process
         self._exits: dict[int, TaskExit] = {}
         self._spawn_done = asyncio.Event()
         self._all_exited = asyncio.Event()
+        # While a kill's grace runs (loop time it ends): what a dead task left in its group gets until then.
+        self._grace_ends: float | None = None
 
     @property
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs.values()]
 
-    async def kill(self, signum: int, grace_s: float) -> None:
+    async def kill(self, signum: int, grace_s: float, reason: str | None = None) -> None:
         """`signum` to every task's process group, then SIGKILL to those still alive after `grace_s`.
 
         A negative `grace_s` delivers the signal only (for `scancel --signal`, which must not kill).
+        With a `reason` (corral.kill_reasons), slurmstepd's closing line goes to the stderr first.
         """
         await self._spawn_done.wait()
+        if reason is not None:
+            await self._announce(reason)
         log.info("%s: signal %d to %d task group(s), grace %.1fs", self._what, signum,
                  len(self._live_ranks()), grace_s)
+        if grace_s >= 0 and signum != signal.SIGKILL and self._grace_ends is None:
+            self._grace_ends = asyncio.get_running_loop().time() + grace_s
         self._signal_live(signum)
         if grace_s < 0 or signum == signal.SIGKILL:
             return
@@ -110,15 +140,58 @@ class LocalTasks:
             log.info("%s: still running after %.1fs, sending SIGKILL", self._what, grace_s)
             self._signal_live(signal.SIGKILL)
 
+    @property
+    def holds_devices(self) -> bool:
+        """Whether its tasks may be using their GPUs: about to start, or started and not all exited."""
+        return self._refusal is None and not self._all_exited.is_set()
+
+    def _refuse_if_told(self) -> None:
+        if self._refusal is not None:
+            raise SpawnError(self._refusal)
+
+    def _started(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        """Keep a task just spawned, and record it in the spool; one that cannot be recorded is killed
+        (SpawnError: the caller's abort kills every task started so far)."""
+        self._procs[rank] = proc
+        try:
+            self._spool.add(proc.pid, *self._owner)
+        except OSError as exc:
+            raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}") from exc
+
+    async def _announce(self, reason: str) -> None:
+        """slurmstepd's closing line into the first local task's stderr: once, and only while tasks run."""
+        if not self._announce_pending or not self._live_ranks():
+            return
+        self._announce_pending = False
+        line = kill_reasons.closing_line(reason, self._entity, self._node_name, time.time())
+        try:
+            await self._write_stderr(line.encode())
+        except (OSError, SpawnError) as exc:
+            log.warning("%s: cannot write the closing line: %s", self._what, exc)
+
+    async def _write_stderr(self, data: bytes) -> None:
+        """Append to the first local task's stderr (the subclass knows where that goes)."""
+        raise NotImplementedError
+
     async def _reap(self, rank: int, proc: subprocess.Popen[bytes]) -> TaskExit:
         """Wait for a task's main process; kill what it left in its group; record its exit."""
         returncode = await wait_process(proc)
         exit_ = self._exits[rank] = task_exit(rank, returncode)
-        # Whatever the task left behind in its group dies with it, as under Slurm's process tracking.
-        killpg(proc.pid, signal.SIGKILL)
+        await self._clear_group(proc.pid)
+        self._spool.remove(proc.pid)
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
+
+    async def _clear_group(self, pgid: int) -> None:
+        """Whatever the task left behind in its group dies with it, as under Slurm's process tracking. While
+        a kill's grace runs, the leftovers (which got the signal too) have until its end, as Slurm's
+        KillWait gives them: an srun in a batch script forwards the signal to its step and reports the
+        step's end (slurmstepd's line included) before it exits."""
+        loop = asyncio.get_running_loop()
+        while self._grace_ends is not None and loop.time() < self._grace_ends and group_alive(pgid):
+            await asyncio.sleep(LEFTOVER_POLL_S)
+        killpg(pgid, signal.SIGKILL)
 
     async def _kill_started(self) -> None:
         """SIGKILL every task started so far and wait for them (a sibling failed to start)."""
@@ -126,6 +199,7 @@ class LocalTasks:
             killpg(proc.pid, signal.SIGKILL)
         for proc in self._procs.values():
             await wait_process(proc)
+            self._spool.remove(proc.pid)
         self._all_exited.set()
 
     def _live_ranks(self) -> list[int]:
@@ -135,6 +209,16 @@ class LocalTasks:
         # Only tasks not yet reaped: a reaped leader's pid could belong to someone else by now.
         for rank in self._live_ranks():
             killpg(self._procs[rank].pid, signum)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def killpg(pgid: int, signum: int) -> None:

@@ -29,7 +29,8 @@ class JobSubmit(BaseModel):
     gpus: int | None = Field(None, ge=0, description="GPUs for the whole job")
     gpus_per_node: int | None = Field(None, ge=0)
     gpus_per_task: int | None = Field(None, ge=0)
-    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model ('A|B': either)")
+    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model: its Slurm type ('h100'), "
+                                                    "NVML's or Slurm's AutoDetect name, any case ('A|B': either)")
     gpu_milli: int | None = Field(None, ge=1, le=1000, description=(
         "A share of one GPU per node in milli-GPU (1..999; 1000 = whole GPUs, the default); needs exactly "
         "one GPU per node. The scheduler packs shares onto devices; it does not enforce them on the GPU yet."))
@@ -165,6 +166,7 @@ class PartitionOut(BaseModel):
     max_time_s: int | None
     default_time_s: int
     nodes: list[str]
+    priority_job_factor: int = 1
 
 
 class JobUpdate(BaseModel):
@@ -185,3 +187,17 @@ class NodeUpdate(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str
+
+
+class StoppedJob(BaseModel):
+    id: int
+    state: str
+
+
+class ClusterStopOut(BaseModel):
+    """What stopping the cluster did to its jobs (`POST /cluster/stop`, which `corral up` sends first)."""
+
+    requeued: list[int]  # pending again, same id: they run again when the cluster starts again
+    ended: list[StoppedJob]  # their final state (NODE_FAIL: they may not be requeued)
+    unconfirmed: list[int]  # still being stopped when the wait ran out (their tasks were not reported gone)
+    pending: int  # jobs that were waiting, and wait on

@@ -22,7 +22,7 @@ class StepSubmit(BaseModel):
     env: dict[str, str] = Field({}, description="The tasks' environment as srun exports it")
     output: str | None = Field(None, description="File pattern for stdout; default: streamed to srun")
     error: str | None = Field(None, description="File pattern for stderr; default: with stdout")
-    input: str = Field("all", pattern=r"^(all|none|\d+)$", description="srun --input: all, none or a rank")
+    input: str = Field("all", pattern=r"^(all|none|[0-9]+)$", description="srun --input: all, none or a rank")
     io_host: str | None = Field(None, description="srun's listener for the tasks' I/O (corral.stepio)")
     io_port: int | None = Field(None, ge=1, le=65535)
     io_token: str = ""

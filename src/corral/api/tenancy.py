@@ -86,6 +86,9 @@ class TenancySpec(_Strict):
     users: list[UserSpec] = []
     qos: list[QosSpec] = [QosSpec(name="normal")]
     default_qos: str = "normal"
+    # The account of users without a [[users]] entry; None: such users may not submit (as in Slurm with
+    # AccountingStorageEnforce=associations).
+    default_account: str | None = None
     queues: list[QueueSpec] = []
     limits: list[LimitSpec] = []
     priority: PriorityWeights = PriorityWeights()
@@ -118,6 +121,8 @@ def check_tenancy(spec: TenancySpec) -> None:
                 raise ValueError(f"user {u.name!r}: unknown account {name!r}")
         if u.default_account and u.default_account not in u.accounts:
             raise ValueError(f"user {u.name!r}: default account {u.default_account!r} is not among its accounts")
+    if spec.default_account is not None and spec.default_account not in accounts:
+        raise ValueError(f"default_account {spec.default_account!r} is not a defined account")
     qos = {q.name: q for q in spec.qos}
     if spec.default_qos not in qos:
         raise ValueError(f"default_qos {spec.default_qos!r} is not a defined qos")
@@ -189,6 +194,8 @@ class PriorityOut(BaseModel):
     partition_factor: int
     qos_factor: int
     nice: int
+    array_job_id: int | None = None  # an array task's array, so that `sprio -j A_I` finds it
+    array_task_id: int | None = None
 
 
 class FairShareOut(BaseModel):

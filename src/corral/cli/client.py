@@ -56,9 +56,10 @@ class Client:
     def submit(self, body: dict) -> dict:
         return self._call("POST", "/jobs", json=body)
 
-    def jobs(self, *, states: Iterable[str] = (), user: str | None = None,
-             include_finished: bool = False) -> list[dict]:
-        params = _params(states=_csv(states), user=user, all="true" if include_finished else None)
+    def jobs(self, *, states: Iterable[str] = (), user: str | None = None, include_finished: bool = False,
+             ids: Iterable[str] = ()) -> list[dict]:
+        """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`)."""
+        params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids))
         return self._pages("/jobs", params)
 
     def job(self, job_id: int) -> dict:
@@ -79,11 +80,16 @@ class Client:
     def nodes(self) -> list[dict]:
         return self._call("GET", "/nodes")
 
+    def stop_cluster(self, wait_s: float) -> dict:
+        """Stop every running job before the cluster stops; the reply comes once they are reported gone
+        (or after `wait_s`), so this request may take that long."""
+        return self._call("POST", "/cluster/stop", params={"wait_s": f"{wait_s:g}"}, timeout=wait_s + self.timeout_s)
+
     def partitions(self) -> list[dict]:
         return self._call("GET", "/partitions")
 
     def accounting(self, *, user: str | None = None, states: Iterable[str] = (), since: float | None = None,
-                   until: float | None = None, ids: Iterable[int] = ()) -> list[dict]:
+                   until: float | None = None, ids: Iterable[str] = ()) -> list[dict]:
         params = _params(user=user, states=_csv(states), since=_epoch(since), until=_epoch(until), ids=_csv(ids))
         return self._pages("/accounting", params)
 
@@ -139,7 +145,8 @@ class Client:
         except (httpx.ConnectError, httpx.ConnectTimeout):
             raise ControllerUnreachable(self.url) from None
         except httpx.TimeoutException:
-            raise ClientError(f"the controller at {self.url} did not answer within {self.timeout_s:g} s") from None
+            waited = kwargs.get("timeout", self.timeout_s)
+            raise ClientError(f"the controller at {self.url} did not answer within {waited:g} s") from None
         except httpx.HTTPError as exc:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:

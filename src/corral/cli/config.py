@@ -55,7 +55,21 @@ def resolve_target(url_option: str | None, env: Mapping[str, str] = os.environ) 
         found = target.resolve_target(env, url_option)
     except target.TargetError as exc:
         raise ConfigError(str(exc)) from None
+    check_url(found.url, found.source)
     return Target(found.url, found.secret, found.source)
+
+
+def check_url(url: str, source: str) -> None:
+    """ConfigError, naming where the URL came from, unless it is http(s)://HOST[:PORT][/PATH]."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise ConfigError(f"invalid controller URL {url!r} (from {source}): {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"invalid controller URL {url!r} (from {source}): expected http://HOST:PORT")
 
 
 def write_cluster_file(url: str, secret_file: Path, env: Mapping[str, str] = os.environ) -> Path:

@@ -1,17 +1,22 @@
 """`corral queue`, `show`, `cancel`, `nodes`, `acct`: reading and cancelling over the REST API."""
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
 from corral.cli import render
-from corral.cli.client import ClientError
+from corral.cli.client import Client, ClientError
 from corral.cli.config import current_user
 from corral.cli.connect import open_client
+from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
+from corral.slurm.squeue_select import combine_pending_array_tasks
+from corral.jobref import JobIdError, JobRef, parse_job_list
 
 UrlOption = Annotated[
     str | None,
@@ -26,68 +31,130 @@ StatesOption = Annotated[
 ]
 
 
+CLEAR_SCREEN = "\x1b[2J\x1b[H"  # erase the display, cursor to the top left: what clear(1) and watch(1) send
+
+
 def _csv(text: str | None) -> list[str]:
     return [part.strip() for part in (text or "").split(",") if part.strip()]
 
 
 def queue(
-    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Include finished jobs.")] = False,
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Finished jobs too (as many as the controller "
+                                           "still holds; 'corral acct' has them all).")] = False,
     user: UserOption = None,
     states: StatesOption = None,
     long_format: Annotated[bool, typer.Option("--long", "-l", help="Add ACCOUNT, QOS, QUEUE and the pending "
                                               "reason's DETAIL.")] = False,
     json_output: JsonOption = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Show it again every --interval seconds, on a "
+                                        "cleared screen, until Ctrl-C.")] = False,
+    interval_s: Annotated[float, typer.Option("--interval", "-n", min=0.1, metavar="SECONDS",
+                                              help="Seconds between refreshes with --watch.")] = 2.0,
     url: UrlOption = None,
 ) -> None:
-    """List pending and running jobs (squeue). Array tasks show as ARRAYJOB_TASK."""
+    """List pending and running jobs (squeue); --all adds finished ones. Array tasks show as ARRAYJOB_TASK,
+    and an array's pending tasks share one row, ARRAYJOB_[TASKS], as squeue shows them."""
+    query = {"states": [s.upper() for s in _csv(states)], "user": user, "include_finished": all_jobs}
+    filtered = bool(user or states)
     with reported_errors(), open_client(url) as client:
-        jobs = client.jobs(states=[s.upper() for s in _csv(states)], user=user, include_finished=all_jobs)
+        if not watch:
+            _print_queue(client.jobs(**query), all_jobs, filtered, long_format, json_output)
+            return
+        try:
+            while True:
+                _refresh(lambda: _print_queue(client.jobs(**query), all_jobs, filtered, long_format, json_output),
+                         interval_s)
+                time.sleep(interval_s)
+        except KeyboardInterrupt:  # how a watch ends: success, without click's "Aborted!"
+            typer.echo()  # the shell's prompt on a line of its own, after the terminal's "^C"
+            raise typer.Exit(0) from None
+
+
+def _refresh(show: Callable[[], None], interval_s: float) -> None:
+    """One round of --watch, as watch(1) draws it: a cleared screen (on a terminal), a header, the output.
+    An error is shown in its place; the next round tries again (the controller may be restarting)."""
+    if sys.stdout.isatty():
+        typer.echo(CLEAR_SCREEN, nl=False)
+    typer.echo(f"Every {interval_s:g}s: corral queue    {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    try:
+        show()
+    except ClientError as exc:
+        typer.echo(f"corral: error: {exc}", err=True)
+
+
+def _print_queue(jobs: list[dict], all_jobs: bool, filtered: bool, long_format: bool, json_output: bool) -> None:
     if json_output:
         print_json(jobs)
-    elif long_format:
-        print_table(render.QUEUE_LONG_HEADERS, render.queue_long_rows(jobs, time.time()), render.QUEUE_LONG_RIGHT,
+        return
+    if not jobs:
+        typer.echo(empty_queue_text(all_jobs, filtered))
+        return
+    shown = combine_pending_array_tasks(jobs)  # an array's pending tasks on one row, 12_[4-9], as squeue
+    if long_format:
+        print_table(render.QUEUE_LONG_HEADERS, render.queue_long_rows(shown, time.time()), render.QUEUE_LONG_RIGHT,
                     state_column=render.QUEUE_LONG_STATE_COLUMN)
     else:
-        print_table(render.QUEUE_HEADERS, render.queue_rows(jobs, time.time()), render.QUEUE_RIGHT,
+        print_table(render.QUEUE_HEADERS, render.queue_rows(shown, time.time()), render.QUEUE_RIGHT,
                     state_column=render.QUEUE_STATE_COLUMN)
 
 
+def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
+    """What an empty queue prints; without --all it says where finished jobs are."""
+    if all_jobs:
+        return "No jobs match." if filtered else "No jobs."
+    match = " match" if filtered else ""
+    return f"No pending or running jobs{match} (finished jobs: corral queue --all or corral acct)."
+
+
 def show(
-    job_id: Annotated[int, typer.Argument(help="Job id.", show_default=False)],
+    job_id: JobRefArgument,
     json_output: JsonOption = False,
     url: UrlOption = None,
 ) -> None:
-    """Show every detail of one job and its history: preemptions, requeues, signals (scontrol show job)."""
+    """Show every detail of one job and its history: preemptions, requeues, signals (scontrol show job).
+    An array's id shows every task of the array (with --json: a list), as scontrol show job does."""
     with reported_errors(), open_client(url) as client:
-        job = client.job(job_id)
+        jobs = jobs_named(client, job_id)
+    if not jobs:
+        fail(f"job {job_id} not found")
     if json_output:
-        print_json(job)
+        print_json(jobs if names_array(job_id, jobs) else jobs[0])
         return
-    print_lines(render.format_fields(render.job_fields(job)) + render.history_lines(job))
+    blocks = [render.format_fields(render.job_fields(job)) + render.history_lines(job) for job in jobs]
+    print_lines([line for index, block in enumerate(blocks) for line in ([""] if index else []) + block])
 
 
-def cancel(
-    job_ids: Annotated[list[int], typer.Argument(help="Job ids.", show_default=False)],
-    url: UrlOption = None,
-) -> None:
-    """Cancel jobs, pending or running (scancel). A job that already ended is reported, not an error."""
+def cancel(job_ids: JobRefsArgument, url: UrlOption = None) -> None:
+    """Cancel jobs, pending or running (scancel). An array's id cancels every task of it, N_I one task,
+    N_[I-J,K] those tasks. A job that already ended is reported, not an error."""
     unknown = 0
     with reported_errors(), open_client(url) as client:
-        for job_id in job_ids:
-            try:
-                job = client.cancel(job_id)
-            except ClientError as exc:
-                if exc.status == 409:  # already finished: the user's goal holds, as scancel's exit 0
-                    warn(f"job {job_id} not cancelled: {exc}")
-                    continue
-                if exc.status != 404:
-                    raise
+        for ref in job_ids:
+            jobs = jobs_named(client, ref)
+            if not jobs:
                 unknown += 1
-                typer.echo(f"corral: error: job {job_id}: {exc}", err=True)
+                typer.echo(f"corral: error: job {ref} not found", err=True)
                 continue
-            typer.echo(f"Cancelled job {render.job_id_text(job)} ({job['state']})")
+            _cancel_each(client, ref, jobs)
     if unknown:
         raise typer.Exit(1)
+
+
+def _cancel_each(client: Client, ref: JobRef, jobs: list[dict]) -> None:
+    ended = []
+    for job in jobs:
+        try:
+            done = client.cancel(job["id"])
+        except ClientError as exc:
+            if exc.status != 409:  # 409: already finished; the user's goal holds, as scancel's exit 0
+                raise
+            ended.append(exc)
+            continue
+        typer.echo(f"Cancelled job {render.job_id_text(done)} ({done['state']})")
+    if len(jobs) == 1 and ended:
+        warn(f"job {ref} not cancelled: {ended[0]}")
+    elif ended:
+        warn(f"{len(ended)} of the {len(jobs)} jobs of {ref} had already ended")
 
 
 def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:
@@ -103,14 +170,16 @@ def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:
 def acct(
     user: UserOption = None,
     all_users: Annotated[bool, typer.Option("--all-users", "-a", help="Jobs of every user.")] = False,
-    since: Annotated[str | None, typer.Option("--since", "-S", help=f"Start of the window: {FORMS_HELP}. "
+    since: Annotated[str | None, typer.Option("--since", "-S", metavar="TIME",
+                                              help=f"Start of the window: {FORMS_HELP}. "
                                               "Default: midnight today (all time with --jobs).",
                                               show_default=False)] = None,
     until: Annotated[str | None, typer.Option("--until", "-E", help="End of the window (same forms).",
-                                              show_default=False)] = None,
+                                              metavar="TIME", show_default=False)] = None,
     states: Annotated[str | None, typer.Option("--states", "-s", help="Comma-separated states.",
                                                show_default=False)] = None,
-    jobs: Annotated[str | None, typer.Option("--jobs", "-j", help="Comma-separated job ids.",
+    jobs: Annotated[str | None, typer.Option("--jobs", "-j", help="Comma-separated job ids: N (an array's id: "
+                                             "every task), N_I, N_[I-J,K].", metavar="IDS",
                                              show_default=False)] = None,
     json_output: JsonOption = False,
     url: UrlOption = None,
@@ -128,7 +197,7 @@ def acct(
 
 def _acct_query(user: str | None, all_users: bool, since: str | None, until: str | None, states: str | None,
                 jobs: str | None, now: float) -> dict:
-    ids = [_job_id(text) for text in _csv(jobs)]
+    ids = _job_ids(jobs)
     # sacct's defaults: with -j every user and all time; otherwise the caller's jobs since midnight.
     if user is None and not all_users and not ids:
         user = current_user()
@@ -142,7 +211,9 @@ def _acct_query(user: str | None, all_users: bool, since: str | None, until: str
     }
 
 
-def _job_id(text: str) -> int:
-    if not text.isdigit():
-        fail(f"invalid job id {text!r} in --jobs")
-    return int(text)
+def _job_ids(text: str | None) -> list[str]:
+    """--jobs in Slurm's forms, checked here so that a bad id stops the command before any request."""
+    try:
+        return [ref.text for ref in parse_job_list(text or "", task_lists=True)]
+    except JobIdError as exc:
+        fail(f"{exc} in --jobs")

@@ -2,17 +2,20 @@
 commands that need them."""
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
-from typer.core import TyperCommand
 
 from corral.cli import jobs, scheduling
+from corral.cli.helpstyle import CorralApp, CorralCommand
+from corral.cli.simulate import simulate
 from corral.cli.tenancy import reservation_app, tenancy_app
 from corral.cli.up import up
 
 _RAW_ARGS = "corral.raw_args"
 
 
-class RawArgsCommand(TyperCommand):
+class RawArgsCommand(CorralCommand):
     """Hands its arguments to the command untouched: sbatch's option rules are not click's (long
     prefixes, options ending at the script, a `--` that must stay visible)."""
 
@@ -21,13 +24,31 @@ class RawArgsCommand(TyperCommand):
         return super().parse_args(ctx, [])
 
 
-app = typer.Typer(
+app = CorralApp(
     name="corral",
-    help="corral: a GPU cluster workload manager with Slurm's ways. Start one with 'corral up'.",
+    help="corral: a GPU cluster workload manager with Slurm's ways. Start one with 'corral up'. "
+         "'corral submit' is sbatch: its script runs once, and the srun lines in it start the tasks. "
+         "'corral run' is srun: it runs a command as every task and shows their output.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,  # tracebacks with locals could print the cluster secret
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"corral {version('corral')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                               help="Print corral's version and exit.")] = False,
+) -> None:
+    pass
 
 
 app.command("up")(up)
@@ -37,12 +58,26 @@ app.command("up")(up)
     "submit",
     cls=RawArgsCommand,
     add_help_option=False,
-    help="Submit a batch script or a command (sbatch). 'corral submit --help' lists the options.",
+    help="Submit a batch job (sbatch): the script or command runs once, on the first node; srun lines "
+         "in it start the tasks. 'corral submit --help' lists the options.",
 )
 def submit(ctx: typer.Context) -> None:
     from corral.cli.submit import run_submit
 
     run_submit(ctx.meta[_RAW_ARGS])
+
+
+@app.command(
+    "run",
+    cls=RawArgsCommand,
+    add_help_option=False,
+    help="Run a command as every task of a new job (srun), each task with its own RANK and "
+         "CUDA_VISIBLE_DEVICES; output shown here, exit status the tasks'. 'corral run --help' lists the options.",
+)
+def run_command(ctx: typer.Context) -> None:
+    from corral.cli.run import run_tasks
+
+    raise typer.Exit(run_tasks(ctx.meta[_RAW_ARGS]))
 
 
 @app.command(
@@ -69,15 +104,8 @@ app.command("release")(scheduling.release)
 app.command("prio")(scheduling.prio)
 app.command("share")(scheduling.share)
 app.command("queues")(scheduling.queues)
+app.command("simulate")(simulate)
 app.add_typer(tenancy_app, name="tenancy")
-
-
-@app.command("simulate", cls=RawArgsCommand, context_settings={"help_option_names": []},
-             help="Replay a workload trace through the scheduler (see 'corral simulate --help').")
-def simulate(ctx: typer.Context) -> None:
-    from corral.sim.cli import main as simulate_main
-
-    raise typer.Exit(simulate_main(ctx.meta[_RAW_ARGS]))
 app.add_typer(reservation_app, name="reservation")
 
 

@@ -6,10 +6,14 @@ Times are shown in local time in Slurm's ISO form (2024-05-01T14:05:03); `now` i
 output is reproducible."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
+from corral.filename_pattern import expand_pattern
+from corral.gpu_models import describe as describe_gpu
 from corral.jobscript.units import format_duration, format_duration_short
+from corral.slurm import jobids
 
 QUEUE_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", "NODELIST(REASON)")
 QUEUE_RIGHT = frozenset({0, 5, 6, 7})  # numbers right-aligned, as squeue does
@@ -52,10 +56,9 @@ def exit_code_text(job: dict) -> str:
 
 
 def job_id_text(job: dict) -> str:
-    """`12_3` for task 3 of array job 12, else the job id."""
-    if job.get("array_task_id") is not None and job.get("array_job_id") is not None:
-        return f"{job['array_job_id']}_{job['array_task_id']}"
-    return str(job["id"])
+    """`12_3` for task 3 of array job 12, `12_[4-9]` for a record standing for its pending tasks (as
+    squeue_select.combine_pending_array_tasks makes them), else the job id."""
+    return jobids.job_id(job)
 
 
 def or_dash(text: object) -> str:
@@ -105,11 +108,12 @@ def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
 
 
 def gpu_models(node: dict) -> str:
-    """Distinct GPU models with counts, e.g. `4x NVIDIA H100`; `-` for a node without GPUs."""
+    """Distinct GPU models with counts, each as its Slurm type and full name, e.g.
+    `4x h100 (NVIDIA H100 80GB HBM3)`; `-` for a node without GPUs."""
     counts: dict[str, int] = {}
     for gpu in node["gpus"]:
         counts[gpu["model"]] = counts.get(gpu["model"], 0) + 1
-    return ", ".join(f"{n}x {model}" for model, n in counts.items()) or "-"
+    return ", ".join(f"{n}x {describe_gpu(model)}" for model, n in counts.items()) or "-"
 
 
 def acct_rows(jobs: Sequence[dict]) -> list[tuple[str, ...]]:
@@ -169,9 +173,19 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         ("GpuSeconds", f"{job['gpu_seconds']:.0f}"),
         ("WorkDir", job["workdir"]),
         ("SubmitHost", or_none(job.get("submit_host"))),
-        ("StdOut", job["output"]),
-        ("StdErr", job["error"] or job["output"]),  # no separate file: stderr goes with stdout
+        ("StdOut", output_file(job, job["output"])),
+        ("StdErr", output_file(job, job["error"] or job["output"])),  # no separate file: stderr goes with stdout
     ]
+
+
+def output_file(job: dict, pattern: str) -> str:
+    """The file an output pattern (%j, %x, %N, %t, ...) names, as the agent opens it for the first task on
+    the job's first node (Slurm's scontrol also shows the first task's); %N stays until there is a node."""
+    node = job["slices"][0]["node"] if job.get("slices") else "%N"
+    name = expand_pattern(pattern, job_id=job["id"], job_name=job["name"], user=job["user"], node_name=node,
+                          node_index=0, task_rank=0, array_job_id=job.get("array_job_id"),
+                          array_task_id=job.get("array_task_id"))
+    return os.path.join(job["workdir"], name)
 
 
 def or_none(text: str | None) -> str:
@@ -284,6 +298,13 @@ def _requeued(kind: str, rest: dict) -> str:
     return "requeued" + _in_parens(rest, "cause", "reason")
 
 
+def _cluster_stopped(kind: str, rest: dict) -> str:
+    outcome = rest.pop("outcome", None)
+    if outcome is None:
+        return "cluster stopped"
+    return "cluster stopped: tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")
+
+
 def _signal(kind: str, rest: dict) -> str:
     name = rest.pop("signal", None) or rest.pop("name", None)
     return (f"signal {name} sent" if name is not None else "signal sent") + _in_parens(rest, "cause", "reason")
@@ -297,4 +318,5 @@ def _in_parens(rest: dict, *keys: str) -> str:
     return ""
 
 
-_EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal}
+_EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal,
+                  "cluster-stopped": _cluster_stopped}

@@ -87,7 +87,10 @@ def tenancy_summary(spec: dict) -> str:
     counts = [_count(len(spec.get(key, [])), word) for key, word in
               (("accounts", "account"), ("users", "user"), ("qos", "QOS"), ("queues", "queue"),
                ("limits", "limit"))]
-    return f"{', '.join(counts)}; default QOS {spec.get('default_qos', 'normal')}"
+    summary = f"{', '.join(counts)}; default QOS {spec.get('default_qos', 'normal')}"
+    if spec.get("default_account"):
+        summary += f"; users without an entry: account {spec['default_account']}"
+    return summary
 
 
 def _count(number: int, word: str) -> str:
@@ -100,8 +103,9 @@ Section = tuple[str, tuple[str, ...], Rows, frozenset[int]]  # title, headers, r
 
 def tenancy_sections(spec: dict) -> list[Section]:
     """The non-empty parts of a TenancySpec, each as a table."""
+    unlisted = spec.get("default_account")
     sections: list[Section] = [
-        ("Accounts", ("NAME", "PARENT", "SHARES"),
+        (f"Accounts (users without an entry: {unlisted})" if unlisted else "Accounts", ("NAME", "PARENT", "SHARES"),
          [(a["name"], or_dash(a.get("parent")), str(a["shares"])) for a in spec.get("accounts", [])],
          frozenset({2})),
         ("Users", ("NAME", "ACCOUNTS", "DEFAULT"),

@@ -10,46 +10,61 @@ import typer
 from corral.cli import render, render_tenancy
 from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
+from corral.cli.job_refs import JobRefsArgument, jobs_named
 from corral.cli.jobs import UrlOption
-from corral.cli.output import print_json, print_table, reported_errors
+from corral.cli.output import print_json, print_table, reported_errors, warn
+from corral.jobref import JobRef
 
-JobIdsArgument = Annotated[list[int], typer.Argument(help="Job ids.", show_default=False)]
 ApiJsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (the API's objects).")]
 # Refusals that concern one job; the others are still acted on.
 _PER_JOB_STATUSES = frozenset({404, 409})
 
 
-def requeue(job_ids: JobIdsArgument, url: UrlOption = None) -> None:
+def requeue(job_ids: JobRefsArgument, url: UrlOption = None) -> None:
     """Put running or finished jobs back in the queue, keeping their ids (scontrol requeue)."""
     _act_on_jobs(job_ids, url, Client.requeue, "Requeued")
 
 
-def hold(job_ids: JobIdsArgument, url: UrlOption = None) -> None:
+def hold(job_ids: JobRefsArgument, url: UrlOption = None) -> None:
     """Keep pending jobs from starting until released (scontrol hold)."""
     _act_on_jobs(job_ids, url, Client.hold, "Held")
 
 
-def release(job_ids: JobIdsArgument, url: UrlOption = None) -> None:
+def release(job_ids: JobRefsArgument, url: UrlOption = None) -> None:
     """Let held jobs start again (scontrol release)."""
     _act_on_jobs(job_ids, url, Client.release, "Released")
 
 
-def _act_on_jobs(job_ids: Sequence[int], url: str | None, action: Callable[[Client, int], dict], done: str) -> None:
-    """Apply `action` to each job; an unknown job or one whose state forbids it is reported and the rest are
-    still done, with exit status 1 at the end."""
-    refused = 0
+def _act_on_jobs(refs: Sequence[JobRef], url: str | None, action: Callable[[Client, int], dict], done: str) -> None:
+    """Apply `action` to every job each id names; an id naming no job, or whose every job refuses (its
+    state forbids it), is reported and the rest are still done, with exit status 1 at the end. (An
+    array's finished tasks cannot be held while its pending ones can: that is a success, as scontrol.)"""
+    failed = 0
     with reported_errors(), open_client(url) as client:
-        for job_id in job_ids:
-            try:
-                job = action(client, job_id)
-            except ClientError as exc:
-                if exc.status not in _PER_JOB_STATUSES:
-                    raise
-                refused += 1
-                typer.echo(f"corral: error: job {job_id}: {exc}", err=True)
+        for ref in refs:
+            jobs = jobs_named(client, ref)
+            if not jobs:
+                failed += 1
+                typer.echo(f"corral: error: job {ref} not found", err=True)
                 continue
-            typer.echo(f"{done} job {render.job_id_text(job)} ({job['state']})")
-    if refused:
+            refusals = []
+            for job in jobs:
+                try:
+                    changed = action(client, job["id"])
+                except ClientError as exc:
+                    if exc.status not in _PER_JOB_STATUSES:
+                        raise
+                    refusals.append(f"job {render.job_id_text(job)}: {exc}")
+                    continue
+                typer.echo(f"{done} job {render.job_id_text(changed)} ({changed['state']})")
+            if len(refusals) == len(jobs):
+                failed += 1
+                for refusal in refusals:
+                    typer.echo(f"corral: error: {refusal}", err=True)
+            else:
+                for refusal in refusals:
+                    warn(refusal)
+    if failed:
         raise typer.Exit(1)
 
 

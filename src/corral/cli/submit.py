@@ -1,11 +1,14 @@
-"""`corral submit`: sbatch's command line over the REST API.
+"""`corral submit`: sbatch, with corral's messages and options.
+
+As sbatch, it submits a batch job: the script (or --wrap's or `-- CMD`'s command) runs once, on the
+job's first node, and its srun lines start the tasks; the body is built by the Slurm sbatch's own
+batch_job. `corral run` (srun) is the command that runs a command as every task.
 
 The arguments bypass click: sbatch semantics (GNU getopt with long prefixes, options stopping at the
 script, `--` before a command) come from corral.jobscript, the same parser that reads #SBATCH lines."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +16,6 @@ from typing import TextIO
 
 import typer
 
-from corral.cli.config import current_user
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
 from corral.cli.output import print_json, reported_errors
@@ -26,7 +28,8 @@ from corral.jobscript import (
     parse_directives,
     wrap_script,
 )
-from corral.jobscript.submission import COMMAND_LINE_WHERE
+from corral.jobscript.submission import COMMAND_LINE_WHERE, slurm_sbatch_options
+from corral.slurm.commands.sbatch import batch_job
 
 CLI_OPTIONS = (
     Option("wrap"),
@@ -35,10 +38,6 @@ CLI_OPTIONS = (
     Option("url"),
     Option("help", short="h", takes_value=False),
 )
-# Not sent with the job: the cluster secret, and Slurm variables of an enclosing job (a job that
-# submits another would otherwise hand it stale SLURM_NTASKS, SLURM_CPUS_PER_TASK, ...).
-_PRIVATE_ENV = frozenset({"CORRAL_SECRET"})
-_PRIVATE_ENV_PREFIXES = ("SLURM_", "SLURMD_")
 
 
 @dataclass(slots=True)
@@ -55,7 +54,8 @@ class SubmitCommandLine:
 
 def split_command_line(argv: Sequence[str]) -> SubmitCommandLine:
     """Separate corral's own options from the job's; both follow the same getopt rules."""
-    parsed = parse_args(argv, (*SUBMIT_OPTION_TABLE, *CLI_OPTIONS), where=COMMAND_LINE_WHERE)
+    parsed = parse_args(argv, (*SUBMIT_OPTION_TABLE, *CLI_OPTIONS), where=COMMAND_LINE_WHERE,
+                        known=slurm_sbatch_options())
     line = SubmitCommandLine(positionals=parsed.positionals, command_given=parsed.saw_double_dash)
     cli_names = {o.name for o in CLI_OPTIONS}
     for item in parsed.options:
@@ -106,43 +106,39 @@ def read_script(path: str) -> str:
         raise CliError(f"cannot read script {path!r}: {exc.strerror}") from None
 
 
-def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The submitter's environment, as sbatch's --export=ALL, less what must not travel."""
-    return {k: v for k, v in environ.items()
-            if k not in _PRIVATE_ENV and not k.startswith(_PRIVATE_ENV_PREFIXES)}
-
-
 def build_body(line: SubmitCommandLine, stdin: TextIO = sys.stdin, environ: Mapping[str, str] = os.environ,
                cwd: str | None = None) -> dict:
-    """The JobSubmit body: options from the script's directives, overridden by the command line."""
+    """The batch job's JobSubmit body: options from the script's directives, overridden by the
+    command line; the rest (batch, environment, work directory, user) as sbatch makes it."""
     source = job_source(line, stdin)
     directives: list[str] = []
     if source.script is not None:
         check_script(source.script)
         directives = parse_directives(source.script)
-    body = build_submission(directives, line.sbatch_tokens)
-    # A relative -D is relative to where corral submit runs, as with sbatch.
-    body["workdir"] = os.path.normpath(os.path.join(cwd or os.getcwd(), body.get("workdir", ".")))
-    body.setdefault("name", source.default_name)
-    if source.script is not None:
-        body["script"] = source.script
-        if source.argv:
-            body["script_args"] = source.argv
+    fields = build_submission(directives, line.sbatch_tokens)
+    if source.script is None:
+        program: dict[str, object] = {"argv": source.argv}
     else:
-        body["argv"] = source.argv
-    body.update(env=job_environment(environ), user=current_user(), uid=os.getuid(),
-                submit_host=socket.gethostname())
-    return body
+        program = {"script": source.script}
+        if source.argv:
+            program["script_args"] = source.argv
+    return batch_job(fields, program, None, environ, cwd or os.getcwd(), source.default_name)
 
 
 USAGE = """\
-Usage: corral submit [OPTIONS] SCRIPT
+Usage: corral submit [OPTIONS] SCRIPT [ARGS...]
        corral submit [OPTIONS] --wrap 'COMMAND'
        corral submit [OPTIONS] -- COMMAND [ARGS...]
        corral submit [OPTIONS] < SCRIPT
 
-Submit a batch job. Options also come from the script's #SBATCH (or #CORRAL) lines; those given
-here win. Long options may be abbreviated; --opt=value, --opt value, -N2 and -N 2 all work.
+Submit a batch job, as sbatch does: the script (or COMMAND) runs ONCE, on the first node of the
+job, with Slurm's batch environment (SLURM_JOB_ID, SLURM_JOB_NODELIST, ...; no per-task RANK).
+The srun lines inside it start the tasks: `srun python train.py` runs one copy per task, each with
+its own CUDA_VISIBLE_DEVICES, RANK, WORLD_SIZE, ... Output goes to slurm-%j.out unless -o says.
+To run a command as every task now and see its output here, use 'corral run' (srun).
+
+Options also come from the script's #SBATCH (or #CORRAL) lines; those given here win. Long options
+may be abbreviated; --opt=value, --opt value, -N2 and -N 2 all work.
 
 Job options:
   -N, --nodes N               nodes (all get the same slice of GPUs, CPUs, memory)
@@ -177,7 +173,7 @@ Job options:
   -H, --hold                  submit held: it stays pending until 'corral release'
 
 Submit options:
-      --wrap COMMAND          run COMMAND with /bin/sh
+      --wrap COMMAND          the job runs COMMAND with /bin/sh (once, as a script would)
       --parsable              print only the job id (for an array: the array job id)
       --json                  print the reply as JSON
       --url URL               controller URL (default: $CORRAL_URL, then 'corral up')

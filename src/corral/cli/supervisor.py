@@ -3,7 +3,8 @@
 Children get their own session, so a Ctrl-C in the terminal reaches only `corral up`, which then
 stops agents before the controller (agents report their jobs' ends while the controller still
 listens). On Linux each child also gets PR_SET_PDEATHSIG, so none outlives a `corral up` that is
-killed outright."""
+killed outright: the kernel sends them SIGTERM, and the agents (--kill-tasks-on-exit) kill their
+jobs' tasks before they exit."""
 from __future__ import annotations
 
 import os

@@ -10,6 +10,7 @@ import typer
 from corral.cli import render_tenancy
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
+from corral.cli.helpstyle import CorralApp
 from corral.cli.jobs import UrlOption
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.scheduling import ApiJsonOption
@@ -20,12 +21,12 @@ from corral.cli.timespec import AHEAD_FORMS_HELP, parse_when_ahead
 CONTROLLER_SETTING_KEYS = frozenset({"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
                                      "scheduler", "partitions"})
 
-tenancy_app = typer.Typer(
+tenancy_app = CorralApp(
     help="The tenancy configuration: accounts, users, QOS, quota queues, limits, priority weights.",
     no_args_is_help=True,
 )
-reservation_app = typer.Typer(help="Advance reservations of nodes or GPUs (scontrol create reservation).",
-                              no_args_is_help=True)
+reservation_app = CorralApp(help="Advance reservations of nodes or GPUs (scontrol create reservation).",
+                            no_args_is_help=True)
 
 
 @tenancy_app.command("show")
@@ -101,13 +102,15 @@ def read_toml(path: str) -> dict:
 _WHEN_HELP = f"Forms: {AHEAD_FORMS_HELP}."
 _DURATION_HELP = "How long it lasts, instead of --end: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."
 NameArgument = Annotated[str, typer.Argument(help="Reservation name (letters, digits, _ . -).", show_default=False)]
-StartOption = Annotated[str, typer.Option("--start", help=f"When it begins. {_WHEN_HELP}", show_default=False)]
-EndOption = Annotated[str | None, typer.Option("--end", help=f"When it ends. {_WHEN_HELP}", show_default=False)]
+StartOption = Annotated[str, typer.Option("--start", metavar="TIME", help=f"When it begins. {_WHEN_HELP}",
+                                          show_default=False)]
+EndOption = Annotated[str | None, typer.Option("--end", metavar="TIME", help=f"When it ends. {_WHEN_HELP}",
+                                               show_default=False)]
 DurationOption = Annotated[str | None, typer.Option("--duration", help=_DURATION_HELP, show_default=False)]
 NodesOption = Annotated[str | None, typer.Option("--nodes", help="Hostlist of the nodes, e.g. node[1-4].",
-                                                 show_default=False)]
+                                                 metavar="HOSTLIST", show_default=False)]
 GpusOption = Annotated[int | None, typer.Option("--gpus", min=1, help="A GPU count, instead of --nodes: the "
-                                                "controller picks the nodes.", show_default=False)]
+                                                "controller picks the nodes.", metavar="N", show_default=False)]
 UsersOption = Annotated[str | None, typer.Option("--users", help="Comma-separated users who may use it.",
                                                  show_default=False)]
 AccountsOption = Annotated[str | None, typer.Option("--accounts", help="Comma-separated accounts whose jobs may "

@@ -20,6 +20,7 @@ from corral.cli.errors import CliError
 from corral.cli.output import reported_errors
 from corral.cli.supervisor import ChildExited, Supervisor
 from corral.cli.up_plan import UpOptions, UpPlan, plan_up
+from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
 
 CONTROLLER = "controller"
 STARTUP_TIMEOUT_S = 60.0
@@ -32,16 +33,23 @@ class _Stop(Exception):
 
 @dataclass(slots=True)
 class Cluster:
-    """The children of one `corral up`; whatever was started, stop() ends it (agents first)."""
+    """The children of one `corral up`; whatever was started, stop() ends it: the jobs first (through the
+    controller, while the agents still run), then the agents, then the controller."""
 
     plan: UpPlan
     supervisor: Supervisor
     name: str = "corral"  # as the controller's /health says
+    controller_answered: bool = False
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self, grace_s: float = 10.0, stop_jobs: bool = True) -> None:
+        """`stop_jobs=False`: no waiting for the jobs (asked twice); the agents kill their tasks anyway."""
         children = self.supervisor.children
+        controller = next((c for c in children if c.name == CONTROLLER), None)
+        if stop_jobs and controller is not None and self.controller_answered:  # else no job can have started
+            stop_cluster_jobs(self.plan, controller_alive=controller.process.poll() is None)
         agents = [c for c in children if c.name != CONTROLLER]
         self.supervisor.stop([agents, [c for c in children if c.name == CONTROLLER]], grace_s)
+        kill_leftover_tasks(self.plan)
 
 
 @contextmanager
@@ -80,6 +88,7 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
     supervisor.start(CONTROLLER, plan.controller_argv)
     with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=2.0) as client:
         cluster.name = _wait_for_health(client, supervisor, deadline).get("cluster", cluster.name)
+        cluster.controller_answered = True
         for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
             supervisor.start(name, argv)
         _wait_for_nodes(client, supervisor, plan.node_names, deadline)
@@ -157,13 +166,13 @@ def run_up(plan: UpPlan) -> int:
             typer.echo(banner(cluster, config_path))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
-            typer.echo("\ncorral: stopping agents and controller...", err=True)
+            typer.echo("\ncorral: stopping the jobs, then the agents and the controller...", err=True)
             return 0 if ready else 130
         finally:
             try:
                 cluster.stop()
             except (KeyboardInterrupt, _Stop):  # asked again: no more waiting
-                cluster.stop(grace_s=0.0)
+                cluster.stop(grace_s=0.0, stop_jobs=False)
 
 
 def banner(cluster: Cluster, config_path: Path) -> str:
@@ -174,30 +183,33 @@ def banner(cluster: Cluster, config_path: Path) -> str:
         f"  API:       {plan.url}\n"
         f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
         f"  logs:      {plan.log_dir}\n"
-        "Submit from another shell, for example:\n"
-        f"  corral submit -N {len(plan.node_names)} --gpus-per-node 1 --wrap 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
+        "Run jobs from another shell, for example:\n"
+        f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
+        "  corral submit job.sh   (a batch script: runs once, its srun lines start the tasks)\n"
         "  corral queue; corral nodes; corral acct\n"
-        "Press Ctrl-C to stop the cluster."
+        "Press Ctrl-C to stop the cluster (running jobs are stopped and requeued)."
     )
 
 
 def up(
-    nodes: Annotated[int | None, typer.Option("--nodes", "-N", min=1, show_default=False,
+    nodes: Annotated[int | None, typer.Option("--nodes", "-N", min=1, show_default=False, metavar="N",
                                               help="Nodes to start. Default: 2, or 1 on real GPUs.")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(
-        "--gpus-per-node", min=0, show_default=False,
+        "--gpus-per-node", min=0, show_default=False, metavar="N",
         help="Simulated GPUs per node. Default: the real GPUs if NVML finds any, else 4 simulated.")] = None,
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Controller port.")] = DEFAULT_PORT,
     host: Annotated[str, typer.Option("--host", help="Address the controller listens on.")] = "127.0.0.1",
     state_dir: Annotated[Path | None, typer.Option(
-        "--state-dir", show_default=False,
+        "--state-dir", show_default=False, metavar="DIR",
         help="Secret, database, logs, spool. Default: $XDG_STATE_HOME/corral or ~/.local/state/corral.")] = None,
-    db: Annotated[str | None, typer.Option("--db", show_default=False,
+    db: Annotated[str | None, typer.Option("--db", show_default=False, metavar="URL",
                                            help="Database URL. Default: SQLite in the state dir.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", show_default=False,
+    config: Annotated[Path | None, typer.Option("--config", show_default=False, metavar="FILE", exists=True,
+                                                dir_okay=False,
                                                 help="Controller config file (partitions...).")] = None,
 ) -> None:
-    """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C."""
+    """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
+    stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
     from corral.cli.hostinfo import probe_host
 
     with reported_errors():

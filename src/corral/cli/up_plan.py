@@ -44,6 +44,7 @@ class UpPlan:
     gpus_per_node: int | None  # None: real GPUs, discovered by the agent
     controller_argv: tuple[str, ...]
     agent_argvs: tuple[tuple[str, ...], ...]
+    spool_dirs: tuple[Path, ...]  # one per node, where its agent records its running tasks
 
 
 def client_url(host: str, port: int) -> str:
@@ -78,7 +79,12 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
         controller_argv=_controller_argv(python, options, secret_file),
         agent_argvs=tuple(_agent_argv(python, url, secret_file, name, gpus, node_size, state_dir) for name in names),
+        spool_dirs=tuple(spool_dir(state_dir, name) for name in names),
     )
+
+
+def spool_dir(state_dir: Path, node: str) -> Path:
+    return state_dir / "spool" / node
 
 
 def _controller_argv(python: str, options: UpOptions, secret_file: Path) -> tuple[str, ...]:
@@ -95,7 +101,10 @@ def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int |
                 node_size: tuple[int, int], state_dir: Path) -> tuple[str, ...]:
     cpus, mem_mib = node_size
     argv = [python, "-m", "corral.agent", "--controller", url, "--secret-file", str(secret_file),
-            "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(state_dir / "spool" / name)]
+            "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool_dir(state_dir, name)),
+            # The agents are the cluster's: when `corral up` goes, even killed outright (its children get
+            # SIGTERM then), their tasks go with them.
+            "--kill-tasks-on-exit"]
     if gpus is not None:
         argv += ["--gpus", str(gpus)]
     return tuple(argv)

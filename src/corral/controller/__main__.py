@@ -52,10 +52,14 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     from corral.controller.app import create_app
     from corral.controller.service import ControllerService
 
-    engine = restore_engine(config, store, clock(), tenancy)
+    def restore(now: float):
+        return restore_engine(config, store, now, tenancy)
+
     # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
     heartbeat_s = min(5.0, config.node_timeout_s / 3)
-    return create_app(ControllerService(engine, store, clock, heartbeat_s=heartbeat_s), secret)
+    # The same function builds the engine now and again after a failed commit.
+    service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
+    return create_app(service, secret)
 
 
 def restore_engine(config, store, now: float, file_tenancy=None):

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import hmac
+from collections.abc import Awaitable
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, TypeVar
 
-from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 
 from corral.api.schemas import (
     ErrorOut,
@@ -21,12 +24,16 @@ from corral.api.schemas import (
 )
 from corral.controller import listing
 from corral.controller.listing import JobFilter, JobQuery
+from corral.controller.params import JobIdPath
 from corral.controller.service import ControllerService, StaleAgent
+from corral.controller.writer import StoreUnavailable
 from corral.controller.step_routes import step_routes
+from corral.controller.stop_routes import stop_routes
 from corral.controller.tenancy_routes import tenancy_routes
 from corral.engine.admission import AdmissionError
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
+from corral.jobref import JobIdError, parse_job_list
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -36,7 +43,17 @@ from corral.protocol import (
     RegistrationReply,
 )
 
+IDS_HELP = ("Comma-separated job ids in Slurm's forms: N (for an array's id, every task), N_I (task I of "
+            "array N), N_[I-J,K] (those tasks).")
+
+R = TypeVar("R")
+
 ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+# Requests that change something are refused while the database cannot be written.
+UNAVAILABLE = {503: {"model": ErrorOut, "description": "the database cannot be written: nothing was changed"}}
+WRITE_ERRORS = {**ERRORS, **UNAVAILABLE}
+# What a 503 tells clients to wait before trying again (the controller checks the store more often).
+RETRY_AFTER_S = 5
 
 
 def create_app(service: ControllerService, secret: str) -> FastAPI:
@@ -46,13 +63,19 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
         yield
         await service.stop()
 
-    app = FastAPI(title="corral", version="0.1.0", lifespan=lifespan,
-                  description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
-    expected = f"Bearer {secret}".encode()
+    # /docs and /redoc with their scripts and styles served from the package, not a CDN: they work on a
+    # cluster without internet access. Swagger UI's "Authorize" takes the secret (the bearer scheme below).
+    app = FastAPIOffline(title="corral", version="0.1.0", lifespan=lifespan,
+                         description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
+    expected = secret.encode()
+    bearer = HTTPBearer(auto_error=False, scheme_name="ClusterSecret",
+                        description="The cluster secret: the controller's --secret-file (`corral up` writes it "
+                                    "to ~/.local/state/corral/secret).")
 
-    async def authorized(authorization: str | None = Header(None)) -> None:
-        if authorization is None or not hmac.compare_digest(authorization.encode(), expected):
-            raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)")
+    async def authorized(credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> None:
+        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), expected):
+            raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)",
+                                headers={"WWW-Authenticate": "Bearer"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -68,37 +91,49 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
     async def _stale(_req: Request, exc: StaleAgent) -> JSONResponse:
         return JSONResponse({"detail": f"node {exc} must register again"}, status_code=409)
 
-    @app.get(f"{API_PREFIX}/health")
-    async def health() -> dict:
-        return {"status": "ok", "cluster": service.engine.config.cluster_name}
+    @app.exception_handler(StoreUnavailable)
+    async def _unavailable(_req: Request, exc: StoreUnavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+    async def health() -> JSONResponse:
+        """200 while the controller can take changes; 503, with the reason, while its database cannot be
+        written (requests that change something are refused then; reads still work)."""
+        body = {"status": "ok", "cluster": service.engine.config.cluster_name}
+        problem = service.health()
+        if problem is None:
+            return JSONResponse(body)
+        return JSONResponse({**body, "status": "unavailable", "detail": problem}, status_code=503)
+
+    for path in (f"{API_PREFIX}/health", "/health", "/readyz"):
+        app.add_api_route(path, health, methods=["GET"], responses=UNAVAILABLE)
 
     _user_routes(app, service, Depends(authorized))
     tenancy_routes(app, service, Depends(authorized))
     step_routes(app, service, Depends(authorized))
+    stop_routes(app, service, Depends(authorized))
     _agent_routes(app, service, Depends(authorized))
     return app
 
 
 def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=WRITE_ERRORS)
     async def submit(body: JobSubmit) -> SubmitReply:
         try:
-            job_id, task_ids = service.submit(body)
+            job_id, task_ids = await service.submit(body)
         except AdmissionError as exc:
             raise HTTPException(422, str(exc)) from None
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
     @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
     async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False,
-                        ids: str | None = None, partitions: str | None = None, accounts: str | None = None,
-                        after: int | None = Query(None, ge=0), limit: int | None = Query(None, ge=1),
-                        combine_arrays: bool = False) -> Response:
+                        ids: str | None = Query(None, description=IDS_HELP), partitions: str | None = None,
+                        accounts: str | None = None, after: int | None = Query(None, ge=0),
+                        limit: int | None = Query(None, ge=1), combine_arrays: bool = False) -> Response:
         """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
-        list: `user` names, `ids` jobs (an array's id stands for all its tasks), `states`, `partitions`,
-        `accounts`. Paging: at most `limit` jobs with an id above `after`; the X-Next-After header says
-        where the next page starts. `combine_arrays`: an array's pending tasks as one record
-        (`array_task_spec`), as squeue shows them."""
-        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_ids(ids), ids_cover_arrays=True,
+        list: `user` names, `ids`, `states`, `partitions`, `accounts`. Paging: at most `limit` jobs with
+        an id above `after`; the X-Next-After header says where the next page starts. `combine_arrays`:
+        an array's pending tasks as one record (`array_task_spec`), as squeue shows them."""
+        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
                          after=after, limit=limit, combine_arrays=combine_arrays)
         if all:
@@ -109,49 +144,49 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return _json_list(found)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
-    async def get_job(job_id: int) -> JobOut:
+    async def get_job(job_id: JobIdPath) -> JobOut:
         job = service.job(job_id)
         if job is None:
             raise HTTPException(404, f"invalid job id specified: {job_id}")
         return job
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=ERRORS)
-    async def cancel(job_id: int, uid: int | None = None) -> JobOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=WRITE_ERRORS)
+    async def cancel(job_id: JobIdPath, uid: int | None = None) -> JobOut:
         """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
-        return _operate(service, job_id, lambda: service.cancel(job_id, uid))
+        return await _operate(service, job_id, service.cancel(job_id, uid))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=ERRORS)
-    async def signal_job(job_id: int, signal: int = Query(..., ge=1, le=64),
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=WRITE_ERRORS)
+    async def signal_job(job_id: JobIdPath, signal: int = Query(..., ge=1, le=64),
                          scope: Literal["steps", "batch", "full"] = "steps", uid: int | None = None) -> JobOut:
         """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
-        return _operate(service, job_id, lambda: service.signal(job_id, signal, scope, uid))
+        return await _operate(service, job_id, service.signal(job_id, signal, scope, uid))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=ERRORS)
-    async def requeue(job_id: int, background: BackgroundTasks) -> JobOut:
-        out, send_kills = _operate(service, job_id, lambda: service.requeue(job_id))
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=WRITE_ERRORS)
+    async def requeue(job_id: JobIdPath, background: BackgroundTasks) -> JobOut:
+        out, send_kills = await _operate(service, job_id, service.requeue(job_id))
         background.add_task(send_kills)  # after the reply: the caller is often one of the job's processes
         return out
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=ERRORS)
-    async def update(job_id: int, body: JobUpdate) -> JobOut:
-        return _operate(service, job_id, lambda: service.update(job_id, body))
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=WRITE_ERRORS)
+    async def update(job_id: JobIdPath, body: JobUpdate) -> JobOut:
+        return await _operate(service, job_id, service.update(job_id, body))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=ERRORS)
-    async def hold(job_id: int) -> JobOut:
-        return _operate(service, job_id, lambda: service.hold(job_id, True))
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=WRITE_ERRORS)
+    async def hold(job_id: JobIdPath) -> JobOut:
+        return await _operate(service, job_id, service.hold(job_id, True))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=ERRORS)
-    async def release(job_id: int) -> JobOut:
-        return _operate(service, job_id, lambda: service.hold(job_id, False))
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=WRITE_ERRORS)
+    async def release(job_id: JobIdPath) -> JobOut:
+        return await _operate(service, job_id, service.hold(job_id, False))
 
     @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
     async def nodes() -> list[NodeOut]:
         return service.nodes()
 
-    @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=ERRORS)
+    @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=WRITE_ERRORS)
     async def update_node(name: str, body: NodeUpdate) -> NodeOut:
         try:
-            service.drain(name, body.drain, body.reason)
+            await service.drain(name, body.drain, body.reason)
         except KeyError:
             raise HTTPException(404, f"unknown node {name!r}") from None
         return next(n for n in service.nodes() if n.name == name)
@@ -162,21 +197,21 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
 
     @app.get(f"{API_PREFIX}/accounting", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
     async def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
-                         until: float | None = None, ids: str | None = None, partitions: str | None = None,
-                         accounts: str | None = None, after: int | None = Query(None, ge=0),
-                         limit: int | None = Query(None, ge=1), combine_arrays: bool = False) -> Response:
+                         until: float | None = None, ids: str | None = Query(None, description=IDS_HELP),
+                         partitions: str | None = None, accounts: str | None = None,
+                         after: int | None = Query(None, ge=0), limit: int | None = Query(None, ge=1),
+                         combine_arrays: bool = False) -> Response:
         """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
-        by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs, except
-        that `ids` are the jobs' own ids."""
-        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_ids(ids),
+        by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs."""
+        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
                          since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays)
         return _json_list(await listing.stored_jobs(service.engine, service.store, query, service.clock()))
 
 
-def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
+async def _operate(service: ControllerService, job_id: int, operation: Awaitable[R]) -> R:
     try:
-        return operation()
+        return await operation
     except UnknownJob:
         found = service.find_job(job_id)
         if found is None:
@@ -184,6 +219,17 @@ def _operate(service: ControllerService, job_id: int, operation) -> JobOut:
         raise HTTPException(409, f"job {job_id} already finished ({found.state.value})") from None
     except WrongState as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+def _job_ids(service: ControllerService, text: str | None) -> frozenset[int] | None:
+    """The raw ids an `ids=` list names; ids that name no job add nothing (as sacct -j)."""
+    if not text:
+        return None
+    try:
+        refs = parse_job_list(text, task_lists=True)
+    except JobIdError as exc:
+        raise HTTPException(422, f"ids: {exc}") from None
+    return frozenset(service.job_ids(refs))
 
 
 def _states(text: str | None) -> frozenset[str] | None:
@@ -202,24 +248,15 @@ def _names(text: str | None) -> frozenset[str] | None:
     return names or None
 
 
-def _ids(text: str | None) -> frozenset[int] | None:
-    if not text:
-        return None
-    try:
-        return frozenset(int(i) for i in text.split(","))
-    except ValueError:
-        raise HTTPException(422, f"bad job id list {text!r}") from None
-
-
 def _json_list(found: listing.JobList) -> Response:
     headers = {listing.NEXT_PAGE_HEADER: str(found.next_after)} if found.next_after is not None else None
     return Response(found.body, media_type="application/json", headers=headers)
 
 
 def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    @app.post(f"{API_PREFIX}/agents/register", dependencies=[auth])
+    @app.post(f"{API_PREFIX}/agents/register", dependencies=[auth], responses=UNAVAILABLE)
     async def register(body: Registration) -> RegistrationReply:
-        return service.register(body)
+        return await service.register(body)
 
     @app.get(f"{API_PREFIX}/agents/{{node}}/commands", dependencies=[auth])
     async def commands(node: str, after: int = 0, wait_s: float = Query(20.0, ge=0, le=60),
@@ -227,8 +264,7 @@ def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
         service.check_agent(node, epoch)
         return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
 
-    @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth])
+    @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth], responses=UNAVAILABLE)
     async def events(node: str, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
-        service.check_agent(node, epoch)
-        service.agent_events(node, body)
+        await service.agent_events(node, epoch, body)
         return {"accepted": len(body.events)}

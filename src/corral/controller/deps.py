@@ -1,14 +1,12 @@
 """Dependency targets as users write them (`12`, `12_3`, an array's id) turned into raw job ids."""
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
+from corral.controller.job_refs import UnknownRef, named_job_ids
 from corral.engine.admission import AdmissionError
-from corral.engine.arrays import parse_array
 from corral.engine.records import Job
-
-_TARGET = re.compile(r"^(\d+)(?:_(\d+))?(\+\d+)?$")
+from corral.jobref import JobIdError, ascii_number, parse_job_ref
 
 
 def resolve_dependency(text: str, lookup: Callable[[int], Job | None]) -> tuple[str, list[Job]]:
@@ -23,32 +21,22 @@ def resolve_dependency(text: str, lookup: Callable[[int], Job | None]) -> tuple[
         kind, _, ids = part.partition(":")
         raw: list[str] = []
         for token in ids.split(":"):
-            m = _TARGET.match(token)
-            if not m:
-                raise AdmissionError(f"invalid job id {token!r} in dependency")
-            jobs = _targets(int(m.group(1)), int(m.group(2)) if m.group(2) else None, lookup)
+            jobs = _targets(token, lookup)
             named.extend(jobs)
             raw.extend(str(j.id) for j in jobs)
         out_parts.append(f"{kind}:{':'.join(raw)}")
     return separator.join(out_parts), named
 
 
-def _targets(job_id: int, task: int | None, lookup: Callable[[int], Job | None]) -> list[Job]:
-    job = lookup(job_id)
-    if job is None:
-        raise AdmissionError(f"job dependency problem: job {job_id} does not exist")
-    spec = job.spec
-    if spec.array_job_id is None:
-        if task is not None:
-            raise AdmissionError(f"job dependency problem: job {job_id} is not an array")
-        return [job]
-    base = spec.array_job_id
-    indices, _ = parse_array(spec.array_indices)
-    if task is not None:
-        if task not in indices:
-            raise AdmissionError(f"job dependency problem: array {base} has no task {task}")
-        found = lookup(base + indices.index(task))
-        return [found] if found is not None else []
-    if job_id != base:
-        return [job]  # a task's own raw id
-    return [j for i in range(len(indices)) if (j := lookup(base + i)) is not None]
+def _targets(token: str, lookup: Callable[[int], Job | None]) -> list[Job]:
+    """`N`, `N_I`, either with a `+minutes` delay: the jobs it names."""
+    ref_text, plus, delay = token.partition("+")
+    if plus and ascii_number(delay) is None:
+        raise AdmissionError(f"invalid delay {token!r} in dependency: expected +minutes (ASCII digits)")
+    try:
+        ids = named_job_ids(parse_job_ref(ref_text), lookup)
+    except JobIdError as exc:
+        raise AdmissionError(f"{exc} in dependency") from None
+    except UnknownRef as exc:
+        raise AdmissionError(f"job dependency problem: {exc}") from None
+    return [job for job_id in ids if (job := lookup(job_id)) is not None]

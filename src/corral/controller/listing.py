@@ -35,8 +35,7 @@ class JobFilter:
 
     states: frozenset[str] | None = None
     users: frozenset[str] | None = None
-    ids: frozenset[int] | None = None
-    ids_cover_arrays: bool = False  # an id in `ids` also stands for every task of that array
+    ids: frozenset[int] | None = None  # raw ids (an array's id is resolved to its tasks' before)
     partitions: frozenset[str] | None = None
     accounts: frozenset[str] | None = None
 
@@ -44,8 +43,7 @@ class JobFilter:
         spec = job.spec
         return ((self.states is None or job.state.value in self.states)
                 and (self.users is None or spec.user in self.users)
-                and (self.ids is None or job.id in self.ids
-                     or (self.ids_cover_arrays and spec.array_job_id in self.ids))
+                and (self.ids is None or job.id in self.ids)
                 and (self.partitions is None or spec.request.partition in self.partitions)
                 and (self.accounts is None or spec.account in self.accounts))
 
@@ -109,7 +107,7 @@ def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int,
 
     flt = query.filter
     jobs = store.stream_jobs(
-        ids=flt.ids, ids_cover_arrays=flt.ids_cover_arrays, users=flt.users,
+        ids=flt.ids, users=flt.users,
         states=[JobState(s) for s in flt.states] if flt.states is not None else None,
         partitions=flt.partitions, accounts=flt.accounts, start_after=query.since, end_before=query.until,
         after_id=query.after, limit=query.limit)

@@ -1,19 +1,26 @@
 """The controller's shell around the engine: every stimulus is folded in, the changes are committed to the
 store before anyone is answered, and the resulting commands go to the agents' outboxes.
 
-One asyncio event loop owns the engine, so no locks are needed: HTTP handlers and the scheduling loop take
-turns. The loop sleeps until something changed (a submission, an agent report, a cancel) or the engine's
-next deadline (a time limit, a kill to escalate, a node to declare lost) comes due: no busy polling.
+The store is the truth (docs/architecture.md, "The state-store contract"). One asyncio event loop owns the
+engine; one stimulus at a time holds the writer lock from folding it in to dispatching its commands, and
+a commit that would wait runs in the store's writer thread, so reads and health checks are answered
+meanwhile (writer.py). When a commit fails, the engine is thrown away and rebuilt from the store as a
+restarted controller would build it, the epoch changes so that every agent registers again and is
+reconciled, and the caller gets StoreUnavailable (HTTP 503): nothing changed. Until a write succeeds
+again, stimuli are refused at once and no cycle runs. The loop sleeps until something changed (a submission, an agent report, a cancel) or
+the engine's next deadline (a time limit, a kill to escalate, a node to declare lost) comes due.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
@@ -21,13 +28,16 @@ from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.core.model import Gpu
 from corral.controller.deps import resolve_dependency
+from corral.controller.job_refs import UnknownRef, named_job_ids
 from corral.engine.admission import AdmissionError, admit_full
 from corral.controller.step_views import step_launch_message
+from corral.controller.writer import StoreUnavailable, StoreWriter
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import Job
 from corral.engine.snapshot import node_usage
+from corral.jobref import JobRef
 from corral.protocol import (
     EventBatch,
     LaunchJob,
@@ -38,9 +48,11 @@ from corral.protocol import (
     SignalJob,
     StepFinished,
 )
-from corral.store import Store
+from corral.store import Store, StoreError
 
 log = logging.getLogger("corral.controller")
+
+R = TypeVar("R")
 
 
 class StaleAgent(Exception):
@@ -49,7 +61,9 @@ class StaleAgent(Exception):
 
 class ControllerService:
     def __init__(self, engine: Engine, store: Store, clock: Callable[[], float] = time.time,
-                 heartbeat_s: float = 5.0) -> None:
+                 heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None) -> None:
+        """`restore(now)` builds the engine from the store, as at start (the default: restore_engine with
+        this engine's configuration and tenancy, which the store's own tenancy overrides)."""
         self.engine = engine
         self.store = store
         self.clock = clock
@@ -57,9 +71,17 @@ class ControllerService:
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
+        self.writer = StoreWriter(store)
+        if restore is None:
+            from corral.controller.__main__ import restore_engine
+            restore = functools.partial(restore_engine, engine.config, store, file_tenancy=engine.tenancy.spec)
+        self._restore = restore
+        self._lock = asyncio.Lock()  # held by one stimulus from folding it in to dispatching its commands
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._stalls = StallWatch()
+        self._recovery: asyncio.Task | None = None
+        self._stopping = False
 
     # ----- lifecycle
 
@@ -68,13 +90,21 @@ class ControllerService:
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-        self._commit()
+        async with self._lock:  # a stimulus being committed finishes first
+            self._stopping = True
+            for task in (self._task, self._recovery):
+                if task is not None:
+                    task.cancel()
+                    try:
+                        await task
+                    except asyncio.CancelledError:
+                        pass
+            if self.writer.outage is None:
+                try:
+                    await self._commit()
+                except StoreUnavailable as exc:
+                    log.error("last commit before stopping failed: %s", exc)
+        self.writer.close()
 
     def poke(self) -> None:
         if self._wake is not None:
@@ -83,13 +113,18 @@ class ControllerService:
     async def _loop(self) -> None:
         while True:
             now = self.clock()
-            deadline = self.engine.next_deadline(now)
+            # While the store fails, only the recovery wakes the loop (an overdue deadline would spin it).
+            deadline = None if self.writer.outage else self.engine.next_deadline(now)
             timeout = None if deadline is None else max(0.0, deadline - now)
             self._discount_stall(await self._stalls.wait(self._wake, timeout))
             self._wake.clear()
+            if self.writer.outage is not None:
+                continue
             started = time.perf_counter()
             try:
-                self.run_cycle()
+                await self.run_cycle()
+            except StoreUnavailable:
+                pass  # logged where the commit failed; the recovery pokes the loop when writes work again
             except Exception:  # a failed cycle must not stop scheduling for good
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1.0)
@@ -103,21 +138,93 @@ class ControllerService:
             log.warning("the controller could not listen for %.1f s: not counted as any node's silence", stall_s)
             self.engine.discount_stall(stall_s, self.clock())
 
-    def run_cycle(self) -> None:
-        now = self.clock()
-        commands = self.engine.tick(now)
-        commands += self.engine.schedule(now)
-        self.cycles += 1
-        self._commit()
-        self._dispatch(commands)
+    async def run_cycle(self) -> None:
+        def cycle(now: float) -> tuple[None, list[Command]]:
+            commands = self.engine.tick(now)
+            commands += self.engine.schedule(now)
+            self.cycles += 1
+            return None, commands
 
-    def _commit(self) -> None:
-        jobs, nodes = self.engine.take_dirty()
-        if jobs or nodes:
-            self.store.save(jobs, nodes)
-        for key in sorted(self.engine.meta_dirty):
-            self.store.set_meta(key, json.dumps(meta_value(self.engine, key)))
-        self.engine.meta_dirty.clear()
+        await self._stimulus(cycle, wake=False)
+
+    # ----- the state-store contract
+
+    async def _stimulus(self, change: Callable[[float], tuple[R, list[Command]]], wake: bool = True) -> R:
+        """Fold one stimulus into the engine (`change(now)` returns its result and commands), commit it,
+        then dispatch the commands. Or, when the store cannot be written, change nothing and raise
+        StoreUnavailable. An exception `change` raises before it touches the engine (a refusal) passes."""
+        self._refuse_while_down()
+        async with self._lock:
+            self._refuse_while_down()
+            result, commands = change(self.clock())
+            await self._commit()
+            self._dispatch(commands)
+        if wake:
+            self.poke()
+        return result
+
+    def _refuse_while_down(self) -> None:
+        if self.writer.outage is not None:
+            raise StoreUnavailable(f"{self.writer.outage.describe()}; nothing was changed, try again later")
+
+    async def _commit(self) -> None:
+        engine = self.engine
+        try:
+            jobs, nodes = engine.take_dirty()
+            meta = {key: json.dumps(meta_value(engine, key)) for key in engine.meta_dirty}
+            engine.meta_dirty.clear()
+            # Encoded here, on the loop, so that the rows are one consistent picture of the engine.
+            await self.writer.write(self.store.encode(jobs, nodes, meta))
+        except BaseException as exc:  # any failure, even a cancelled wait for the write
+            outage = self.writer.failed(exc, self.clock())
+            log.error("commit failed; rebuilding the engine from the store (%s)", outage.reason,
+                      exc_info=not isinstance(exc, StoreError | asyncio.CancelledError))
+            self._discard_engine()
+            if isinstance(exc, Exception):
+                raise StoreUnavailable(f"{outage.describe()}; nothing was changed, try again later") from exc
+            raise
+
+    def _discard_engine(self) -> None:
+        """The engine holds effects the store lacks: stop using it. Agents must register again (new
+        epoch); commands still queued for them were decided by it."""
+        self.epoch = secrets.token_hex(8)
+        self.outbox = Outbox()
+        if self._recovery is None and not self._stopping:
+            self._recovery = asyncio.create_task(self._recover(), name="corral-store-recovery")
+
+    async def _recover(self) -> None:
+        """Rebuild the engine from the store (so that reads show what is committed), check with backoff
+        until a write works, then rebuild once more, as a controller restarted now would, and resume."""
+        rebuilt = False
+        while True:
+            await asyncio.sleep(self.writer.retry_delay_s())
+            try:
+                if not rebuilt:
+                    self._install(await self.writer.call(self._restore, self.clock()))
+                    rebuilt = True
+                await self.writer.call(self.store.check_writable, self.clock())
+                async with self._lock:
+                    self._install(await self.writer.call(self._restore, self.clock()))
+                    since = self.writer.outage.since
+                    self.writer.outage, self._recovery = None, None
+                break
+            except Exception as exc:
+                reason = self.writer.failed(exc, self.clock()).reason
+                log.warning("the store still fails (%s); next check in %.1f s", reason, self.writer.retry_delay_s())
+        log.info("the store works again after %.1f s; engine rebuilt from it", self.clock() - since)
+        self.poke()
+
+    def _install(self, engine: Engine) -> None:
+        # A cluster being stopped stays stopped: the rebuilt engine starts nothing either.
+        engine.stopping = self.engine.stopping
+        self.engine = engine
+        self.epoch = secrets.token_hex(8)
+        self.outbox = Outbox()
+
+    def health(self) -> str | None:
+        """Why the controller cannot take changes now, or None when it can."""
+        outage = self.writer.outage
+        return None if outage is None else outage.describe()
 
     def _dispatch(self, commands: list[Command]) -> None:
         for cmd in commands:
@@ -136,11 +243,14 @@ class ControllerService:
                                                               self.engine.config.cluster_name))
             else:
                 self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s,
-                                                    target=cmd.target, step_id=cmd.step_id))
+                                                    target=cmd.target, step_id=cmd.step_id, reason=cmd.reason))
 
     # ----- users
 
-    def submit(self, sub: JobSubmit) -> tuple[int, list[int]]:
+    async def submit(self, sub: JobSubmit) -> tuple[int, list[int]]:
+        return await self._stimulus(functools.partial(self._submit, sub))  # durable before the user hears the id
+
+    def _submit(self, sub: JobSubmit, now: float) -> tuple[tuple[int, list[int]], list[Command]]:
         engine = self.engine
         admitted = admit_full(sub, engine.config, engine.nodes.values(), engine.tenancy)
         spec = admitted.spec
@@ -152,16 +262,13 @@ class ControllerService:
             for target in named:
                 engine.remember(target)
             spec = replace(spec, dependency=text)
-        now = self.clock()
         if admitted.array_indices is None:
             ids = [engine.submit(spec, now, held=sub.hold).id]
         else:
             base = engine.next_job_id
             ids = [engine.submit(replace(spec, array_job_id=base, array_task_id=index), now, held=sub.hold).id
                    for index in admitted.array_indices]
-        self._commit()  # durable before the user hears the id
-        self.poke()
-        return ids[0], (ids if admitted.array_indices is not None else [])
+        return (ids[0], (ids if admitted.array_indices is not None else [])), []
 
     def _check_submit_limit(self, spec, new_jobs: int) -> None:
         tenancy = self.engine.tenancy
@@ -181,18 +288,17 @@ class ControllerService:
         if not record.allows(spec.user, spec.account):
             raise AdmissionError(f"access denied to reservation {spec.reservation!r} for {spec.user}/{spec.account}")
 
-    def cancel(self, job_id: int, uid: int | None = None) -> JobOut:
-        return self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now, uid))
+    async def cancel(self, job_id: int, uid: int | None = None) -> JobOut:
+        return await self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now, uid))
 
-    def signal(self, job_id: int, signum: int, scope: str, uid: int | None) -> JobOut:
-        return self._job_operation(job_id, lambda now: self.engine.signal(job_id, signum, scope, now, uid))
+    async def signal(self, job_id: int, signum: int, scope: str, uid: int | None) -> JobOut:
+        return await self._job_operation(job_id, lambda now: self.engine.signal(job_id, signum, scope, now, uid))
 
-    def requeue(self, job_id: int) -> tuple[JobOut, Callable[[], None]]:
+    async def requeue(self, job_id: int) -> tuple[JobOut, Callable[[], None]]:
         """Requeue, and a function that sends the kills: the caller runs it once the reply is out, since
         `scontrol requeue` is usually run by the job itself (submitit, Lightning), whose processes the
         kill would otherwise reach before scontrol has heard that its request succeeded."""
-        commands = self.engine.requeue(job_id, self.clock())
-        self._commit()
+        commands = await self._stimulus(lambda now: (self.engine.requeue(job_id, now), []), wake=False)
         out = views.job_out(self.find_job(job_id), self.clock())
 
         def send() -> None:
@@ -201,26 +307,25 @@ class ControllerService:
 
         return out, send
 
-    def operate(self, operation) -> None:
+    async def operate(self, operation) -> None:
         """Run an engine operation that returns commands; commit, then dispatch them."""
-        commands = operation(self.clock())
-        self._commit()
-        self._dispatch(commands)
-        self.poke()
+        await self._stimulus(lambda now: (None, operation(now)))
 
-    def update(self, job_id: int, changes) -> JobOut:
+    async def update(self, job_id: int, changes) -> JobOut:
         fields = changes.model_dump(exclude_none=True)
-        return self._job_operation(job_id, lambda now: (self.engine.update(job_id, now, **fields), [])[1])
+        return await self._job_operation(job_id, lambda now: (self.engine.update(job_id, now, **fields), [])[1])
 
-    def hold(self, job_id: int, held: bool) -> JobOut:
-        return self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
+    async def hold(self, job_id: int, held: bool) -> JobOut:
+        return await self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
 
-    def _job_operation(self, job_id: int, operation) -> JobOut:
-        commands = operation(self.clock())
-        job = self.find_job(job_id)
-        self._commit()
-        self._dispatch(commands)
-        self.poke()
+    async def _job_operation(self, job_id: int, operation) -> JobOut:
+        def change(now: float) -> tuple[Job | None, list[Command]]:
+            commands = operation(now)
+            return self.engine.jobs.get(job_id), commands
+
+        job = await self._stimulus(change)
+        # A job that ended (a pending one cancelled) has left the engine: read it back, committed, from the store.
+        job = job if job is not None and job.id in self.engine.jobs else self.find_job(job_id)
         return views.job_out(job, self.clock())
 
     def find_job(self, job_id: int) -> Job | None:
@@ -237,6 +342,16 @@ class ControllerService:
             out.priority = view.priority
         return out
 
+    def job_ids(self, refs: Iterable[JobRef]) -> list[int]:
+        """The raw ids the references name (corral.controller.job_refs); those naming no job add none."""
+        found: set[int] = set()
+        for ref in refs:
+            try:
+                found.update(named_job_ids(ref, self.find_job))
+            except UnknownRef:
+                continue
+        return sorted(found)
+
     def nodes(self) -> list[NodeOut]:
         usage = node_usage(self.engine)
         owners: dict[str, dict[int, int]] = {}
@@ -249,64 +364,60 @@ class ControllerService:
     def partitions(self) -> list[PartitionOut]:
         return views.partition_outs(self.engine.config, list(self.engine.nodes.values()))
 
-    def set_tenancy(self, spec) -> None:
-        self.engine.set_tenancy(spec, self.clock())
-        self._commit()
-        self.poke()
+    async def set_tenancy(self, spec) -> None:
+        await self._stimulus(lambda now: (self.engine.set_tenancy(spec, now), []))
 
-    def add_reservation(self, spec):
-        record = self.engine.add_reservation(spec, self.clock())
-        self._commit()
-        self.poke()
-        return record
+    async def add_reservation(self, spec):
+        return await self._stimulus(lambda now: (self.engine.add_reservation(spec, now), []))
 
-    def remove_reservation(self, name: str) -> None:
-        self.engine.remove_reservation(name)
-        self._commit()
-        self.poke()
+    async def remove_reservation(self, name: str) -> None:
+        await self._stimulus(lambda now: (self.engine.remove_reservation(name), []))
 
-    def drain(self, node: str, drain: bool, reason: str) -> None:
-        self.engine.set_drain(node, drain, reason)
-        self._commit()
-        self.poke()
+    async def drain(self, node: str, drain: bool, reason: str) -> None:
+        await self._stimulus(lambda now: (self.engine.set_drain(node, drain, reason), []))
 
     # ----- agents
 
-    def register(self, reg: Registration) -> RegistrationReply:
+    async def register(self, reg: Registration) -> RegistrationReply:
         inventory = Inventory(
             gpus=tuple(Gpu(g.index, g.model, g.memory_mib, g.domain) for g in reg.gpus),
             cpus=reg.cpus, mem_mib=reg.mem_mib, address=reg.address)
-        self.outbox.ack(reg.node, 1 << 62)  # reconciliation below decides what still needs sending
-        kill, commands = self.engine.register_node(
-            reg.node, inventory, set(reg.running_jobs), set(reg.finished_jobs), self.clock())
-        self._commit()
-        self._dispatch(commands)
-        self.poke()
+
+        def change(now: float) -> tuple[RegistrationReply, list[Command]]:
+            self.outbox.ack(reg.node, 1 << 62)  # reconciliation below decides what still needs sending
+            kill, commands = self.engine.register_node(
+                reg.node, inventory, set(reg.running_jobs), set(reg.finished_jobs), now)
+            return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill), commands
+
+        reply = await self._stimulus(change)
         log.info("node %s registered (%d GPUs)", reg.node, len(reg.gpus))
-        return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill)
+        return reply
 
     def check_agent(self, node: str, epoch: str | None) -> None:
         if epoch != self.epoch or not self.engine.contact(node, self.clock()):
             raise StaleAgent(node)
 
-    def agent_events(self, node: str, batch: EventBatch) -> None:
-        now = self.clock()
-        commands: list[Command] = []
-        for event in batch.events:
-            if isinstance(event, NodeStarted):
-                self.engine.node_started(node, event.job_id, now)
-            elif isinstance(event, NodeFinished):
-                tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
-                commands += self.engine.node_finished(node, event.job_id, tasks, event.error, now)
-            elif isinstance(event, StepFinished):
-                tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
-                commands += self.engine.step_finished(node, event.job_id, event.step_id, tasks, event.error, now)
-        self._commit()
-        self._dispatch(commands)
+    async def agent_events(self, node: str, epoch: str | None, batch: EventBatch) -> None:
+        """Fold an agent's events in. Refused (StoreUnavailable, StaleAgent) means not taken: the agent
+        keeps them and sends them again."""
+        def change(now: float) -> tuple[None, list[Command]]:
+            self.check_agent(node, epoch)  # under the lock: the engine may have been rebuilt meanwhile
+            commands: list[Command] = []
+            for event in batch.events:
+                if isinstance(event, NodeStarted):
+                    self.engine.node_started(node, event.job_id, now)
+                elif isinstance(event, NodeFinished):
+                    tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
+                    commands += self.engine.node_finished(node, event.job_id, tasks, event.error, now)
+                elif isinstance(event, StepFinished):
+                    tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
+                    commands += self.engine.step_finished(node, event.job_id, event.step_id, tasks, event.error,
+                                                          now)
+            return None, commands
+
         # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
         # driver does not run one either, and a cycle would only find the same plan).
-        if any(not isinstance(event, NodeStarted) for event in batch.events):
-            self.poke()
+        await self._stimulus(change, wake=any(not isinstance(event, NodeStarted) for event in batch.events))
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         return await self.outbox.wait(node, after, wait_s)

@@ -1,4 +1,4 @@
-"""The controller's configuration file (TOML), read once at start.
+"""The controller's configuration file (TOML), read once at start; docs/configuration.md describes every key.
 
     cluster_name = "corral"
     kill_grace_s = 10
@@ -11,6 +11,7 @@
     default = true
     max_time_s = 604800    # omit for no limit
     default_time_s = 3600
+    priority_job_factor = 1
 """
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from corral.api.tenancy import TenancySpec
 from corral.core.model import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
 
-_TENANCY = {"accounts", "users", "qos", "default_qos", "queues", "limits", "priority"}
+_TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "scheduler", "partitions"} | _TENANCY
 _SCHED = {"max_reservations", "max_jobs_considered"}
-_PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up"}
+_PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
 
 
 class SettingsError(ValueError):
@@ -70,7 +71,10 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
                 hostlist.expand(str(part["nodes"]))
             except hostlist.HostlistError as exc:
                 raise SettingsError(f"{origin} partitions[{i}]: nodes: {exc}") from None
-        partitions.append(PartitionConfig(**part))
+        try:
+            partitions.append(PartitionConfig(**part))
+        except ValueError as exc:
+            raise SettingsError(f"{origin} partitions[{i}]: {exc}") from None
     top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s")
            if k in data}
     try:

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from fastapi import FastAPI, HTTPException, Query
 
 from corral.api.schemas import JobOut
 from corral.api.steps import CompleteBody, StepOut, StepSubmit
 from corral.controller import views
+from corral.controller.params import JobIdPath, StepIdPath
 from corral.controller.service import ControllerService
 from corral.controller.step_views import step_out
 from corral.engine.engine import UnknownJob, WrongState
@@ -15,15 +17,15 @@ from corral.engine.steps import JobNotRunning, StepRefused, StepRequest
 from corral.protocol import API_PREFIX
 
 ERRORS = {404: {"description": "unknown job or step"}, 409: {"description": "wrong state"},
-          422: {"description": "the step does not fit the allocation"}}
+          422: {"description": "the step does not fit the allocation"},
+          503: {"description": "the database cannot be written: nothing was changed"}}
 STEP_POLL_S = 0.2
 
 
 def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    engine = service.engine
-
+    # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/steps", status_code=201, dependencies=[auth], responses=ERRORS)
-    async def create_step(job_id: int, body: StepSubmit) -> StepOut:
+    async def create_step(job_id: JobIdPath, body: StepSubmit) -> StepOut:
         launch = body.model_dump(include={"argv", "workdir", "env", "output", "error", "input", "io_host",
                                           "io_port", "io_token", "cpus_per_task"})
         request = StepRequest(
@@ -33,15 +35,15 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
         created = []
 
         def start(now: float):
-            step, commands = engine.start_step(job_id, request, now)
+            step, commands = service.engine.start_step(job_id, request, now)
             created.append(step)
             return commands
 
-        _guarded(lambda: service.operate(start), job_id)
-        return step_out(engine.jobs[job_id], created[0])
+        await _guarded(service.operate(start), job_id)
+        return step_out(service.engine.jobs[job_id], created[0])
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}/steps/{{step_id}}", dependencies=[auth], responses=ERRORS)
-    async def get_step(job_id: int, step_id: int, wait_s: float = Query(0.0, ge=0, le=60)) -> StepOut:
+    async def get_step(job_id: JobIdPath, step_id: StepIdPath, wait_s: float = Query(0.0, ge=0, le=60)) -> StepOut:
         """With wait_s: answer once the step has ended, or after wait_s."""
         deadline = asyncio.get_running_loop().time() + wait_s
         while True:
@@ -54,16 +56,16 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
             await asyncio.sleep(STEP_POLL_S)
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/complete", dependencies=[auth], responses=ERRORS)
-    async def complete(job_id: int, body: CompleteBody) -> JobOut:
+    async def complete(job_id: JobIdPath, body: CompleteBody) -> JobOut:
         """The holder of an allocation (salloc, srun outside a job) is done: end it with this exit status."""
-        _guarded(lambda: service.operate(lambda now: engine.complete(job_id, body.exit_code, body.signal, now)),
-                 job_id)
+        await _guarded(service.operate(lambda now: service.engine.complete(job_id, body.exit_code, body.signal, now)),
+                       job_id)
         return views.job_out(service.find_job(job_id), service.clock())
 
 
-def _guarded(action, job_id: int) -> None:
+async def _guarded(action: Awaitable[None], job_id: int) -> None:
     try:
-        action()
+        await action
     except UnknownJob:
         raise HTTPException(404, f"job {job_id} is not active (unknown or finished)") from None
     except (WrongState, JobNotRunning) as exc:

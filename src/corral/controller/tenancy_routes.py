@@ -16,43 +16,45 @@ from corral.controller.service import ControllerService
 from corral.engine.reservations import ReservationError
 from corral.protocol import API_PREFIX
 
-ERRORS = {404: {"description": "unknown"}, 409: {"description": "conflict"}, 422: {"description": "invalid"}}
+ERRORS = {404: {"description": "unknown"}, 409: {"description": "conflict"}, 422: {"description": "invalid"},
+          503: {"description": "the database cannot be written: nothing was changed"}}
 
 
 def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    engine = service.engine
+    # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
 
     @app.get(f"{API_PREFIX}/priority", dependencies=[auth])
     async def priority() -> list[PriorityOut]:
-        return tenancy_views.priorities(engine)
+        return tenancy_views.priorities(service.engine)
 
     @app.get(f"{API_PREFIX}/fairshare", dependencies=[auth])
     async def fairshare() -> list[FairShareOut]:
+        engine = service.engine
         engine.accrue_usage(service.clock())  # bring usage up to now: cycles only run on events
         return tenancy_views.fairshare(engine)
 
     @app.get(f"{API_PREFIX}/queues", dependencies=[auth])
     async def queues() -> list[QueueOut]:
-        return tenancy_views.queues(engine)
+        return tenancy_views.queues(service.engine)
 
     @app.get(f"{API_PREFIX}/tenancy", dependencies=[auth])
     async def get_tenancy() -> TenancySpec:
-        return engine.tenancy.spec
+        return service.engine.tenancy.spec
 
     @app.put(f"{API_PREFIX}/tenancy", dependencies=[auth], responses=ERRORS)
     async def put_tenancy(body: TenancySpec) -> TenancySpec:
-        service.set_tenancy(body)
-        return engine.tenancy.spec
+        await service.set_tenancy(body)
+        return service.engine.tenancy.spec
 
     @app.get(f"{API_PREFIX}/reservations", dependencies=[auth])
     async def reservations() -> list[ReservationOut]:
         now = service.clock()
-        return [tenancy_views.reservation_out(r, now) for r in engine.reservations.by_name.values()]
+        return [tenancy_views.reservation_out(r, now) for r in service.engine.reservations.by_name.values()]
 
     @app.post(f"{API_PREFIX}/reservations", status_code=201, dependencies=[auth], responses=ERRORS)
     async def create_reservation(body: ReservationSpec) -> ReservationOut:
         try:
-            record = service.add_reservation(body)
+            record = await service.add_reservation(body)
         except ReservationError as exc:
             status = 409 if "exists" in str(exc) or "overlaps" in str(exc) else 422
             raise HTTPException(status, str(exc)) from None
@@ -61,7 +63,7 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
     @app.delete(f"{API_PREFIX}/reservations/{{name}}", status_code=204, dependencies=[auth], responses=ERRORS)
     async def delete_reservation(name: str) -> Response:
         try:
-            service.remove_reservation(name)
+            await service.remove_reservation(name)
         except KeyError:
             raise HTTPException(404, f"unknown reservation {name!r}") from None
         return Response(status_code=204)

@@ -16,7 +16,7 @@ def priorities(engine: Engine) -> list[PriorityOut]:
             job_id=job_id, user=job.spec.user, account=job.spec.account, partition=job.spec.request.partition,
             qos=job.spec.qos, priority=view.priority, age=factors.age, fairshare=factors.fairshare,
             job_size=factors.job_size, partition_factor=factors.partition, qos_factor=factors.qos,
-            nice=factors.nice))
+            nice=factors.nice, array_job_id=job.spec.array_job_id, array_task_id=job.spec.array_task_id))
     out.sort(key=lambda p: (-p.priority, p.job_id))
     return out
 

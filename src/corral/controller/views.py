@@ -69,7 +69,8 @@ def node_out(node: Node, usage: tuple[set[int], int, int], owners: dict[int, int
 def partition_outs(config: EngineConfig, nodes: list[Node]) -> list[PartitionOut]:
     return [
         PartitionOut(name=p.name, default=p is config.default_partition, up=p.up, max_time_s=p.max_time_s,
-                     default_time_s=p.default_time_s, nodes=[n.name for n in nodes if p.name in n.partitions])
+                     default_time_s=p.default_time_s, nodes=[n.name for n in nodes if p.name in n.partitions],
+                     priority_job_factor=p.priority_job_factor)
         for p in config.partitions
     ]
 

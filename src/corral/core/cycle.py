@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from corral import gpu_models
 from corral.core import preemption
 from corral.core.fgd import model_matches, scorer_for
 from corral.core.model import PendingJob, Preempt, Reason, SchedulerConfig, Snapshot, Start, Waiting
@@ -79,16 +80,17 @@ class Cycle:
         """Kueue's flavor assignment: the first GPU model (in the queue's order) with quota and room;
         if none has room now, the first with quota waits (preempting or reserving) on that model."""
         req = job.request
-        options = [m for m in flavors if model_matches(m, req.gpu_model)]
+        # (flavor, the model constraint the job runs under with that flavor's quota)
+        options = [(f, m) for f in flavors if (m := _within_flavor(f, req.gpu_model)) is not None]
         if not options:
             self._wait(job, Reason.QUEUE_QUOTA, detail=f"queue {job.queue}: no quota for GPU model {req.gpu_model}")
             return
         with_quota: list[tuple[str, dict[str, int]]] = []
         shortfalls: list[str] = []
         need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
-        for model in options:
-            amounts = _amounts(req, model)
-            short = self._quota_shortfall(job.queue, (req.shape, model), amounts)
+        for flavor, model in options:
+            amounts = _amounts(req, flavor)
+            short = self._quota_shortfall(job.queue, (req.shape, flavor), amounts)
             if short is not None:
                 shortfalls.append(short)
                 continue
@@ -98,8 +100,8 @@ class Cycle:
         if with_quota:
             self._place(job, *with_quota[0])
             return
-        for model in options:
-            if self._try_preempt(job, _amounts(req, model), model):
+        for flavor, model in options:
+            if self._try_preempt(job, _amounts(req, flavor), model):
                 return
         self._wait(job, Reason.QUEUE_QUOTA, detail="; ".join(shortfalls))
 
@@ -266,6 +268,19 @@ class Cycle:
                        if node.fits_now(need) and model_matches(node.gpu_model, model))
             cached = memo.fits_free[key] = (memo.version, fits >= req.num_nodes)
         return Reason.PRIORITY if cached[1] else Reason.RESOURCES
+
+
+_flavor_memo: dict[tuple[str, str], str | None] = {}
+
+
+def _within_flavor(flavor: str, constraint: str) -> str | None:
+    """gpu_models.within_flavor, memoized: it is asked for every flavor of every waiting job in every cycle."""
+    pair = (flavor, constraint)
+    if pair not in _flavor_memo:
+        if len(_flavor_memo) >= 65536:
+            _flavor_memo.clear()
+        _flavor_memo[pair] = gpu_models.within_flavor(flavor, constraint)
+    return _flavor_memo[pair]
 
 
 def _amounts(req, model: str = "") -> dict[str, int]:

@@ -23,17 +23,29 @@ from __future__ import annotations
 import functools
 from bisect import bisect_left, bisect_right
 
+from corral import gpu_models
 from corral.core.model import GPU_MILLI, TaskShape
 
 # A node's state for scoring: (GPU model, free milli per device sorted high to low, free CPUs).
 StateKey = tuple[str, tuple[int, ...], int]
 
+# (node model, constraint) -> matches: placement asks for every candidate node of every job.
+_matches_memo: dict[tuple[str, str], bool] = {}
+_MATCHES_MEMO_LIMIT = 65536
+
 
 def model_matches(node_model: str, constraint: str) -> bool:
-    """Does a node of `node_model` satisfy a GPU model constraint ("" = any, "A|B" = either)?"""
+    """Does a node of `node_model` satisfy a GPU model constraint ("" = any, "A|B" = either)? Case and
+    separators do not count, and a device answers to its short type (corral.gpu_models has the rule)."""
     if not constraint or node_model == constraint:
         return True
-    return "|" in constraint and node_model in constraint.split("|")
+    pair = (node_model, constraint)
+    found = _matches_memo.get(pair)
+    if found is None:
+        if len(_matches_memo) >= _MATCHES_MEMO_LIMIT:
+            _matches_memo.clear()
+        found = _matches_memo[pair] = gpu_models.matches(node_model, constraint)
+    return found
 
 
 class FragScorer:

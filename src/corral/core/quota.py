@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from corral.core.fgd import model_matches
 from corral.core.model import QueueQuota, RunningJob
 
 
@@ -29,6 +30,7 @@ class QuotaBook:
         self.queues = {q.name: q for q in queues}
         # queue -> GPU models it has flavors for, in the order listed
         self.flavors = {q.name: [r[4:] for r in q.nominal if r.startswith("gpu:")] for q in self.queues.values()}
+        self._flavor_memo: dict[tuple[str, str], str | None] = {}
         self.usage: dict[str, dict[str, int]] = {name: {r: 0 for r in q.nominal} for name, q in self.queues.items()}
         self.capacity: dict[str, dict[str, int]] = {}
         self.pooled: dict[str, dict[str, int]] = {}
@@ -65,6 +67,8 @@ class QuotaBook:
         q = self.queues.get(queue)
         if q is None:
             return
+        if self.flavors[queue]:
+            amounts = self._in_flavors(queue, amounts)
         usage = self.usage[queue]
         for r in q.nominal:
             before = usage[r]
@@ -72,6 +76,29 @@ class QuotaBook:
             if q.cohort is not None:
                 pool = self.pooled[q.cohort]
                 pool[r] += self._pooled_part(q, r, usage[r]) - self._pooled_part(q, r, before)
+
+    def _in_flavors(self, queue: str, amounts: dict[str, int]) -> dict[str, int]:
+        """A running job holds `gpu:<its devices' model>` (`NVIDIA H100 80GB HBM3`): that counts against
+        the first of the queue's flavors the model answers to (`gpu:h100`)."""
+        nominal = self.queues[queue].nominal
+        out = amounts
+        for r, amount in amounts.items():
+            if not r.startswith("gpu:") or r in nominal:
+                continue
+            flavor = self._flavor_of(queue, r[4:])
+            if flavor is not None:
+                if out is amounts:
+                    out = dict(amounts)
+                del out[r]
+                out[flavor] = out.get(flavor, 0) + amount
+        return out
+
+    def _flavor_of(self, queue: str, model: str) -> str | None:
+        pair = (queue, model)
+        if pair not in self._flavor_memo:
+            self._flavor_memo[pair] = next(
+                (f"gpu:{flavor}" for flavor in self.flavors[queue] if model_matches(model, flavor)), None)
+        return self._flavor_memo[pair]
 
     def shortfall(self, queue: str, amounts: dict[str, int]) -> str | None:
         """None if the job fits the queue's quota now; else which quota stops it, in words."""

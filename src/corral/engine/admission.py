@@ -7,6 +7,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from corral import gpu_models
 from corral.api.schemas import JobSubmit
 from corral.core.fgd import model_matches
 from corral.core.model import Request
@@ -88,7 +89,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
     partition = _partition(sub, config)
     members = [n for n in nodes if partition.contains(n.name)]
     if sub.gpu_model:
-        models = sorted({g.model for n in members for g in n.gpus})
+        models = sorted({gpu_models.describe(g.model) for n in members for g in n.gpus})
         members = [n for n in members if n.gpus and model_matches(n.gpus[0].model, sub.gpu_model)]
         if not members:
             raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "

@@ -22,7 +22,8 @@ class LaunchStep:
 class Kill:
     """`signal` to a job's processes on `node`, then SIGKILL after `grace_s` (negative: signal only).
     `target`: "all", "steps" (step tasks only; `step_id` narrows it to one step) or "batch" (the batch
-    shell or the job's own tasks)."""
+    shell or the job's own tasks). `reason` (corral.kill_reasons) makes the agent write slurmstepd's
+    closing line for it; None: no line."""
 
     job_id: int
     node: str
@@ -30,6 +31,7 @@ class Kill:
     grace_s: float
     target: str = "all"
     step_id: int | None = None
+    reason: str | None = None
 
 
 Command = Launch | LaunchStep | Kill

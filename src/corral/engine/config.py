@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from corral import hostlist
 from corral.core.model import Partition, SchedulerConfig
 
+MAX_PRIORITY_JOB_FACTOR = 65533  # Slurm's upper bound
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionConfig:
@@ -16,6 +18,15 @@ class PartitionConfig:
     max_time_s: int | None = None
     default_time_s: int = 3600
     up: bool = True
+    # Slurm's PriorityJobFactor: jobs of this partition get weight_partition x this / the largest of any
+    # partition as their partition priority.
+    priority_job_factor: int = 1
+
+    def __post_init__(self) -> None:
+        factor = self.priority_job_factor
+        if type(factor) is not int or not 0 <= factor <= MAX_PRIORITY_JOB_FACTOR:
+            raise ValueError(f"partition {self.name!r}: priority_job_factor must be an integer from 0 to "
+                             f"{MAX_PRIORITY_JOB_FACTOR}, not {factor!r}")
 
     def contains(self, node: str) -> bool:
         return self.nodes == "ALL" or node in self._members
@@ -68,6 +79,12 @@ class EngineConfig:
             if p.name == name:
                 return p
         return None
+
+    def partition_factors(self) -> dict[str, float]:
+        """Each partition's priority_job_factor normalized by the largest (Slurm's norm_priority); all 0
+        if every factor is 0."""
+        top = max((p.priority_job_factor for p in self.partitions), default=0)
+        return {p.name: p.priority_job_factor / top if top else 0.0 for p in self.partitions}
 
     def partitions_of(self, node: str) -> frozenset[str]:
         return frozenset(p.name for p in self.partitions if p.contains(node))

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from corral.engine.records import JobState
+from corral.jobref import JobIdError, ascii_number, parse_job_ref
 
 KINDS = ("after", "afterok", "afternotok", "afterany")
-_TOKEN = re.compile(r"^(\d+)(?:_(\d+))?(?:\+\d+)?$")
 
 
 class DependencyError(ValueError):
@@ -54,14 +54,20 @@ def parse_dependency(text: str) -> Dependency:
         kind, _, ids = part.partition(":")
         if kind not in KINDS or not ids:
             raise DependencyError(f"invalid dependency {part!r} (after, afterok, afternotok, afterany, singleton)")
-        targets = []
-        for token in ids.split(":"):
-            m = _TOKEN.match(token)
-            if not m:
-                raise DependencyError(f"invalid job id {token!r} in dependency {part!r}")
-            targets.append((int(m.group(1)), int(m.group(2)) if m.group(2) else None))
-        clauses.append(Clause(kind, tuple(targets)))
+        clauses.append(Clause(kind, tuple(_target(token, part) for token in ids.split(":"))))
     return Dependency(tuple(clauses), any_of)
+
+
+def _target(token: str, part: str) -> tuple[int, int | None]:
+    """`N`, `N_I`, either with a `+minutes` delay -> (N, I or None)."""
+    ref_text, plus, delay = token.partition("+")
+    try:
+        ref = parse_job_ref(ref_text)
+    except JobIdError as exc:
+        raise DependencyError(f"{exc} in dependency {part!r}") from None
+    if plus and ascii_number(delay) is None:
+        raise DependencyError(f"invalid delay {token!r} in dependency {part!r}: expected +minutes (ASCII digits)")
+    return ref.job_id, ref.tasks[0][0] if ref.tasks else None
 
 
 def clause_status(kind: str, states: list[JobState | None], started: list[bool]) -> Status:

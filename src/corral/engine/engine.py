@@ -13,16 +13,17 @@ import signal
 from collections import deque
 from collections.abc import Iterable
 
+from corral import kill_reasons
 from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan
 from corral.core.scheduler import schedule
-from corral.engine import gates, membership, steps
+from corral.engine import gates, membership, shutdown, steps
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.deadlines import Deadlines
 from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
-from corral.engine.outcome import final_state, fold_exit, node_result
+from corral.engine.outcome import final_state, fold_exit, kill_reason, node_result
 from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
 from corral.engine.reservations import Reservations
 from corral.engine.snapshot import build_snapshot
@@ -70,6 +71,8 @@ class Engine:
         self.dirty_nodes: set[str] = set()
         self.meta_dirty: set[str] = set()
         self.last_plan: CyclePlan | None = None
+        # The cluster is being stopped (shutdown.py): nothing starts or is preempted any more.
+        self.stopping = False
         for job in jobs:
             if job.state in ACTIVE:
                 self._track(job, 0.0)
@@ -172,11 +175,13 @@ class Engine:
         a command has its tasks, which scancel treats as steps; srun steps are "steps"."""
         own = [n for n, r in job.runs.items() if not r.finished and not job.spec.allocation]
         own_scopes = ("all", "batch") if job.spec.batch else ("all", "steps")
+        # slurmstepd announces a SIGTERM or SIGKILL as a cancel, whoever sends it.
+        reason = kill_reasons.CANCELLED if signum in (signal.SIGTERM, signal.SIGKILL) else None
         commands: list[Command] = []
         if target in own_scopes:
-            commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch") for n in own]
+            commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch", reason=reason) for n in own]
         if target in ("all", "steps"):
-            commands += steps.step_kills(job, signum, SIGNAL_ONLY)
+            commands += steps.step_kills(job, signum, SIGNAL_ONLY, reason=reason)
         return commands
 
     def update(self, job_id: int, now: float, *, name: str | None = None, comment: str | None = None,
@@ -256,6 +261,9 @@ class Engine:
     # ----- scheduling
 
     def schedule(self, now: float) -> list[Command]:
+        if self.stopping:
+            self._fresh.clear()  # nothing will start: their start delay is no deadline to wake up for
+            return []
         if now - self.views.priority_at >= self.tenancy.spec.priority.calc_period_s:
             self.views.refresh_priorities(self, now)
         gated = self._gate_pending(now)
@@ -375,7 +383,8 @@ class Engine:
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None and now >= job.kill_deadline:
                 job.kill_deadline = now + self.config.kill_report_timeout_s
                 self.deadlines.push(self, job)
-                commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0) for n in self._kill_nodes(job))
+                commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0, reason=kill_reason(job))
+                                for n in self._kill_nodes(job))
         timeout = self.config.node_timeout_s
         for node in self.nodes.values() if timeout != float("inf") else ():
             if node.up and now - node.last_seen > timeout:
@@ -429,6 +438,10 @@ class Engine:
                 later.append(self.deadlines.next_preemptible(self, now))
         times.extend(t for t in later if t is not None and (now is None or t > now))
         return min(times, default=None)
+
+    def stop_cluster(self, now: float) -> shutdown.ClusterStop:
+        """The cluster is stopping: stop every running job (requeue it or end it), start nothing more."""
+        return shutdown.stop_cluster(self, now)
 
     # ----- nodes
 
@@ -495,7 +508,8 @@ class Engine:
         if not nodes:
             self._end_run(job, now)
             return []
-        return [Kill(job.id, n, signal.SIGTERM, grace) for n in nodes]
+        reason = kill_reason(job)
+        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason) for n in nodes]
 
     def _kill_nodes(self, job: Job) -> list[str]:
         """Nodes where something of the job may still run: its own unfinished parts and its live steps."""

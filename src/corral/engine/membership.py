@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from corral.core.model import Gpu
 from corral.engine.commands import Command, Kill, Launch
+from corral.engine.outcome import kill_reason
 from corral.engine.records import JobState, Node, NodeRun
 from corral.engine.steps import live_step_nodes
 
@@ -50,7 +51,8 @@ def register(engine: Engine, name: str, inventory: Inventory, running: set[int],
         known.add(job.id)
         if job.id in running or job.id in finished:
             if job.state is JobState.COMPLETING and job.id in running:
-                commands.append(Kill(job.id, name, signal.SIGTERM, engine.config.kill_grace_s))
+                commands.append(Kill(job.id, name, signal.SIGTERM, engine.config.kill_grace_s,
+                                     reason=kill_reason(job)))
             if not run.started and job.id in running:
                 run.started = True
                 engine._touch(job)

@@ -1,7 +1,16 @@
 """How a job's end is decided from what its nodes reported."""
 from __future__ import annotations
 
+from corral import kill_reasons
 from corral.engine.records import Job, JobState, NodeRun
+
+# A job being stopped (COMPLETING) towards this final state: why, as slurmstepd tells it.
+_KILL_REASONS = {
+    JobState.TIMEOUT: kill_reasons.TIME_LIMIT,
+    JobState.PREEMPTED: kill_reasons.PREEMPTION,
+    JobState.NODE_FAIL: kill_reasons.NODE_FAILURE,
+    JobState.FAILED: kill_reasons.FAILURE,
+}
 
 
 def node_result(tasks: list[tuple[int, int, int]], error: str | None) -> NodeRun:
@@ -30,3 +39,14 @@ def fold_exit(job: Job) -> tuple[int, int]:
     code = max((r.exit_code for r in job.runs.values()), default=0)
     sig = next((r.signal for r in job.runs.values() if r.signal), 0)
     return code, sig
+
+
+def kill_reason(job: Job) -> str:
+    """Why the engine stops the job's processes (corral.kill_reasons), from the state it will end in:
+    a requeue is a preemption's or a requested one's; a cancel, or a completed batch script whose steps
+    still run, is a plain cancel."""
+    if job.final_state is JobState.PENDING:
+        cause = next((h["event"] for h in reversed(job.history)
+                      if h.get("event") in ("preempted", "requeue-requested", "cluster-stopped")), None)
+        return kill_reasons.PREEMPTION if cause == "preempted" else kill_reasons.REQUEUE
+    return _KILL_REASONS.get(job.final_state, kill_reasons.CANCELLED)

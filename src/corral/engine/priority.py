@@ -39,15 +39,17 @@ def job_size(job: Job, w, cluster_gpus: int) -> float:
 
 
 def job_priority(job: Job, now: float, tenancy: Tenancy, fairshare: dict[str, float], cluster_gpus: int,
-                 partition_tier: float = 0.0) -> Factors:
+                 partition_factors: dict[str, float]) -> Factors:
+    """`partition_factors`: each partition's normalized factor (EngineConfig.partition_factors)."""
     w = tenancy.spec.priority
     age = min(1.0, max(0.0, now - job.submit_time) / w.max_age_s)
     share = fairshare.get(job.spec.account, 1.0)
     size = job_size(job, w, cluster_gpus)
     qos = tenancy.qos_of(job.spec)
     qos_factor = qos.priority / tenancy.max_qos_priority if tenancy.max_qos_priority else 0.0
+    partition = partition_factors.get(job.spec.request.partition, 0.0)
     return Factors(
         age=round(w.weight_age * age), fairshare=round(w.weight_fairshare * share),
-        job_size=round(w.weight_job_size * size), partition=round(w.weight_partition * partition_tier),
+        job_size=round(w.weight_job_size * size), partition=round(w.weight_partition * partition),
         qos=round(w.weight_qos * qos_factor), nice=job.spec.priority,
     )

@@ -11,6 +11,7 @@ import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
 from corral.engine.outcome import node_result
 from corral.engine.records import Job, JobState, NodeRun, Step
@@ -117,8 +118,8 @@ def step_finished(engine: Engine, node: str, job_id: int, step_id: int, tasks: l
         _end_step(step, now, killed_by=job.final_state if job.state is JobState.COMPLETING else None)
     elif error and job.state is JobState.RUNNING:
         # One node could not start its part: the step's other tasks end too (srun kills a failed step).
-        commands = [Kill(job.id, n, signal.SIGKILL, 0.0, target="steps", step_id=step.step_id)
-                    for n in step.nodes if n not in step.reported]
+        commands = [Kill(job.id, n, signal.SIGKILL, 0.0, target="steps", step_id=step.step_id,
+                         reason=kill_reasons.CANCELLED) for n in step.nodes if n not in step.reported]
     engine._touch(job)
     return commands + engine._maybe_end(job, now)
 
@@ -154,6 +155,7 @@ def _end_step(step: Step, now: float, killed_by: JobState | None) -> None:
     step.launch = {}
 
 
-def step_kills(job: Job, signum: int, grace_s: float, step_id: int | None = None) -> list[Command]:
-    return [Kill(job.id, n, signum, grace_s, target="steps", step_id=step_id)
+def step_kills(job: Job, signum: int, grace_s: float, step_id: int | None = None,
+               reason: str | None = None) -> list[Command]:
+    return [Kill(job.id, n, signum, grace_s, target="steps", step_id=step_id, reason=reason)
             for n in sorted(live_step_nodes(job))]

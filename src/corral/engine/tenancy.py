@@ -59,13 +59,27 @@ class Tenancy:
             return DEFAULT_ACCOUNT
         entry = self.users.get(user)
         if entry is None:
-            raise TenancyError(f"user {user!r} has no association with any account")
+            return self._unlisted_user_account(user, account)
         if account is None:
             return entry.default_account or entry.accounts[0]
         if account not in entry.accounts:
             raise TenancyError(f"invalid account or account/partition combination specified: user {user!r} "
                                f"may use {', '.join(entry.accounts)}, not {account!r}")
         return account
+
+    def _unlisted_user_account(self, user: str, account: str | None) -> str:
+        default = self.spec.default_account
+        if default is None:
+            example = next(iter(self.accounts))
+            raise TenancyError(
+                f"user {user!r} has no association with any account: add [[users]] name = \"{user}\" "
+                f"accounts = [\"{example}\"] to the tenancy configuration (the controller's --config file, or "
+                f"a file given to 'corral tenancy apply'), or set default_account = \"{example}\" at its top "
+                "level for every user without an entry")
+        if account not in (None, default):
+            raise TenancyError(f"invalid account {account!r}: user {user!r} has no [[users]] entry and may use "
+                               f"only {default!r}")
+        return default
 
     def qos_of(self, spec: JobSpec) -> QosSpec:
         return self.qos.get(spec.qos) or self.qos[self.spec.default_qos]

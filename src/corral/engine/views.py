@@ -23,11 +23,17 @@ class Views:
         self.factors: dict[int, Factors] = {}
         self.priority_at = float("-inf")
         self._cluster_gpus: int | None = None
+        self._partition_factors: dict[str, float] | None = None
 
     def cluster_gpus(self, engine: Engine) -> int:
         if self._cluster_gpus is None:
             self._cluster_gpus = sum(len(n.gpus) for n in engine.nodes.values())
         return self._cluster_gpus
+
+    def partition_factors(self, engine: Engine) -> dict[str, float]:
+        if self._partition_factors is None:  # the partitions are fixed for the engine's life
+            self._partition_factors = engine.config.partition_factors()
+        return self._partition_factors
 
     def nodes_changed(self) -> None:
         self._cluster_gpus = None
@@ -36,7 +42,8 @@ class Views:
                      cluster_gpus: int | None = None) -> PendingJob:
         tenancy = engine.tenancy
         factors = job_priority(job, now, tenancy, shares if shares is not None else engine.fairshare.factors(),
-                               self.cluster_gpus(engine) if cluster_gpus is None else cluster_gpus)
+                               self.cluster_gpus(engine) if cluster_gpus is None else cluster_gpus,
+                               self.partition_factors(engine))
         self.factors[job.id] = factors
         spec = job.spec
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
@@ -52,12 +59,13 @@ class Views:
         engine.accrue_usage(now)
         shares = engine.fairshare.factors()
         gpus = self.cluster_gpus(engine)  # once, not once per pending job
+        partitions = self.partition_factors(engine)
         for job_id, view in list(self.pending.items()):
             job = engine.jobs[job_id]
             if rebuild:
                 self.pending_view(engine, job, now, shares, gpus)
                 continue
-            factors = self.factors[job_id] = job_priority(job, now, engine.tenancy, shares, gpus)
+            factors = self.factors[job_id] = job_priority(job, now, engine.tenancy, shares, gpus, partitions)
             claim = job_id in engine.claims
             if (factors.total, claim, job.held) != (view.priority, view.claim, view.held):
                 self.pending[job_id] = replace(view, priority=factors.total, claim=claim, held=job.held)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.units import parse_time_s
+from corral.jobref import JobIdError, parse_job_ref
 
 # ---------------------------------------------------------------------------------------- --array
 
@@ -85,7 +86,6 @@ SINGLETON = "singleton"
 DEPENDENCY_FORMS_HELP = ("TYPE:ID[:ID...] with TYPE after, afterany, afterok or afternotok, ID a job id N or an "
                          "array task N_M, each ID optionally +MINUTES; several joined by ',' (all) or '?' (any); "
                          "or singleton")
-_JOB_REF = re.compile(r"([0-9]+)(?:_([0-9]+))?(?:\+(.+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,11 +129,15 @@ def _dependency_term(item: str) -> DependencyTerm:
 
 
 def _job_ref(text: str) -> JobRef:
-    match = _JOB_REF.fullmatch(text)
-    if not match:
-        raise _dependency_error(f"bad job id {text!r}")
-    task = int(match.group(2)) if match.group(2) is not None else None
-    return JobRef(int(match.group(1)), task, _delay_s(match.group(3)) if match.group(3) else 0)
+    ref_text, plus, delay = text.partition("+")
+    try:
+        ref = parse_job_ref(ref_text)
+    except JobIdError as exc:
+        raise _dependency_error(f"bad job id {text!r}: {str(exc).partition(': ')[2] or exc}") from None
+    if plus and not delay:
+        raise _dependency_error(f"bad job id {text!r}: nothing after '+'")
+    task = ref.tasks[0][0] if ref.tasks else None
+    return JobRef(ref.job_id, task, _delay_s(delay) if plus else 0)
 
 
 def _delay_s(text: str) -> int:

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 
+from corral import gpu_models
 from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.getopt import Option, ParsedOption, location, parse_args
@@ -67,6 +69,15 @@ _BY_NAME = {s.option.name: s for s in SUBMIT_OPTIONS}
 _MEMORY_FIELDS = ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib")
 
 
+@cache
+def slurm_sbatch_options() -> tuple[Option, ...]:
+    """Every option of Slurm's sbatch (corral.slurm.sbatch_table): those SUBMIT_OPTIONS lacks are refused
+    as unsupported, anything else as unrecognized (with a suggestion)."""
+    from corral.slurm.sbatch_table import OPTIONS
+
+    return tuple(Option(o.key, o.short, o.aliases) for o in OPTIONS)
+
+
 @dataclass(frozen=True, slots=True)
 class _Setting:
     value: object
@@ -89,21 +100,22 @@ def build_submission(tokens_from_script: Sequence[str], tokens_from_command_line
 
 def _split_gpu_models(fields: dict) -> dict:
     """GPU counts written with a type (`a100:8`) set the count and JobSubmit.gpu_model."""
-    models = set()
+    written = []
     for name, value in list(fields.items()):
         if isinstance(value, values.GpuRequest):
             fields[name] = value.count
             if value.model:
-                models.add(value.model)
+                written.append(value.model)
+    models = gpu_models.distinct(written)  # `h100` and `H100` are one type
     if len(models) > 1:
         raise DirectiveError(f"conflicting GPU types: {', '.join(sorted(models))}")
     if models:
-        fields["gpu_model"] = models.pop()
+        fields["gpu_model"] = models[0]
     return fields
 
 
 def _read_source(tokens: Sequence[str], where: str) -> dict[str, _Setting]:
-    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where)
+    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where, known=slurm_sbatch_options())
     extra = parsed.positionals[:1] or ([parsed.double_dash] if parsed.double_dash else [])
     if extra:
         raise DirectiveError(f"unexpected argument '{extra[0]}'{location(extra[0], where)}")

@@ -2,8 +2,6 @@
 metrics as JSON and a self-contained HTML report."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 POLICIES = {
@@ -11,9 +9,14 @@ POLICIES = {
     "backfill-isolated": dict(isolated=True, backfill=True),
     "backfill-cohort": dict(isolated=False, backfill=True),
 }
+REPLAY_TRACES = ("philly", "accounting", "sacct")  # replayed through the engine; openb has its own experiment
+TRACES = (*REPLAY_TRACES, "openb")
 
 
 def load_workload(trace: str, path: str | None, max_jobs: int | None, seed: int):
+    """The trace's jobs with modelled time limits, and its cluster where the trace has one.
+
+    Raises OSError for a file that cannot be read and ValueError for anything else wrong with it."""
     from corral.sim.limits import TimeLimitModel
 
     if trace == "philly":
@@ -29,7 +32,7 @@ def load_workload(trace: str, path: str | None, max_jobs: int | None, seed: int)
 
         workload, cluster = read_sacct(_need(path, trace)), None
     else:
-        raise SystemExit(f"corral simulate: error: unknown trace {trace!r} (philly, accounting, sacct)")
+        raise ValueError(f"unknown trace {trace!r} for a replay ({', '.join(REPLAY_TRACES)})")
     model = TimeLimitModel(seed=seed)
     workload = model.apply(workload)
     if max_jobs:
@@ -39,7 +42,7 @@ def load_workload(trace: str, path: str | None, max_jobs: int | None, seed: int)
 
 def _need(path: str | None, trace: str) -> str:
     if not path:
-        raise SystemExit(f"corral simulate: error: --trace {trace} needs --trace-file")
+        raise ValueError(f"--trace {trace} needs --trace-file")
     return path
 
 
@@ -54,16 +57,15 @@ def uniform_cluster(nodes: int, gpus_per_node: int, queues: list[str]):
 def simulate(trace: str, trace_file: str | None, policies: list[str], max_jobs: int | None, seed: int,
              nodes: int, gpus_per_node: int, report: str | None, progress: bool) -> dict:
     from corral.sim.experiment import Policy, run_experiment
-    from corral.sim.progress import NullProgress, TerminalProgress
+    from corral.sim.progress import NullProgress, stream_progress
 
+    check_policies(policies, POLICIES)
     workload, cluster, model = load_workload(trace, trace_file, max_jobs, seed)
     if cluster is None:
         cluster = uniform_cluster(nodes, gpus_per_node, sorted({j.queue for j in workload.jobs}))
     outcomes = []
     for name in policies:
-        if name not in POLICIES:
-            raise SystemExit(f"corral simulate: error: unknown policy {name!r} ({', '.join(POLICIES)})")
-        bar = TerminalProgress(name) if progress else NullProgress()
+        bar = stream_progress(name) if progress else NullProgress()
         outcomes.append(run_experiment(cluster, workload, Policy(name, **POLICIES[name]), progress=bar.update))
     summary = {"trace": trace, "jobs": len(workload.jobs), "gpus": cluster.total_gpus,
                "time_limits": model.describe(), "experiments": [_summary(o) for o in outcomes]}
@@ -91,48 +93,21 @@ def _write_report(path: str, outcomes, workload, cluster, model) -> None:
                  time_limit_model=model.describe(), notes=workload.notes)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="corral simulate", description=__doc__)
-    p.add_argument("--trace", default="philly", help="philly | accounting | sacct | openb")
-    p.add_argument("--trace-file", default=None, help="the trace (philly: default shared/traces copy)")
-    p.add_argument("--policy", action="append", dest="policies",
-                   help=f"one of {', '.join(POLICIES)} (openb: fgd+cpu, fgd, bestfit); repeatable")
-    p.add_argument("--max-jobs", type=int, default=None, help="only the first N jobs")
-    p.add_argument("--seed", type=int, default=1, help="time-limit model seed")
-    p.add_argument("--nodes", type=int, default=16, help="cluster size for traces without one")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--report", default=None, help="write a self-contained HTML report here")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--openb-pods", default=None,
-                   help="openb: the pod list (csv or csv.gz; default: the trace's openb_pod_list_default)")
-    p.add_argument("--openb-nodes", default=None, help="openb: the node list (default: the 1,213 GPU nodes)")
-    p.add_argument("--seeds", default="42-51", help="openb: arrival-order seeds, e.g. 42-51 or 42,45")
-    args = p.parse_args(argv)
-    if args.trace == "openb":
-        return _openb(args)
-    summary = simulate(args.trace, args.trace_file, args.policies or ["backfill-isolated"], args.max_jobs,
-                       args.seed, args.nodes, args.gpus_per_node, args.report, not args.no_progress)
-    json.dump(summary, sys.stdout, indent=1)
-    print()
-    return 0
+def check_policies(names: list[str], known) -> None:
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r} (this trace's: {', '.join(known)})")
 
 
-def _openb(args) -> int:
-    """The FGD paper's experiment (see corral.sim.openb_experiment): allocation ratio at 100/130 %."""
+def simulate_openb(policies: list[str], seeds: str, pods: str | None, nodes: str | None, report: str | None,
+                   ) -> dict:
+    """The FGD paper's experiment (see corral.sim.openb_experiment): allocation ratio at 100/130 %.
+    Each experiment's `notes` say where a seed did not run as asked (seed 42 on another pod list)."""
     from corral.sim import openb_experiment, openb_report
 
-    policies = args.policies or ["fgd+cpu"]
-    for name in policies:
-        if name not in openb_experiment.POLICIES:
-            raise SystemExit(f"corral simulate: error: unknown openb policy {name!r} "
-                             f"({', '.join(openb_experiment.POLICIES)})")
-    rows = openb_experiment.run(policies, openb_experiment.parse_seeds(args.seeds), args.openb_pods,
-                                args.openb_nodes)
-    if args.report:
-        openb_report.write(args.report, rows)
-    json.dump({"trace": "openb", "experiments": [{k: v for k, v in r.items() if k != "curve"} for r in rows]},
-              sys.stdout, indent=1)
-    print()
-    return 0
+    check_policies(policies, openb_experiment.POLICIES)
+    seed_list = openb_experiment.parse_seeds(seeds)
+    rows = openb_experiment.run(policies, seed_list, pods, nodes)
+    if report:
+        openb_report.write(report, rows)
+    return {"trace": "openb", "experiments": [{k: v for k, v in r.items() if k != "curve"} for r in rows]}

@@ -3,7 +3,8 @@ until the arrived GPU requests reach 130 % of the cluster's GPU capacity; the me
 allocation ratio (allocated milli-GPU / capacity) when arrivals reach 100 % and 130 % of capacity.
 
 Arrival order (`corral.sim.traces.fgd`): seed 42 replays the authors' exact logged sequence (their golden
-run, 10,866 pods); other seeds run the authors' procedure (sort by name, shuffle, inflate with random
+run, 10,866 pods) of the default pod list (on any other list seed 42 is seeded like the rest, and the
+summary's `notes` say so); other seeds run the authors' procedure (sort by name, shuffle, inflate with random
 copies to 1.3 x capacity) with numpy's PCG64 seeded with the seed, since Go's RNG order cannot be
 reproduced here. An unplaceable pod is skipped: it counts as arrived, not as allocated.
 
@@ -57,6 +58,7 @@ class SeedRun:
     wall_s: float  # placement loop only (reading the trace and building the sequence not included)
     method: str
     curve: dict[int, float] = field(repr=False)  # arrived % -> allocation %
+    fallback: str = ""  # why seed 42 did not replay the authors' order (fgd.ArrivalSequence.fallback)
 
 
 def node_views(cluster: Cluster) -> tuple[NodeView, ...]:
@@ -136,15 +138,17 @@ def run_seed(cluster: Cluster, pods: Workload, seed: int, policy: str,
     arrived = [a.arrived_gpu_milli for a in sequence.arrivals]
     curve = fgd_curves.allocation_curve(arrived, used_series, cluster.total_gpus)
     return SeedRun(seed, policy, len(requests), placed, curve.get(100, float("nan")),
-                   curve.get(fgd_curves.MAX_PCT, float("nan")), wall, sequence.method, curve)
+                   curve.get(fgd_curves.MAX_PCT, float("nan")), wall, sequence.method, curve, sequence.fallback)
 
 
 def parse_seeds(text: str) -> list[int]:
-    """'42-51', '42,45' or '42'."""
+    """'42-51', '42,45' or '42'; ValueError names the part that is none of these."""
     seeds: list[int] = []
     for part in text.split(","):
-        lo, _, hi = part.strip().partition("-")
-        seeds.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
+        lo, dash, hi = part.strip().partition("-")
+        if not lo.isdigit() or (dash and not (hi.isdigit() and int(hi) >= int(lo))):
+            raise ValueError(f"invalid seeds {text!r}: {part.strip()!r} is not N or N-M with M >= N")
+        seeds.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
     return seeds
 
 
@@ -174,6 +178,7 @@ POLICY_TEXT = {
 def summary_row(policy: str, runs: list[SeedRun], cluster: Cluster, pods: Workload, wall_s: float) -> dict:
     mean = lambda xs: round(sum(xs) / len(xs), 2)  # noqa: E731
     golden = any(r.seed == fgd.GOLDEN_SEED and "golden" in r.method for r in runs)
+    notes = list(dict.fromkeys(r.fallback for r in runs if r.fallback))
     setup = (f"openb ({pods.name}, {len(pods.jobs)} pods; {len(cluster.nodes)} nodes, {cluster.total_gpus} GPUs): "
              f"pods arrive one by one and never leave until requests reach 130% of GPU capacity; placement "
              f"'{policy}' ({POLICY_TEXT.get(policy, policy)}) through corral.core.placement "
@@ -181,6 +186,7 @@ def summary_row(policy: str, runs: list[SeedRun], cluster: Cluster, pods: Worklo
              f"{runs[0].seed}-{runs[-1].seed}"
              + (" (seed 42 = the FGD authors' exact arrival order, others numpy PCG64 re-draws of their "
                 "procedure)" if golden else " (numpy PCG64 draws of the FGD authors' procedure)")
+             + "".join(f" ({note})" for note in notes)
              + ". alloc_ratio_* = allocated GPU / capacity (%) when arrivals reach 100%/130% of capacity, "
              "mean over seeds; wall_s = all seeds")
     return {
@@ -190,6 +196,7 @@ def summary_row(policy: str, runs: list[SeedRun], cluster: Cluster, pods: Worklo
         "alloc_ratio_130": mean([r.alloc_ratio_130 for r in runs]),
         "seed_wall_s_max": round(max(r.wall_s for r in runs), 2),
         "published_130": PUBLISHED_130,
+        "notes": notes,
         "per_seed": [{"seed": r.seed, "alloc_ratio_100": r.alloc_ratio_100, "alloc_ratio_130": r.alloc_ratio_130,
                       "arrivals": r.arrivals, "placed": r.placed, "wall_s": round(r.wall_s, 2)} for r in runs],
         "curve": {str(k): round(sum(r.curve.get(k, 0.0) for r in runs) / len(runs), 2)

@@ -21,7 +21,7 @@ from corral.sim.cli import _summary, _write_report
 from corral.sim.experiment import Policy, run_experiment
 from corral.sim.limits import TimeLimitModel
 from corral.sim.openb_experiment import suite_rows as openb_rows
-from corral.sim.progress import TerminalProgress
+from corral.sim.progress import stream_progress
 from corral.sim.share import share_guarantee
 from corral.sim.traces.philly import philly_cluster, read_philly
 from corral.sim.workload import Workload
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = []
         for base in EXPERIMENTS:
             policy = replace(base, name=base.name + suffix)
-            bar = TerminalProgress(policy.name)
+            bar = stream_progress(policy.name)
             outcome = run_experiment(cluster, workload, policy, stop_delay_s=STOP_DELAY_S, progress=bar.update)
             outcomes.append(outcome)
             row = _summary(outcome)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from _collections_abc import Iterable, Mapping
 
+from corral.jobref import JobRef, ascii_number
 from corral.ranges import compress_ranges
 from corral.slurm import records
 
@@ -20,6 +21,22 @@ def job_id(job: Mapping) -> str:
     if array_id is not None and task is not None:
         return f"{array_id}_{task}"
     return str(job["id"])
+
+
+def names(ref: JobRef, job: Mapping) -> bool:
+    """Whether the id `ref` (corral.jobref: `N`, `N_I`, `N_[...]`, `N_*`) names this record, as Slurm
+    reads ids: `N` is job N or every task of array N; a task form only tasks of array N. A record that
+    stands for several pending tasks (array_task_spec) is named when one of them is."""
+    array_id = records.get(job, "array_job_id")
+    if ref.tasks is None:
+        return job["id"] == ref.job_id or array_id == ref.job_id
+    if array_id != ref.job_id:
+        return False
+    task = records.get(job, "array_task_id")
+    if task is not None and ref.has_task(task):
+        return True
+    spec = records.get(job, "array_task_spec")
+    return bool(spec) and any(ref.has_task(index) for index in parse_task_spec(spec)[0])
 
 
 def raw_job_id(job: Mapping) -> str:
@@ -57,26 +74,26 @@ def format_task_ranges(task_ids: Iterable[int], throttle: int | None = None) -> 
 def parse_task_spec(spec: str) -> tuple[list[int], int | None]:
     """`0-9%2`, `1,3,5-7`, `0-15:4` -> (sorted task ids, throttle). Raises ValueError."""
     body, _, throttle_text = spec.partition("%")
-    if throttle_text and not throttle_text.isdigit():
+    if throttle_text and ascii_number(throttle_text) is None:
         raise ValueError(f"invalid throttle in {spec!r}")
     ids: set[int] = set()
     for item in body.split(","):
         first, last, step = _range(item)
+        if last >= MAX_ARRAY_SIZE:  # checked before the range is expanded
+            raise ValueError(f"array index above {MAX_ARRAY_SIZE - 1} in {spec!r}")
         ids.update(range(first, last + 1, step))
-    if max(ids) >= MAX_ARRAY_SIZE:
-        raise ValueError(f"array index above {MAX_ARRAY_SIZE - 1} in {spec!r}")
     return sorted(ids), int(throttle_text) if throttle_text else None
 
 
 def _range(item: str) -> tuple[int, int, int]:
-    """`a`, `a-b` or `a-b:step` -> (first, last, step); int() raises ValueError on anything else."""
+    """`a`, `a-b` or `a-b:step` -> (first, last, step), ASCII digits only; ValueError on anything else."""
     first_text, dash, rest = item.partition("-")
     last_text, colon, step_text = rest.partition(":")
-    if not first_text.isdigit() or (dash and not last_text.isdigit()) or (colon and not step_text.isdigit()):
+    first = ascii_number(first_text)
+    last = ascii_number(last_text) if dash else first
+    step = ascii_number(step_text) if colon else 1
+    if first is None or last is None or step is None:
         raise ValueError(f"invalid array index {item!r}")
-    first = int(first_text)
-    last = int(last_text) if dash else first
-    step = int(step_text) if colon else 1
     if last < first or step < 1:
         raise ValueError(f"invalid array range {item!r}")
     return first, last, step

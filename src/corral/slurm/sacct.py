@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
-from corral.slurm import records
+from corral.slurm import jobids, records
 from corral.slurm.sacct_fields import AcctView
 from corral.slurm.sacct_format import render
 from corral.slurm.sacct_opts import SacctOptions
-from corral.slurm.squeue_select import combine_pending_array_tasks, matches_job_filter
+from corral.slurm.squeue_select import combine_pending_array_tasks
 
 
 def select_jobs(options: SacctOptions, jobs: Sequence[Mapping], user: str | None = None) -> list[Mapping]:
@@ -20,7 +20,7 @@ def select_jobs(options: SacctOptions, jobs: Sequence[Mapping], user: str | None
 
     def keep(job: Mapping) -> bool:
         return all((
-            options.job_ids is None or any(matches_job_filter(job, w) for w in options.job_ids),
+            options.job_ids is None or any(jobids.names(ref, job) for ref in options.job_ids),
             options.job_states is None or job.get("state") in options.job_states,
             users is None or str(job.get("user")) in users or str(records.get(job, "uid")) in users,
             options.partitions is None or job.get("partition") in options.partitions,

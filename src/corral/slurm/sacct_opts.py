@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral.jobref import JobIdError, JobRef, parse_job_ref, split_job_list
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
@@ -49,7 +50,7 @@ SPEC = CommandSpec(
 
 class SacctOptions(Record):
     layout: Layout
-    job_ids: tuple[tuple[int, int | None], ...] | None = None  # None: no -j (time window applies)
+    job_ids: tuple[JobRef, ...] | None = None  # None: no -j (time window applies)
     job_states: frozenset[str] | None = None
     all_users: bool = False
     users: tuple[str, ...] | None = None
@@ -106,25 +107,20 @@ def _joined(line: CommandLine, key: str) -> tuple[str, ...] | None:
     return tuple(item for v in values for item in split_list(v)) if values else None
 
 
-def _job_ids(line: CommandLine) -> tuple[tuple[int, int | None], ...] | None:
+def _job_ids(line: CommandLine) -> tuple[JobRef, ...] | None:
     """`-j` takes comma lists and may be repeated (submitit repeats it). Steps select their job."""
-    items = _joined(line, "jobs")
-    if items is None:
+    values = [v for v in line.values("jobs") if v is not None]
+    if not values:
         return None
-    return tuple(_job_spec(item) for item in items)
+    return tuple(_job_spec(item) for value in values for item in split_job_list(value))
 
 
-def _job_spec(item: str) -> tuple[int, int | None]:
-    """`JOB[_TASK|_[ranges]][+OFFSET][.STEP]` -> (job id, task id or None)."""
-    head, dot, step = item.partition(".")
-    head, plus, offset = head.partition("+")
-    job, underscore, task = head.partition("_")
-    ranges = task.startswith("[") and task.endswith("]") and set(task[1:-1]) <= set("0123456789,-%:")
-    valid = (job.isdigit() and (not underscore or task.isdigit() or ranges) and (not plus or offset.isdigit())
-             and (not dot or step.replace("_", "").isalnum()))
-    if not valid:
-        raise SlurmCommandError(f"sacct: fatal: Bad job/step specified: {item}\n", 1)
-    return int(job), int(task) if task.isdigit() else None
+def _job_spec(item: str) -> JobRef:
+    """`JOB[_TASK|_[ranges]][.STEP]` (corral.jobref: ASCII digits only)."""
+    try:
+        return parse_job_ref(item, task_lists=True, steps=True)
+    except JobIdError:
+        raise SlurmCommandError(f"sacct: fatal: Bad job/step specified: {item}\n", 1) from None
 
 
 def _states(text: str | None) -> frozenset[str] | None:

@@ -6,8 +6,8 @@
 - `ALL,K=V,NAME`: everything, plus K=V; `K=V,NAME` without ALL: only those (NAME: its value in
   the submitter's environment, when set).
 Whatever the mode, the submitter's own Slurm variables (SLURM_*, SLURMD_*, SBATCH_*, SRUN_*) and
-the cluster secret stay behind, as in corral.cli.submit.job_environment: a job that submits
-another would otherwise hand it stale SLURM_NTASKS, SLURM_JOB_ID, ... (Slurm itself passes
+the cluster secret stay behind, for `corral submit` too (it submits through sbatch's batch_job): a
+job that submits another would otherwise hand it stale SLURM_NTASKS, SLURM_JOB_ID, ... (Slurm itself passes
 SLURM_* on and lets the job's own values win; corral's agent sets the job's from scratch)."""
 from __future__ import annotations
 

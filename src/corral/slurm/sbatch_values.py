@@ -8,12 +8,13 @@ jobids, `re` for --dependency) are imported by the converters that use them: sba
 every submission, and `re` alone (with enum) costs it ~7 ms."""
 from __future__ import annotations
 
+from corral import gpu_models
 from corral.jobscript.errors import DirectiveError
 from corral.slurm.errors import SlurmCommandError
 
 _DEPENDENCY = (
     r"(?:singleton|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer)"
-    r"(?::\d+(?:_\d+)?(?:\+\d+)?)+|expand:\d+)"
+    r"(?::[0-9]+(?:_[0-9]+)?(?:\+[0-9]+)?)+|expand:[0-9]+)"
 )
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 SIGNAL_DEFAULT_TIME_S = 60  # sbatch's default warning time for --signal without @time
@@ -85,17 +86,18 @@ def gres(value: str, option: str) -> object:
 
 def split_gpu_models(fields: dict) -> dict:
     """GPU counts written with a type set the count and JobSubmit.gpu_model (one type per job)."""
-    models = set()
+    written = []
     for name in ("gpus", "gpus_per_node", "gpus_per_task"):
         value = fields.get(name)
         if hasattr(value, "count"):  # a GpuRequest; older corral.jobscript versions return the int
             fields[name] = value.count
             if value.model:
-                models.add(value.model)
+                written.append(value.model)
+    models = gpu_models.distinct(written)  # `h100` and `H100` are one type
     if len(models) > 1:
         raise fail(f"conflicting GPU types: {', '.join(sorted(models))}", 1)
     if models:
-        fields["gpu_model"] = models.pop()
+        fields["gpu_model"] = models[0]
     return fields
 
 

@@ -8,24 +8,11 @@ from __future__ import annotations
 from _collections_abc import Mapping, Sequence
 
 from corral import hostlist
+from corral.jobref import JobRef
 from corral.slurm import jobids, records, states
-from corral.slurm.scancel_opts import JobRef, ScancelOptions, kill_job_error
+from corral.slurm.scancel_opts import ScancelOptions, kill_job_error
 
 _ACTIVE = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED"})
-
-
-def matches(job: Mapping, ref: JobRef) -> bool:
-    array_id = records.get(job, "array_job_id")
-    if ref.tasks is None:
-        return job["id"] == ref.job_id or array_id == ref.job_id
-    if array_id != ref.job_id:
-        return False
-    if ref.tasks == "*":
-        return True
-    wanted = set(jobids.parse_task_spec(ref.tasks.strip("[]"))[0])
-    task = records.get(job, "array_task_id")
-    spec = records.get(job, "array_task_spec")
-    return task in wanted or bool(spec and wanted & set(jobids.parse_task_spec(spec)[0]))
 
 
 def _passes_filters(job: Mapping, options: ScancelOptions, user: str | None) -> bool:
@@ -55,7 +42,7 @@ def select_targets(options: ScancelOptions, jobs: Sequence[Mapping], user: str |
     targets: list[tuple[JobRef | None, Mapping]] = []
     errors = []
     for ref in options.jobs:
-        found = [j for j in active if matches(j, ref)]
+        found = [j for j in active if jobids.names(ref, j)]
         if not found and options.strict:
             errors.append(kill_job_error(ref.text))
         targets.extend((ref, j) for j in found)

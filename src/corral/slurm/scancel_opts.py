@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral.jobref import JobIdError, JobRef, ascii_number, parse_job_ref, split_job_list
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import REQUIRED, Opt
 from corral.slurm.hostnames import checked_option
@@ -28,15 +29,6 @@ SPEC = CommandSpec("scancel", OPTIONS, ignored={"hurry": "corral has no burst bu
 FILTERS = ("account", "name", "nodelist", "partition", "qos", "reservation", "state", "user", "wckey", "me")
 _STATES = {"PENDING": "PENDING", "PD": "PENDING", "RUNNING": "RUNNING", "R": "RUNNING",
            "SUSPENDED": "SUSPENDED", "S": "SUSPENDED"}
-
-
-class JobRef(Record):
-    """One id as written: `123`, `123_4`, `123_[1-3]`, `123_*`, `123.0`."""
-
-    text: str
-    job_id: int
-    tasks: str | None = None  # "4", "*" or "[1-3]"
-    step: str | None = None
 
 
 class ScancelOptions(Record):
@@ -74,7 +66,7 @@ def parse_scancel(argv: Sequence[str], env: Mapping[str, str]) -> ScancelOptions
         filters["state"] = tuple(_state(s) for s in filters["state"])
     for expression in filters.get("nodelist", ()):
         checked_option("scancel", "--nodelist", expression)
-    jobs = tuple(_job_ref(text) for text in line.positionals)
+    jobs = tuple(_job_ref(item) for text in line.positionals for item in split_job_list(text))
     signal_text = line.last("signal")
     options = ScancelOptions(
         jobs=jobs, signal=parse_signal(signal_text) if signal_text else None,
@@ -89,8 +81,9 @@ def parse_scancel(argv: Sequence[str], env: Mapping[str, str]) -> ScancelOptions
 
 def parse_signal(text: str) -> int:
     """`USR2`, `SIGUSR2`, `usr2` or a number -> the signal number; Slurm's message otherwise."""
-    if text.isdigit() and int(text) > 0:
-        return int(text)
+    number = ascii_number(text)
+    if number:
+        return number
     import signal as signals  # only --signal needs it; the module costs start-up time (enum)
     upper = text.upper()
     found = getattr(signals, upper if upper.startswith("SIG") else f"SIG{upper}", None)
@@ -100,14 +93,11 @@ def parse_signal(text: str) -> int:
 
 
 def _job_ref(text: str) -> JobRef:
-    head, dot, step = text.partition(".")
-    job, underscore, tasks = head.partition("_")
-    ranges = tasks.startswith("[") and tasks.endswith("]") and set(tasks[1:-1]) <= set("0123456789,-")
-    valid = (job.isdigit() and (not underscore or tasks.isdigit() or tasks == "*" or ranges)
-             and (not dot or step.isdigit() or step in ("batch", "extern")))
-    if not valid:
-        raise SlurmCommandError(f"scancel: error: Invalid job id {text}\n", 1)
-    return JobRef(text, int(job), tasks or None, step or None)
+    """`123`, `123_4`, `123_[1-3]`, `123_*`, `123.0`, `123_4.batch` (corral.jobref: ASCII digits only)."""
+    try:
+        return parse_job_ref(text, task_lists=True, all_tasks=True, steps=True)
+    except JobIdError:
+        raise SlurmCommandError(f"scancel: error: Invalid job id {text}\n", 1) from None
 
 
 def _state(text: str) -> str:

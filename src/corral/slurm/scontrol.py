@@ -6,21 +6,20 @@ from __future__ import annotations
 from _collections_abc import Mapping, Sequence
 
 from corral.hostlist import HostlistError
-from corral.slurm import scontrol_job, scontrol_show
+from corral.jobref import JobIdError, parse_job_ref
+from corral.slurm import jobids, scontrol_job, scontrol_show
 from corral.slurm.scontrol_opts import ScontrolCommand
-from corral.slurm.squeue_select import matches_job_filter
 
 Result = tuple[str, str, int]
 
 
 def _show_jobs(command: ScontrolCommand, jobs: Sequence[Mapping], now: float, time_format: str | None) -> Result:
     if command.args:
-        job_text = command.args[0]
-        head, _, task = job_text.partition("_")
-        if not head.isdigit() or (task and not task.isdigit()):
+        try:
+            wanted = parse_job_ref(command.args[0])
+        except JobIdError:
             return "", scontrol_job.INVALID_JOB_ID, 1
-        wanted = (int(head), int(task) if task else None)
-        jobs = [j for j in jobs if matches_job_filter(j, wanted)]
+        jobs = [j for j in jobs if jobids.names(wanted, j)]
         if not jobs:
             return "", scontrol_job.INVALID_JOB_ID, 1
     if not jobs:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from _collections_abc import Iterable, Mapping, Sequence
 
-from corral import hostlist
+from corral import gpu_models, hostlist
 from corral.slurm import states, timefmt, tres
 
 
@@ -39,7 +39,8 @@ def partition_lines(partition: Mapping, nodes: Sequence[Mapping]) -> list[str]:
         f"MaxNodes=UNLIMITED MaxTime={_limit(partition.get('max_time_s'), 'UNLIMITED')} MinNodes=0 LLN=NO "
         "MaxCPUsPerNode=UNLIMITED",
         f"Nodes={names}",
-        "PriorityJobFactor=1 PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO",
+        f"PriorityJobFactor={partition.get('priority_job_factor', 1)} PriorityTier=1 RootOnly=NO ReqResv=NO "
+        "OverSubscribe=NO",
         "OverTimeLimit=NONE PreemptMode=OFF",
         f"State={'UP' if partition.get('up', True) else 'DOWN'} TotalCPUs={cpus} TotalNodes={len(members)} "
         "SelectTypeParameters=NONE",
@@ -71,7 +72,7 @@ def node_lines(node: Mapping, now: float, time_format: str | None = None) -> lis
         f"CPUAlloc={node.get('cpus_alloc', 0)} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
         "AvailableFeatures=(null)",
         "ActiveFeatures=(null)",
-        f"Gres={f'gpu:{gpus}' if gpus else '(null)'}",
+        f"Gres={gpu_models.gres(node['gpus'][0].get('model') or '', gpus) if gpus else '(null)'}",
         f"NodeAddr={address} NodeHostName={address} Version=(null)",
         "OS=(null)",
         f"RealMemory={node.get('mem_mib', 0)} AllocMem={node.get('mem_alloc_mib', 0)} FreeMem=N/A "

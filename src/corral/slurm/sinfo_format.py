@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
-from corral import hostlist
+from corral import gpu_models, hostlist
 from corral.slurm import states, timefmt
 from corral.slurm.formatspec import Column, Format, parse_percent_format
 from corral.slurm.formatspec import header_line as _header_line
@@ -60,8 +60,11 @@ def _time_limit(seconds: int | None) -> str:
 
 
 def _gres(group: Group, _: object) -> str | None:
-    counts = sorted({len(n.get("gpus") or ()) for n in group.nodes})
-    return f"gpu:{counts[0]}" if counts and counts[0] else None
+    """`gpu:h100:8` (the Slurm type of the devices' name: corral.gpu_models), `gpu:8` when the name has
+    none; for a group whose nodes differ, its node with the fewest devices."""
+    node = min(group.nodes, key=lambda n: len(n.get("gpus") or ()), default=None)
+    gpus = (node.get("gpus") or ()) if node is not None else ()
+    return gpu_models.gres(gpus[0].get("model") or "", len(gpus)) if gpus else None
 
 
 def _state(compact: bool):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from _collections_abc import Callable, Mapping, Sequence
 
+from corral.slurm import jobids
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.formatspec import print_str
 from corral.slurm.record import Record
@@ -145,6 +146,11 @@ def sort_jobs(jobs: Sequence[Mapping], spec: str) -> list[Mapping]:
     return ordered
 
 
+def _named(options: SprioOptions, priority: Mapping) -> bool:
+    record = {**priority, "id": priority["job_id"]}
+    return options.job_ids is None or any(jobids.names(ref, record) for ref in options.job_ids)
+
+
 def sprio_output(options: SprioOptions, priorities: Sequence[Mapping], weights: Mapping[str, int]
                  ) -> tuple[str, str, int]:
     """(stdout, stderr, exit status). `priorities` are every pending job's; `weights` are
@@ -154,9 +160,7 @@ def sprio_output(options: SprioOptions, priorities: Sequence[Mapping], weights: 
     header = "" if options.noheader else _line(columns, lambda f: f.header)
     if options.weights:
         return header + _line(columns, lambda f: f.weight(weights)), warnings, 0
-    chosen = [p for p in priorities
-              if (options.job_ids is None or p["job_id"] in options.job_ids)
-              and (options.users is None or p.get("user") in options.users)]
+    chosen = [p for p in priorities if _named(options, p) and (options.users is None or p.get("user") in options.users)]
     if options.job_ids is not None and not chosen:
         return NO_JOBS, warnings, 0
     chosen = [{**p, "_weights": weights} for p in chosen

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral.jobref import JobIdError, JobRef, parse_job_ref, split_job_list
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
@@ -28,7 +29,7 @@ class SprioOptions(Record):
     long: bool = False
     normalized: bool = False
     noheader: bool = False
-    job_ids: tuple[int, ...] | None = None
+    job_ids: tuple[JobRef, ...] | None = None
     users: tuple[str, ...] | None = None
     partitions: tuple[str, ...] | None = None
     sort: str = "i"
@@ -69,14 +70,14 @@ def _jobs_text(line: CommandLine) -> str | None:
     return text
 
 
-def _job_ids(text: str | None) -> tuple[int, ...] | None:
-    """`12,13_4,14.0` -> (12, 13, 14): sprio reads each as a job id and keeps the job part."""
+def _job_ids(text: str | None) -> tuple[JobRef, ...] | None:
+    """`12,13_4,14_[1-2],15.0`: ids in Slurm's forms (corral.jobref); a step selects its job."""
     if text is None:
         return None
-    ids = []
-    for item in split_list(text):
-        head = item.split(".")[0].split("_")[0].split("+")[0]
-        if not head.isdigit():
-            raise SlurmCommandError(f"sprio: error: Invalid job id: {item}\n", 1)
-        ids.append(int(head))
-    return tuple(ids)
+    refs = []
+    for item in split_job_list(text):
+        try:
+            refs.append(parse_job_ref(item, task_lists=True, steps=True))
+        except JobIdError:
+            raise SlurmCommandError(f"sprio: error: Invalid job id: {item}\n", 1) from None
+    return tuple(refs)

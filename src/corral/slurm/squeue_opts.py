@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral.jobref import JobIdError, JobRef, parse_job_ref, split_job_list
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
@@ -58,7 +59,7 @@ class SqueueOptions(Record):
     format: Format
     noheader: bool = False
     long_banner: bool = False  # -l prints the time first
-    job_ids: tuple[tuple[int, int | None], ...] | None = None
+    job_ids: tuple[JobRef, ...] | None = None
     job_states: frozenset[str] | None = None  # None: the unfinished ones
     users: tuple[str, ...] | None = None
     me: bool = False  # the caller fills in their own user
@@ -80,7 +81,7 @@ class SqueueOptions(Record):
     @property
     def single_job_id(self) -> int | None:
         """With exactly one --jobs id, squeue fails when the controller does not know it (INVALID_JOB_ID)."""
-        return self.job_ids[0][0] if self.job_ids and len(self.job_ids) == 1 else None
+        return self.job_ids[0].job_id if self.job_ids and len(self.job_ids) == 1 else None
 
 
 def parse_squeue(argv: Sequence[str], env: Mapping[str, str]) -> SqueueOptions:
@@ -149,17 +150,19 @@ def _output_format(line: CommandLine, env: Mapping[str, str], *, start: bool) ->
     return parse_format(START_FORMAT if start else DEFAULT_FORMAT)
 
 
-def _job_ids(text: str | None) -> tuple[tuple[int, int | None], ...] | None:
+def _job_ids(text: str | None) -> tuple[JobRef, ...] | None:
+    """`N`, `N_I` or `N_[I-J,K]`, comma-separated. Stricter than squeue's strtol, which reads `12abc`
+    as 12 and `12_[1-3]` as task 0: an id that is not one of these forms is refused (corral.jobref)."""
     if text is None:
         return None
-    parsed = []
-    for item in split_list(text):
-        job_id, _, rest = _strtol(item)
-        task_id = _strtol(rest[1:])[0] if rest.startswith("_") else None
-        if job_id <= 0:
-            raise SlurmCommandError(f"squeue: error: Invalid job id: {item}\n", 1)
-        parsed.append((job_id, task_id))
-    return tuple(parsed)
+    return tuple(_job_ref(item) for item in split_job_list(text))
+
+
+def _job_ref(item: str) -> JobRef:
+    try:
+        return parse_job_ref(item, task_lists=True)
+    except JobIdError:
+        raise SlurmCommandError(f"squeue: error: Invalid job id: {item}\n", 1) from None
 
 
 def _strtol(text: str) -> tuple[int, str, str]:

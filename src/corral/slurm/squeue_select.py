@@ -6,22 +6,10 @@ from __future__ import annotations
 
 from _collections_abc import Callable, Iterable, Mapping, Sequence
 
+from corral.jobref import JobRef
 from corral.slurm import jobids, records, states
 
 DEFAULT_SORT = "P,t,-p"  # partition, compact state (PD before R), priority descending
-
-
-def matches_job_filter(job: Mapping, wanted: tuple[int, int | None]) -> bool:
-    job_id, task_id = wanted
-    array_id = records.get(job, "array_job_id")
-    if task_id is None:
-        return job["id"] == job_id or array_id == job_id
-    if array_id != job_id:
-        return False
-    if records.get(job, "array_task_id") == task_id:
-        return True
-    spec = records.get(job, "array_task_spec")
-    return bool(spec) and task_id in jobids.parse_task_spec(spec)[0]
 
 
 def state_matches(job: Mapping, wanted: frozenset[str] | None) -> bool:
@@ -32,14 +20,14 @@ def state_matches(job: Mapping, wanted: frozenset[str] | None) -> bool:
     return state in wanted or states.FLAG_BASE.get(state) in wanted
 
 
-def filter_jobs(jobs: Iterable[Mapping], *, job_ids: Sequence[tuple[int, int | None]] | None = None,
+def filter_jobs(jobs: Iterable[Mapping], *, job_ids: Sequence[JobRef] | None = None,
                 job_states: frozenset[str] | None = None, users: Sequence[str] | None = None,
                 names: Sequence[str] | None = None, partitions: Sequence[str] | None = None,
                 accounts: Sequence[str] | None = None, qos: Sequence[str] | None = None) -> list[Mapping]:
     """Users match by name or uid; every other filter by exact text, as squeue does."""
     def keep(job: Mapping) -> bool:
         checks = (
-            job_ids is None or any(matches_job_filter(job, w) for w in job_ids),
+            job_ids is None or any(jobids.names(ref, job) for ref in job_ids),
             state_matches(job, job_states),
             users is None or str(job.get("user")) in users or str(records.get(job, "uid")) in users,
             names is None or job.get("name") in names,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from corral.jobref import JobIdError, ascii_number, parse_job_id
 from corral.slurm import sbatch_table as sbatch
 from corral.slurm import sbatch_values as v
 from corral.slurm.errors import SlurmCommandError
@@ -136,7 +137,7 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         nodelist=_hosts(line.values("nodelist"), "--nodelist"), exclude=_hosts(line.values("exclude"), "--exclude"), label=line.has("label"),
         output=line.last("output"), error=line.last("error"), input=_input(line.last("input")),
         export=line.last("export", env.get("SLURM_EXPORT_ENV")), workdir=line.last("chdir"),
-        name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid"),
+        name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid", _job_id),
         kill_on_bad_exit=line.has("kill-on-bad-exit") and line.last("kill-on-bad-exit") != "0",
         quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job), warnings=warnings)
     return with_environment(options, env)
@@ -146,9 +147,9 @@ def with_environment(options: StepOptions, env: Mapping[str, str]) -> StepOption
     """Defaults from SLURM_* input variables, where the command line left a value open."""
     def env_int(*names: str) -> int | None:
         for name in names:
-            text = env.get(name, "")
-            if text.isdigit() and int(text) > 0:
-                return int(text)
+            number = ascii_number(env.get(name, ""))
+            if number:
+                return number
         return None
 
     changes: dict[str, object] = {}
@@ -189,6 +190,14 @@ def resolve_layout(options: StepOptions, allocated_nodes: int | None) -> tuple[S
     return options.replace(nodes=nodes, ntasks=ntasks, ntasks_per_node=per_node), warnings
 
 
+def _job_id(value: str, option: str) -> int:
+    """A job's own id, ASCII digits only: int() would read `١٥` as 15."""
+    try:
+        return parse_job_id(value)
+    except JobIdError:
+        raise fail(f'Invalid job id "{value}" for --{option}.', 1) from None
+
+
 def _int(value: str | None, option: str, convert=v.count) -> int | None:
     return None if value is None else convert(value, option)
 
@@ -207,6 +216,6 @@ def _input(value: str | None) -> str:
         return "all"
     if value == "none" or value == "/dev/null":
         return "none"
-    if value.isdigit():
+    if ascii_number(value) is not None:
         return value
     raise fail(f"--input={value} is not supported by corral: give all, none or a task number")

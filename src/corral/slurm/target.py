@@ -38,8 +38,8 @@ def cluster_file(env: Mapping[str, str]) -> str:
 
 
 def normalize_url(url: str) -> str:
-    url = url.strip().rstrip("/")
-    return url if "://" in url else f"http://{url}"
+    url = url.strip()
+    return (url if "://" in url else f"http://{url}").rstrip("/")
 
 
 def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None = None) -> Target:

@@ -17,11 +17,12 @@ SQLITE_BEGIN_OPTION = "corral_sqlite_begin"
 # Applied to every SQLite connection. WAL lets readers run while the controller writes;
 # synchronous=NORMAL is durable across process crashes (only an OS crash can lose the last
 # commits) and far faster than FULL; busy_timeout makes a second writer wait instead of failing.
+SQLITE_BUSY_TIMEOUT_MS = 5000
 SQLITE_PRAGMAS = (
     "journal_mode=WAL",
     "synchronous=NORMAL",
     "foreign_keys=ON",
-    "busy_timeout=5000",
+    f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
 )
 
 POSTGRES_CONNECT_TIMEOUT_S = 10

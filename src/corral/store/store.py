@@ -1,18 +1,20 @@
 """The store: the controller's durable copy of jobs and nodes."""
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+import sqlite3
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from sqlalchemy.sql import Select
 
 from corral.engine.records import Job, JobState, Node
 from corral.store import codec, migrate
-from corral.store.database import make_engine, safe_url, sqlite_writer
+from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
 from corral.store.errors import StoreError
 from corral.store.schema import JOBS, META, NODES
 from corral.store.upsert import BulkUpsert
@@ -22,6 +24,18 @@ _ACTIVE_VALUES = tuple(state.value for state in ACTIVE_STATES)
 
 R = TypeVar("R")
 _BATCH_ROWS = 1000
+
+# The cluster_meta key check_writable() writes.
+WRITE_CHECK_KEY = "write_checked_at"
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Rows encoded for one transaction (Store.encode), as the DBAPI takes them."""
+
+    jobs: list[Any] = field(default_factory=list)
+    nodes: list[Any] = field(default_factory=list)
+    meta: list[Any] = field(default_factory=list)
 
 
 def _unique(records: Iterable[R], key: Callable[[R], Any]) -> list[R]:
@@ -91,15 +105,56 @@ class Store:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def save(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = ()) -> None:
-        """Insert or update every job and node, all in one transaction."""
-        job_params = [self._upsert_jobs.bind(codec.job_to_row(job)) for job in _unique(jobs, attrgetter("id"))]
-        node_params = [self._upsert_nodes.bind(codec.node_to_row(node)) for node in _unique(nodes, attrgetter("name"))]
-        if not job_params and not node_params:
+    def save(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (), meta: Mapping[str, str] | None = None) -> None:
+        """Insert or update every job, node and cluster_meta entry, all in one transaction."""
+        self.write(self.encode(jobs, nodes, meta))
+
+    def encode(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (),
+               meta: Mapping[str, str] | None = None) -> Changes:
+        """The rows save() would write, encoded now: the records may change once this returns (the
+        controller encodes on its event loop and writes from a thread)."""
+        return Changes(
+            jobs=[self._upsert_jobs.bind(codec.job_to_row(job)) for job in _unique(jobs, attrgetter("id"))],
+            nodes=[self._upsert_nodes.bind(codec.node_to_row(node)) for node in _unique(nodes, attrgetter("name"))],
+            meta=[self._upsert_meta.bind({"key": key, "value": value}) for key, value in sorted((meta or {}).items())])
+
+    def write(self, changes: Changes) -> None:
+        """Write encoded changes in one transaction: all of them, or none (StoreError)."""
+        if not (changes.jobs or changes.nodes or changes.meta):
             return
         with _translated("saving"), self._writer.begin() as connection:
-            self._upsert_jobs.execute(connection, job_params)
-            self._upsert_nodes.execute(connection, node_params)
+            self._upsert_jobs.execute(connection, changes.jobs)
+            self._upsert_nodes.execute(connection, changes.nodes)
+            self._upsert_meta.execute(connection, changes.meta)
+
+    def try_write(self, changes: Changes) -> bool:
+        """write() if that needs no waiting, else write nothing and return False: on SQLite, when another
+        connection holds the write lock; on PostgreSQL always (each write is a network round trip). For
+        a caller that must not wait (an event loop), and writes in another thread when this says False."""
+        if self._engine.dialect.name != "sqlite":
+            return False
+        if not (changes.jobs or changes.nodes or changes.meta):
+            return True
+        with _translated("saving"), self._writer.connect() as connection:
+            sqlite = connection.connection.driver_connection
+            sqlite.execute("PRAGMA busy_timeout=0")
+            try:
+                with connection.begin():
+                    self._upsert_jobs.execute(connection, changes.jobs)
+                    self._upsert_nodes.execute(connection, changes.nodes)
+                    self._upsert_meta.execute(connection, changes.meta)
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
+                    return False  # rolled back: nothing written
+                raise
+            finally:
+                sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        return True
+
+    def check_writable(self, now: float) -> None:
+        """Write one small row (the time of this check), or raise StoreError: whether writes work again
+        after a failure. A real write, since only that finds a full disk or a lock held by another writer."""
+        self.write(self.encode(meta={WRITE_CHECK_KEY: repr(now)}))
 
     def set_meta(self, key: str, value: str) -> None:
         with _translated(f"setting {key!r}"), self._writer.begin() as connection:
@@ -168,7 +223,6 @@ def select_jobs(
     include_active: bool = True,
     after_id: int | None = None,
     limit: int | None = None,
-    ids_cover_arrays: bool = False,
 ) -> Select[Any]:
     """The jobs matching every given filter, ordered by id.
 
@@ -177,15 +231,11 @@ def select_jobs(
     then (end_time >= start_after, or not ended yet), `end_before` keeps jobs submitted by
     then (submit_time <= end_before); together: jobs that existed during the window.
     include_active=False keeps only jobs in a terminal state. `after_id` and `limit` page:
-    the first `limit` matches with an id above `after_id`. With `ids_cover_arrays`, an id in
-    `ids` also stands for every task of the array with that id.
+    the first `limit` matches with an id above `after_id`.
     """
     query = select(JOBS).order_by(JOBS.c.id)
     if ids is not None:
-        wanted = JOBS.c.id.in_(list(ids))
-        if ids_cover_arrays:
-            wanted = wanted | JOBS.c.spec["array_job_id"].as_integer().in_(list(ids))
-        query = query.where(wanted)
+        query = query.where(JOBS.c.id.in_(list(ids)))
     if users is not None:
         query = query.where(JOBS.c.user.in_(list(users)))
     if states is not None:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from corral.sim.traces._csv import TRACES_DIR, iter_rows
+from corral.sim.traces._csv import TRACES_DIR, TraceFormatError, iter_rows
 from corral.sim.workload import Cluster, TraceJob, Workload
 
 TUNE_RATIO = 1.3
@@ -53,6 +53,8 @@ class ArrivalSequence:
     capacity_gpu_milli: int
     ratio: float
     method: str  # how the order was made, for reports
+    # Why a seed-42 sequence is not the authors' recorded order (another pod list); "" otherwise.
+    fallback: str = ""
 
     @property
     def copies(self) -> int:
@@ -82,6 +84,14 @@ class ArrivalSequence:
         )
         return Workload(jobs, f"fgd-tune{self.ratio}-seed{self.seed}", self.method, 0.0,
                         (f"{len(jobs)} arrivals ({self.copies} inflated copies), {gap_s} s apart",))
+
+
+class GoldenOrderMismatch(TraceFormatError):
+    """The recorded seed-42 order does not fit this pod list: it was logged on the authors' default list."""
+
+    def __init__(self, path: str | os.PathLike[str], line: int | None, reason: str) -> None:
+        super().__init__(path, line, reason)
+        self.reason = reason
 
 
 def gpu_capacity_milli(cluster: Cluster) -> int:
@@ -130,24 +140,34 @@ def golden_sequence(pods: Workload, capacity_gpu_milli: int, path: str | os.Path
         match = _TUNED.match(name)
         base = match.group("base") if match else name
         if base not in by_name:
-            raise row.error(f"pod {base!r} is not in the pod list {pods.name!r}")
+            raise GoldenOrderMismatch(path, row.line, f"pod {base!r} is not in the pod list {pods.name!r}")
         if row.integer("idx") != len(named):
             raise row.error(f"idx {row.integer('idx')} out of sequence (expected {len(named)})")
         named.append((name, by_name[base]))
         arrived += by_name[base].total_gpu_milli
         # A different pod list (or a corrupted log) shows up here, not as a silently wrong replay.
         if row.integer("arrived_gpu_milli") != arrived:
-            raise row.error(f"arrived_gpu_milli {row.integer('arrived_gpu_milli')} != {arrived} "
-                            f"summed from the pod list")
+            raise GoldenOrderMismatch(path, row.line, f"arrived_gpu_milli {row.integer('arrived_gpu_milli')} != "
+                                      f"{arrived} summed from the pod list {pods.name!r}")
+    originals = sum(1 for name, _ in named if not _TUNED.match(name))
+    if originals != len(pods.jobs):  # a larger list: its other pods would never arrive
+        raise GoldenOrderMismatch(path, None, f"the pod list {pods.name!r} has {len(pods.jobs)} pods, the "
+                                  f"recorded order {originals}")
     method = (f"FGD golden run (authors' simulator, FGD policy, tune {TUNE_RATIO}, seed {GOLDEN_SEED}): "
               f"exact arrival order from {path}")
     return ArrivalSequence(GOLDEN_SEED, _accumulate(named), capacity_gpu_milli, TUNE_RATIO, method)
 
 
 def sequence(pods: Workload, capacity_gpu_milli: int, seed: int) -> ArrivalSequence:
-    """The authors' own order where it is known (seed 42), the numpy re-implementation otherwise."""
+    """The authors' own order where it is known (seed 42 on their default pod list), the numpy
+    re-implementation otherwise. For seed 42 on another pod list, `fallback` says why it is the latter."""
     if seed == GOLDEN_SEED and GOLDEN_PATH.exists():
-        return golden_sequence(pods, capacity_gpu_milli)
+        try:
+            return golden_sequence(pods, capacity_gpu_milli)
+        except GoldenOrderMismatch as exc:
+            fallback = (f"seed {GOLDEN_SEED}: the FGD authors' recorded arrival order is of their default pod "
+                        f"list, and {exc.reason}; seed {GOLDEN_SEED} ran the seeded procedure (numpy PCG64) instead")
+            return replace(arrival_sequence(pods, capacity_gpu_milli, seed), fallback=fallback)
     return arrival_sequence(pods, capacity_gpu_milli, seed)
 
 

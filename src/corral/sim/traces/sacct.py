@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from corral.jobref import ascii_number
 from corral.sim.traces._csv import TraceFormatError, open_text
 from corral.sim.workload import GPU_MILLI_WHOLE, TraceJob, Workload
 
@@ -148,13 +149,12 @@ def mem_mib(text: str) -> float:
 
 
 def _job_ids(lines: list[_Line]) -> list[int]:
-    raw = [ln.values.get("JobIDRaw") or ln.values["JobID"] for ln in lines]
-    numeric = [int(r) for r in raw if r.isdigit()]
-    fresh = max(numeric, default=0) + 1
+    raw = [ascii_number(ln.values.get("JobIDRaw") or ln.values["JobID"]) for ln in lines]
+    fresh = max((r for r in raw if r is not None), default=0) + 1
     ids = []
     for r in raw:
-        if r.isdigit():
-            ids.append(int(r))
+        if r is not None:  # ASCII digits only (str.isdigit() takes any script's digits)
+            ids.append(r)
         else:
             ids.append(fresh)
             fresh += 1

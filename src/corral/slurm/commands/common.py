@@ -93,9 +93,8 @@ def still_known(job: Mapping, now: float) -> bool:
 
 
 def array_siblings(controller: Controller, job: Mapping) -> list[dict]:
-    """Every task of the array `job` belongs to: the array's id stands for all of them."""
+    """Every task of the array `job` belongs to: the controller reads an array's id as all its tasks."""
     array_id = job.get("array_job_id")
     if array_id is None:
         return [dict(job)]
-    # A controller without the ids filter sends every job: keep the array's.
-    return [j for j in controller.jobs(include_finished=True, ids=[array_id]) if j.get("array_job_id") == array_id]
+    return [j for j in controller.accounting(ids=[array_id]) if j.get("array_job_id") == array_id]

@@ -12,7 +12,7 @@ from _collections_abc import Mapping, Sequence
 
 from corral import hostlist
 from corral.slurm import states
-from corral.slurm.commands.common import Result, action_text, array_siblings, connect, run
+from corral.slurm.commands.common import Result, action_text, connect, run
 from corral.slurm.http import Controller
 from corral.slurm.sacct import sacct_output
 from corral.slurm.sacct_opts import SacctOptions, parse_sacct
@@ -51,7 +51,10 @@ def sacct(argv: Sequence[str], env: Mapping[str, str]) -> Result:
 
 def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: str) -> list[dict]:
     if options.job_ids is not None:
-        return fetch_by_id(controller, sorted({job_id for job_id, _ in options.job_ids}))
+        # The controller reads an array's id as every task of it, as sacct does; select_jobs then keeps
+        # the tasks the ids name.
+        ids = sorted({ref.job_id for ref in options.job_ids})
+        return controller.accounting(ids=ids) if ids else []
     from corral.slurm.timespec import parse_time  # only a window needs the parser
 
     today = time.localtime(now)
@@ -74,16 +77,6 @@ def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[s
         if values:
             filters[key] = values
     return filters
-
-
-def fetch_by_id(controller: Controller, ids: Sequence[int]) -> list[dict]:
-    """The jobs with these ids and, for an array's id, every task of it (tasks have ids of their own)."""
-    found = {job["id"]: job for job in controller.accounting(ids=ids)}
-    for job_id in ids:
-        job = found.get(job_id)
-        if job is not None and job.get("array_job_id") == job_id:
-            found.update((task["id"], task) for task in array_siblings(controller, job))
-    return list(found.values())
 
 
 def _on_nodes(jobs: list[dict], expression: str) -> list[dict]:

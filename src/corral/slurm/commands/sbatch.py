@@ -92,15 +92,22 @@ def submission(options: SbatchOptions, source: ScriptSource, text: str, env: Map
         warnings.append("sbatch: warning: --exclusive is ignored by corral: jobs get the GPUs, CPUs and "
                         "memory they ask for, and nothing keeps other jobs off the rest of the node\n")
     export = fields.pop("export", None)
-    # A relative --chdir is relative to where sbatch runs.
-    fields["workdir"] = os.path.normpath(os.path.join(cwd, fields.get("workdir", ".")))
-    fields.setdefault("name", default_name(source))
-    fields["script"] = text
-    if source.args:
-        fields["script_args"] = list(source.args)
-    fields.update(env=job_environment(export, env), user=current_user(env), uid=os.getuid(),
-                  submit_host=os.uname().nodename)
-    return fields, warnings
+    program = {"script": text, "script_args": list(source.args)} if source.args else {"script": text}
+    return batch_job(fields, program, export, env, cwd, default_name(source)), warnings
+
+
+def batch_job(fields: Mapping[str, object], program: Mapping[str, object], export: str | None,
+              env: Mapping[str, str], cwd: str, default_name: str) -> dict:
+    """A batch job's JobSubmit body, from sbatch or `corral submit` alike: `fields` from the options,
+    `program` what runs (script and script_args, or argv). What runs, runs once, on the job's first
+    node, with Slurm's batch environment (`batch`); its srun lines start the tasks. The job gets the
+    submitter's environment as --export says, and a relative --chdir is relative to `cwd`."""
+    body = {**fields, **program, "batch": True}
+    body["workdir"] = os.path.normpath(os.path.join(cwd, str(body.get("workdir", "."))))
+    body.setdefault("name", default_name)
+    body.update(env=job_environment(export, env), user=current_user(env), uid=os.getuid(),
+                submit_host=os.uname().nodename)
+    return body
 
 
 def begin_time(text: str) -> float:

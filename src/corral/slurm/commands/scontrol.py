@@ -8,6 +8,7 @@ import sys
 import time
 from _collections_abc import Mapping, Sequence
 
+from corral.jobref import JobIdError, parse_job_ref
 from corral.slurm.commands.common import (
     MIN_JOB_AGE_S,
     SLURM_VERSION,
@@ -81,11 +82,10 @@ def jobs_to_show(controller: Controller, args: Sequence[str], now: float) -> lis
     that job and, for an array's id, its tasks. The caller picks and complains."""
     if not args:
         return sorted(controller.accounting(since=now - MIN_JOB_AGE_S), key=lambda j: j["id"])
-    head = args[0].partition("_")[0]
-    if not head.isdigit():
-        return []
     try:
-        job = controller.job(int(head))
+        job = controller.job(parse_job_ref(args[0]).job_id)
+    except JobIdError:
+        return []
     except ApiError as exc:
         if exc.status == 404:
             return []

@@ -2,9 +2,10 @@
 
 Slurm prints `<reason> for job <id>` per failed id (and, for hold and release, a last
 `slurm_suspend error: <reason>`), nothing on success, and exits 1 if any id failed. Ids may be
-`N`, an array's `A` (every task) or `A_i` (one task), comma-separated or as separate arguments."""
+`N`, an array's `A` (every task), `A_i` (one task) or `A_[i-j,k]`, comma-separated or as separate arguments."""
 from __future__ import annotations
 
+from corral.jobref import JobIdError, parse_job_ref, split_job_list
 from corral.slurm.commands.common import Result, array_siblings
 from corral.slurm.http import ApiError, Controller
 from corral.slurm.scontrol_opts import ScontrolCommand
@@ -32,7 +33,7 @@ def job_actions(command: ScontrolCommand, controller: Controller) -> Result:
         import _signal
 
         _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
-    items = [item for arg in command.args for item in arg.split(",") if item]
+    items = [item for arg in command.args for item in split_job_list(arg)]
     reasons: list[tuple[str, str]] = []  # (id as written, why it failed)
     for item in items:
         failure = act_on(controller, command.keyword, item)
@@ -65,18 +66,19 @@ def act_on(controller: Controller, action: str, item: str) -> ApiError | None:
 
 
 def resolve(controller: Controller, item: str) -> list[int]:
-    """`N`, `A` or `A_i` -> the ids of corral's job records (every array task has its own)."""
-    head, underscore, task = item.partition("_")
-    if not head.isdigit() or (underscore and not task.isdigit()):
-        raise ApiError(404, INVALID_JOB_ID)
-    job = controller.job(int(head))
+    """`N`, `A`, `A_i` or `A_[i-j,k]` -> the ids of corral's job records (every array task has its own)."""
+    try:
+        ref = parse_job_ref(item, task_lists=True)
+    except JobIdError:
+        raise ApiError(404, INVALID_JOB_ID) from None
+    job = controller.job(ref.job_id)
     if job.get("array_job_id") != job["id"]:
-        if underscore:
+        if ref.tasks is not None:
             raise ApiError(404, INVALID_JOB_ID)
         return [job["id"]]
     tasks = array_siblings(controller, job)
-    if underscore:
-        tasks = [t for t in tasks if t.get("array_task_id") == int(task)]
+    if ref.tasks is not None:
+        tasks = [t for t in tasks if ref.has_task(t.get("array_task_id"))]
         if not tasks:
             raise ApiError(404, INVALID_JOB_ID)
     return [t["id"] for t in sorted(tasks, key=lambda t: t["id"])]

@@ -6,6 +6,7 @@ Comment, Priority (a waiting job's). Nodes: State=DRAIN (with a Reason) or State
 Anything else is refused before any change is made."""
 from __future__ import annotations
 
+from corral.jobref import ascii_number, split_job_list
 from corral.slurm.commands.common import Result
 from corral.slurm.commands.scontrol_actions import resolve, slurm_reason
 from corral.slurm.errors import SlurmCommandError
@@ -47,18 +48,18 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
         if field is None:
             raise SlurmCommandError(f"Update of this parameter is not supported: {key}={value}\nRequest aborted\n", 1)
         if field == "time_limit_s":
-            if value[:1] in "+-" and value[1:].isdigit():
+            if value[:1] in "+-" and ascii_number(value[1:]) is not None:
                 relative[field] = int(value) * 60
             else:
                 changes[field] = _time_limit(value)
         elif field == "priority":
-            if not value.isdigit():
+            if ascii_number(value) is None:
                 raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value}\n", 1)
             changes[field] = int(value)
         else:
             changes[field] = value
     failures = []
-    for item in (i for i in ids_text.split(",") if i):
+    for item in split_job_list(ids_text):
         try:
             for job_id in resolve(controller, item):
                 body = dict(changes)

@@ -44,8 +44,7 @@ def fetch_jobs(controller: Controller, options: SqueueOptions, now: float, user:
     filters = server_filters(options, user)
     if wanted is not None and wanted - states.ACTIVE_STATES:
         # Jobs that had not ended MinJobAge ago: the accounting window, rather than GET /jobs?all=true,
-        # which sends the whole history. Accounting's ids are the jobs' own, not their arrays'.
-        filters.pop("ids", None)
+        # which sends the whole history.
         jobs = controller.accounting(since=now - MIN_JOB_AGE_S, **filters)
     else:
         jobs = controller.jobs(**filters)
@@ -76,10 +75,10 @@ def server_filters(options: SqueueOptions, user: str | None) -> dict[str, object
     if users and not any(name.isdigit() for name in users):  # a uid is matched by the command only
         filters["user"] = users
     if options.job_ids is not None:
-        filters["ids"] = sorted({job_id for job_id, _ in options.job_ids})
+        filters["ids"] = sorted({ref.job_id for ref in options.job_ids})
     for key, values in (("partitions", options.partitions), ("accounts", options.accounts)):
         if values:
             filters[key] = values
-    tasks_named = options.job_ids is not None and any(task is not None for _, task in options.job_ids)
+    tasks_named = options.job_ids is not None and any(ref.tasks is not None for ref in options.job_ids)
     filters["combine_arrays"] = not options.array and not tasks_named
     return filters

@@ -27,13 +27,16 @@ PENDING_NOTICE_AFTER_S = 0.5
 POLL_MAX_S = 1.0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, help_text: str | None = None) -> int:
+    """help_text: what --help and --usage print instead of srun's (`corral run` is srun by another name)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return run("srun", lambda: srun(args, os.environ))
+    return run("srun", lambda: srun(args, os.environ, help_text))
 
 
-def srun(argv: Sequence[str], env: Mapping[str, str]) -> Result:
+def srun(argv: Sequence[str], env: Mapping[str, str], help_text: str | None = None) -> Result:
     options = parse_srun(argv, env)
+    if options.action in ("help", "usage") and help_text is not None:
+        return help_text, "", 0
     if options.action:
         return action_text("srun", options.action, USAGE)
     if not options.command:

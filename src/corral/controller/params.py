@@ -1,0 +1,34 @@
+"""Path parameters that name a job record or a step: ASCII digits within what the database stores.
+
+FastAPI's int would read `1_5` as 15, `15.0` as 15 and ` 3` as 3 (pydantic's lax parsing), and pass
+ids past 2**63-1 to SQLite, which fails with a 500: the check runs before the int conversion."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Path
+from pydantic import BeforeValidator
+
+from corral.jobref import MAX_ID, JobIdError, ascii_number, parse_job_id
+
+
+def _job_id(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return parse_job_id(value)
+        except JobIdError as exc:
+            hint = "; the path takes a job's own id (each array task has one: GET /jobs?ids=N_I finds it)"
+            raise ValueError(f"{exc}{hint if '_' in value else ''}") from None
+    return value
+
+
+def _step_id(value: object) -> object:
+    if isinstance(value, str) and ascii_number(value) is None:
+        raise ValueError(f"invalid step id {value!r}: expected a number from 0 to {MAX_ID} (ASCII digits only)")
+    return value
+
+
+JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's own id (each array task has one)."),
+                      BeforeValidator(_job_id)]
+StepIdPath = Annotated[int, Path(ge=0, le=MAX_ID, description="The step's number within its job."),
+                       BeforeValidator(_step_id)]

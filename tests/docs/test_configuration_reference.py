@@ -1,0 +1,85 @@
+"""docs/configuration.md against the loader: it describes every key the controller's config file accepts,
+no key the loader would refuse, and its examples (and the README's tenancy example) load."""
+from __future__ import annotations
+
+import re
+import tomllib
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from corral.api.tenancy import TenancySpec
+from corral.controller import settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "configuration.md"
+TOP_LEVEL_HEADING = "## Top-level keys"
+
+
+def documented_keys() -> set[str]:
+    """`key` for top-level keys, `[table].key` and `[[array]].key`, from the rows of each section's table."""
+    keys: set[str] = set()
+    section: str | None = None
+    for line in DOC.read_text().splitlines():
+        if line.startswith("## "):
+            table = re.fullmatch(r"## `(\[\[?\w+\]\]?)`", line)
+            section = table.group(1) + "." if table else ("" if line == TOP_LEVEL_HEADING else None)
+        elif section is not None and (row := re.match(r"\| `(\w+)` \|", line)):
+            keys.add(section + row.group(1))
+    return keys
+
+
+def _model_of(annotation: object) -> tuple[str, type[BaseModel]] | None:
+    """("[[name]]" or "[name]" brackets, model) when a field holds tables; None for a plain value."""
+    if typing.get_origin(annotation) is list:
+        (item,) = typing.get_args(annotation)
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            return "[[{}]]", item
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "[{}]", annotation
+    return None
+
+
+def accepted_keys() -> set[str]:
+    """What the loader accepts: its controller-setting keys, and the tenancy model's fields."""
+    nested = {"scheduler": ("[{}]", settings._SCHED), "partitions": ("[[{}]]", settings._PART)}
+    for name, field in TenancySpec.model_fields.items():
+        if (found := _model_of(field.annotation)) is not None:
+            brackets, model = found
+            nested[name] = (brackets, set(model.model_fields))
+    keys = {name for name in settings._TOP if name not in nested}
+    for name, (brackets, fields) in nested.items():
+        keys |= {f"{brackets.format(name)}.{key}" for key in fields}
+    return keys
+
+
+def test_every_accepted_key_is_documented_and_no_documented_key_is_unknown() -> None:
+    documented, accepted = documented_keys(), accepted_keys()
+    assert {"[[partitions]].priority_job_factor", "[scheduler].max_reservations", "kill_grace_s",
+            "[priority].weight_qos"} <= accepted
+    assert sorted(accepted - documented) == [], "undocumented keys"
+    assert sorted(documented - accepted) == [], "documented keys the loader refuses"
+
+
+def toml_blocks(path: Path) -> list[str]:
+    return re.findall(r"```toml\n(.*?)```", path.read_text(), re.S)
+
+
+def load(data: dict) -> None:
+    """As the controller reads its config file (load_settings, less the file)."""
+    settings.settings_from_dict(data, "example")
+    settings.tenancy_from_dict(data, "example")
+
+
+@pytest.mark.parametrize("text", toml_blocks(DOC) + toml_blocks(ROOT / "README.md"))
+def test_examples_load_as_a_controller_config_file(text) -> None:
+    load(tomllib.loads(text))
+
+
+@pytest.mark.parametrize("data", [{"kill_grace": 1}, {"scheduler": {"backfil": True}},
+                                  {"partitions": [{"name": "p", "size": 1}]}, {"priority": {"weight_qso": 1}}])
+def test_the_loader_refuses_an_unknown_key_in_each_section(data) -> None:
+    with pytest.raises(settings.SettingsError, match="weight_qso|unknown key"):
+        load(data)

@@ -1,0 +1,209 @@
+"""Stopping a cluster loses no job and leaves nothing running (issue 9): a real `corral up` stopped by
+SIGTERM or killed outright, and an agent killed and restarted under a real controller. Each task carries a
+marker in its environment, so the test finds every live process of its jobs (and the devices they see)
+whatever the cluster says about them."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from corral.store import Store
+from tests.e2e.harness import API, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+MARKER = "CORRAL_STOP_TEST"
+
+
+def live_tasks(marker: str) -> list[dict[str, str]]:
+    """The environment of every live (not zombie) process carrying `marker`."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            env = proc.environ()
+        except psutil.Error:
+            continue
+        if env.get(MARKER) == marker:
+            found.append(env)
+    return found
+
+
+def device_holders(marker: str) -> dict[tuple[str, str], set[str]]:
+    """(node, GPU) -> the jobs whose live processes use it."""
+    holders: dict[tuple[str, str], set[str]] = {}
+    for env in live_tasks(marker):
+        for gpu in filter(None, env.get("CUDA_VISIBLE_DEVICES", "").split(",")):
+            holders.setdefault((env["SLURMD_NODENAME"], gpu), set()).add(env["SLURM_JOB_ID"])
+    return holders
+
+
+def assert_no_device_shared(marker: str) -> None:
+    shared = {device: jobs for device, jobs in device_holders(marker).items() if len(jobs) > 1}
+    assert not shared, f"devices used by several live jobs at once: {shared}"
+
+
+def jobs_alive(marker: str) -> set[int]:
+    return {int(env["SLURM_JOB_ID"]) for env in live_tasks(marker)}
+
+
+class CorralUp:
+    """`corral up` (2 nodes x 2 simulated GPUs) in a process of its own, as a user runs it."""
+
+    def __init__(self, root: Path, port: int) -> None:
+        self.root, self.port = root, port
+        self.state_dir = root / "state"
+        self.config = root / "corral.toml"
+        self.config.write_text("kill_grace_s = 2\n")
+        self.proc: subprocess.Popen | None = None
+        self.http: httpx.Client | None = None
+
+    def start(self) -> CorralUp:
+        env = {**os.environ, "XDG_CONFIG_HOME": str(self.root / "config"), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "corral.cli.main", "up", "--nodes", "2", "--gpus-per-node", "2",
+             "--port", str(self.port), "--state-dir", str(self.state_dir), "--config", str(self.config)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        banner = self.proc.stdout.readline()
+        assert "is up" in banner, self.logs()
+        secret = (self.state_dir / "secret").read_text().strip()
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}{API}",
+                                 headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+        return self
+
+    def stop(self, signum: int = signal.SIGTERM) -> tuple[int, str]:
+        """Signal `corral up`; its exit status and what it printed on stderr."""
+        self.http.close()
+        self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=60)
+        return code, self.proc.stderr.read()
+
+    def ensure_stopped(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def submit(self, marker: str, **fields) -> int:
+        body = {"workdir": str(self.root), "user": "tester", "argv": ["sleep", "300"],
+                "env": {"PATH": os.environ["PATH"], MARKER: marker}, **fields}
+        reply = self.http.post("/jobs", json=body)
+        assert reply.status_code == 201, reply.text
+        return reply.json()["job_id"]
+
+    def job(self, job_id: int) -> dict:
+        return self.http.get(f"/jobs/{job_id}").json()
+
+    def stored_job(self, job_id: int):
+        return Store.open(f"sqlite:///{self.state_dir / 'corral.db'}").get_job(job_id)
+
+    def logs(self) -> str:
+        logs = sorted((self.state_dir / "logs").glob("*.log"))
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
+
+
+@pytest.fixture
+def marker():
+    marker = uuid.uuid4().hex
+    yield marker
+    for proc in psutil.process_iter():  # whatever a failed test left behind
+        try:
+            if proc.environ().get(MARKER) == marker:
+                proc.kill()
+        except psutil.Error:
+            pass
+
+
+def test_stopping_corral_up_requeues_running_jobs_kills_their_tasks_and_runs_them_at_the_next_start(
+        tmp_path, marker) -> None:
+    port = free_port()
+    first = CorralUp(tmp_path, port).start()
+    try:
+        gang = first.submit(marker, nodes=2, gpus_per_node=1)
+        no_requeue = first.submit(marker, nodes=1, gpus_per_node=1, requeue=False)
+        waiting = first.submit(marker, nodes=2, gpus_per_node=2)
+        wait_for(lambda: jobs_alive(marker) == {gang, no_requeue} and len(live_tasks(marker)) == 3,
+                 message="3 tasks of the 2 running jobs")
+        assert first.job(waiting)["state"] == "PENDING"
+
+        code, stderr = first.stop(signal.SIGTERM)
+    finally:
+        first.ensure_stopped()
+
+    assert code == 0, stderr
+    assert live_tasks(marker) == [], "no process of any job outlives the cluster"
+    assert ("corral: stopping: 1 running job requeued, 1 ended NODE_FAIL; 1 pending job stays queued; "
+            "the next 'corral up' runs them\n") in stderr
+    stopped = first.stored_job(gang)
+    assert (stopped.state.value, stopped.restart_count) == ("PENDING", 1)
+    assert [h["event"] for h in stopped.history] == ["cluster-stopped", "requeued"]
+    ended = first.stored_job(no_requeue)
+    assert ended.state.value == "NODE_FAIL" and ended.history[-1]["event"] == "cluster-stopped"
+    assert (first.stored_job(waiting).state.value, first.stored_job(waiting).restart_count) == ("PENDING", 0)
+
+    second = CorralUp(tmp_path, port).start()
+    try:
+        def gang_runs_again() -> bool:
+            assert_no_device_shared(marker)  # checked at every look, from the start on
+            tasks = live_tasks(marker)
+            return {e["SLURM_JOB_ID"] for e in tasks} == {str(gang)} and len(tasks) == 2
+        wait_for(gang_runs_again, message="the requeued gang running again")
+        assert {e["SLURM_RESTART_COUNT"] for e in live_tasks(marker)} == {"1"}
+        again = second.job(gang)
+        assert (again["state"], again["restart_count"]) == ("RUNNING", 1)
+        assert second.job(waiting)["state"] == "PENDING", "the gang holds a GPU on each node"
+        assert_no_device_shared(marker)
+        code, stderr = second.stop(signal.SIGTERM)
+    finally:
+        second.ensure_stopped()
+    assert code == 0 and "1 running job requeued" in stderr
+    assert live_tasks(marker) == []
+
+
+def test_nothing_of_a_job_outlives_corral_up_killed_outright(tmp_path, marker) -> None:
+    up = CorralUp(tmp_path, free_port()).start()
+    try:
+        job = up.submit(marker, nodes=2, gpus_per_node=2)
+        wait_for(lambda: len(live_tasks(marker)) == 2, message="the job's 2 tasks")
+        up.http.close()
+        up.proc.kill()  # no chance to stop anything: its children get SIGTERM from the kernel
+        up.proc.wait()
+        wait_for(lambda: not live_tasks(marker), timeout_s=20, message=f"job {job}'s tasks gone")
+    finally:
+        up.ensure_stopped()
+
+
+def test_a_restarted_agent_kills_its_killed_predecessors_tasks_before_it_registers(cluster_factory, tmp_path,
+                                                                                   marker) -> None:
+    cluster = cluster_factory(nodes=1, gpus=2)
+    env = {"PATH": os.environ["PATH"], MARKER: marker}
+    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
+    wait_for(lambda: jobs_alive(marker) == {lost}, message="the job's task")
+    store = Store.open(cluster.db)
+    wait_for(lambda: store.get_job(lost).runs["node1"].started, message="the controller knows it started")
+
+    cluster.kill_agent("node1")
+    assert jobs_alive(marker) == {lost}, "its tasks outlive the killed agent"
+    cluster.start_agent("node1")
+
+    # The new agent's registration is what tells the controller the job was lost.
+    cluster.wait_state(lost, "NODE_FAIL")
+    assert jobs_alive(marker) == set(), "its tasks were gone before the agent registered"
+    log = (tmp_path / "agent-node1.log").read_text()
+    restarted = log[log.rindex("node node1: 2 GPU(s)"):]
+    assert restarted.index(f"killed the tasks of job {lost}") < restarted.index("registered node1")
+
+    after = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
+    cluster.wait_state(after, "RUNNING")
+    wait_for(lambda: jobs_alive(marker) == {after}, message="the new job's task")
+    assert_no_device_shared(marker)
+    cluster.http.post(f"{API}/jobs/{after}/cancel")
+    cluster.wait_state(after, "CANCELLED")
