@@ -43,22 +43,22 @@ def test_compress_and_order() -> None:
 def test_the_cap_is_slurms_64k_hosts() -> None:
     assert len(hostlist.expand(f"n[1-{hostlist.MAX_HOSTS}]")) == hostlist.MAX_HOSTS
     assert hostlist.expand("n[1-3]", limit=3) == ["n1", "n2", "n3"]
-    with pytest.raises(hostlist.HostlistError, match="names 4 hosts, more than the 3 allowed"):
+    with pytest.raises(hostlist.HostlistError, match="names more than 3 hosts"):
         hostlist.expand("n[1-2],m[1-2]", limit=3)
 
 
-@pytest.mark.parametrize(("expression", "count"), [
-    ("n[1-70000]", 70_000),
-    ("a[1-300]b[1-300]", 90_000),  # ranges multiply
-    ("n[1-1000000000000]", 1_000_000_000_000),
-    ("a[1-100000],b[1-100000000]", 100_100_000),
+@pytest.mark.parametrize("expression", [
+    "n[1-70000]",
+    "a[1-300]b[1-300]",  # ranges multiply
+    "n[1-1000000000000]",
+    "a[1-100000],b[1-100000000]",
 ])
-def test_too_many_hosts_fail_before_any_is_made(expression, count) -> None:
+def test_too_many_hosts_fail_before_any_is_made(expression) -> None:
     started = time.perf_counter()
     with pytest.raises(hostlist.HostlistError) as caught:
         hostlist.expand(expression)
     assert time.perf_counter() - started < 0.5
-    assert str(caught.value) == f"hostlist {expression!r} names {count} hosts, more than the 65536 allowed"
+    assert str(caught.value) == f"hostlist {expression!r} names more than 65536 hosts"
 
 
 def test_a_long_bad_expression_is_shown_cut_short() -> None:

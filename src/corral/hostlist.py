@@ -34,7 +34,7 @@ def expand(expression: str, limit: int = MAX_HOSTS) -> list[str]:
     parts = [_parse_part(part) for part in _split(expression.strip()) if part]
     total = sum(_count(segments) for segments, _ in parts)
     if total > limit:
-        raise HostlistError(f"hostlist {_shown(expression)} names {total} hosts, more than the {limit} allowed")
+        raise HostlistError(f"hostlist {_shown(expression)} names more than {limit} hosts")
     hosts: list[str] = []
     for segments, tail in parts:
         hosts.extend(_names(segments, tail))

@@ -13,34 +13,38 @@ from typing import Annotated, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from corral import limits
+from corral.api.fields import Amount, Diagnostic, ExitCode, Index, JobId, MemMib, Name, Pid, Signal, StepId
 from corral.hostlist import check_node_name
 
 API_PREFIX = "/api/v1"
 EPOCH_HEADER = "X-Corral-Epoch"
 
 
+# What agents send is bounded like every other input (corral.limits): a registration with a value
+# the store cannot hold is refused whole, before the engine sees it.
 class GpuInfo(BaseModel):
-    index: int
-    model: str = "sim-gpu"
-    memory_mib: int = 0
-    domain: str | None = None
-    uuid: str | None = None
+    index: Index
+    model: Name = "sim-gpu"
+    memory_mib: MemMib = 0
+    domain: Name | None = None
+    uuid: Name | None = None
 
 
 class Registration(BaseModel):
     node: Annotated[str, AfterValidator(check_node_name)]
-    address: str
-    gpus: list[GpuInfo]
-    cpus: int
-    mem_mib: int
+    address: Name
+    gpus: list[GpuInfo] = Field(max_length=limits.LIST_MAX_ITEMS)
+    cpus: Amount
+    mem_mib: MemMib
     # Jobs whose tasks run on this node now (the agent started them and they have not all exited).
-    running_jobs: list[int] = []
+    running_jobs: list[JobId] = Field([], max_length=limits.LIST_MAX_ITEMS)
     # Jobs whose local tasks ended but whose NodeFinished event the controller has not acknowledged
     # yet; the agent re-sends those events right after registering.
-    finished_jobs: list[int] = []
+    finished_jobs: list[JobId] = Field([], max_length=limits.LIST_MAX_ITEMS)
     # Steps whose tasks run on this node now, as [job id, step id] pairs.
-    running_steps: list[tuple[int, int]] = []
-    agent_version: str = ""
+    running_steps: list[tuple[JobId, StepId]] = Field([], max_length=limits.LIST_MAX_ITEMS)
+    agent_version: Name = ""
 
 
 class RegistrationReply(BaseModel):
@@ -167,37 +171,37 @@ class CommandBatch(BaseModel):
 
 class NodeStarted(BaseModel):
     kind: Literal["started"] = "started"
-    job_id: int
-    pids: list[int] = []
+    job_id: JobId
+    pids: list[Pid] = Field([], max_length=limits.LIST_MAX_ITEMS)
 
 
 class TaskExit(BaseModel):
-    rank: int
-    exit_code: int  # 0..255 for a task that exited; 0 for one killed by a signal (Slurm's "0:9")
-    signal: int = 0  # the signal that ended the task, 0 if it exited
+    rank: Index
+    exit_code: ExitCode  # 0..255 for a task that exited; 0 for one killed by a signal (Slurm's "0:9")
+    signal: Signal = 0  # the signal that ended the task, 0 if it exited
 
 
 class NodeFinished(BaseModel):
     """Every local task of the job has exited (or could not start: then `error` says why)."""
 
     kind: Literal["finished"] = "finished"
-    job_id: int
-    tasks: list[TaskExit]
-    error: str | None = None
+    job_id: JobId
+    tasks: list[TaskExit] = Field(max_length=limits.LIST_MAX_ITEMS)
+    error: Diagnostic | None = None
 
 
 class StepFinished(BaseModel):
     """Every local task of a step has exited (or could not start: then `error` says why)."""
 
     kind: Literal["step-finished"] = "step-finished"
-    job_id: int
-    step_id: int
-    tasks: list[TaskExit]
-    error: str | None = None
+    job_id: JobId
+    step_id: StepId
+    tasks: list[TaskExit] = Field(max_length=limits.LIST_MAX_ITEMS)
+    error: Diagnostic | None = None
 
 
 Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished], Field(discriminator="kind")]
 
 
 class EventBatch(BaseModel):
-    events: list[Event]
+    events: list[Event] = Field(max_length=limits.LIST_MAX_ITEMS)

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from corral.protocol import SignalJob, StepFinished, TaskExit
-from corral.stepio import StepStreams
+from corral.slurm.step_streams import StepStreams
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def streams():
         kwargs.setdefault("input", "none")
         kwargs.setdefault("stdout", io.BytesIO())
         kwargs.setdefault("stderr", io.BytesIO())
-        made.append(StepStreams(host="127.0.0.1", **kwargs))
+        made.append(StepStreams(host="127.0.0.1", **kwargs).start())
         return made[-1]
 
     yield make

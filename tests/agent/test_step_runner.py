@@ -15,7 +15,7 @@ from corral import stepio
 from corral.agent.environment import step_environment
 from corral.agent.step_runner import StepRunner
 from corral.protocol import StepFinished, TaskExit, TaskLaunch
-from corral.stepio import StepStreams
+from corral.slurm.step_streams import StepStreams
 
 
 def two_tasks(**overrides):
@@ -33,7 +33,7 @@ class Srun:
 
     def __init__(self, **kwargs) -> None:
         self.out, self.err = io.BytesIO(), io.BytesIO()
-        self.streams = StepStreams(host="127.0.0.1", stdout=self.out, stderr=self.err, **kwargs)
+        self.streams = StepStreams(host="127.0.0.1", stdout=self.out, stderr=self.err, **kwargs).start()
 
     def io_fields(self) -> dict:
         return dict(io_host=self.streams.host, io_port=self.streams.port, io_token=self.streams.token)

@@ -1,5 +1,6 @@
-"""srun's end of the step I/O (corral.stepio.StepStreams) over real loopback sockets, with the agent's
-end played by a plain socket speaking the wire protocol (test_step_runner.py runs the real agent end)."""
+"""srun's end of the step I/O (corral.slurm.step_streams.StepStreams; wire format corral.stepio) over
+real loopback sockets, with the agent's end played by a plain socket speaking the wire protocol
+(test_step_runner.py runs the real agent end; test_step_book.py the bookkeeping without sockets)."""
 from __future__ import annotations
 
 import io
@@ -15,7 +16,8 @@ import time
 import pytest
 
 from corral import stepio
-from corral.stepio import ALL_RANKS, FrameDecoder, StepStreams, frame
+from corral.slurm.step_streams import StepStreams
+from corral.stepio import ALL_RANKS, FrameDecoder, frame
 
 
 class Agent:
@@ -62,7 +64,7 @@ def make_streams():
 
     def make(**kwargs) -> tuple[StepStreams, io.BytesIO, io.BytesIO]:
         out, err = io.BytesIO(), io.BytesIO()
-        streams = StepStreams(host="127.0.0.1", stdout=out, stderr=err, **kwargs)
+        streams = StepStreams(host="127.0.0.1", stdout=out, stderr=err, **kwargs).start()
         made.append(streams)
         return streams, out, err
 
@@ -81,6 +83,23 @@ def test_frames_survive_any_split():
     assert decoder.pending == 0
     with pytest.raises(stepio.ProtocolError):
         FrameDecoder().feed(stepio.HEADER.pack(b"o", 0, stepio.MAX_PAYLOAD + 1))
+
+
+@pytest.mark.parametrize("line, parsed", [
+    (stepio.hello("t", "n1", [0, 1])[:-1], ("t", "n1", [0, 1])),
+    (b'{"token": "t", "node": "n1"}', None),
+    (b'{"token": 1, "node": "n1", "ranks": []}', None),
+    (b'{"token": "t", "node": "n1", "ranks": ["x"]}', None),
+    (b'["t", "n1", [0]]', None),
+    (b'{"token": "t", "node": ', None),
+])
+def test_hello_lines(line, parsed):
+    if parsed is None:
+        with pytest.raises(stepio.ProtocolError):
+            stepio.parse_hello(line)
+    else:
+        assert stepio.parse_hello(line) == parsed
+    assert stepio.same_token("abc", "abc") and not stepio.same_token("abd", "abc")
 
 
 def test_raw_output_exits_and_done_after_the_connection_ends(make_streams):
@@ -239,7 +258,7 @@ def test_output_already_sent_is_printed_before_wait_returns(make_streams):
 
 
 def test_srun_module_imports_only_the_standard_library():
-    code = "import sys, corral.stepio; print(json.dumps(sorted(sys.modules)))"
+    code = "import sys, corral.slurm.step_streams; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True,
                          check=True).stdout
     loaded = set(json.loads(out))

@@ -198,7 +198,10 @@ def _add_job_routes(app: FastAPI, state: StandinState) -> None:
         found = job(job_id)
         if found["state"] not in ACTIVE:
             raise HTTPException(409, f"job {job_id} already ended ({found['state']})")
-        found.update(state="CANCELLED", reason="None", end_time=time.time())
+        if found["state"] == "PENDING":
+            found.update(state="CANCELLED", reason="None", end_time=time.time())
+        else:  # as corral's controller: the tasks get SIGTERM, the job ends once they are gone
+            found.update(state="COMPLETING")
         return found
 
 

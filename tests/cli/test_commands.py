@@ -188,8 +188,10 @@ def test_show_json_and_unknown_job(standin, cli):
 def test_cancel(standin, cli):
     result = cli("cancel", "1", "2")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == ["Cancelled job 1 (CANCELLED)", "Cancelled job 2 (CANCELLED)"]
-    assert standin.state.jobs[1]["state"] == "CANCELLED"
+    assert result.stdout.splitlines() == [
+        "Cancelling job 1: its tasks are being stopped (COMPLETING), then it ends CANCELLED",
+        "Cancelled job 2 (CANCELLED)"]
+    assert standin.state.jobs[1]["state"] == "COMPLETING"
 
 
 def test_cancel_unknown_fails_but_cancels_the_rest(standin, cli):

@@ -8,7 +8,7 @@ from corral.controller.settings import SettingsError, settings_from_dict
 
 @pytest.mark.parametrize(("nodes", "problem"), [
     ("n[1-", "unbalanced '['"),
-    ("n[1-100000]", "names 100000 hosts, more than the 65536 allowed"),
+    ("n[1-100000]", "names more than 65536 hosts"),
 ])
 def test_a_bad_partition_hostlist_is_a_settings_error(nodes, problem) -> None:
     with pytest.raises(SettingsError) as caught:

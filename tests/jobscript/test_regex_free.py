@@ -117,7 +117,7 @@ def test_directive_lines(lines):
         if match:
             rest = match.group(2) or ""
             try:
-                expected.extend(shlex.split(rest[: directives._comment_start(rest)]))
+                expected.extend(shlex.split(rest[: directives._scan(rest)[0]]))
             except ValueError:
                 expected = "refused"
                 break

@@ -5,6 +5,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.api.fields import (
+    Amount,
+    Args,
+    Comment,
+    Count,
+    Env,
+    EpochS,
+    FilePath,
+    MemMib,
+    Name,
+    Priority,
+    Script,
+    TimeLimitS,
+    Uid,
+)
+
 
 class JobSubmit(BaseModel):
     """A submission as a user states it, in Slurm's terms. The controller normalizes and validates it
@@ -13,51 +29,51 @@ class JobSubmit(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = None
-    script: str | None = Field(None, description="Script text; runs as every task. Exclusive with argv.")
-    argv: list[str] | None = Field(None, description="Command to run as every task. Exclusive with script.")
-    script_args: list[str] = Field([], description="Arguments given to the script")
-    workdir: str
-    env: dict[str, str] = {}
-    user: str
-    uid: int = 0
-    submit_host: str = ""
-    partition: str | None = None
-    nodes: int | None = Field(None, ge=1)
-    ntasks: int | None = Field(None, ge=1)
-    ntasks_per_node: int | None = Field(None, ge=1)
-    gpus: int | None = Field(None, ge=0, description="GPUs for the whole job")
-    gpus_per_node: int | None = Field(None, ge=0)
-    gpus_per_task: int | None = Field(None, ge=0)
-    gpu_model: str | None = Field(None, description="Run only on nodes with this GPU model: its Slurm type ('h100'), "
-                                                    "NVML's or Slurm's AutoDetect name, any case ('A|B': either)")
+    name: Name | None = None
+    script: Script | None = Field(None, description="Script text; runs as every task. Exclusive with argv.")
+    argv: Args | None = Field(None, description="Command to run as every task. Exclusive with script.")
+    script_args: Args = Field([], description="Arguments given to the script")
+    workdir: FilePath
+    env: Env = {}
+    user: Name
+    uid: Uid = 0
+    submit_host: Name = ""
+    partition: Name | None = None
+    nodes: Count | None = None
+    ntasks: Count | None = None
+    ntasks_per_node: Count | None = None
+    gpus: Amount | None = Field(None, description="GPUs for the whole job")
+    gpus_per_node: Amount | None = None
+    gpus_per_task: Amount | None = None
+    gpu_model: Name | None = Field(None, description="Run only on nodes with this GPU model: its Slurm type ('h100'), "
+                                                     "NVML's or Slurm's AutoDetect name, any case ('A|B': either)")
     gpu_milli: int | None = Field(None, ge=1, le=1000, description=(
         "A share of one GPU per node in milli-GPU (1..999; 1000 = whole GPUs, the default); needs exactly "
         "one GPU per node. The scheduler packs shares onto devices; it does not enforce them on the GPU yet."))
-    cpus_per_task: int | None = Field(None, ge=1, description="Default 1")
-    mem_mib: int | None = Field(None, ge=0, description="Memory per node")
-    mem_per_gpu_mib: int | None = Field(None, ge=0)
-    mem_per_cpu_mib: int | None = Field(None, ge=0)
-    time_limit_s: int | None = Field(None, ge=1)
-    output: str | None = None
-    error: str | None = None
-    priority: int = 0
-    account: str | None = None  # default: the user's default account
-    qos: str | None = None  # default: the cluster's default QOS
-    queue: str | None = None  # quota queue; default: the queue of the job's account
-    array: str | None = Field(None, description="Slurm array spec: 0-99%8, 1,3,5, 0-15:4")
-    dependency: str | None = Field(None, description="afterok:1:2,afterany:3 (all) or afterok:1?afterok:2 (any); singleton")
-    signal: str | None = Field(None, description="[B:]SIG[@seconds]: warning signal before the time limit")
+    cpus_per_task: Count | None = Field(None, description="Default 1")
+    mem_mib: MemMib | None = Field(None, description="Memory per node")
+    mem_per_gpu_mib: MemMib | None = None
+    mem_per_cpu_mib: MemMib | None = None
+    time_limit_s: TimeLimitS | None = None
+    output: FilePath | None = None
+    error: FilePath | None = None
+    priority: Priority = 0
+    account: Name | None = None  # default: the user's default account
+    qos: Name | None = None  # default: the cluster's default QOS
+    queue: Name | None = None  # quota queue; default: the queue of the job's account
+    array: Comment | None = Field(None, description="Slurm array spec: 0-99%8, 1,3,5, 0-15:4")
+    dependency: Comment | None = Field(None, description="afterok:1:2,afterany:3 (all) or afterok:1?afterok:2 (any); singleton")
+    signal: Name | None = Field(None, description="[B:]SIG[@seconds]: warning signal before the time limit")
     requeue: bool = True  # may be requeued (preemption in requeue mode, scontrol requeue)
-    reservation: str | None = None
+    reservation: Name | None = None
     hold: bool = False
     batch: bool = Field(False, description="sbatch semantics: the script runs once, on the first node")
-    begin_time: float | None = Field(None, description="Not eligible to start before this time (epoch seconds, "
+    begin_time: EpochS | None = Field(None, description="Not eligible to start before this time (epoch seconds, "
                                      "sbatch --begin)")
     allocation: bool = Field(False, description="salloc semantics: no script or command; the caller starts "
                              "steps in the allocation and ends it with POST /jobs/{id}/complete")
-    comment: str = ""
-    wckey: str = ""
+    comment: Comment = ""
+    wckey: Name = ""
     open_mode: Literal["append", "truncate"] | None = Field(
         None, description="Output files: batch jobs truncate by default, as sbatch does")
 
@@ -173,16 +189,16 @@ class JobUpdate(BaseModel):
     """scontrol update: what may change in an active job (priority only while it waits)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(None, min_length=1)
-    comment: str | None = None
-    time_limit_s: int | None = Field(None, ge=1)
-    priority: int | None = Field(None, ge=0)
+    name: Name | None = Field(None, min_length=1)
+    comment: Comment | None = None
+    time_limit_s: TimeLimitS | None = None
+    priority: Priority | None = None
 
 
 class NodeUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     drain: bool
-    reason: str = ""
+    reason: Comment = ""
 
 
 class ErrorOut(BaseModel):

@@ -5,27 +5,29 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from corral.api.fields import Args, Count, Env, FilePath, Name, Names, Port
+
 
 class StepSubmit(BaseModel):
     """Start a step in a running job: what `srun` sends, with its defaults already applied."""
 
-    argv: list[str] = Field(min_length=1)
-    name: str | None = Field(None, description="Default: the command's file name")
-    nodes: int | None = Field(None, ge=1, description="Default: all usable nodes (fewer if ntasks is smaller)")
-    ntasks: int | None = Field(None, ge=1, description="Default: nodes x ntasks_per_node, or one per node")
-    ntasks_per_node: int | None = Field(None, ge=1)
-    nodelist: list[str] = Field([], description="Nodes the step must use (srun -w); all must be in the allocation")
-    exclude: list[str] = Field([], description="Nodes the step must not use (srun -x)")
-    cpus_per_task: int = Field(1, ge=1)
-    gpus_per_task: int | None = Field(None, ge=1, description="Split the node's GPUs between tasks")
-    workdir: str
-    env: dict[str, str] = Field({}, description="The tasks' environment as srun exports it")
-    output: str | None = Field(None, description="File pattern for stdout; default: streamed to srun")
-    error: str | None = Field(None, description="File pattern for stderr; default: with stdout")
-    input: str = Field("all", pattern=r"^(all|none|[0-9]+)$", description="srun --input: all, none or a rank")
-    io_host: str | None = Field(None, description="srun's listener for the tasks' I/O (corral.stepio)")
-    io_port: int | None = Field(None, ge=1, le=65535)
-    io_token: str = ""
+    argv: Args = Field(min_length=1)
+    name: Name | None = Field(None, description="Default: the command's file name")
+    nodes: Count | None = Field(None, description="Default: all usable nodes (fewer if ntasks is smaller)")
+    ntasks: Count | None = Field(None, description="Default: nodes x ntasks_per_node, or one per node")
+    ntasks_per_node: Count | None = None
+    nodelist: Names = Field([], description="Nodes the step must use (srun -w); all must be in the allocation")
+    exclude: Names = Field([], description="Nodes the step must not use (srun -x)")
+    cpus_per_task: Count = 1
+    gpus_per_task: Count | None = Field(None, description="Split the node's GPUs between tasks")
+    workdir: FilePath
+    env: Env = Field({}, description="The tasks' environment as srun exports it")
+    output: FilePath | None = Field(None, description="File pattern for stdout; default: streamed to srun")
+    error: FilePath | None = Field(None, description="File pattern for stderr; default: with stdout")
+    input: str = Field("all", pattern=r"^(all|none|[0-9]{1,10})$", description="srun --input: all, none or a rank")
+    io_host: Name | None = Field(None, description="srun's listener for the tasks' I/O (corral.stepio)")
+    io_port: Port | None = None
+    io_token: Name = ""
 
 
 class StepOut(BaseModel):

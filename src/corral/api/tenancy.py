@@ -5,11 +5,19 @@ The same shape is read from the controller's TOML file (top-level tables `[[acco
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from corral.limits import AMOUNT_MAX, INT32_MAX, LIST_MAX_ITEMS
+from corral.api.fields import Amount, Count, DurationS, EpochS, Name, Names, Priority, TimeLimitS
+
 DAY_S = 86400
+# Quota amounts are integers 0..AMOUNT_MAX; priority weights 0..2^31-1; billing weights finite.
+QuotaAmounts = Annotated[dict[Name, Annotated[int, Field(ge=0, le=AMOUNT_MAX)]],
+                         Field(max_length=LIST_MAX_ITEMS)]
+Weight = Annotated[int, Field(ge=0, le=INT32_MAX)]
+BillingWeight = Annotated[float, Field(ge=0, le=INT32_MAX, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -17,44 +25,44 @@ class _Strict(BaseModel):
 
 
 class AccountSpec(_Strict):
-    name: str
-    parent: str | None = None  # None: a child of the root
-    shares: int = Field(1, ge=1)
+    name: Name
+    parent: Name | None = None  # None: a child of the root
+    shares: Count = 1
 
 
 class UserSpec(_Strict):
-    name: str
-    accounts: list[str] = Field(min_length=1)
-    default_account: str | None = None  # default: the first of `accounts`
+    name: Name
+    accounts: Names = Field(min_length=1)
+    default_account: Name | None = None  # default: the first of `accounts`
 
 
 class QosSpec(_Strict):
-    name: str
-    priority: int = Field(0, ge=0)
-    preempts: list[str] = []  # QOS names whose jobs this QOS's jobs may preempt
+    name: Name
+    priority: Priority = 0
+    preempts: Names = []  # QOS names whose jobs this QOS's jobs may preempt
     preempt_mode: Literal["requeue", "cancel"] = "requeue"  # what happens to this QOS's jobs when preempted
-    grace_s: float = Field(60.0, ge=0)  # SIGTERM, then SIGKILL after this long
-    min_runtime_s: float = Field(0.0, ge=0)  # never preempted before running this long
-    max_wall_s: int | None = Field(None, ge=1)
+    grace_s: DurationS = 60.0  # SIGTERM, then SIGKILL after this long
+    min_runtime_s: DurationS = 0.0  # never preempted before running this long
+    max_wall_s: TimeLimitS | None = None
 
 
 class QueueSpec(_Strict):
-    name: str
-    cohort: str | None = None
-    accounts: list[str] = []  # jobs of these accounts go to this queue unless they name another
+    name: Name
+    cohort: Name | None = None
+    accounts: Names = []  # jobs of these accounts go to this queue unless they name another
     # resource ("gpu", "cpu", "mem_mib", or "gpu:<model>" for a GPU-model flavor) -> amount; flavors are
     # tried in the order written
-    nominal: dict[str, int]
-    borrowing_limit: dict[str, int] = {}
-    lending_limit: dict[str, int] = {}
+    nominal: QuotaAmounts
+    borrowing_limit: QuotaAmounts = {}
+    lending_limit: QuotaAmounts = {}
 
 
 class LimitSpec(_Strict):
-    user: str | None = None
-    account: str | None = None
-    max_running_jobs: int | None = Field(None, ge=0)
-    max_submit_jobs: int | None = Field(None, ge=0)
-    max_gpus: int | None = Field(None, ge=0)
+    user: Name | None = None
+    account: Name | None = None
+    max_running_jobs: Amount | None = None
+    max_submit_jobs: Amount | None = None
+    max_gpus: Amount | None = None
 
     @model_validator(mode="after")
     def _one_subject(self) -> "LimitSpec":
@@ -64,33 +72,33 @@ class LimitSpec(_Strict):
 
 
 class PriorityWeights(_Strict):
-    weight_age: int = 1000
-    weight_fairshare: int = 10000
-    weight_job_size: int = 0
+    weight_age: Weight = 1000
+    weight_fairshare: Weight = 10000
+    weight_job_size: Weight = 0
     # The job-size factor's measure: "gpus" (the share of the cluster's GPUs a job asks for) or "gpu_time"
     # (GPUs x time limit, what the user asked for, on a log scale from 1 GPU-second to the whole cluster for
     # a year). favor_small (Slurm's PriorityFavorSmall) turns it around: the smaller, the higher.
     job_size_basis: Literal["gpus", "gpu_time"] = "gpus"
     favor_small: bool = False
-    weight_partition: int = 0
-    weight_qos: int = 0
-    max_age_s: float = Field(7 * DAY_S, gt=0)
-    half_life_s: float = Field(7 * DAY_S, gt=0)  # fair-share usage decay
-    calc_period_s: float = Field(60.0, gt=0)  # how often pending jobs' priorities are recomputed
+    weight_partition: Weight = 0
+    weight_qos: Weight = 0
+    max_age_s: DurationS = Field(7 * DAY_S, gt=0)
+    half_life_s: DurationS = Field(7 * DAY_S, gt=0)  # fair-share usage decay
+    calc_period_s: DurationS = Field(60.0, gt=0)  # how often pending jobs' priorities are recomputed
     # Billing per resource-second for fair share: usage = sum(weight * amount * seconds).
-    billing: dict[str, float] = {"gpu": 1.0}
+    billing: Annotated[dict[Name, BillingWeight], Field(max_length=LIST_MAX_ITEMS)] = {"gpu": 1.0}
 
 
 class TenancySpec(_Strict):
-    accounts: list[AccountSpec] = []
-    users: list[UserSpec] = []
-    qos: list[QosSpec] = [QosSpec(name="normal")]
-    default_qos: str = "normal"
+    accounts: Annotated[list[AccountSpec], Field(max_length=LIST_MAX_ITEMS)] = []
+    users: Annotated[list[UserSpec], Field(max_length=LIST_MAX_ITEMS)] = []
+    qos: Annotated[list[QosSpec], Field(max_length=LIST_MAX_ITEMS)] = [QosSpec(name="normal")]
+    default_qos: Name = "normal"
     # The account of users without a [[users]] entry; None: such users may not submit (as in Slurm with
     # AccountingStorageEnforce=associations).
-    default_account: str | None = None
-    queues: list[QueueSpec] = []
-    limits: list[LimitSpec] = []
+    default_account: Name | None = None
+    queues: Annotated[list[QueueSpec], Field(max_length=LIST_MAX_ITEMS)] = []
+    limits: Annotated[list[LimitSpec], Field(max_length=LIST_MAX_ITEMS)] = []
     priority: PriorityWeights = PriorityWeights()
 
     @model_validator(mode="after")
@@ -155,13 +163,13 @@ def _unique(kind: str, names: list[str]) -> None:
 
 
 class ReservationSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    start: float
-    end: float
-    nodes: str | None = None  # hostlist; or
-    gpus: int | None = Field(None, ge=1)  # a GPU count: the controller picks nodes
-    users: list[str] = []
-    accounts: list[str] = []
+    name: Name = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    start: EpochS
+    end: EpochS
+    nodes: Name | None = None  # hostlist; or
+    gpus: Count | None = None  # a GPU count: the controller picks nodes
+    users: Names = []
+    accounts: Names = []
     maintenance: bool = False  # no jobs at all on these nodes in the window
 
     @model_validator(mode="after")

@@ -150,11 +150,19 @@ def _cancel_each(client: Client, ref: JobRef, jobs: list[dict]) -> None:
                 raise
             ended.append(exc)
             continue
-        typer.echo(f"Cancelled job {render.job_id_text(done)} ({done['state']})")
+        typer.echo(cancelled_line(done))
     if len(jobs) == 1 and ended:
         warn(f"job {ref} not cancelled: {ended[0]}")
     elif ended:
         warn(f"{len(ended)} of the {len(jobs)} jobs of {ref} had already ended")
+
+
+def cancelled_line(job: dict) -> str:
+    """What a cancel did, from the job as the controller answered: ended, or being stopped."""
+    name = render.job_id_text(job)
+    if job["state"] == "COMPLETING":
+        return f"Cancelling job {name}: its tasks are being stopped (COMPLETING), then it ends CANCELLED"
+    return f"Cancelled job {name} ({job['state']})"
 
 
 def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:

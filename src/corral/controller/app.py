@@ -24,7 +24,16 @@ from corral.api.schemas import (
 )
 from corral.controller import listing
 from corral.controller.listing import JobFilter, JobQuery
-from corral.controller.params import JobIdPath
+from corral.controller.params import (
+    AfterQuery,
+    EpochQuery,
+    JobIdPath,
+    LimitQuery,
+    NamePath,
+    NameQuery,
+    SeqQuery,
+    UidQuery,
+)
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.writer import StoreUnavailable
 from corral.controller.step_routes import step_routes
@@ -54,6 +63,8 @@ UNAVAILABLE = {503: {"model": ErrorOut, "description": "the database cannot be w
 WRITE_ERRORS = {**ERRORS, **UNAVAILABLE}
 # What a 503 tells clients to wait before trying again (the controller checks the store more often).
 RETRY_AFTER_S = 5
+# Every refusal (bad JSON, a value out of range, an unknown job, a wrong secret) has this body.
+REFUSALS = {"4XX": {"model": ErrorOut, "description": "Refused: `detail` says why"}}
 
 
 def create_app(service: ControllerService, secret: str) -> FastAPI:
@@ -65,7 +76,7 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN: they work on a
     # cluster without internet access. Swagger UI's "Authorize" takes the secret (the bearer scheme below).
-    app = FastAPIOffline(title="corral", version="0.1.0", lifespan=lifespan,
+    app = FastAPIOffline(title="corral", version="0.1.0", lifespan=lifespan, responses=REFUSALS,
                          description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
     expected = secret.encode()
     bearer = HTTPBearer(auto_error=False, scheme_name="ClusterSecret",
@@ -125,10 +136,10 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
     @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
-    async def list_jobs(states: str | None = None, user: str | None = None, all: bool = False,
-                        ids: str | None = Query(None, description=IDS_HELP), partitions: str | None = None,
-                        accounts: str | None = None, after: int | None = Query(None, ge=0),
-                        limit: int | None = Query(None, ge=1), combine_arrays: bool = False) -> Response:
+    async def list_jobs(states: NameQuery = None, user: NameQuery = None, all: bool = False,
+                        ids: str | None = Query(None, description=IDS_HELP), partitions: NameQuery = None,
+                        accounts: NameQuery = None, after: AfterQuery = None, limit: LimitQuery = None,
+                        combine_arrays: bool = False) -> Response:
         """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
         list: `user` names, `ids`, `states`, `partitions`, `accounts`. Paging: at most `limit` jobs with
         an id above `after`; the X-Next-After header says where the next page starts. `combine_arrays`:
@@ -151,13 +162,13 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return job
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=WRITE_ERRORS)
-    async def cancel(job_id: JobIdPath, uid: int | None = None) -> JobOut:
+    async def cancel(job_id: JobIdPath, uid: UidQuery = None) -> JobOut:
         """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
         return await _operate(service, job_id, service.cancel(job_id, uid))
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=WRITE_ERRORS)
     async def signal_job(job_id: JobIdPath, signal: int = Query(..., ge=1, le=64),
-                         scope: Literal["steps", "batch", "full"] = "steps", uid: int | None = None) -> JobOut:
+                         scope: Literal["steps", "batch", "full"] = "steps", uid: UidQuery = None) -> JobOut:
         """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
         return await _operate(service, job_id, service.signal(job_id, signal, scope, uid))
 
@@ -184,7 +195,7 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return service.nodes()
 
     @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=WRITE_ERRORS)
-    async def update_node(name: str, body: NodeUpdate) -> NodeOut:
+    async def update_node(name: NamePath, body: NodeUpdate) -> NodeOut:
         try:
             await service.drain(name, body.drain, body.reason)
         except KeyError:
@@ -196,11 +207,10 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return service.partitions()
 
     @app.get(f"{API_PREFIX}/accounting", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
-    async def accounting(user: str | None = None, states: str | None = None, since: float | None = None,
-                         until: float | None = None, ids: str | None = Query(None, description=IDS_HELP),
-                         partitions: str | None = None, accounts: str | None = None,
-                         after: int | None = Query(None, ge=0), limit: int | None = Query(None, ge=1),
-                         combine_arrays: bool = False) -> Response:
+    async def accounting(user: NameQuery = None, states: NameQuery = None, since: EpochQuery = None,
+                         until: EpochQuery = None, ids: str | None = Query(None, description=IDS_HELP),
+                         partitions: NameQuery = None, accounts: NameQuery = None, after: AfterQuery = None,
+                         limit: LimitQuery = None, combine_arrays: bool = False) -> Response:
         """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
         by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs."""
         query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
@@ -259,12 +269,12 @@ def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return await service.register(body)
 
     @app.get(f"{API_PREFIX}/agents/{{node}}/commands", dependencies=[auth])
-    async def commands(node: str, after: int = 0, wait_s: float = Query(20.0, ge=0, le=60),
+    async def commands(node: NamePath, after: SeqQuery = 0, wait_s: float = Query(20.0, ge=0, le=60),
                        epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> CommandBatch:
         service.check_agent(node, epoch)
         return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
 
     @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth], responses=UNAVAILABLE)
-    async def events(node: str, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
+    async def events(node: NamePath, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
         await service.agent_events(node, epoch, body)
         return {"accepted": len(body.events)}

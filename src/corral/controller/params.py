@@ -1,4 +1,5 @@
-"""Path parameters that name a job record or a step: ASCII digits within what the database stores.
+"""Path parameters that name a job record or a step: ASCII digits within what the database stores;
+other path and query parameters bounded by corral.limits like the bodies are.
 
 FastAPI's int would read `1_5` as 15, `15.0` as 15 and ` 3` as 3 (pydantic's lax parsing), and pass
 ids past 2**63-1 to SQLite, which fails with a 500: the check runs before the int conversion."""
@@ -6,9 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import BeforeValidator
 
+from corral import limits
+from corral.api.fields import Name
 from corral.jobref import MAX_ID, JobIdError, ascii_number, parse_job_id
 
 
@@ -32,3 +35,11 @@ JobIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="A job's own id (ea
                       BeforeValidator(_job_id)]
 StepIdPath = Annotated[int, Path(ge=0, le=MAX_ID, description="The step's number within its job."),
                        BeforeValidator(_step_id)]
+NamePath = Annotated[Name, Path()]
+UidQuery = Annotated[int | None, Query(ge=0, le=limits.UID_MAX, description="Who asks (a uid)")]
+NameQuery = Annotated[Name | None, Query()]
+EpochQuery = Annotated[float | None, Query(ge=0, le=limits.TIME_MAX_S, allow_inf_nan=False)]
+SeqQuery = Annotated[int, Query(ge=0, le=limits.INT64_MAX)]
+# Paging of job lists: ids above `after`, at most `limit` jobs.
+AfterQuery = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only jobs with a larger id (paging)")]
+LimitQuery = Annotated[int | None, Query(ge=1, le=limits.COUNT_MAX, description="At most this many jobs")]

@@ -12,6 +12,7 @@ from corral.api.tenancy import (
     TenancySpec,
 )
 from corral.controller import tenancy_views
+from corral.controller.params import NamePath
 from corral.controller.service import ControllerService
 from corral.engine.reservations import ReservationError
 from corral.protocol import API_PREFIX
@@ -61,7 +62,7 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
         return tenancy_views.reservation_out(record, service.clock())
 
     @app.delete(f"{API_PREFIX}/reservations/{{name}}", status_code=204, dependencies=[auth], responses=ERRORS)
-    async def delete_reservation(name: str) -> Response:
+    async def delete_reservation(name: NamePath) -> Response:
         try:
             await service.remove_reservation(name)
         except KeyError:

@@ -60,9 +60,9 @@ def parse_signal(text: str) -> tuple[int, int]:
     """Slurm's --signal=[B:]SIG[@seconds] (default 60 s)."""
     body = text[2:] if text.startswith(("B:", "R:")) else text
     name, _, secs = body.partition("@")
-    if secs and (not secs.isdigit() or int(secs) > 65535):
-        raise AdmissionError(f"invalid --signal time {secs!r}")
-    if name.isdigit():
+    if secs and (not secs.isdecimal() or int(secs) > 65535):
+        raise AdmissionError(f"invalid --signal time {secs!r}: it must be whole seconds from 0 to 65535")
+    if name.isdecimal():
         number = int(name)
         if not 1 <= number < signal.NSIG:
             raise AdmissionError(f"invalid signal number {name!r} in --signal")

@@ -4,10 +4,8 @@ from __future__ import annotations
 import re
 
 from corral.jobref import ascii_number
+from corral.limits import ARRAY_INDEX_MAX, MAX_ARRAY_SIZE
 
-# Slurm's default MaxArraySize: task indices 0..1000, so one submission makes at most 1,001 jobs
-# (~40 ms of the controller's time; 100,000 tasks took 4 s in which it answered no one).
-MAX_ARRAY_SIZE = 1001
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")  # ASCII digits: `\d` takes any script's
 
 
@@ -35,6 +33,8 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
             raise ArrayError(f"array index too large in {part!r} in --array={text}")
         if hi < lo or step < 1:
             raise ArrayError(f"invalid array range {part!r} in --array={text}")
+        if hi > ARRAY_INDEX_MAX:
+            raise ArrayError(f"--array={text}: index {hi} is above the largest allowed, {ARRAY_INDEX_MAX}")
         if hi >= MAX_ARRAY_SIZE:  # checked before the range is made
             raise ArrayError(f"invalid array index {hi} in --array={text}: task indices go up to "
                              f"{MAX_ARRAY_SIZE - 1} (MaxArraySize={MAX_ARRAY_SIZE})")

@@ -15,6 +15,14 @@ _SHELL_SPECIAL = ("'", '"', "\\")
 WRAP_HEADER = "# This script was created by corral submit --wrap."
 
 
+class UnmatchedQuote(DirectiveError):
+    """A directive line whose quote is never closed; sbatch stops on it (`fatal`)."""
+
+    def __init__(self, prefix: str, line_number: int, quote: str, rest: str) -> None:
+        super().__init__(f"cannot parse {prefix} directive line {line_number}: unmatched {quote} in [{rest}]")
+        self.line_number, self.quote, self.rest = line_number, quote, rest
+
+
 class DirectiveToken(str):
     """One argument token of a directive line; it remembers where it came from for messages."""
 
@@ -34,7 +42,8 @@ def parse_directives(script_text: str) -> list[str]:
             continue
         prefix, rest = _directive_rest(line.rstrip())
         if prefix:
-            tokens.extend(DirectiveToken(t, number, prefix) for t in _split_line(rest, number, prefix))
+            words = _split_line(rest, number, prefix, line[len(prefix):])
+            tokens.extend(DirectiveToken(t, number, prefix) for t in words)
             continue
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
@@ -51,8 +60,13 @@ def _directive_rest(line: str) -> tuple[str, str]:
     return prefix, rest.lstrip()
 
 
-def _split_line(text: str, line_number: int, prefix: str) -> list[str]:
-    text = text[: _comment_start(text)]
+def _split_line(text: str, line_number: int, prefix: str, raw: str) -> list[str]:
+    """The words of a directive line's arguments; `raw` is all of the line after the prefix, which
+    an unmatched quote's message shows as sbatch does."""
+    comment_at, open_quote = _scan(text)
+    if open_quote is not None:
+        raise UnmatchedQuote(prefix, line_number, open_quote, raw)
+    text = text[:comment_at]
     if not any(char in text for char in _SHELL_SPECIAL):
         # What shlex.split gives for text without quotes or escapes: words between ' \t\r\n'.
         return [word for word in text.replace("\t", " ").replace("\r", " ").replace("\n", " ").split(" ") if word]
@@ -60,12 +74,13 @@ def _split_line(text: str, line_number: int, prefix: str) -> list[str]:
 
     try:
         return shlex.split(text)
-    except ValueError as exc:  # unbalanced quotes
+    except ValueError as exc:  # a trailing backslash
         raise DirectiveError(f"cannot parse {prefix} directive line {line_number}: {exc}") from None
 
 
-def _comment_start(text: str) -> int:
-    """Index of a `#` that starts a word outside quotes (a trailing comment), else len(text).
+def _scan(text: str) -> tuple[int, str | None]:
+    """(index of a `#` that starts a word outside quotes (a trailing comment), else len(text);
+    the quote left open at the end of the text, else None).
 
     shlex's own comment handling also cuts `--output=a#b` at the `#`, which sbatch does not."""
     quote: str | None = None
@@ -84,10 +99,10 @@ def _comment_start(text: str) -> int:
         elif char.isspace():
             word_start = True
         elif char == "#" and word_start:
-            return index
+            return index, None
         else:
             word_start = False
-    return len(text)
+    return len(text), quote
 
 
 def check_script(script_text: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from corral.durations import format_duration, format_duration_short  # noqa: F401 (re-exported)
 from corral.jobscript.errors import DirectiveError
+from corral.limits import MEM_MIB_MAX, TIME_LIMIT_S_MAX
 
 _UNLIMITED_WORDS = frozenset({"unlimited", "infinite", "-1"})
 # Slurm's time forms (src/common/parse_time.c: time_str2secs): the seconds per field of
@@ -34,6 +35,9 @@ def parse_time_s(text: str) -> int:
         )
         raise DirectiveError(f"invalid time limit {text!r}: {reason}", reason)
     seconds = _time_form_s(cleaned)
+    if seconds is not None and seconds > TIME_LIMIT_S_MAX:
+        reason = f"longer than the longest time limit corral takes, {TIME_LIMIT_S_MAX} seconds (about 68 years)"
+        raise DirectiveError(f"invalid time limit {text!r}: {reason}", reason)
     if seconds is not None:
         return seconds
     reason = f"expected {TIME_FORMS_HELP}"
@@ -70,6 +74,8 @@ def parse_mem_mib(text: str) -> int:
         reason = f"expected {MEM_FORMS_HELP}"
         raise DirectiveError(f"invalid memory size {text!r}: {reason}", reason)
     amount = int(number)
-    if unit == "K":
-        return -(-amount // 1024)
-    return amount * _MIB_PER_UNIT[unit]
+    mib = -(-amount // 1024) if unit == "K" else amount * _MIB_PER_UNIT[unit]
+    if mib > MEM_MIB_MAX:
+        reason = f"more than the largest memory size corral takes, {MEM_MIB_MAX} MiB (2 PiB)"
+        raise DirectiveError(f"invalid memory size {text!r}: {reason}", reason)
+    return mib

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.units import parse_mem_mib, parse_time_s
+from corral.limits import COUNT_MAX
 
 # Hand-written matchers rather than `re`: sbatch converts GPU counts on every submission, and `re`
 # (with enum) costs it ~7 ms of start-up. A count is `\d+` (str.isdecimal: Unicode digits too, as
@@ -47,14 +48,20 @@ def non_negative_int(text: str) -> int:
 def _count(text: str, expected: str) -> int:
     if not text.strip().isdecimal():
         raise DirectiveError(f"expected {expected}")
-    return int(text)
+    return _bounded(int(text))
+
+
+def _bounded(count: int) -> int:
+    if count > COUNT_MAX:
+        raise DirectiveError(f"{count} is more than corral's limit, {COUNT_MAX}")
+    return count
 
 
 def gpu_count(text: str) -> GpuRequest:
     model, colon, number = text.strip().rpartition(":")
     if not number.isdecimal() or (colon and not (model and _all_in(model, _MODEL_CHARS))):
         raise DirectiveError("expected a GPU count, optionally with a type: N or TYPE:N")
-    return GpuRequest(int(number), model if colon else None)
+    return GpuRequest(_bounded(int(number)), model if colon else None)
 
 
 def _all_in(text: str, allowed: frozenset[str]) -> bool:
@@ -80,7 +87,7 @@ def _gres_item_gpus(item: str) -> GpuRequest:
     name, *rest = item.split(":")
     if name != "gpu" or len(rest) > 2:
         raise DirectiveError(f"unsupported resource {item!r}: corral schedules only gpu[:type][:N]")
-    count = int(rest.pop()) if rest and rest[-1].isdecimal() else 1
+    count = _bounded(int(rest.pop())) if rest and rest[-1].isdecimal() else 1
     if len(rest) > 1 or (rest and not _is_gres_type(rest[0])):
         raise DirectiveError(f"invalid GPU type or count in {item!r}: expected gpu[:type][:N]")
     return GpuRequest(count, rest[0] if rest else None)

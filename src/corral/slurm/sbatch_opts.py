@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
-from corral.jobscript.directives import parse_directives
+from corral.jobscript.directives import UnmatchedQuote, parse_directives
+from corral.jobscript.errors import DirectiveError
 from corral.slurm import sbatch_table as table
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import NO_ARG, CommandLine
@@ -74,10 +75,17 @@ def parse_sbatch(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SbatchOpt
     return _checked(options), _source(line)
 
 
-def apply_script(options: SbatchOptions, script_text: str) -> SbatchOptions:
-    """Check the script as sbatch does and add its #SBATCH settings (lowest precedence)."""
+def apply_script(options: SbatchOptions, script_text: str, script_name: str = "stdin") -> SbatchOptions:
+    """Check the script as sbatch does and add its #SBATCH settings (lowest precedence).
+    `script_name` (the file's base name, or "stdin") is what sbatch names in its messages."""
     check_batch_script(script_text)
-    tokens = parse_directives(script_text)
+    try:
+        tokens = parse_directives(script_text)
+    except UnmatchedQuote as exc:
+        raise SlurmCommandError(f"sbatch: fatal: {script_name}: line {exc.line_number}: Unmatched `{exc.quote}` "
+                                f"in [{exc.rest}]\n", 1) from None
+    except DirectiveError as exc:
+        raise fail(str(exc), 1) from None
     line = parse_command_line(SPEC, tokens)
     if line.positionals:
         raise fail(f"Invalid directive found in batch script: {line.positionals[0]}")

@@ -45,7 +45,7 @@ JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "open-mode": (None, REQUIRED, "open_mode", v.open_mode),
     "output": ("o", REQUIRED, "output", v.text),
     "partition": ("p", REQUIRED, "partition", v.partition),
-    "priority": (None, REQUIRED, "priority", v.non_negative),
+    "priority": (None, REQUIRED, "priority", v.priority),
     "qos": ("q", REQUIRED, "qos", v.text),
     "requeue": (None, NO_ARG, "requeue", True),
     "reservation": (None, REQUIRED, "reservation", v.text),

@@ -8,7 +8,7 @@ jobids, `re` for --dependency) are imported by the converters that use them: sba
 every submission, and `re` alone (with enum) costs it ~7 ms."""
 from __future__ import annotations
 
-from corral import gpu_models
+from corral import gpu_models, limits
 from corral.jobscript.errors import DirectiveError
 from corral.slurm.errors import SlurmCommandError
 
@@ -29,24 +29,43 @@ def rejected(message: str) -> SlurmCommandError:
     return fail(f"Batch job submission failed: {message}", 1)
 
 
-def count(value: str, option: str) -> int:
-    if not value.isdigit() or int(value) < 1:
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # str.isdigit alone takes '²', which int() refuses
+
+
+def count(value: str, option: str, high: int = limits.COUNT_MAX) -> int:
+    if not _is_number(value) or int(value) < 1:
         raise fail(f'Invalid numeric value "{value}" for --{option}.', 1)
+    if int(value) > high:
+        raise fail(f"Numeric argument ({value}) to big for --{option}: corral's limit is {high}.", 1)
     return int(value)
 
 
-def non_negative(value: str, option: str) -> int:
-    if not value.isdigit():
+def priority(value: str, option: str) -> int:
+    """sbatch's own checks (slurm_opt.c: arg_set_priority), with corral's ceiling."""
+    if not _is_number(value):
         raise fail(f'Invalid numeric value "{value}" for --{option}.', 1)
+    if int(value) > limits.PRIORITY_MAX:
+        raise fail(f"Priority must be < {limits.PRIORITY_MAX + 1}")
     return int(value)
 
 
 def node_count(value: str, option: str) -> int:
     """`N` or `min-max`; corral schedules the minimum."""
     low, _, high = value.partition("-")
-    if not low.isdigit() or (high and not high.isdigit()) or int(low) < 1:
+    if not _is_number(low) or (high and not _is_number(high)) or int(low) < 1:
         raise fail(f'"{value}" is not a valid node count')
+    if int(low) > limits.COUNT_MAX:
+        raise fail(f'"{value}" is not a valid node count: corral\'s limit is {limits.COUNT_MAX}')
     return int(low)
+
+
+def _explained(option: str, exc: DirectiveError) -> SlurmCommandError:
+    """sbatch's `Invalid --OPT specification`, with corral's reason where the value was well formed
+    but is refused (unlimited, above a limit)."""
+    if exc.reason.startswith("expected"):
+        return fail(f"Invalid --{option} specification")
+    return fail(f"Invalid --{option} specification: {exc.reason}")
 
 
 def time_limit(value: str, option: str) -> int:
@@ -55,9 +74,7 @@ def time_limit(value: str, option: str) -> int:
     try:
         return parse_time_s(value)
     except DirectiveError as exc:
-        if "unlimited" in exc.reason:
-            raise fail(f"Invalid --{option} specification: {exc.reason}") from None
-        raise fail(f"Invalid --{option} specification") from None
+        raise _explained(option, exc) from None
 
 
 def memory(value: str, option: str) -> int:
@@ -65,16 +82,17 @@ def memory(value: str, option: str) -> int:
 
     try:
         return parse_mem_mib(value)
-    except DirectiveError:
-        raise fail(f"Invalid --{option} specification") from None
+    except DirectiveError as exc:
+        raise _explained(option, exc) from None
 
 
 def gpus(value: str, option: str) -> object:
     """A GPU count, with its type when written `a100:8` (a GpuRequest)."""
     try:
         return _values().gpu_count(value)
-    except DirectiveError:
-        raise rejected("Invalid generic resource (gres) specification") from None
+    except DirectiveError as exc:
+        detail = "" if exc.reason.startswith("expected") else f": {exc.reason}"
+        raise rejected(f"Invalid generic resource (gres) specification{detail}") from None
 
 
 def gres(value: str, option: str) -> object:

@@ -134,7 +134,7 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         cpus_per_task=_int(line.last("cpus-per-task"), "cpus-per-task"),
         gpus_per_task=_int(line.last("gpus-per-task"), "gpus-per-task"),
         nodes_given=line.has("nodes"), ntasks_given=line.has("ntasks"),
-        nodelist=_hosts(line.values("nodelist"), "--nodelist"), exclude=_hosts(line.values("exclude"), "--exclude"), label=line.has("label"),
+        nodelist=_hosts(line.values("nodelist")), exclude=_hosts(line.values("exclude")), label=line.has("label"),
         output=line.last("output"), error=line.last("error"), input=_input(line.last("input")),
         export=line.last("export", env.get("SLURM_EXPORT_ENV")), workdir=line.last("chdir"),
         name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid", _job_id),
@@ -202,12 +202,15 @@ def _int(value: str | None, option: str, convert=v.count) -> int | None:
     return None if value is None else convert(value, option)
 
 
-def _hosts(values: list[str | None], option: str) -> tuple[str, ...]:
-    from corral.slurm.hostnames import expand_option
+def _hosts(values: list[str | None]) -> tuple[str, ...]:
+    from corral import hostlist  # only -w/-x need it (start-up time)
 
     names: list[str] = []
     for value in values:
-        names.extend(expand_option("srun", option, value or ""))
+        try:
+            names.extend(hostlist.expand(value or ""))
+        except hostlist.HostlistError as exc:
+            raise fail(f"Invalid node name specified: {exc}") from None
     return tuple(dict.fromkeys(names))
 
 

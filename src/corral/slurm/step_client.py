@@ -76,11 +76,11 @@ def run_step(controller: Controller, job_id: int, options: StepOptions, environm
              workdir: str, wait_for_record: bool = False) -> int:
     """Create the step and see it through; returns srun's exit status. `wait_for_record`: also wait until
     the controller has every node's report, so that the step is accounted before its allocation ends."""
-    from corral.stepio import StepStreams
+    from corral.slurm.step_streams import StepStreams
 
     streams = StepStreams(label=options.label, stdin=_stdin(options), input=options.input,
                           advertise_host=io_address(controller.url), stdout=sys.stdout.buffer,
-                          stderr=sys.stderr.buffer)
+                          stderr=sys.stderr.buffer).start()
     try:
         body = step_body(options, environment, (streams.host, streams.port, streams.token), workdir)
         try:

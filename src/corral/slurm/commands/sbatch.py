@@ -51,7 +51,7 @@ def sbatch(argv: Sequence[str], env: Mapping[str, str], stdin: TextIO) -> Result
     if options.action:
         return action_text("sbatch", options.action, USAGE)
     text = read_script(source, stdin)
-    options = apply_script(options, text)
+    options = apply_script(options, text, os.path.basename(source.path or "") if source.kind == "file" else "stdin")
     if options.test_only:
         raise fail("--test-only is not supported by corral: the controller has no dry-run submission", 1)
     body, warnings = submission(options, source, text, env, os.getcwd())
@@ -112,14 +112,18 @@ def batch_job(fields: Mapping[str, object], program: Mapping[str, object], expor
 
 def begin_time(text: str) -> float:
     """--begin's time, as Slurm reads it (now+1hour, 16:00, 2026-12-01T08:00, tomorrow...)."""
+    from corral.limits import TIME_MAX_S
     from corral.slurm.errors import SlurmCommandError
     from corral.slurm.timespec import parse_time
 
     try:
-        return parse_time(text, time.time())
+        moment = parse_time(text, time.time())
     except SlurmCommandError:
+        moment = None
+    if moment is None or not 0 <= moment <= TIME_MAX_S:
         raise SlurmCommandError(f"Invalid time specification (pos=0): {text}\n"
                                 f"sbatch: error: Invalid --begin specification\n", 255) from None
+    return moment
 
 
 def default_name(source: ScriptSource) -> str:

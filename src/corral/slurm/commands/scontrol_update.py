@@ -6,6 +6,7 @@ Comment, Priority (a waiting job's). Nodes: State=DRAIN (with a Reason) or State
 Anything else is refused before any change is made."""
 from __future__ import annotations
 
+from corral import limits
 from corral.jobref import ascii_number, split_job_list
 from corral.slurm.commands.common import Result
 from corral.slurm.commands.scontrol_actions import resolve, slurm_reason
@@ -53,9 +54,13 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
             else:
                 changes[field] = _time_limit(value)
         elif field == "priority":
-            if ascii_number(value) is None:
-                raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value}\n", 1)
-            changes[field] = int(value)
+            priority = ascii_number(value, limits.PRIORITY_MAX)
+            if priority is None:
+                # Slurm's line; for a number too large, corral's range after it.
+                too_large = value.isascii() and value.isdigit()
+                note = f" (corral's priorities are 0 to {limits.PRIORITY_MAX})" if too_large else ""
+                raise SlurmCommandError(f"scontrol: error: Invalid Priority value: {value}{note}\n", 1)
+            changes[field] = priority
         else:
             changes[field] = value
     failures = []
@@ -84,7 +89,7 @@ def _time_limit(value: str) -> int:
 
 
 def _update_nodes(pairs, controller: Controller, command: ScontrolCommand) -> Result:
-    from corral.slurm.hostnames import expand_option
+    from corral import hostlist
 
     settings = {k.lower(): v for k, v in pairs[1:]}
     unknown = [f"{k}={v}" for k, v in pairs[1:] if k.lower() not in NODE_KEYS]
@@ -100,8 +105,12 @@ def _update_nodes(pairs, controller: Controller, command: ScontrolCommand) -> Re
     else:
         raise SlurmCommandError(f"scontrol: error: State={settings.get('state', '')} is not supported by corral: "
                                 f"use DRAIN (with a Reason) or RESUME\n", 1)
+    try:
+        names = hostlist.expand(pairs[0][1])
+    except hostlist.HostlistError as exc:
+        raise SlurmCommandError(f"scontrol: error: Invalid node name specified: {exc}\n", 1) from None
     failures = []
-    for name in expand_option("scontrol", "NodeName", pairs[0][1]):
+    for name in names:
         try:
             controller.call("POST", f"/nodes/{name}", body=body)
         except ApiError as exc:

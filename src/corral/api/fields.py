@@ -1,0 +1,70 @@
+"""corral.limits as pydantic field types, for the REST API's bodies and parameters and the agent
+protocol: every number bounded, every float finite, every text free of NUL and lone surrogates and
+of a bounded size. The bounds show in the OpenAPI schema (minimum, maximum, maxLength)."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator, Field
+
+from corral import limits
+
+
+def _valid(problem_of, kind: type = object):
+    """A validator raising the problem corral.limits finds in a value of type `kind`."""
+    def check(value):
+        problem = problem_of(value) if isinstance(value, kind) else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    return check
+
+
+def _diagnostic(text: object) -> object:
+    """An agent's error text is its own report of what went wrong, often quoting a path or an
+    argument: made storable (NUL and lone surrogates escaped) and cut to the comment limit, marked,
+    rather than refused, which would leave the agent retrying its report for ever."""
+    if not isinstance(text, str):
+        return text
+    text = text.replace("\x00", "\\0").encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limits.COMMENT_MAX_CHARS:
+        marker = " [cut]"
+        text = text[: limits.COMMENT_MAX_CHARS - len(marker)] + marker
+    return text
+
+
+def _text(max_chars: int, min_chars: int = 0):
+    # Checked before pydantic's own string check, which refuses a lone surrogate without saying so.
+    check = _valid(lambda text: limits.text_problem(text, max_chars), str)
+    return Annotated[str, Field(min_length=min_chars, max_length=max_chars), BeforeValidator(check)]
+
+
+def _int(low: int, high: int):
+    return Annotated[int, Field(ge=low, le=high)]
+
+
+Name = _text(limits.NAME_MAX_CHARS)
+Comment = _text(limits.COMMENT_MAX_CHARS)
+Diagnostic = Annotated[str, BeforeValidator(_diagnostic), Field(max_length=limits.COMMENT_MAX_CHARS)]
+FilePath = _text(limits.PATH_MAX_CHARS)
+Script = Annotated[str, Field(max_length=limits.SCRIPT_MAX_BYTES), BeforeValidator(_valid(limits.script_problem, str))]
+Args = Annotated[list[str], Field(max_length=limits.ARGS_MAX_ITEMS), AfterValidator(_valid(limits.args_problem))]
+Env = Annotated[dict[str, str], Field(max_length=limits.ENV_MAX_VARS), AfterValidator(_valid(limits.env_problem))]
+Names = Annotated[list[Name], Field(max_length=limits.LIST_MAX_ITEMS)]
+
+JobId = _int(1, limits.JOB_ID_MAX)
+StepId = _int(0, limits.STEP_ID_MAX)
+Uid = _int(0, limits.UID_MAX)
+Priority = _int(0, limits.PRIORITY_MAX)
+TimeLimitS = _int(1, limits.TIME_LIMIT_S_MAX)
+Count = _int(1, limits.COUNT_MAX)  # at least one (nodes, tasks, CPUs per task)
+Amount = _int(0, limits.COUNT_MAX)  # zero or more (GPUs, ranks, indices, limits)
+MemMib = _int(0, limits.MEM_MIB_MAX)
+Pid = _int(0, limits.PID_MAX)
+Index = _int(0, limits.COUNT_MAX)  # ranks, device indices
+ExitCode = _int(0, limits.EXIT_CODE_MAX)
+Signal = _int(0, limits.SIGNAL_MAX)
+Port = _int(1, 65535)
+EpochS = Annotated[float, Field(ge=0, le=limits.TIME_MAX_S, allow_inf_nan=False)]
+DurationS = Annotated[float, Field(ge=0, le=limits.DURATION_S_MAX, allow_inf_nan=False)]
