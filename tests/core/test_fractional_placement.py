@@ -9,7 +9,10 @@ from hypothesis import strategies as st
 
 from corral.core.fgd import FragScorer, model_matches
 from corral.core.model import Gpu, NodeView, Request, SchedulerConfig, TaskShape
-from corral.core.placement import Need, Pool
+from corral.core.placement.bestfit import BestFit
+from corral.core.placement.fgd import with_scorer
+from corral.core.pool import WorkPool
+from corral.core.worknode import Need
 from corral.core.scheduler import schedule
 
 from .builders import NOW, job, node, snapshot
@@ -24,13 +27,13 @@ def view(name: str, gpus: int = 4, model: str = "A", cpus: int = 64, mem_mib: in
                     frozenset(("gpu",)), shared_gpus=shared)
 
 
-def place(pool: Pool, need: Need, model: str = "", job_id: int = 1):
+def place(pool: WorkPool, need: Need, model: str = "", job_id: int = 1):
     nodes = pool.find_now("gpu", need, 1, END, None, model)
     return None if nodes is None else pool.take(nodes[0], need, END, job_id)
 
 
 def test_fractions_pack_onto_one_device():
-    pool = Pool((view("n1"),), NOW)
+    pool = WorkPool((view("n1"),), NOW, BestFit)
     a = place(pool, Need(1, 1, 0, 300), job_id=1)
     b = place(pool, Need(1, 1, 0, 500), job_id=2)
     assert a.gpus == b.gpus and (a.gpu_milli, b.gpu_milli) == (300, 500)
@@ -40,7 +43,7 @@ def test_fractions_pack_onto_one_device():
 
 
 def test_whole_gpu_request_never_takes_a_shared_device():
-    pool = Pool((view("n1", gpus=2),), NOW)
+    pool = WorkPool((view("n1", gpus=2),), NOW, BestFit)
     shared = place(pool, Need(1, 1, 0, 100)).gpus[0]
     whole = place(pool, Need(1, 1, 0), job_id=2)
     assert whole.gpus != (shared,) and whole.gpu_milli == 1000
@@ -50,13 +53,13 @@ def test_whole_gpu_request_never_takes_a_shared_device():
 
 
 def test_best_fit_puts_a_fraction_on_the_tightest_shared_device():
-    pool = Pool((view("roomy", shared=((0, 200),)), view("tight", shared=((1, 600),))), NOW)
+    pool = WorkPool((view("roomy", shared=((0, 200),)), view("tight", shared=((1, 600),))), NOW, BestFit)
     piece = place(pool, Need(1, 1, 0, 300))
     assert (piece.node, piece.gpus) == ("tight", (1,))
 
 
 def test_release_gives_the_device_back_when_the_last_sharer_leaves():
-    pool = Pool((view("n1", gpus=1),), NOW)
+    pool = WorkPool((view("n1", gpus=1),), NOW, BestFit)
     a, b = place(pool, Need(1, 1, 0, 400), job_id=1), place(pool, Need(1, 1, 0, 400), job_id=2)
     pool.release(a, 1)
     assert pool.nodes[0].shared == {0: 400} and not pool.nodes[0].free
@@ -66,7 +69,7 @@ def test_release_gives_the_device_back_when_the_last_sharer_leaves():
 
 
 def test_model_constraint_with_alternatives():
-    pool = Pool((view("a", model="A"), view("b", model="B"), view("c", model="C")), NOW)
+    pool = WorkPool((view("a", model="A"), view("b", model="B"), view("c", model="C")), NOW, BestFit)
     assert place(pool, Need(1, 1, 0, 500), model="C").node == "c"
     assert place(pool, Need(1, 1, 0), model="X|B").node == "b"
     assert place(pool, Need(1, 1, 0), model="X") is None
@@ -173,7 +176,7 @@ requests = st.tuples(st.integers(0, 3), st.sampled_from([1000, 1000, 100, 250, 5
 def test_no_device_over_1000_milli_and_constraints_hold(sizes, reqs, fgd):
     views = _cluster(sizes)
     mix = ((TaskShape(1, 500, 4), 0.5), (TaskShape(2, 1000, 8), 0.5))
-    pool = Pool(views, NOW, FragScorer(mix, fgd) if fgd is not None else None)
+    pool = WorkPool(views, NOW, with_scorer(FragScorer(mix, fgd)) if fgd is not None else BestFit)
     use: dict[tuple[str, int], int] = {}
     cpus: dict[str, int] = {}
     mem: dict[str, int] = {}

@@ -5,6 +5,8 @@
     node_timeout_s = 30
     [scheduler]
     max_reservations = 8
+    placement = "fgd"      # or "bestfit" (default), "fgd+cpu"
+    task_mix = [{gpus = 1, gpu_milli = 500, cpus = 4, weight = 3}, {gpus = 8, cpus = 64}]
     [[partitions]]
     name = "gpu"
     nodes = "ALL"          # or a hostlist: "node[1-8]"
@@ -22,12 +24,13 @@ from pydantic import ValidationError
 
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
-from corral.core.model import SchedulerConfig
+from corral.core.model import GPU_MILLI, PLACEMENTS, SchedulerConfig, TaskShape
 from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "scheduler", "partitions"} | _TENANCY
-_SCHED = {"max_reservations", "max_jobs_considered"}
+_SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
+_TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
 
 
@@ -58,8 +61,9 @@ def tenancy_from_dict(data: dict, origin: str = "config") -> TenancySpec | None:
 
 def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
     _only(data, _TOP, origin)
-    sched = data.get("scheduler", {})
+    sched = dict(data.get("scheduler", {}))
     _only(sched, _SCHED, f"{origin} [scheduler]")
+    _placement(sched, f"{origin} [scheduler]")
     parts = data.get("partitions") or [{"name": "gpu", "default": True}]
     partitions = []
     for i, part in enumerate(parts):
@@ -81,6 +85,49 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
         return EngineConfig(partitions=tuple(partitions), scheduler=SchedulerConfig(**sched), **top)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"{origin}: {exc}") from None
+
+
+def _placement(sched: dict, where: str) -> None:
+    """Check the placement keys and turn `task_mix` into the core's (TaskShape, weight) pairs, in place."""
+    placement = sched.get("placement", "bestfit")
+    if placement not in PLACEMENTS:
+        raise SettingsError(f"{where}: placement {placement!r}: one of {', '.join(PLACEMENTS)}")
+    weight = sched.get("fgd_cpu_weight", 0)
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight < 0:
+        raise SettingsError(f"{where}: fgd_cpu_weight {weight!r}: a number >= 0")
+    if "fgd_cpu_weight" in sched and placement != "fgd+cpu":
+        raise SettingsError(f"{where}: fgd_cpu_weight is for placement \"fgd+cpu\", not {placement!r}")
+    mix = sched.get("task_mix")
+    if placement == "bestfit":
+        if mix is not None:
+            raise SettingsError(f"{where}: task_mix is for placement \"fgd\" or \"fgd+cpu\", not \"bestfit\"")
+        return
+    if not isinstance(mix, list) or not mix:
+        raise SettingsError(f"{where}: placement {placement!r} needs task_mix, a list of typical tasks "
+                            f"such as [{{gpus = 1, cpus = 4, weight = 3}}, {{gpus = 8, cpus = 64}}]")
+    sched["task_mix"] = tuple(_task(task, f"{where} task_mix[{i}]") for i, task in enumerate(mix))
+
+
+def _task(task: object, where: str) -> tuple[TaskShape, float]:
+    if not isinstance(task, dict):
+        raise SettingsError(f"{where}: a table such as {{gpus = 1, cpus = 4, weight = 3}}")
+    _only(task, _TASK, where)
+    if "gpus" not in task:
+        raise SettingsError(f"{where}: gpus is required")
+    values = {"gpus": task["gpus"], "gpu_milli": task.get("gpu_milli", GPU_MILLI), "cpus": task.get("cpus", 0)}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SettingsError(f"{where}: {key} {value!r}: a whole number >= 0")
+    if values["gpus"] < 1:
+        raise SettingsError(f"{where}: gpus 0: a typical task uses GPUs (CPU-only tasks never change a choice)")
+    if not 1 <= values["gpu_milli"] <= GPU_MILLI or (values["gpu_milli"] < GPU_MILLI and values["gpus"] != 1):
+        raise SettingsError(f"{where}: gpu_milli {values['gpu_milli']}: 1..1000, and below 1000 only with gpus = 1")
+    model, weight = task.get("gpu_model", ""), task.get("weight", 1)
+    if not isinstance(model, str):
+        raise SettingsError(f"{where}: gpu_model {model!r}: a GPU model name")
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+        raise SettingsError(f"{where}: weight {weight!r}: a number > 0")
+    return TaskShape(values["gpus"], values["gpu_milli"], values["cpus"], model), float(weight)
 
 
 def _only(section: dict, allowed: set[str], where: str) -> None:

@@ -5,11 +5,12 @@ from dataclasses import dataclass, field, replace
 
 from corral import gpu_models
 from corral.core import preemption
-from corral.core.fgd import model_matches, scorer_for
+from corral.core.fgd import model_matches
 from corral.core.model import PendingJob, Preempt, Reason, SchedulerConfig, Snapshot, Start, Waiting
-from corral.core.placement import Need, Pool
+from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook, job_resources
 from corral.core.timeline import earliest_gang_start
+from corral.core.worknode import Need
 from corral.hostlist import sort_key
 
 _PRIORITY = Reason.PRIORITY  # an enum member's lookup is a descriptor call: this runs per waiting job
@@ -33,11 +34,15 @@ class Cycle:
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.now = snapshot.now
         self.config = config
-        weight = config.frag_cpu_weight
-        scorer = scorer_for(config.task_mix, weight) if weight is not None else None
         base = snapshot.base
-        forked = base is not None and scorer is None
-        self.pool = base.fork(snapshot.now) if forked else Pool(snapshot.nodes, snapshot.now, scorer)
+        # Static reasons per (shape, model): a base keeps them across cycles (see core/basepool.py).
+        self.static_memo: dict[tuple, Reason | None]
+        if base is not None:
+            self.pool = base.fork(snapshot.now, config.placement_policy)
+            self.static_memo = base.static_reasons.memo(snapshot.partitions)
+        else:
+            self.pool = WorkPool(snapshot.nodes, snapshot.now, config.placement_policy)
+            self.static_memo = {}
         self.partitions = {p.name: p for p in snapshot.partitions}
         self.running = list(snapshot.running)
         self.book = QuotaBook(snapshot.queues, snapshot.running)
@@ -45,7 +50,7 @@ class Cycle:
         self.advance = {r.name: r for r in snapshot.reservations}
         # Counted limits matter only to jobs that carry caps.
         self._count_caps = any(job.caps for job in snapshot.pending)
-        _load_running(self, releases=not forked)
+        _load_running(self, releases=base is None)
         self.memo = _Memo()
         self.starts: list[Start] = []
         self.waiting: list[Waiting] = []
@@ -236,9 +241,9 @@ class Cycle:
     def _static(self, job: PendingJob, model: str) -> Reason | None:
         req = job.request
         key = (req.shape, model)
-        static = self.pool.static_memo.get(key, False)
+        static = self.static_memo.get(key, False)
         if static is False:
-            static = self.pool.static_memo[key] = _static_reason(self.pool, self.partitions, req, model)
+            static = self.static_memo[key] = _static_reason(self.pool, self.partitions, req, model)
         if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
             return Reason.PARTITION_TIME_LIMIT
         if static is None and job.reservation:
@@ -315,7 +320,7 @@ def _load_running(cycle: Cycle, releases: bool = True) -> None:
                 pool.own(node).advance.append((resv.start, resv.end, resv.name, resv.maintenance))
 
 
-def _static_reason(pool: Pool, partitions: dict, req, model: str) -> Reason | None:
+def _static_reason(pool: WorkPool, partitions: dict, req, model: str) -> Reason | None:
     """Reasons that no amount of waiting for running jobs fixes."""
     part = partitions.get(req.partition)
     if part is None:

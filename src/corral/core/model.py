@@ -8,6 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from corral.core.basepool import BasePool
+    from corral.core.placement import PlacementPolicy
 
 GPU_MILLI = 1000  # one whole GPU in milli-GPU
 
@@ -239,18 +244,16 @@ class SchedulerConfig:
     # "fgd+cpu" only: weight of CPU-stranded GPU capacity in the fragmentation measure (0 = plain FGD).
     fgd_cpu_weight: float = FGD_CPU_WEIGHT
 
+    # The policy `placement` names, made once from the fields above (core/placement/): what cycles use.
+    placement_policy: PlacementPolicy = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
         if self.fgd_cpu_weight < 0:
             raise ValueError(f"fgd_cpu_weight {self.fgd_cpu_weight}: must be >= 0")
-
-    @property
-    def frag_cpu_weight(self) -> float | None:
-        """The FGD scorer's CPU weight for this placement; None: no FGD scorer (best fit)."""
-        if self.placement == "fgd+cpu":
-            return self.fgd_cpu_weight
-        return 0.0 if self.placement == "fgd" else None
+        from corral.core.placement import resolve  # the policies import this module
+        object.__setattr__(self, "placement_policy", resolve(self))
 
 
 PLACEMENTS = ("bestfit", "fgd", "fgd+cpu")
@@ -265,10 +268,10 @@ class Snapshot:
     pending: tuple[PendingJob, ...]
     queues: tuple[QueueQuota, ...] = ()
     reservations: tuple[AdvanceReservation, ...] = ()
-    # Optional: a placement.Pool of exactly `nodes` and `running` (releases at their raw expected ends), kept
-    # up to date by the engine between cycles. The cycle works on a copy-on-write fork of it instead of
-    # building its working state from scratch; it never changes the base. None: built from the fields above.
-    base: object | None = field(default=None, compare=False)
+    # Optional: the engine's base pool of exactly `nodes` and `running` (releases at their raw expected ends),
+    # kept up to date between cycles. The cycle works on a copy-on-write fork of it instead of building its
+    # working pool from scratch; it never changes the base (core/basepool.py). None: built from the fields above.
+    base: BasePool | None = field(default=None, compare=False)
 
 
 class Reason(str, Enum):

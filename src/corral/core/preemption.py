@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from corral.core.model import PendingJob, RunningJob
-from corral.core.placement import Pool
+from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook
 
 
@@ -55,7 +55,7 @@ def _guarded(job: PendingJob, victim: RunningJob, book: QuotaBook) -> bool:
 class WhatIf:
     """Remove running jobs from the pool and quota book, and put them back."""
 
-    def __init__(self, pool: Pool, book: QuotaBook) -> None:
+    def __init__(self, pool: WorkPool, book: QuotaBook) -> None:
         self.pool, self.book = pool, book
 
     def remove(self, job: RunningJob) -> None:

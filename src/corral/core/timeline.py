@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from corral.core.placement import Need, WorkNode
+from corral.core.worknode import Need, WorkNode
 
 INF = math.inf
 

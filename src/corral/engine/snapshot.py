@@ -22,9 +22,7 @@ def build_snapshot(engine: Engine, now: float, exclude: set[int] = frozenset()) 
     else:
         waiting = tuple(pending.values())
     running = tuple(engine.views.running.values())
-    # FGD placement scores every node each cycle: it builds its own pool.
-    base = engine.usage.base(engine.nodes.values(), running) if engine.config.scheduler.frag_cpu_weight is None \
-        else None
+    base = engine.usage.base(engine.nodes.values(), running)
     return Snapshot(
         now=now, nodes=nodes, partitions=tuple(p.core() for p in engine.config.partitions),
         running=running, pending=waiting, queues=engine.tenancy.queues,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from corral.core.model import NodeView, RunningJob
-from corral.core.placement import Pool
+from corral.core.basepool import BasePool
 from corral.engine.records import Job, Node
 from corral.engine.views import expected_end
 
@@ -23,9 +23,9 @@ class NodeUsage:
         self._all: tuple[tuple[object, ...], tuple[NodeView, ...]] | None = None
         self._positions: dict[str, int] = {}  # node name -> its place in _all
         self._stale: set[str] = set()  # nodes whose usage changed since _all was built: patched in place
-        # The core's working pool as of now, kept between cycles (Snapshot.base): built from the views once,
+        # The core's base pool as of now, kept between cycles (Snapshot.base): built from the views once,
         # then changed job by job; rebuilt when a node itself changes.
-        self._base: Pool | None = None
+        self._base: BasePool | None = None
         self._base_nodes: tuple[Node, ...] = ()
 
     def add(self, job: Job) -> None:
@@ -74,11 +74,11 @@ class NodeUsage:
         self._all = None
         self._base = None
 
-    def base(self, nodes: Iterable[Node], running: Iterable[RunningJob]) -> Pool:
+    def base(self, nodes: Iterable[Node], running: Iterable[RunningJob]) -> BasePool:
         """The base pool for Snapshot.base: the nodes' views with the running jobs' releases."""
         nodes = tuple(nodes)
         if self._base is None or self._base_nodes != nodes:
-            base = Pool(self.views(nodes), float("-inf"))
+            base = BasePool(self.views(nodes))
             for job in running:
                 base.note_running(job.id, job.slices, job.expected_end)
             self._base, self._base_nodes = base, nodes

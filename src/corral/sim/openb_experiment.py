@@ -8,7 +8,7 @@ summary's `notes` say so); other seeds run the authors' procedure (sort by name,
 copies to 1.3 x capacity) with numpy's PCG64 seeded with the seed, since Go's RNG order cannot be
 reproduced here. An unplaceable pod is skipped: it counts as arrived, not as allocated.
 
-Every pod is placed by the core's own `Pool.find_now` + `Pool.take`, the calls the scheduling cycle makes
+Every pod is placed by the core's own `WorkPool.find_now` + `WorkPool.take`, the calls the scheduling cycle makes
 to start a job, on one pool kept for the whole run (pods never leave, so nothing else of a cycle applies:
 no time limits, quotas or reservations). Running each pod through the full Engine would rebuild a
 snapshot of 1,213 nodes per pod. CPUs are counted in milli-CPU (the trace's unit) so nothing is rounded;
@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 
 from corral.core.fgd import scorer_for
 from corral.core.model import FGD_CPU_WEIGHT, GPU_MILLI, Gpu, NodeView, Request, TaskShape
-from corral.core.placement import Need, Pool
+from corral.core.placement import bestfit, fgd as fgd_placement
+from corral.core.pool import WorkPool
+from corral.core.worknode import Need
 from corral.sim.traces import fgd, fgd_curves, openb
 from corral.sim.workload import Cluster, TraceJob, Workload
 
@@ -118,12 +120,12 @@ def run_seed(cluster: Cluster, pods: Workload, seed: int, policy: str,
     capacity = fgd.gpu_capacity_milli(cluster)
     sequence = fgd.sequence(pods, capacity, seed)
     requests = [pod_request(a.pod) for a in sequence.arrivals]
-    scorer = None
+    placement = bestfit.BestFit
     if policy in MIX_WEIGHT:
         mix = mix if mix is not None else typical_mix(pods.jobs, weight=MIX_WEIGHT[policy])
-        scorer = scorer_for(mix, CPU_WEIGHT[policy])
+        placement = fgd_placement.with_scorer(scorer_for(mix, CPU_WEIGHT[policy]))
     t0 = time.perf_counter()
-    pool = Pool(node_views(cluster), 0.0, scorer)
+    pool = WorkPool(node_views(cluster), 0.0, placement)
     used, placed = 0, 0
     used_series = []
     for index, req in enumerate(requests):
@@ -182,7 +184,7 @@ def summary_row(policy: str, runs: list[SeedRun], cluster: Cluster, pods: Worklo
     setup = (f"openb ({pods.name}, {len(pods.jobs)} pods; {len(cluster.nodes)} nodes, {cluster.total_gpus} GPUs): "
              f"pods arrive one by one and never leave until requests reach 130% of GPU capacity; placement "
              f"'{policy}' ({POLICY_TEXT.get(policy, policy)}) through corral.core.placement "
-             f"(Pool.find_now/take); seeds "
+             f"(WorkPool.find_now/take); seeds "
              f"{runs[0].seed}-{runs[-1].seed}"
              + (" (seed 42 = the FGD authors' exact arrival order, others numpy PCG64 re-draws of their "
                 "procedure)" if golden else " (numpy PCG64 draws of the FGD authors' procedure)")
