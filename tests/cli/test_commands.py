@@ -20,14 +20,14 @@ def test_queue_table_shows_active_jobs(standin, cli):
     assert rows[1].split()[:8] == ["2", "gpu", "big", "bob", "PENDING", "0:00", "1", "16"]
     assert "(Resources) est. start" in rows[1]
     assert len(rows) == 2  # finished jobs are left out
-    assert standin.state.queries[-1] == ("/jobs", {"limit": str(PAGE_JOBS)})
+    assert standin.state.queries[-1] == ("/jobs", {"combine_arrays": "true", "limit": str(PAGE_JOBS)})
 
 
 def test_queue_all_and_filters_reach_the_server(standin, cli):
     result = cli("queue", "--all", "--user", "bob", "-t", "failed,pending")
     assert result.exit_code == 0, result.output
     assert standin.state.queries[-1] == ("/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING",
-                                                   "limit": str(PAGE_JOBS)})
+                                                   "combine_arrays": "true", "limit": str(PAGE_JOBS)})
     assert [r[0] for r in lines_of(result.stdout)[1:]] == ["2", "4"]
 
 
@@ -81,6 +81,7 @@ def test_queue_folds_pending_array_tasks_as_squeue(standin, cli):
     assert rows[-1][4:] == ["PENDING", "0:00", "1", "0", "(JobArrayTaskLimit)"]
     assert [r[0] for r in lines_of(cli("queue", "-l").stdout)[1:]][-1] == "30_[3-9%3]"
     assert len(json.loads(cli("queue", "--json").stdout)) == 12  # JSON stays the API's records, one per task
+    assert "combine_arrays" not in standin.state.queries[-1][1]  # the table asks the controller to fold them
 
 
 def test_queue_long_adds_account_qos_queue_and_detail(standin, cli):

@@ -57,9 +57,11 @@ class Client:
         return self._call("POST", "/jobs", json=body)
 
     def jobs(self, *, states: Iterable[str] = (), user: str | None = None, include_finished: bool = False,
-             ids: Iterable[str] = ()) -> list[dict]:
-        """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`)."""
-        params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids))
+             ids: Iterable[str] = (), combine_arrays: bool = False) -> list[dict]:
+        """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`). `combine_arrays`:
+        an array's pending tasks as one record (`array_task_spec`), as squeue shows them."""
+        params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids),
+                         combine_arrays="true" if combine_arrays else None)
         return self._pages("/jobs", params)
 
     def job(self, job_id: int) -> dict:

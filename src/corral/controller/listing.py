@@ -5,8 +5,9 @@ JSON a slice at a time, so that a 100,000-job answer never holds the event loop 
 Unfinished jobs come from the engine, on the event loop (the loop owns them), with turns for other
 requests between slices. Everything else is read from the store in a worker thread with its own
 database connection (SQLite's WAL lets it read while the controller writes), each job encoded and
-let go as it comes: a whole list of decoded jobs kept alive made Python's collector walk millions of
-objects, a 0.3 s pause of the whole process each time."""
+let go as it comes, so the thread never holds a whole page of decoded jobs and their JobOut copies.
+(What still pauses everyone is Python's full collection over the engine's own jobs, ~0.3 s with
+100,000 of them, which any burst of allocations may set off.)"""
 from __future__ import annotations
 
 import asyncio
