@@ -23,7 +23,8 @@ ACTIVE_STATES = tuple(state for state in JobState if not state.terminal)
 _ACTIVE_VALUES = tuple(state.value for state in ACTIVE_STATES)
 
 R = TypeVar("R")
-_BATCH_ROWS = 1000
+# Rows fetched at once while streaming: few, so that a row's parsed JSON dies young (see listing.SLICE).
+_BATCH_ROWS = 25
 
 # The cluster_meta key check_writable() writes.
 WRITE_CHECK_KEY = "write_checked_at"
