@@ -12,6 +12,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import cycle  # noqa: E402
+import read_paths  # noqa: E402
 import slurm_latency  # noqa: E402
 import tenancy_cycle  # noqa: E402
 import throughput  # noqa: E402
@@ -56,6 +57,10 @@ def main() -> None:
     results["results"].append(r_latency)
     if r_latency["slurm"] is None:
         print(slurm_latency.NO_SLURM)
+    # squeue, sacct, `corral queue` and GET /accounting over 100,000 jobs; memory across a restart.
+    r_reads = read_paths.measure()
+    print(json.dumps(r_reads))
+    results["results"].append(r_reads)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=1))

@@ -1,17 +1,16 @@
-"""Slurm hostlist expressions: `node[1-3,05],gpu7` <-> ["node1", "node2", "node3", "node05", "gpu7"]."""
-from __future__ import annotations
+"""Slurm hostlist expressions: `node[1-3,05],gpu7` <-> ["node1", "node2", "node3", "node05", "gpu7"].
 
-import re
+No imports but corral.jobref (itself import-free): the Slurm commands parse their node options with it
+and must start fast. An expression
+names at most MAX_HOSTS hosts (Slurm's hostlist caps a range at 64K hosts); the count is worked out
+from the ranges before any name is made, so `n[1-100000000]` fails at once instead of building 10^8
+strings."""
+from __future__ import annotations
 
 from corral.jobref import ascii_number
 
-_SPLIT = re.compile(r",(?![^\[]*\])")  # commas outside brackets
-# ASCII digits: `\d` also takes other scripts' digits, which int() reads as ASCII ones ("gpu\u0663"
-# would compress to "gpu3", another node's name).
-_TRAILING_NUM = re.compile(r"(.*?)([0-9]+)")
-MAX_HOSTS = 65536  # one expression expands to at most this many names (Slurm's MAX_RANGE is 64K)
-
-
+MAX_HOSTS = 65_536
+_DIGITS = "0123456789"
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 MAX_NAME_LENGTH = 253  # a DNS name's
 
@@ -29,47 +28,99 @@ def check_node_name(name: str) -> str:
     return name
 
 
-def expand(expression: str) -> list[str]:
-    """Expand a hostlist expression, keeping zero padding, in the written order."""
+def expand(expression: str, limit: int = MAX_HOSTS) -> list[str]:
+    """Expand a hostlist expression, keeping zero padding, in the written order. Raises
+    HostlistError if it is malformed or names more than `limit` hosts."""
+    parts = [_parse_part(part) for part in _split(expression.strip()) if part]
+    total = sum(_count(segments) for segments, _ in parts)
+    if total > limit:
+        raise HostlistError(f"hostlist {_shown(expression)} names more than {limit} hosts")
     hosts: list[str] = []
-    for part in _SPLIT.split(expression.strip()):
-        if not part:
-            continue
-        hosts.extend(_expand_part(part))
-        if len(hosts) > MAX_HOSTS:
-            raise HostlistError(f"hostlist {expression!r} names more than {MAX_HOSTS} hosts")
+    for segments, tail in parts:
+        hosts.extend(_names(segments, tail))
     return hosts
 
 
-def _expand_part(part: str) -> list[str]:
-    open_at = part.find("[")
-    if open_at < 0:
-        if "]" in part:
-            raise HostlistError(f"unbalanced ']' in hostlist {part!r}")
-        return [part]
-    close_at = part.find("]", open_at)
-    if close_at < 0:
-        raise HostlistError(f"unbalanced '[' in hostlist {part!r}")
-    prefix, body, rest = part[:open_at], part[open_at + 1 : close_at], part[close_at + 1 :]
-    tails = _expand_part(rest) if rest else [""]
-    out: list[str] = []
-    for item in body.split(","):
-        lo, dash, hi = item.partition("-")
-        start, end = ascii_number(lo), ascii_number(hi) if dash else ascii_number(lo)
-        if start is None or end is None:
-            raise HostlistError(f"bad range {item!r} in hostlist {part!r}")
-        if end < start:
-            raise HostlistError(f"descending range {item!r} in hostlist {part!r}")
-        if (end - start + 1) * len(tails) + len(out) > MAX_HOSTS:
-            raise HostlistError(f"hostlist {part!r} names more than {MAX_HOSTS} hosts")
-        out.extend(f"{prefix}{n:0{len(lo)}d}{tail}" for n in range(start, end + 1) for tail in tails)
-    return out
+def _split(expression: str) -> list[str]:
+    """Split at the commas outside brackets."""
+    parts, start, depth = [], 0, 0
+    for at, char in enumerate(expression):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth <= 0:
+            parts.append(expression[start:at])
+            start = at + 1
+    parts.append(expression[start:])
+    return parts
+
+
+# A part is a list of (prefix, ranges) segments and a tail: `a[1-2]b[3]c` -> [("a", ..), ("b", ..)], "c".
+# A range is (first, last, width): width is the zero padding of the first number.
+Segment = tuple[str, list[tuple[int, int, int]]]
+
+
+def _parse_part(part: str) -> tuple[list[Segment], str]:
+    segments: list[Segment] = []
+    rest = part
+    while True:
+        open_at = rest.find("[")
+        if open_at < 0:
+            if "]" in rest:
+                raise HostlistError(f"unbalanced ']' in hostlist {_shown(part)}")
+            return segments, rest
+        close_at = rest.find("]", open_at)
+        if close_at < 0:
+            raise HostlistError(f"unbalanced '[' in hostlist {_shown(part)}")
+        prefix, body = rest[:open_at], rest[open_at + 1:close_at]
+        segments.append((prefix, [_range(item, part) for item in body.split(",")]))
+        rest = rest[close_at + 1:]
+
+
+def _range(item: str, part: str) -> tuple[int, int, int]:
+    lo, dash, hi = item.partition("-")
+    # ASCII digits only: int() reads "\u0661" and "1_0" as 1 and 10, other nodes' names.
+    first, last = ascii_number(lo), ascii_number(hi) if dash else ascii_number(lo)
+    if first is None or last is None:
+        raise HostlistError(f"bad range {_shown(item)} in hostlist {_shown(part)}")
+    if last < first:
+        raise HostlistError(f"descending range {_shown(item)} in hostlist {_shown(part)}")
+    return first, last, len(lo)
+
+
+def _count(segments: list[Segment]) -> int:
+    total = 1
+    for _, ranges in segments:
+        total *= sum(last - first + 1 for first, last, _ in ranges)
+    return total
+
+
+def _names(segments: list[Segment], tail: str) -> list[str]:
+    names = [tail]
+    for prefix, ranges in reversed(segments):
+        names = [f"{prefix}{n:0{width}d}{after}" for first, last, width in ranges
+                 for n in range(first, last + 1) for after in names]
+    return names
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    """The user's text in a message, cut short: a bad expression may be megabytes long."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _trailing_number(host: str) -> tuple[str, str] | None:
+    """`node012` -> ("node", "012"); None without trailing digits."""
+    cut = len(host.rstrip(_DIGITS))  # ASCII digits: another script's are part of the name
+    if cut == len(host):
+        return None
+    return host[:cut], host[cut:]
 
 
 def sort_key(host: str) -> tuple[str, int, str]:
     """Slurm's order of hosts: by prefix, then by number (node2 before node10)."""
-    m = _TRAILING_NUM.fullmatch(host)
-    return (m.group(1), int(m.group(2)), host) if m else (host, -1, host)
+    split = _trailing_number(host)
+    return (split[0], int(split[1]), host) if split else (host, -1, host)
 
 
 def compress(hosts: list[str] | tuple[str, ...]) -> str:
@@ -78,11 +129,11 @@ def compress(hosts: list[str] | tuple[str, ...]) -> str:
     plain: list[str] = []
     order: list[str] = []
     for host in dict.fromkeys(hosts):
-        m = _TRAILING_NUM.fullmatch(host)
-        if not m:
+        split = _trailing_number(host)
+        if split is None:
             plain.append(host)
             continue
-        prefix, digits = m.group(1), m.group(2)
+        prefix, digits = split
         key = prefix
         if key not in groups:
             groups[key] = []
@@ -97,9 +148,9 @@ def compress(hosts: list[str] | tuple[str, ...]) -> str:
             if cur[0] == prev[0] + 1 and cur[1] == prev[1]:
                 prev = cur
                 continue
-            ranges.append(_range(start, prev))
+            ranges.append(_range_text(start, prev))
             start = prev = cur
-        ranges.append(_range(start, prev))
+        ranges.append(_range_text(start, prev))
         if len(nums) == 1:
             parts.append(f"{prefix}{ranges[0]}")
         else:
@@ -107,7 +158,7 @@ def compress(hosts: list[str] | tuple[str, ...]) -> str:
     return ",".join(parts + sorted(plain))
 
 
-def _range(start: tuple[int, int], end: tuple[int, int]) -> str:
+def _range_text(start: tuple[int, int], end: tuple[int, int]) -> str:
     a = f"{start[0]:0{start[1]}d}"
     if start == end:
         return a

@@ -1,6 +1,6 @@
 import pytest
 
-from corral.cli.client import API_PREFIX, Client, ClientError, ControllerUnreachable, error_message
+from corral.cli.client import API_PREFIX, PAGE_JOBS, Client, ClientError, ControllerUnreachable, error_message
 from corral.protocol import API_PREFIX as PROTOCOL_API_PREFIX
 
 from .standin import SECRET
@@ -19,7 +19,8 @@ def test_endpoints(standin):
         assert [n["name"] for n in client.nodes()] == ["node1", "node2"]
         assert client.partitions()[0]["name"] == "gpu"
         assert [j["id"] for j in client.accounting(ids=[1, 4], states=["FAILED"], since=5.2)] == [4]
-        assert standin.state.queries[-1] == ("/accounting", {"ids": "1,4", "states": "FAILED", "since": "5"})
+        assert standin.state.queries[-1] == ("/accounting", {"ids": "1,4", "states": "FAILED", "since": "5",
+                                                             "limit": str(PAGE_JOBS)})
         body = {"workdir": "/", "user": "u", "argv": ["true"], "nodes": 2}
         assert client.submit(body) == {"job_id": 5, "task_ids": []}
         assert standin.state.submissions[-1] == body

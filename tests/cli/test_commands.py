@@ -1,5 +1,6 @@
 import json
 
+from corral.cli.client import PAGE_JOBS
 from corral.jobscript import format_duration
 
 from .standin import T0, make_job
@@ -19,13 +20,14 @@ def test_queue_table_shows_active_jobs(standin, cli):
     assert rows[1].split()[:8] == ["2", "gpu", "big", "bob", "PENDING", "0:00", "1", "16"]
     assert "(Resources) est. start" in rows[1]
     assert len(rows) == 2  # finished jobs are left out
-    assert standin.state.queries[-1] == ("/jobs", {})
+    assert standin.state.queries[-1] == ("/jobs", {"combine_arrays": "true", "limit": str(PAGE_JOBS)})
 
 
 def test_queue_all_and_filters_reach_the_server(standin, cli):
     result = cli("queue", "--all", "--user", "bob", "-t", "failed,pending")
     assert result.exit_code == 0, result.output
-    assert standin.state.queries[-1] == ("/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING"})
+    assert standin.state.queries[-1] == ("/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING",
+                                                   "combine_arrays": "true", "limit": str(PAGE_JOBS)})
     assert [r[0] for r in lines_of(result.stdout)[1:]] == ["2", "4"]
 
 
@@ -79,6 +81,7 @@ def test_queue_folds_pending_array_tasks_as_squeue(standin, cli):
     assert rows[-1][4:] == ["PENDING", "0:00", "1", "0", "(JobArrayTaskLimit)"]
     assert [r[0] for r in lines_of(cli("queue", "-l").stdout)[1:]][-1] == "30_[3-9%3]"
     assert len(json.loads(cli("queue", "--json").stdout)) == 12  # JSON stays the API's records, one per task
+    assert "combine_arrays" not in standin.state.queries[-1][1]  # the table asks the controller to fold them
 
 
 def test_queue_long_adds_account_qos_queue_and_detail(standin, cli):
@@ -102,7 +105,7 @@ def test_acct_names_array_tasks(standin, cli):
         result = cli("acct", "-j", ids)
         assert result.exit_code == 0, result.output
         assert [r[0] for r in lines_of(result.stdout)[1:]] == rows
-        assert standin.state.queries[-1] == ("/accounting", {"ids": ids})
+        assert standin.state.queries[-1] == ("/accounting", {"ids": ids, "limit": str(PAGE_JOBS)})
 
 
 def test_show_array_task_reason_detail_and_policy(standin, cli):
@@ -227,7 +230,7 @@ def test_acct_defaults_to_own_jobs_since_midnight(standin, cli, monkeypatch):
     result = cli("acct")
     assert result.exit_code == 0, result.output
     path, query = standin.state.queries[-1]
-    assert path == "/accounting" and query["user"] == "bob" and set(query) == {"user", "since"}
+    assert path == "/accounting" and query["user"] == "bob" and set(query) == {"user", "since", "limit"}
     header, *rows = lines_of(result.stdout)
     assert header == ["JobID", "Name", "State", "Start", "End", "Elapsed", "Nodes", "GPUs", "GPU-seconds", "ExitCode"]
     assert [r[0] for r in rows] == ["2", "4"]
@@ -248,7 +251,7 @@ def test_acct_options_reach_the_server(standin, cli):
 def test_acct_with_job_ids_spans_all_users_and_time(standin, cli):
     result = cli("acct", "-j", "1,3")
     assert result.exit_code == 0, result.output
-    assert standin.state.queries[-1] == ("/accounting", {"ids": "1,3"})
+    assert standin.state.queries[-1] == ("/accounting", {"ids": "1,3", "limit": str(PAGE_JOBS)})
     assert "2424" in result.stdout  # GPU-seconds of job 1
 
 

@@ -64,11 +64,11 @@ class Cluster:
         return subprocess.Popen([sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
 
-    def start_controller(self) -> None:
+    def start_controller(self, timeout_s: float = 20.0) -> None:
         self.controller = self._spawn(
             ["-m", "corral.controller", "--listen", f"127.0.0.1:{self.port}", "--db", self.db,
              "--secret-file", str(self.secret_file), "--config", str(self.config_file)], "controller.log")
-        wait_for(self._healthy, message="controller health")
+        wait_for(self._healthy, timeout_s, message="controller health")
 
     def _healthy(self) -> bool:
         if self.controller.poll() is not None:

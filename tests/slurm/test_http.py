@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -94,7 +95,57 @@ def test_chunked_replies_and_query_parameters(server):
     handler.replies = {f"{API_PREFIX}/accounting": (200, json.dumps([{"id": i} for i in range(50)]).encode(), True)}
     controller = http.Controller(f"http://127.0.0.1:{httpd.server_port}")
     assert controller.accounting(ids=[1, 2], since=1.5) == [{"id": i} for i in range(50)]
-    assert handler.seen[0][1] == f"{API_PREFIX}/accounting?since=1.5&ids=1,2"
+    assert handler.seen[0][1] == f"{API_PREFIX}/accounting?since=1.5&ids=1,2&limit={http.PAGE_JOBS}"
+
+
+def test_a_large_reply_is_read_whole_in_linear_time(server):
+    """66 MB: adding each received piece to the bytes read so far took tens of seconds."""
+    httpd, handler = server
+    records = [{"id": i, "text": f"{i:06d}" * 10_000} for i in range(1_100)]
+    handler.replies = {f"{API_PREFIX}/jobs": (200, json.dumps(records).encode(), False)}
+    controller = http.Controller(f"http://127.0.0.1:{httpd.server_port}")
+    started = time.perf_counter()
+    assert controller.jobs() == records
+    assert time.perf_counter() - started < 5.0
+
+
+class _PagingHandler(BaseHTTPRequestHandler):
+    """Jobs 1..7 in pages of the asked size, as the controller pages them (X-Next-After)."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        query = dict(part.split("=", 1) for part in self.path.partition("?")[2].split("&") if part)
+        self.seen.append(query)
+        after, limit = int(query.get("after", 0)), int(query["limit"])
+        page = [{"id": i} for i in range(after + 1, 8)][:limit]
+        body = json.dumps(page).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        if len(page) == limit:
+            self.send_header("X-Next-After", str(page[-1]["id"]))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_long_lists_come_a_page_at_a_time(monkeypatch):
+    monkeypatch.setattr(http, "PAGE_JOBS", 3)
+    _PagingHandler.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _PagingHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        controller = http.Controller(f"http://127.0.0.1:{httpd.server_port}")
+        assert controller.jobs(user=["a", "b"], states=("PENDING",), combine_arrays=True) == [
+            {"id": i} for i in range(1, 8)]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert [q.get("after") for q in _PagingHandler.seen] == [None, "3", "6"]
+    assert _PagingHandler.seen[0] == {"user": "a,b", "states": "PENDING", "combine_arrays": "true", "limit": "3"}
 
 
 def test_error_statuses_carry_the_detail(server):

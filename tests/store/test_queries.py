@@ -112,3 +112,45 @@ def test_query_time_window(store: Store, jobs: list[Job], start_after_s: float |
 def test_query_window_for_finished_jobs_of_a_user(store: Store, jobs: list[Job]) -> None:
     found = store.query_jobs(users=["bob"], start_after=BASE_TIME + 8, end_before=BASE_TIME + 60, include_active=False)
     assert _ids(found) == [2, 9]
+
+
+def _array_task(job_id: int, array_id: int, account: str = "") -> Job:
+    job = pending_job(job_id)
+    return replace(job, spec=replace(job.spec, array_job_id=array_id, array_task_id=job_id - array_id,
+                                     account=account))
+
+
+@pytest.fixture
+def arrays(store: Store) -> list[Job]:
+    """Job 1 alone; array 2 (tasks 2-4, account "a"); array 5 (tasks 5-6)."""
+    found = [pending_job(1)] + [_array_task(i, 2, "a") for i in (2, 3, 4)] + [_array_task(i, 5) for i in (5, 6)]
+    store.save(jobs=found)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"ids": [2, 6]}, [2, 6]),
+        ({"accounts": ["a"]}, [2, 3, 4]),
+        ({"after_id": 3}, [4, 5, 6]),
+        ({"after_id": 1, "limit": 2}, [2, 3]),
+        ({"after_id": 6}, []),
+    ],
+)
+def test_query_accounts_and_pages(store: Store, arrays: list[Job], filters: dict, expected: list[int]) -> None:
+    assert _ids(store.query_jobs(**filters)) == expected
+
+
+def test_jobs_read_together_share_their_equal_parts(store: Store) -> None:
+    """As submission shares one spec's parts between an array's tasks, so does a restart: 100,000
+    restored jobs with a copy each took 2.5 times the memory they had before."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/home/bob"}
+    store.save(jobs=[replace(job, spec=replace(job.spec, env=dict(env), workdir="/home/bob/run", argv=("a", "b")))
+                     for job in (_array_task(i, 1) for i in range(1, 5))])
+    first, *others = store.load_active_jobs()
+    assert first.spec.env == env
+    for job in others:
+        assert job.spec.env is first.spec.env and job.spec.request is first.spec.request
+        assert job.spec.workdir is first.spec.workdir and job.spec.argv is first.spec.argv
+    assert store.query_jobs() == store.load_active_jobs()

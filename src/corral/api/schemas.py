@@ -148,6 +148,9 @@ class JobOut(BaseModel):
     cancelled_by_uid: int | None = None
     # Job steps (issue 4's srun); a batch job shows its batch step here.
     steps: list[dict] = []
+    # Lists asked with combine_arrays: a record standing for an array's pending tasks ("5-9%2"), as
+    # squeue and sacct show them; its id is the array's id.
+    array_task_spec: str | None = None
 
 
 class GpuOut(BaseModel):

@@ -11,6 +11,7 @@ from corral.cli.errors import CliError
 
 # Equal to corral.protocol.API_PREFIX (a test checks); importing that module would load pydantic.
 API_PREFIX = "/api/v1"
+PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the controller a bounded time
 
 
 class ClientError(CliError):
@@ -56,10 +57,12 @@ class Client:
         return self._call("POST", "/jobs", json=body)
 
     def jobs(self, *, states: Iterable[str] = (), user: str | None = None, include_finished: bool = False,
-             ids: Iterable[str] = ()) -> list[dict]:
-        """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`)."""
-        params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids))
-        return self._call("GET", "/jobs", params=params)
+             ids: Iterable[str] = (), combine_arrays: bool = False) -> list[dict]:
+        """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`). `combine_arrays`:
+        an array's pending tasks as one record (`array_task_spec`), as squeue shows them."""
+        params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids),
+                         combine_arrays="true" if combine_arrays else None)
+        return self._pages("/jobs", params)
 
     def job(self, job_id: int) -> dict:
         return self._call("GET", f"/jobs/{job_id}")
@@ -90,7 +93,7 @@ class Client:
     def accounting(self, *, user: str | None = None, states: Iterable[str] = (), since: float | None = None,
                    until: float | None = None, ids: Iterable[str] = ()) -> list[dict]:
         params = _params(user=user, states=_csv(states), since=_epoch(since), until=_epoch(until), ids=_csv(ids))
-        return self._call("GET", "/accounting", params=params)
+        return self._pages("/accounting", params)
 
     def priority(self) -> list[dict]:
         return self._call("GET", "/priority")
@@ -118,7 +121,25 @@ class Client:
 
         self._call("DELETE", f"/reservations/{quote(name, safe='')}")
 
+    def _pages(self, path: str, params: dict[str, str]) -> list[dict]:
+        """Every record of a paged list (the controller says where the next page starts)."""
+        found: list[dict] = []
+        page = {**params, "limit": str(PAGE_JOBS)}
+        while True:
+            response = self._response("GET", path, params=page)
+            found.extend(self._json(response))
+            after = response.headers.get("X-Next-After")
+            if after is None:  # the last page, or a controller that does not page
+                return found
+            page["after"] = after
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._response(method, path, **kwargs)
+        if response.status_code == 204 or not response.content:
+            return None
+        return self._json(response)
+
+    def _response(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
 
         try:
@@ -132,8 +153,9 @@ class Client:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:
             raise ClientError(error_message(response.status_code, response.text), response.status_code)
-        if response.status_code == 204 or not response.content:
-            return None
+        return response
+
+    def _json(self, response: Any) -> Any:
         try:
             return response.json()
         except ValueError:

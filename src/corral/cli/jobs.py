@@ -54,7 +54,9 @@ def queue(
 ) -> None:
     """List pending and running jobs (squeue); --all adds finished ones. Array tasks show as ARRAYJOB_TASK,
     and an array's pending tasks share one row, ARRAYJOB_[TASKS], as squeue shows them."""
-    query: dict[str, Any] = {"states": [s.upper() for s in _csv(states)], "user": user, "include_finished": all_jobs}
+    # The table shows an array's pending tasks on one row: the controller sends them so (--json: each task).
+    query: dict[str, Any] = {"states": [s.upper() for s in _csv(states)], "user": user, "include_finished": all_jobs,
+                             "combine_arrays": not json_output}
     filtered = bool(user or states)
     with reported_errors(), open_client(url) as client:
         if not watch:

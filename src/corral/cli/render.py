@@ -201,7 +201,9 @@ def _array_fields(job: dict) -> list[tuple[str, str]]:
     """Slurm's ArrayJobId / ArrayTaskId / ArrayTaskThrottle, for array tasks only."""
     if job.get("array_job_id") is None:
         return []
-    fields = [("ArrayJobId", str(job["array_job_id"])), ("ArrayTaskId", or_none_number(job.get("array_task_id")))]
+    # A record standing for an array's pending tasks (lists asked with combine_arrays) names them all.
+    task = job.get("array_task_spec") or or_none_number(job.get("array_task_id"))
+    fields = [("ArrayJobId", str(job["array_job_id"])), ("ArrayTaskId", task)]
     if job.get("array_throttle") is not None:
         fields.append(("ArrayTaskThrottle", str(job["array_throttle"])))
     return fields

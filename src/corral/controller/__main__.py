@@ -56,8 +56,11 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     def restore(now: float):
         return restore_engine(config, store, now, tenancy)
 
+    # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
+    heartbeat_s = min(5.0, config.node_timeout_s / 3)
     # The same function builds the engine now and again after a failed commit.
-    return create_app(ControllerService(restore(clock()), store, clock, restore=restore), secret)
+    service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
+    return create_app(service, secret)
 
 
 def _read_secret(path: str) -> str | None:

@@ -8,7 +8,7 @@ from typing import Literal, TypeVar
 
 from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 
@@ -22,7 +22,18 @@ from corral.api.schemas import (
     PartitionOut,
     SubmitReply,
 )
-from corral.controller.params import EpochQuery, JobIdPath, NamePath, NameQuery, SeqQuery, UidQuery
+from corral.controller import listing
+from corral.controller.listing import JobFilter, JobQuery
+from corral.controller.params import (
+    AfterQuery,
+    EpochQuery,
+    JobIdPath,
+    LimitQuery,
+    NamePath,
+    NameQuery,
+    SeqQuery,
+    UidQuery,
+)
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.step_routes import step_routes
 from corral.controller.stop_routes import stop_routes
@@ -124,11 +135,24 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:  # noq
             raise HTTPException(422, str(exc)) from None
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
-    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], responses=ERRORS)
+    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
     async def list_jobs(states: NameQuery = None, user: NameQuery = None, all: bool = False,
-                        ids: str | None = Query(None, description=IDS_HELP)) -> list[JobOut]:
-        wanted = _states(states)
-        return service.jobs(wanted, user, include_finished=all, ids=_job_ids(service, ids))
+                        ids: str | None = Query(None, description=IDS_HELP), partitions: NameQuery = None,
+                        accounts: NameQuery = None, after: AfterQuery = None, limit: LimitQuery = None,
+                        combine_arrays: bool = False) -> Response:
+        """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
+        list: `user` names, `ids`, `states`, `partitions`, `accounts`. Paging: at most `limit` jobs with
+        an id above `after`; the X-Next-After header says where the next page starts. `combine_arrays`:
+        an array's pending tasks as one record (`array_task_spec`), as squeue shows them."""
+        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
+                                   partitions=_names(partitions), accounts=_names(accounts)),
+                         after=after, limit=limit, combine_arrays=combine_arrays)
+        if all:
+            found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
+                                              queue_facts=True)
+        else:
+            found = await listing.active_jobs(service.engine, query, service.clock())
+        return _json_list(found)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
     async def get_job(job_id: JobIdPath) -> JobOut:
@@ -182,13 +206,17 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:  # noq
     async def partitions() -> list[PartitionOut]:
         return service.partitions()
 
-    @app.get(f"{API_PREFIX}/accounting", dependencies=[auth])
+    @app.get(f"{API_PREFIX}/accounting", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
     async def accounting(user: NameQuery = None, states: NameQuery = None, since: EpochQuery = None,
-                         until: EpochQuery = None, ids: str | None = Query(None, description=IDS_HELP)) -> list[JobOut]:
-        wanted = _states(states)
-        return service.accounting(
-            ids=_job_ids(service, ids), users=[user] if user else None,
-            states=[JobState(s) for s in wanted] if wanted else None, start_after=since, end_before=until)
+                         until: EpochQuery = None, ids: str | None = Query(None, description=IDS_HELP),
+                         partitions: NameQuery = None, accounts: NameQuery = None, after: AfterQuery = None,
+                         limit: LimitQuery = None, combine_arrays: bool = False) -> Response:
+        """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
+        by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs."""
+        query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
+                                   partitions=_names(partitions), accounts=_names(accounts)),
+                         since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays)
+        return _json_list(await listing.stored_jobs(service.engine, service.store, query, service.clock()))
 
 
 async def _operate(service: ControllerService, job_id: int, operation: Awaitable[R]) -> R:
@@ -203,7 +231,7 @@ async def _operate(service: ControllerService, job_id: int, operation: Awaitable
         raise HTTPException(409, str(exc)) from None
 
 
-def _job_ids(service: ControllerService, text: str | None) -> list[int] | None:
+def _job_ids(service: ControllerService, text: str | None) -> frozenset[int] | None:
     """The raw ids an `ids=` list names; ids that name no job add nothing (as sacct -j)."""
     if not text:
         return None
@@ -211,17 +239,28 @@ def _job_ids(service: ControllerService, text: str | None) -> list[int] | None:
         refs = parse_job_list(text, task_lists=True)
     except JobIdError as exc:
         raise HTTPException(422, f"ids: {exc}") from None
-    return service.job_ids(refs)
+    return frozenset(service.job_ids(refs))
 
 
-def _states(text: str | None) -> set[str] | None:
+def _states(text: str | None) -> frozenset[str] | None:
     if not text:
         return None
-    wanted = {s.strip().upper() for s in text.split(",") if s.strip()}
+    wanted = frozenset(s.strip().upper() for s in text.split(",") if s.strip())
     unknown = wanted - {s.value for s in JobState}
     if unknown:
         raise HTTPException(422, f"unknown job state(s): {', '.join(sorted(unknown))}")
     return wanted
+
+
+def _names(text: str | None) -> frozenset[str] | None:
+    """A comma-separated filter; none given (or only commas) keeps everything."""
+    names = frozenset(part.strip() for part in (text or "").split(",") if part.strip())
+    return names or None
+
+
+def _json_list(found: listing.JobList) -> Response:
+    headers = {listing.NEXT_PAGE_HEADER: str(found.next_after)} if found.next_after is not None else None
+    return Response(found.body, media_type="application/json", headers=headers)
 
 
 def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:

@@ -40,3 +40,6 @@ UidQuery = Annotated[int | None, Query(ge=0, le=limits.UID_MAX, description="Who
 NameQuery = Annotated[Name | None, Query()]
 EpochQuery = Annotated[float | None, Query(ge=0, le=limits.TIME_MAX_S, allow_inf_nan=False)]
 SeqQuery = Annotated[int, Query(ge=0, le=limits.INT64_MAX)]
+# Paging of job lists: ids above `after`, at most `limit` jobs.
+AfterQuery = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only jobs with a larger id (paging)")]
+LimitQuery = Annotated[int | None, Query(ge=1, le=limits.COUNT_MAX, description="At most this many jobs")]

@@ -19,7 +19,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TypeVar
 
@@ -28,6 +28,7 @@ from corral.controller import views
 from corral.controller.deps import resolve_dependency
 from corral.controller.job_refs import UnknownRef, named_job_ids
 from corral.controller.outbox import Outbox
+from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
 from corral.controller.writer import StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
@@ -35,7 +36,7 @@ from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
-from corral.engine.records import Job, JobState
+from corral.engine.records import Job
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
 from corral.protocol import (
@@ -79,6 +80,7 @@ class ControllerService:
         self._lock = asyncio.Lock()  # held by one stimulus from folding it in to dispatching its commands
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
+        self._stalls = StallWatch()
         self._recovery: asyncio.Task | None = None
         self._stopping = False
 
@@ -115,10 +117,7 @@ class ControllerService:
             # While the store fails, only the recovery wakes the loop (an overdue deadline would spin it).
             deadline = None if self.writer.outage else self.engine.next_deadline(now)
             timeout = None if deadline is None else max(0.0, deadline - now)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
-            except TimeoutError:
-                pass
+            self._discount_stall(await self._stalls.wait(self._wake, timeout))
             self._wake.clear()
             if self.writer.outage is not None:
                 continue
@@ -133,7 +132,12 @@ class ControllerService:
             # Give requests at least as long as the cycle took (a 100,000-job cycle takes ~0.5 s), so
             # that submissions and agent reports are answered between back-to-back cycles; they are
             # folded into the next cycle together.
-            await asyncio.sleep(min(time.perf_counter() - started, 1.0))
+            self._discount_stall(await self._stalls.sleep(min(time.perf_counter() - started, 1.0)))
+
+    def _discount_stall(self, stall_s: float) -> None:
+        if stall_s > 0:
+            log.warning("the controller could not listen for %.1f s: not counted as any node's silence", stall_s)
+            self.engine.discount_stall(stall_s, self.clock())
 
     async def run_cycle(self) -> None:
         def cycle(now: float) -> tuple[None, list[Command]]:
@@ -339,10 +343,6 @@ class ControllerService:
             out.priority = view.priority
         return out
 
-    def positions(self) -> dict[int, int]:
-        ordered = sorted(self.engine.views.pending.values(), key=lambda v: v.order)
-        return {v.id: i for i, v in enumerate(ordered, 1)}
-
     def job_ids(self, refs: Iterable[JobRef]) -> list[int]:
         """The raw ids the references name (corral.controller.job_refs); those naming no job add none."""
         found: set[int] = set()
@@ -352,32 +352,6 @@ class ControllerService:
             except UnknownRef:
                 continue
         return sorted(found)
-
-    def jobs(self, states: set[str] | None, user: str | None, include_finished: bool,
-             ids: Collection[int] | None = None) -> list[JobOut]:
-        """`ids`: only these records (live ones from the engine, finished ones from the store)."""
-        now = self.clock()
-        if ids is not None:
-            found = [j for j in map(self.find_job, sorted(set(ids)))
-                     if j is not None and (include_finished or j.id in self.engine.jobs)]
-        elif include_finished:
-            found = self.store.query_jobs(users=[user] if user else None,
-                                          states=[JobState(s) for s in states] if states else None)
-        else:
-            found = sorted(self.engine.jobs.values(), key=lambda j: j.id)
-        found = [j for j in found if (not user or j.spec.user == user) and (not states or j.state.value in states)]
-        places = self.positions()
-        pending = self.engine.views.pending
-        outs = [views.job_out(j, now) for j in found]
-        for out in outs:
-            out.position = places.get(out.id)
-            if out.id in pending:
-                out.priority = pending[out.id].priority  # the multifactor priority the scheduler uses
-        return outs
-
-    def accounting(self, **filters) -> list[JobOut]:
-        now = self.clock()
-        return [views.job_out(j, now) for j in self.store.query_jobs(**filters)]
 
     def nodes(self) -> list[NodeOut]:
         usage = node_usage(self.engine)

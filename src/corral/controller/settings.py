@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from corral import hostlist
 from corral.api.tenancy import TenancySpec
 from corral.core.model import GPU_MILLI, PLACEMENTS, SchedulerConfig, TaskShape
 from corral.engine.config import EngineConfig, PartitionConfig
@@ -69,6 +70,11 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
         _only(part, _PART, f"{origin} partitions[{i}]")
         if "name" not in part:
             raise SettingsError(f"{origin} partitions[{i}]: 'name' is required")
+        if part.get("nodes", "ALL") != "ALL":
+            try:
+                hostlist.expand(str(part["nodes"]))
+            except hostlist.HostlistError as exc:
+                raise SettingsError(f"{origin} partitions[{i}]: nodes: {exc}") from None
         try:
             partitions.append(PartitionConfig(**part))
         except ValueError as exc:

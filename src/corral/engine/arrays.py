@@ -4,9 +4,8 @@ from __future__ import annotations
 import re
 
 from corral.jobref import ascii_number
-from corral.limits import ARRAY_INDEX_MAX, ARRAY_TASKS_MAX
+from corral.limits import ARRAY_INDEX_MAX, MAX_ARRAY_SIZE
 
-MAX_ARRAY_TASKS = ARRAY_TASKS_MAX
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")  # ASCII digits: `\d` takes any script's
 
 
@@ -36,7 +35,8 @@ def parse_array(text: str) -> tuple[list[int], int | None]:
             raise ArrayError(f"invalid array range {part!r} in --array={text}")
         if hi > ARRAY_INDEX_MAX:
             raise ArrayError(f"--array={text}: index {hi} is above the largest allowed, {ARRAY_INDEX_MAX}")
-        if (hi - lo) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
-            raise ArrayError(f"--array={text} has more than {MAX_ARRAY_TASKS} tasks")
+        if hi >= MAX_ARRAY_SIZE:  # checked before the range is made
+            raise ArrayError(f"invalid array index {hi} in --array={text}: task indices go up to "
+                             f"{MAX_ARRAY_SIZE - 1} (MaxArraySize={MAX_ARRAY_SIZE})")
         indices.update(range(lo, hi + 1, step))
     return sorted(indices), throttle

@@ -455,6 +455,9 @@ class Engine:
     def contact(self, name: str, now: float) -> bool:
         return membership.contact(self, name, now)
 
+    def discount_stall(self, stall_s: float, now: float) -> None:
+        membership.discount_stall(self, stall_s, now)
+
     def set_drain(self, name: str, drain: bool, reason: str = "") -> Node:
         if name not in self.nodes:
             raise KeyError(name)

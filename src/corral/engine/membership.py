@@ -74,6 +74,17 @@ def contact(engine: Engine, name: str, now: float) -> bool:
     return True
 
 
+def discount_stall(engine: Engine, stall_s: float, now: float) -> None:
+    """The controller itself could not listen for `stall_s` (a pause, swap, a blocked loop): no agent
+    could reach it then, so that time is no node's silence. Each live node's last contact moves on by
+    the stall, so a node is declared lost only after `node_timeout_s` of time the controller listened."""
+    if stall_s <= 0:
+        return
+    for node in engine.nodes.values():
+        if node.up:
+            node.last_seen = min(node.last_seen + stall_s, now)
+
+
 def set_drain(engine: Engine, name: str, drain: bool, reason: str) -> Node:
     node = engine.nodes[name]
     node.drain, node.drain_reason = drain, (reason if drain else "")

@@ -55,7 +55,8 @@ class Reservations:
                 raise ReservationError(str(exc)) from None
             unknown = [n for n in names if n not in known]
             if unknown:
-                raise ReservationError(f"unknown node(s) {', '.join(unknown)}")
+                more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+                raise ReservationError(f"unknown node(s) {', '.join(unknown[:10])}{more}")
         else:
             assert spec.gpus is not None  # ReservationSpec holds nodes or gpus
             names = _nodes_for_gpus(spec.gpus, list(known.values()))

@@ -13,6 +13,8 @@ from corral.slurm import jsontext
 
 API_PREFIX = "/api/v1"  # corral.protocol.API_PREFIX (a test keeps them equal)
 DEFAULT_TIMEOUT_S = 30.0
+PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the controller a bounded time
+NEXT_PAGE_HEADER = "x-next-after"  # corral.controller.listing.NEXT_PAGE_HEADER, as read here (lower case)
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~,")
 
 
@@ -67,8 +69,13 @@ class Controller:
     def submit(self, body: Mapping) -> dict:
         return self.call("POST", "/jobs", body=body)
 
-    def jobs(self, *, include_finished: bool = False, user: str | None = None) -> list[dict]:
-        return self.call("GET", "/jobs", {"all": "true" if include_finished else None, "user": user})
+    def jobs(self, *, include_finished: bool = False, user: str | Iterable[str] | None = None,
+             **filters: object) -> list[dict]:
+        """Unfinished jobs (`include_finished`: every job), filtered by the controller: `user` names, `ids`
+        (an array's id stands for its tasks), `states`, `partitions`, `accounts` (iterables); with
+        `combine_arrays`, an array's pending tasks come as one record. Older controllers ignore the
+        filters they do not know: callers filter again."""
+        return self.pages("/jobs", {"all": include_finished, "user": user, **filters})
 
     def job(self, job_id: int) -> dict:
         return self.call("GET", f"/jobs/{job_id}")
@@ -87,10 +94,23 @@ class Controller:
     def partitions(self) -> list[dict]:
         return self.call("GET", "/partitions")
 
-    def accounting(self, *, user: str | None = None, since: float | None = None, until: float | None = None,
-                   ids: Iterable[int] | None = None) -> list[dict]:
-        id_text = ",".join(str(i) for i in ids) if ids is not None else None
-        return self.call("GET", "/accounting", {"user": user, "since": since, "until": until, "ids": id_text})
+    def accounting(self, *, user: str | Iterable[str] | None = None, since: float | None = None,
+                   until: float | None = None, ids: Iterable[int] | None = None, **filters: object) -> list[dict]:
+        """Jobs that existed between `since` and `until`, or the jobs `ids`; other filters as for jobs()."""
+        return self.pages("/accounting", {"user": user, "since": since, "until": until, "ids": ids, **filters})
+
+    def pages(self, path: str, params: Mapping[str, object]) -> list[dict]:
+        """Every record of a paged list, PAGE_JOBS at a time. Iterables in `params` go comma-separated,
+        True as `true`."""
+        query = {key: _param(value) for key, value in params.items()}
+        found: list[dict] = []
+        after = None
+        while True:
+            page, headers = self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after})
+            found.extend(page)
+            after = headers.get(NEXT_PAGE_HEADER)
+            if after is None:  # the last page, or a controller that does not page
+                return found
 
     def priority(self) -> list[dict]:
         return self.call("GET", "/priority")
@@ -104,18 +124,23 @@ class Controller:
     # ----- the transport
 
     def call(self, method: str, path: str, params: Mapping[str, object] | None = None, body: object = None):
+        return self.exchange(method, path, params, body)[0]
+
+    def exchange(self, method: str, path: str, params: Mapping[str, object] | None = None,
+                 body: object = None) -> tuple[object, dict[str, str]]:
+        """(the decoded reply, its headers with lower-case names)."""
         target = self.base + path + query_string(params or {})
         payload = jsontext.dumps(body).encode() if body is not None else b""
         if self.tls:
-            status, data = self._exchange_tls(method, target, payload)
+            status, headers, data = self._exchange_tls(method, target, payload)
         else:
             head = f"{method} {target} HTTP/1.1\r\n{self.headers}"
             if body is not None:
                 head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-            status, data = self._exchange(head.encode() + b"\r\n" + payload)
-        return _decoded(status, data)
+            status, headers, data = self._exchange(head.encode() + b"\r\n" + payload)
+        return _decoded(status, data), headers
 
-    def _exchange(self, request: bytes) -> tuple[int, bytes]:
+    def _exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
         # An ASCII host goes as bytes: a str would be encoded with the idna codec (~1 ms to import).
         host = self.host.encode() if self.host.isascii() else self.host
         try:
@@ -136,7 +161,7 @@ class Controller:
                 sock.close()
         raise Unreachable(self.url, _reason(last), self.source)
 
-    def _exchange_tls(self, method: str, target: str, payload: bytes) -> tuple[int, bytes]:
+    def _exchange_tls(self, method: str, target: str, payload: bytes) -> tuple[int, dict[str, str], bytes]:
         import http.client  # https only: http.client and ssl cost ~30 ms
 
         headers = dict(line.split(": ", 1) for line in self.headers.strip().split("\r\n"))
@@ -146,11 +171,20 @@ class Controller:
         try:
             connection.request(method, target, body=payload or None, headers=headers)
             response = connection.getresponse()
-            return response.status, response.read()
+            headers = {name.lower(): value for name, value in response.getheaders()}
+            return response.status, headers, response.read()
         except OSError as exc:
             raise Unreachable(self.url, exc.strerror or str(exc), self.source) from None
         finally:
             connection.close()
+
+
+def _param(value: object) -> object:
+    if value is True:
+        return "true"
+    if value is None or value is False or isinstance(value, (str, int, float)):
+        return None if value is False else value
+    return ",".join(str(item) for item in value)  # an iterable: ids, names, states
 
 
 def _reason(error: OSError | None) -> str:
@@ -168,27 +202,32 @@ def _split_host(hostport: str) -> tuple[str, str]:
     return host, port
 
 
-def _read_response(sock) -> tuple[int, bytes]:
-    """(status, body) of one response; the server closes the connection after it."""
+def _read_response(sock) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers with lower-case names, body) of one response; the server closes the
+    connection after it. The body is gathered in pieces and joined once: adding each piece to the
+    bytes read so far copied them all again, quadratic in the size (35 s for 80 MB)."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
             raise ConnectionResetError(104, "the controller closed the connection without an answer")
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
+        data += chunk  # the head: a few hundred bytes
+    head, _, first = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
     length = int(headers["content-length"]) if "content-length" in headers else None
-    while length is None or len(body) < length:
-        chunk = sock.recv(65536)
+    pieces, size = [first], len(first)
+    while length is None or size < length:
+        chunk = sock.recv(1 << 20)
         if not chunk:
             break
-        body += chunk
+        pieces.append(chunk)
+        size += len(chunk)
+    body = b"".join(pieces)
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _unchunked(body)
-    return status, body if length is None else body[:length]
+    return status, headers, body if length is None else body[:length]
 
 
 def _unchunked(data: bytes) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from _collections_abc import Callable, Mapping
 
+from corral import hostlist
 from corral.slurm import jobids, records, states, timefmt, tres
 from corral.slurm.record import Record
 
@@ -77,7 +78,6 @@ def _step_slices(job: Mapping, step: Mapping) -> list[Mapping]:
 
 
 def _expand(nodelist: str) -> list[str]:
-    from corral import hostlist  # only step rows need it, and it brings `re` (start-up time)
     return hostlist.expand(nodelist) if nodelist else []
 
 

@@ -7,6 +7,7 @@ from corral.jobref import JobIdError, JobRef, parse_job_ref, split_job_list
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
+from corral.slurm.hostnames import checked_option
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
 from corral.slurm.record import Record
 from corral.slurm.sacct_format import (
@@ -79,7 +80,8 @@ def parse_sacct(argv: Sequence[str], env: Mapping[str, str]) -> SacctOptions:
         layout=_layout(line, env), job_ids=_job_ids(line), job_states=_states(line.last("state")),
         all_users=line.has("allusers"), users=_joined(line, "uid"), accounts=_joined(line, "accounts"),
         partitions=_joined(line, "partition"), qos=_joined(line, "qos"), names=_joined(line, "name"),
-        nodes=line.last("nodelist"), start_text=line.last("starttime"), end_text=line.last("endtime"),
+        nodes=checked_option("sacct", "--nodelist", line.last("nodelist")), start_text=line.last("starttime"),
+        end_text=line.last("endtime"),
         duplicates=line.has("duplicates"), time_format=env.get("SLURM_TIME_FORMAT"), warnings=tuple(warnings),
     )
 

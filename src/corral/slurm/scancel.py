@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral import hostlist
 from corral.jobref import JobRef
 from corral.slurm import jobids, records, states
 from corral.slurm.scancel_opts import ScancelOptions, kill_job_error
@@ -34,7 +35,6 @@ def select_targets(options: ScancelOptions, jobs: Sequence[Mapping], user: str |
     """([(the id as written or None for filter-only, job record)], stderr, exit status)."""
     active = [j for j in jobs if states.job_state(j) in _ACTIVE and _passes_filters(j, options, user)]
     if options.filters.get("nodelist"):
-        from corral import hostlist  # brings `re`; only -w needs it
         wanted = {h for expr in options.filters["nodelist"] for h in hostlist.expand(expr)}
         active = [j for j in active if wanted & set(hostlist.expand(j.get("nodelist") or ""))]
     if not options.jobs:

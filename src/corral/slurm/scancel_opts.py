@@ -10,6 +10,7 @@ from _collections_abc import Mapping, Sequence
 from corral.jobref import JobIdError, JobRef, ascii_number, parse_job_ref, split_job_list
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import REQUIRED, Opt
+from corral.slurm.hostnames import checked_option
 from corral.slurm.optable import CommandSpec, check_support, parse_command_line, split_list
 from corral.slurm.record import Record
 
@@ -63,6 +64,8 @@ def parse_scancel(argv: Sequence[str], env: Mapping[str, str]) -> ScancelOptions
                if k != "me" and (line.has(k) or f"SCANCEL_{k.upper()}" in env)}
     if "state" in filters:
         filters["state"] = tuple(_state(s) for s in filters["state"])
+    for expression in filters.get("nodelist", ()):
+        checked_option("scancel", "--nodelist", expression)
     jobs = tuple(_job_ref(item) for text in line.positionals for item in split_job_list(text))
     signal_text = line.last("signal")
     options = ScancelOptions(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral.hostlist import HostlistError
 from corral.jobref import JobIdError, parse_job_ref
 from corral.slurm import jobids, scontrol_job, scontrol_show
 from corral.slurm.scontrol_opts import ScontrolCommand
@@ -57,4 +58,7 @@ def scontrol_show_output(command: ScontrolCommand, *, jobs: Sequence[Mapping] = 
         return out, err, 0
     if not args:  # hostlist and hostlistsorted need a list
         return "", "invalid encode argument\n", 1
-    return scontrol_show.show_hostlist(args[0], sort=entity == "hostlistsorted"), "", 0
+    try:
+        return scontrol_show.show_hostlist(args[0], sort=entity == "hostlistsorted"), "", 0
+    except HostlistError:  # as for hostnames, Slurm says so and exits 0
+        return "", f"Invalid hostlist: {args[0]}\n", 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
 
+from corral import hostlist
 from corral.slurm import squeue_select as select
 from corral.slurm.squeue_fields import View
 from corral.slurm.squeue_format import render
@@ -41,9 +42,5 @@ def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping], now: float,
 
 
 def _on_nodes(jobs: Sequence[Mapping], expression: str) -> list[Mapping]:
-    from corral import (
-        hostlist,  # -w only: hostlist brings `re`, which costs start-up time
-    )
-
     wanted = set(hostlist.expand(expression))
     return [j for j in jobs if wanted & set(hostlist.expand(j.get("nodelist") or ""))]

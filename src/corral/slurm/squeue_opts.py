@@ -7,6 +7,7 @@ from corral.jobref import JobIdError, JobRef, parse_job_ref, split_job_list
 from corral.slurm import states
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.getopt import OPTIONAL, REQUIRED, CommandLine, Opt
+from corral.slurm.hostnames import checked_option
 from corral.slurm.optable import (
     CommandSpec,
     check_support,
@@ -106,7 +107,7 @@ def parse_squeue(argv: Sequence[str], env: Mapping[str, str]) -> SqueueOptions:
         partitions=_list(line.last("partitions") or env.get("SQUEUE_PARTITION")),
         accounts=_list(line.last("accounts") or env.get("SQUEUE_ACCOUNT")),
         qos=_list(line.last("qos") or env.get("SQUEUE_QOS")), reservation=line.last("reservation"),
-        nodes=line.last("node"),
+        nodes=checked_option("squeue", "--nodelist", line.last("node")),
         sort=line.last("sort") or env.get("SQUEUE_SORT") or ("S" if line.has("start") else DEFAULT_SORT),
         array=line.has("array") or "SQUEUE_ARRAY" in env, iterate_s=_iterate(line.last("iterate")),
         verbose=line.count("verbose"), time_format=env.get("SLURM_TIME_FORMAT"),

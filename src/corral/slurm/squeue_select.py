@@ -72,7 +72,8 @@ def _combined(tasks: list[Mapping]) -> Mapping:
         else:
             ids.add(records.get(task, "array_task_id"))
     first = tasks[0]
-    reasons = ",".join(dict.fromkeys(str(t.get("reason") or "None") for t in tasks))
+    # A record that already stands for several tasks carries their reasons joined: split them again.
+    reasons = ",".join(dict.fromkeys(r for t in tasks for r in str(t.get("reason") or "None").split(",")))
     return {**first, "id": records.get(first, "array_job_id"), "array_task_id": None, "reason": reasons,
             "array_task_spec": jobids.format_task_ranges(ids, throttle)}
 

@@ -34,6 +34,10 @@ FLAG_BASE: Mapping[str, str] = {
     "RESV_DEL_HOLD": "PENDING", "SPECIAL_EXIT": "PENDING", "STOPPED": "RUNNING",
 }
 
+# The states corral's jobs take (corral.engine.records.JobState): what the controller filters by.
+CORRAL_STATES = frozenset({"PENDING", "RUNNING", "PREEMPTED", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED",
+                           "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"})
+
 
 def job_state(job: Mapping) -> str:
     """The long name (corral's states are Slurm's names already)."""

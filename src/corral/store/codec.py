@@ -56,10 +56,35 @@ def spec_to_json(spec: JobSpec) -> Json:
     return data
 
 
-def spec_from_json(data: Mapping[str, Any]) -> JobSpec:
+class Sharing:
+    """One object for each value that many decoded jobs hold equal: an array's tasks and a user's jobs
+    have the same strings, environment, argv and request. Submission shares them (the tasks of an
+    array are copies of one spec); without this a restart gave each job its own, and 100,000 restored
+    jobs took 2.5 times the memory they had before the restart."""
+
+    def __init__(self) -> None:
+        self._values: dict[Any, Any] = {}
+        self._envs: dict[tuple, dict[str, str]] = {}
+
+    def value(self, value: Any) -> Any:
+        """`value` (hashable) or the equal one seen first."""
+        return self._values.setdefault(value, value)
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        # Specs never change their environment once made (arrays' tasks already share one).
+        return self._envs.setdefault(tuple(env.items()), env)
+
+
+def spec_from_json(data: Mapping[str, Any], sharing: Sharing | None = None) -> JobSpec:
     values = _SPEC.known(data)
     values["request"] = Request(**_REQUEST.known(data["request"]))
     values["argv"] = tuple(data.get("argv", ()))
+    if sharing is not None:
+        for name, value in values.items():
+            if isinstance(value, (str, tuple, Request)):
+                values[name] = sharing.value(value)
+        if "env" in values:
+            values["env"] = sharing.env(values["env"])
     return JobSpec(**values)
 
 
@@ -114,15 +139,16 @@ def job_to_row(job: Job) -> Json:
     }
 
 
-def job_from_row(row: Any) -> Job:
-    """`row`: a result row of the jobs table (attribute access by column name)."""
+def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
+    """`row`: a result row of the jobs table (attribute access by column name). Jobs decoded with one
+    `sharing` share their equal parts."""
     extra = row.extra or {}
     return Job(
         id=row.id,
-        spec=spec_from_json(row.spec),
+        spec=spec_from_json(row.spec, sharing),
         submit_time=row.submit_time,
         state=JobState(row.state),
-        reason=row.reason,
+        reason=sharing.value(row.reason) if sharing is not None else row.reason,
         estimated_start=row.estimated_start,
         start_time=row.start_time,
         end_time=row.end_time,

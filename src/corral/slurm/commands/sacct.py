@@ -10,11 +10,17 @@ import sys
 import time
 from _collections_abc import Mapping, Sequence
 
+from corral import hostlist
+from corral.slurm import states
 from corral.slurm.commands.common import Result, action_text, connect, run
 from corral.slurm.http import Controller
 from corral.slurm.sacct import sacct_output
 from corral.slurm.sacct_opts import SacctOptions, parse_sacct
 from corral.slurm.target import current_user
+
+TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
+if TYPE_CHECKING:
+    from typing import Any
 
 USAGE = """\
 Usage: sacct [-a] [-A accounts] [-b] [-D] [-E time] [-j jobs] [-l] [-n] [-N nodes] [-o fields]
@@ -59,14 +65,24 @@ def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: 
     since = (parse_time(options.start_text, now) if options.start_text
              else time.mktime((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0, 0, 0, -1)))
     until = parse_time(options.end_text, now) if options.end_text else now
-    # Let the controller filter by user when there is exactly one name to filter by.
     users = options.users if options.users is not None else (None if options.all_users else (user,))
-    api_user = users[0] if users and len(users) == 1 and not users[0].isdigit() else None
-    return controller.accounting(user=api_user, since=since, until=until)
+    return controller.accounting(since=since, until=until, **server_filters(options, users))
+
+
+def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[str, Any]:
+    """What the controller can filter (select_jobs filters everything again). Each filter keeps or
+    drops an array's pending tasks together, so the controller combines them as sacct would."""
+    filters: dict[str, Any] = {"combine_arrays": True}
+    if users and not any(name.isdigit() for name in users):  # a uid is matched here only
+        filters["user"] = users
+    if options.job_states is not None and options.job_states & states.CORRAL_STATES:
+        filters["states"] = sorted(options.job_states & states.CORRAL_STATES)
+    for key, values in (("partitions", options.partitions), ("accounts", options.accounts)):
+        if values:
+            filters[key] = values
+    return filters
 
 
 def _on_nodes(jobs: list[dict], expression: str) -> list[dict]:
-    from corral import hostlist  # -N only: hostlist brings `re`
-
     wanted = set(hostlist.expand(expression))
     return [j for j in jobs if wanted & set(hostlist.expand(j.get("nodelist") or ""))]

@@ -1,0 +1,231 @@
+"""The read paths at scale: squeue, sacct, `corral queue` and GET /accounting over 100,000 jobs, and the
+controller's memory before and after a restart with the same jobs.
+
+Arrays: starts a real controller (tests/e2e/harness.py) with two registered stand-in nodes of 8
+GPUs each (nobody runs their jobs; the node timeout is an hour, so 16 jobs stay RUNNING), then
+submits N arrays of 1,000 one-GPU tasks over the API, spread over 10 users, and times, each as a
+fresh process: `squeue`, `squeue -t RUNNING`, `squeue -u user3`, `sacct -a` (every job since
+midnight), `sacct -u user3`, `corral queue`, `corral queue -t RUNNING`; then GET /accounting of every
+job in this process (and how late /health answers meanwhile, i.e. how long the event loop was
+blocked). Memory: the controller's resident set (VmRSS) once the submissions are scheduled, and
+again after a restart on the same database, before any read.
+
+Singles: S pending jobs that are no arrays (squeue prints each), written to the database through the
+Store API before the controller starts; times `squeue`, `squeue -t RUNNING`, `squeue -u user3` and
+`corral queue`.
+
+    python bench/read_paths.py [--arrays N] [--singles S] [--repeat R]      (defaults 100, 100000, 1)
+
+Prints one JSON line: seconds per call (the median of R calls), MiB, and the load average before
+and after, since other work on the machine moves every figure."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.harness import API, Cluster, wait_for  # noqa: E402
+
+ARRAY_SIZE = 1000
+USERS = 10
+NODES = ("bench1", "bench2")
+GPUS_PER_NODE = 8
+CONFIG = "kill_grace_s = 2\nnode_timeout_s = 3600\n"
+SCRIPTS = Path(sysconfig.get_path("scripts"))
+COMMANDS = {
+    "squeue": ["squeue"],
+    "squeue_t_running": ["squeue", "-t", "RUNNING"],
+    "squeue_u": ["squeue", "-u", "user3"],
+    "sacct_all_users": ["sacct", "-a"],
+    "sacct_u": ["sacct", "-u", "user3"],
+    "corral_queue": ["corral", "queue"],
+    "corral_queue_t_running": ["corral", "queue", "-t", "RUNNING"],
+}
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def register_nodes(cluster: Cluster) -> None:
+    for name in NODES:
+        body = {"node": name, "address": "127.0.0.1", "cpus": 64, "mem_mib": 512_000,
+                "gpus": [{"index": i} for i in range(GPUS_PER_NODE)]}
+        reply = cluster.http.post(f"{API}/agents/register", json=body)
+        reply.raise_for_status()
+
+
+def submit_arrays(cluster: Cluster, arrays: int) -> float:
+    started = time.perf_counter()
+    for n in range(arrays):
+        cluster.submit(argv=["true"], gpus=1, output="/dev/null", array=f"0-{ARRAY_SIZE - 1}",
+                       user=f"user{n % USERS}", name=f"bench{n}")
+    return time.perf_counter() - started
+
+
+def settled(cluster: Cluster, running: int) -> None:
+    """Wait until the scheduler has started what fits (and so has looked at every job once)."""
+    def started() -> bool:
+        jobs = cluster.http.get(f"{API}/jobs", params={"states": "RUNNING"}).json()
+        return len(jobs) >= running
+
+    wait_for(started, timeout_s=600, interval_s=1.0, message="running jobs")
+    time.sleep(2.0)
+
+
+def timed(argv: list[str], env: dict[str, str], repeat: int) -> dict:
+    times, lines = [], 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run([str(SCRIPTS / argv[0]), *argv[1:]], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=600, check=False)
+        times.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        lines = proc.stdout.count("\n")
+    return {"s": round(statistics.median(times), 3), "lines": lines}
+
+
+def accounting_with_health(cluster: Cluster) -> dict:
+    """GET /accounting of every job, while another thread asks for /health every 50 ms: the slowest
+    /health answer is how long the event loop could not serve anyone."""
+    lateness: list[float] = []
+    done = threading.Event()
+
+    def probe() -> None:
+        import httpx
+
+        with httpx.Client(base_url=cluster.url, timeout=600) as client:
+            while not done.is_set():
+                start = time.perf_counter()
+                client.get(f"{API}/health")
+                lateness.append(time.perf_counter() - start)
+                time.sleep(0.05)
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    try:
+        start = time.perf_counter()
+        reply = cluster.http.get(f"{API}/accounting", timeout=600)
+        elapsed = time.perf_counter() - start
+        reply.raise_for_status()
+        count = len(reply.json())
+    finally:
+        done.set()
+        prober.join()
+    return {"s": round(elapsed, 3), "jobs": count, "mib": round(len(reply.content) / 2**20, 1),
+            "health_max_s": round(max(lateness), 3)}
+
+
+def command_env(cluster: Cluster, tmp: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SQUEUE_"))}
+    env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
+            "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "COLUMNS": "200"}
+    timed(["squeue", "--version"], env, 1)  # warm the bytecode cache
+    return env
+
+
+def time_commands(env: dict[str, str], repeat: int, names: tuple[str, ...]) -> dict:
+    result = {}
+    for name in names:
+        result[name] = timed(COMMANDS[name], env, repeat)
+        print(name, result[name], file=sys.stderr)
+    return result
+
+
+def measure_arrays(arrays: int, repeat: int) -> dict:
+    """Arrays submitted over the API; every read; memory before and after a restart."""
+    result: dict = {"jobs": arrays * ARRAY_SIZE}
+    with tempfile.TemporaryDirectory(prefix="corral-read-") as tmp:
+        cluster = Cluster(Path(tmp), nodes=0, config=CONFIG)
+        cluster.start_controller()
+        try:
+            register_nodes(cluster)
+            result["submit_s"] = round(submit_arrays(cluster, arrays), 1)
+            settled(cluster, len(NODES) * GPUS_PER_NODE)
+            result["rss_mib_submitted"] = rss_mib(cluster.controller.pid)
+            print("submitted", result, file=sys.stderr)
+            result |= time_commands(command_env(cluster, tmp), repeat, tuple(COMMANDS))
+            result["accounting"] = accounting_with_health(cluster)
+            cluster.kill_controller()
+            started = time.perf_counter()
+            cluster.start_controller(timeout_s=600)
+            result["restart_s"] = round(time.perf_counter() - started, 1)
+            time.sleep(5.0)  # the first cycles after the restore
+            result["rss_mib_restarted"] = rss_mib(cluster.controller.pid)
+        finally:
+            cluster.stop()
+    return result
+
+
+def seed_single_jobs(db: str, count: int) -> None:
+    """`count` pending one-GPU jobs of USERS users, none an array, written through the Store API."""
+    from corral.core.model import Request
+    from corral.engine.records import Job, JobSpec
+    from corral.store import Store
+
+    now = time.time()
+    env = {"PATH": os.environ["PATH"]}
+    with Store.open(db) as store:
+        for start in range(1, count + 1, 10_000):
+            store.save(jobs=[
+                Job(id=i, submit_time=now, spec=JobSpec(
+                    name=f"single{i}", user=f"user{i % USERS}", request=Request(gpus_per_node=1, partition="gpu"),
+                    argv=("true",), workdir="/tmp", env=env, output="/dev/null"))
+                for i in range(start, min(start + 10_000, count + 1))])
+
+
+def measure_singles(count: int, repeat: int) -> dict:
+    """As many jobs without arrays (nothing to combine: squeue prints every one), seeded in the store."""
+    result: dict = {"jobs": count}
+    with tempfile.TemporaryDirectory(prefix="corral-read-") as tmp:
+        cluster = Cluster(Path(tmp), nodes=0, config=CONFIG)
+        seed_single_jobs(cluster.db, count)
+        cluster.start_controller(timeout_s=600)
+        try:
+            time.sleep(5.0)  # the first cycles after the restore
+            result |= time_commands(command_env(cluster, tmp), repeat,
+                                    ("squeue", "squeue_t_running", "squeue_u", "corral_queue"))
+        finally:
+            cluster.stop()
+    return result
+
+
+def measure(arrays: int = 100, singles: int = 100_000, repeat: int = 1) -> dict:
+    result: dict = {"bench": "read-paths", "repeat": repeat, "machine": f"{platform.node()} cpus={os.cpu_count()}",
+                    "loadavg_before": os.getloadavg()[0]}
+    if arrays:
+        result["arrays"] = measure_arrays(arrays, repeat)
+    if singles:
+        result["singles"] = measure_singles(singles, repeat)
+    result["loadavg_after"] = os.getloadavg()[0]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arrays", type=int, default=100,
+                        help=f"arrays of {ARRAY_SIZE} tasks to submit (0: skip that part)")
+    parser.add_argument("--singles", type=int, default=100_000, help="jobs without arrays (0: skip that part)")
+    parser.add_argument("--repeat", type=int, default=1, help="calls per command (the median is reported)")
+    args = parser.parse_args()
+    print(json.dumps(measure(args.arrays, args.singles, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,18 @@
+"""The controller's configuration file: a partition's hostlist is checked when the file is read."""
+from __future__ import annotations
+
+import pytest
+
+from corral.controller.settings import SettingsError, settings_from_dict
+
+
+@pytest.mark.parametrize(("nodes", "problem"), [
+    ("n[1-", "unbalanced '['"),
+    ("n[1-100000]", "names more than 65536 hosts"),
+])
+def test_a_bad_partition_hostlist_is_a_settings_error(nodes, problem) -> None:
+    with pytest.raises(SettingsError) as caught:
+        settings_from_dict({"partitions": [{"name": "gpu", "nodes": nodes}]}, "corral.toml")
+    assert str(caught.value).startswith("corral.toml partitions[0]: nodes: ") and problem in str(caught.value)
+    config = settings_from_dict({"partitions": [{"name": "gpu", "nodes": "n[1-4]"}]})  # a good one is kept
+    assert config.partitions[0].contains("n3") and not config.partitions[0].contains("n5")

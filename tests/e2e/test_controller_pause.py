@@ -1,0 +1,37 @@
+"""A controller paused for longer than the node timeout (SIGSTOP: as a VM migration, swap or a GC pause
+would) must not declare its healthy nodes lost when it resumes."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.e2e.harness import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_paused_controller_kills_no_healthy_job(cluster_factory) -> None:
+    cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 6\n")
+    jobs = [cluster.submit(argv=["sleep", "14"], gpus_per_node=1, time_limit_s=120) for _ in range(4)]
+    for job_id in jobs:
+        cluster.wait_state(job_id, "RUNNING")
+    os.killpg(cluster.controller.pid, signal.SIGSTOP)
+    time.sleep(10)  # longer than the node timeout
+    os.killpg(cluster.controller.pid, signal.SIGCONT)
+    finals = [cluster.wait_state(job_id, "COMPLETED", "NODE_FAIL", "FAILED", timeout_s=40) for job_id in jobs]
+    assert [f["state"] for f in finals] == ["COMPLETED"] * 4, cluster.logs()
+    assert all(node["state"] != "down" for node in cluster.nodes())
+    assert "could not listen" in (cluster.root / "controller.log").read_text()
+
+
+def test_a_dead_agent_is_still_declared_lost(cluster_factory) -> None:
+    cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 6\n")
+    job_id = cluster.submit(argv=["sleep", "60"], nodes=2, gpus_per_node=1, time_limit_s=120)
+    cluster.wait_state(job_id, "RUNNING")
+    os.killpg(cluster.agents["node2"].pid, signal.SIGKILL)
+    final = cluster.wait_state(job_id, "NODE_FAIL", timeout_s=30)
+    assert final["state"] == "NODE_FAIL"
+    wait_for(lambda: {n["name"]: n["state"] for n in cluster.nodes()}["node2"] == "down", 10)
