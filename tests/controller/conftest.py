@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.controller.__main__ import restore_engine
+from corral.controller.restore import restore_engine
 from corral.controller.app import create_app
 from corral.controller.service import ControllerService
 from corral.core.model import Gpu, NodeSlice, Request
