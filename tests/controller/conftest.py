@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral.controller.restore import restore_engine
 from corral.controller.app import create_app
+from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import Gpu, NodeSlice, Request
 from corral.engine.config import EngineConfig, PartitionConfig
