@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast bench sim-report venv clean
+.PHONY: up test test-fast check bench sim-report venv clean
 
 # `make up` settings: the controller's port (corral up records it in ~/.config/corral/cluster.json, where
 # every corral and Slurm command finds it), the simulated nodes and the GPUs of each.
@@ -33,6 +33,14 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# Lint, types and import rules (configured in pyproject.toml); tests/test_architecture.py holds the import
+# rules that import-linter cannot state.
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_architecture.py
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

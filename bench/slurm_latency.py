@@ -6,8 +6,9 @@ has drained, M `squeue`, each as a fresh process (what a user or a workflow tool
 calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` answers (the anchor
 in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
 and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
-process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times. Without a running Slurm it says so and gives corral's figures alone. As a floor
-for corral's figures it also times this Python starting and doing nothing (`python -c pass`), and it
+process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
+Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
+also times this Python starting and doing nothing (`python -c pass`), and it
 records the load average before and after, since other work on the machine moves every figure.
 
 corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from corral.engine.records import JobState
 from corral.store import Store
+
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent))
 from tests.store.factories import full_job  # noqa: E402
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from workload import cluster_snapshot  # noqa: E402
 
 from corral.api.tenancy import TenancySpec  # noqa: E402
-from corral.core.model import Cap, PendingJob, Reason, RunningJob, SchedulerConfig  # noqa: E402
+from corral.core.model import Cap, PendingJob, Reason, SchedulerConfig  # noqa: E402
 from corral.core.scheduler import schedule  # noqa: E402
 from corral.engine.fairshare import FairShare  # noqa: E402
 

@@ -73,7 +73,9 @@ def names(name: str) -> frozenset[str]:
     if kind:
         parts = _parts(name)
         found.add(kind)
-        number = _model_number(parts)[1]
+        model_number = _model_number(parts)
+        assert model_number is not None  # gpu_type found one
+        number = model_number[1]
         found.add(number)  # differs from the type only for an RTX/GTX card
         memory = next((p for p in parts if _is_memory(p)), None)
         if memory is not None:

@@ -39,7 +39,7 @@ from corral.slurm import jsontext
 try:  # what hmac.compare_digest is, without importing hmac (and _hashlib)
     from _operator import _compare_digest
 except ImportError:  # pragma: no cover - CPython always has it
-    from hmac import compare_digest as _compare_digest
+    from hmac import compare_digest as _compare_digest  # type: ignore[no-redef]  # the same function
 
 HEADER = struct.Struct(">cII")  # type, rank, payload length
 ALL_RANKS = 0xFFFFFFFF

@@ -119,9 +119,10 @@ def test_leftover_children_die_with_their_task(make_launch, tmp_path, agent_env,
 def test_during_a_kill_leftovers_get_the_grace_to_finish(make_launch, tmp_path, agent_env, is_dead):
     # Slurm's KillWait: what a killed task left in its group (an srun relaying its step's end) gets the
     # signal and until the grace is over; one that ignores it dies then.
-    child = (f"import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.3), "
-             f"open('child-done', 'w').close(), sys.exit(0))); open('child.pid', 'w').write(str(__import__('os').getpid()));"
-             f" time.sleep(30)")
+    child = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.3), "
+             "open('child-done', 'w').close(), sys.exit(0))); "
+             "open('child.pid', 'w').write(str(__import__('os').getpid()));"
+             " time.sleep(30)")
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(30)"
     launch = make_launch(argv=["sh", "-c", f"{sys.executable} -c \"{child}\" & {sys.executable} -c '{stubborn}' & "
                                            f"echo $! > stubborn.pid; sleep 0.3; echo ready > ready; wait"])

@@ -103,7 +103,8 @@ def test_job_fields_of_a_job_with_every_feature():
                "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
-               "held", "requeue", "reservation", "uid", "submit_host", "history", "position", "comment", "wckey", "open_mode", "batch",
+               "held", "requeue", "reservation", "uid", "submit_host", "history", "position", "comment", "wckey",
+               "open_mode", "batch",
                "cancelled_by_uid", "steps", "array_task_spec"}
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]

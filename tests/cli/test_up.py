@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent.task_spool import TaskSpool
 from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
-from corral.cli.supervisor import ChildExited
-from corral.cli.supervisor import Supervisor
-from corral.agent.task_spool import TaskSpool
+from corral.cli.supervisor import ChildExited, Supervisor
 from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_secret
-from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 from corral.cli.up_plan import UpOptions, client_url, plan_up
+from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 
 FAKE = str(Path(__file__).with_name("fake_cluster.py"))
 NO_GPUS = HostFacts(cpus=8, mem_mib=64000, nvml_gpus=None)

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from corral.api.schemas import JobSubmit
-from corral.controller.__main__ import restore_engine
 from corral.controller.app import create_app
+from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.controller.writer import StoreUnavailable
 from corral.engine.config import EngineConfig

@@ -12,8 +12,8 @@ from corral.core.model import Gpu, NodeView, Request, SchedulerConfig, TaskShape
 from corral.core.placement.bestfit import BestFit
 from corral.core.placement.fgd import with_scorer
 from corral.core.pool import WorkPool
-from corral.core.worknode import Need
 from corral.core.scheduler import schedule
+from corral.core.worknode import Need
 
 from .builders import NOW, job, node, snapshot
 
@@ -194,7 +194,7 @@ def test_no_device_over_1000_milli_and_constraints_hold(sizes, reqs, fgd):
             use[(piece.node, g)] = use.get((piece.node, g), 0) + milli
         cpus[piece.node] = cpus.get(piece.node, 0) + c
         mem[piece.node] = mem.get(piece.node, 0) + m
-    for (name, _), used in use.items():
+    for used in use.values():
         assert used <= 1000
     for v in views:
         assert cpus.get(v.name, 0) <= v.cpus and mem.get(v.name, 0) <= v.mem_mib

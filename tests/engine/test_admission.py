@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from corral.api.schemas import JobSubmit
+from corral.core.model import Gpu
 from corral.engine.admission import AdmissionError, admit
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.records import Node
-from corral.core.model import Gpu
 
 CONFIG = EngineConfig(partitions=(PartitionConfig("gpu", default=True, max_time_s=7200),
                                   PartitionConfig("cpu", nodes="cpu[1-2]")))

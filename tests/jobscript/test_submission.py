@@ -34,7 +34,8 @@ def from_script(*lines):
         (["--gpus-per-task=1"], {"gpus_per_task": 1}),
         (["--gres=gpu:2"], {"gpus_per_node": 2}),
         (["--gres=gpu:a100:2"], {"gpus_per_node": 2, "gpu_model": "a100"}),
-        (["--gres=gpu:A100:2", "--gpus-per-task=a100:1"], {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "A100"}),
+        (["--gres=gpu:A100:2", "--gpus-per-task=a100:1"],
+         {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "A100"}),
         (["--gres=gpu"], {"gpus_per_node": 1}),  # count defaults to 1, as in Slurm
         (["--gres=gpu:tesla"], {"gpus_per_node": 1, "gpu_model": "tesla"}),
         (["--gres=none"], {}),

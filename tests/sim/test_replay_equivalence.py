@@ -28,8 +28,8 @@ import pytest
 
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.controller.__main__ import restore_engine
 from corral.controller.app import create_app
+from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import SchedulerConfig
 from corral.engine.admission import admit_full
@@ -146,7 +146,7 @@ class FakeAgent:
         assert reply.status_code == 200, reply.text
 
 
-async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:
+async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:  # noqa: C901 (the driver's loop, step by step)
     clock = FakeClock(T0)
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     # What the simulator also sets: its agents never go silent, and jobs may start as soon as submitted.

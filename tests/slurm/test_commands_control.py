@@ -119,8 +119,9 @@ def test_scontrol_update_changes_a_waiting_job_as_slurm_does(cmd, slurm_cluster)
             == "Invalid job id specified for job 999999\n")
     bad = cmd("scontrol", "update", f"JobId={job_id}", "Foo=bar")
     assert (bad.stderr, bad.code) == ("Update of this parameter is not supported: Foo=bar\nRequest aborted\n", 1)
-    assert cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=abc").stderr == "scontrol: error: Invalid TimeLimit value\n"
-    assert cmd("scontrol", "update", f"JobId={job_id}", "Priority=abc").stderr == "scontrol: error: Invalid Priority value: abc\n"
+    update = ("scontrol", "update", f"JobId={job_id}")
+    assert cmd(*update, "TimeLimit=abc").stderr == "scontrol: error: Invalid TimeLimit value\n"
+    assert cmd(*update, "Priority=abc").stderr == "scontrol: error: Invalid Priority value: abc\n"
     cmd("scancel", str(job_id))
     slurm_cluster.wait_state(job_id, "CANCELLED")
     late = cmd("scontrol", "update", f"JobId={job_id}", "TimeLimit=5")

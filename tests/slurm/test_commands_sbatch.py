@@ -9,7 +9,6 @@ import pytest
 from tests.e2e.harness import free_port
 
 from . import golden_records as golden
-
 from .commands import command_env, run
 
 pytestmark = pytest.mark.slow

@@ -26,7 +26,8 @@ TOO_MANY = f"hostlist '{HUGE}' names more than 65536 hosts"
     (parse_sinfo, ["-n", HUGE], f"sinfo: error: invalid entry for --nodes: {TOO_MANY}\n"),
     (parse_scancel, ["-w", HUGE], f"scancel: error: invalid entry for --nodelist: {TOO_MANY}\n"),
     (parse_srun, ["-w", HUGE, "true"], f"srun: error: Invalid node name specified: {TOO_MANY}\n"),
-    (parse_srun, ["-x", "n[1-", "true"], "srun: error: Invalid node name specified: unbalanced '[' in hostlist 'n[1-'\n"),
+    (parse_srun, ["-x", "n[1-", "true"],
+     "srun: error: Invalid node name specified: unbalanced '[' in hostlist 'n[1-'\n"),
     (parse_squeue, ["-w", "n[2-1]"],
      "squeue: error: invalid entry for --nodelist: descending range '2-1' in hostlist 'n[2-1]'\n"),
 ])

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from corral.jobref import ALL_TASKS, JobRef
 from corral.slurm.errors import SlurmCommandError
 from corral.slurm.scancel import select_targets
-from corral.jobref import ALL_TASKS, JobRef
 from corral.slurm.scancel_opts import parse_scancel, parse_signal
 from corral.slurm.scontrol import scontrol_show_output
 from corral.slurm.scontrol_job import expand_path, render_jobs

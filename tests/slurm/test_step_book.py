@@ -9,8 +9,23 @@ import pytest
 
 from corral.slurm.step_book import STDIN_HIGH_WATER, StepBook
 from corral.slurm.step_output import StepOutput
-from corral.stepio import (ALL_RANKS, CONNECTION_LOST, EXIT, FAILED, HEADER, MAX_PAYLOAD, SIGNAL, STDERR,
-                           STDIN, STDIN_CLOSED, STDOUT, FrameDecoder, exit_payload, frame, parse_input)
+from corral.stepio import (
+    ALL_RANKS,
+    CONNECTION_LOST,
+    EXIT,
+    FAILED,
+    HEADER,
+    MAX_PAYLOAD,
+    SIGNAL,
+    STDERR,
+    STDIN,
+    STDIN_CLOSED,
+    STDOUT,
+    FrameDecoder,
+    exit_payload,
+    frame,
+    parse_input,
+)
 
 TOKEN = "secret"
 

@@ -74,7 +74,8 @@ def _exact_usage(runs: list[tuple[str, int, float, float]], at: float) -> dict[s
     for account, gpus, start, end in runs:
         end = min(end, at)
         if end > start:
-            usage[account] = usage.get(account, 0.0) + gpus * (math.exp(-k * (at - end)) - math.exp(-k * (at - start))) / k
+            decayed = (math.exp(-k * (at - end)) - math.exp(-k * (at - start))) / k
+            usage[account] = usage.get(account, 0.0) + gpus * decayed
     return usage
 
 

@@ -31,7 +31,8 @@ def test_a_queue_gets_its_nominal_quota_back_within_one_grace_period(borrower_jo
                 {"name": "qb", "cohort": "c", "accounts": ["b"], "nominal": {"gpu": 8}}])
     sim = Simulation(EngineConfig(), [SimNode("n1", 8), SimNode("n2", 8)], tenancy, stop_delay_s=GRACE_S)
     hog = [SimSubmission(0.0, _spec("bob", "b", "qb", 8 if i < 2 else 4, 86400), 86400.0) for i in range(borrower_jobs)]
-    demand = [SimSubmission(float(arrive_s), _spec("alice", "a", "qa", claim_gpus, 3600), 3600.0) for _ in range(8 // claim_gpus)]
+    demand = [SimSubmission(float(arrive_s), _spec("alice", "a", "qa", claim_gpus, 3600), 3600.0)
+              for _ in range(8 // claim_gpus)]
     sim.submit(hog + demand)
     sim.run(until_s=arrive_s + GRACE_S)
     book = QuotaBook(sim.engine.tenancy.queues, sim.engine.views.running.values())

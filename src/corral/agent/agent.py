@@ -179,7 +179,7 @@ class Agent:
 
     def _busy_devices(self, job_id: int, gpus: list[int]) -> str | None:
         """Why `gpus` may not go to `job_id`: a live task of another job holds some of them, or None."""
-        runners = [*self._runners.values(), *self._steps.values()]
+        runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
         holders = [(r.job_id, tuple(r.launch.node_gpus)) for r in runners if r.holds_devices]
         self._unkillable = [r for r in self._unkillable if live_members(r)]
         holders += [(r.job_id, r.gpus) for r in self._unkillable]

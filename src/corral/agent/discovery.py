@@ -36,6 +36,7 @@ def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None 
     `cpus`/`mem_mib` override what psutil reports: several agents often share one host in tests and demos,
     and each must advertise only its share.
     """
+    source: Literal["nvml", "simulated"]
     if sim_gpus is None:
         gpus, source = nvml_gpus(), "nvml"
     else:

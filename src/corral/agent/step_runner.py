@@ -152,6 +152,7 @@ class StepRunner(LocalTasks):
                 failure = exc
         else:
             raise OSError(_describe(failure) if failure else "no attempt made")
+        assert self._writer is not None  # connected: the loop broke out
         ranks = [t.rank for t in self.launch.tasks]
         try:
             self._writer.write(stepio.hello(self.launch.io_token, self._node_name, ranks))

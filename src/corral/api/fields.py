@@ -34,37 +34,34 @@ def _diagnostic(text: object) -> object:
     return text
 
 
-def _text(max_chars: int, min_chars: int = 0):
+def _text_check(max_chars: int) -> BeforeValidator:
     # Checked before pydantic's own string check, which refuses a lone surrogate without saying so.
-    check = _valid(lambda text: limits.text_problem(text, max_chars), str)
-    return Annotated[str, Field(min_length=min_chars, max_length=max_chars), BeforeValidator(check)]
+    return BeforeValidator(_valid(lambda text: limits.text_problem(text, max_chars), str))
 
 
-def _int(low: int, high: int):
-    return Annotated[int, Field(ge=low, le=high)]
-
-
-Name = _text(limits.NAME_MAX_CHARS)
-Comment = _text(limits.COMMENT_MAX_CHARS)
+# Spelled out (not built by a helper function) so that type checkers see str and int.
+Name = Annotated[str, Field(min_length=0, max_length=limits.NAME_MAX_CHARS), _text_check(limits.NAME_MAX_CHARS)]
+Comment = Annotated[str, Field(min_length=0, max_length=limits.COMMENT_MAX_CHARS),
+                    _text_check(limits.COMMENT_MAX_CHARS)]
 Diagnostic = Annotated[str, BeforeValidator(_diagnostic), Field(max_length=limits.COMMENT_MAX_CHARS)]
-FilePath = _text(limits.PATH_MAX_CHARS)
+FilePath = Annotated[str, Field(min_length=0, max_length=limits.PATH_MAX_CHARS), _text_check(limits.PATH_MAX_CHARS)]
 Script = Annotated[str, Field(max_length=limits.SCRIPT_MAX_BYTES), BeforeValidator(_valid(limits.script_problem, str))]
 Args = Annotated[list[str], Field(max_length=limits.ARGS_MAX_ITEMS), AfterValidator(_valid(limits.args_problem))]
 Env = Annotated[dict[str, str], Field(max_length=limits.ENV_MAX_VARS), AfterValidator(_valid(limits.env_problem))]
 Names = Annotated[list[Name], Field(max_length=limits.LIST_MAX_ITEMS)]
 
-JobId = _int(1, limits.JOB_ID_MAX)
-StepId = _int(0, limits.STEP_ID_MAX)
-Uid = _int(0, limits.UID_MAX)
-Priority = _int(0, limits.PRIORITY_MAX)
-TimeLimitS = _int(1, limits.TIME_LIMIT_S_MAX)
-Count = _int(1, limits.COUNT_MAX)  # at least one (nodes, tasks, CPUs per task)
-Amount = _int(0, limits.COUNT_MAX)  # zero or more (GPUs, ranks, indices, limits)
-MemMib = _int(0, limits.MEM_MIB_MAX)
-Pid = _int(0, limits.PID_MAX)
-Index = _int(0, limits.COUNT_MAX)  # ranks, device indices
-ExitCode = _int(0, limits.EXIT_CODE_MAX)
-Signal = _int(0, limits.SIGNAL_MAX)
-Port = _int(1, 65535)
+JobId = Annotated[int, Field(ge=1, le=limits.JOB_ID_MAX)]
+StepId = Annotated[int, Field(ge=0, le=limits.STEP_ID_MAX)]
+Uid = Annotated[int, Field(ge=0, le=limits.UID_MAX)]
+Priority = Annotated[int, Field(ge=0, le=limits.PRIORITY_MAX)]
+TimeLimitS = Annotated[int, Field(ge=1, le=limits.TIME_LIMIT_S_MAX)]
+Count = Annotated[int, Field(ge=1, le=limits.COUNT_MAX)]  # at least one (nodes, tasks, CPUs per task)
+Amount = Annotated[int, Field(ge=0, le=limits.COUNT_MAX)]  # zero or more (GPUs, ranks, indices, limits)
+MemMib = Annotated[int, Field(ge=0, le=limits.MEM_MIB_MAX)]
+Pid = Annotated[int, Field(ge=0, le=limits.PID_MAX)]
+Index = Annotated[int, Field(ge=0, le=limits.COUNT_MAX)]  # ranks, device indices
+ExitCode = Annotated[int, Field(ge=0, le=limits.EXIT_CODE_MAX)]
+Signal = Annotated[int, Field(ge=0, le=limits.SIGNAL_MAX)]
+Port = Annotated[int, Field(ge=1, le=65535)]
 EpochS = Annotated[float, Field(ge=0, le=limits.TIME_MAX_S, allow_inf_nan=False)]
 DurationS = Annotated[float, Field(ge=0, le=limits.DURATION_S_MAX, allow_inf_nan=False)]

@@ -62,7 +62,8 @@ class JobSubmit(BaseModel):
     qos: Name | None = None  # default: the cluster's default QOS
     queue: Name | None = None  # quota queue; default: the queue of the job's account
     array: Comment | None = Field(None, description="Slurm array spec: 0-99%8, 1,3,5, 0-15:4")
-    dependency: Comment | None = Field(None, description="afterok:1:2,afterany:3 (all) or afterok:1?afterok:2 (any); singleton")
+    dependency: Comment | None = Field(
+        None, description="afterok:1:2,afterany:3 (all) or afterok:1?afterok:2 (any); singleton")
     signal: Name | None = Field(None, description="[B:]SIG[@seconds]: warning signal before the time limit")
     requeue: bool = True  # may be requeued (preemption in requeue mode, scontrol requeue)
     reservation: Name | None = None

@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from corral.limits import AMOUNT_MAX, INT32_MAX, LIST_MAX_ITEMS
 from corral.api.fields import Amount, Count, DurationS, EpochS, Name, Names, Priority, TimeLimitS
+from corral.limits import AMOUNT_MAX, INT32_MAX, LIST_MAX_ITEMS
 
 DAY_S = 86400
 # Quota amounts are integers 0..AMOUNT_MAX; priority weights 0..2^31-1; billing weights finite.
@@ -113,6 +113,16 @@ def check_tenancy(spec: TenancySpec) -> None:
     _unique("user", [u.name for u in spec.users])
     _unique("qos", [q.name for q in spec.qos])
     _unique("queue", [q.name for q in spec.queues])
+    _check_accounts(spec, accounts)
+    _check_users(spec, accounts)
+    _check_qos(spec)
+    _check_queues(spec, accounts)
+    for limit in spec.limits:
+        if limit.account is not None and limit.account not in accounts:
+            raise ValueError(f"limit for unknown account {limit.account!r}")
+
+
+def _check_accounts(spec: TenancySpec, accounts: dict[str, AccountSpec]) -> None:
     for a in spec.accounts:
         if a.parent is not None and a.parent not in accounts:
             raise ValueError(f"account {a.name!r}: unknown parent {a.parent!r}")
@@ -123,6 +133,9 @@ def check_tenancy(spec: TenancySpec) -> None:
                 raise ValueError(f"account {a.name!r}: the parent chain loops")
             seen.add(cur.name)
             cur = accounts[cur.parent]
+
+
+def _check_users(spec: TenancySpec, accounts: dict[str, AccountSpec]) -> None:
     for u in spec.users:
         for name in u.accounts + ([u.default_account] if u.default_account else []):
             if name not in accounts:
@@ -131,6 +144,9 @@ def check_tenancy(spec: TenancySpec) -> None:
             raise ValueError(f"user {u.name!r}: default account {u.default_account!r} is not among its accounts")
     if spec.default_account is not None and spec.default_account not in accounts:
         raise ValueError(f"default_account {spec.default_account!r} is not a defined account")
+
+
+def _check_qos(spec: TenancySpec) -> None:
     qos = {q.name: q for q in spec.qos}
     if spec.default_qos not in qos:
         raise ValueError(f"default_qos {spec.default_qos!r} is not a defined qos")
@@ -140,6 +156,9 @@ def check_tenancy(spec: TenancySpec) -> None:
                 raise ValueError(f"qos {q.name!r}: preempts unknown qos {victim!r}")
             if qos[victim].priority >= q.priority:
                 raise ValueError(f"qos {q.name!r} preempts {victim!r}, whose priority is not lower")
+
+
+def _check_queues(spec: TenancySpec, accounts: dict[str, AccountSpec]) -> None:
     claimed: dict[str, str] = {}
     for q in spec.queues:
         for r in list(q.nominal) + list(q.borrowing_limit) + list(q.lending_limit):
@@ -151,9 +170,6 @@ def check_tenancy(spec: TenancySpec) -> None:
             if name in claimed:
                 raise ValueError(f"account {name!r} is in queues {claimed[name]!r} and {q.name!r}")
             claimed[name] = q.name
-    for limit in spec.limits:
-        if limit.account is not None and limit.account not in accounts:
-            raise ValueError(f"limit for unknown account {limit.account!r}")
 
 
 def _unique(kind: str, names: list[str]) -> None:

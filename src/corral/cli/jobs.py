@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,8 +15,8 @@ from corral.cli.connect import open_client
 from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
-from corral.slurm.squeue_select import combine_pending_array_tasks
 from corral.jobref import JobIdError, JobRef, parse_job_list
+from corral.slurm.squeue_select import combine_pending_array_tasks
 
 UrlOption = Annotated[
     str | None,
@@ -55,8 +55,8 @@ def queue(
     """List pending and running jobs (squeue); --all adds finished ones. Array tasks show as ARRAYJOB_TASK,
     and an array's pending tasks share one row, ARRAYJOB_[TASKS], as squeue shows them."""
     # The table shows an array's pending tasks on one row: the controller sends them so (--json: each task).
-    query = {"states": [s.upper() for s in _csv(states)], "user": user, "include_finished": all_jobs,
-             "combine_arrays": not json_output}
+    query: dict[str, Any] = {"states": [s.upper() for s in _csv(states)], "user": user, "include_finished": all_jobs,
+                             "combine_arrays": not json_output}
     filtered = bool(user or states)
     with reported_errors(), open_client(url) as client:
         if not watch:

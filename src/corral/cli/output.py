@@ -62,7 +62,7 @@ def _print_styled(lines: list[str], headers: Sequence[str], rows: Sequence[Seque
     from rich.text import Text
 
     console = Console(soft_wrap=True, highlight=False)  # soft_wrap: long lines are not folded
-    widths = [max(len(c) for c in column) for column in zip(headers, *rows)]
+    widths = [max(len(c) for c in column) for column in zip(headers, *rows, strict=False)]
     start = sum(w + 2 for w in widths[: state_column or 0])
     for index, line in enumerate(lines):
         text = Text(line, style="bold" if index == 0 else "")

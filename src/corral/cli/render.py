@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from corral.filename_pattern import expand_pattern
 from corral.gpu_models import describe as describe_gpu
@@ -55,7 +56,7 @@ def exit_code_text(job: dict) -> str:
     return f"{job['exit_code']}:{job['exit_signal']}"
 
 
-def job_id_text(job: dict) -> str:
+def job_id_text(job: Mapping[str, Any]) -> str:
     """`12_3` for task 3 of array job 12, `12_[4-9]` for a record standing for its pending tasks (as
     squeue_select.combine_pending_array_tasks makes them), else the job id."""
     return jobids.job_id(job)
@@ -65,7 +66,7 @@ def or_dash(text: object) -> str:
     return "-" if text is None or text == "" else str(text)
 
 
-def nodelist_or_reason(job: dict, now: float) -> str:
+def nodelist_or_reason(job: Mapping[str, Any], now: float) -> str:
     """squeue's NODELIST(REASON): the nodes once allocated, else `(Reason)` and any estimated start."""
     if job["nodelist"]:
         return job["nodelist"]
@@ -75,7 +76,7 @@ def nodelist_or_reason(job: dict, now: float) -> str:
     return text
 
 
-def queue_rows(jobs: Sequence[dict], now: float) -> list[tuple[str, ...]]:
+def queue_rows(jobs: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
     return [
         (
             job_id_text(job), job["partition"], job["name"], job["user"], job["state"],
@@ -86,7 +87,7 @@ def queue_rows(jobs: Sequence[dict], now: float) -> list[tuple[str, ...]]:
     ]
 
 
-def queue_long_rows(jobs: Sequence[dict], now: float) -> list[tuple[str, ...]]:
+def queue_long_rows(jobs: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
     """queue_rows plus ACCOUNT, QOS, QUEUE (after USER) and DETAIL (the reason's detail, last)."""
     return [
         (*short[:4], or_dash(job.get("account")), or_dash(job.get("qos")), or_dash(job.get("queue")), *short[4:],
@@ -130,10 +131,10 @@ def acct_rows(jobs: Sequence[dict]) -> list[tuple[str, ...]]:
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
                  right: frozenset[int] = frozenset()) -> list[str]:
     """Columns padded to their widest cell, two spaces apart; trailing blanks trimmed."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
     lines = []
     for row in (headers, *rows):
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))]
         lines.append("  ".join(cells).rstrip())
     return lines
 

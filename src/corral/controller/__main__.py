@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     from corral.controller.app import create_app
+    from corral.controller.restore import restore_engine
     from corral.controller.service import ControllerService
 
     def restore(now: float):
@@ -60,39 +61,6 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     # The same function builds the engine now and again after a failed commit.
     service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
     return create_app(service, secret)
-
-
-def restore_engine(config, store, now: float, file_tenancy=None):
-    """The engine as the database left it. The tenancy stored there (edited through the API) wins over
-    the config file's, which only seeds a new database."""
-    import json
-
-    from corral.api.tenancy import TenancySpec
-    from corral.engine.dependencies import parse_dependency
-    from corral.engine.engine import Engine
-
-    nodes = store.load_nodes()
-    for node in nodes:
-        # Agents get one node timeout to re-register after a controller restart before their
-        # jobs are declared lost.
-        if node.up:
-            node.last_seen = now
-    stored = store.get_meta("tenancy")
-    tenancy = TenancySpec(**json.loads(stored)) if stored else file_tenancy
-    fairshare = json.loads(store.get_meta("fairshare") or "null")
-    reservations = json.loads(store.get_meta("reservations") or "[]")
-    jobs = store.load_active_jobs()
-    engine = Engine(config, jobs, nodes, next_job_id=store.max_job_id() + 1, tenancy=tenancy,
-                    fairshare_state=fairshare, reservations=reservations)
-    if tenancy is not None and not stored:
-        engine.meta_dirty.add("tenancy")
-    targets = {t for job in jobs if job.spec.dependency
-               for clause in parse_dependency(job.spec.dependency).clauses for t, _ in clause.targets}
-    for target in targets - set(engine.jobs):
-        found = store.get_job(target)
-        if found is not None:
-            engine.remember(found)
-    return engine
 
 
 def _read_secret(path: str) -> str | None:

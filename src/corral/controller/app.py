@@ -35,10 +35,10 @@ from corral.controller.params import (
     UidQuery,
 )
 from corral.controller.service import ControllerService, StaleAgent
-from corral.controller.writer import StoreUnavailable
 from corral.controller.step_routes import step_routes
 from corral.controller.stop_routes import stop_routes
 from corral.controller.tenancy_routes import tenancy_routes
+from corral.controller.writer import StoreUnavailable
 from corral.engine.admission import AdmissionError
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.records import JobState
@@ -126,7 +126,7 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
     return app
 
 
-def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:
+def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:  # noqa: C901 (a table of small handlers)
     @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=WRITE_ERRORS)
     async def submit(body: JobSubmit) -> SubmitReply:
         try:

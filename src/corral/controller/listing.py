@@ -176,6 +176,7 @@ class _Encoding:
                 self._flush()  # records stay in the order of their first job
                 group = self._groups[key] = _Combined(job)
                 self._parts.append(group)
+            assert spec.array_task_id is not None  # a task of an array has its index
             group.task_ids.append(spec.array_task_id)
             group.reasons[job.reason or "None"] = None
             return False
@@ -191,11 +192,15 @@ class _Encoding:
         groups = [index for index, part in enumerate(self._parts) if isinstance(part, _Combined)]
         for start in range(0, len(groups), SLICE):
             for index in groups[start:start + SLICE]:
-                self._parts[index] = self._combined_out(self._parts[index]).model_dump_json().encode()
+                group = self._parts[index]
+                assert isinstance(group, _Combined)
+                self._parts[index] = self._combined_out(group).model_dump_json().encode()
             yield
 
     def body(self) -> bytes:
-        return b"[" + b",".join(part for part in self._parts if part) + b"]"
+        parts = [part for part in self._parts if isinstance(part, bytes) and part]
+        assert len(parts) == sum(1 for part in self._parts if part), "finish() encodes every combined record"
+        return b"[" + b",".join(parts) + b"]"
 
     def _flush(self) -> None:
         if self._slice:
@@ -207,7 +212,9 @@ class _Encoding:
         if len(group.task_ids) == 1:
             return self._job_out(group.first)
         out = self._job_out(group.first)
-        out.id = group.first.spec.array_job_id
+        array_id = group.first.spec.array_job_id
+        assert array_id is not None  # only an array's pending tasks are combined
+        out.id = array_id
         out.array_task_id = None
         out.reason = ",".join(group.reasons)
         ranges = compress_ranges(group.task_ids)

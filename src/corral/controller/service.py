@@ -7,8 +7,9 @@ a commit that would wait runs in the store's writer thread, so reads and health 
 meanwhile (writer.py). When a commit fails, the engine is thrown away and rebuilt from the store as a
 restarted controller would build it, the epoch changes so that every agent registers again and is
 reconciled, and the caller gets StoreUnavailable (HTTP 503): nothing changed. Until a write succeeds
-again, stimuli are refused at once and no cycle runs. The loop sleeps until something changed (a submission, an agent report, a cancel) or
-the engine's next deadline (a time limit, a kill to escalate, a node to declare lost) comes due.
+again, stimuli are refused at once and no cycle runs. The loop sleeps until something changed (a submission,
+an agent report, a cancel) or the engine's next deadline (a time limit, a kill to escalate, a node to declare
+lost) comes due.
 """
 from __future__ import annotations
 
@@ -24,14 +25,14 @@ from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
-from corral.controller.outbox import Outbox
-from corral.controller.stall import StallWatch
-from corral.core.model import Gpu
 from corral.controller.deps import resolve_dependency
 from corral.controller.job_refs import UnknownRef, named_job_ids
-from corral.engine.admission import AdmissionError, admit_full
+from corral.controller.outbox import Outbox
+from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
 from corral.controller.writer import StoreUnavailable, StoreWriter
+from corral.core.model import Gpu
+from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
@@ -73,7 +74,7 @@ class ControllerService:
         self.cycles = 0
         self.writer = StoreWriter(store)
         if restore is None:
-            from corral.controller.__main__ import restore_engine
+            from corral.controller.restore import restore_engine
             restore = functools.partial(restore_engine, engine.config, store, file_tenancy=engine.tenancy.spec)
         self._restore = restore
         self._lock = asyncio.Lock()  # held by one stimulus from folding it in to dispatching its commands

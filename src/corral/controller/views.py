@@ -4,9 +4,9 @@ from __future__ import annotations
 from corral import hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
 from corral.controller.step_views import step_rows
+from corral.engine.arrays import parse_array
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
-from corral.engine.arrays import parse_array
 from corral.engine.records import Job, Node
 from corral.protocol import LaunchJob, TaskLaunch
 
@@ -110,7 +110,7 @@ def job_facts(job: Job) -> dict[str, str]:
     env = {"SLURM_JOB_ACCOUNT": spec.account, "SLURM_JOB_QOS": spec.qos}
     if spec.array_job_id is not None:
         indices, _ = parse_array(spec.array_indices)
-        steps = {b - a for a, b in zip(indices, indices[1:])}
+        steps = {b - a for a, b in zip(indices, indices[1:], strict=False)}
         env.update({
             "SLURM_ARRAY_JOB_ID": str(spec.array_job_id), "SLURM_ARRAY_TASK_ID": str(spec.array_task_id),
             "SLURM_ARRAY_TASK_COUNT": str(len(indices)), "SLURM_ARRAY_TASK_MIN": str(indices[0]),

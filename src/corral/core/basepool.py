@@ -26,9 +26,9 @@ class StaticReasons:
 
     def __init__(self) -> None:
         self._partitions: tuple[Partition, ...] | None = None
-        self._memo: dict[tuple, Reason | None] = {}
+        self._memo: dict[tuple[object, ...], Reason | None] = {}
 
-    def memo(self, partitions: tuple[Partition, ...]) -> dict[tuple, Reason | None]:
+    def memo(self, partitions: tuple[Partition, ...]) -> dict[tuple[object, ...], Reason | None]:
         """The memo for this partition table (emptied when the table changed)."""
         if partitions != self._partitions:
             self._partitions, self._memo = partitions, {}
@@ -76,8 +76,8 @@ class BasePool(NodePool):
             end, slices = self._held[job_id]
             for piece in slices:
                 node = pool.own(pool.by_name[piece.node])
-                node.releases = [(max(t, now + 1.0), *rest) if rest[-1] == job_id else (t, *rest)
-                                 for t, *rest in node.releases]
+                node.releases = [(max(t, now + 1.0), g, c, m, j) if j == job_id else (t, g, c, m, j)
+                                 for t, g, c, m, j in node.releases]
 
     def hold(self, job_id: int, slices: tuple[NodeSlice, ...], end: float) -> None:
         """A job started (or was found running): its slices are taken until `end`."""
@@ -117,4 +117,5 @@ class BasePool(NodePool):
         for piece in held[1]:
             node = self.by_name.get(piece.node)
             if node is not None:
-                node.releases = [(end, *rest) if rest[-1] == job_id else (t, *rest) for t, *rest in node.releases]
+                node.releases = [(end, g, c, m, j) if j == job_id else (t, g, c, m, j)
+                                 for t, g, c, m, j in node.releases]

@@ -2,11 +2,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from corral import gpu_models
 from corral.core import preemption
 from corral.core.fgd import model_matches
-from corral.core.model import PendingJob, Preempt, Reason, SchedulerConfig, Snapshot, Start, Waiting
+from corral.core.model import (
+    Partition,
+    PendingJob,
+    Preempt,
+    Reason,
+    Request,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    Start,
+    Waiting,
+)
 from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook, job_resources
 from corral.core.timeline import earliest_gang_start
@@ -19,13 +31,13 @@ _PRIORITY = Reason.PRIORITY  # an enum member's lookup is a descriptor call: thi
 @dataclass(slots=True)
 class _Memo:
     # (shape, reservation) -> the shortest time limit that already failed to start now
-    failed_limit: dict[tuple, float] = field(default_factory=dict)
+    failed_limit: dict[tuple[object, ...], float] = field(default_factory=dict)
     # shape -> (version, fits the free resources ignoring reservations?); valid while version holds
-    fits_free: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
+    fits_free: dict[tuple[object, ...], tuple[int, bool]] = field(default_factory=dict)
     # (shape, queue, qos) -> preemption found no victims
-    no_victims: set[tuple] = field(default_factory=set)
+    no_victims: set[tuple[object, ...]] = field(default_factory=set)
     # (queue, shape) -> (version, quota shortfall or None)
-    quota: dict[tuple, tuple[int, str | None]] = field(default_factory=dict)
+    quota: dict[tuple[object, ...], tuple[int, str | None]] = field(default_factory=dict)
     # bumped on every start: the free resources changed
     version: int = 0
 
@@ -36,7 +48,7 @@ class Cycle:
         self.config = config
         base = snapshot.base
         # Static reasons per (shape, model): a base keeps them across cycles (see core/basepool.py).
-        self.static_memo: dict[tuple, Reason | None]
+        self.static_memo: dict[tuple[object, ...], Reason | None]
         if base is not None:
             self.pool = base.fork(snapshot.now, config.placement_policy)
             self.static_memo = base.static_reasons.memo(snapshot.partitions)
@@ -90,7 +102,7 @@ class Cycle:
         if not options:
             self._wait(job, Reason.QUEUE_QUOTA, detail=f"queue {job.queue}: no quota for GPU model {req.gpu_model}")
             return
-        with_quota: list[tuple[str, dict[str, int]]] = []
+        with_quota: list[tuple[str, dict[str, float]]] = []
         shortfalls: list[str] = []
         need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
         for flavor, model in options:
@@ -110,7 +122,7 @@ class Cycle:
                 return
         self._wait(job, Reason.QUEUE_QUOTA, detail="; ".join(shortfalls))
 
-    def _place(self, job: PendingJob, model: str, amounts: dict[str, int] | None) -> None:
+    def _place(self, job: PendingJob, model: str, amounts: dict[str, float] | None) -> None:
         """Start the job now on nodes of `model` ("" = any), or preempt for it, or reserve, or say why not."""
         req = job.request
         key = (req.shape, job.reservation, model)
@@ -141,7 +153,7 @@ class Cycle:
         else:
             self._wait(job, self._blocked_reason(req, model))
 
-    def _quota_shortfall(self, queue: str, shape: tuple, amounts: dict[str, int]) -> str | None:
+    def _quota_shortfall(self, queue: str, shape: tuple[object, ...], amounts: dict[str, float]) -> str | None:
         # Quota usage changes only when a job starts (memo.version), so deep in a long queue the answer
         # for a (queue, shape) pair is reused.
         key = (queue, shape)
@@ -165,7 +177,7 @@ class Cycle:
     def _wait(self, job: PendingJob, reason: Reason, detail: str = "") -> None:
         self.waiting.append(Waiting(job.id, reason, detail=detail))
 
-    def _start_now(self, job: PendingJob, need: Need, amounts: dict[str, int], model: str) -> bool:
+    def _start_now(self, job: PendingJob, need: Need, amounts: dict[str, float], model: str) -> bool:
         req = job.request
         end = self.now + req.time_limit_s
         nodes = self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job), model)
@@ -180,7 +192,7 @@ class Cycle:
         self.memo.version += 1
         return True
 
-    def _try_preempt(self, job: PendingJob, amounts: dict[str, int], model: str) -> bool:
+    def _try_preempt(self, job: PendingJob, amounts: dict[str, float], model: str) -> bool:
         """Preempt what makes room for `job` now; True if it is waiting on victims (new or stopping)."""
         if not job.preempts_qos and not job.queue:
             return False
@@ -241,7 +253,7 @@ class Cycle:
     def _static(self, job: PendingJob, model: str) -> Reason | None:
         req = job.request
         key = (req.shape, model)
-        static = self.static_memo.get(key, False)
+        static: Reason | Literal[False] | None = self.static_memo.get(key, False)
         if static is False:
             static = self.static_memo[key] = _static_reason(self.pool, self.partitions, req, model)
         if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
@@ -260,7 +272,7 @@ class Cycle:
             return (resv.name, frozenset())  # not open yet: nowhere to start now
         return (resv.name, resv.nodes)
 
-    def _blocked_reason(self, req, model: str) -> Reason:
+    def _blocked_reason(self, req: Request, model: str) -> Reason:
         """Resources when the free capacity cannot hold the job at all; Priority when it could, but
         only by eating into a higher-priority job's reservation."""
         memo = self.memo
@@ -288,12 +300,12 @@ def _within_flavor(flavor: str, constraint: str) -> str | None:
     return _flavor_memo[pair]
 
 
-def _amounts(req, model: str = "") -> dict[str, int]:
+def _amounts(req: Request, model: str = "") -> dict[str, float]:
     return job_resources(req.gpu_amount, req.num_nodes * req.cpus_per_node, req.num_nodes * req.mem_per_node_mib,
                          model)
 
 
-def _stopping(job):
+def _stopping(job: RunningJob) -> RunningJob:
     return replace(job, completing=True)
 
 
@@ -320,7 +332,7 @@ def _load_running(cycle: Cycle, releases: bool = True) -> None:
                 pool.own(node).advance.append((resv.start, resv.end, resv.name, resv.maintenance))
 
 
-def _static_reason(pool: WorkPool, partitions: dict, req, model: str) -> Reason | None:
+def _static_reason(pool: WorkPool, partitions: dict[str, Partition], req: Request, model: str) -> Reason | None:
     """Reasons that no amount of waiting for running jobs fixes."""
     part = partitions.get(req.partition)
     if part is None:

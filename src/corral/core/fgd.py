@@ -28,6 +28,8 @@ from corral.core.model import GPU_MILLI, TaskShape
 
 # A node's state for scoring: (GPU model, free milli per device sorted high to low, free CPUs).
 StateKey = tuple[str, tuple[int, ...], int]
+# How well a task fits a node state: see FragScorer.best.
+Fit = tuple[float, int, int, int]
 
 # (node model, constraint) -> matches: placement asks for every candidate node of every job.
 _matches_memo: dict[tuple[str, str], bool] = {}
@@ -66,7 +68,7 @@ class FragScorer:
         self.keys: list[StateKey] = []
         self.ids: dict[StateKey, int] = {}
         # (gpus, milli, cpus) -> state id -> best() of that task in that state
-        self.tables: dict[tuple[int, int, int], dict[int, tuple | None]] = {}
+        self.tables: dict[tuple[int, int, int], dict[int, Fit | None]] = {}
 
     def intern(self, key: StateKey) -> int:
         found = self.ids.get(key)
@@ -75,7 +77,7 @@ class FragScorer:
             self.keys.append(key)
         return found
 
-    def table(self, gpus: int, milli: int, cpus: int) -> dict[int, tuple | None]:
+    def table(self, gpus: int, milli: int, cpus: int) -> dict[int, Fit | None]:
         """The memo of `best` for one task shape, keyed by state id (fill misses with `best`)."""
         task = (gpus, milli, cpus)
         found = self.tables.get(task)
@@ -143,7 +145,7 @@ class FragScorer:
             frag += p * (small + weight * short * (total - small))
         return frag
 
-    def best(self, state: int, gpus: int, milli: int, cpus: int) -> tuple | None:
+    def best(self, state: int, gpus: int, milli: int, cpus: int) -> Fit | None:
         """How well a task (gpus x milli, cpus) fits a node in state `state` (an interned id): (increase of
         fragmentation, free milli-GPU left, free CPUs left, the free milli of the device a fraction should
         go to), smaller is better; None if the task's GPUs or CPUs do not fit. Memoized per (state, task)."""
@@ -153,7 +155,7 @@ class FragScorer:
         model, free, node_cpus = self.keys[state]
         before = self.node_frag(model, free, node_cpus)
         cpus_after = node_cpus - cpus
-        result: tuple | None = None
+        result: Fit | None = None
         if cpus_after < 0:
             pass
         elif gpus == 0:

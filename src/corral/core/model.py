@@ -180,7 +180,7 @@ class RunningJob:
     completing: bool = False
     gpu_model: str = ""  # the model of the GPUs it holds (its quota flavor)
     # What it holds, per quota resource; derived once (every cycle charges it to its queue).
-    resources: dict[str, int] = field(init=False, repr=False, compare=False)
+    resources: dict[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         gpus = sum(len(s.gpus) if s.gpu_milli == GPU_MILLI else len(s.gpus) * s.gpu_milli / GPU_MILLI

@@ -196,6 +196,7 @@ class WorkPool(NodePool):
         return self.placement.find(partition, need, count, end, reservation, model)
 
     def take(self, node: WorkNode, need: Need, end: float, job_id: int) -> NodeSlice:
+        gpus: tuple[int, ...]
         if need.gpu_milli < GPU_MILLI:
             gpus = (self.placement.shared_device(node, need),)
         else:

@@ -26,7 +26,7 @@ class Victim:
     cause: str  # "reclaim" | "priority"
 
 
-def candidates(job: PendingJob, amounts: dict[str, int], running: list[RunningJob], book: QuotaBook,
+def candidates(job: PendingJob, amounts: dict[str, float], running: list[RunningJob], book: QuotaBook,
                now: float, taken: set[int]) -> list[Victim]:
     reclaim = bool(job.queue) and book.within_nominal(job.queue, amounts)
     found: list[Victim] = []

@@ -16,7 +16,7 @@ from corral.core.fgd import model_matches
 from corral.core.model import QueueQuota, RunningJob
 
 
-def job_resources(gpus: int, cpus: int, mem_mib: int, gpu_model: str = "") -> dict[str, int]:
+def job_resources(gpus: float, cpus: int, mem_mib: int, gpu_model: str = "") -> dict[str, float]:
     out = {"gpu": gpus, "cpu": cpus, "mem_mib": mem_mib}
     if gpu_model:
         out[f"gpu:{gpu_model}"] = gpus
@@ -31,9 +31,9 @@ class QuotaBook:
         # queue -> GPU models it has flavors for, in the order listed
         self.flavors = {q.name: [r[4:] for r in q.nominal if r.startswith("gpu:")] for q in self.queues.values()}
         self._flavor_memo: dict[tuple[str, str], str | None] = {}
-        self.usage: dict[str, dict[str, int]] = {name: {r: 0 for r in q.nominal} for name, q in self.queues.items()}
-        self.capacity: dict[str, dict[str, int]] = {}
-        self.pooled: dict[str, dict[str, int]] = {}
+        self.usage: dict[str, dict[str, float]] = {name: {r: 0 for r in q.nominal} for name, q in self.queues.items()}
+        self.capacity: dict[str, dict[str, float]] = {}
+        self.pooled: dict[str, dict[str, float]] = {}
         for q in self.queues.values():
             if q.cohort is None:
                 continue
@@ -43,7 +43,7 @@ class QuotaBook:
                 cap[r] = cap.get(r, 0) + self._lendable(q, r)
                 self.pooled[q.cohort].setdefault(r, 0)
         # Sum per queue first: one charge per queue instead of one per running job.
-        totals: dict[str, dict[str, int]] = {}
+        totals: dict[str, dict[str, float]] = {}
         for job in running if self.queues else ():
             if job.queue in self.queues:
                 total = totals.setdefault(job.queue, {})
@@ -60,10 +60,10 @@ class QuotaBook:
     def _lendable(q: QueueQuota, r: str) -> int:
         return min(q.nominal[r], q.lending_limit.get(r, q.nominal[r]))
 
-    def _pooled_part(self, q: QueueQuota, r: str, used: int) -> int:
+    def _pooled_part(self, q: QueueQuota, r: str, used: float) -> float:
         return max(0, used - (q.nominal[r] - self._lendable(q, r)))
 
-    def charge(self, queue: str, amounts: dict[str, int], sign: int = 1) -> None:
+    def charge(self, queue: str, amounts: dict[str, float], sign: int = 1) -> None:
         q = self.queues.get(queue)
         if q is None:
             return
@@ -77,7 +77,7 @@ class QuotaBook:
                 pool = self.pooled[q.cohort]
                 pool[r] += self._pooled_part(q, r, usage[r]) - self._pooled_part(q, r, before)
 
-    def _in_flavors(self, queue: str, amounts: dict[str, int]) -> dict[str, int]:
+    def _in_flavors(self, queue: str, amounts: dict[str, float]) -> dict[str, float]:
         """A running job holds `gpu:<its devices' model>` (`NVIDIA H100 80GB HBM3`): that counts against
         the first of the queue's flavors the model answers to (`gpu:h100`)."""
         nominal = self.queues[queue].nominal
@@ -100,7 +100,7 @@ class QuotaBook:
                 (f"gpu:{flavor}" for flavor in self.flavors[queue] if model_matches(model, flavor)), None)
         return self._flavor_memo[pair]
 
-    def shortfall(self, queue: str, amounts: dict[str, int]) -> str | None:
+    def shortfall(self, queue: str, amounts: dict[str, float]) -> str | None:
         """None if the job fits the queue's quota now; else which quota stops it, in words."""
         q = self.queues.get(queue)
         if q is None:
@@ -125,7 +125,7 @@ class QuotaBook:
                         f"{grow} needed")
         return None
 
-    def within_nominal(self, queue: str, amounts: dict[str, int]) -> bool:
+    def within_nominal(self, queue: str, amounts: dict[str, float]) -> bool:
         """Would the queue stay within its nominal quota with this job? (Then it may reclaim.)"""
         q = self.queues.get(queue)
         if q is None or q.cohort is None:

@@ -97,11 +97,15 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
     request = _request(sub, partition, members)
     if sub.allocation:
         name = sub.name or "interactive"
+    elif sub.script is not None:
+        name = sub.name or "script"
     else:
-        name = sub.name or ("script" if sub.script is not None else sub.argv[0].rsplit("/", 1)[-1])
+        assert sub.argv is not None  # JobSubmit holds a script or an argv
+        name = sub.name or sub.argv[0].rsplit("/", 1)[-1]
     return JobSpec(
         name=name, user=sub.user, request=request, script=sub.script,
-        argv=tuple(sub.argv if sub.argv is not None else sub.script_args), allocation=sub.allocation, begin_time=sub.begin_time, workdir=sub.workdir, env=dict(sub.env),
+        argv=tuple(sub.argv if sub.argv is not None else sub.script_args), allocation=sub.allocation,
+        begin_time=sub.begin_time, workdir=sub.workdir, env=dict(sub.env),
         output=sub.output or ("slurm-%A_%a.out" if sub.array else "slurm-%j.out"), error=sub.error,
         gpus_per_task=sub.gpus_per_task, batch=sub.batch, comment=sub.comment, wckey=sub.wckey,
         open_mode=sub.open_mode or ("truncate" if sub.batch else "append"),

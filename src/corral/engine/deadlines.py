@@ -25,7 +25,7 @@ def eligible_times(job: Job) -> tuple[float, ...]:
 def job_times(engine: Engine, job: Job) -> tuple[float, ...]:
     """The times `job` needs the engine at (past ones included: they are due)."""
     if job.state is JobState.RUNNING:
-        limit_at = job.start_time + job.spec.request.time_limit_s
+        limit_at = job.run_start + job.spec.request.time_limit_s
         warn_at = engine._warn_at(job)
         return (limit_at,) if warn_at is None else (limit_at, warn_at)
     if job.state is JobState.COMPLETING and job.kill_deadline is not None:

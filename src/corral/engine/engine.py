@@ -12,10 +12,11 @@ import dataclasses
 import signal
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from corral import kill_reasons
-from corral.api.tenancy import TenancySpec
-from corral.core.model import CyclePlan
+from corral.api.tenancy import ReservationSpec, TenancySpec
+from corral.core.model import CyclePlan, NodeSlice, PendingJob
 from corral.core.scheduler import schedule
 from corral.engine import gates, membership, shutdown, steps
 from corral.engine.commands import Command, Kill, Launch
@@ -25,7 +26,7 @@ from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
 from corral.engine.outcome import final_state, fold_exit, kill_reason, node_result
 from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
-from corral.engine.reservations import Reservations
+from corral.engine.reservations import Reservation, Reservations
 from corral.engine.snapshot import build_snapshot
 from corral.engine.tenancy import Tenancy
 from corral.engine.usage import NodeUsage
@@ -46,8 +47,9 @@ class WrongState(ValueError):
 
 class Engine:
     def __init__(self, config: EngineConfig, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (),
-                 next_job_id: int = 1, tenancy: TenancySpec | None = None, fairshare_state: dict | None = None,
-                 reservations: list[dict] | None = None) -> None:
+                 next_job_id: int = 1, tenancy: TenancySpec | None = None,
+                 fairshare_state: dict[str, Any] | None = None,
+                 reservations: list[dict[str, Any]] | None = None) -> None:
         self.config = config
         self.tenancy = Tenancy(tenancy or TenancySpec())
         state = fairshare_state or {}
@@ -80,7 +82,7 @@ class Engine:
     # ----- bookkeeping
 
     @property
-    def pending(self):
+    def pending(self) -> dict[int, PendingJob]:
         return self.views.pending
 
     def _track(self, job: Job, now: float) -> None:
@@ -199,7 +201,8 @@ class Engine:
                 raise WrongState(f"requested time limit {time_limit_s}s exceeds the maximum {cap}s of partition "
                                  f"{request.partition!r}")
             request = dataclasses.replace(request, time_limit_s=time_limit_s)
-        changes = {k: v for k, v in (("name", name), ("comment", comment), ("priority", priority)) if v is not None}
+        changes: dict[str, Any] = {k: v for k, v in (("name", name), ("comment", comment), ("priority", priority))
+                                   if v is not None}
         job.spec = dataclasses.replace(spec, request=request, **changes)
         if time_limit_s is not None:
             changes["time_limit_s"] = time_limit_s
@@ -305,7 +308,7 @@ class Engine:
             job.reason, job.reason_detail, job.estimated_start = reason, detail, estimate
             self._touch(job)
 
-    def _start(self, job: Job, slices, now: float) -> list[Command]:
+    def _start(self, job: Job, slices: tuple[NodeSlice, ...], now: float) -> list[Command]:
         self.views.pending.pop(job.id, None)
         self.claims.pop(job.id, None)
         job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
@@ -342,7 +345,7 @@ class Engine:
     def node_started(self, node: str, job_id: int, now: float) -> None:
         job = self.jobs.get(job_id)
         run = job.runs.get(node) if job else None
-        if run is not None and not run.started:
+        if job is not None and run is not None and not run.started:
             run.started = True
             self._touch(job)
 
@@ -394,7 +397,7 @@ class Engine:
         return commands
 
     def _running_deadlines(self, job: Job, now: float) -> list[Command]:
-        limit_at = job.start_time + job.spec.request.time_limit_s
+        limit_at = job.run_start + job.spec.request.time_limit_s
         if now >= limit_at:
             return self._begin_kill(job, now, JobState.TIMEOUT)
         warn_at = self._warn_at(job)
@@ -411,7 +414,7 @@ class Engine:
             return None
         if any(h.get("event") == "signal" and h["t"] >= job.start_time for h in job.history):
             return None
-        return job.start_time + job.spec.request.time_limit_s - job.spec.warn_before_s
+        return job.run_start + job.spec.request.time_limit_s - job.spec.warn_before_s
 
     def next_deadline(self, now: float | None = None) -> float | None:
         """When the engine must look again with nothing else happening. Past times are due now: each
@@ -426,7 +429,7 @@ class Engine:
             times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
         if self._fresh:
             times.append(self._fresh[0][0] + self.config.start_delay_s)
-        later: list[float] = list(self.reservations.boundaries())
+        later: list[float | None] = list(self.reservations.boundaries())
         later.append(self.deadlines.next_eligible(self, now))
         if self.views.pending:
             # A waiting job may preempt a running one once that one's minimum runtime has passed:
@@ -563,7 +566,7 @@ class Engine:
 
     # ----- reservations
 
-    def add_reservation(self, spec, now: float):
+    def add_reservation(self, spec: ReservationSpec, now: float) -> Reservation:
         record = self.reservations.add(spec, self.nodes.values(), now)
         self.meta_dirty.add("reservations")
         return record

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from corral.api.tenancy import TenancySpec
 from corral.engine.records import Job
@@ -155,7 +156,7 @@ class FairShare:
             out[account] = 2.0 ** (-norm_usage / share) if share > 0 else 0.0
         return out
 
-    def report(self) -> list[dict]:
+    def report(self) -> list[dict[str, Any]]:
         rolled = self.subtree_usage()
         everyone = sum(self.usage.values())
         factors = self.factors()
@@ -164,5 +165,5 @@ class FairShare:
                  "norm_usage": rolled.get(a, 0.0) / everyone if everyone > 0 else 0.0,
                  "fairshare": factors[a]} for a in sorted(self.parent)]
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         return {"as_of": self.as_of, "usage": self.usage, "charged_to": self._live_to if self._live else self.as_of}

@@ -20,7 +20,8 @@ def gate(engine: Engine, job: Job, now: float) -> tuple[Reason, str] | None:
         return Reason.BEGIN_TIME, f"preempted {job.restart_count} times: requeue backoff until {job.eligible_at:.0f}"
     qos = engine.tenancy.qos_of(job.spec)
     if qos.max_wall_s is not None and job.spec.request.time_limit_s > qos.max_wall_s:
-        return Reason.QOS_MAX_WALL, f"time limit {job.spec.request.time_limit_s}s over qos {qos.name} max {qos.max_wall_s}s"
+        return (Reason.QOS_MAX_WALL,
+                f"time limit {job.spec.request.time_limit_s}s over qos {qos.name} max {qos.max_wall_s}s")
     if job.spec.dependency:
         status = dependency_status(engine, job)
         if status is Status.WAITING:

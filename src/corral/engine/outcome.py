@@ -5,7 +5,7 @@ from corral import kill_reasons
 from corral.engine.records import Job, JobState, NodeRun
 
 # A job being stopped (COMPLETING) towards this final state: why, as slurmstepd tells it.
-_KILL_REASONS = {
+_KILL_REASONS: dict[JobState | None, str] = {
     JobState.TIMEOUT: kill_reasons.TIME_LIMIT,
     JobState.PREEMPTED: kill_reasons.PREEMPTION,
     JobState.NODE_FAIL: kill_reasons.NODE_FAILURE,

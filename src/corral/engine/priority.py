@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from corral.api.tenancy import PriorityWeights
 from corral.engine.records import Job
 from corral.engine.tenancy import Tenancy
 
@@ -25,7 +26,7 @@ class Factors:
         return max(0, self.age + self.fairshare + self.job_size + self.partition + self.qos + self.nice)
 
 
-def job_size(job: Job, w, cluster_gpus: int) -> float:
+def job_size(job: Job, w: PriorityWeights, cluster_gpus: int) -> float:
     """The job-size factor in [0, 1] (see PriorityWeights.job_size_basis and favor_small)."""
     req = job.spec.request
     if not cluster_gpus:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from corral.core.model import Gpu, NodeSlice, Request
 
@@ -96,7 +97,7 @@ class Step:
     start_time: float
     # What the agents need to start it (argv, env, workdir, output, error, input, io_host, io_port,
     # io_token, cpus_per_task, gpus_per_task); emptied when the step ends.
-    launch: dict = field(default_factory=dict)
+    launch: dict[str, Any] = field(default_factory=dict)
     end_time: float | None = None
     state: str = "RUNNING"
     exit_code: int = 0
@@ -138,7 +139,7 @@ class Job:
     # The limiting resource, quota or limit behind `reason`, in words.
     reason_detail: str = ""
     # Events worth explaining later: {"t": time, "event": "preempted"|"requeued"|"signal", ...}.
-    history: list[dict] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     # Not eligible to start before this time: the backoff of a job preempted more than once.
     eligible_at: float | None = None
@@ -153,6 +154,12 @@ class Job:
         run_gpu_seconds)."""
         return self.prior_gpu_seconds + self.run_gpu_seconds(self.end_time if self.end_time is not None
                                                              else self.start_time)
+
+    @property
+    def run_start(self) -> float:
+        """start_time of a job that has started (RUNNING, COMPLETING)."""
+        assert self.start_time is not None, f"job {self.id} has not started"
+        return self.start_time
 
     def run_gpu_seconds(self, until: float | None) -> float:
         if self.start_time is None or until is None:

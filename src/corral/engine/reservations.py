@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from corral import hostlist
 from corral.api.tenancy import ReservationSpec
@@ -30,12 +31,12 @@ class Reservation:
             return True
         return user in self.spec.users or account in self.spec.accounts
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"spec": self.spec.model_dump(), "nodes": sorted(self.nodes)}
 
 
 class Reservations:
-    def __init__(self, stored: list[dict]) -> None:
+    def __init__(self, stored: list[dict[str, Any]]) -> None:
         self.by_name: dict[str, Reservation] = {}
         for item in stored:
             spec = ReservationSpec(**item["spec"])
@@ -57,11 +58,13 @@ class Reservations:
                 more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
                 raise ReservationError(f"unknown node(s) {', '.join(unknown[:10])}{more}")
         else:
+            assert spec.gpus is not None  # ReservationSpec holds nodes or gpus
             names = _nodes_for_gpus(spec.gpus, list(known.values()))
         for other in self.by_name.values():
             overlap = other.nodes & set(names)
             if overlap and other.spec.start < spec.end and spec.start < other.spec.end:
-                raise ReservationError(f"overlaps reservation {other.spec.name!r} on {hostlist.compress(sorted(overlap))}")
+                raise ReservationError(
+                    f"overlaps reservation {other.spec.name!r} on {hostlist.compress(sorted(overlap))}")
         record = Reservation(spec, frozenset(names))
         self.by_name[spec.name] = record
         return record
@@ -84,7 +87,7 @@ class Reservations:
     def core(self) -> tuple[AdvanceReservation, ...]:
         return tuple(r.core() for r in self.by_name.values())
 
-    def to_json(self) -> list[dict]:
+    def to_json(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.by_name.values()]
 
 

@@ -1,6 +1,7 @@
 """Build the core's immutable view of the cluster from the engine's records."""
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 from corral.core.model import Snapshot
@@ -14,7 +15,7 @@ def node_usage(engine: Engine) -> dict[str, tuple[set[int], int, int]]:
     return {name: engine.usage.of(name) for name in engine.nodes}
 
 
-def build_snapshot(engine: Engine, now: float, exclude: set[int] = frozenset()) -> Snapshot:
+def build_snapshot(engine: Engine, now: float, exclude: AbstractSet[int] = frozenset()) -> Snapshot:
     nodes = engine.usage.views(engine.nodes.values())
     pending = engine.views.pending
     if exclude:

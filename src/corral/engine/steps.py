@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
@@ -41,7 +41,7 @@ class StepRequest:
     exclude: tuple[str, ...] = ()
     gpus_per_task: int | None = None
     # Passed through to the agents (see Step.launch).
-    launch: dict | None = None
+    launch: dict[str, Any] | None = None
 
 
 def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -76,7 +76,7 @@ def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, 
         raise StepRefused(f"Requested node configuration is not available: {ntasks} tasks do not fit "
                           f"{count} node(s) x {per_node} task(s) per node")
     if request.gpus_per_task:
-        for node, n_tasks in zip(nodes, tasks):
+        for node, n_tasks in zip(nodes, tasks, strict=True):
             held = len(next(s for s in job.slices if s.node == node).gpus)
             if n_tasks * request.gpus_per_task > held:
                 raise StepRefused(f"Requested node configuration is not available: {n_tasks} task(s) x "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from corral.core.model import NodeView, RunningJob
 from corral.core.basepool import BasePool
+from corral.core.model import NodeView, RunningJob
 from corral.engine.records import Job, Node
 from corral.engine.views import expected_end
 

@@ -78,7 +78,7 @@ class Views:
         first = engine.nodes.get(job.slices[0].node) if job.slices else None
         model = first.gpus[0].model if first is not None and first.gpus and job.gpu_count else ""
         view = RunningJob(job.id, expected_end(job), job.slices, priority=factors.total if factors else 0,
-                          queue=job.spec.queue, qos=job.spec.qos, start_time=job.start_time,
+                          queue=job.spec.queue, qos=job.spec.qos, start_time=job.run_start,
                           preemptible_from=tenancy.preemptible_from(job), charges=tenancy.charges(job),
                           completing=completing, gpu_model=model)
         self.running[job.id] = view
@@ -95,5 +95,5 @@ def expected_end(job: Job) -> float:
     """When a running job's resources are expected back: start + time limit, or once it is being stopped,
     its kill deadline."""
     if job.state is JobState.COMPLETING:
-        return job.kill_deadline or job.start_time
-    return job.start_time + job.spec.request.time_limit_s
+        return job.kill_deadline or job.run_start
+    return job.run_start + job.spec.request.time_limit_s

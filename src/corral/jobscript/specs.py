@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from corral.jobref import JobIdError, parse_job_ref
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.units import parse_time_s
-from corral.jobref import JobIdError, parse_job_ref
 
 # ---------------------------------------------------------------------------------------- --array
 

@@ -3,8 +3,9 @@ metrics as JSON and a self-contained HTML report."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-POLICIES = {
+POLICIES: dict[str, dict[str, Any]] = {
     "fifo-isolated": dict(isolated=True, backfill=False, weight_age=0),
     "backfill-isolated": dict(isolated=True, backfill=True),
     "backfill-cohort": dict(isolated=False, backfill=True),

@@ -4,9 +4,9 @@ No policy lives here. Submissions and job ends are events ordered by (time, sequ
 of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
 when something changes, and otherwise at the engine's next deadline (only the latest one: the controller
 loop keeps one timer). tests/sim/test_replay_equivalence.py checks that the live controller, driven by
-fake agents and a fake clock, makes the same decisions. The engine's commands are carried out by a stand-in for the agents: a Launch
-schedules the job's natural end (its real duration from the trace), a Kill ends it after a short,
-configurable stopping delay, and a signal-only Kill changes nothing.
+fake agents and a fake clock, makes the same decisions. The engine's commands are carried out by a stand-in
+for the agents: a Launch schedules the job's natural end (its real duration from the trace), a Kill ends it
+after a short, configurable stopping delay, and a signal-only Kill changes nothing.
 """
 from __future__ import annotations
 
@@ -103,13 +103,13 @@ class Simulation:
             return True
         if kind == "end":
             job_id, at, sig = payload
-            job = engine.jobs.get(job_id)
-            if job is None or self._ends.get(job_id) != at:
+            ended = engine.jobs.get(job_id)
+            if ended is None or self._ends.get(job_id) != at:
                 return False  # a stale end: the run it belonged to was stopped earlier
-            for node in list(job.runs):
+            for node in list(ended.runs):
                 engine.node_finished(node, job_id, [(0, 0, sig)], None, now)
-            if job.state.terminal:
-                self.result.finished.append(job)
+            if ended.state.terminal:
+                self.result.finished.append(ended)
             return True
         # "wake": the controller loop sleeps until the deadline it computed after its last cycle; an
         # older timer was dropped when that cycle ran (as asyncio.wait_for's timeout is).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
@@ -72,7 +73,7 @@ def run_experiment(cluster: Cluster, workload: Workload, policy: Policy, *, stop
 def _engine_setup(cluster: Cluster, policy: Policy) -> tuple[EngineConfig, TenancySpec]:
     sched = SchedulerConfig(max_reservations=policy.max_reservations, backfill=policy.backfill)
     queues = cluster.queue_gpus()
-    priority = {"weight_age": policy.weight_age, "weight_fairshare": policy.weight_fairshare,
+    priority: dict[str, Any] = {"weight_age": policy.weight_age, "weight_fairshare": policy.weight_fairshare,
                 "weight_job_size": policy.weight_job_size, "max_age_s": 7 * 86400, "calc_period_s": 300}
     if policy.favor_small:
         # Slurm's PriorityFavorSmall, with size = GPUs x the time limit the user asked for (no oracle).

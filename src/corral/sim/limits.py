@@ -66,7 +66,7 @@ class TimeLimitModel:
         also for jobs that keep a known limit, so adding limits to some jobs never reshuffles the rest)."""
         factors = self.factors(len(workload.jobs))
         jobs = []
-        for job, factor in zip(workload.jobs, factors):
+        for job, factor in zip(workload.jobs, factors, strict=True):
             if self.keep_known and job.time_limit_s is not None:
                 jobs.append(job)
             else:
@@ -93,7 +93,7 @@ class TimeLimitModel:
 def human_duration(seconds: float) -> str:
     """Compact duration for reports: 45 s, 15 min, 4 h, 7 d, 1 h 30 min."""
     seconds = int(round(seconds))
-    parts = []
+    parts: list[str] = []
     for unit_s, unit in ((DAY_S, "d"), (HOUR_S, "h"), (MINUTE_S, "min"), (1, "s")):
         if seconds >= unit_s or (unit == "s" and not parts):
             count, seconds = divmod(seconds, unit_s)

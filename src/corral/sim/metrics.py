@@ -177,7 +177,7 @@ def _grouped(done: list[JobResult], key) -> dict[str, GroupMetrics]:
 
 
 def _gpus_in_use(done: list[JobResult], start_s: float, end_s: float) -> StepSeries:
-    events = [(t, sign * r.held_gpus) for r in done for run in r.runs() for t, sign in zip(run, (1, -1))]
+    events = [(t, sign * r.held_gpus) for r in done for run in r.runs() for t, sign in zip(run, (1, -1), strict=True)]
     return StepSeries.from_events(events, start_s=start_s, end_s=end_s)
 
 

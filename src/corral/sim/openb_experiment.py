@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 from corral.core.fgd import scorer_for
 from corral.core.model import FGD_CPU_WEIGHT, GPU_MILLI, Gpu, NodeView, Request, TaskShape
-from corral.core.placement import bestfit, fgd as fgd_placement
+from corral.core.placement import PlacementPolicy, bestfit
+from corral.core.placement import fgd as fgd_placement
 from corral.core.pool import WorkPool
 from corral.core.worknode import Need
 from corral.sim.traces import fgd, fgd_curves, openb
@@ -120,7 +121,7 @@ def run_seed(cluster: Cluster, pods: Workload, seed: int, policy: str,
     capacity = fgd.gpu_capacity_milli(cluster)
     sequence = fgd.sequence(pods, capacity, seed)
     requests = [pod_request(a.pod) for a in sequence.arrivals]
-    placement = bestfit.BestFit
+    placement: PlacementPolicy = bestfit.BestFit
     if policy in MIX_WEIGHT:
         mix = mix if mix is not None else typical_mix(pods.jobs, weight=MIX_WEIGHT[policy])
         placement = fgd_placement.with_scorer(scorer_for(mix, CPU_WEIGHT[policy]))

@@ -38,13 +38,13 @@ def share_guarantee(results: Iterable[JobResult], nominal: Mapping[str, int], *,
     span = max(end - start, 1e-9)
     events: dict[str, list[tuple[float, float, float]]] = {q: [] for q in nominal}
     for r in done:
-        queue = events.setdefault(r.job.queue, [])
+        changes = events.setdefault(r.job.queue, [])
         gpus = r.held_gpus
-        queue.append((r.job.submit_s, gpus, 0.0))
-        queue.append((r.end_s, -gpus, 0.0))
+        changes.append((r.job.submit_s, gpus, 0.0))
+        changes.append((r.end_s, -gpus, 0.0))
         for run_start, run_end in r.runs():
-            queue.append((run_start, 0.0, gpus))
-            queue.append((run_end, 0.0, -gpus))
+            changes.append((run_start, 0.0, gpus))
+            changes.append((run_end, 0.0, -gpus))
     out = []
     for queue in sorted(events):
         share = nominal.get(queue, 0)

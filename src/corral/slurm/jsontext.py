@@ -72,19 +72,27 @@ def _encode(value: object, parts: list[str]) -> None:
             raise ValueError(f"{value!r} has no JSON form")
         parts.append(float.__repr__(value))
     elif isinstance(value, dict):
-        parts.append("{")
-        for i, (key, item) in enumerate(value.items()):
-            if not isinstance(key, str):
-                raise TypeError(f"JSON object keys must be strings, not {type(key).__name__}")
-            parts.append(("," if i else "") + _quote(key) + ":")
-            _encode(item, parts)
-        parts.append("}")
+        _encode_object(value, parts)
     elif isinstance(value, (list, tuple)):
-        parts.append("[")
-        for i, item in enumerate(value):
-            if i:
-                parts.append(",")
-            _encode(item, parts)
-        parts.append("]")
+        _encode_array(value, parts)
     else:
         raise TypeError(f"{type(value).__name__} has no JSON form")
+
+
+def _encode_object(value: dict[object, object], parts: list[str]) -> None:
+    parts.append("{")
+    for i, (key, item) in enumerate(value.items()):
+        if not isinstance(key, str):
+            raise TypeError(f"JSON object keys must be strings, not {type(key).__name__}")
+        parts.append(("," if i else "") + _quote(key) + ":")
+        _encode(item, parts)
+    parts.append("}")
+
+
+def _encode_array(value: list[object] | tuple[object, ...], parts: list[str]) -> None:
+    parts.append("[")
+    for i, item in enumerate(value):
+        if i:
+            parts.append(",")
+        _encode(item, parts)
+    parts.append("]")

@@ -70,7 +70,8 @@ def parse_sinfo(argv: Sequence[str], env: Mapping[str, str]) -> SinfoOptions:
     return SinfoOptions(
         format=parsed, node_centric=node_centric, widen=widen, long_banner=long_output or iterate is not None,
         noheader=line.has("noheader"), partitions=split_list(partitions) if partitions else None,
-        nodes=checked_option("sinfo", "--nodes", line.last("nodes")), states=_states(line.last("states")), dead_only=line.has("dead"),
+        nodes=checked_option("sinfo", "--nodes", line.last("nodes")), states=_states(line.last("states")),
+        dead_only=line.has("dead"),
         responding_only=line.has("responding"), iterate_s=int(iterate) if iterate and iterate.isdigit() else None,
         warnings=tuple(warnings) + parsed.errors,
     )

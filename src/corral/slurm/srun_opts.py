@@ -130,7 +130,8 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
             job[name] = convert(value, key)
     options = StepOptions(
         command=tuple(line.positionals), nodes=_int(line.last("nodes"), "nodes", v.node_count),
-        ntasks=_int(line.last("ntasks"), "ntasks"), ntasks_per_node=_int(line.last("ntasks-per-node"), "ntasks-per-node"),
+        ntasks=_int(line.last("ntasks"), "ntasks"),
+        ntasks_per_node=_int(line.last("ntasks-per-node"), "ntasks-per-node"),
         cpus_per_task=_int(line.last("cpus-per-task"), "cpus-per-task"),
         gpus_per_task=_int(line.last("gpus-per-task"), "gpus-per-task"),
         nodes_given=line.has("nodes"), ntasks_given=line.has("ntasks"),

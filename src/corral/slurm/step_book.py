@@ -7,8 +7,23 @@ import threading
 from collections import deque
 
 from corral.slurm.step_output import StepOutput
-from corral.stepio import (ALL_RANKS, CONNECTION_LOST, EXIT, FAILED, MAX_PAYLOAD, SIGNAL, STDERR, STDIN,
-                           STDIN_CLOSED, STDOUT, FrameDecoder, ProtocolError, frame, parse_exit, same_token)
+from corral.stepio import (
+    ALL_RANKS,
+    CONNECTION_LOST,
+    EXIT,
+    FAILED,
+    MAX_PAYLOAD,
+    SIGNAL,
+    STDERR,
+    STDIN,
+    STDIN_CLOSED,
+    STDOUT,
+    FrameDecoder,
+    ProtocolError,
+    frame,
+    parse_exit,
+    same_token,
+)
 
 # srun stops reading its stdin while a node has this much of it queued and unsent.
 STDIN_HIGH_WATER = 1 << 20

@@ -95,7 +95,7 @@ def run_step(controller: Controller, job_id: int, options: StepOptions, environm
             raise
         expected = {}
         first = 0
-        for node, count in zip(step["nodes"], step["tasks_per_node"]):
+        for node, count in zip(step["nodes"], step["tasks_per_node"], strict=False):
             expected[node] = list(range(first, first + count))
             first += count
         streams.expect(expected)
@@ -142,7 +142,7 @@ def _report(streams, step: dict, record: dict | None, options: StepOptions) -> i
     worst = 0
     signalled = False
     first = 0
-    for node, count in zip(step["nodes"], step["tasks_per_node"]):
+    for node, count in zip(step["nodes"], step["tasks_per_node"], strict=False):
         ranks = list(range(first, first + count))
         first += count
         if node in failures:

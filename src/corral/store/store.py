@@ -138,6 +138,7 @@ class Store:
             return True
         with _translated("saving"), self._writer.connect() as connection:
             sqlite = connection.connection.driver_connection
+            assert sqlite is not None  # a connection that is open
             sqlite.execute("PRAGMA busy_timeout=0")
             try:
                 with connection.begin():

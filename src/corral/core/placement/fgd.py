@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from corral.core.fgd import FragScorer, model_matches, scorer_for
+from corral.core.fgd import Fit, FragScorer, StateKey, model_matches, scorer_for
 from corral.core.model import GPU_MILLI
 from corral.core.worknode import Need, WorkNode, device_with_room
 
@@ -42,7 +42,7 @@ class Fgd:
         gpus, milli, cpus = need.gpus, need.gpu_milli, need.cpus
         table = scorer.table(gpus, milli, cpus)
         keys = scorer.keys
-        scored = []
+        scored: list[tuple[Fit, int, dict[int, None]]] = []
         lookup = table.get  # a state never scored for this task gives the sentinel
         for state, members in groups.items():
             score = lookup(state, _UNSCORED)
@@ -115,15 +115,15 @@ def policy(config: SchedulerConfig) -> PlacementPolicy:
     return with_scorer(scorer_for(config.task_mix, 0.0))
 
 
-_UNSCORED = object()
+_UNSCORED: Fit = (0.0, -1, -1, -1)  # a sentinel, told by identity: no score is this object
 
 
-def _state_key(node: WorkNode) -> tuple:
+def _state_key(node: WorkNode) -> StateKey:
     return (node.gpu_model, node.free_milli(), node.free_cpus)
 
 
-def _score_order(keys: list) -> Callable[[tuple], tuple]:
+def _score_order(keys: list[StateKey]) -> Callable[[tuple[Fit, int, dict[int, None]]], tuple[Fit, StateKey]]:
     """Best score first; ties by the state itself (not its id, which depends on what was scored before)."""
-    def order(item: tuple) -> tuple:
+    def order(item: tuple[Fit, int, dict[int, None]]) -> tuple[Fit, StateKey]:
         return item[0], keys[item[1]]
     return order

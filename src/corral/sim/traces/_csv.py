@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+
 def _default_traces_dir() -> Path:
     """CORRAL_TRACES_DIR, else the `shared/traces` folder beside this checkout (as CI lays it out),
     else /work/shared/traces."""
@@ -124,4 +125,4 @@ def _rows(path: str, lines: Iterator[tuple[int, str]], required: Sequence[str],
         fields = next(csv.reader([text], delimiter=delimiter))
         if len(fields) != len(header):
             raise TraceFormatError(path, number, f"{len(fields)} fields, header has {len(header)}")
-        yield Row(path, number, dict(zip(header, fields)))
+        yield Row(path, number, dict(zip(header, fields, strict=True)))

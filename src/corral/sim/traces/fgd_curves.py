@@ -80,7 +80,7 @@ def _curve(arrived_gpu_milli: Sequence[int], values: Sequence[float], total_gpus
     if len(arrived_gpu_milli) != len(values):
         raise ValueError(f"{len(arrived_gpu_milli)} arrivals but {len(values)} values")
     by_pct: dict[int, list[float]] = {}
-    for arrived, value in zip(arrived_gpu_milli, values):
+    for arrived, value in zip(arrived_gpu_milli, values, strict=True):
         # Python's round() is half-to-even, like the pandas .apply(round) the authors used.
         by_pct.setdefault(int(round(arrived / total_gpus / 10, 0)), []).append(value)
     curve = {}

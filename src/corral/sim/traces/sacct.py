@@ -56,7 +56,7 @@ def read_sacct(path: str | os.PathLike[str]) -> Workload:
             finished.append(ln)
     ids = _job_ids(finished)
     origin_s = min((parse_time(ln, "Submit") or 0.0 for ln in finished), default=0.0)
-    jobs = tuple(_job(ln, job_id, origin_s) for ln, job_id in zip(finished, ids))
+    jobs = tuple(_job(ln, job_id, origin_s) for ln, job_id in zip(finished, ids, strict=True))
     notes = [f"{len(jobs)} finished job(s) of {len(job_lines)} in sacct output; "
              f"{len(lines) - len(job_lines)} step row(s) ignored"]
     if never_started:
@@ -81,7 +81,7 @@ def _parse(path: str | os.PathLike[str]):
                 fields.pop()  # -p/--parsable ends every line with the delimiter
             if len(fields) != len(header):
                 raise TraceFormatError(path, number, f"{len(fields)} fields, header has {len(header)}")
-            yield _Line(str(path), number, dict(zip(header, fields)))
+            yield _Line(str(path), number, dict(zip(header, fields, strict=True)))
         if header is None:
             raise TraceFormatError(path, 1, "empty file (expected sacct's header line)")
 

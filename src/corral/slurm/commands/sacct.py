@@ -18,6 +18,10 @@ from corral.slurm.sacct import sacct_output
 from corral.slurm.sacct_opts import SacctOptions, parse_sacct
 from corral.slurm.target import current_user
 
+TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
 USAGE = """\
 Usage: sacct [-a] [-A accounts] [-b] [-D] [-E time] [-j jobs] [-l] [-n] [-N nodes] [-o fields]
              [-p] [-P] [-r partitions] [-s states] [-S time] [-u users] [-X] [--delimiter=c]
@@ -65,10 +69,10 @@ def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: 
     return controller.accounting(since=since, until=until, **server_filters(options, users))
 
 
-def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[str, object]:
+def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[str, Any]:
     """What the controller can filter (select_jobs filters everything again). Each filter keeps or
     drops an array's pending tasks together, so the controller combines them as sacct would."""
-    filters: dict[str, object] = {"combine_arrays": True}
+    filters: dict[str, Any] = {"combine_arrays": True}
     if users and not any(name.isdigit() for name in users):  # a uid is matched here only
         filters["user"] = users
     if options.job_states is not None and options.job_states & states.CORRAL_STATES:

@@ -15,8 +15,8 @@ from corral.slurm.commands.common import Result, action_text, connect, emit, run
 from corral.slurm.http import ApiError, Controller
 from corral.slurm.sbatch_export import job_environment
 from corral.slurm.sbatch_opts import (
-    ScriptSource,
     SbatchOptions,
+    ScriptSource,
     apply_script,
     invalid_partition,
     parse_sbatch,

@@ -13,6 +13,10 @@ from corral.slurm.squeue import squeue_output
 from corral.slurm.squeue_opts import USAGE, SqueueOptions, parse_squeue
 from corral.slurm.target import current_user
 
+TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
@@ -61,11 +65,11 @@ def fetch_jobs(controller: Controller, options: SqueueOptions, now: float, user:
     return jobs
 
 
-def server_filters(options: SqueueOptions, user: str | None) -> dict[str, object]:
+def server_filters(options: SqueueOptions, user: str | None) -> dict[str, Any]:
     """The query that lets the controller send only what squeue shows. Each filter keeps or drops an
     array's pending tasks together (they share user, partition, account, state), so the controller
     may combine them first; except a --jobs id naming one task, and -r, which lists tasks one by one."""
-    filters: dict[str, object] = {}
+    filters: dict[str, Any] = {}
     if options.job_states is not None:
         known = sorted(s for s in states.CORRAL_STATES
                        if s in options.job_states or states.FLAG_BASE.get(s) in options.job_states)

@@ -1,0 +1,40 @@
+"""The engine rebuilt from the store: at the controller's start, and after a failed commit (service.py)."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from corral.api.tenancy import TenancySpec
+from corral.engine.config import EngineConfig
+from corral.engine.dependencies import parse_dependency
+from corral.engine.engine import Engine
+
+if TYPE_CHECKING:
+    from corral.store import Store
+
+
+def restore_engine(config: EngineConfig, store: Store, now: float, file_tenancy: TenancySpec | None = None) -> Engine:
+    """The engine as the database left it. The tenancy stored there (edited through the API) wins over
+    the config file's, which only seeds a new database."""
+    nodes = store.load_nodes()
+    for node in nodes:
+        # Agents get one node timeout to re-register after a controller restart before their
+        # jobs are declared lost.
+        if node.up:
+            node.last_seen = now
+    stored = store.get_meta("tenancy")
+    tenancy = TenancySpec(**json.loads(stored)) if stored else file_tenancy
+    fairshare = json.loads(store.get_meta("fairshare") or "null")
+    reservations = json.loads(store.get_meta("reservations") or "[]")
+    jobs = store.load_active_jobs()
+    engine = Engine(config, jobs, nodes, next_job_id=store.max_job_id() + 1, tenancy=tenancy,
+                    fairshare_state=fairshare, reservations=reservations)
+    if tenancy is not None and not stored:
+        engine.meta_dirty.add("tenancy")
+    targets = {t for job in jobs if job.spec.dependency
+               for clause in parse_dependency(job.spec.dependency).clauses for t, _ in clause.targets}
+    for target in targets - set(engine.jobs):
+        found = store.get_job(target)
+        if found is not None:
+            engine.remember(found)
+    return engine
