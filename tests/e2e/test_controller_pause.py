@@ -19,8 +19,10 @@ def test_a_paused_controller_kills_no_healthy_job(cluster_factory) -> None:
     for job_id in jobs:
         cluster.wait_state(job_id, "RUNNING")
     os.killpg(cluster.controller.pid, signal.SIGSTOP)
-    time.sleep(10)  # longer than the node timeout
-    os.killpg(cluster.controller.pid, signal.SIGCONT)
+    try:
+        time.sleep(10)  # longer than the node timeout
+    finally:  # never leave a stopped controller behind, whatever interrupts the test
+        os.killpg(cluster.controller.pid, signal.SIGCONT)
     finals = [cluster.wait_state(job_id, "COMPLETED", "NODE_FAIL", "FAILED", timeout_s=40) for job_id in jobs]
     assert [f["state"] for f in finals] == ["COMPLETED"] * 4, cluster.logs()
     assert all(node["state"] != "down" for node in cluster.nodes())
