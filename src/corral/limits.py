@@ -16,10 +16,12 @@ Why each bound is what it is:
 Stdlib only and no `re`: the Slurm commands import this module on every start."""
 from __future__ import annotations
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
+from corral.jobref import MAX_ID
 
-JOB_ID_MAX = INT64_MAX  # job ids are 1..JOB_ID_MAX
+INT32_MAX = 2**31 - 1
+INT64_MAX = MAX_ID  # the largest INTEGER the databases store
+
+JOB_ID_MAX = MAX_ID  # job ids are 1..JOB_ID_MAX (corral.jobref parses them)
 STEP_ID_MAX = 2**31  # step ids are 0..STEP_ID_MAX
 UID_MAX = 2**32 - 2  # uids and gids are 0..UID_MAX
 PRIORITY_MAX = INT32_MAX

@@ -320,14 +320,9 @@ class ControllerService:
         return await self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
 
     async def _job_operation(self, job_id: int, operation) -> JobOut:
-        def change(now: float) -> tuple[Job | None, list[Command]]:
-            commands = operation(now)
-            return self.engine.jobs.get(job_id), commands
-
-        job = await self._stimulus(change)
-        # A job that ended (a pending one cancelled) has left the engine: read it back, committed, from the store.
-        job = job if job is not None and job.id in self.engine.jobs else self.find_job(job_id)
-        return views.job_out(job, self.clock())
+        await self.operate(operation)
+        # Read after the commit: a job that ended (a pending one cancelled) is back from the store.
+        return views.job_out(self.find_job(job_id), self.clock())
 
     def find_job(self, job_id: int) -> Job | None:
         return self.engine.jobs.get(job_id) or self.store.get_job(job_id)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from corral.jobref import JobIdError, parse_job_ref
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.units import parse_time_s
+from corral.limits import ARRAY_INDEX_MAX
 
 # ---------------------------------------------------------------------------------------- --array
 
-MAX_ARRAY_INDEX = 4_000_000  # Slurm's hard ceiling on MaxArraySize - 1
 ARRAY_FORMS_HELP = "indexes N, N-M or N-M:STEP, comma-separated, then optionally %MAX (e.g. 0-99%8, 1,3,5, 0-15:4)"
 _ARRAY_ITEM = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 _DIGITS = re.compile(r"[0-9]+")
@@ -69,8 +69,8 @@ def _array_range(item: str) -> IndexRange:
         raise _array_error(f"range {item!r} ends before it starts")
     if step < 1:
         raise _array_error(f"the step in {item!r} must be at least 1")
-    if last > MAX_ARRAY_INDEX:
-        raise _array_error(f"index {last} is above the largest allowed, {MAX_ARRAY_INDEX}")
+    if last > ARRAY_INDEX_MAX:
+        raise _array_error(f"index {last} is above the largest allowed, {ARRAY_INDEX_MAX}")
     return IndexRange(first, last, step)
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from _collections_abc import Iterable, Mapping
 
 from corral.jobref import JobRef, ascii_number
+from corral.limits import MAX_ARRAY_SIZE
 from corral.ranges import compress_ranges
 from corral.slurm import records
-
-MAX_ARRAY_SIZE = 1001  # Slurm's default MaxArraySize: task ids 0..1000
 
 
 def job_id(job: Mapping) -> str:
