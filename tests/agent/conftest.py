@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
@@ -332,3 +335,36 @@ def run_with_agent(controller, tmp_path, agent_env):
 def agent_env() -> dict[str, str]:
     """A minimal environment for tasks started by tests (no inherited SLURM_*, predictable PATH)."""
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+
+
+@pytest.fixture
+def agent_process_with_a_task(controller, make_launch, tmp_path):
+    """A real agent process (`python -m corral.agent`, with extra arguments) running one task of job 31:
+    yields (agent, the task's pid). Afterwards the agent is gone and so is the task."""
+
+    @contextlib.contextmanager
+    def start(*extra_args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+        secret_file = tmp_path / "secret"
+        secret_file.write_text("test-secret\n")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
+             "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool"),
+             *extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        task_pid = None
+        try:
+            controller.wait(lambda: controller.polls, timeout_s=10)
+            controller.send(make_launch(job_id=31, argv=["sleep", "30"]))
+            (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31))
+            task_pid = started.pids[0]
+            yield agent, task_pid
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+            assert agent.stderr is not None
+            agent.stderr.close()
+            if task_pid is not None and not _is_dead(task_pid, within_s=0):
+                os.killpg(task_pid, signal.SIGKILL)
+
+    return start

@@ -1,16 +1,12 @@
 """`python -m corral.agent`: arguments, secret handling, and a real agent process that stops cleanly."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from corral.agent.__main__ import default_spool_dir, main, read_secret
-from corral.protocol import NodeStarted
 
 
 def test_missing_secret_file_exits_2(tmp_path, capsys):
@@ -56,29 +52,9 @@ def test_default_spool_dir(monkeypatch):
     assert default_spool_dir("n3") == Path("/home/bob/.local/state/corral/agent-n3")
 
 
-def test_sigterm_stops_the_agent_and_leaves_tasks_running(controller, make_launch, tmp_path, is_dead):
-    secret_file = tmp_path / "secret"
-    secret_file.write_text("test-secret\n")
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
-         "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    task_pid = None
-    try:
-        controller.wait(lambda: controller.polls, timeout_s=10)
-        controller.send(make_launch(job_id=31, argv=["sleep", "30"]))
-        (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31))
-        task_pid = started.pids[0]
+def test_sigterm_stops_the_agent_and_leaves_tasks_running(agent_process_with_a_task, is_dead):
+    with agent_process_with_a_task() as (agent, task_pid):
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=5) == 0
         assert b"running tasks are left alone" in agent.stderr.read()
         assert not is_dead(task_pid, within_s=0.3)  # the job outlives its agent, as under slurmd
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
-        agent.stderr.close()
-        if task_pid is not None:
-            os.killpg(task_pid, signal.SIGKILL)

@@ -21,13 +21,7 @@ from .test_step_runner import Srun, finish
 WHEN = calendar.timegm((2026, 11, 24, 8, 14, 13, 0, 0, 0))
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # local times shown in UTC (tests/conftest.py)
 
 
 @pytest.mark.parametrize(("reason", "entity", "line"), [

@@ -6,7 +6,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import sys
 
 import psutil
 import pytest
@@ -107,28 +106,9 @@ def test_what_a_dead_task_leader_left_in_its_session_is_killed(tmp_path):
     assert session_members(leader.pid) == []
 
 
-def test_with_kill_tasks_on_exit_sigterm_stops_the_agent_and_its_tasks(controller, make_launch, tmp_path, is_dead):
-    secret_file = tmp_path / "secret"
-    secret_file.write_text("test-secret\n")
-    agent = subprocess.Popen(
-        [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
-         "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool"),
-         "--kill-tasks-on-exit"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    task_pid = None
-    try:
-        controller.wait(lambda: controller.polls, timeout_s=10)
-        controller.send(make_launch(job_id=31, argv=["sleep", "30"]))
-        (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31))
-        task_pid = started.pids[0]
+def test_with_kill_tasks_on_exit_sigterm_stops_the_agent_and_its_tasks(agent_process_with_a_task, is_dead):
+    with agent_process_with_a_task("--kill-tasks-on-exit") as (agent, task_pid):
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=10) == 0
         assert b"killed the tasks of job 31" in agent.stderr.read()
         assert is_dead(task_pid, within_s=0)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
-        agent.stderr.close()
-        if task_pid is not None and not is_dead(task_pid, within_s=0):
-            os.killpg(task_pid, signal.SIGKILL)

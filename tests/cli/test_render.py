@@ -1,4 +1,3 @@
-import time
 
 import pytest
 
@@ -6,14 +5,7 @@ from corral.cli import render
 
 from .standin import T0, canned_jobs, canned_nodes, make_job
 
-
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # local times shown in UTC (tests/conftest.py)
 
 
 def test_queue_rows():

@@ -47,13 +47,7 @@ billing = { gpu = 1.0, cpu = 0.01 }
 """
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # local times shown in UTC (tests/conftest.py)
 
 
 def test_tenancy_show_tables(standin, cli):

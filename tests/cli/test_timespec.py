@@ -1,4 +1,3 @@
-import time
 
 import pytest
 
@@ -8,13 +7,7 @@ from corral.cli.timespec import midnight, parse_when, parse_when_ahead
 NOW = 1_700_000_000.0  # 2023-11-14T22:13:20Z
 
 
-@pytest.fixture(autouse=True)
-def utc(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("utc")  # local times shown in UTC (tests/conftest.py)
 
 
 @pytest.mark.parametrize(
