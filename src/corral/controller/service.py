@@ -30,7 +30,7 @@ from corral.controller.job_refs import UnknownRef, named_job_ids
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
-from corral.controller.writer import StoreUnavailable, StoreWriter
+from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch, LaunchStep
@@ -166,7 +166,7 @@ class ControllerService:
 
     def _refuse_while_down(self) -> None:
         if self.writer.outage is not None:
-            raise StoreUnavailable(f"{self.writer.outage.describe()}; nothing was changed, try again later")
+            raise _unavailable(self.writer.outage)
 
     async def _commit(self) -> None:
         engine = self.engine
@@ -182,14 +182,13 @@ class ControllerService:
                       exc_info=not isinstance(exc, StoreError | asyncio.CancelledError))
             self._discard_engine()
             if isinstance(exc, Exception):
-                raise StoreUnavailable(f"{outage.describe()}; nothing was changed, try again later") from exc
+                raise _unavailable(outage) from exc
             raise
 
     def _discard_engine(self) -> None:
         """The engine holds effects the store lacks: stop using it. Agents must register again (new
         epoch); commands still queued for them were decided by it."""
-        self.epoch = secrets.token_hex(8)
-        self.outbox = Outbox()
+        self._new_epoch()
         if self._recovery is None and not self._stopping:
             self._recovery = asyncio.create_task(self._recover(), name="corral-store-recovery")
 
@@ -219,6 +218,10 @@ class ControllerService:
         # A cluster being stopped stays stopped: the rebuilt engine starts nothing either.
         engine.stopping = self.engine.stopping
         self.engine = engine
+        self._new_epoch()
+
+    def _new_epoch(self) -> None:
+        """Every agent must register again, and nothing queued for the agents before is sent."""
         self.epoch = secrets.token_hex(8)
         self.outbox = Outbox()
 
@@ -417,6 +420,10 @@ class ControllerService:
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         return await self.outbox.wait(node, after, wait_s)
+
+
+def _unavailable(outage: Outage) -> StoreUnavailable:
+    return StoreUnavailable(f"{outage.describe()}; nothing was changed, try again later")
 
 
 def meta_value(engine: Engine, key: str):
