@@ -79,7 +79,7 @@ def test_a_cycle_that_cannot_commit_sends_nothing_and_changes_nothing(tmp_path: 
 
             assert (await poll(http, epoch)).status_code == 409, "the agent must register again"
             await until(lambda: all(job.state is JobState.PENDING for job in service.engine.jobs.values()))
-            assert sorted(service.engine.jobs) == ids and not service.engine.dirty_jobs
+            assert sorted(service.engine.jobs) == ids and not service.engine.life.dirty
             listed = (await http.get(f"{API_PREFIX}/jobs")).json()
             assert [(job["id"], job["state"], job["nodelist"]) for job in listed] == [(i, "PENDING", "") for i in ids]
             assert (await http.post(f"{API_PREFIX}/jobs", json=JOB)).status_code == 503

@@ -5,6 +5,7 @@ from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
+from tests.engine.harness import Harness
 
 T0 = 1_000.0
 
@@ -14,7 +15,7 @@ def inventory(gpus: int = 4, cpus: int = 16, mem_mib: int = 64_000) -> Inventory
 
 
 def engine_with_nodes(count: int = 2, gpus: int = 4, **config) -> Engine:
-    engine = Engine(EngineConfig(**{"start_delay_s": 0.0, **config}))
+    engine = Harness(Engine(EngineConfig(**{"start_delay_s": 0.0, **config})))
     for i in range(1, count + 1):
         engine.register_node(f"node{i}", inventory(gpus), set(), set(), T0)
     engine.take_dirty()

@@ -165,7 +165,7 @@ def test_a_job_preempted_again_and_again_backs_off_before_restarting() -> None:
     for _ in range(4):
         engine.schedule(now)
         assert victim.state is JobState.RUNNING
-        engine._preempt(victim.id, waiting.id, "reclaim", now)
+        engine.life.preempt(victim.id, waiting.id, "reclaim", now)
         engine.node_finished(victim.node_names[0], victim.id, [(0, 0, signal.SIGTERM)], None, now + 2)
         assert victim.state is JobState.PENDING
         delays.append(None if victim.eligible_at is None else victim.eligible_at - (now + 2))

@@ -86,6 +86,9 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
                     launch={"argv": ["python", "-c", "pass"], "env": {"A": "1"}}, end_time=9.0, state="FAILED",
                     exit_code=3, signal=0, error="lost", reported={"gpu001": NodeRun(True, True, 3, 0)})],
         eligible_at=42.0,
+        preemptions=2,
+        warned=True,
+        stop_cause="preempted",
     )
 
 

@@ -15,6 +15,7 @@ from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine, WrongState
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec, JobState
+from tests.engine.harness import Harness
 
 T0 = 1000.0
 TENANCY = TenancySpec(qos=[{"name": "low", "grace_s": 5}, {"name": "normal", "priority": 5},
@@ -24,7 +25,8 @@ TENANCY = TenancySpec(qos=[{"name": "low", "grace_s": 5}, {"name": "normal", "pr
 class TenantEngine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.engine = Engine(EngineConfig(node_timeout_s=1e9, start_delay_s=0.0, kill_grace_s=5), tenancy=TENANCY)
+        config = EngineConfig(node_timeout_s=1e9, start_delay_s=0.0, kill_grace_s=5)
+        self.engine = Harness(Engine(config, tenancy=TENANCY))
         for name in ("n1", "n2"):
             self.engine.register_node(name, Inventory(tuple(Gpu(i) for i in range(4)), 16, 64_000, "x"),
                                       set(), set(), T0)
@@ -84,7 +86,7 @@ class TenantEngine(RuleBasedStateMachine):
                     held[s.node] |= set(s.gpus)
                     cpus[s.node] += s.cpus
         for name in ("n1", "n2"):
-            gpus, used_cpus, _ = self.engine.usage.of(name)
+            gpus, used_cpus, _ = self.engine.active.usage.of(name)
             assert gpus == held[name] and used_cpus == cpus[name]
 
     @invariant()

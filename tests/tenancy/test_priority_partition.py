@@ -15,6 +15,7 @@ from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
 from corral.slurm.sprio import sprio_output
 from corral.slurm.sprio_opts import parse_sprio
+from tests.engine.harness import Harness
 
 T0 = 1000.0
 PARTITION_ONLY = {"weight_age": 0, "weight_fairshare": 0, "weight_partition": 10_000}
@@ -22,7 +23,7 @@ PARTITION_ONLY = {"weight_age": 0, "weight_fairshare": 0, "weight_partition": 10
 
 def engine(*partitions: PartitionConfig, priority: dict = PARTITION_ONLY) -> Engine:
     config = EngineConfig(partitions=partitions, node_timeout_s=1e9, start_delay_s=0.0)
-    e = Engine(config, tenancy=TenancySpec(priority=priority))
+    e = Harness(Engine(config, tenancy=TenancySpec(priority=priority)))
     e.register_node("n1", Inventory(tuple(Gpu(i) for i in range(8)), 64, 512_000, "127.0.0.1"), set(), set(), T0)
     return e
 

@@ -10,6 +10,7 @@ from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
+from tests.engine.harness import Harness
 
 T0 = 1000.0
 SMALL_FIRST = {"weight_age": 0, "weight_fairshare": 0, "weight_job_size": 100_000, "job_size_basis": "gpu_time",
@@ -17,7 +18,7 @@ SMALL_FIRST = {"weight_age": 0, "weight_fairshare": 0, "weight_job_size": 100_00
 
 
 def engine(priority: dict) -> Engine:
-    e = Engine(EngineConfig(node_timeout_s=1e9, start_delay_s=0.0), tenancy=TenancySpec(priority=priority))
+    e = Harness(Engine(EngineConfig(node_timeout_s=1e9, start_delay_s=0.0), tenancy=TenancySpec(priority=priority)))
     e.register_node("n1", Inventory(tuple(Gpu(i) for i in range(8)), 64, 512_000, "127.0.0.1"), set(), set(), T0)
     return e
 

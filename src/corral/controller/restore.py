@@ -27,14 +27,11 @@ def restore_engine(config: EngineConfig, store: Store, now: float, file_tenancy:
     fairshare = json.loads(store.get_meta("fairshare") or "null")
     reservations = json.loads(store.get_meta("reservations") or "[]")
     jobs = store.load_active_jobs()
-    engine = Engine(config, jobs, nodes, next_job_id=store.max_job_id() + 1, tenancy=tenancy,
-                    fairshare_state=fairshare, reservations=reservations)
-    if tenancy is not None and not stored:
-        engine.meta_dirty.add("tenancy")
+    active = {job.id for job in jobs}
     targets = {t for job in jobs if job.spec.dependency
                for clause in parse_dependency(job.spec.dependency).clauses for t, _ in clause.targets}
-    for target in targets - set(engine.jobs):
-        found = store.get_job(target)
-        if found is not None:
-            engine.remember(found)
-    return engine
+    ended = [found for target in sorted(targets - active) if (found := store.get_job(target)) is not None]
+    # A tenancy from the config file seeds a new database: the first commit stores it.
+    unsaved = ("tenancy",) if tenancy is not None and not stored else ()
+    return Engine(config, jobs, nodes, next_job_id=store.max_job_id() + 1, tenancy=tenancy,
+                  fairshare_state=fairshare, reservations=reservations, ended=ended, unsaved_meta=unsaved)

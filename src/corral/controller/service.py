@@ -32,11 +32,13 @@ from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
+from corral.engine import events as ev
 from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import Job
+from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
 from corral.protocol import (
@@ -102,7 +104,7 @@ class ControllerService:
                         pass
             if self.writer.outage is None:
                 try:
-                    await self._commit()
+                    await self._commit(self.engine.handle(now=self.clock()))
                 except StoreUnavailable as exc:
                     log.error("last commit before stopping failed: %s", exc)
         self.writer.close()
@@ -137,29 +139,30 @@ class ControllerService:
     def _discount_stall(self, stall_s: float) -> None:
         if stall_s > 0:
             log.warning("the controller could not listen for %.1f s: not counted as any node's silence", stall_s)
-            self.engine.discount_stall(stall_s, self.clock())
+            self.engine.handle(ev.ListenerStalled(stall_s), now=self.clock())  # changes nothing stored
 
     async def run_cycle(self) -> None:
-        def cycle(now: float) -> tuple[None, list[Command]]:
-            commands = self.engine.tick(now)
-            commands += self.engine.schedule(now)
-            self.cycles += 1
-            return None, commands
-
-        await self._stimulus(cycle, wake=False)
+        await self._handle(ev.TimePassed(), ev.CycleDue(), wake=False)
+        self.cycles += 1
 
     # ----- the state-store contract
 
-    async def _stimulus(self, change: Callable[[float], tuple[R, list[Command]]], wake: bool = True) -> R:
-        """Fold one stimulus into the engine (`change(now)` returns its result and commands), commit it,
-        then dispatch the commands. Or, when the store cannot be written, change nothing and raise
-        StoreUnavailable. An exception `change` raises before it touches the engine (a refusal) passes."""
+    async def _handle(self, *events: ev.Event, wake: bool = True) -> Result:
+        """Hand `events` to the engine, commit what changed, then dispatch its commands (see _stimulus)."""
+        return await self._stimulus(lambda now: self.engine.handle(*events, now=now), wake=wake)
+
+    async def _stimulus(self, change: Callable[[float], Result], wake: bool = True, dispatch: bool = True) -> Result:
+        """Fold one stimulus into the engine (`change(now)` hands it over and returns the engine's Result),
+        commit it, then dispatch the commands (unless the caller does so later). Or, when the store cannot
+        be written, change nothing and raise StoreUnavailable. An exception `change` raises before it
+        touches the engine (a refusal) passes."""
         self._refuse_while_down()
         async with self._lock:
             self._refuse_while_down()
-            result, commands = change(self.clock())
-            await self._commit()
-            self._dispatch(commands)
+            result = change(self.clock())
+            await self._commit(result)
+            if dispatch:
+                self._dispatch(result.commands)
         if wake:
             self.poke()
         return result
@@ -168,14 +171,14 @@ class ControllerService:
         if self.writer.outage is not None:
             raise _unavailable(self.writer.outage)
 
-    async def _commit(self) -> None:
+    async def _commit(self, result: Result) -> None:
+        """Write the records and metadata `result` says changed: the one place the engine's changes are
+        applied to the store."""
         engine = self.engine
         try:
-            jobs, nodes = engine.take_dirty()
-            meta = {key: json.dumps(meta_value(engine, key)) for key in engine.meta_dirty}
-            engine.meta_dirty.clear()
+            meta = {key: json.dumps(meta_value(engine, key)) for key in result.meta}
             # Encoded here, on the loop, so that the rows are one consistent picture of the engine.
-            await self.writer.write(self.store.encode(jobs, nodes, meta))
+            await self.writer.write(self.store.encode(result.jobs, result.nodes, meta))
         except BaseException as exc:  # any failure, even a cancelled wait for the write
             outage = self.writer.failed(exc, self.clock())
             log.error("commit failed; rebuilding the engine from the store (%s)", outage.reason,
@@ -252,9 +255,10 @@ class ControllerService:
     # ----- users
 
     async def submit(self, sub: JobSubmit) -> tuple[int, list[int]]:
-        return await self._stimulus(functools.partial(self._submit, sub))  # durable before the user hears the id
+        # Durable before the user hears the id.
+        return (await self._stimulus(functools.partial(self._submit, sub))).reply
 
-    def _submit(self, sub: JobSubmit, now: float) -> tuple[tuple[int, list[int]], list[Command]]:
+    def _submit(self, sub: JobSubmit, now: float) -> Result:
         engine = self.engine
         admitted = admit_full(sub, engine.config, engine.nodes.values(), engine.tenancy)
         spec = admitted.spec
@@ -264,15 +268,18 @@ class ControllerService:
         if spec.dependency:
             text, named = resolve_dependency(spec.dependency, self.find_job)
             for target in named:
-                engine.remember(target)
+                engine.life.remember(target)
             spec = replace(spec, dependency=text)
         if admitted.array_indices is None:
-            ids = [engine.submit(spec, now, held=sub.hold).id]
-        else:
-            base = engine.next_job_id
-            ids = [engine.submit(replace(spec, array_job_id=base, array_task_id=index), now, held=sub.hold).id
-                   for index in admitted.array_indices]
-        return (ids[0], (ids if admitted.array_indices is not None else [])), []
+            result = engine.handle(ev.JobSubmitted(spec, held=sub.hold), now=now)
+            result.replies = [(result.reply.id, [])]
+            return result
+        base = engine.next_job_id
+        result = engine.handle(*(ev.JobSubmitted(replace(spec, array_job_id=base, array_task_id=index), held=sub.hold)
+                                 for index in admitted.array_indices), now=now)
+        ids = [job.id for job in result.replies]
+        result.replies = [(ids[0], ids)]
+        return result
 
     def _check_submit_limit(self, spec, new_jobs: int) -> None:
         tenancy = self.engine.tenancy
@@ -293,37 +300,37 @@ class ControllerService:
             raise AdmissionError(f"access denied to reservation {spec.reservation!r} for {spec.user}/{spec.account}")
 
     async def cancel(self, job_id: int, uid: int | None = None) -> JobOut:
-        return await self._job_operation(job_id, lambda now: self.engine.cancel(job_id, now, uid))
+        return await self._job_operation(job_id, ev.CancelRequested(job_id, uid))
 
     async def signal(self, job_id: int, signum: int, scope: str, uid: int | None) -> JobOut:
-        return await self._job_operation(job_id, lambda now: self.engine.signal(job_id, signum, scope, now, uid))
+        return await self._job_operation(job_id, ev.SignalRequested(job_id, signum, scope, uid))
 
     async def requeue(self, job_id: int) -> tuple[JobOut, Callable[[], None]]:
         """Requeue, and a function that sends the kills: the caller runs it once the reply is out, since
         `scontrol requeue` is usually run by the job itself (submitit, Lightning), whose processes the
         kill would otherwise reach before scontrol has heard that its request succeeded."""
-        commands = await self._stimulus(lambda now: (self.engine.requeue(job_id, now), []), wake=False)
+        result = await self._stimulus(lambda now: self.engine.handle(ev.RequeueRequested(job_id), now=now),
+                                      wake=False, dispatch=False)
         out = views.job_out(self.find_job(job_id), self.clock())
 
         def send() -> None:
-            self._dispatch(commands)
+            self._dispatch(result.commands)
             self.poke()
 
         return out, send
 
-    async def operate(self, operation) -> None:
-        """Run an engine operation that returns commands; commit, then dispatch them."""
-        await self._stimulus(lambda now: (None, operation(now)))
+    async def request(self, event: ev.Event):
+        """Hand the engine one request (committed, then its commands dispatched); its reply."""
+        return (await self._handle(event)).reply
 
     async def update(self, job_id: int, changes) -> JobOut:
-        fields = changes.model_dump(exclude_none=True)
-        return await self._job_operation(job_id, lambda now: (self.engine.update(job_id, now, **fields), [])[1])
+        return await self._job_operation(job_id, ev.UpdateRequested(job_id, **changes.model_dump(exclude_none=True)))
 
     async def hold(self, job_id: int, held: bool) -> JobOut:
-        return await self._job_operation(job_id, lambda now: (self.engine.hold(job_id, held, now), [])[1])
+        return await self._job_operation(job_id, ev.HoldRequested(job_id, held))
 
-    async def _job_operation(self, job_id: int, operation) -> JobOut:
-        await self.operate(operation)
+    async def _job_operation(self, job_id: int, event: ev.Event) -> JobOut:
+        await self._handle(event)
         # Read after the commit: a job that ended (a pending one cancelled) is back from the store.
         return views.job_out(self.find_job(job_id), self.clock())
 
@@ -352,7 +359,7 @@ class ControllerService:
         return sorted(found)
 
     def nodes(self) -> list[NodeOut]:
-        usage = node_usage(self.engine)
+        usage = node_usage(self.engine.active, self.engine.nodes)
         owners: dict[str, dict[int, int]] = {}
         for job in self.engine.jobs.values():
             for s in job.slices:
@@ -363,17 +370,26 @@ class ControllerService:
     def partitions(self) -> list[PartitionOut]:
         return views.partition_outs(self.engine.config, list(self.engine.nodes.values()))
 
+    async def accrue_usage(self) -> None:
+        """Charge running jobs' fair-share usage up to now, and store it. While the store cannot be
+        written, reads show what is committed (as every read does then): nothing is charged."""
+        if self.writer.outage is None:
+            try:
+                await self._handle(ev.UsageAccrualDue(), wake=False)
+            except StoreUnavailable:
+                pass
+
     async def set_tenancy(self, spec) -> None:
-        await self._stimulus(lambda now: (self.engine.set_tenancy(spec, now), []))
+        await self._handle(ev.TenancyChanged(spec))
 
     async def add_reservation(self, spec):
-        return await self._stimulus(lambda now: (self.engine.add_reservation(spec, now), []))
+        return await self.request(ev.ReservationAdded(spec))
 
     async def remove_reservation(self, name: str) -> None:
-        await self._stimulus(lambda now: (self.engine.remove_reservation(name), []))
+        await self._handle(ev.ReservationRemoved(name))
 
     async def drain(self, node: str, drain: bool, reason: str) -> None:
-        await self._stimulus(lambda now: (self.engine.set_drain(node, drain, reason), []))
+        await self._handle(ev.DrainRequested(node, drain, reason))
 
     # ----- agents
 
@@ -382,37 +398,26 @@ class ControllerService:
             gpus=tuple(Gpu(g.index, g.model, g.memory_mib, g.domain) for g in reg.gpus),
             cpus=reg.cpus, mem_mib=reg.mem_mib, address=reg.address)
 
-        def change(now: float) -> tuple[RegistrationReply, list[Command]]:
+        def change(now: float) -> Result:
             self.outbox.ack(reg.node, 1 << 62)  # reconciliation below decides what still needs sending
-            kill, commands = self.engine.register_node(
-                reg.node, inventory, set(reg.running_jobs), set(reg.finished_jobs), now)
-            return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill), commands
+            return self.engine.handle(ev.NodeRegistered(reg.node, inventory, frozenset(reg.running_jobs),
+                                                        frozenset(reg.finished_jobs)), now=now)
 
-        reply = await self._stimulus(change)
+        kill = (await self._stimulus(change)).reply
         log.info("node %s registered (%d GPUs)", reg.node, len(reg.gpus))
-        return reply
+        return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill)
 
     def check_agent(self, node: str, epoch: str | None) -> None:
-        if epoch != self.epoch or not self.engine.contact(node, self.clock()):
+        # A contact changes nothing stored (a restarted controller gives every node a full timeout).
+        if epoch != self.epoch or not self.engine.handle(ev.NodeContacted(node), now=self.clock()).reply:
             raise StaleAgent(node)
 
     async def agent_events(self, node: str, epoch: str | None, batch: EventBatch) -> None:
         """Fold an agent's events in. Refused (StoreUnavailable, StaleAgent) means not taken: the agent
         keeps them and sends them again."""
-        def change(now: float) -> tuple[None, list[Command]]:
+        def change(now: float) -> Result:
             self.check_agent(node, epoch)  # under the lock: the engine may have been rebuilt meanwhile
-            commands: list[Command] = []
-            for event in batch.events:
-                if isinstance(event, NodeStarted):
-                    self.engine.node_started(node, event.job_id, now)
-                elif isinstance(event, NodeFinished):
-                    tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
-                    commands += self.engine.node_finished(node, event.job_id, tasks, event.error, now)
-                elif isinstance(event, StepFinished):
-                    tasks = [(t.rank, t.exit_code, t.signal) for t in event.tasks]
-                    commands += self.engine.step_finished(node, event.job_id, event.step_id, tasks, event.error,
-                                                          now)
-            return None, commands
+            return self.engine.handle(*(engine_event(node, event) for event in batch.events), now=now)
 
         # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
         # driver does not run one either, and a cycle would only find the same plan).
@@ -420,6 +425,16 @@ class ControllerService:
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         return await self.outbox.wait(node, after, wait_s)
+
+
+def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) -> ev.Event:
+    """An agent's report as the engine's event."""
+    if isinstance(event, NodeStarted):
+        return ev.TasksStarted(node, event.job_id)
+    tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
+    if isinstance(event, NodeFinished):
+        return ev.TasksFinished(node, event.job_id, tasks, event.error)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

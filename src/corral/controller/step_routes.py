@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import TypeVar
 
 from fastapi import FastAPI, HTTPException, Query
 
@@ -13,6 +14,7 @@ from corral.controller.params import JobIdPath, StepIdPath
 from corral.controller.service import ControllerService
 from corral.controller.step_views import step_out
 from corral.engine.engine import UnknownJob, WrongState
+from corral.engine.events import AllocationCompleted, StepRequested
 from corral.engine.steps import JobNotRunning, StepRefused, StepRequest
 from corral.protocol import API_PREFIX
 
@@ -20,6 +22,8 @@ ERRORS = {404: {"description": "unknown job or step"}, 409: {"description": "wro
           422: {"description": "the step does not fit the allocation"},
           503: {"description": "the database cannot be written: nothing was changed"}}
 STEP_POLL_S = 0.2
+
+R = TypeVar("R")
 
 
 def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
@@ -32,15 +36,8 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
             name=body.name or body.argv[0].rsplit("/", 1)[-1], nodes=body.nodes, ntasks=body.ntasks,
             ntasks_per_node=body.ntasks_per_node, nodelist=tuple(body.nodelist), exclude=tuple(body.exclude),
             gpus_per_task=body.gpus_per_task, launch=launch)
-        created = []
-
-        def start(now: float):
-            step, commands = service.engine.start_step(job_id, request, now)
-            created.append(step)
-            return commands
-
-        await _guarded(service.operate(start), job_id)
-        return step_out(service.engine.jobs[job_id], created[0])
+        step = await _guarded(service.request(StepRequested(job_id, request)), job_id)
+        return step_out(service.engine.jobs[job_id], step)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}/steps/{{step_id}}", dependencies=[auth], responses=ERRORS)
     async def get_step(job_id: JobIdPath, step_id: StepIdPath, wait_s: float = Query(0.0, ge=0, le=60)) -> StepOut:
@@ -58,14 +55,13 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/complete", dependencies=[auth], responses=ERRORS)
     async def complete(job_id: JobIdPath, body: CompleteBody) -> JobOut:
         """The holder of an allocation (salloc, srun outside a job) is done: end it with this exit status."""
-        await _guarded(service.operate(lambda now: service.engine.complete(job_id, body.exit_code, body.signal, now)),
-                       job_id)
+        await _guarded(service.request(AllocationCompleted(job_id, body.exit_code, body.signal)), job_id)
         return views.job_out(service.find_job(job_id), service.clock())
 
 
-async def _guarded(action: Awaitable[None], job_id: int) -> None:
+async def _guarded(action: Awaitable[R], job_id: int) -> R:
     try:
-        await action
+        return await action
     except UnknownJob:
         raise HTTPException(404, f"job {job_id} is not active (unknown or finished)") from None
     except (WrongState, JobNotRunning) as exc:

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Query
 
 from corral.api.schemas import ClusterStopOut, StoppedJob
 from corral.controller.service import ControllerService
+from corral.engine.events import ClusterStopRequested
 from corral.engine.records import JobState
 from corral.engine.shutdown import ClusterStop
 from corral.protocol import API_PREFIX
@@ -25,14 +26,7 @@ def stop_routes(app: FastAPI, service: ControllerService, auth) -> None:
         """Stop every running job (requeued when it allows it, else NODE_FAIL) and start nothing more;
         answer once their tasks are reported gone, or after `wait_s` (at most the kill grace plus the
         report timeout)."""
-        decisions: list[ClusterStop] = []
-
-        def stop(now: float):
-            decisions.append(service.engine.stop_cluster(now))
-            return decisions[0].commands
-
-        await service.operate(stop)
-        decision = decisions[0]
+        decision: ClusterStop = await service.request(ClusterStopRequested())
         config = service.engine.config
         deadline = time.monotonic() + min(wait_s, config.kill_grace_s + config.kill_report_timeout_s)
         while _unsettled(service, decision) and time.monotonic() < deadline:

@@ -30,9 +30,8 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
 
     @app.get(f"{API_PREFIX}/fairshare", dependencies=[auth])
     async def fairshare() -> list[FairShareOut]:
-        engine = service.engine
-        engine.accrue_usage(service.clock())  # bring usage up to now: cycles only run on events
-        return tenancy_views.fairshare(engine)
+        await service.accrue_usage()  # bring usage up to now: cycles only run on events
+        return tenancy_views.fairshare(service.engine)
 
     @app.get(f"{API_PREFIX}/queues", dependencies=[auth])
     async def queues() -> list[QueueOut]:

@@ -1,8 +1,10 @@
 """How a job's end is decided from what its nodes reported."""
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from corral import kill_reasons
-from corral.engine.records import Job, JobState, NodeRun
+from corral.engine.records import PREEMPTED, Job, JobState, NodeRun
 
 # A job being stopped (COMPLETING) towards this final state: why, as slurmstepd tells it.
 _KILL_REASONS: dict[JobState | None, str] = {
@@ -13,7 +15,7 @@ _KILL_REASONS: dict[JobState | None, str] = {
 }
 
 
-def node_result(tasks: list[tuple[int, int, int]], error: str | None) -> NodeRun:
+def node_result(tasks: Iterable[tuple[int, int, int]], error: str | None) -> NodeRun:
     """Fold one node's task exits (rank, exit_code, signal) into that node's part of the result."""
     run = NodeRun(started=True, finished=True)
     if error is not None:
@@ -46,7 +48,5 @@ def kill_reason(job: Job) -> str:
     a requeue is a preemption's or a requested one's; a cancel, or a completed batch script whose steps
     still run, is a plain cancel."""
     if job.final_state is JobState.PENDING:
-        cause = next((h["event"] for h in reversed(job.history)
-                      if h.get("event") in ("preempted", "requeue-requested", "cluster-stopped")), None)
-        return kill_reasons.PREEMPTION if cause == "preempted" else kill_reasons.REQUEUE
+        return kill_reasons.PREEMPTION if job.stop_cause == PREEMPTED else kill_reasons.REQUEUE
     return _KILL_REASONS.get(job.final_state, kill_reasons.CANCELLED)

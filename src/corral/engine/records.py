@@ -115,6 +115,11 @@ class Step:
         return sum(self.tasks_per_node)
 
 
+# Why a running job is stopped to go back to PENDING (Job.stop_cause), as its history names the event.
+PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED = "preempted", "requeue-requested", "cluster-stopped"
+STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED)
+
+
 @dataclass(slots=True)
 class Job:
     id: int
@@ -143,6 +148,12 @@ class Job:
     steps: list[Step] = field(default_factory=list)
     # Not eligible to start before this time: the backoff of a job preempted more than once.
     eligible_at: float | None = None
+    # Facts the engine acts on, kept as fields (history is for people): how often the job was preempted,
+    # whether its current run got its warning signal, and why it is being stopped to be requeued
+    # (one of STOP_CAUSES).
+    preemptions: int = 0
+    warned: bool = False
+    stop_cause: str = ""
 
     @property
     def gpu_count(self) -> int:

@@ -10,16 +10,13 @@ next start of the cluster instead of being launched again on agents that are abo
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from corral.engine.commands import Command
-from corral.engine.records import JobSpec, JobState
+from corral.engine.records import CLUSTER_STOPPED, Job, JobSpec, JobState
 
-if TYPE_CHECKING:
-    from corral.engine.engine import Engine
-
-STOPPED_EVENT = "cluster-stopped"
+STOPPED_EVENT = CLUSTER_STOPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,20 +41,14 @@ def may_requeue(spec: JobSpec) -> bool:
     return spec.requeue and not spec.allocation
 
 
-def stop_cluster(engine: Engine, now: float) -> ClusterStop:
-    engine.stopping = True
-    pending = sum(1 for job in engine.jobs.values() if job.state is JobState.PENDING)
+def plan_stop(running: Iterable[Job], pending: int) -> ClusterStop:
+    """What becomes of each running and completing job (the engine then stops them; `commands` empty)."""
     requeue: list[int] = []
     end: list[int] = []
     already: list[int] = []
-    commands: list[Command] = []
-    for job in engine._active():
+    for job in running:
         if job.state is not JobState.RUNNING:
             already.append(job.id)
-            continue
-        again = may_requeue(job.spec)
-        (requeue if again else end).append(job.id)
-        job.history.append({"t": now, "event": STOPPED_EVENT,
-                            "outcome": "requeued" if again else JobState.NODE_FAIL.value})
-        commands += engine._begin_kill(job, now, JobState.PENDING if again else JobState.NODE_FAIL)
-    return ClusterStop(tuple(requeue), tuple(end), tuple(already), pending, commands)
+        else:
+            (requeue if may_requeue(job.spec) else end).append(job.id)
+    return ClusterStop(tuple(requeue), tuple(end), tuple(already), pending)

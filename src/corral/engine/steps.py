@@ -8,16 +8,14 @@ times out, its holder completes it) kills the steps still running and ends only 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
 from corral.engine.outcome import node_result
 from corral.engine.records import Job, JobState, NodeRun, Step
-
-if TYPE_CHECKING:
-    from corral.engine.engine import Engine
 
 # What a step that was still running ends as when its job ends for this reason.
 _ENDED_BY_JOB = {JobState.NODE_FAIL: "NODE_FAIL"}
@@ -84,7 +82,8 @@ def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, 
     return nodes, tasks
 
 
-def start_step(engine: Engine, job: Job, request: StepRequest, now: float) -> tuple[Step, list[Command]]:
+def start_step(job: Job, request: StepRequest, now: float) -> tuple[Step, list[Command]]:
+    """Add a step to a running job (or refuse it, changing nothing): the step and its launches."""
     if job.state is not JobState.RUNNING:
         raise JobNotRunning(f"Job {job.id} is {job.state.value}: steps start only in a running job")
     nodes, tasks = layout(job, request)
@@ -93,7 +92,6 @@ def start_step(engine: Engine, job: Job, request: StepRequest, now: float) -> tu
     step = Step(step_id=len(job.steps), name=request.name, nodes=nodes, tasks_per_node=tasks,
                 start_time=now, launch=launch)
     job.steps.append(step)
-    engine._touch(job)
     return step, [LaunchStep(job.id, step.step_id, node) for node in nodes]
 
 
@@ -102,14 +100,15 @@ def live_step_nodes(job: Job) -> set[str]:
     return {n for st in job.steps if st.live for n in st.nodes if n not in st.reported}
 
 
-def step_finished(engine: Engine, node: str, job_id: int, step_id: int, tasks: list[tuple[int, int, int]],
-                  error: str | None, now: float) -> list[Command]:
-    job = engine.jobs.get(job_id)
-    if job is None or step_id >= len(job.steps):
-        return []
+def step_finished(job: Job, node: str, step_id: int, tasks: Iterable[tuple[int, int, int]], error: str | None,
+                  now: float) -> list[Command] | None:
+    """Fold one node's report on a step in: the kills it calls for, or None for a report that changes
+    nothing (a repeat, or about a step or node the job does not have)."""
+    if step_id >= len(job.steps):
+        return None
     step = job.steps[step_id]
     if not step.live or node not in step.nodes or node in step.reported:
-        return []  # a repeat of a report already folded in
+        return None  # a repeat of a report already folded in
     step.reported[node] = node_result(tasks, error)
     if error:
         step.error = error[:200]
@@ -120,8 +119,7 @@ def step_finished(engine: Engine, node: str, job_id: int, step_id: int, tasks: l
         # One node could not start its part: the step's other tasks end too (srun kills a failed step).
         commands = [Kill(job.id, n, signal.SIGKILL, 0.0, target="steps", step_id=step.step_id,
                          reason=kill_reasons.CANCELLED) for n in step.nodes if n not in step.reported]
-    engine._touch(job)
-    return commands + engine._maybe_end(job, now)
+    return commands
 
 
 def node_lost(job: Job, node: str, now: float) -> None:

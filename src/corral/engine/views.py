@@ -5,19 +5,20 @@ PriorityCalcPeriod) rather than every cycle; running views carry what preemption
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from corral.core.model import PendingJob, RunningJob
+from corral.engine.config import EngineConfig
 from corral.engine.priority import Factors, job_priority
-from corral.engine.records import Job, JobState
-
-if TYPE_CHECKING:
-    from corral.engine.engine import Engine
+from corral.engine.records import Job, JobState, Node
+from corral.engine.tenancy import Tenancy
 
 
 class Views:
-    def __init__(self) -> None:
+    def __init__(self, config: EngineConfig, nodes: Mapping[str, Node]) -> None:
+        self.config = config
+        self.nodes = nodes  # the engine's node records (read only here)
         self.pending: dict[int, PendingJob] = {}
         self.running: dict[int, RunningJob] = {}
         self.factors: dict[int, Factors] = {}
@@ -25,65 +26,57 @@ class Views:
         self._cluster_gpus: int | None = None
         self._partition_factors: dict[str, float] | None = None
 
-    def cluster_gpus(self, engine: Engine) -> int:
+    def cluster_gpus(self) -> int:
         if self._cluster_gpus is None:
-            self._cluster_gpus = sum(len(n.gpus) for n in engine.nodes.values())
+            self._cluster_gpus = sum(len(n.gpus) for n in self.nodes.values())
         return self._cluster_gpus
 
-    def partition_factors(self, engine: Engine) -> dict[str, float]:
+    def partition_factors(self) -> dict[str, float]:
         if self._partition_factors is None:  # the partitions are fixed for the engine's life
-            self._partition_factors = engine.config.partition_factors()
+            self._partition_factors = self.config.partition_factors()
         return self._partition_factors
 
     def nodes_changed(self) -> None:
         self._cluster_gpus = None
 
-    def pending_view(self, engine: Engine, job: Job, now: float, shares: dict[str, float] | None = None,
-                     cluster_gpus: int | None = None) -> PendingJob:
-        tenancy = engine.tenancy
-        factors = job_priority(job, now, tenancy, shares if shares is not None else engine.fairshare.factors(),
-                               self.cluster_gpus(engine) if cluster_gpus is None else cluster_gpus,
-                               self.partition_factors(engine))
+    def pending_view(self, job: Job, now: float, tenancy: Tenancy, shares: dict[str, float],
+                     claim: bool) -> PendingJob:
+        factors = job_priority(job, now, tenancy, shares, self.cluster_gpus(), self.partition_factors())
         self.factors[job.id] = factors
         spec = job.spec
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
-                          preempts_qos=tenancy.preempts(spec), reservation=spec.reservation,
-                          claim=job.id in engine.claims)
+                          preempts_qos=tenancy.preempts(spec), reservation=spec.reservation, claim=claim)
         self.pending[job.id] = view
         return view
 
-    def refresh_priorities(self, engine: Engine, now: float, rebuild: bool = False) -> None:
+    def refresh_priorities(self, jobs: Mapping[int, Job], now: float, tenancy: Tenancy, shares: dict[str, float],
+                           claims: Mapping[int, object], rebuild: bool = False) -> None:
         """New priorities for every pending job (its age and its account's fair share moved on); with
         `rebuild`, whole new views (the tenancy changed: limits, QOS)."""
-        engine.accrue_usage(now)
-        shares = engine.fairshare.factors()
-        gpus = self.cluster_gpus(engine)  # once, not once per pending job
-        partitions = self.partition_factors(engine)
+        gpus = self.cluster_gpus()  # once, not once per pending job
+        partitions = self.partition_factors()
         for job_id, view in list(self.pending.items()):
-            job = engine.jobs[job_id]
+            job = jobs[job_id]
+            claim = job_id in claims
             if rebuild:
-                self.pending_view(engine, job, now, shares, gpus)
+                self.pending_view(job, now, tenancy, shares, claim)
                 continue
-            factors = self.factors[job_id] = job_priority(job, now, engine.tenancy, shares, gpus, partitions)
-            claim = job_id in engine.claims
+            factors = self.factors[job_id] = job_priority(job, now, tenancy, shares, gpus, partitions)
             if (factors.total, claim, job.held) != (view.priority, view.claim, view.held):
                 self.pending[job_id] = replace(view, priority=factors.total, claim=claim, held=job.held)
         self.priority_at = now
 
-    def running_view(self, engine: Engine, job: Job) -> RunningJob:
-        tenancy = engine.tenancy
+    def running_view(self, job: Job, tenancy: Tenancy) -> RunningJob:
         factors = self.factors.get(job.id)
         completing = job.state is JobState.COMPLETING
-        first = engine.nodes.get(job.slices[0].node) if job.slices else None
+        first = self.nodes.get(job.slices[0].node) if job.slices else None
         model = first.gpus[0].model if first is not None and first.gpus and job.gpu_count else ""
         view = RunningJob(job.id, expected_end(job), job.slices, priority=factors.total if factors else 0,
                           queue=job.spec.queue, qos=job.spec.qos, start_time=job.run_start,
                           preemptible_from=tenancy.preemptible_from(job), charges=tenancy.charges(job),
                           completing=completing, gpu_model=model)
         self.running[job.id] = view
-        engine.usage.retime(job)
-        engine.deadlines.push(engine, job)
         return view
 
     def forget(self, job_id: int) -> None:

@@ -20,6 +20,7 @@ from corral.core.model import Gpu
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
+from corral.engine.events import CycleDue, JobSubmitted, NodeRegistered, TasksFinished, TasksStarted, TimePassed
 from corral.engine.membership import Inventory
 from corral.engine.records import Job, JobSpec, JobState
 
@@ -59,7 +60,7 @@ class Simulation:
         for node in nodes:
             inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,
                                   node.mem_mib, "127.0.0.1")
-            self.engine.register_node(node.name, inventory, set(), set(), start_s)
+            self.engine.handle(NodeRegistered(node.name, inventory), now=start_s)
         self.stop_delay_s = stop_delay_s
         self.min_cycle_interval_s = min_cycle_interval_s
         self._events: list[tuple[float, int, str, object]] = []
@@ -97,7 +98,7 @@ class Simulation:
         engine = self.engine
         if kind == "submit":
             index, sub = payload
-            job = engine.submit(sub.spec, now)
+            job = engine.handle(JobSubmitted(sub.spec), now=now).reply
             self._durations[job.id] = sub.duration_s
             self.result.ids[index] = job.id
             return True
@@ -106,8 +107,7 @@ class Simulation:
             ended = engine.jobs.get(job_id)
             if ended is None or self._ends.get(job_id) != at:
                 return False  # a stale end: the run it belonged to was stopped earlier
-            for node in list(ended.runs):
-                engine.node_finished(node, job_id, [(0, 0, sig)], None, now)
+            engine.handle(*(TasksFinished(node, job_id, ((0, 0, sig),)) for node in list(ended.runs)), now=now)
             if ended.state.terminal:
                 self.result.finished.append(ended)
             return True
@@ -122,8 +122,7 @@ class Simulation:
         self._wake_at = None
         self._last_cycle = now
         engine = self.engine
-        commands = engine.tick(now) + engine.schedule(now)
-        engine.take_dirty()
+        commands = engine.handle(TimePassed(), CycleDue(), now=now).commands
         self.result.cycles += 1
         self._carry_out(commands, now)
         deadline = engine.next_deadline(now)
@@ -137,8 +136,7 @@ class Simulation:
             if isinstance(cmd, Launch) and cmd.job_id not in launched:
                 launched.add(cmd.job_id)
                 job = self.engine.jobs[cmd.job_id]
-                for node in job.runs:
-                    self.engine.node_started(node, cmd.job_id, now)
+                self.engine.handle(*(TasksStarted(node, cmd.job_id) for node in job.runs), now=now)
                 self._end_at(cmd.job_id, now + self._durations[cmd.job_id], 0)
             elif isinstance(cmd, Kill) and cmd.grace_s >= 0:
                 self._end_at(cmd.job_id, now + min(self.stop_delay_s, cmd.grace_s), int(cmd.signal))

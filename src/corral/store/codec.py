@@ -17,7 +17,7 @@ from typing import Any
 
 from corral import hostlist
 from corral.core.model import Gpu, NodeSlice, Request
-from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
+from corral.engine.records import PREEMPTED, STOP_CAUSES, Job, JobSpec, JobState, Node, NodeRun, Step
 
 Json = dict[str, Any]
 
@@ -135,7 +135,8 @@ def job_to_row(job: Job) -> Json:
         "account": spec.account,
         "extra": {"held": job.held, "prior_gpu_seconds": job.prior_gpu_seconds,
                   "reason_detail": job.reason_detail, "history": job.history,
-                  "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at},
+                  "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at,
+                  "preemptions": job.preemptions, "warned": job.warned, "stop_cause": job.stop_cause},
     }
 
 
@@ -165,7 +166,22 @@ def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
         history=list(extra.get("history", [])),
         steps=[_step_from_json(step) for step in extra.get("steps", ())],
         eligible_at=extra.get("eligible_at"),
+        **_engine_facts(extra, row.start_time),
     )
+
+
+def _engine_facts(extra: dict[str, Any], start_time: float | None) -> dict[str, Any]:
+    """Job.preemptions, .warned and .stop_cause; a row written before they were fields has them only in
+    its history, from which they are worked out once here."""
+    if "preemptions" in extra:
+        return {"preemptions": extra["preemptions"], "warned": extra["warned"], "stop_cause": extra["stop_cause"]}
+    history = extra.get("history", [])
+    this_run = start_time is not None
+    return {
+        "preemptions": sum(1 for h in history if h.get("event") == PREEMPTED),
+        "warned": this_run and any(h.get("event") == "signal" and h["t"] >= start_time for h in history),
+        "stop_cause": next((h["event"] for h in reversed(history) if h.get("event") in STOP_CAUSES), ""),
+    }
 
 
 def _step_to_json(step: Step) -> Json:

@@ -1,0 +1,196 @@
+"""What the engine is told: every stimulus is one of these events, handed to `Engine.handle`.
+
+Events are facts (past tense) or requests (`...Requested`, which the engine may refuse by raising before it
+changes anything). Each event's reply (what the caller asked for) is in `Result.replies`, in order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.api.tenancy import ReservationSpec, TenancySpec
+from corral.engine.membership import Inventory
+from corral.engine.records import JobSpec
+from corral.engine.steps import StepRequest
+
+TaskExits = tuple[tuple[int, int, int], ...]  # (rank, exit code, signal) of each task on one node
+
+
+# ----- users
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitted:
+    """An admitted job spec (one array task, or one job). Reply: the Job."""
+
+    spec: JobSpec
+    held: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequested:
+    job_id: int
+    uid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequested:
+    """scancel --signal: `scope` is "steps" (default), "batch" or "full"."""
+
+    job_id: int
+    signum: int
+    scope: str = "steps"
+    uid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueRequested:
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateRequested:
+    """scontrol update: fields left None are not changed. Reply: the Job."""
+
+    job_id: int
+    name: str | None = None
+    comment: str | None = None
+    time_limit_s: int | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldRequested:
+    """Hold (`held`) or release a pending job. Reply: the Job."""
+
+    job_id: int
+    held: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequested:
+    """srun inside a running job. Reply: the Step."""
+
+    job_id: int
+    request: StepRequest
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationCompleted:
+    """An allocation's holder (salloc, or srun outside a job) is done with it."""
+
+    job_id: int
+    exit_code: int = 0
+    signal: int = 0
+
+
+# ----- agents
+
+@dataclass(frozen=True, slots=True)
+class NodeRegistered:
+    """A node agent (re)joined, running and having finished these jobs. Reply: the job ids it must kill."""
+
+    node: str
+    inventory: Inventory
+    running: frozenset[int] = frozenset()
+    finished: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeContacted:
+    """An agent was heard from. Reply: False if the node is unknown or down (it must register again)."""
+
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class TasksStarted:
+    node: str
+    job_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TasksFinished:
+    """Every task of the job's own part on `node` has exited (or could not start: `error`)."""
+
+    node: str
+    job_id: int
+    tasks: TaskExits = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepTasksFinished:
+    node: str
+    job_id: int
+    step_id: int
+    tasks: TaskExits = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    node: str
+
+
+# ----- operators
+
+@dataclass(frozen=True, slots=True)
+class DrainRequested:
+    """Drain (or resume) a node. Reply: the Node. Refused with KeyError for an unknown node."""
+
+    node: str
+    drain: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TenancyChanged:
+    spec: TenancySpec
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationAdded:
+    """Reply: the Reservation."""
+
+    spec: ReservationSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationRemoved:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStopRequested:
+    """Stop every running job (requeue it or end it) and start nothing more. Reply: the ClusterStop."""
+
+
+# ----- the controller itself and time
+
+@dataclass(frozen=True, slots=True)
+class ListenerStalled:
+    """The controller could not listen for `stall_s`: no node's silence."""
+
+    stall_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TimePassed:
+    """Act on what is due: fair-share accrual, warning signals, time limits, kills to escalate, silent
+    nodes, expired reservations."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleDue:
+    """Run a scheduling cycle (start, reserve, preempt). The controller and the simulator send
+    TimePassed and CycleDue together."""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageAccrualDue:
+    """Charge running jobs' fair-share usage up to now (TimePassed does it every ACCRUE_EVERY_S)."""
+
+
+Event = (JobSubmitted | CancelRequested | SignalRequested | RequeueRequested | UpdateRequested | HoldRequested
+         | StepRequested | AllocationCompleted | NodeRegistered | NodeContacted | TasksStarted | TasksFinished
+         | StepTasksFinished | NodeLost | DrainRequested | TenancyChanged | ReservationAdded | ReservationRemoved
+         | ClusterStopRequested | ListenerStalled | TimePassed | CycleDue | UsageAccrualDue)

@@ -1,0 +1,254 @@
+"""A job's way through the engine: waiting, started, being stopped, requeued or ended. Every state change
+of an active job goes through here, which keeps the ActiveSet in step and collects the changed records.
+"""
+from __future__ import annotations
+
+import signal
+
+from corral import kill_reasons
+from corral.core.model import NodeSlice
+from corral.engine import steps
+from corral.engine.active import ActiveSet
+from corral.engine.commands import Command, Kill, Launch
+from corral.engine.config import EngineConfig
+from corral.engine.deadlines import warn_at
+from corral.engine.fairshare import FairShare
+from corral.engine.outcome import final_state, fold_exit, kill_reason
+from corral.engine.records import PREEMPTED, Job, JobState, NodeRun
+from corral.engine.tenancy import Tenancy
+
+ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
+SIGNAL_ONLY = -1.0  # Kill.grace_s: deliver the signal, no SIGKILL after it
+
+
+class UnknownJob(KeyError):
+    pass
+
+
+class WrongState(ValueError):
+    """The job's state does not allow the operation (the message says why)."""
+
+
+class Lifecycle:
+    def __init__(self, config: EngineConfig, active: ActiveSet, fairshare: FairShare, tenancy: Tenancy) -> None:
+        self.config = config
+        self.active = active
+        self.fairshare = fairshare
+        self.tenancy = tenancy
+        self.dirty: dict[int, Job] = {}  # changed since the last Result
+        # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
+        self.ended: dict[int, tuple[JobState, bool]] = {}
+
+    # ----- bookkeeping
+
+    def get(self, job_id: int) -> Job:
+        job = self.active.jobs.get(job_id)
+        if job is None:
+            raise UnknownJob(job_id)
+        return job
+
+    def touch(self, job: Job) -> None:
+        self.dirty[job.id] = job
+
+    def track(self, job: Job, now: float) -> None:
+        """A job the engine did not hold: new, or restored from the store."""
+        if job.state is JobState.PENDING:
+            self.active.queue(job, now, self.tenancy, self.fairshare.factors())
+        else:
+            self.active.occupy(job, self.tenancy)
+
+    def reprioritize(self, job: Job, now: float) -> None:
+        self.active.reprioritize(job, now, self.tenancy, self.fairshare.factors())
+
+    def restate(self, job: Job) -> None:
+        self.active.restate(job, self.tenancy)
+
+    def remember(self, job: Job) -> None:
+        """The final state of an ended job a dependency refers to."""
+        if job.state.terminal:
+            self.ended[job.id] = (job.state, job.start_time is not None)
+
+    def job_state(self, job_id: int) -> tuple[JobState | None, bool]:
+        job = self.active.jobs.get(job_id)
+        if job is not None:
+            return job.state, job.start_time is not None
+        return self.ended.get(job_id, (None, False))
+
+    def set_reason(self, job: Job, reason: str, detail: str, estimate: float | None) -> None:
+        if (job.reason, job.reason_detail, job.estimated_start) != (reason, detail, estimate):
+            job.reason, job.reason_detail, job.estimated_start = reason, detail, estimate
+            self.touch(job)
+
+    def refresh_priorities(self, now: float, rebuild: bool = False) -> None:
+        active = self.active
+        active.views.refresh_priorities(active.jobs, now, self.tenancy, self.fairshare.factors(), active.claims,
+                                        rebuild)
+
+    def set_tenancy(self, tenancy: Tenancy, now: float) -> None:
+        self.tenancy = tenancy
+        self.refresh_priorities(now, rebuild=True)
+        for job in self.active.jobs.values():
+            if job.state is not JobState.PENDING:
+                self.restate(job)
+
+    # ----- starting
+
+    def start(self, job: Job, slices: tuple[NodeSlice, ...], now: float) -> list[Command]:
+        job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
+        job.end_time = None
+        job.reason, job.reason_detail, job.estimated_start = "None", "", None
+        job.warned = False
+        # A batch job's script runs on its first node only; the other nodes wait for its steps. An
+        # allocation runs nothing: its first node's part stands for the holder until it completes.
+        launched = slices[:1] if job.spec.batch or job.spec.allocation else slices
+        job.runs = {s.node: NodeRun(started=job.spec.allocation) for s in launched}
+        job.steps = []
+        self.active.occupy(job, self.tenancy)
+        self.touch(job)
+        if job.spec.allocation:
+            return []
+        return [Launch(job.id, s.node) for s in launched]
+
+    def preempt(self, victim_id: int, preemptor_id: int, cause: str, now: float) -> list[Command]:
+        victim = self.active.jobs[victim_id]
+        qos = self.tenancy.qos_of(victim.spec)
+        victim.history.append({"t": now, "event": PREEMPTED, "by": preemptor_id, "cause": cause})
+        victim.preemptions += 1
+        victim.stop_cause = PREEMPTED
+        preemptor = self.active.jobs.get(preemptor_id)
+        if preemptor is not None:
+            preemptor.history.append({"t": now, "event": "preempting", "victim": victim_id, "cause": cause})
+            self.active.claims.setdefault(preemptor_id, set()).add(victim_id)
+            self.reprioritize(preemptor, now)
+            self.touch(preemptor)
+        requeue = qos.preempt_mode == "requeue" and victim.spec.requeue
+        return self.begin_kill(victim, now, JobState.PENDING if requeue else JobState.PREEMPTED,
+                               grace_s=qos.grace_s)
+
+    # ----- signals and deadlines
+
+    def signal_commands(self, job: Job, signum: int, target: str) -> list[Command]:
+        """Signal-only Kills. A batch job's own process is its batch shell ("batch"); a job started with
+        a command has its tasks, which scancel treats as steps; srun steps are "steps"."""
+        own = [n for n, r in job.runs.items() if not r.finished and not job.spec.allocation]
+        own_scopes = ("all", "batch") if job.spec.batch else ("all", "steps")
+        # slurmstepd announces a SIGTERM or SIGKILL as a cancel, whoever sends it.
+        reason = kill_reasons.CANCELLED if signum in (signal.SIGTERM, signal.SIGKILL) else None
+        commands: list[Command] = []
+        if target in own_scopes:
+            commands += [Kill(job.id, n, signum, SIGNAL_ONLY, target="batch", reason=reason) for n in own]
+        if target in ("all", "steps"):
+            commands += steps.step_kills(job, signum, SIGNAL_ONLY, reason=reason)
+        return commands
+
+    def running_deadlines(self, job: Job, now: float) -> list[Command]:
+        limit_at = job.run_start + job.spec.request.time_limit_s
+        if now >= limit_at:
+            return self.begin_kill(job, now, JobState.TIMEOUT)
+        warn = warn_at(job)
+        if warn is not None and now >= warn:
+            job.history.append({"t": now, "event": "signal", "signal": job.spec.warn_signal})
+            job.warned = True
+            self.touch(job)
+            # --signal=B:SIG warns the batch shell only; plain --signal=SIG, every step (Slurm's rule).
+            target = "batch" if job.spec.warn_batch else "steps" if job.spec.batch else "all"
+            return self.signal_commands(job, job.spec.warn_signal, target)
+        return []
+
+    # ----- endings
+
+    def begin_kill(self, job: Job, now: float, final: JobState, grace_s: float | None = None) -> list[Command]:
+        """Stop every node's tasks; the job ends as `final` (PENDING: it is requeued) once all report."""
+        job.state, job.final_state = JobState.COMPLETING, final
+        grace = self.config.kill_grace_s if grace_s is None else grace_s
+        job.kill_deadline = now + grace + self.config.kill_report_timeout_s
+        if job.spec.allocation:
+            # Nothing of the holder's runs on the nodes: its part is over at once; steps get the signal.
+            for node, run in job.runs.items():
+                if not run.finished:
+                    job.runs[node] = NodeRun(started=True, finished=True)
+        self.restate(job)
+        self.touch(job)
+        nodes = self.kill_nodes(job)
+        if not nodes:
+            self.end_run(job, now)
+            return []
+        reason = kill_reason(job)
+        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason) for n in nodes]
+
+    def resend_kill(self, job: Job, now: float) -> list[Command]:
+        """A completing job's nodes have not reported its tasks gone by its kill deadline: SIGKILL again."""
+        job.kill_deadline = now + self.config.kill_report_timeout_s
+        self.active.rearm(job)
+        return [Kill(job.id, n, signal.SIGKILL, 0.0, reason=kill_reason(job)) for n in self.kill_nodes(job)]
+
+    def kill_nodes(self, job: Job) -> list[str]:
+        """Nodes where something of the job may still run: its own unfinished parts and its live steps."""
+        own = {n for n, r in job.runs.items() if not r.finished}
+        return sorted(own | steps.live_step_nodes(job))
+
+    def maybe_end(self, job: Job, now: float) -> list[Command]:
+        """Once the job's own processes are done: end it, after killing the steps still running."""
+        if job.state not in (JobState.RUNNING, JobState.COMPLETING) or not all(r.finished for r in job.runs.values()):
+            return []
+        if steps.live_step_nodes(job):
+            if job.state is JobState.COMPLETING:
+                return []
+            job.final_state = final_state(job)
+            return self.begin_kill(job, now, job.final_state)
+        self.end_run(job, now)
+        return []
+
+    def fail_gang(self, job: Job, now: float) -> list[Command]:
+        """One node's part of the job is gone (the node was lost, or its agent forgot it)."""
+        self.touch(job)
+        if all(r.finished for r in job.runs.values()) and not steps.live_step_nodes(job):
+            if job.final_state is None:
+                job.final_state = JobState.NODE_FAIL
+            self.end_run(job, now)
+            return []
+        if job.state is JobState.RUNNING:
+            return self.begin_kill(job, now, JobState.NODE_FAIL)
+        return []
+
+    def end_run(self, job: Job, now: float) -> None:
+        steps.close_steps(job, now)
+        self.fairshare.charge_job(job, now)
+        self.active.release(job)
+        if job.final_state is JobState.PENDING:
+            self._requeue(job, now)
+        else:
+            self.finish(job, now, final_state(job))
+
+    def _requeue(self, job: Job, now: float) -> None:
+        self._requeue_backoff(job, now)
+        job.prior_gpu_seconds += job.run_gpu_seconds(now)
+        job.history.append({"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now})
+        job.restart_count += 1
+        job.state, job.final_state, job.kill_deadline = JobState.PENDING, None, None
+        job.start_time = job.end_time = None
+        job.slices, job.runs = (), {}
+        job.exit_code = job.exit_signal = 0
+        job.reason, job.reason_detail = "None", ""
+        self.active.views.forget(job.id)
+        self.reprioritize(job, now)
+        self.touch(job)
+
+    def _requeue_backoff(self, job: Job, now: float) -> None:
+        """A job preempted again and again waits longer each time before it may start again."""
+        if job.stop_cause == PREEMPTED and job.preemptions >= 2:
+            config = self.config
+            delay = min(config.requeue_backoff_max_s, config.requeue_backoff_s * 2 ** (job.preemptions - 2))
+            job.eligible_at = now + delay
+            self.active.deadlines.push_eligible(job)
+
+    def finish(self, job: Job, now: float, state: JobState) -> None:
+        job.state, job.end_time, job.kill_deadline = state, now, None
+        if state is JobState.CANCELLED and job.start_time is None:
+            job.exit_code, job.exit_signal = 0, 0
+        else:
+            job.exit_code, job.exit_signal = fold_exit(job)
+        job.estimated_start = None
+        self.touch(job)
+        self.active.drop(job)
+        self.ended[job.id] = (state, job.start_time is not None)
