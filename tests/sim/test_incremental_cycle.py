@@ -48,7 +48,7 @@ def decisions(cluster: Cluster, load: Workload, policy: Policy) -> list[tuple]:
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
 def test_incremental_state_changes_no_decision(policy: Policy, monkeypatch: pytest.MonkeyPatch) -> None:
     # The cohort at the isolated runs' load (~85%) can fall into a reclaim ping-pong at one instant (zero
-    # grace, zero stop delay), a policy problem of its own (docs/architecture.md): a lighter load here.
+    # grace, zero stop delay), a policy problem of its own (docs/results.md, "Replay equivalence"): a lighter load here.
     cluster, load = workload(gap_s=70.0 if policy.isolated else 110.0)
     kept = decisions(cluster, load, policy)
     monkeypatch.setattr(NodeUsage, "base", lambda self, nodes, running: None)  # build the pool every cycle

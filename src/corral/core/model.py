@@ -217,7 +217,7 @@ class AdvanceReservation:
     maintenance: bool = False
 
 
-# "fgd+cpu": weight of CPU-stranded GPU capacity (chosen on openb seeds 52-56; see docs/architecture.md).
+# "fgd+cpu": weight of CPU-stranded GPU capacity (chosen on openb seeds 52-56; see docs/results.md).
 FGD_CPU_WEIGHT = 0.3
 
 

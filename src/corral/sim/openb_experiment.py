@@ -20,7 +20,7 @@ pod shape weighted by its frequency), "fgd" (the paper's measure; task mix: ever
 GPU capacity it asks for, which does better for plain FGD than by frequency) and "bestfit". With the
 authors' own mix (most frequent shapes covering 95 % of pods, by count) corral's fragmentation of the golden
 run's states matches the authors' logged values within 5 milli-GPU, but its placements allocate less (see
-docs/architecture.md).
+docs/results.md, "openb: fragmentation-aware placement").
 """
 from __future__ import annotations
 
@@ -91,7 +91,8 @@ def typical_mix(pods: Iterable[TraceJob], coverage: float = 1.0, weight: str = "
     weight="count", coverage=0.95 is the authors' configuration (the most frequent shapes until they cover
     95 % of pods, weighted by frequency; CPU-only pods counted). corral's default, weight="gpu" with every
     shape, weights each shape by the GPU capacity it asks for (frequency x GPUs x milli): rare 8-GPU pods
-    then count for what they need, so FGD keeps whole nodes for them (see docs/architecture.md)."""
+    then count for what they need, so FGD keeps whole nodes for them (see docs/results.md, "openb:
+    fragmentation-aware placement")."""
     if weight not in ("count", "gpu"):
         raise ValueError(f"typical_mix weight {weight!r}: 'count' or 'gpu'")
     counts: Counter[TaskShape] = Counter()
