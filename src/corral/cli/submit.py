@@ -29,7 +29,7 @@ from corral.jobscript import (
     wrap_script,
 )
 from corral.jobscript.submission import COMMAND_LINE_WHERE, slurm_sbatch_options
-from corral.slurm.commands.sbatch import batch_job
+from corral.slurm.sbatch.main import batch_job
 
 CLI_OPTIONS = (
     Option("wrap"),

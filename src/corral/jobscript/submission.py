@@ -71,9 +71,9 @@ _MEMORY_FIELDS = ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib")
 
 @cache
 def slurm_sbatch_options() -> tuple[Option, ...]:
-    """Every option of Slurm's sbatch (corral.slurm.sbatch_table): those SUBMIT_OPTIONS lacks are refused
+    """Every option of Slurm's sbatch (corral.slurm.sbatch.table): those SUBMIT_OPTIONS lacks are refused
     as unsupported, anything else as unrecognized (with a suggestion)."""
-    from corral.slurm.sbatch_table import OPTIONS
+    from corral.slurm.sbatch.table import OPTIONS
 
     return tuple(Option(o.key, o.short, o.aliases) for o in OPTIONS)
 
