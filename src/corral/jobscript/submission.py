@@ -1,14 +1,17 @@
-"""sbatch options -> JobSubmit fields. The command line overrides the script's directives."""
+"""sbatch options -> JobSubmit fields. The command line overrides the script's directives.
+
+The options are sbatch's own (corral.slurm.sbatch.table: names, short forms, aliases and the field
+each sets); `corral submit` takes the subset below, converted with corral's messages."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
 from corral import gpu_models
 from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
-from corral.jobscript.getopt import Option, ParsedOption, location, parse_args
+from corral.jobscript.getopt import Opt, ParsedOption, location, parse_args
+from corral.slurm.sbatch import table
 
 SCRIPT_WHERE = " in #SBATCH directives"
 COMMAND_LINE_WHERE = " on the command line"
@@ -16,7 +19,7 @@ COMMAND_LINE_WHERE = " on the command line"
 
 @dataclass(frozen=True, slots=True)
 class SubmitOption:
-    option: Option
+    option: Opt
     field: str  # the JobSubmit field it sets
     convert: Callable[[str], object]  # a None result unsets the field (--gres=none)
     # Options stating one quantity in different ways. When the command line gives one of them, the
@@ -25,57 +28,53 @@ class SubmitOption:
     group: str | None = None
 
 
-def _opt(name: str, field: str, convert: Callable[[str], object], short: str | None = None,
-         aliases: tuple[str, ...] = (), group: str | None = None) -> SubmitOption:
-    return SubmitOption(Option(name, short, aliases), field, convert, group)
-
-
-def _flag(name: str, field: str, convert: Callable[[str], object], short: str | None = None) -> SubmitOption:
-    return SubmitOption(Option(name, short, takes_value=False), field, convert)
-
-
-SUBMIT_OPTIONS: tuple[SubmitOption, ...] = (
-    _opt("nodes", "nodes", values.positive_int, short="N"),
-    _opt("ntasks", "ntasks", values.positive_int, short="n"),
-    _opt("ntasks-per-node", "ntasks_per_node", values.positive_int, aliases=("tasks-per-node",)),
-    _opt("gpus", "gpus", values.gpu_count, short="G", group="gpus"),
-    _opt("gpus-per-node", "gpus_per_node", values.gpu_count, group="gpus"),
-    _opt("gres", "gpus_per_node", values.gres_gpus, group="gpus"),
-    _opt("gpus-per-task", "gpus_per_task", values.gpu_count),
-    _opt("cpus-per-task", "cpus_per_task", values.positive_int, short="c"),
-    _opt("mem", "mem_mib", values.mem_mib, group="mem"),
-    _opt("mem-per-gpu", "mem_per_gpu_mib", values.mem_mib, group="mem"),
-    _opt("mem-per-cpu", "mem_per_cpu_mib", values.mem_mib, group="mem"),
-    _opt("time", "time_limit_s", values.time_limit_s, short="t"),
-    _opt("partition", "partition", values.partition_name, short="p"),
-    _opt("job-name", "name", values.text_value, short="J"),
-    _opt("output", "output", values.text_value, short="o"),
-    _opt("error", "error", values.text_value, short="e"),
-    _opt("chdir", "workdir", values.text_value, short="D"),
-    _opt("priority", "priority", values.non_negative_int),
-    _opt("account", "account", values.single_name, short="A"),
-    _opt("qos", "qos", values.single_name, short="q"),
-    _opt("queue", "queue", values.single_name),  # corral's own: the quota queue
-    _opt("array", "array", values.array_spec, short="a"),
-    _opt("dependency", "dependency", values.dependency_spec, short="d"),
-    _opt("signal", "signal", values.signal_spec),
-    _opt("reservation", "reservation", values.single_name),
-    _flag("requeue", "requeue", values.flag_on),
-    _flag("no-requeue", "requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
-    _flag("hold", "hold", values.flag_on, short="H"),
+# sbatch option key -> (corral's converter, group); the order is the one `did you mean` ties follow.
+_CONVERTERS: tuple[tuple[str, Callable[[str], object], str | None], ...] = (
+    ("nodes", values.positive_int, None),
+    ("ntasks", values.positive_int, None),
+    ("ntasks-per-node", values.positive_int, None),
+    ("gpus", values.gpu_count, "gpus"),
+    ("gpus-per-node", values.gpu_count, "gpus"),
+    ("gres", values.gres_gpus, "gpus"),
+    ("gpus-per-task", values.gpu_count, None),
+    ("cpus-per-task", values.positive_int, None),
+    ("mem", values.mem_mib, "mem"),
+    ("mem-per-gpu", values.mem_mib, "mem"),
+    ("mem-per-cpu", values.mem_mib, "mem"),
+    ("time", values.time_limit_s, None),
+    ("partition", values.partition_name, None),
+    ("job-name", values.text_value, None),
+    ("output", values.text_value, None),
+    ("error", values.text_value, None),
+    ("chdir", values.text_value, None),
+    ("priority", values.non_negative_int, None),
+    ("account", values.single_name, None),
+    ("qos", values.single_name, None),
+    ("queue", values.single_name, None),  # corral's own (table.CORRAL_JOB)
+    ("array", values.array_spec, None),
+    ("dependency", values.dependency_spec, None),
+    ("signal", values.signal_spec, None),
+    ("reservation", values.single_name, None),
+    ("requeue", values.flag_on, None),
+    ("no-requeue", values.flag_off, None),  # the last of --requeue/--no-requeue wins
+    ("hold", values.flag_on, None),
 )
-SUBMIT_OPTION_TABLE: tuple[Option, ...] = tuple(s.option for s in SUBMIT_OPTIONS)
-_BY_NAME = {s.option.name: s for s in SUBMIT_OPTIONS}
+
+
+def _submit_option(key: str, convert: Callable[[str], object], group: str | None) -> SubmitOption:
+    if key in table.CORRAL_JOB:
+        short, arg, field = table.CORRAL_JOB[key]
+        return SubmitOption(Opt(key, short, arg), field, convert, group)
+    return SubmitOption(table.BY_KEY[key], table.JOB[key][2], convert, group)
+
+
+SUBMIT_OPTIONS: tuple[SubmitOption, ...] = tuple(_submit_option(*entry) for entry in _CONVERTERS)
+SUBMIT_OPTION_TABLE: tuple[Opt, ...] = tuple(s.option for s in SUBMIT_OPTIONS)
+# Every option of Slurm's sbatch: those SUBMIT_OPTIONS lacks are refused as unsupported, anything
+# else as unrecognized (with a suggestion).
+SBATCH_OPTIONS: tuple[Opt, ...] = table.OPTIONS
+_BY_NAME = {s.option.key: s for s in SUBMIT_OPTIONS}
 _MEMORY_FIELDS = ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib")
-
-
-@cache
-def slurm_sbatch_options() -> tuple[Option, ...]:
-    """Every option of Slurm's sbatch (corral.slurm.sbatch.table): those SUBMIT_OPTIONS lacks are refused
-    as unsupported, anything else as unrecognized (with a suggestion)."""
-    from corral.slurm.sbatch.table import OPTIONS
-
-    return tuple(Option(o.key, o.short, o.aliases) for o in OPTIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +114,13 @@ def _split_gpu_models(fields: dict) -> dict:
 
 
 def _read_source(tokens: Sequence[str], where: str) -> dict[str, _Setting]:
-    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where, known=slurm_sbatch_options())
+    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where, known=SBATCH_OPTIONS)
     extra = parsed.positionals[:1] or ([parsed.double_dash] if parsed.double_dash else [])
     if extra:
         raise DirectiveError(f"unexpected argument '{extra[0]}'{location(extra[0], where)}")
     settings: dict[str, _Setting] = {}
     for item in parsed.options:
-        spec = _BY_NAME[item.option.name]
+        spec = _BY_NAME[item.option.key]
         settings[spec.field] = _Setting(_convert(spec, item, where), spec, item)  # the last one wins
     _check_one_memory_option(settings, where)
     return settings

@@ -6,7 +6,9 @@ prefixes (`--s`) in that order. Every option is in one of four groups:
   exclusive, nodelist, exclude, input and begin are not JobSubmit fields yet);
 - COMMAND: changes what sbatch itself does (--parsable, --wrap, --wait, ...);
 - IGNORED: accepted with a warning (hints, tuning corral does not have, mail);
-- UNSUPPORTED: an error naming the option (hard requirements corral cannot honour)."""
+- UNSUPPORTED: an error naming the option (hard requirements corral cannot honour).
+`corral submit` reads the same table (corral.jobscript.submission): it takes a subset of JOB, with
+corral's own messages, plus CORRAL_JOB, corral's options that Slurm's sbatch does not have."""
 from __future__ import annotations
 
 from _collections_abc import Mapping
@@ -108,6 +110,10 @@ UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "gid": (None, REQUIRED), "gpus-per-socket": (None, REQUIRED), "licenses": ("L", REQUIRED),
     "nodefile": ("F", REQUIRED), "uid": (None, REQUIRED),
 }
+# corral submit's own job options (not sbatch's: `sbatch --qu` stays --quiet).
+CORRAL_JOB: Mapping[str, tuple[str | None, int, str]] = {
+    "queue": (None, REQUIRED, "queue"),  # the quota queue
+}
 _ALIASES = {"ntasks-per-node": ("tasks-per-node",), "clusters": ("cluster",)}
 
 
@@ -118,6 +124,7 @@ def _all_options() -> tuple[Opt, ...]:
 
 
 OPTIONS = _all_options()
+BY_KEY: Mapping[str, Opt] = {o.key: o for o in OPTIONS}
 # SBATCH_* input variables (slurm_opt.c's sbatch env names) -> option key. Flags take any value.
 ENV_VARS: Mapping[str, str] = {
     "SBATCH_ACCOUNT": "account", "SBATCH_ACCTG_FREQ": "acctg-freq", "SBATCH_ARRAY_INX": "array",
