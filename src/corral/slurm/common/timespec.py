@@ -3,14 +3,16 @@
 - `now`, `now[+-]N[units]` (seconds by default; minutes, hours, days, weeks and their prefixes);
 - `today`/`midnight`, `noon`, `tomorrow`;
 - `YYYY-MM-DD[THH:MM[:SS]]`, `MM/DD[/YY][-HH:MM[:SS]]`, `MMDD[YY]`, `HH:MM[:SS]` (today).
-Local time, as Slurm. Anything else fails with Slurm's message."""
+Local time, as Slurm. Anything else fails with Slurm's message. `corral acct` and corral's
+reservation windows (corral.cli.timespec) take their own set of forms, with this module's midnight
+and unit lengths."""
 from __future__ import annotations
 
 import time
 
 from corral.slurm.common.errors import SlurmCommandError
 
-_UNITS_S = (("seconds", 1), ("minutes", 60), ("hours", 3600), ("days", 86400), ("weeks", 7 * 86400))
+UNITS_S = (("seconds", 1), ("minutes", 60), ("hours", 3600), ("days", 86400), ("weeks", 7 * 86400))
 
 
 def invalid(text: str) -> SlurmCommandError:
@@ -20,9 +22,8 @@ def invalid(text: str) -> SlurmCommandError:
 def parse_time(text: str, now: float) -> float:
     word = text.strip().lower()
     today = time.localtime(now)
-    midnight = time.mktime((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0, 0, 0, -1))
-    named = {"today": midnight, "midnight": midnight, "noon": midnight + 12 * 3600, "tomorrow": midnight + 86400,
-             "now": now}
+    start = midnight(now)
+    named = {"today": start, "midnight": start, "noon": start + 12 * 3600, "tomorrow": start + 86400, "now": now}
     if word in named:
         return named[word]
     if word.startswith("now") and word[3:4] in ("+", "-"):
@@ -33,6 +34,12 @@ def parse_time(text: str, now: float) -> float:
         raise invalid(text) from None
 
 
+def midnight(now: float) -> float:
+    """The start of the local day containing `now`."""
+    local = time.localtime(now)
+    return time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
 def _offset_s(rest: str, text: str) -> int:
     digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
     unit = rest[len(digits):]
@@ -40,7 +47,7 @@ def _offset_s(rest: str, text: str) -> int:
         raise invalid(text)
     if not unit:
         return int(digits)
-    factor = next((f for name, f in _UNITS_S if name.startswith(unit)), None)
+    factor = next((f for name, f in UNITS_S if name.startswith(unit)), None)
     if factor is None:
         raise invalid(text)
     return int(digits) * factor
