@@ -22,50 +22,48 @@ class SubmitOption:
     option: Opt
     field: str  # the JobSubmit field it sets
     convert: Callable[[str], object]  # a None result unsets the field (--gres=none)
-    # Options stating one quantity in different ways. When the command line gives one of them, the
-    # script's others are dropped: `--gpus 2` on the command line replaces `#SBATCH --gpus-per-node=4`
-    # instead of contradicting it.
-    group: str | None = None
+    group: str | None = None  # table.GROUPS: the command line's one replaces the script's others
 
 
-# sbatch option key -> (corral's converter, group); the order is the one `did you mean` ties follow.
-_CONVERTERS: tuple[tuple[str, Callable[[str], object], str | None], ...] = (
-    ("nodes", values.positive_int, None),
-    ("ntasks", values.positive_int, None),
-    ("ntasks-per-node", values.positive_int, None),
-    ("gpus", values.gpu_count, "gpus"),
-    ("gpus-per-node", values.gpu_count, "gpus"),
-    ("gres", values.gres_gpus, "gpus"),
-    ("gpus-per-task", values.gpu_count, None),
-    ("cpus-per-task", values.positive_int, None),
-    ("mem", values.mem_mib, "mem"),
-    ("mem-per-gpu", values.mem_mib, "mem"),
-    ("mem-per-cpu", values.mem_mib, "mem"),
-    ("time", values.time_limit_s, None),
-    ("partition", values.partition_name, None),
-    ("job-name", values.text_value, None),
-    ("output", values.text_value, None),
-    ("error", values.text_value, None),
-    ("chdir", values.text_value, None),
-    ("priority", values.non_negative_int, None),
-    ("account", values.single_name, None),
-    ("qos", values.single_name, None),
-    ("queue", values.single_name, None),  # corral's own (table.CORRAL_JOB)
-    ("array", values.array_spec, None),
-    ("dependency", values.dependency_spec, None),
-    ("signal", values.signal_spec, None),
-    ("reservation", values.single_name, None),
-    ("requeue", values.flag_on, None),
-    ("no-requeue", values.flag_off, None),  # the last of --requeue/--no-requeue wins
-    ("hold", values.flag_on, None),
+# sbatch option key -> corral's converter; the order is the one `did you mean` ties follow.
+_CONVERTERS: tuple[tuple[str, Callable[[str], object]], ...] = (
+    ("nodes", values.positive_int),
+    ("ntasks", values.positive_int),
+    ("ntasks-per-node", values.positive_int),
+    ("gpus", values.gpu_count),
+    ("gpus-per-node", values.gpu_count),
+    ("gres", values.gres_gpus),
+    ("gpus-per-task", values.gpu_count),
+    ("cpus-per-task", values.positive_int),
+    ("mem", values.mem_mib),
+    ("mem-per-gpu", values.mem_mib),
+    ("mem-per-cpu", values.mem_mib),
+    ("time", values.time_limit_s),
+    ("partition", values.partition_name),
+    ("job-name", values.text_value),
+    ("output", values.text_value),
+    ("error", values.text_value),
+    ("chdir", values.text_value),
+    ("priority", values.non_negative_int),
+    ("account", values.single_name),
+    ("qos", values.single_name),
+    ("queue", values.single_name),  # corral's own (table.CORRAL_JOB)
+    ("array", values.array_spec),
+    ("dependency", values.dependency_spec),
+    ("signal", values.signal_spec),
+    ("reservation", values.single_name),
+    ("requeue", values.flag_on),
+    ("no-requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
+    ("hold", values.flag_on),
 )
 
 
-def _submit_option(key: str, convert: Callable[[str], object], group: str | None) -> SubmitOption:
+def _submit_option(key: str, convert: Callable[[str], object]) -> SubmitOption:
     if key in table.CORRAL_JOB:
         short, arg, field = table.CORRAL_JOB[key]
-        return SubmitOption(Opt(key, short, arg), field, convert, group)
-    return SubmitOption(table.BY_KEY[key], table.JOB[key][2], convert, group)
+        return SubmitOption(Opt(key, short, arg), field, convert, table.GROUPS.get(field))
+    field = table.JOB[key][2]
+    return SubmitOption(table.BY_KEY[key], field, convert, table.GROUPS.get(field))
 
 
 SUBMIT_OPTIONS: tuple[SubmitOption, ...] = tuple(_submit_option(*entry) for entry in _CONVERTERS)
@@ -74,7 +72,6 @@ SUBMIT_OPTION_TABLE: tuple[Opt, ...] = tuple(s.option for s in SUBMIT_OPTIONS)
 # else as unrecognized (with a suggestion).
 SBATCH_OPTIONS: tuple[Opt, ...] = table.OPTIONS
 _BY_NAME = {s.option.key: s for s in SUBMIT_OPTIONS}
-_MEMORY_FIELDS = ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +135,7 @@ def _convert(spec: SubmitOption, item: ParsedOption, where: str) -> object:
 
 def _check_one_memory_option(settings: dict[str, _Setting], where: str) -> None:
     # As in sbatch: the per-node, per-CPU and per-GPU forms cannot be combined.
-    given = [settings[f] for f in _MEMORY_FIELDS if f in settings]
+    given = [settings[f] for f in table.MEMORY_FIELDS if f in settings]
     if len(given) > 1:
         names = " and ".join(s.item.label for s in given)
         where_given = location(given[-1].item.token, where)

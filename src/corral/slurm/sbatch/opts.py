@@ -22,10 +22,6 @@ SPEC = CommandSpec(
     ignored={k: why for k, (_, _, why) in table.IGNORED.items()}, unsupported=frozenset(table.UNSUPPORTED),
 )
 WRAP_HEADER = "# This script was created by sbatch --wrap."
-# Options that state one quantity in different ways: a source that gives one replaces the others
-# of lower-precedence sources (`--gpus 2` on the command line drops `#SBATCH --gpus-per-node=4`).
-_GROUPS = {"mem_mib": "mem", "mem_per_cpu_mib": "mem", "mem_per_gpu_mib": "mem",
-           "gpus": "gpus", "gpus_per_node": "gpus"}
 
 
 class ScriptSource(Record):
@@ -54,8 +50,8 @@ class SbatchOptions(Record):
         script, workdir, env and user."""
         merged: dict = {"batch": True}
         for source in (self.script, self.environment, self.command_line):
-            replaced = {_GROUPS[f] for f in source if f in _GROUPS}
-            merged = {f: val for f, val in merged.items() if _GROUPS.get(f) not in replaced}
+            replaced = {table.GROUPS[f] for f in source if f in table.GROUPS}
+            merged = {f: val for f, val in merged.items() if table.GROUPS.get(f) not in replaced}
             merged.update(source)
         return split_gpu_models({f: val for f, val in merged.items() if val is not None})
 
@@ -143,7 +139,7 @@ def _settings(line: CommandLine) -> dict[str, object]:
             continue
         _, _, name, convert = table.JOB[key]
         settings[name] = convert if isinstance(convert, bool) else convert(value, key)
-    if sum(1 for f in ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib") if f in settings) > 1:
+    if sum(1 for f in table.MEMORY_FIELDS if f in settings) > 1:
         raise SlurmCommandError("sbatch: fatal: --mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.\n", 1)
     return settings
 

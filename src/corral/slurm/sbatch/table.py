@@ -110,6 +110,12 @@ UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "gid": (None, REQUIRED), "gpus-per-socket": (None, REQUIRED), "licenses": ("L", REQUIRED),
     "nodefile": ("F", REQUIRED), "uid": (None, REQUIRED),
 }
+# Fields that state one quantity in different ways: a source (command line, SBATCH_* variables,
+# script) that gives one replaces the others of lower-precedence sources (`--gpus 2` on the command
+# line drops `#SBATCH --gpus-per-node=4` instead of contradicting it).
+GROUPS: Mapping[str, str] = {"mem_mib": "mem", "mem_per_cpu_mib": "mem", "mem_per_gpu_mib": "mem",
+                             "gpus": "gpus", "gpus_per_node": "gpus"}
+MEMORY_FIELDS = tuple(f for f, group in GROUPS.items() if group == "mem")  # at most one per source
 # corral submit's own job options (not sbatch's: `sbatch --qu` stays --quiet).
 CORRAL_JOB: Mapping[str, tuple[str | None, int, str]] = {
     "queue": (None, REQUIRED, "queue"),  # the quota queue
