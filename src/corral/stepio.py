@@ -1,4 +1,4 @@
-"""The job-step I/O wire format, shared by srun (corral.slurm.step_streams) and the agent
+"""The job-step I/O wire format, shared by srun (corral.slurm.srun.step_streams) and the agent
 (corral.agent.step_runner).
 
 srun listens on a TCP port and gives its address and a random token to the controller with the step
@@ -27,14 +27,14 @@ Everything after the hello line is binary frames, both ways:
   "connection lost". srun closing the connection while tasks run makes the agent kill them.
 
 srun starts in milliseconds, so this module imports only the standard library's struct (and
-corral.slurm.jsontext and corral.jobref, which import nothing heavy): no asyncio, no json, no hmac.
+corral.slurm.common.jsontext and corral.jobref, which import nothing heavy): no asyncio, no json, no hmac.
 """
 from __future__ import annotations
 
 import struct
 
 from corral.jobref import ascii_number
-from corral.slurm import jsontext
+from corral.slurm.common import jsontext
 
 try:  # what hmac.compare_digest is, without importing hmac (and _hashlib)
     from _operator import _compare_digest

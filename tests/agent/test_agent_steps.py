@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from corral.protocol import SignalJob, StepFinished, TaskExit
-from corral.slurm.step_streams import StepStreams
+from corral.slurm.srun.step_streams import StepStreams
 
 
 @pytest.fixture

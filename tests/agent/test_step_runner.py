@@ -15,7 +15,7 @@ from corral import stepio
 from corral.agent.environment import step_environment
 from corral.agent.step_runner import StepRunner
 from corral.protocol import StepFinished, TaskExit, TaskLaunch
-from corral.slurm.step_streams import StepStreams
+from corral.slurm.srun.step_streams import StepStreams
 
 
 def two_tasks(**overrides):

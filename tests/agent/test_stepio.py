@@ -1,4 +1,4 @@
-"""srun's end of the step I/O (corral.slurm.step_streams.StepStreams; wire format corral.stepio) over
+"""srun's end of the step I/O (corral.slurm.srun.step_streams.StepStreams; wire format corral.stepio) over
 real loopback sockets, with the agent's end played by a plain socket speaking the wire protocol
 (test_step_runner.py runs the real agent end; test_step_book.py the bookkeeping without sockets)."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 import pytest
 
 from corral import stepio
-from corral.slurm.step_streams import StepStreams
+from corral.slurm.srun.step_streams import StepStreams
 from corral.stepio import ALL_RANKS, FrameDecoder, frame
 
 
@@ -258,7 +258,7 @@ def test_output_already_sent_is_printed_before_wait_returns(make_streams):
 
 
 def test_srun_module_imports_only_the_standard_library():
-    code = "import sys, corral.slurm.step_streams; print(json.dumps(sorted(sys.modules)))"
+    code = "import sys, corral.slurm.srun.step_streams; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True,
                          check=True).stdout
     loaded = set(json.loads(out))

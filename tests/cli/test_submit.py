@@ -286,8 +286,8 @@ def test_submit_body_is_the_one_sbatch_builds(tmp_path):
     """corral submit and sbatch submit through one path: the same script gives the same body."""
     import io
 
-    from corral.slurm.commands.sbatch import submission
-    from corral.slurm.sbatch_opts import apply_script, parse_sbatch
+    from corral.slurm.sbatch.main import submission
+    from corral.slurm.sbatch.opts import apply_script, parse_sbatch
 
     path = tmp_path / "train.sh"
     path.write_text(SCRIPT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.engine.records import JobState
-from corral.slurm.squeue_select import combine_pending_array_tasks
+from corral.slurm.squeue.select import combine_pending_array_tasks
 from tests.controller.conftest import T0, job
 
 PD, R, CG = JobState.PENDING, JobState.RUNNING, JobState.COMPLETING

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from corral.jobscript import directives, units, values
 from corral.jobscript.errors import DirectiveError
-from corral.slurm import sbatch_values
-from corral.slurm.errors import SlurmCommandError
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sbatch import values as sbatch_values
 
 PIECES = list("0123456789:-@_., \t'\"\\#KMGTkmgtBbRrxa") + [
     "\u0663", "\u212a", "\x0b", "SBATCH", "#SBATCH", "#CORRAL", "\n", "gpu", "a100", "USR2", "SIG", "SIG_DFL",

@@ -1,6 +1,7 @@
 import pytest
 
 from corral.jobscript import DirectiveError, build_submission, parse_directives
+from corral.slurm.common.getopt import REQUIRED
 
 
 def from_cli(*tokens):
@@ -289,24 +290,24 @@ def test_an_unknown_directive_gets_a_suggestion_with_its_line():
 
 
 def test_without_known_options_everything_outside_the_table_is_unrecognized():
-    from corral.jobscript import Option, parse_args
+    from corral.jobscript import Opt, parse_args
 
     with pytest.raises(DirectiveError, match="^unrecognized option '--exclusive'$"):
-        parse_args(["--exclusive"], [Option("nodes", "N")])
+        parse_args(["--exclusive"], [Opt("nodes", "N", REQUIRED)])
     with pytest.raises(DirectiveError, match="^unsupported option '--exclusive'$"):
-        parse_args(["--exclusive"], [Option("nodes", "N")], known=[Option("exclusive")])
+        parse_args(["--exclusive"], [Opt("nodes", "N", REQUIRED)], known=[Opt("exclusive", arg=REQUIRED)])
 
 
 def test_flag_options_refuse_values():
-    from corral.jobscript import Option, parse_args
+    from corral.jobscript import Opt, parse_args
 
-    flags = [Option("json", takes_value=False), Option("help", short="h", takes_value=False)]
+    flags = [Opt("json"), Opt("help", short="h")]
     with pytest.raises(DirectiveError, match="option '--json' takes no value"):
         parse_args(["--json=yes"], flags)
     with pytest.raises(DirectiveError, match="option '-h' takes no value"):
         parse_args(["-hx"], flags)
     parsed = parse_args(["--js", "-h", "file", "--json"], flags)
-    assert [p.option.name for p in parsed.options] == ["json", "help"]
+    assert [p.option.key for p in parsed.options] == ["json", "help"]
     assert parsed.positionals == ["file", "--json"]  # options end at the first positional
     assert not parsed.saw_double_dash
 

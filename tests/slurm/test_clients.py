@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.slurm.commands_dir import first_on_path, slurm_commands_dir
+from corral.slurm.common.commands_dir import first_on_path, slurm_commands_dir
 
 pytestmark = pytest.mark.slow
 submitit = pytest.importorskip("submitit")

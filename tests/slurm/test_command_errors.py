@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.commands.sbatch import refusal
-from corral.slurm.commands.scancel import check_supported
-from corral.slurm.commands.scontrol_actions import job_actions
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.http import ApiError
-from corral.slurm.scancel_opts import parse_scancel
-from corral.slurm.scontrol_opts import parse_scontrol
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.common.http import ApiError
+from corral.slurm.sbatch.main import refusal
+from corral.slurm.scancel.main import check_supported
+from corral.slurm.scancel.opts import parse_scancel
+from corral.slurm.scontrol.actions import job_actions
+from corral.slurm.scontrol.opts import parse_scontrol
 
 from . import golden_records as golden
 
@@ -118,8 +118,8 @@ class _History:
 
 @pytest.mark.parametrize(("ended_s_ago", "known"), [(10, True), (299, True), (400, False)])
 def test_squeue_forgets_finished_jobs_after_min_job_age(ended_s_ago, known):
-    from corral.slurm.commands.squeue import fetch_jobs
-    from corral.slurm.squeue_opts import parse_squeue
+    from corral.slurm.squeue.main import fetch_jobs
+    from corral.slurm.squeue.opts import parse_squeue
 
     jobs = fetch_jobs(_History(ended_s_ago), parse_squeue(["-j", "5"], {}), _History.NOW)
     assert [j["id"] for j in jobs] == ([5] if known else [])

@@ -1,9 +1,9 @@
-"""GNU getopt_long behaviour, with glibc's messages (corral.slurm.getopt)."""
+"""GNU getopt_long behaviour, with glibc's messages (corral.slurm.common.getopt)."""
 from __future__ import annotations
 
 import pytest
 
-from corral.slurm.getopt import NO_ARG, OPTIONAL, REQUIRED, GetoptError, Opt, getopt_long
+from corral.slurm.common.getopt import NO_ARG, OPTIONAL, REQUIRED, GetoptError, Opt, getopt_long
 
 TABLE = (
     Opt("jobs", "j", OPTIONAL), Opt("noheader", "h"), Opt("format", "o", REQUIRED), Opt("long", "l"),

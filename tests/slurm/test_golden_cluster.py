@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sbatch_opts import apply_script, invalid_partition, parse_sbatch, submitted_line
-from corral.slurm.scancel import select_targets
-from corral.slurm.scancel_opts import parse_scancel
-from corral.slurm.scontrol import scontrol_show_output
-from corral.slurm.scontrol_opts import parse_scontrol
-from corral.slurm.sinfo import sinfo_output
-from corral.slurm.sinfo_opts import parse_sinfo
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sbatch.opts import apply_script, invalid_partition, parse_sbatch, submitted_line
+from corral.slurm.scancel.opts import parse_scancel
+from corral.slurm.scancel.targets import select_targets
+from corral.slurm.scontrol.opts import parse_scontrol
+from corral.slurm.scontrol.output import scontrol_show_output
+from corral.slurm.sinfo.opts import parse_sinfo
+from corral.slurm.sinfo.output import sinfo_output
 
 from . import golden_records as golden
 from . import normalize

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sacct import sacct_output
-from corral.slurm.sacct_opts import parse_sacct
-from corral.slurm.squeue import squeue_output
-from corral.slurm.squeue_opts import parse_squeue
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sacct.opts import parse_sacct
+from corral.slurm.sacct.output import sacct_output
+from corral.slurm.squeue.opts import parse_squeue
+from corral.slurm.squeue.output import squeue_output
 
 from . import golden_records as golden
 from . import normalize

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.protocol import API_PREFIX
-from corral.slurm import http, jsontext
+from corral.slurm.common import http, jsontext
 from tests.e2e.harness import free_port
 
 JSON_VALUES = st.recursive(
@@ -171,7 +171,7 @@ def test_urls(url, host, port, base):
 
 
 def test_commands_report_failures_as_slurm_like_lines(capsys):
-    from corral.slurm.commands.common import run
+    from corral.slurm.common.command import run
 
     def refused():
         raise http.ApiError(401, "missing or wrong cluster secret")

@@ -22,17 +22,17 @@ def imported_by(modules: list[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("modules", [
-    ["corral.slurm.squeue_opts", "corral.slurm.squeue"],
-    ["corral.slurm.sacct_opts", "corral.slurm.sacct"],
-    ["corral.slurm.scancel_opts", "corral.slurm.scancel"],
-    ["corral.slurm.scontrol_opts"],
-    ["corral.slurm.http", "corral.slurm.target", "corral.slurm.jsontext"],
-    ["corral.slurm.commands.squeue"],
-    ["corral.slurm.commands.sacct"],
-    ["corral.slurm.commands.scancel"],
-    ["corral.slurm.commands.scontrol", "corral.slurm.commands.scontrol_actions"],
-    ["corral.slurm.commands.sprio"],
-    ["corral.slurm.commands.dispatch"],
+    ["corral.slurm.squeue.opts", "corral.slurm.squeue.output"],
+    ["corral.slurm.sacct.opts", "corral.slurm.sacct.output"],
+    ["corral.slurm.scancel.opts", "corral.slurm.scancel.targets"],
+    ["corral.slurm.scontrol.opts"],
+    ["corral.slurm.common.http", "corral.slurm.common.target", "corral.slurm.common.jsontext"],
+    ["corral.slurm.squeue.main"],
+    ["corral.slurm.sacct.main"],
+    ["corral.slurm.scancel.main"],
+    ["corral.slurm.scontrol.main", "corral.slurm.scontrol.actions"],
+    ["corral.slurm.sprio.main"],
+    ["corral.slurm.dispatch"],
 ])
 def test_fast_paths_import_only_what_they_need(modules):
     loaded = imported_by(modules)
@@ -40,21 +40,21 @@ def test_fast_paths_import_only_what_they_need(modules):
 
 
 @pytest.mark.parametrize("modules", [
-    ["corral.slurm.sbatch_opts"],
-    ["corral.slurm.sinfo_opts", "corral.slurm.sinfo"],
-    ["corral.slurm.scontrol", "corral.slurm.scontrol_show", "corral.slurm.scontrol_job"],
+    ["corral.slurm.sbatch.opts"],
+    ["corral.slurm.sinfo.opts", "corral.slurm.sinfo.output"],
+    ["corral.slurm.scontrol.output", "corral.slurm.scontrol.show", "corral.slurm.scontrol.job"],
 ])
 def test_no_heavy_libraries(modules):
     assert not NEVER & imported_by(modules)
 
 
-# The commands talk HTTP and JSON through corral.slurm.http and jsontext, never these (~30 ms).
+# The commands talk HTTP and JSON through corral.slurm.common.http and jsontext, never these (~30 ms).
 NETWORK = {"json", "http.client", "email", "ssl", "socket", "urllib.request"}
 
 
 @pytest.mark.parametrize("command", ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio"])
 def test_commands_import_no_heavy_libraries(command):
-    loaded = imported_by([f"corral.slurm.commands.{command}"])
+    loaded = imported_by([f"corral.slurm.{command}.main"])
     assert not (NEVER | NETWORK) & loaded
 
 
@@ -65,7 +65,7 @@ def test_sbatch_reads_a_submitit_script_without_dataclasses():
               "#SBATCH --gres=gpu:1\n#SBATCH --time=60\n#SBATCH --array=0-3%2\n#SBATCH --signal=USR2@90\n"
               "#SBATCH --open-mode=append\n#SBATCH --output=/f/%j/%j_0_log.out\n#SBATCH --wckey=submitit\n"
               "#SBATCH --job-name=exp\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\nrun\n")
-    code = ("import sys\nfrom corral.slurm.sbatch_opts import apply_script, parse_sbatch\n"
+    code = ("import sys\nfrom corral.slurm.sbatch.opts import apply_script, parse_sbatch\n"
             f"apply_script(parse_sbatch(['--wrap', 'x'], {{}})[0], {script!r}).submit\n"
             "print(sorted(sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

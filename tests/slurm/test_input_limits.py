@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from corral import limits
-from corral.slurm.commands.scontrol_update import update
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sbatch_opts import apply_script, parse_sbatch
-from corral.slurm.scontrol_opts import parse_scontrol
-from corral.slurm.srun_opts import parse_srun
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sbatch.opts import apply_script, parse_sbatch
+from corral.slurm.scontrol.opts import parse_scontrol
+from corral.slurm.scontrol.update import update
+from corral.slurm.srun.opts import parse_srun
 
 HUGE = "99999999999999999999"
 
@@ -53,7 +53,7 @@ def test_sbatch_unterminated_quote_stops_like_sbatch_without_a_traceback(tmp_pat
     script = tmp_path / "job.sh"
     script.write_text('#!/bin/sh\n#SBATCH -N 1\n#SBATCH --job-name="abc\necho hi\n')
     done = subprocess.run(
-        [sys.executable, "-c", "import sys; from corral.slurm.commands.sbatch import main; sys.exit(main())",
+        [sys.executable, "-c", "import sys; from corral.slurm.sbatch.main import main; sys.exit(main())",
          str(script)], capture_output=True, text=True, env={**os.environ, "CORRAL_URL": "http://127.0.0.1:9"})
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == 'sbatch: fatal: job.sh: line 3: Unmatched `"` in [ --job-name="abc]\n'

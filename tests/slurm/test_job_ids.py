@@ -8,12 +8,12 @@ import io
 
 import pytest
 
-from corral.slurm.commands.sacct import sacct
-from corral.slurm.commands.sbatch import sbatch
-from corral.slurm.commands.scancel import scancel
-from corral.slurm.commands.scontrol import scontrol
-from corral.slurm.commands.squeue import squeue
-from corral.slurm.errors import SlurmCommandError
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sacct.main import sacct
+from corral.slurm.sbatch.main import sbatch
+from corral.slurm.scancel.main import scancel
+from corral.slurm.scontrol.main import scontrol
+from corral.slurm.squeue.main import squeue
 from tests.controller.live import SECRET, live_controller
 
 ARABIC_15 = "\u0661\u0665"

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sacct_opts import parse_sacct
-from corral.slurm.scancel_opts import parse_scancel
-from corral.slurm.scontrol import scontrol_show_output
-from corral.slurm.scontrol_opts import parse_scontrol
-from corral.slurm.sinfo_opts import parse_sinfo
-from corral.slurm.squeue_opts import parse_squeue
-from corral.slurm.srun_opts import parse_srun
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sacct.opts import parse_sacct
+from corral.slurm.scancel.opts import parse_scancel
+from corral.slurm.scontrol.opts import parse_scontrol
+from corral.slurm.scontrol.output import scontrol_show_output
+from corral.slurm.sinfo.opts import parse_sinfo
+from corral.slurm.squeue.opts import parse_squeue
+from corral.slurm.srun.opts import parse_srun
 from tests.e2e.harness import free_port
 
 from .commands import command_env, run

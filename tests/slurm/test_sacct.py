@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sacct import sacct_output, select_jobs
-from corral.slurm.sacct_fields import FIELDS, AcctView
-from corral.slurm.sacct_format import Layout, cell, find_field, header_lines, parse_fields, render
-from corral.slurm.sacct_opts import parse_sacct
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sacct.fields import FIELDS, AcctView
+from corral.slurm.sacct.format import Layout, cell, find_field, header_lines, parse_fields, render
+from corral.slurm.sacct.opts import parse_sacct
+from corral.slurm.sacct.output import sacct_output, select_jobs
 
 from .builders import T0, job, running
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sbatch_opts import (
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sbatch.opts import (
     ScriptSource,
     apply_script,
     check_batch_script,
@@ -12,7 +12,7 @@ from corral.slurm.sbatch_opts import (
     submitted_line,
     wrap_script,
 )
-from corral.slurm.sbatch_values import parse_signal_spec
+from corral.slurm.sbatch.values import parse_signal_spec
 
 SCRIPT = "#!/bin/bash\n{}\nsrun python train.py\n"
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sbatch_export import job_environment
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sbatch.export import job_environment
 
 SUBMITTER = {"PATH": "/bin", "FOO": "foo", "SLURM_JOB_ID": "9", "SLURMD_NODENAME": "n1", "SBATCH_PARTITION": "p",
              "SRUN_DEBUG": "1", "CORRAL_SECRET": "s", "CORRAL_URL": "http://c"}

@@ -4,15 +4,15 @@ from __future__ import annotations
 import pytest
 
 from corral.jobref import ALL_TASKS, JobRef
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.scancel import select_targets
-from corral.slurm.scancel_opts import parse_scancel, parse_signal
-from corral.slurm.scontrol import scontrol_show_output
-from corral.slurm.scontrol_job import expand_path, render_jobs
-from corral.slurm.scontrol_opts import parse_scontrol
-from corral.slurm.scontrol_show import render_config, render_nodes, render_partitions, show_hostlist
-from corral.slurm.sinfo import sinfo_output
-from corral.slurm.sinfo_opts import parse_sinfo
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.scancel.opts import parse_scancel, parse_signal
+from corral.slurm.scancel.targets import select_targets
+from corral.slurm.scontrol.job import expand_path, render_jobs
+from corral.slurm.scontrol.opts import parse_scontrol
+from corral.slurm.scontrol.output import scontrol_show_output
+from corral.slurm.scontrol.show import render_config, render_nodes, render_partitions, show_hostlist
+from corral.slurm.sinfo.opts import parse_sinfo
+from corral.slurm.sinfo.output import sinfo_output
 
 from .builders import T0, job, node, partition, running
 

@@ -6,13 +6,13 @@ import time
 
 import pytest
 
-from corral.slurm.commands import sacct as sacct_command
-from corral.slurm.commands import squeue as squeue_command
-from corral.slurm.http import Controller
-from corral.slurm.sacct import sacct_output
-from corral.slurm.sacct_opts import parse_sacct
-from corral.slurm.squeue import squeue_output
-from corral.slurm.squeue_opts import parse_squeue
+from corral.slurm.common.http import Controller
+from corral.slurm.sacct import main as sacct_command
+from corral.slurm.sacct.opts import parse_sacct
+from corral.slurm.sacct.output import sacct_output
+from corral.slurm.squeue import main as squeue_command
+from corral.slurm.squeue.opts import parse_squeue
+from corral.slurm.squeue.output import squeue_output
 
 pytestmark = pytest.mark.slow
 

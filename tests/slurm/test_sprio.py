@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.sprio import default_format, sort_jobs, sprio_output
-from corral.slurm.sprio_opts import SprioOptions, parse_sprio
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.sprio.opts import SprioOptions, parse_sprio
+from corral.slurm.sprio.output import default_format, sort_jobs, sprio_output
 
 from . import golden_records as golden
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 import pytest
 
 from corral.jobref import parse_job_ref
-from corral.slurm import jobids
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.records import reason
-from corral.slurm.squeue import squeue_output
-from corral.slurm.squeue_fields import View
-from corral.slurm.squeue_format import (
+from corral.slurm.common import jobids
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.common.records import reason
+from corral.slurm.squeue.fields import View
+from corral.slurm.squeue.format import (
     DEFAULT_FORMAT,
     header_line,
     job_line,
@@ -17,8 +16,9 @@ from corral.slurm.squeue_format import (
     parse_long_format,
     print_str,
 )
-from corral.slurm.squeue_opts import parse_squeue
-from corral.slurm.squeue_select import combine_pending_array_tasks, expand_array_remainders, filter_jobs, sort_jobs
+from corral.slurm.squeue.opts import parse_squeue
+from corral.slurm.squeue.output import squeue_output
+from corral.slurm.squeue.select import combine_pending_array_tasks, expand_array_remainders, filter_jobs, sort_jobs
 
 from .builders import T0, job, running
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.srun_opts import parse_srun, resolve_layout
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.srun.opts import parse_srun, resolve_layout
 
 BATCH_ENV = {"SLURM_JOB_ID": "112", "SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2",
              "SLURM_NTASKS_PER_NODE": "2"}

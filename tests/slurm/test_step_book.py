@@ -1,4 +1,4 @@
-"""srun's bookkeeping of a step's I/O (corral.slurm.step_book, step_output) without sockets: the frames an
+"""srun's bookkeeping of a step's I/O (corral.slurm.srun.step_book, step_output) without sockets: the frames an
 agent would send are fed in as bytes (test_stepio.py runs the same over real loopback sockets)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from corral.slurm.step_book import STDIN_HIGH_WATER, StepBook
-from corral.slurm.step_output import StepOutput
+from corral.slurm.srun.step_book import STDIN_HIGH_WATER, StepBook
+from corral.slurm.srun.step_output import StepOutput
 from corral.stepio import (
     ALL_RANKS,
     CONNECTION_LOST,

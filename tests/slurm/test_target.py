@@ -1,5 +1,5 @@
 """The Slurm commands find the controller and the user exactly as the `corral` CLI does
-(corral.slurm.target repeats corral.cli.config without its imports)."""
+(corral.slurm.common.target repeats corral.cli.config without its imports)."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import pytest
 
 from corral.cli import config
 from corral.cli.errors import ConfigError
-from corral.slurm import target
-from corral.slurm.sbatch_export import job_environment
+from corral.slurm.common import target
+from corral.slurm.sbatch.export import job_environment
 
 
 def both(env: dict[str, str]):

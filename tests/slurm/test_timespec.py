@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from corral.slurm.errors import SlurmCommandError
-from corral.slurm.timespec import parse_time
+from corral.slurm.common.errors import SlurmCommandError
+from corral.slurm.common.timespec import parse_time
 
 
 def local(*fields: int) -> float:

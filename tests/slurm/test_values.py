@@ -7,8 +7,8 @@ import time
 import pytest
 
 from corral.jobscript import units
-from corral.slurm import jobids, records, states, timefmt, tres
-from corral.slurm.record import Record
+from corral.slurm.common import jobids, records, states, timefmt, tres
+from corral.slurm.common.record import Record
 
 NOON = calendar.timegm((2026, 11, 22, 12, 0, 0))  # UTC, the zone conftest.py sets
 

@@ -13,8 +13,8 @@ from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
-from corral.slurm.sprio import sprio_output
-from corral.slurm.sprio_opts import parse_sprio
+from corral.slurm.sprio.opts import parse_sprio
+from corral.slurm.sprio.output import sprio_output
 from tests.engine.harness import Harness
 
 T0 = 1000.0

@@ -19,7 +19,7 @@ from pathlib import Path
 from corral.agent.agent import Agent
 from corral.agent.discovery import DiscoveryError, discover
 from corral.hostlist import HostlistError, check_node_name
-from corral.slurm.commands_dir import slurm_commands_dir
+from corral.slurm.common.commands_dir import slurm_commands_dir
 
 log = logging.getLogger("corral.agent")
 

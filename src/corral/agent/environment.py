@@ -13,7 +13,7 @@ from corral import hostlist
 from corral.agent.tasks import int_or_none
 from corral.filename_pattern import expand_pattern
 from corral.protocol import LaunchJob, LaunchStep, TaskLaunch
-from corral.slurm.commands_dir import first_on_path
+from corral.slurm.common.commands_dir import first_on_path
 
 # Anything Slurm-ish in the agent's own environment (e.g. an agent started from inside a Slurm job) must not
 # leak into tasks: a stale SLURM_CPUS_PER_TASK would change what srun and Lightning do.

@@ -15,7 +15,7 @@ from pathlib import Path
 from corral.cli.errors import ConfigError
 
 DEFAULT_PORT = 6817  # slurmctld's port: familiar, and free on a machine without Slurm
-DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"  # = corral.slurm.target.DEFAULT_URL
+DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"  # = corral.slurm.common.target.DEFAULT_URL
 CLUSTER_FILE_NAME = "cluster.json"
 
 
@@ -48,8 +48,8 @@ def cluster_file(env: Mapping[str, str] = os.environ) -> Path:
 
 
 def resolve_target(url_option: str | None, env: Mapping[str, str] = os.environ) -> Target:
-    # The rules live in corral.slurm.target, shared with the Slurm commands.
-    from corral.slurm import target
+    # The rules live in corral.slurm.common.target, shared with the Slurm commands.
+    from corral.slurm.common import target
 
     try:
         found = target.resolve_target(env, url_option)

@@ -16,7 +16,7 @@ from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, nam
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
 from corral.jobref import JobIdError, JobRef, parse_job_list
-from corral.slurm.squeue_select import combine_pending_array_tasks
+from corral.slurm.squeue.select import combine_pending_array_tasks
 
 UrlOption = Annotated[
     str | None,

@@ -88,7 +88,7 @@ def run_command(ctx: typer.Context) -> None:
          "sprio) under this name, for machines that also have real Slurm on PATH: 'corral slurm squeue -u me'.",
 )
 def slurm(ctx: typer.Context) -> None:
-    from corral.slurm.commands.dispatch import main as dispatch
+    from corral.slurm.dispatch import main as dispatch
 
     raise typer.Exit(dispatch(ctx.meta[_RAW_ARGS]))
 

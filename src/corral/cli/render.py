@@ -14,7 +14,7 @@ from typing import Any
 from corral.filename_pattern import expand_pattern
 from corral.gpu_models import describe as describe_gpu
 from corral.jobscript.units import format_duration, format_duration_short
-from corral.slurm import jobids
+from corral.slurm.common import jobids
 
 QUEUE_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", "NODELIST(REASON)")
 QUEUE_RIGHT = frozenset({0, 5, 6, 7})  # numbers right-aligned, as squeue does
@@ -58,7 +58,7 @@ def exit_code_text(job: dict) -> str:
 
 def job_id_text(job: Mapping[str, Any]) -> str:
     """`12_3` for task 3 of array job 12, `12_[4-9]` for a record standing for its pending tasks (as
-    squeue_select.combine_pending_array_tasks makes them), else the job id."""
+    squeue.select.combine_pending_array_tasks makes them), else the job id."""
     return jobids.job_id(job)
 
 

@@ -1,6 +1,6 @@
 """`corral run`: srun under corral's name, for running a command as every task of a job.
 
-It is corral's srun itself (corral.slurm.commands.srun), not a copy: the same options, layout,
+It is corral's srun itself (corral.slurm.srun.main), not a copy: the same options, layout,
 environment, output relaying and exit status; only --help speaks as `corral run`. `corral submit`
 (sbatch) is the command whose script runs once."""
 from __future__ import annotations
@@ -51,6 +51,6 @@ The cluster is $CORRAL_URL's, else the one 'corral up' started.
 
 
 def run_tasks(argv: Sequence[str]) -> int:
-    from corral.slurm.commands.srun import main as srun
+    from corral.slurm.srun.main import main as srun
 
     return srun(list(argv), help_text=HELP)

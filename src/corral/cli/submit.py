@@ -5,7 +5,8 @@ job's first node, and its srun lines start the tasks; the body is built by the S
 batch_job. `corral run` (srun) is the command that runs a command as every task.
 
 The arguments bypass click: sbatch semantics (GNU getopt with long prefixes, options stopping at the
-script, `--` before a command) come from corral.jobscript, the same parser that reads #SBATCH lines."""
+script, `--` before a command) come from corral.jobscript, the same parser that reads #SBATCH lines:
+sbatch's own getopt and option table (corral.slurm.common.getopt, corral.slurm.sbatch.table)."""
 from __future__ import annotations
 
 import os
@@ -21,22 +22,24 @@ from corral.cli.errors import CliError
 from corral.cli.output import print_json, reported_errors
 from corral.jobscript import (
     SUBMIT_OPTION_TABLE,
-    Option,
     build_submission,
     check_script,
     parse_args,
     parse_directives,
     wrap_script,
 )
-from corral.jobscript.submission import COMMAND_LINE_WHERE, slurm_sbatch_options
-from corral.slurm.commands.sbatch import batch_job
+from corral.jobscript.submission import COMMAND_LINE_WHERE, SBATCH_OPTIONS
+from corral.slurm.common.getopt import NO_ARG, REQUIRED, Opt
+from corral.slurm.sbatch import table
+from corral.slurm.sbatch.main import batch_job
 
+# sbatch's --wrap, --parsable and --help, and corral's own --json and --url.
 CLI_OPTIONS = (
-    Option("wrap"),
-    Option("json", takes_value=False),
-    Option("parsable", takes_value=False),
-    Option("url"),
-    Option("help", short="h", takes_value=False),
+    table.BY_KEY["wrap"],
+    Opt("json", arg=NO_ARG),
+    table.BY_KEY["parsable"],
+    Opt("url", arg=REQUIRED),
+    table.BY_KEY["help"],
 )
 
 
@@ -55,16 +58,17 @@ class SubmitCommandLine:
 def split_command_line(argv: Sequence[str]) -> SubmitCommandLine:
     """Separate corral's own options from the job's; both follow the same getopt rules."""
     parsed = parse_args(argv, (*SUBMIT_OPTION_TABLE, *CLI_OPTIONS), where=COMMAND_LINE_WHERE,
-                        known=slurm_sbatch_options())
+                        known=SBATCH_OPTIONS)
     line = SubmitCommandLine(positionals=parsed.positionals, command_given=parsed.saw_double_dash)
-    cli_names = {o.name for o in CLI_OPTIONS}
+    cli_names = {o.key for o in CLI_OPTIONS}
     for item in parsed.options:
-        if item.option.name not in cli_names:
-            line.sbatch_tokens += [item.written, item.value or ""] if item.option.takes_value else [item.written]
-        elif item.option.takes_value:
-            setattr(line, item.option.name, item.value)
+        takes_value = item.option.arg != NO_ARG
+        if item.option.key not in cli_names:
+            line.sbatch_tokens += [item.written, item.value or ""] if takes_value else [item.written]
+        elif takes_value:
+            setattr(line, item.option.key, item.value)
         else:
-            setattr(line, item.option.name, True)
+            setattr(line, item.option.key, True)
     return line
 
 

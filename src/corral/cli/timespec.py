@@ -1,14 +1,16 @@
 """Points in time: for `corral acct --since/--until` in the forms sacct users type, and for reservation
-windows in the forms scontrol takes (now+1h, ISO local time, epoch seconds)."""
+windows in the forms scontrol takes (now+1h, ISO local time, epoch seconds). Slurm's own parser
+(corral.slurm.common.timespec: sacct -S/-E, sbatch --begin) takes other forms (noon, MM/DD, unit
+prefixes); its midnight and unit lengths are these ones."""
 from __future__ import annotations
 
 import re
-import time
 from datetime import datetime
 
 from corral.cli.errors import CliError
+from corral.slurm.common.timespec import UNITS_S, midnight
 
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_UNIT_SECONDS = {name[0]: seconds for name, seconds in UNITS_S}  # s, m, h, d, w
 # `now-2hours`, `now-30min`, or just `2h` (that long ago). Unit words are read by their first letter.
 _RELATIVE = re.compile(r"(?:now\s*-\s*)?(\d+)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?|w|weeks?)")
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
@@ -57,8 +59,3 @@ def parse_when_ahead(text: str, now: float) -> float:
     except ValueError:
         raise CliError(f"invalid time {text!r}: expected {AHEAD_FORMS_HELP}") from None
 
-
-def midnight(now: float) -> float:
-    """The start of the local day containing `now`."""
-    local = time.localtime(now)
-    return time.mktime((local.tm_year, local.tm_mon, local.tm_mday, 0, 0, 0, 0, 0, -1))

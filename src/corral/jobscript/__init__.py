@@ -8,7 +8,7 @@ import sys
 
 _WHERE = {
     "DirectiveToken": "directives", "check_script": "directives", "parse_directives": "directives",
-    "wrap_script": "directives", "DirectiveError": "errors", "Option": "getopt", "ParsedArgs": "getopt",
+    "wrap_script": "directives", "DirectiveError": "errors", "Opt": "getopt", "ParsedArgs": "getopt",
     "ParsedOption": "getopt", "parse_args": "getopt", "SUBMIT_OPTION_TABLE": "submission",
     "SUBMIT_OPTIONS": "submission", "build_submission": "submission", "format_duration": "units",
     "format_duration_short": "units", "parse_mem_mib": "units", "parse_time_s": "units",

@@ -1,14 +1,17 @@
-"""sbatch options -> JobSubmit fields. The command line overrides the script's directives."""
+"""sbatch options -> JobSubmit fields. The command line overrides the script's directives.
+
+The options are sbatch's own (corral.slurm.sbatch.table: names, short forms, aliases and the field
+each sets); `corral submit` takes the subset below, converted with corral's messages."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
 
 from corral import gpu_models
 from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
-from corral.jobscript.getopt import Option, ParsedOption, location, parse_args
+from corral.jobscript.getopt import Opt, ParsedOption, location, parse_args
+from corral.slurm.sbatch import table
 
 SCRIPT_WHERE = " in #SBATCH directives"
 COMMAND_LINE_WHERE = " on the command line"
@@ -16,66 +19,59 @@ COMMAND_LINE_WHERE = " on the command line"
 
 @dataclass(frozen=True, slots=True)
 class SubmitOption:
-    option: Option
+    option: Opt
     field: str  # the JobSubmit field it sets
     convert: Callable[[str], object]  # a None result unsets the field (--gres=none)
-    # Options stating one quantity in different ways. When the command line gives one of them, the
-    # script's others are dropped: `--gpus 2` on the command line replaces `#SBATCH --gpus-per-node=4`
-    # instead of contradicting it.
-    group: str | None = None
+    group: str | None = None  # table.GROUPS: the command line's one replaces the script's others
 
 
-def _opt(name: str, field: str, convert: Callable[[str], object], short: str | None = None,
-         aliases: tuple[str, ...] = (), group: str | None = None) -> SubmitOption:
-    return SubmitOption(Option(name, short, aliases), field, convert, group)
-
-
-def _flag(name: str, field: str, convert: Callable[[str], object], short: str | None = None) -> SubmitOption:
-    return SubmitOption(Option(name, short, takes_value=False), field, convert)
-
-
-SUBMIT_OPTIONS: tuple[SubmitOption, ...] = (
-    _opt("nodes", "nodes", values.positive_int, short="N"),
-    _opt("ntasks", "ntasks", values.positive_int, short="n"),
-    _opt("ntasks-per-node", "ntasks_per_node", values.positive_int, aliases=("tasks-per-node",)),
-    _opt("gpus", "gpus", values.gpu_count, short="G", group="gpus"),
-    _opt("gpus-per-node", "gpus_per_node", values.gpu_count, group="gpus"),
-    _opt("gres", "gpus_per_node", values.gres_gpus, group="gpus"),
-    _opt("gpus-per-task", "gpus_per_task", values.gpu_count),
-    _opt("cpus-per-task", "cpus_per_task", values.positive_int, short="c"),
-    _opt("mem", "mem_mib", values.mem_mib, group="mem"),
-    _opt("mem-per-gpu", "mem_per_gpu_mib", values.mem_mib, group="mem"),
-    _opt("mem-per-cpu", "mem_per_cpu_mib", values.mem_mib, group="mem"),
-    _opt("time", "time_limit_s", values.time_limit_s, short="t"),
-    _opt("partition", "partition", values.partition_name, short="p"),
-    _opt("job-name", "name", values.text_value, short="J"),
-    _opt("output", "output", values.text_value, short="o"),
-    _opt("error", "error", values.text_value, short="e"),
-    _opt("chdir", "workdir", values.text_value, short="D"),
-    _opt("priority", "priority", values.non_negative_int),
-    _opt("account", "account", values.single_name, short="A"),
-    _opt("qos", "qos", values.single_name, short="q"),
-    _opt("queue", "queue", values.single_name),  # corral's own: the quota queue
-    _opt("array", "array", values.array_spec, short="a"),
-    _opt("dependency", "dependency", values.dependency_spec, short="d"),
-    _opt("signal", "signal", values.signal_spec),
-    _opt("reservation", "reservation", values.single_name),
-    _flag("requeue", "requeue", values.flag_on),
-    _flag("no-requeue", "requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
-    _flag("hold", "hold", values.flag_on, short="H"),
+# sbatch option key -> corral's converter; the order is the one `did you mean` ties follow.
+_CONVERTERS: tuple[tuple[str, Callable[[str], object]], ...] = (
+    ("nodes", values.positive_int),
+    ("ntasks", values.positive_int),
+    ("ntasks-per-node", values.positive_int),
+    ("gpus", values.gpu_count),
+    ("gpus-per-node", values.gpu_count),
+    ("gres", values.gres_gpus),
+    ("gpus-per-task", values.gpu_count),
+    ("cpus-per-task", values.positive_int),
+    ("mem", values.mem_mib),
+    ("mem-per-gpu", values.mem_mib),
+    ("mem-per-cpu", values.mem_mib),
+    ("time", values.time_limit_s),
+    ("partition", values.partition_name),
+    ("job-name", values.text_value),
+    ("output", values.text_value),
+    ("error", values.text_value),
+    ("chdir", values.text_value),
+    ("priority", values.non_negative_int),
+    ("account", values.single_name),
+    ("qos", values.single_name),
+    ("queue", values.single_name),  # corral's own (table.CORRAL_JOB)
+    ("array", values.array_spec),
+    ("dependency", values.dependency_spec),
+    ("signal", values.signal_spec),
+    ("reservation", values.single_name),
+    ("requeue", values.flag_on),
+    ("no-requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
+    ("hold", values.flag_on),
 )
-SUBMIT_OPTION_TABLE: tuple[Option, ...] = tuple(s.option for s in SUBMIT_OPTIONS)
-_BY_NAME = {s.option.name: s for s in SUBMIT_OPTIONS}
-_MEMORY_FIELDS = ("mem_mib", "mem_per_cpu_mib", "mem_per_gpu_mib")
 
 
-@cache
-def slurm_sbatch_options() -> tuple[Option, ...]:
-    """Every option of Slurm's sbatch (corral.slurm.sbatch_table): those SUBMIT_OPTIONS lacks are refused
-    as unsupported, anything else as unrecognized (with a suggestion)."""
-    from corral.slurm.sbatch_table import OPTIONS
+def _submit_option(key: str, convert: Callable[[str], object]) -> SubmitOption:
+    if key in table.CORRAL_JOB:
+        short, arg, field = table.CORRAL_JOB[key]
+        return SubmitOption(Opt(key, short, arg), field, convert, table.GROUPS.get(field))
+    field = table.JOB[key][2]
+    return SubmitOption(table.BY_KEY[key], field, convert, table.GROUPS.get(field))
 
-    return tuple(Option(o.key, o.short, o.aliases) for o in OPTIONS)
+
+SUBMIT_OPTIONS: tuple[SubmitOption, ...] = tuple(_submit_option(*entry) for entry in _CONVERTERS)
+SUBMIT_OPTION_TABLE: tuple[Opt, ...] = tuple(s.option for s in SUBMIT_OPTIONS)
+# Every option of Slurm's sbatch: those SUBMIT_OPTIONS lacks are refused as unsupported, anything
+# else as unrecognized (with a suggestion).
+SBATCH_OPTIONS: tuple[Opt, ...] = table.OPTIONS
+_BY_NAME = {s.option.key: s for s in SUBMIT_OPTIONS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,13 +111,13 @@ def _split_gpu_models(fields: dict) -> dict:
 
 
 def _read_source(tokens: Sequence[str], where: str) -> dict[str, _Setting]:
-    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where, known=slurm_sbatch_options())
+    parsed = parse_args(tokens, SUBMIT_OPTION_TABLE, where=where, known=SBATCH_OPTIONS)
     extra = parsed.positionals[:1] or ([parsed.double_dash] if parsed.double_dash else [])
     if extra:
         raise DirectiveError(f"unexpected argument '{extra[0]}'{location(extra[0], where)}")
     settings: dict[str, _Setting] = {}
     for item in parsed.options:
-        spec = _BY_NAME[item.option.name]
+        spec = _BY_NAME[item.option.key]
         settings[spec.field] = _Setting(_convert(spec, item, where), spec, item)  # the last one wins
     _check_one_memory_option(settings, where)
     return settings
@@ -139,7 +135,7 @@ def _convert(spec: SubmitOption, item: ParsedOption, where: str) -> object:
 
 def _check_one_memory_option(settings: dict[str, _Setting], where: str) -> None:
     # As in sbatch: the per-node, per-CPU and per-GPU forms cannot be combined.
-    given = [settings[f] for f in _MEMORY_FIELDS if f in settings]
+    given = [settings[f] for f in table.MEMORY_FIELDS if f in settings]
     if len(given) > 1:
         names = " and ".join(s.item.label for s in given)
         where_given = location(given[-1].item.token, where)

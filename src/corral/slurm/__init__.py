@@ -1,17 +1,23 @@
-"""Slurm 22.05 compatibility: option parsing and output formatting for sbatch, squeue, sacct, scancel,
-scontrol and sinfo, reproducing what real Slurm prints (golden fixtures: tests/slurm/golden/).
+"""Slurm 22.05 compatibility: corral's sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo and
+sprio, reproducing what real Slurm prints (golden fixtures: tests/slurm/golden/).
 
-Everything here is pure and stdlib-only, and this package imports nothing at its top level: the
-commands that use it must start in a few tens of milliseconds. Records are plain dicts shaped like
-the API's JobOut / NodeOut / PartitionOut (records.py lists the optional fields and defaults).
+Everything here is stdlib-only, and no package here imports anything at its top level: the commands
+must start in a few tens of milliseconds. Records are plain dicts shaped like the API's JobOut /
+NodeOut / PartitionOut (common/records.py lists the optional fields and defaults).
 
-Per command, as Slurm splits them (opts, select/sort, print):
-- sbatch:   sbatch_opts (parse_sbatch, apply_script), sbatch_table, sbatch_values
-- squeue:   squeue_opts (parse_squeue), squeue_select, squeue_format + squeue_fields, squeue (squeue_output)
-- sacct:    sacct_opts (parse_sacct), sacct_format + sacct_fields, sacct (sacct_output)
-- scancel:  scancel_opts (parse_scancel), scancel (select_targets)
-- scontrol: scontrol_opts (parse_scontrol), scontrol_job, scontrol_show, scontrol (scontrol_show_output)
-- sinfo:    sinfo_opts (parse_sinfo), sinfo_format, sinfo (sinfo_output)
-Shared: getopt (glibc getopt_long), optable (option tables, corral's support), errors, formatspec
-(`%.Nx` specifications), states, jobids, timefmt, tres, records, record (value classes).
+One package per command, as Slurm's src/<command>/ (opts, filter/sort, print); each has `main.py`,
+the console script (`main(argv=None) -> int`), and pure modules:
+- sbatch:   opts (parse_sbatch, apply_script), table (the option table), values, export
+- srun:     opts (parse_srun), step_client, step_book, step_streams, step_output (srun's end of step I/O)
+- salloc:   main only (srun's options and steps)
+- squeue:   opts (parse_squeue), select, fields, format, steps, output (squeue_output)
+- sacct:    opts (parse_sacct), fields, format, output (sacct_output)
+- scancel:  opts (parse_scancel), targets (select_targets)
+- scontrol: opts (parse_scontrol), job, show, output (scontrol_show_output), actions, update
+- sinfo:    opts (parse_sinfo), format, output (sinfo_output)
+- sprio:    opts, output (sprio_output)
+common/ has what they share: getopt (glibc getopt_long), optable (option tables, corral's support),
+command (connect, run, emit), errors, http, jsontext, formatspec (`%.Nx` specifications), states,
+jobids, timefmt, timespec, tres, records, record (value classes), target, hostnames, commands_dir.
+dispatch.py is `corral-slurm COMMAND`.
 """

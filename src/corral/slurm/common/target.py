@@ -1,0 +1,104 @@
+"""Where the controller is and who is asking: the one implementation of these rules, for the Slurm
+commands and the `corral` CLI (corral.cli.config wraps it). Stdlib-only and light: dataclasses,
+pathlib, getpass and json would cost the Slurm commands ~25 ms of a start of a few tens.
+
+URL: `CORRAL_URL`, else the `url` of cluster.json (written by `corral up`), else DEFAULT_URL.
+Secret: `CORRAL_SECRET`, else `CORRAL_SECRET_FILE`, else cluster.json's `secret_file` when
+cluster.json describes the chosen URL, else none (a controller without auth)."""
+from __future__ import annotations
+
+import os
+from _collections_abc import Mapping
+
+from corral.slurm.common import jsontext
+
+DEFAULT_URL = "http://127.0.0.1:6817"  # corral.cli.config.DEFAULT_URL: slurmctld's port
+CLUSTER_FILE_NAME = "cluster.json"
+
+
+class TargetError(Exception):
+    """The cluster settings cannot be used; the message is complete."""
+
+
+class Target:
+    __slots__ = ("url", "secret", "source")
+
+    def __init__(self, url: str, secret: str | None, source: str) -> None:
+        self.url = url
+        self.secret = secret
+        self.source = source  # where the URL came from, for messages: "CORRAL_URL", a path, "default"
+
+    def __repr__(self) -> str:
+        return f"Target(url={self.url!r}, secret={'***' if self.secret else None}, source={self.source!r})"
+
+
+def cluster_file(env: Mapping[str, str]) -> str:
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    return os.path.join(base, "corral", CLUSTER_FILE_NAME)
+
+
+def normalize_url(url: str) -> str:
+    url = url.strip()
+    return (url if "://" in url else f"http://{url}").rstrip("/")
+
+
+def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None = None) -> Target:
+    """`url_option` is the `corral` CLI's --url, which wins over everything."""
+    path = cluster_file(env)
+    cluster = read_cluster_file(path)
+    if url_option:
+        url, source = normalize_url(url_option), "--url"
+    elif env.get("CORRAL_URL"):
+        url, source = normalize_url(env["CORRAL_URL"]), "CORRAL_URL"
+    elif cluster:
+        url, source = normalize_url(cluster["url"]), path
+    else:
+        url, source = DEFAULT_URL, "default"
+    return Target(url, _secret_for(url, env, cluster), source)
+
+
+def _secret_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
+    if env.get("CORRAL_SECRET"):
+        return env["CORRAL_SECRET"].strip()
+    if env.get("CORRAL_SECRET_FILE"):
+        return read_secret(env["CORRAL_SECRET_FILE"])
+    if cluster and cluster.get("secret_file") and normalize_url(cluster["url"]) == url:
+        return read_secret(cluster["secret_file"])
+    return None
+
+
+def read_secret(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            secret = handle.read().strip()
+    except OSError as exc:
+        raise TargetError(f"cannot read the cluster secret from {path}: {exc.strerror}") from None
+    if not secret:
+        raise TargetError(f"the cluster secret file {path} is empty")
+    return secret
+
+
+def read_cluster_file(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = jsontext.loads(handle.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        raise TargetError(f"{path} has no \"url\"; run 'corral up' again or remove the file")
+    return data
+
+
+def current_user(env: Mapping[str, str] = os.environ) -> str:
+    """The login name as getpass.getuser() finds it (so jobs from `corral submit` and from sbatch
+    belong to the same user); the uid as text where the system has no name for it."""
+    for variable in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if env.get(variable):
+            return env[variable]
+    import pwd
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
