@@ -3,8 +3,8 @@ records, runs scheduling cycles through the pure core, and returns commands for 
 
 It holds only active jobs (PENDING, RUNNING, COMPLETING) in memory; a job that ends is handed to the
 store through the dirty set and then forgotten (its final state is remembered for dependencies). The live
-controller and the simulator both drive this class; they differ only in how they carry out its commands
-and where `now` comes from.
+controller and the simulator both drive this class; they differ only in how they carry out its commands,
+where `now` comes from and the profile the engine is built with (config.EngineProfile, build.py).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from corral.core.model import CyclePlan, NodeSlice, PendingJob
 from corral.core.scheduler import schedule
 from corral.engine import gates, membership, shutdown, steps
 from corral.engine.commands import Command, Kill, Launch
-from corral.engine.config import EngineConfig
+from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.deadlines import Deadlines
 from corral.engine.fairshare import FairShare
 from corral.engine.membership import Inventory
@@ -46,11 +46,17 @@ class WrongState(ValueError):
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (),
-                 next_job_id: int = 1, tenancy: TenancySpec | None = None,
+    """Built by corral.engine.build.build_engine, for the live controller, the simulator and the tests."""
+
+    def __init__(self, config: EngineConfig, profile: EngineProfile, jobs: Iterable[Job] = (),
+                 nodes: Iterable[Node] = (), next_job_id: int = 1, tenancy: TenancySpec | None = None,
                  fairshare_state: dict[str, Any] | None = None,
                  reservations: list[dict[str, Any]] | None = None) -> None:
         self.config = config
+        self.profile = profile
+        # The profile resolved once; None: no node is ever declared lost.
+        self.node_timeout_s = profile.node_timeout_s(config)
+        self.start_delay_s = profile.start_delay_s(config)
         self.tenancy = Tenancy(tenancy or TenancySpec())
         state = fairshare_state or {}
         self.fairshare = FairShare(self.tenancy.spec, state.get("usage"), state.get("as_of", 0.0),
@@ -67,7 +73,7 @@ class Engine:
         self.ended: dict[int, tuple[JobState, bool]] = {}
         # Pending jobs that preempted others and wait for them: preemptor id -> victim ids.
         self.claims: dict[int, set[int]] = {}
-        # Jobs submitted less than config.start_delay_s ago, oldest first: (submit time, id).
+        # Jobs submitted less than start_delay_s ago, oldest first: (submit time, id).
         self._fresh: deque[tuple[float, int]] = deque()
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_nodes: set[str] = set()
@@ -134,7 +140,7 @@ class Engine:
     def submit(self, spec: JobSpec, now: float, held: bool = False) -> Job:
         job = Job(id=self.next_job_id, spec=spec, submit_time=now, held=held)
         self.next_job_id += 1
-        if self.config.start_delay_s > 0:
+        if self.start_delay_s > 0:
             self._fresh.append((now, job.id))
         self._track(job, now)
         self._touch(job)
@@ -284,7 +290,7 @@ class Engine:
         return commands
 
     def _too_fresh(self, now: float) -> set[int]:
-        delay = self.config.start_delay_s
+        delay = self.start_delay_s
         while self._fresh and self._fresh[0][0] + delay <= now:
             self._fresh.popleft()
         return {job_id for _, job_id in self._fresh}
@@ -388,10 +394,11 @@ class Engine:
                 self.deadlines.push(self, job)
                 commands.extend(Kill(job.id, n, signal.SIGKILL, 0.0, reason=kill_reason(job))
                                 for n in self._kill_nodes(job))
-        timeout = self.config.node_timeout_s
-        for node in self.nodes.values() if timeout != float("inf") else ():
-            if node.up and now - node.last_seen > timeout:
-                commands.extend(self.node_lost(node.name, now))
+        timeout = self.node_timeout_s
+        if timeout is not None:
+            for node in self.nodes.values():
+                if node.up and now - node.last_seen > timeout:
+                    commands.extend(self.node_lost(node.name, now))
         if self.reservations.expire(now):
             self.meta_dirty.add("reservations")
         return commands
@@ -425,10 +432,10 @@ class Engine:
         earliest = self.deadlines.earliest(self)
         if earliest is not None:
             times.append(earliest)
-        if self.config.node_timeout_s != float("inf"):  # the simulator's nodes never go silent
-            times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
+        if self.node_timeout_s is not None:
+            times.extend(n.last_seen + self.node_timeout_s for n in self.nodes.values() if n.up)
         if self._fresh:
-            times.append(self._fresh[0][0] + self.config.start_delay_s)
+            times.append(self._fresh[0][0] + self.start_delay_s)
         later: list[float | None] = list(self.reservations.boundaries())
         later.append(self.deadlines.next_eligible(self, now))
         if self.views.pending:
