@@ -13,7 +13,7 @@ from corral.controller.app import create_app
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import Gpu, NodeSlice, Request
-from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.config import LIVE, EngineConfig, PartitionConfig
 from corral.engine.records import Job, JobSpec, JobState, Node
 from corral.protocol import API_PREFIX
 from corral.store import Store
@@ -71,7 +71,7 @@ class Api:
 def open_api(directory: Path, jobs: Iterable[Job]) -> Api:
     store = Store.open(f"sqlite:///{directory / 'corral.db'}")
     store.save(jobs=list(jobs), nodes=[node("n1")])
-    service = ControllerService(restore_engine(CONFIG, store, T0 + 100), store, clock=lambda: T0 + 100)
+    service = ControllerService(restore_engine(CONFIG, LIVE, store, T0 + 100), store, clock=lambda: T0 + 100)
     return Api(create_app(service, SECRET))
 
 

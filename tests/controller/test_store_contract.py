@@ -18,7 +18,7 @@ from corral.controller.app import create_app
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.controller.writer import StoreUnavailable
-from corral.engine.config import EngineConfig
+from corral.engine.config import LIVE, EngineConfig
 from corral.engine.records import JobState
 from corral.protocol import API_PREFIX, EPOCH_HEADER, Registration
 from corral.store import Store
@@ -43,7 +43,7 @@ class FakeClock:
 def controller(url: str) -> tuple[ControllerService, Store, FakeClock]:
     clock = FakeClock(T0)
     store = Store.open(url)
-    return ControllerService(restore_engine(EngineConfig(), store, clock()), store, clock), store, clock
+    return ControllerService(restore_engine(EngineConfig(), LIVE, store, clock()), store, clock), store, clock
 
 
 async def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 from corral.core.model import Gpu, Request
-from corral.engine.config import EngineConfig
+from corral.engine.build import build_engine
+from corral.engine.config import LIVE, EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
@@ -15,7 +16,7 @@ def inventory(gpus: int = 4, cpus: int = 16, mem_mib: int = 64_000) -> Inventory
 
 
 def engine_with_nodes(count: int = 2, gpus: int = 4, **config) -> Engine:
-    engine = Harness(Engine(EngineConfig(**{"start_delay_s": 0.0, **config})))
+    engine = Harness(build_engine(EngineConfig(**{"start_delay_s": 0.0, **config}), LIVE))
     for i in range(1, count + 1):
         engine.register_node(f"node{i}", inventory(gpus), set(), set(), T0)
     engine.take_dirty()

@@ -4,9 +4,11 @@ gives the same decisions.
 Path 1 is `corral.sim.driver.Simulation`. Path 2 is the real controller: `ControllerService` on a SQLite
 store, its FastAPI app driven over HTTP (httpx's ASGI transport, no sockets), fake agents that register,
 poll their commands and report task exits through the agent protocol at the recorded durations, and a fake
-clock the test advances. The test plays the controller loop's part: it runs a cycle whenever the service
-was poked (a submission, a task exit), until nothing pokes it at that instant, and otherwise at the engine's
-next deadline, keeping one timer as the loop does.
+clock the test advances. The test plays the controller loop's part, in simulated time, with the pacer both
+loops use (corral.engine.pacer): it runs a cycle whenever the service was poked (a submission, a task
+exit), until nothing pokes it at that instant, and otherwise when the pacer's one timer rings. The engine is
+built with the simulator's profile (config.SIMULATED): the fake agents never go silent, and jobs may start
+as soon as they are submitted.
 
 The workload (tests/sim/fixtures/replay_workload.csv) is congested on purpose: backfill with reservations,
 cohort queues that borrow and are reclaimed by preemption (requeue), a QOS that preempts, multi-node gangs
@@ -19,8 +21,6 @@ import asyncio
 import csv
 import heapq
 import itertools
-import math
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -34,7 +34,8 @@ from corral.controller.service import ControllerService
 from corral.core.model import SchedulerConfig
 from corral.engine.admission import admit_full
 from corral.engine.commands import Kill, Launch
-from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.config import SIMULATED, EngineConfig, PartitionConfig
+from corral.engine.pacer import CyclePacer
 from corral.protocol import API_PREFIX, EPOCH_HEADER
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.store import Store
@@ -149,9 +150,7 @@ class FakeAgent:
 async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:  # noqa: C901 (the driver's loop, step by step)
     clock = FakeClock(T0)
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
-    # What the simulator also sets: its agents never go silent, and jobs may start as soon as submitted.
-    config = replace(CONFIG, node_timeout_s=math.inf, start_delay_s=0.0)
-    service = ControllerService(restore_engine(config, store, clock(), TENANCY), store, clock)
+    service = ControllerService(restore_engine(CONFIG, SIMULATED, store, clock(), TENANCY), store, clock)
     app = create_app(service, SECRET)  # the lifespan (the real-time loop) is not started: the test is the loop
     log: list[tuple] = []
     durations: dict[int, float] = {}
@@ -165,7 +164,7 @@ async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dic
             await agent.register()
         for index, (at, body, duration) in enumerate(workload):
             heapq.heappush(events, (at, next(seq), "submit", (index, body, duration)))
-        wake_at = None
+        pacer = CyclePacer.simulated()
 
         async def deliver(now: float) -> None:
             """Agents fetch their commands and act on them, in the order the controller issued them (its
@@ -207,18 +206,17 @@ async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dic
                     _, sig = agent.runs.pop(job_id)
                     tasks = [{"rank": r, "exit_code": 0, "signal": sig} for r in agent.ranks.pop(job_id)]
                     await agent.post([{"kind": "finished", "job_id": job_id, "tasks": tasks}])
-                elif kind == "wake" and payload == wake_at:
-                    poked.set()  # the loop's timer: the deadline it computed after its last cycle
+                elif kind == "wake" and pacer.rings(payload):
+                    poked.set()  # the loop's timer
             # The controller loop: a cycle whenever it was poked, until nothing pokes it at this instant.
             while poked.is_set():
                 poked.clear()
-                wake_at = None
                 await service.run_cycle()
+                pacer.cycle_ran(now, now)
                 await deliver(now)
-                deadline = service.engine.next_deadline(now)
-                if deadline is not None and now < deadline < math.inf:
-                    wake_at = deadline
-                    heapq.heappush(events, (deadline, next(seq), "wake", deadline))
+                timer = pacer.sleep(now, service.engine.next_deadline(now))
+                if timer is not None:
+                    heapq.heappush(events, (timer, next(seq), "wake", timer))
         reply = await http.get(f"{API_PREFIX}/jobs", params={"all": "true"})
         assert reply.status_code == 200, reply.text
         finals = {j["id"]: {"state": j["state"], "start": j["start_time"], "end": j["end_time"],

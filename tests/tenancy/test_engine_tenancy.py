@@ -8,8 +8,9 @@ import pytest
 
 from corral.api.tenancy import TenancySpec
 from corral.core.model import Gpu, Request
+from corral.engine.build import build_engine
 from corral.engine.commands import Kill, Launch
-from corral.engine.config import EngineConfig
+from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import Engine, WrongState
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec, JobState
@@ -28,7 +29,7 @@ TENANCY = TenancySpec(
 
 
 def engine(gpus: int = 8) -> Engine:
-    e = Harness(Engine(EngineConfig(node_timeout_s=1e9, start_delay_s=0.0), tenancy=TENANCY))
+    e = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=TENANCY))
     e.register_node("n1", Inventory(tuple(Gpu(i) for i in range(gpus)), 64, 512_000, "127.0.0.1"), set(), set(), T0)
     return e
 
@@ -68,7 +69,7 @@ def test_preempted_job_in_cancel_mode_ends_preempted() -> None:
     cancel_mode = TenancySpec(**{**TENANCY.model_dump(), "qos": [
         {"name": "low", "preempt_mode": "cancel"}, {"name": "normal", "priority": 5},
         {"name": "high", "priority": 10, "preempts": ["low"]}]})
-    e = Harness(Engine(EngineConfig(node_timeout_s=1e9, start_delay_s=0.0), tenancy=cancel_mode))
+    e = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=cancel_mode))
     e.register_node("n1", Inventory(tuple(Gpu(i) for i in range(4)), 64, 512_000, "x"), set(), set(), T0)
     low = e.submit(spec(qos="low", gpus=4, queue=""), T0)
     e.schedule(T0)

@@ -11,8 +11,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from corral.api.tenancy import TenancySpec
 from corral.core.model import Gpu, Request
-from corral.engine.config import EngineConfig
-from corral.engine.engine import Engine, WrongState
+from corral.engine.build import build_engine
+from corral.engine.config import SIMULATED, EngineConfig
+from corral.engine.engine import WrongState
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec, JobState
 from tests.engine.harness import Harness
@@ -25,8 +26,7 @@ TENANCY = TenancySpec(qos=[{"name": "low", "grace_s": 5}, {"name": "normal", "pr
 class TenantEngine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        config = EngineConfig(node_timeout_s=1e9, start_delay_s=0.0, kill_grace_s=5)
-        self.engine = Harness(Engine(config, tenancy=TENANCY))
+        self.engine = Harness(build_engine(EngineConfig(kill_grace_s=5), SIMULATED, tenancy=TENANCY))
         for name in ("n1", "n2"):
             self.engine.register_node(name, Inventory(tuple(Gpu(i) for i in range(4)), 16, 64_000, "x"),
                                       set(), set(), T0)

@@ -9,7 +9,8 @@ from corral.controller.settings import SettingsError, settings_from_dict
 from corral.controller.tenancy_views import priorities
 from corral.controller.views import partition_outs
 from corral.core.model import Gpu, Request
-from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.build import build_engine
+from corral.engine.config import SIMULATED, EngineConfig, PartitionConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
@@ -22,8 +23,7 @@ PARTITION_ONLY = {"weight_age": 0, "weight_fairshare": 0, "weight_partition": 10
 
 
 def engine(*partitions: PartitionConfig, priority: dict = PARTITION_ONLY) -> Engine:
-    config = EngineConfig(partitions=partitions, node_timeout_s=1e9, start_delay_s=0.0)
-    e = Harness(Engine(config, tenancy=TenancySpec(priority=priority)))
+    e = Harness(build_engine(EngineConfig(partitions=partitions), SIMULATED, tenancy=TenancySpec(priority=priority)))
     e.register_node("n1", Inventory(tuple(Gpu(i) for i in range(8)), 64, 512_000, "127.0.0.1"), set(), set(), T0)
     return e
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from corral.api.tenancy import TenancySpec
 from corral.controller.settings import tenancy_from_dict
 from corral.core.model import Gpu, Request
+from corral.engine.build import build_engine
 from corral.engine.commands import Launch
-from corral.engine.config import EngineConfig
+from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
@@ -18,7 +19,7 @@ SMALL_FIRST = {"weight_age": 0, "weight_fairshare": 0, "weight_job_size": 100_00
 
 
 def engine(priority: dict) -> Engine:
-    e = Harness(Engine(EngineConfig(node_timeout_s=1e9, start_delay_s=0.0), tenancy=TenancySpec(priority=priority)))
+    e = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=TenancySpec(priority=priority)))
     e.register_node("n1", Inventory(tuple(Gpu(i) for i in range(8)), 64, 512_000, "127.0.0.1"), set(), set(), T0)
     return e
 

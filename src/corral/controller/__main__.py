@@ -52,9 +52,10 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     from corral.controller.app import create_app
     from corral.controller.restore import restore_engine
     from corral.controller.service import ControllerService
+    from corral.engine.config import LIVE
 
     def restore(now: float):
-        return restore_engine(config, store, now, tenancy)
+        return restore_engine(config, LIVE, store, now, tenancy)
 
     # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
     heartbeat_s = min(5.0, config.node_timeout_s / 3)

@@ -5,7 +5,8 @@ import json
 from typing import TYPE_CHECKING
 
 from corral.api.tenancy import TenancySpec
-from corral.engine.config import EngineConfig
+from corral.engine.build import build_engine
+from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.dependencies import parse_dependency
 from corral.engine.engine import Engine
 
@@ -13,9 +14,11 @@ if TYPE_CHECKING:
     from corral.store import Store
 
 
-def restore_engine(config: EngineConfig, store: Store, now: float, file_tenancy: TenancySpec | None = None) -> Engine:
-    """The engine as the database left it. The tenancy stored there (edited through the API) wins over
-    the config file's, which only seeds a new database."""
+def restore_engine(config: EngineConfig, profile: EngineProfile, store: Store, now: float,
+                   file_tenancy: TenancySpec | None = None) -> Engine:
+    """The engine as the database left it (`profile`: config.LIVE, but for a test that drives the live
+    controller in simulated time). The tenancy stored there (edited through the API) wins over the
+    config file's, which only seeds a new database."""
     nodes = store.load_nodes()
     for node in nodes:
         # Agents get one node timeout to re-register after a controller restart before their
@@ -33,5 +36,6 @@ def restore_engine(config: EngineConfig, store: Store, now: float, file_tenancy:
     ended = [found for target in sorted(targets - active) if (found := store.get_job(target)) is not None]
     # A tenancy from the config file seeds a new database: the first commit stores it.
     unsaved = ("tenancy",) if tenancy is not None and not stored else ()
-    return Engine(config, jobs, nodes, next_job_id=store.max_job_id() + 1, tenancy=tenancy,
-                  fairshare_state=fairshare, reservations=reservations, ended=ended, unsaved_meta=unsaved)
+    return build_engine(config, profile, jobs=jobs, nodes=nodes, next_job_id=store.max_job_id() + 1,
+                        tenancy=tenancy, fairshare_state=fairshare, reservations=reservations, ended=ended,
+                        unsaved_meta=unsaved)

@@ -37,6 +37,7 @@ from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
+from corral.engine.pacer import CyclePacer
 from corral.engine.records import Job
 from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
@@ -66,7 +67,7 @@ class ControllerService:
     def __init__(self, engine: Engine, store: Store, clock: Callable[[], float] = time.time,
                  heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None) -> None:
         """`restore(now)` builds the engine from the store, as at start (the default: restore_engine with
-        this engine's configuration and tenancy, which the store's own tenancy overrides)."""
+        this engine's configuration, profile and tenancy, which the store's own tenancy overrides)."""
         self.engine = engine
         self.store = store
         self.clock = clock
@@ -77,7 +78,8 @@ class ControllerService:
         self.writer = StoreWriter(store)
         if restore is None:
             from corral.controller.restore import restore_engine
-            restore = functools.partial(restore_engine, engine.config, store, file_tenancy=engine.tenancy.spec)
+            restore = functools.partial(restore_engine, engine.config, engine.profile, store,
+                                        file_tenancy=engine.tenancy.spec)
         self._restore = restore
         self._lock = asyncio.Lock()  # held by one stimulus from folding it in to dispatching its commands
         self._wake: asyncio.Event | None = None
@@ -114,12 +116,12 @@ class ControllerService:
             self._wake.set()
 
     async def _loop(self) -> None:
+        pacer = CyclePacer.live()
         while True:
             now = self.clock()
             # While the store fails, only the recovery wakes the loop (an overdue deadline would spin it).
-            deadline = None if self.writer.outage else self.engine.next_deadline(now)
-            timeout = None if deadline is None else max(0.0, deadline - now)
-            self._discount_stall(await self._stalls.wait(self._wake, timeout))
+            timer = pacer.sleep(now, None if self.writer.outage else self.engine.next_deadline(now))
+            self._discount_stall(await self._stalls.wait(self._wake, None if timer is None else timer - now))
             self._wake.clear()
             if self.writer.outage is not None:
                 continue
@@ -131,10 +133,11 @@ class ControllerService:
             except Exception:  # a failed cycle must not stop scheduling for good
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1.0)
-            # Give requests at least as long as the cycle took (a 100,000-job cycle takes ~0.5 s), so
-            # that submissions and agent reports are answered between back-to-back cycles; they are
-            # folded into the next cycle together.
-            self._discount_stall(await self._stalls.sleep(min(time.perf_counter() - started, 1.0)))
+            ended = time.perf_counter()
+            pacer.cycle_ran(started, ended)
+            # Requests have their turn before the next cycle: submissions and agent reports are answered
+            # between back-to-back cycles, and folded into the next one together.
+            self._discount_stall(await self._stalls.sleep(pacer.next_cycle(ended) - ended))
 
     def _discount_stall(self, stall_s: float) -> None:
         if stall_s > 0:

@@ -1,6 +1,7 @@
 """Cluster configuration the engine needs, resolved once before any cycle runs."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from corral import hostlist
@@ -88,3 +89,28 @@ class EngineConfig:
 
     def partitions_of(self, node: str) -> frozenset[str]:
         return frozenset(p.name for p in self.partitions if p.contains(node))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    """What differs between the worlds the engine runs in, named once and chosen where it is built
+    (build.py): the live controller's agents and submitters, or the simulator's stand-ins for them."""
+    name: str
+    # Agents can stop reporting: a node not heard from for node_timeout_s is lost. Simulated ones never do.
+    nodes_go_silent: bool
+    # A job waits start_delay_s after its submission, so that the submitter has its id first. A simulated
+    # submitter needs no wait: its jobs start as soon as the policy allows.
+    start_delay: bool
+
+    def node_timeout_s(self, config: EngineConfig) -> float | None:
+        """How long a node may be silent before it is lost; None: never (also what node_timeout_s = inf in
+        the configuration file asks for)."""
+        timeout = config.node_timeout_s
+        return timeout if self.nodes_go_silent and timeout < math.inf else None
+
+    def start_delay_s(self, config: EngineConfig) -> float:
+        return config.start_delay_s if self.start_delay else 0.0
+
+
+LIVE = EngineProfile("live", nodes_go_silent=True, start_delay=True)
+SIMULATED = EngineProfile("simulated", nodes_go_silent=False, start_delay=False)

@@ -5,9 +5,10 @@ agents, the records and metadata that changed, and each event's reply. Nothing e
 
 It holds only active jobs (PENDING, RUNNING, COMPLETING), in its ActiveSet; a job that ends is handed
 out in a Result and then forgotten (its final state is remembered for dependencies). The live controller
-and the simulator both drive it; they differ only in how they carry out its commands and where `now`
-comes from. A request the engine refuses (UnknownJob, WrongState, StepRefused, a KeyError for an unknown
-node) raises before anything changed; hand such requests over one per call.
+and the simulator both drive it; they differ only in how they carry out its commands, where `now` comes
+from, and the profile it is built with (config.EngineProfile, build.py). A request the engine refuses
+(UnknownJob, WrongState, StepRefused, a KeyError for an unknown node) raises before anything changed;
+hand such requests over one per call.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from corral.engine import events as ev
 from corral.engine import gates, membership, shutdown, steps
 from corral.engine.active import ActiveSet
 from corral.engine.commands import Command
-from corral.engine.config import EngineConfig
+from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.fairshare import FairShare
 from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
 from corral.engine.outcome import node_result
@@ -43,14 +44,20 @@ Handler = Callable[[Any, float], tuple[Any, list[Command]]]
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (),
-                 next_job_id: int = 1, tenancy: TenancySpec | None = None,
+    """Built by corral.engine.build.build_engine, for the live controller, the simulator and the tests."""
+
+    def __init__(self, config: EngineConfig, profile: EngineProfile, jobs: Iterable[Job] = (),
+                 nodes: Iterable[Node] = (), next_job_id: int = 1, tenancy: TenancySpec | None = None,
                  fairshare_state: dict[str, Any] | None = None,
                  reservations: list[dict[str, Any]] | None = None, ended: Iterable[Job] = (),
                  unsaved_meta: Iterable[str] = ()) -> None:
         """`ended`: jobs that ended before, which dependencies of active jobs name; `unsaved_meta`:
         metadata keys the store does not have yet (the next Result names them)."""
         self.config = config
+        self.profile = profile
+        # The profile resolved once; None: no node is ever declared lost.
+        self.node_timeout_s = profile.node_timeout_s(config)
+        self.start_delay_s = profile.start_delay_s(config)
         self.nodes: dict[str, Node] = {n.name: n for n in nodes}
         self.active = ActiveSet(config, self.nodes)
         tenancy_spec = tenancy or TenancySpec()
@@ -61,7 +68,7 @@ class Engine:
         self.reservations = Reservations(reservations or [])
         self.next_job_id = next_job_id
         self._accrued_at = float("-inf")
-        # Jobs submitted less than config.start_delay_s ago, oldest first: (submit time, id).
+        # Jobs submitted less than start_delay_s ago, oldest first: (submit time, id).
         self._fresh: deque[tuple[float, int]] = deque()
         self._dirty_nodes: set[str] = set()
         self._dirty_meta: set[str] = set(unsaved_meta)
@@ -154,10 +161,10 @@ class Engine:
         earliest = active.deadlines.earliest(active.jobs, active.views.running)
         if earliest is not None:
             times.append(earliest)
-        if self.config.node_timeout_s != float("inf"):  # the simulator's nodes never go silent
-            times.extend(n.last_seen + self.config.node_timeout_s for n in self.nodes.values() if n.up)
+        if self.node_timeout_s is not None:
+            times.extend(n.last_seen + self.node_timeout_s for n in self.nodes.values() if n.up)
         if self._fresh:
-            times.append(self._fresh[0][0] + self.config.start_delay_s)
+            times.append(self._fresh[0][0] + self.start_delay_s)
         later: list[float | None] = list(self.reservations.boundaries())
         later.append(active.deadlines.next_eligible(active.jobs, active.views.pending, now))
         if active.views.pending:
@@ -176,7 +183,7 @@ class Engine:
     def _submitted(self, event: ev.JobSubmitted, now: float) -> tuple[Job, list[Command]]:
         job = Job(id=self.next_job_id, spec=event.spec, submit_time=now, held=event.held)
         self.next_job_id += 1
-        if self.config.start_delay_s > 0:
+        if self.start_delay_s > 0:
             self._fresh.append((now, job.id))
         self.life.track(job, now)
         self.life.touch(job)
@@ -210,7 +217,7 @@ class Engine:
         return commands
 
     def _too_fresh(self, now: float) -> set[int]:
-        delay = self.config.start_delay_s
+        delay = self.start_delay_s
         while self._fresh and self._fresh[0][0] + delay <= now:
             self._fresh.popleft()
         return {job_id for _, job_id in self._fresh}
@@ -292,10 +299,11 @@ class Engine:
                 commands.extend(life.running_deadlines(job, now))
             elif job.state is JobState.COMPLETING and job.kill_deadline is not None and now >= job.kill_deadline:
                 commands.extend(life.resend_kill(job, now))
-        timeout = self.config.node_timeout_s
-        for node in self.nodes.values() if timeout != float("inf") else ():
-            if node.up and now - node.last_seen > timeout:
-                commands.extend(self._node_lost(node.name, now))
+        timeout = self.node_timeout_s
+        if timeout is not None:
+            for node in self.nodes.values():
+                if node.up and now - node.last_seen > timeout:
+                    commands.extend(self._node_lost(node.name, now))
         if self.reservations.expire(now):
             self._dirty_meta.add("reservations")
         return commands

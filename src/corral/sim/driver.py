@@ -2,11 +2,13 @@
 
 No policy lives here. Submissions and job ends are events ordered by (time, sequence); after each batch
 of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
-when something changes, and otherwise at the engine's next deadline (only the latest one: the controller
-loop keeps one timer). tests/sim/test_replay_equivalence.py checks that the live controller, driven by
-fake agents and a fake clock, makes the same decisions. The engine's commands are carried out by a stand-in
-for the agents: a Launch schedules the job's natural end (its real duration from the trace), a Kill ends it
-after a short, configurable stopping delay, and a signal-only Kill changes nothing.
+when something changes, and otherwise at the engine's next deadline, as the pacer both loops use says
+(engine/pacer.py, in simulated time). The engine is built with the SIMULATED profile: simulated agents
+never go silent, and jobs start as soon as the policy allows. tests/sim/test_replay_equivalence.py checks
+that the live controller, driven by fake agents and a fake clock, makes the same decisions. The engine's
+commands are carried out by a stand-in for the agents: a Launch schedules the job's natural end (its real
+duration from the trace), a Kill ends it after a short, configurable stopping delay, and a signal-only
+Kill changes nothing.
 """
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ from dataclasses import dataclass, field
 
 from corral.api.tenancy import TenancySpec
 from corral.core.model import Gpu
+from corral.engine.build import build_engine
 from corral.engine.commands import Kill, Launch
-from corral.engine.config import EngineConfig
-from corral.engine.engine import Engine
+from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.events import CycleDue, JobSubmitted, NodeRegistered, TasksFinished, TasksStarted, TimePassed
 from corral.engine.membership import Inventory
+from corral.engine.pacer import CyclePacer
 from corral.engine.records import Job, JobSpec, JobState
 
 
@@ -52,24 +55,19 @@ class SimResult:
 class Simulation:
     def __init__(self, config: EngineConfig, nodes: Iterable[SimNode], tenancy: TenancySpec | None = None,
                  stop_delay_s: float = 1.0, min_cycle_interval_s: float = 0.0, start_s: float = 0.0) -> None:
-        # Simulated agents never go silent: node timeouts are effectively off.
-        # Simulated jobs start as soon as the policy allows: no submit-to-start delay.
-        self.engine = Engine(EngineConfig(**{**_fields(config), "node_timeout_s": float("inf"), "start_delay_s": 0.0}),
-                             tenancy=tenancy)
+        self.engine = build_engine(config, SIMULATED, tenancy=tenancy)
         self.now = start_s
         for node in nodes:
             inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,
                                   node.mem_mib, "127.0.0.1")
             self.engine.handle(NodeRegistered(node.name, inventory), now=start_s)
         self.stop_delay_s = stop_delay_s
-        self.min_cycle_interval_s = min_cycle_interval_s
+        self.pacer = CyclePacer.simulated(min_cycle_interval_s)
         self._events: list[tuple[float, int, str, object]] = []
         self._seq = itertools.count()
         self._durations: dict[int, float] = {}
         self._ends: dict[int, float] = {}  # job id -> the end event that counts for its current run
         self.result = SimResult()
-        self._last_cycle = float("-inf")
-        self._wake_at: float | None = None  # the one timer the controller loop keeps: the latest deadline
 
     def submit(self, submissions: Iterable[SimSubmission]) -> None:
         for index, sub in enumerate(submissions):
@@ -111,24 +109,23 @@ class Simulation:
             if ended.state.terminal:
                 self.result.finished.append(ended)
             return True
-        # "wake": the controller loop sleeps until the deadline it computed after its last cycle; an
-        # older timer was dropped when that cycle ran (as asyncio.wait_for's timeout is).
-        return payload is None or payload == self._wake_at
+        # "wake": the end of a cycle's hold (payload None), or the loop's timer, which counts only while
+        # it is the pacer's one timer.
+        return payload is None or self.pacer.rings(payload)
 
     def _cycle(self, now: float) -> None:
-        if now - self._last_cycle < self.min_cycle_interval_s:
-            self._push(self._last_cycle + self.min_cycle_interval_s, "wake", None)
+        at = self.pacer.next_cycle(now)
+        if at > now:
+            self._push(at, "wake", None)
             return
-        self._wake_at = None
-        self._last_cycle = now
         engine = self.engine
         commands = engine.handle(TimePassed(), CycleDue(), now=now).commands
+        self.pacer.cycle_ran(now, now)  # a simulated cycle takes no time
         self.result.cycles += 1
         self._carry_out(commands, now)
-        deadline = engine.next_deadline(now)
-        if deadline is not None and deadline > now and deadline != float("inf"):
-            self._wake_at = deadline
-            self._push(deadline, "wake", deadline)
+        timer = self.pacer.sleep(now, engine.next_deadline(now))
+        if timer is not None:
+            self._push(timer, "wake", timer)
 
     def _carry_out(self, commands, now: float) -> None:
         launched: set[int] = set()
@@ -148,10 +145,6 @@ class Simulation:
                 return  # already ending sooner
         self._ends[job_id] = at
         self._push(at, "end", (job_id, at, sig))
-
-
-def _fields(config: EngineConfig) -> dict:
-    return {name: getattr(config, name) for name in config.__dataclass_fields__}
 
 
 def finished_by_state(result: SimResult) -> dict[JobState, int]:
