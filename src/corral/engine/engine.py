@@ -15,10 +15,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from corral import kill_reasons
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import ReservationSpec, TenancySpec
 from corral.core.model import CyclePlan, NodeSlice, PendingJob
 from corral.core.scheduler import schedule
-from corral.engine import gates, membership, shutdown, steps
+from corral.engine import gates, membership, shutdown, steps, submission
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.deadlines import Deadlines
@@ -139,6 +140,18 @@ class Engine:
         self._track(job, now)
         self._touch(job)
         return job
+
+    def submit_request(self, sub: JobSubmit, now: float, archive: submission.JobArchive | None = None,
+                       ) -> tuple[int, list[int]]:
+        """A submission as a user states it, decided by corral.engine.submission: (its first job id, every
+        array task's id or [] for a plain job), or AdmissionError, having changed nothing. `archive`: the
+        jobs this engine no longer holds, for dependencies on ended jobs."""
+        accepted = submission.decide(sub, submission.ClusterView(
+            self.config, self.nodes.values(), self.tenancy, self.reservations, self.jobs, self.next_job_id), archive)
+        for target in accepted.dependency_targets:
+            self.remember(target)
+        ids = [self.submit(spec, now, held=accepted.held).id for spec in accepted.specs]
+        return ids[0], (ids if accepted.array else [])
 
     def cancel(self, job_id: int, now: float, uid: int | None = None) -> list[Command]:
         job = self._get(job_id)

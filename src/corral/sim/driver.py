@@ -15,13 +15,15 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
 from corral.core.model import Gpu
+from corral.engine.admission import AdmissionError
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.membership import Inventory
-from corral.engine.records import Job, JobSpec, JobState
+from corral.engine.records import Job, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +38,8 @@ class SimNode:
 @dataclass(frozen=True, slots=True)
 class SimSubmission:
     at_s: float
-    spec: JobSpec
-    duration_s: float  # how long the job would run if nothing stopped it
+    request: JobSubmit  # decided as the live controller decides it (Engine.submit_request)
+    duration_s: float  # how long the job (each task of an array) would run if nothing stopped it
 
 
 @dataclass
@@ -45,7 +47,16 @@ class SimResult:
     finished: list[Job] = field(default_factory=list)
     cycles: int = 0
     end_s: float = 0.0
-    ids: dict[int, int] = field(default_factory=dict)  # submission index -> job id
+    ids: dict[int, int] = field(default_factory=dict)  # submission index -> job id (an array's first task)
+    refused: dict[int, str] = field(default_factory=dict)  # submission index -> why the engine refused it
+
+
+class _Submitted(dict[int, Job]):
+    """Every job the simulation created, ended ones included: what dependencies on ended jobs read (the
+    live controller reads its store)."""
+
+    def get_job(self, job_id: int) -> Job | None:
+        return self.get(job_id)
 
 
 class Simulation:
@@ -66,6 +77,7 @@ class Simulation:
         self._seq = itertools.count()
         self._durations: dict[int, float] = {}
         self._ends: dict[int, float] = {}  # job id -> the end event that counts for its current run
+        self._submitted = _Submitted()
         self.result = SimResult()
         self._last_cycle = float("-inf")
         self._wake_at: float | None = None  # the one timer the controller loop keeps: the latest deadline
@@ -97,9 +109,15 @@ class Simulation:
         engine = self.engine
         if kind == "submit":
             index, sub = payload
-            job = engine.submit(sub.spec, now)
-            self._durations[job.id] = sub.duration_s
-            self.result.ids[index] = job.id
+            try:
+                first, tasks = engine.submit_request(sub.request, now, self._submitted)
+            except AdmissionError as exc:
+                self.result.refused[index] = str(exc)
+                return False  # the controller refuses it without waking its loop
+            for job_id in tasks or [first]:
+                self._durations[job_id] = sub.duration_s
+                self._submitted[job_id] = engine.jobs[job_id]
+            self.result.ids[index] = first
             return True
         if kind == "end":
             job_id, at, sig = payload
