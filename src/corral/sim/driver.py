@@ -1,6 +1,8 @@
 """The simulator's driver: the production Engine, fed from an event heap in simulated time.
 
-No policy lives here. Submissions and job ends are events ordered by (time, sequence); after each batch
+No policy lives here. Submissions and job ends are events ordered by (time, sequence). A submission is a
+JobSubmit that the engine accepts or refuses as it does for the live controller (Engine.submit_request); a
+refusal is recorded in SimResult.refused with the message a user would get. After each batch
 of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
 when something changes, and otherwise at the engine's next deadline (only the latest one: the controller
 loop keeps one timer). tests/sim/test_replay_equivalence.py checks that the live controller, driven by
