@@ -32,7 +32,6 @@ from corral.controller.app import create_app
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import SchedulerConfig
-from corral.engine.admission import admit_full
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig, PartitionConfig
 from corral.engine.pacer import CyclePacer
@@ -93,11 +92,9 @@ class RecordingSimulation(Simulation):
 def run_simulator(workload) -> tuple[list[tuple], dict[int, dict]]:
     sim = RecordingSimulation(CONFIG, [SimNode(n, GPUS, CPUS, MEM_MIB) for n in NODES], TENANCY,
                               stop_delay_s=STOP_DELAY_S, start_s=T0)
-    engine = sim.engine
-    subs = [SimSubmission(at, admit_full(JobSubmit(**body), engine.config, engine.nodes.values(),
-                                         engine.tenancy).spec, duration) for at, body, duration in workload]
-    sim.submit(subs)
+    sim.submit(SimSubmission(at, JobSubmit(**body), duration) for at, body, duration in workload)
     result = sim.run()
+    assert not result.refused
     finals = {job.id: {"state": job.state.value, "start": job.start_time, "end": job.end_time,
                        "slices": [(s.node, tuple(s.gpus)) for s in job.slices], "restarts": job.restart_count}
               for job in result.finished}

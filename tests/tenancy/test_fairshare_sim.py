@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.core.model import Request
 from corral.engine.config import EngineConfig
-from corral.engine.records import JobSpec
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 
 DAY_S = 86400.0
@@ -21,9 +20,9 @@ def tenancy(shares_a: int, shares_b: int) -> TenancySpec:
 
 
 def backlog(user: str, account: str, count: int) -> list[SimSubmission]:
-    req = Request(num_nodes=1, gpus_per_node=1, time_limit_s=7200, partition="gpu")
-    spec = JobSpec(name="train", user=user, request=req, argv=("true",), account=account, qos="normal")
-    return [SimSubmission(0.0, spec, 3600.0) for _ in range(count)]
+    sub = JobSubmit(name="train", user=user, argv=["true"], workdir="/", gpus_per_node=1, time_limit_s=7200,
+                    partition="gpu", account=account, qos="normal")
+    return [SimSubmission(0.0, sub, 3600.0) for _ in range(count)]
 
 
 def gpu_hours_by_account(sim: Simulation, until_s: float) -> dict[str, float]:

@@ -5,19 +5,20 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.core.model import Request
 from corral.core.quota import QuotaBook
 from corral.engine.config import EngineConfig
-from corral.engine.records import JobSpec, JobState
+from corral.engine.records import JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 
 GRACE_S = 30.0
 
 
-def _spec(user: str, account: str, queue: str, gpus: int, limit_s: int, nodes: int = 1, qos: str = "normal") -> JobSpec:
-    req = Request(num_nodes=nodes, gpus_per_node=gpus, time_limit_s=limit_s, partition="gpu")
-    return JobSpec(name="j", user=user, request=req, argv=("true",), account=account, qos=qos, queue=queue)
+def _spec(user: str, account: str, queue: str, gpus: int, limit_s: int, nodes: int = 1, qos: str = "normal",
+          ) -> JobSubmit:
+    return JobSubmit(name="j", user=user, argv=["true"], workdir="/", nodes=nodes, gpus_per_node=gpus,
+                     time_limit_s=limit_s, partition="gpu", account=account, qos=qos, queue=queue or None)
 
 
 @settings(max_examples=25, deadline=None)

@@ -20,22 +20,19 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
-from corral.controller.deps import resolve_dependency
-from corral.controller.job_refs import UnknownRef, named_job_ids
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine import events as ev
-from corral.engine.admission import AdmissionError, admit_full
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.engine import Engine
+from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
 from corral.engine.records import Job
@@ -262,45 +259,7 @@ class ControllerService:
         return (await self._stimulus(functools.partial(self._submit, sub))).reply
 
     def _submit(self, sub: JobSubmit, now: float) -> Result:
-        engine = self.engine
-        admitted = admit_full(sub, engine.config, engine.nodes.values(), engine.tenancy)
-        spec = admitted.spec
-        self._check_submit_limit(spec, len(admitted.array_indices or [None]))
-        if spec.reservation:
-            self._check_reservation(spec)
-        if spec.dependency:
-            text, named = resolve_dependency(spec.dependency, self.find_job)
-            for target in named:
-                engine.life.remember(target)
-            spec = replace(spec, dependency=text)
-        if admitted.array_indices is None:
-            result = engine.handle(ev.JobSubmitted(spec, held=sub.hold), now=now)
-            result.replies = [(result.reply.id, [])]
-            return result
-        base = engine.next_job_id
-        result = engine.handle(*(ev.JobSubmitted(replace(spec, array_job_id=base, array_task_id=index), held=sub.hold)
-                                 for index in admitted.array_indices), now=now)
-        ids = [job.id for job in result.replies]
-        result.replies = [(ids[0], ids)]
-        return result
-
-    def _check_submit_limit(self, spec, new_jobs: int) -> None:
-        tenancy = self.engine.tenancy
-        for kind, name, limit in tenancy.submit_limits(spec.user, spec.account):
-            if kind == "user":
-                count = sum(1 for j in self.engine.jobs.values() if j.spec.user == name)
-            else:
-                count = sum(1 for j in self.engine.jobs.values() if name in tenancy.ancestors(j.spec.account))
-            if count + new_jobs > limit:
-                raise AdmissionError(f"job violates accounting/QOS policy (job submit limit): {kind} {name} has "
-                                     f"{count} jobs, {new_jobs} more would pass its max_submit_jobs {limit}")
-
-    def _check_reservation(self, spec) -> None:
-        record = self.engine.reservations.by_name.get(spec.reservation)
-        if record is None:
-            raise AdmissionError(f"requested reservation is invalid: {spec.reservation!r}")
-        if not record.allows(spec.user, spec.account):
-            raise AdmissionError(f"access denied to reservation {spec.reservation!r} for {spec.user}/{spec.account}")
+        return self.engine.handle(ev.SubmissionRequested(sub), now=now)
 
     async def cancel(self, job_id: int, uid: int | None = None) -> JobOut:
         return await self._job_operation(job_id, ev.CancelRequested(job_id, uid))
@@ -352,7 +311,7 @@ class ControllerService:
         return out
 
     def job_ids(self, refs: Iterable[JobRef]) -> list[int]:
-        """The raw ids the references name (corral.controller.job_refs); those naming no job add none."""
+        """The raw ids the references name (corral.engine.job_refs); those naming no job add none."""
         found: set[int] = set()
         for ref in refs:
             try:

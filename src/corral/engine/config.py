@@ -1,6 +1,7 @@
 """Cluster configuration the engine needs, resolved once before any cycle runs."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -8,6 +9,12 @@ from corral import hostlist
 from corral.core.model import Partition, SchedulerConfig
 
 MAX_PRIORITY_JOB_FACTOR = 65533  # Slurm's upper bound
+
+
+@functools.lru_cache(maxsize=256)
+def _expanded(nodes: str) -> frozenset[str]:
+    """A partition's members, expanded once: admission asks about every node for every submission."""
+    return frozenset(hostlist.expand(nodes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +41,7 @@ class PartitionConfig:
 
     @property
     def _members(self) -> frozenset[str]:
-        return frozenset(hostlist.expand(self.nodes))
+        return _expanded(self.nodes)
 
     def core(self) -> Partition:
         return Partition(self.name, self.max_time_s, self.default, self.up)

@@ -21,7 +21,7 @@ from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan, PendingJob
 from corral.core.scheduler import schedule
 from corral.engine import events as ev
-from corral.engine import gates, membership, shutdown, steps
+from corral.engine import gates, membership, shutdown, steps, submission
 from corral.engine.active import ActiveSet
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig, EngineProfile
@@ -50,9 +50,10 @@ class Engine:
                  nodes: Iterable[Node] = (), next_job_id: int = 1, tenancy: TenancySpec | None = None,
                  fairshare_state: dict[str, Any] | None = None,
                  reservations: list[dict[str, Any]] | None = None, ended: Iterable[Job] = (),
-                 unsaved_meta: Iterable[str] = ()) -> None:
+                 unsaved_meta: Iterable[str] = (), archive: submission.JobArchive | None = None) -> None:
         """`ended`: jobs that ended before, which dependencies of active jobs name; `unsaved_meta`:
-        metadata keys the store does not have yet (the next Result names them)."""
+        metadata keys the store does not have yet (the next Result names them); `archive`: the jobs the
+        engine no longer holds, read by id (the controller's store), for new dependencies on ended jobs."""
         self.config = config
         self.profile = profile
         # The profile resolved once; None: no node is ever declared lost.
@@ -67,6 +68,7 @@ class Engine:
         self.life = Lifecycle(config, self.active, self.fairshare, Tenancy(tenancy_spec))
         self.reservations = Reservations(reservations or [])
         self.next_job_id = next_job_id
+        self.archive = archive
         self._accrued_at = float("-inf")
         # Jobs submitted less than start_delay_s ago, oldest first: (submit time, id).
         self._fresh: deque[tuple[float, int]] = deque()
@@ -82,6 +84,7 @@ class Engine:
                 self.life.track(job, 0.0)
         self._requests = UserRequests(config, self.life)
         self._handlers: dict[type, Handler] = {
+            ev.SubmissionRequested: self._submission_requested,
             ev.JobSubmitted: self._submitted,
             ev.CancelRequested: self._requests.cancel,
             ev.SignalRequested: self._requests.signal,
@@ -179,6 +182,19 @@ class Engine:
         return min(times, default=None)
 
     # ----- submissions
+
+    def _submission_requested(self, event: ev.SubmissionRequested, now: float
+                              ) -> tuple[tuple[int, list[int]], list[Command]]:
+        """A submission as a user states it, decided by corral.engine.submission (or refused with an
+        AdmissionError, having changed nothing). Reply: its first job id, and every array task's id ([] for
+        a plain job)."""
+        cluster = submission.ClusterView(self.config, self.nodes.values(), self.tenancy, self.reservations,
+                                         self.active.jobs, self.next_job_id)
+        accepted = submission.decide(event.request, cluster, self.archive)
+        for target in accepted.dependency_targets:
+            self.life.remember(target)
+        ids = [self._submitted(ev.JobSubmitted(spec, accepted.held), now)[0].id for spec in accepted.specs]
+        return (ids[0], ids if accepted.array else []), []
 
     def _submitted(self, event: ev.JobSubmitted, now: float) -> tuple[Job, list[Command]]:
         job = Job(id=self.next_job_id, spec=event.spec, submit_time=now, held=event.held)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import ReservationSpec, TenancySpec
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
@@ -18,8 +19,18 @@ TaskExits = tuple[tuple[int, int, int], ...]  # (rank, exit code, signal) of eac
 # ----- users
 
 @dataclass(frozen=True, slots=True)
+class SubmissionRequested:
+    """A submission as the user states it (sbatch, corral submit, the REST API): admission, limits,
+    reservation access, dependencies and arrays are decided by the engine (engine/submission.py); a
+    refusal is an AdmissionError. Reply: (first job id, every array task's id, or [] for a plain job)."""
+
+    request: JobSubmit
+
+
+@dataclass(frozen=True, slots=True)
 class JobSubmitted:
-    """An admitted job spec (one array task, or one job). Reply: the Job."""
+    """One job spec the engine accepted (one job, or one array task); tests hand over specs they built.
+    Reply: the Job."""
 
     spec: JobSpec
     held: bool = False
@@ -190,7 +201,8 @@ class UsageAccrualDue:
     """Charge running jobs' fair-share usage up to now (TimePassed does it every ACCRUE_EVERY_S)."""
 
 
-Event = (JobSubmitted | CancelRequested | SignalRequested | RequeueRequested | UpdateRequested | HoldRequested
-         | StepRequested | AllocationCompleted | NodeRegistered | NodeContacted | TasksStarted | TasksFinished
-         | StepTasksFinished | NodeLost | DrainRequested | TenancyChanged | ReservationAdded | ReservationRemoved
-         | ClusterStopRequested | ListenerStalled | TimePassed | CycleDue | UsageAccrualDue)
+Event = (SubmissionRequested | JobSubmitted | CancelRequested | SignalRequested | RequeueRequested
+         | UpdateRequested | HoldRequested | StepRequested | AllocationCompleted | NodeRegistered | NodeContacted
+         | TasksStarted | TasksFinished | StepTasksFinished | NodeLost | DrainRequested | TenancyChanged
+         | ReservationAdded | ReservationRemoved | ClusterStopRequested | ListenerStalled | TimePassed | CycleDue
+         | UsageAccrualDue)

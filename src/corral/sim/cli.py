@@ -79,6 +79,7 @@ def _summary(outcome) -> dict:
     m = outcome.metrics.to_dict(series_points=0)
     return {"name": outcome.policy.name, "setup": outcome.policy.describe(), "wall_s": round(outcome.wall_s, 2),
             "cycles": outcome.cycles, "unfinished": outcome.unfinished,
+            "refused": len(outcome.refused),
             "avg_jct_s": m["overall"]["jct_s"]["mean"], "p99_jct_s": m["overall"]["jct_s"]["p99"],
             "avg_wait_s": m["overall"]["wait_s"]["mean"], "gpu_util": m["mean_utilization"]}
 

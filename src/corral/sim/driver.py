@@ -1,6 +1,8 @@
 """The simulator's driver: the production Engine, fed from an event heap in simulated time.
 
-No policy lives here. Submissions and job ends are events ordered by (time, sequence); after each batch
+No policy lives here. Submissions and job ends are events ordered by (time, sequence). A submission is a
+JobSubmit that the engine accepts or refuses as it does for the live controller (a SubmissionRequested event); a
+refusal is recorded in SimResult.refused with the message a user would get. After each batch
 of simultaneous events the engine ticks and runs a scheduling cycle, exactly as the live controller does
 when something changes, and otherwise at the engine's next deadline, as the pacer both loops use says
 (engine/pacer.py, in simulated time). The engine is built with the SIMULATED profile: simulated agents
@@ -17,15 +19,17 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
 from corral.core.model import Gpu
+from corral.engine.admission import AdmissionError
 from corral.engine.build import build_engine
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig
-from corral.engine.events import CycleDue, JobSubmitted, NodeRegistered, TasksFinished, TasksStarted, TimePassed
+from corral.engine.events import CycleDue, NodeRegistered, SubmissionRequested, TasksFinished, TasksStarted, TimePassed
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
-from corral.engine.records import Job, JobSpec, JobState
+from corral.engine.records import Job, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +44,8 @@ class SimNode:
 @dataclass(frozen=True, slots=True)
 class SimSubmission:
     at_s: float
-    spec: JobSpec
-    duration_s: float  # how long the job would run if nothing stopped it
+    request: JobSubmit  # decided as the live controller decides it (a SubmissionRequested event)
+    duration_s: float  # how long the job (each task of an array) would run if nothing stopped it
 
 
 @dataclass
@@ -49,13 +53,24 @@ class SimResult:
     finished: list[Job] = field(default_factory=list)
     cycles: int = 0
     end_s: float = 0.0
-    ids: dict[int, int] = field(default_factory=dict)  # submission index -> job id
+    ids: dict[int, int] = field(default_factory=dict)  # submission index -> job id (an array's first task)
+    refused: dict[int, str] = field(default_factory=dict)  # submission index -> why the engine refused it
+
+
+class _Submitted(dict[int, Job]):
+    """Every job the simulation created, ended ones included: what dependencies on ended jobs read (the
+    live controller reads its store)."""
+
+    def get_job(self, job_id: int) -> Job | None:
+        return self.get(job_id)
 
 
 class Simulation:
     def __init__(self, config: EngineConfig, nodes: Iterable[SimNode], tenancy: TenancySpec | None = None,
                  stop_delay_s: float = 1.0, min_cycle_interval_s: float = 0.0, start_s: float = 0.0) -> None:
-        self.engine = build_engine(config, SIMULATED, tenancy=tenancy)
+        # Every job the simulation created: what dependencies on ended jobs read (the live controller's store).
+        self._submitted = _Submitted()
+        self.engine = build_engine(config, SIMULATED, tenancy=tenancy, archive=self._submitted)
         self.now = start_s
         for node in nodes:
             inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,
@@ -96,9 +111,15 @@ class Simulation:
         engine = self.engine
         if kind == "submit":
             index, sub = payload
-            job = engine.handle(JobSubmitted(sub.spec), now=now).reply
-            self._durations[job.id] = sub.duration_s
-            self.result.ids[index] = job.id
+            try:
+                first, tasks = engine.handle(SubmissionRequested(sub.request), now=now).reply
+            except AdmissionError as exc:
+                self.result.refused[index] = str(exc)
+                return False  # the controller refuses it without waking its loop
+            for job_id in tasks or [first]:
+                self._durations[job_id] = sub.duration_s
+                self._submitted[job_id] = engine.jobs[job_id]
+            self.result.ids[index] = first
             return True
         if kind == "end":
             job_id, at, sig = payload

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from corral import hostlist
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.core.model import Request, SchedulerConfig
+from corral.core.model import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
-from corral.engine.records import JobSpec, JobState
+from corral.engine.records import JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.sim.metrics import JobResult, SimMetrics, compute_metrics
 from corral.sim.workload import Cluster, TraceJob, Workload
@@ -52,22 +53,25 @@ class Outcome:
     wall_s: float
     cycles: int
     unfinished: int
+    refused: dict[int, str] = field(default_factory=dict)  # trace job id -> why the engine refused it
 
 
 def run_experiment(cluster: Cluster, workload: Workload, policy: Policy, *, stop_delay_s: float = 0.0,
                    min_cycle_interval_s: float = 0.0, progress: Callable[[int, int], None] | None = None) -> Outcome:
     started = time.perf_counter()
     config, tenancy = _engine_setup(cluster, policy)
+    tenancy = _with_trace_users(tenancy, workload)
     sim = Simulation(config, [SimNode(n.name, n.gpus, n.cpus, n.mem_mib) for n in cluster.nodes], tenancy,
                      stop_delay_s=stop_delay_s, min_cycle_interval_s=min_cycle_interval_s)
     sim.submit(_submission(job, policy) for job in workload.jobs)
     total = len(workload.jobs)
     sim.run(on_progress=(lambda _now: progress(len(sim.result.finished), total)) if progress else None)
-    by_id = {sim.result.ids[i]: job for i, job in enumerate(workload.jobs)}
+    by_id = {job_id: workload.jobs[i] for i, job_id in sim.result.ids.items()}
     results = [_result(job, by_id[job.id]) for job in sim.result.finished if job.state is JobState.COMPLETED]
     metrics = compute_metrics(results, cluster.total_gpus, entitlements=cluster.queue_gpus())
+    refused = {workload.jobs[i].id: why for i, why in sim.result.refused.items()}
     return Outcome(policy, results, metrics, time.perf_counter() - started, sim.result.cycles,
-                   total - len(results))
+                   total - len(results), refused)
 
 
 def _engine_setup(cluster: Cluster, policy: Policy) -> tuple[EngineConfig, TenancySpec]:
@@ -92,16 +96,31 @@ def _engine_setup(cluster: Cluster, policy: Policy) -> tuple[EngineConfig, Tenan
     return EngineConfig(partitions=parts, scheduler=sched, kill_grace_s=0.0), tenancy
 
 
+def _with_trace_users(tenancy: TenancySpec, workload: Workload) -> TenancySpec:
+    """With accounts configured, the controller refuses a user without an association: each of the trace's
+    users gets the accounts (queues) its jobs are charged to."""
+    accounts = {a.name for a in tenancy.accounts}
+    if not accounts:
+        return tenancy  # open: anyone submits, to the `default` account
+    users = {u.name: set(u.accounts) for u in tenancy.users}
+    for job in workload.jobs:
+        if job.queue in accounts:
+            users.setdefault(job.user, set()).add(job.queue)
+    listed = [{"name": name, "accounts": sorted(names)} for name, names in sorted(users.items())]
+    return TenancySpec(**{**tenancy.model_dump(), "users": listed})
+
+
 def _submission(job: TraceJob, policy: Policy) -> SimSubmission:
+    """The trace job as a user would submit it: admitted, it is the gang the trace recorded (tasks_per_node
+    1, cpus_per_node CPUs per task), the trace's time limit or the runtime plus a second."""
     limit = job.time_limit_s or int(job.duration_s) + 1
-    req = Request(num_nodes=job.num_nodes, tasks_per_node=1, gpus_per_node=job.gpus_per_node,
-                  cpus_per_task=job.cpus_per_node, mem_per_node_mib=job.mem_per_node_mib,
-                  time_limit_s=limit, partition=job.queue if policy.isolated else "gpu")
-    account = "default" if policy.isolated else job.queue
-    spec = JobSpec(name=job.name or f"job{job.id}", user=job.user if not policy.isolated else "u",
-                   request=req, argv=("true",), account=account, qos="normal",
-                   queue="" if policy.isolated else job.queue)
-    return SimSubmission(job.submit_s, spec, job.duration_s)
+    request = JobSubmit(name=job.name or f"job{job.id}", user=job.user if not policy.isolated else "u",
+                        argv=["true"], workdir="/", nodes=job.num_nodes, gpus_per_node=job.gpus_per_node,
+                        cpus_per_task=job.cpus_per_node, mem_mib=job.mem_per_node_mib, time_limit_s=limit,
+                        partition=job.queue if policy.isolated else "gpu",
+                        account="default" if policy.isolated else job.queue, qos="normal",
+                        queue=None if policy.isolated else job.queue)
+    return SimSubmission(job.submit_s, request, job.duration_s)
 
 
 def _result(engine_job, trace_job: TraceJob) -> JobResult:
