@@ -59,7 +59,8 @@ def test_memory_sizes(text):
         assert got == "refused"
     else:
         amount, unit = int(match.group(1)), match.group(2).upper()
-        assert got == (-(-amount // 1024) if unit == "K" else amount * {"": 1, "M": 1, "G": 1024, "T": 1 << 20}[unit])
+        mib = -(-amount // 1024) if unit == "K" else amount * {"": 1, "M": 1, "G": 1024, "T": 1 << 20}[unit]
+        assert got == (mib if mib <= units.MEM_MIB_MAX else "refused"), "sizes past the largest one are refused"
 
 
 @MANY
