@@ -23,13 +23,31 @@ class AdmissionError(ValueError):
     """The submission can never run as stated; the message says why."""
 
 
+class PartitionMembers:
+    """The nodes of each partition and their largest GPU count, worked out once per partition rather than
+    once per submission (a walk over every node). The engine makes a new one whenever a node registers."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self._nodes = tuple(nodes)
+        self._of: dict[str, tuple[list[Node], int]] = {}
+
+    def of(self, partition: PartitionConfig) -> tuple[list[Node], int]:
+        """The partition's nodes (not to be changed) and the most GPUs any of them has."""
+        found = self._of.get(partition.name)
+        if found is None:
+            members = [n for n in self._nodes if partition.contains(n.name)]
+            found = self._of[partition.name] = (members, max((len(n.gpus) for n in members), default=0))
+        return found
+
+
 @dataclass(frozen=True, slots=True)
 class Admitted:
     spec: JobSpec
     array_indices: list[int] | None  # None: not an array
 
 
-def admit_full(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node], tenancy: Tenancy) -> Admitted:
+def admit_full(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | PartitionMembers,
+               tenancy: Tenancy) -> Admitted:
     """Validate and normalize everything about a submission, tenancy and array included."""
     spec = admit(sub, config, nodes)
     try:
@@ -74,7 +92,7 @@ def parse_signal(text: str) -> tuple[int, int]:
     return number, int(secs or 60)
 
 
-def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpec:
+def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | PartitionMembers) -> JobSpec:
     if sub.allocation:
         if sub.script is not None or sub.argv is not None or sub.batch or sub.array:
             raise AdmissionError("an allocation (salloc) runs no script or command of its own and is no array")
@@ -87,14 +105,16 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node]) -> JobSpe
     if sub.script_args and sub.script is None:
         raise AdmissionError("script arguments given without a script")
     partition = _partition(sub, config)
-    members = [n for n in nodes if partition.contains(n.name)]
+    index = nodes if isinstance(nodes, PartitionMembers) else PartitionMembers(nodes)
+    members, max_gpus = index.of(partition)
     if sub.gpu_model:
         models = sorted({gpu_models.describe(g.model) for n in members for g in n.gpus})
         members = [n for n in members if n.gpus and model_matches(n.gpus[0].model, sub.gpu_model)]
         if not members:
             raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "
                                  f"(models: {', '.join(models) or 'none'})")
-    request = _request(sub, partition, members)
+        max_gpus = max(len(n.gpus) for n in members)
+    request = _request(sub, partition, members, max_gpus)
     if sub.allocation:
         name = sub.name or "interactive"
     elif sub.script is not None:
@@ -127,8 +147,7 @@ def _partition(sub: JobSubmit, config: EngineConfig) -> PartitionConfig:
     return found
 
 
-def _request(sub: JobSubmit, partition: PartitionConfig, members: list[Node]) -> Request:
-    max_gpus = max((len(n.gpus) for n in members), default=0)
+def _request(sub: JobSubmit, partition: PartitionConfig, members: list[Node], max_gpus: int) -> Request:
     nodes = _node_count(sub, max_gpus)
     tasks_per_node = _tasks_per_node(sub, nodes)
     gpus_per_node = _gpus_per_node(sub, nodes, tasks_per_node)
@@ -220,11 +239,19 @@ def _mem_per_node(sub: JobSubmit, gpus_per_node: int, cpus_per_node: int) -> int
     return 0
 
 
+def _fits(node: Node, req: Request) -> bool:
+    return (len(node.gpus) >= req.gpus_per_node and node.cpus >= req.cpus_per_node
+            and node.mem_mib >= req.mem_per_node_mib)
+
+
 def _check_fits(req: Request, partition: PartitionConfig, members: list[Node]) -> None:
-    fitting = [n for n in members if len(n.gpus) >= req.gpus_per_node and n.cpus >= req.cpus_per_node
-               and n.mem_mib >= req.mem_per_node_mib]
-    if len(fitting) >= req.num_nodes:
-        return
+    found = 0
+    for node in members:  # stops at the first num_nodes nodes that fit: most submissions fit the first
+        if _fits(node, req):
+            found += 1
+            if found >= req.num_nodes:
+                return
+    fitting = [n for n in members if _fits(n, req)]
     if not members:
         raise AdmissionError(f"partition {partition.name!r} has no nodes")
     biggest = max(members, key=lambda n: (len(n.gpus), n.cpus, n.mem_mib))

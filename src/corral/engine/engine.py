@@ -23,6 +23,7 @@ from corral.core.scheduler import schedule
 from corral.engine import events as ev
 from corral.engine import gates, membership, shutdown, steps, submission
 from corral.engine.active import ActiveSet
+from corral.engine.admission import PartitionMembers
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.fairshare import FairShare
@@ -69,6 +70,7 @@ class Engine:
         self.reservations = Reservations(reservations or [])
         self.next_job_id = next_job_id
         self.archive = archive
+        self._members: PartitionMembers | None = None  # made anew whenever a node registers
         self._accrued_at = float("-inf")
         # Jobs submitted less than start_delay_s ago, oldest first: (submit time, id).
         self._fresh: deque[tuple[float, int]] = deque()
@@ -188,7 +190,9 @@ class Engine:
         """A submission as a user states it, decided by corral.engine.submission (or refused with an
         AdmissionError, having changed nothing). Reply: its first job id, and every array task's id ([] for
         a plain job)."""
-        cluster = submission.ClusterView(self.config, self.nodes.values(), self.tenancy, self.reservations,
+        if self._members is None:
+            self._members = PartitionMembers(self.nodes.values())
+        cluster = submission.ClusterView(self.config, self._members, self.tenancy, self.reservations,
                                          self.active.jobs, self.next_job_id)
         accepted = submission.decide(event.request, cluster, self.archive)
         for target in accepted.dependency_targets:
@@ -357,6 +361,7 @@ class Engine:
         node.gpus, node.cpus, node.mem_mib = inventory.gpus, inventory.cpus, inventory.mem_mib
         node.address, node.up, node.last_seen = inventory.address, True, now
         node.partitions = self.config.partitions_of(name)
+        self._members = None
         self._dirty_nodes.add(name)
         self.active.node_changed(name)
         self.active.views.nodes_changed()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from corral.api.schemas import JobSubmit
-from corral.engine.admission import AdmissionError, admit_full
+from corral.engine.admission import AdmissionError, PartitionMembers, admit_full
 from corral.engine.config import EngineConfig
 from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.records import Job, JobSpec, Node
@@ -33,7 +33,7 @@ class ClusterView:
     """What a submission is judged against: the engine's state, read only."""
 
     config: EngineConfig
-    nodes: Iterable[Node]
+    nodes: Iterable[Node] | PartitionMembers
     tenancy: Tenancy
     reservations: Reservations
     jobs: Mapping[int, Job]  # the jobs the engine holds
