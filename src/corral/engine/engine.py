@@ -12,7 +12,6 @@ hand such requests over one per call.
 """
 from __future__ import annotations
 
-import signal
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,15 +20,15 @@ from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan, PendingJob
 from corral.core.scheduler import schedule
 from corral.engine import events as ev
-from corral.engine import gates, membership, shutdown, steps, submission
+from corral.engine import gates, shutdown, steps, submission
 from corral.engine.active import ActiveSet
-from corral.engine.admission import PartitionMembers
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.fairshare import FairShare
 from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
+from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
-from corral.engine.records import CLUSTER_STOPPED, Job, JobState, Node, NodeRun
+from corral.engine.records import CLUSTER_STOPPED, Job, JobState, Node
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
@@ -70,11 +69,9 @@ class Engine:
         self.reservations = Reservations(reservations or [])
         self.next_job_id = next_job_id
         self.archive = archive
-        self._members: PartitionMembers | None = None  # made anew whenever a node registers
         self._accrued_at = float("-inf")
         # Jobs submitted less than start_delay_s ago, oldest first: (submit time, id).
         self._fresh: deque[tuple[float, int]] = deque()
-        self._dirty_nodes: set[str] = set()
         self._dirty_meta: set[str] = set(unsaved_meta)
         self.last_plan: CyclePlan | None = None
         # The cluster is being stopped (shutdown.py): nothing starts or is preempted any more.
@@ -85,28 +82,33 @@ class Engine:
             if job.state in ACTIVE:
                 self.life.track(job, 0.0)
         self._requests = UserRequests(config, self.life)
-        self._handlers: dict[type, Handler] = {
+        self._nodes = NodeEvents(config, self.nodes, self.active, self.life)
+        self._handlers = self._handler_table()
+
+    def _handler_table(self) -> dict[type, Handler]:
+        requests, nodes = self._requests, self._nodes
+        return {
             ev.SubmissionRequested: self._submission_requested,
             ev.JobSubmitted: self._submitted,
-            ev.CancelRequested: self._requests.cancel,
-            ev.SignalRequested: self._requests.signal,
-            ev.RequeueRequested: self._requests.requeue,
-            ev.UpdateRequested: self._requests.update,
-            ev.HoldRequested: self._requests.hold,
-            ev.StepRequested: self._requests.start_step,
-            ev.AllocationCompleted: self._requests.complete,
-            ev.NodeRegistered: self._node_registered,
-            ev.NodeContacted: self._node_contacted,
+            ev.CancelRequested: requests.cancel,
+            ev.SignalRequested: requests.signal,
+            ev.RequeueRequested: requests.requeue,
+            ev.UpdateRequested: requests.update,
+            ev.HoldRequested: requests.hold,
+            ev.StepRequested: requests.start_step,
+            ev.AllocationCompleted: requests.complete,
+            ev.NodeRegistered: nodes.registered,
+            ev.NodeContacted: nodes.contacted,
             ev.TasksStarted: self._tasks_started,
             ev.TasksFinished: self._tasks_finished,
             ev.StepTasksFinished: self._step_tasks_finished,
-            ev.NodeLost: lambda event, now: (None, self._node_lost(event.node, now)),
-            ev.DrainRequested: self._drain_requested,
+            ev.NodeLost: lambda event, now: (None, nodes.lost(event.node, now)),
+            ev.DrainRequested: nodes.drain_requested,
             ev.TenancyChanged: self._tenancy_changed,
             ev.ReservationAdded: self._reservation_added,
             ev.ReservationRemoved: self._reservation_removed,
             ev.ClusterStopRequested: self._stop_requested,
-            ev.ListenerStalled: self._listener_stalled,
+            ev.ListenerStalled: nodes.listener_stalled,
             ev.TimePassed: lambda event, now: (None, self._tick(now)),
             ev.CycleDue: lambda event, now: (self.last_plan, self._schedule(now)),
             ev.UsageAccrualDue: self._usage_accrual_due,
@@ -124,8 +126,8 @@ class Engine:
         life = self.life
         result.jobs = list(life.dirty.values())
         life.dirty.clear()
-        result.nodes = [self.nodes[n] for n in self._dirty_nodes if n in self.nodes]
-        self._dirty_nodes.clear()
+        result.nodes = [self.nodes[n] for n in self._nodes.dirty if n in self.nodes]
+        self._nodes.dirty.clear()
         result.meta = frozenset(self._dirty_meta)
         self._dirty_meta.clear()
         return result
@@ -190,9 +192,7 @@ class Engine:
         """A submission as a user states it, decided by corral.engine.submission (or refused with an
         AdmissionError, having changed nothing). Reply: its first job id, and every array task's id ([] for
         a plain job)."""
-        if self._members is None:
-            self._members = PartitionMembers(self.nodes.values())
-        cluster = submission.ClusterView(self.config, self._members, self.tenancy, self.reservations,
+        cluster = submission.ClusterView(self.config, self._nodes.partition_members(), self.tenancy, self.reservations,
                                          self.active.jobs, self.next_job_id)
         accepted = submission.decide(event.request, cluster, self.archive)
         for target in accepted.dependency_targets:
@@ -323,7 +323,7 @@ class Engine:
         if timeout is not None:
             for node in self.nodes.values():
                 if node.up and now - node.last_seen > timeout:
-                    commands.extend(self._node_lost(node.name, now))
+                    commands.extend(self._nodes.lost(node.name, now))
         if self.reservations.expire(now):
             self._dirty_meta.add("reservations")
         return commands
@@ -348,74 +348,6 @@ class Engine:
             commands += self.life.begin_kill(job, now, JobState.PENDING if again else JobState.NODE_FAIL)
         decision.commands.extend(commands)
         return decision, commands
-
-    # ----- nodes
-
-    def _node_registered(self, event: ev.NodeRegistered, now: float) -> tuple[list[int], list[Command]]:
-        """A node agent (re)joins: its record is updated, and what it runs is reconciled with the jobs."""
-        name, inventory = event.node, event.inventory
-        node = self.nodes.get(name)
-        if node is None:
-            node = self.nodes[name] = Node(name=name, gpus=inventory.gpus, cpus=inventory.cpus,
-                                           mem_mib=inventory.mem_mib)
-        node.gpus, node.cpus, node.mem_mib = inventory.gpus, inventory.cpus, inventory.mem_mib
-        node.address, node.up, node.last_seen = inventory.address, True, now
-        node.partitions = self.config.partitions_of(name)
-        self._members = None
-        self._dirty_nodes.add(name)
-        self.active.node_changed(name)
-        self.active.views.nodes_changed()
-        found = membership.reconcile(name, list(self.active.jobs.values()), event.running, event.finished,
-                                     self.config.kill_grace_s)
-        for job in found.acknowledged:
-            job.runs[name].started = True
-            self.life.touch(job)
-        commands = list(found.resend)
-        for job in found.lost:
-            run = job.runs[name]
-            job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
-            commands.extend(self.life.fail_gang(job, now))
-        return found.kill, commands
-
-    def _node_contacted(self, event: ev.NodeContacted, now: float) -> tuple[bool, list[Command]]:
-        node = self.nodes.get(event.node)
-        if node is None or not node.up:
-            return False, []
-        node.last_seen = now  # kept in memory only: a restarted controller gives every node a full timeout
-        return True, []
-
-    def _listener_stalled(self, event: ev.ListenerStalled, now: float) -> tuple[None, list[Command]]:
-        membership.discount_stall(self.nodes.values(), event.stall_s, now)
-        return None, []
-
-    def _drain_requested(self, event: ev.DrainRequested, now: float) -> tuple[Node, list[Command]]:
-        node = self.nodes.get(event.node)
-        if node is None:
-            raise KeyError(event.node)
-        node.drain, node.drain_reason = event.drain, (event.reason if event.drain else "")
-        self._dirty_nodes.add(node.name)
-        self.active.node_changed(node.name)
-        return node, []
-
-    def _node_lost(self, name: str, now: float) -> list[Command]:
-        node = self.nodes[name]
-        node.up = False
-        self._dirty_nodes.add(name)
-        self.active.node_changed(name)
-        life = self.life
-        commands: list[Command] = []
-        for job in list(self.active.jobs.values()):
-            if job.state not in (JobState.RUNNING, JobState.COMPLETING) or name not in job.node_names:
-                continue
-            steps.node_lost(job, name, now)
-            run = job.runs.get(name)
-            if run is not None and not run.finished:
-                job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
-            if job.state is JobState.RUNNING or run is not None and not run.finished:
-                commands.extend(life.fail_gang(job, now))
-            else:
-                commands.extend(life.maybe_end(job, now))
-        return commands
 
     # ----- tenancy and reservations
 

@@ -1,0 +1,97 @@
+"""Nodes joining, being heard from, drained and lost: the engine's node records and what each change means
+for the jobs on them. Each handler returns (its reply, the commands it calls for)."""
+from __future__ import annotations
+
+import signal
+
+from corral.engine import events as ev
+from corral.engine import membership, steps
+from corral.engine.active import ActiveSet
+from corral.engine.admission import PartitionMembers
+from corral.engine.commands import Command
+from corral.engine.config import EngineConfig
+from corral.engine.lifecycle import Lifecycle
+from corral.engine.records import JobState, Node, NodeRun
+
+
+class NodeEvents:
+    def __init__(self, config: EngineConfig, nodes: dict[str, Node], active: ActiveSet, life: Lifecycle) -> None:
+        self.config = config
+        self.nodes = nodes
+        self.active = active
+        self.life = life
+        self.dirty: set[str] = set()  # node records changed since the last Result
+        self._members: PartitionMembers | None = None  # made anew whenever a node registers
+
+    def partition_members(self) -> PartitionMembers:
+        """Each partition's nodes, as admission reads them."""
+        if self._members is None:
+            self._members = PartitionMembers(self.nodes.values())
+        return self._members
+
+    def registered(self, event: ev.NodeRegistered, now: float) -> tuple[list[int], list[Command]]:
+        """A node agent (re)joins: its record is updated, and what it runs is reconciled with the jobs."""
+        name, inventory = event.node, event.inventory
+        node = self.nodes.get(name)
+        if node is None:
+            node = self.nodes[name] = Node(name=name, gpus=inventory.gpus, cpus=inventory.cpus,
+                                           mem_mib=inventory.mem_mib)
+        node.gpus, node.cpus, node.mem_mib = inventory.gpus, inventory.cpus, inventory.mem_mib
+        node.address, node.up, node.last_seen = inventory.address, True, now
+        node.partitions = self.config.partitions_of(name)
+        self._members = None
+        self.dirty.add(name)
+        self.active.node_changed(name)
+        self.active.views.nodes_changed()
+        found = membership.reconcile(name, list(self.active.jobs.values()), event.running, event.finished,
+                                     self.config.kill_grace_s)
+        for job in found.acknowledged:
+            job.runs[name].started = True
+            self.life.touch(job)
+        commands = list(found.resend)
+        for job in found.lost:
+            run = job.runs[name]
+            job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
+            commands.extend(self.life.fail_gang(job, now))
+        return found.kill, commands
+
+    def contacted(self, event: ev.NodeContacted, now: float) -> tuple[bool, list[Command]]:
+        node = self.nodes.get(event.node)
+        if node is None or not node.up:
+            return False, []
+        node.last_seen = now  # kept in memory only: a restarted controller gives every node a full timeout
+        return True, []
+
+    def listener_stalled(self, event: ev.ListenerStalled, now: float) -> tuple[None, list[Command]]:
+        membership.discount_stall(self.nodes.values(), event.stall_s, now)
+        return None, []
+
+    def drain_requested(self, event: ev.DrainRequested, now: float) -> tuple[Node, list[Command]]:
+        node = self.nodes.get(event.node)
+        if node is None:
+            raise KeyError(event.node)
+        node.drain, node.drain_reason = event.drain, (event.reason if event.drain else "")
+        self.dirty.add(node.name)
+        self.active.node_changed(node.name)
+        return node, []
+
+    def lost(self, name: str, now: float) -> list[Command]:
+        node = self.nodes[name]
+        node.up = False
+        self.dirty.add(name)
+        self.active.node_changed(name)
+        life = self.life
+        commands: list[Command] = []
+        for job in list(self.active.jobs.values()):
+            if job.state not in (JobState.RUNNING, JobState.COMPLETING) or name not in job.node_names:
+                continue
+            steps.node_lost(job, name, now)
+            run = job.runs.get(name)
+            if run is not None and not run.finished:
+                job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
+            if job.state is JobState.RUNNING or run is not None and not run.finished:
+                commands.extend(life.fail_gang(job, now))
+            else:
+                commands.extend(life.maybe_end(job, now))
+        return commands
+
