@@ -206,7 +206,7 @@ def _add_job_routes(app: FastAPI, state: StandinState) -> None:
 
 
 def _named(state: StandinState, ids: str | None) -> set[int] | None:
-    """The controller's reading of `ids=` (corral.controller.job_refs): an array's id names every task."""
+    """The controller's reading of `ids=` (corral.engine.job_refs): an array's id names every task."""
     if not ids:
         return None
     try:

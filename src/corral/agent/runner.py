@@ -6,9 +6,9 @@ Design choices, each mirroring what slurmd/slurmstepd do or what the agent's res
   task started, and nothing else. When a task's main process exits, whatever it left running in its group is
   SIGKILLed, as Slurm's process tracking does when a batch script ends; while a kill's grace runs, not
   before the group is empty or the grace is over (Slurm's KillWait: an srun relays its step's end).
-- Output and error files are opened with O_APPEND|O_CREAT: several tasks and nodes may write one file, and
-  a requeued job keeps its earlier output. corral always appends; it never truncates (Slurm truncates
-  unless --open-mode=append).
+- Output and error files are opened with O_APPEND|O_CREAT: several tasks and nodes may write one file.
+  A batch job's files are truncated first unless --open-mode=append (Slurm's default for sbatch); a file
+  shared by several tasks is never truncated, and other jobs append by default.
 - Processes are started with `subprocess.Popen` and awaited through a pidfd, not through
   `asyncio.create_subprocess_exec`: asyncio's subprocess transport SIGKILLs its child when it is closed or
   garbage-collected, which would kill every running job when the agent stops or restarts. Tasks must
