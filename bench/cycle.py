@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from workload import cluster_snapshot  # noqa: E402
 
-from corral.core.model import SchedulerConfig  # noqa: E402
+from corral.core.config import SchedulerConfig  # noqa: E402
 from corral.core.scheduler import schedule  # noqa: E402
 
 

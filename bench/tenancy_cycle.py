@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from workload import cluster_snapshot  # noqa: E402
 
 from corral.api.tenancy import TenancySpec  # noqa: E402
-from corral.core.model import Cap, PendingJob, Reason, SchedulerConfig  # noqa: E402
+from corral.core.config import SchedulerConfig  # noqa: E402
+from corral.core.model import Cap, PendingJob, Reason  # noqa: E402
 from corral.core.scheduler import schedule  # noqa: E402
 from corral.engine.fairshare import FairShare  # noqa: E402
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import random
 
-from corral.core.model import Gpu, NodeSlice, NodeView, Partition, PendingJob, Request, RunningJob, Snapshot
+from corral.core.model import Gpu, NodeSlice, NodeView, Partition, PendingJob, Request, RunningJob
+from corral.core.snapshot import Snapshot
 
 NOW = 1_700_000_000.0
 # (nodes, gpus per node, weight): 1 GPU up to 64-GPU gangs of 8 x 8

@@ -23,13 +23,7 @@ CORE_MAY_USE = {"corral.gpu_models", "corral.hostlist", "corral.jobref"}
 
 # Cycles through typing-only or deferred imports, as sets of modules. Remove an entry when its cycle is
 # gone; never add one to make a new cycle pass.
-KNOWN_CYCLES = [
-    # SchedulerConfig resolves its placement policy when it is made (a deferred import of
-    # corral.core.placement), and the policies and the pools name each other's types (typing only).
-    {"corral.core.basepool", "corral.core.fgd", "corral.core.model", "corral.core.placement",
-     "corral.core.placement.bestfit", "corral.core.placement.fgd", "corral.core.placement.fgd_cpu",
-     "corral.core.pool", "corral.core.worknode"},
-]
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def _modules() -> dict[str, Path]:

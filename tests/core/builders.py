@@ -1,16 +1,8 @@
 """Small builders for scheduler inputs: node("n1", gpus=8), job(1, nodes=2, gpus=4), snapshot(...)."""
 from __future__ import annotations
 
-from corral.core.model import (
-    Gpu,
-    NodeSlice,
-    NodeView,
-    Partition,
-    PendingJob,
-    Request,
-    RunningJob,
-    Snapshot,
-)
+from corral.core.model import Gpu, NodeSlice, NodeView, Partition, PendingJob, Request, RunningJob
+from corral.core.snapshot import Snapshot
 
 NOW = 1_000_000.0
 

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.core.config import SchedulerConfig
 from corral.core.fgd import FragScorer, model_matches
-from corral.core.model import Gpu, NodeView, Request, SchedulerConfig, TaskShape
+from corral.core.model import Gpu, NodeView, Request, TaskShape
 from corral.core.placement.bestfit import BestFit
 from corral.core.placement.fgd import with_scorer
 from corral.core.pool import WorkPool

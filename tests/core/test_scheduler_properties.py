@@ -7,8 +7,9 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.core.model import SchedulerConfig, Snapshot
+from corral.core.config import SchedulerConfig
 from corral.core.scheduler import schedule
+from corral.core.snapshot import Snapshot
 from tests.core.builders import NOW, job, node, running, snapshot
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.core.model import Partition, Reason, SchedulerConfig
+from corral.core.config import SchedulerConfig
+from corral.core.model import Partition, Reason
 from corral.core.scheduler import schedule
 from tests.core.builders import NOW, job, node, running, snapshot
 

@@ -7,9 +7,10 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.core.model import Cap, QueueQuota, Reason, Snapshot
+from corral.core.model import Cap, QueueQuota, Reason
 from corral.core.quota import QuotaBook
 from corral.core.scheduler import schedule
+from corral.core.snapshot import Snapshot
 from tests.core.builders import NOW, job, node, running, snapshot
 
 QUEUES = [QueueQuota("a", {"gpu": 6}, cohort="c", borrowing_limit={"gpu": 4}),

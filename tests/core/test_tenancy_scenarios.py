@@ -1,7 +1,8 @@
 """Quota with cohorts (Kueue's documented examples), counted limits, preemption, advance reservations."""
 from __future__ import annotations
 
-from corral.core.model import AdvanceReservation, Cap, QueueQuota, Reason, SchedulerConfig
+from corral.core.config import SchedulerConfig
+from corral.core.model import AdvanceReservation, Cap, QueueQuota, Reason
 from corral.core.quota import QuotaBook
 from corral.core.scheduler import schedule
 from tests.core.builders import NOW, job, node, running, snapshot

@@ -31,7 +31,7 @@ from corral.api.tenancy import TenancySpec
 from corral.controller.app import create_app
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
-from corral.core.model import SchedulerConfig
+from corral.core.config import SchedulerConfig
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig, PartitionConfig
 from corral.engine.pacer import CyclePacer

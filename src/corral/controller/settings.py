@@ -24,7 +24,8 @@ from pydantic import ValidationError
 
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
-from corral.core.model import GPU_MILLI, PLACEMENTS, SchedulerConfig, TaskShape
+from corral.core.config import PLACEMENTS, SchedulerConfig
+from corral.core.model import GPU_MILLI, TaskShape
 from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)

@@ -6,21 +6,12 @@ from typing import Literal
 
 from corral import gpu_models
 from corral.core import preemption
+from corral.core.config import SchedulerConfig
 from corral.core.fgd import model_matches
-from corral.core.model import (
-    Partition,
-    PendingJob,
-    Preempt,
-    Reason,
-    Request,
-    RunningJob,
-    SchedulerConfig,
-    Snapshot,
-    Start,
-    Waiting,
-)
+from corral.core.model import Partition, PendingJob, Preempt, Reason, Request, RunningJob, Start, Waiting
 from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook, job_resources
+from corral.core.snapshot import Snapshot
 from corral.core.timeline import earliest_gang_start
 from corral.core.worknode import Need
 from corral.hostlist import sort_key

@@ -1,18 +1,14 @@
-"""Immutable inputs and outputs of one scheduling cycle.
+"""Immutable inputs and outputs of one scheduling cycle: what a `Snapshot` (core/snapshot.py) holds and what a
+`CyclePlan` says.
 
-Everything here is plain data. The core never reads a clock: `now` is passed in, and every time is
-seconds since the epoch as a float.
+Everything here is plain data, and this module imports nothing of the core (every core module may use it).
+The core never reads a clock: `now` is passed in, and every time is seconds since the epoch as a float.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from corral.core.basepool import BasePool
-    from corral.core.placement import PlacementPolicy
 
 GPU_MILLI = 1000  # one whole GPU in milli-GPU
 
@@ -219,59 +215,6 @@ class AdvanceReservation:
 
 # "fgd+cpu": weight of CPU-stranded GPU capacity (chosen on openb seeds 52-56; see docs/results.md).
 FGD_CPU_WEIGHT = 0.3
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    # How many blocked jobs, in priority order, get a reservation in the backfill timeline.
-    # 1 is EASY backfill; larger values are closer to conservative backfill.
-    max_reservations: int = 8
-    # Backfill stops looking at pending jobs after this many (Slurm's bf_max_job_test); None: all.
-    max_jobs_considered: int | None = None
-    # Victim searches per cycle (each simulates removals on the whole pool).
-    max_preemption_attempts: int = 32
-    # False: strict FIFO per partition, as the Helios paper's baseline: once a job of a partition cannot
-    # start, no later job of that partition starts in the cycle (no backfill, no reservations needed).
-    backfill: bool = True
-    # Node and device choice: "bestfit" (fewest free GPUs that fit; a fraction goes to the tightest shared
-    # GPU) or "fgd" (fragmentation gradient descent, Weng et al. ATC'23: the node and GPU whose use least
-    # increases the expected GPU capacity that `task_mix` could not use), or "fgd+cpu" (FGD whose
-    # fragmentation also counts, weighted by `fgd_cpu_weight`, the free GPU capacity that copies of a typical
-    # task could not get CPUs for: see core/fgd.py).
-    placement: str = "bestfit"
-    # The target workload for "fgd"/"fgd+cpu": typical task shapes with their probabilities (normalized).
-    task_mix: tuple[tuple[TaskShape, float], ...] = ()
-    # "fgd+cpu" only: weight of CPU-stranded GPU capacity in the fragmentation measure (0 = plain FGD).
-    fgd_cpu_weight: float = FGD_CPU_WEIGHT
-
-    # The policy `placement` names, made once from the fields above (core/placement/): what cycles use.
-    placement_policy: PlacementPolicy = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"placement {self.placement!r}: one of {', '.join(PLACEMENTS)}")
-        if self.fgd_cpu_weight < 0:
-            raise ValueError(f"fgd_cpu_weight {self.fgd_cpu_weight}: must be >= 0")
-        from corral.core.placement import resolve  # the policies import this module
-        object.__setattr__(self, "placement_policy", resolve(self))
-
-
-PLACEMENTS = ("bestfit", "fgd", "fgd+cpu")
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    now: float
-    nodes: tuple[NodeView, ...]
-    partitions: tuple[Partition, ...]
-    running: tuple[RunningJob, ...]
-    pending: tuple[PendingJob, ...]
-    queues: tuple[QueueQuota, ...] = ()
-    reservations: tuple[AdvanceReservation, ...] = ()
-    # Optional: the engine's base pool of exactly `nodes` and `running` (releases at their raw expected ends),
-    # kept up to date between cycles. The cycle works on a copy-on-write fork of it instead of building its
-    # working pool from scratch; it never changes the base (core/basepool.py). None: built from the fields above.
-    base: BasePool | None = field(default=None, compare=False)
 
 
 class Reason(str, Enum):

@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import replace
 from operator import attrgetter
 
+from corral.core.config import SchedulerConfig
 from corral.core.cycle import Cycle
-from corral.core.model import CyclePlan, PendingJob, Reason, SchedulerConfig, Snapshot, Waiting
+from corral.core.model import CyclePlan, PendingJob, Reason, Waiting
+from corral.core.snapshot import Snapshot
 
 
 def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) -> CyclePlan:

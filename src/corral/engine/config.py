@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field
 
 from corral import hostlist
-from corral.core.model import Partition, SchedulerConfig
+from corral.core.config import SchedulerConfig
+from corral.core.model import Partition
 
 MAX_PRIORITY_JOB_FACTOR = 65533  # Slurm's upper bound
 

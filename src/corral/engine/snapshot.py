@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
-from corral.core.model import AdvanceReservation, QueueQuota, Snapshot
+from corral.core.model import AdvanceReservation, QueueQuota
+from corral.core.snapshot import Snapshot
 from corral.engine.active import ActiveSet
 from corral.engine.config import EngineConfig
 from corral.engine.records import Node

@@ -14,7 +14,7 @@ from typing import Any
 from corral import hostlist
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.core.model import SchedulerConfig
+from corral.core.config import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.records import JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation

@@ -1,21 +1,36 @@
-"""Placement policies: which nodes and devices a request gets. One module per policy (bestfit, fgd,
-fgd_cpu), each behind the small `Placement` interface that the working pool calls; the policy is chosen once,
-when the scheduler configuration is made (`SchedulerConfig.placement_policy`), never per job.
+"""Placement: which nodes and devices a request gets. This package's top is the interface alone, which both
+the working pool (core/pool.py) and the policies import; one module per policy (bestfit, fgd, fgd_cpu) behind
+it. The policy is chosen once, when the scheduler configuration is made (`SchedulerConfig.placement_policy`,
+core/config.py), never per job.
 
 A policy is a `PlacementPolicy`: called with a working pool, it gives that pool's `Placement` (which may
-keep its own index of the pool's nodes: FGD groups them by fragmentation state).
+keep its own index of the pool's nodes: FGD groups them by fragmentation state). A placement reads the pool
+only through `SearchedPool`, so the pool and the policies never name each other.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from corral.core.placement import bestfit, fgd, fgd_cpu
 from corral.core.worknode import Need, WorkNode
 
-if TYPE_CHECKING:
-    from corral.core.model import SchedulerConfig
-    from corral.core.pool import WorkPool
+
+class SearchedPool(Protocol):
+    """What a placement reads of the working pool it searches (core/pool.py: NodePool)."""
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def nodes(self) -> list[WorkNode]: ...
+
+    @property
+    def buckets(self) -> dict[str, list[dict[int, None]]]:
+        """partition -> buckets[free GPU count] -> schedulable node indices."""
+
+    @property
+    def rooms(self) -> dict[str, list[dict[int, None]]]:
+        """partition -> room (free milli of a shared device) -> schedulable node indices."""
 
 
 class Placement(Protocol):
@@ -30,13 +45,4 @@ class Placement(Protocol):
         """A schedulable node's free resources changed."""
 
 
-PlacementPolicy = Callable[["WorkPool"], Placement]
-
-
-def resolve(config: SchedulerConfig) -> PlacementPolicy:
-    """The policy `config.placement` names, made for its task mix and weights."""
-    return _POLICIES[config.placement](config)
-
-
-_POLICIES: dict[str, Callable[[SchedulerConfig], PlacementPolicy]] = {
-    "bestfit": bestfit.policy, "fgd": fgd.policy, "fgd+cpu": fgd_cpu.policy}
+PlacementPolicy = Callable[[SearchedPool], Placement]

@@ -6,16 +6,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from corral.core.fgd import model_matches
-from corral.core.model import GPU_MILLI
+from corral.core.model import GPU_MILLI, TaskShape
 from corral.core.worknode import Need, WorkNode, device_with_room
 
 if TYPE_CHECKING:
-    from corral.core.model import SchedulerConfig
-    from corral.core.pool import WorkPool
+    from corral.core.placement import SearchedPool
 
 
 class BestFit:
-    def __init__(self, pool: WorkPool) -> None:
+    def __init__(self, pool: SearchedPool) -> None:
         self.pool = pool
 
     def find(self, partition: str, need: Need, count: int, end: float,
@@ -72,5 +71,6 @@ class BestFit:
         """Best fit uses the pool's own indexes (buckets, rooms)."""
 
 
-def policy(config: SchedulerConfig) -> type[BestFit]:
+def policy(task_mix: tuple[tuple[TaskShape, float], ...], fgd_cpu_weight: float) -> type[BestFit]:
+    """Best fit needs neither the task mix nor a weight."""
     return BestFit

@@ -11,17 +11,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from corral.core.fgd import Fit, FragScorer, StateKey, model_matches, scorer_for
-from corral.core.model import GPU_MILLI
+from corral.core.model import GPU_MILLI, TaskShape
 from corral.core.worknode import Need, WorkNode, device_with_room
 
 if TYPE_CHECKING:
-    from corral.core.model import SchedulerConfig
-    from corral.core.placement import PlacementPolicy
-    from corral.core.pool import WorkPool
+    from corral.core.placement import PlacementPolicy, SearchedPool
 
 
 class Fgd:
-    def __init__(self, scorer: FragScorer, pool: WorkPool) -> None:
+    def __init__(self, scorer: FragScorer, pool: SearchedPool) -> None:
         self.scorer = scorer
         self.pool = pool
         # partition -> fragmentation state (interned id) -> schedulable nodes in that state
@@ -110,9 +108,9 @@ def with_scorer(scorer: FragScorer) -> PlacementPolicy:
     return functools.partial(Fgd, scorer)
 
 
-def policy(config: SchedulerConfig) -> PlacementPolicy:
-    """Plain FGD: the paper's fragmentation measure over `config.task_mix`."""
-    return with_scorer(scorer_for(config.task_mix, 0.0))
+def policy(task_mix: tuple[tuple[TaskShape, float], ...], fgd_cpu_weight: float) -> PlacementPolicy:
+    """Plain FGD: the paper's fragmentation measure over `task_mix` (the CPU weight is fgd+cpu's)."""
+    return with_scorer(scorer_for(task_mix, 0.0))
 
 
 _UNSCORED: Fit = (0.0, -1, -1, -1)  # a sentinel, told by identity: no score is this object

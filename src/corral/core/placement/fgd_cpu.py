@@ -9,9 +9,9 @@ from corral.core.fgd import scorer_for
 from corral.core.placement.fgd import with_scorer
 
 if TYPE_CHECKING:
-    from corral.core.model import SchedulerConfig
+    from corral.core.model import TaskShape
     from corral.core.placement import PlacementPolicy
 
 
-def policy(config: SchedulerConfig) -> PlacementPolicy:
-    return with_scorer(scorer_for(config.task_mix, config.fgd_cpu_weight))
+def policy(task_mix: tuple[tuple[TaskShape, float], ...], fgd_cpu_weight: float) -> PlacementPolicy:
+    return with_scorer(scorer_for(task_mix, fgd_cpu_weight))

@@ -1,0 +1,25 @@
+"""The cluster as one scheduling cycle sees it (`Snapshot`): the input of `schedule`, with the configuration."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from corral.core.model import AdvanceReservation, NodeView, Partition, PendingJob, QueueQuota, RunningJob
+
+if TYPE_CHECKING:
+    from corral.core.basepool import BasePool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[NodeView, ...]
+    partitions: tuple[Partition, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]
+    queues: tuple[QueueQuota, ...] = ()
+    reservations: tuple[AdvanceReservation, ...] = ()
+    # Optional: the engine's base pool of exactly `nodes` and `running` (releases at their raw expected ends),
+    # kept up to date between cycles. The cycle works on a copy-on-write fork of it instead of building its
+    # working pool from scratch; it never changes the base (core/basepool.py). None: built from the fields above.
+    base: BasePool | None = field(default=None, compare=False)
