@@ -3,6 +3,7 @@ resolve it, and everything is gone after the teardown."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -20,7 +21,7 @@ def test_hosts_see_each_other_by_name_and_vanish_after_teardown():
         beta = net.hosts["beta"]
         probe = ("import socket; print(socket.gethostname(), socket.gethostbyname('alpha'), "
                  "socket.gethostbyname(socket.gethostname()))")
-        done = subprocess.run(beta.command(["python3", "-c", probe]), capture_output=True, text=True)
+        done = subprocess.run(beta.command([sys.executable, "-c", probe]), capture_output=True, text=True)
         assert done.stdout.split() == ["beta", net.hosts["alpha"].address, beta.address], done.stderr
     finally:
         net.destroy()
