@@ -58,6 +58,9 @@ def unavailable_reason() -> str | None:
     try:
         _ip("link", "add", "br0", "type", "bridge", netns=probe)
         _ip("link", "add", "v0", "type", "veth", "peer", "name", "v1", netns=probe)
+        entered = subprocess.run(Host("probe", probe, "").command(["true"]), capture_output=True, text=True)
+        if entered.returncode != 0:
+            return f"cannot run a process on a virtual host: {entered.stderr.strip()}"
     except RuntimeError as exc:
         return f"veth or bridge devices are unavailable: {exc}"
     finally:
