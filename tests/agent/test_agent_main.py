@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,16 @@ def test_sigterm_stops_the_agent_and_leaves_tasks_running(agent_process_with_a_t
         assert agent.wait(timeout=5) == 0
         assert b"running tasks are left alone" in agent.stderr.read()
         assert not is_dead(task_pid, within_s=0.3)  # the job outlives its agent, as under slurmd
+
+
+def test_a_controller_name_that_does_not_resolve_without_address_exits_1(tmp_path):
+    """The agent advertises its address towards the controller (MASTER_ADDR of its jobs): when it
+    cannot tell it, it says so at start instead of registering a wrong one."""
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    done = subprocess.run([sys.executable, "-m", "corral.agent", "--controller", "http://no-such-host.invalid:6817",
+                           "--secret-file", str(secret_file), "--node", "n1", "--gpus", "0",
+                           "--spool", str(tmp_path / "spool")], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 1, done.stderr
+    assert "cannot tell this host's address towards http://no-such-host.invalid:6817" in done.stderr
+    assert "--address" in done.stderr and "Traceback" not in done.stderr

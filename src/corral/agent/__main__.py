@@ -18,6 +18,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.discovery import DiscoveryError, discover
+from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
 
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--controller", required=True, help="controller URL, e.g. http://head:6817")
     parser.add_argument("--secret-file", required=True, type=Path, help="file holding the cluster secret")
     parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
-    parser.add_argument("--address", default="127.0.0.1", help="address other nodes reach this one at")
+    parser.add_argument("--address", default=None,
+                        help="address other nodes reach this one at: MASTER_ADDR of the jobs it is the first "
+                        "node of (default: this host's address on its route to the controller)")
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="simulate N GPUs instead of reading them from NVML")
     parser.add_argument("--cpus", type=int, default=None, metavar="N", help="CPUs to offer (default: all)")
@@ -100,13 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     log.info("node %s: %d GPU(s) (%s), %d CPUs, %d MiB", args.node, len(inventory.gpus), inventory.source,
              inventory.cpus, inventory.mem_mib)
     spool = args.spool or default_spool_dir(args.node)
+    try:
+        address = args.address or address_towards(args.controller)
+    except OSError as exc:
+        print(f"corral agent: cannot tell this host's address towards {args.controller} ({exc}): "
+              "give it with --address", file=sys.stderr)
+        return 1
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
         node=args.node,
         inventory=inventory,
         spool_dir=spool,
-        address=args.address,
+        address=address,
         # Jobs reach the controller the way the agent does, so that `scontrol requeue` (submitit,
         # Lightning) works from inside a job. Tasks run as the agent's user, who can read the file anyway.
         base_env={**os.environ, "CORRAL_URL": args.controller, "CORRAL_SLURM_BIN": slurm_commands_dir(spool),

@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 
+from corral.hostaddr import address_towards
 from corral.slurm.common.http import ApiError, Controller
 from corral.slurm.common.jobids import format_task_ranges
 from corral.slurm.srun.opts import StepOptions, fail
@@ -25,16 +26,10 @@ def _step_record(controller: Controller, job_id: int, step_id: int, wait_s: floa
 
 
 def io_address(controller_url: str) -> str:
-    """The address of this host that the agents can reach: the one it uses to reach the controller."""
-    from urllib.parse import urlsplit
-
-    host = urlsplit(controller_url).hostname or "127.0.0.1"
-    if host in ("localhost", "127.0.0.1", "::1"):
-        return "127.0.0.1"
+    """Where the agents connect back to srun: this host's address towards the controller, else (no
+    route to it yet) the address this host's name resolves to."""
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, 9))  # UDP: no packet is sent, the kernel only picks a route
-            return probe.getsockname()[0]
+        return address_towards(controller_url)
     except OSError:
         return socket.gethostbyname(socket.gethostname())
 
