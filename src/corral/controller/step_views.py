@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from corral import hostlist
 from corral.api.steps import StepOut
-from corral.engine.records import Job, Node, Step
 from corral.core.model import NodeSlice
+from corral.engine.records import Job, Node, Step
 from corral.protocol import GpuShareLaunch, LaunchStep, TaskLaunch
 
 

@@ -1,8 +1,9 @@
 """Trackable resources (TRES) strings and Slurm's memory units.
 
 scontrol lists TRES in Slurm's TRES id order (cpu, mem, node, billing, gres/gpu, then gres/mps or
-gres/shard for a share of one GPU); sacct sorts them by name. Billing is the CPU count (no TRESBillingWeights). Memory that is not allocated (Slurm without
-CR_*_Memory, or a corral slice with 0 MiB) is left out of allocations, as Slurm does."""
+gres/shard for a share of one GPU); sacct sorts them by name. Billing is the CPU count (no
+TRESBillingWeights). Memory that is not allocated (Slurm without CR_*_Memory, or a corral slice with
+0 MiB) is left out of allocations, as Slurm does."""
 from __future__ import annotations
 
 from _collections_abc import Mapping
