@@ -60,6 +60,14 @@ class TaskLaunch(BaseModel):
     gpus: list[int]  # node-local device indices -> CUDA_VISIBLE_DEVICES
 
 
+class GpuShareLaunch(BaseModel):
+    """A share of one device (--gres=shard:N, mps:P): what bounds its tasks under CUDA MPS."""
+
+    gpu_milli: int  # 1..999
+    device_memory_mib: int = 0  # the whole device's, as the agent reported it (0: unknown)
+    shards: int = 0  # --gres=shard:N: N (SLURM_SHARDS_ON_NODE); 0 for mps
+
+
 class LaunchJob(BaseModel):
     kind: Literal["launch"] = "launch"
     seq: int = 0
@@ -79,6 +87,7 @@ class LaunchJob(BaseModel):
     mem_per_node_mib: int
     node_gpus: list[int]  # every device the job holds on this node
     gpus_per_task: int | None = None
+    share: GpuShareLaunch | None = None  # the job holds a share of its one device, not the device
     tasks: list[TaskLaunch]
     script: str | None = None
     argv: list[str] = []
@@ -127,6 +136,7 @@ class LaunchStep(BaseModel):
     num_tasks: int
     cpus_per_task: int = 1
     gpus_per_task: int | None = None
+    share: GpuShareLaunch | None = None  # the job holds a share of its one device, not the device
     tasks: list[TaskLaunch]  # this node's tasks
     argv: list[str]
     workdir: str

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from corral.agent.environment import expand_pattern, scrub_environment, slurm_counts, task_environment
-from corral.protocol import TaskLaunch
+from corral.protocol import GpuShareLaunch, TaskLaunch
 
 BASE_ENV = {
     "PATH": "/usr/bin",
@@ -196,3 +196,29 @@ def test_expand_pattern(pattern, expected):
 
 def test_expand_pattern_for_an_array_task():
     assert expand_pattern("%A_%a-%j", **CONTEXT, array_job_id=40, array_task_id=2) == "40_2-4242"
+
+
+def test_a_task_on_a_share_gets_the_mps_variables_that_bound_it(make_launch):
+    # --gres=shard:2 of 8 on device 3 of 80 GiB: 25 % of its SMs and 20 GiB, named as the task sees
+    # the device (ordinal 0 of its one visible device); the agent's own MPS settings never leak in.
+    share = GpuShareLaunch(gpu_milli=250, device_memory_mib=81920, shards=2)
+    launch = make_launch(node_gpus=[3], share=share, tasks=[TaskLaunch(rank=0, local_rank=0, gpus=[3])])
+    agent = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "100", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=80G"}
+    env = task_environment(launch, launch.tasks[0], "n1", agent)
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+    assert env["SLURM_SHARDS_ON_NODE"] == "2"
+
+
+def test_mps_shares_round_down_and_whole_devices_get_no_mps_variables(make_launch):
+    # mps:33 of a device of unknown memory: no memory limit can be stated; no shard count either.
+    share = GpuShareLaunch(gpu_milli=335, device_memory_mib=0, shards=0)
+    launch = make_launch(node_gpus=[0], share=share, tasks=[TaskLaunch(rank=0, local_rank=0, gpus=[0])])
+    env = task_environment(launch, launch.tasks[0], "n1", {})
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env and "SLURM_SHARDS_ON_NODE" not in env
+    whole = make_launch(node_gpus=[0], tasks=[TaskLaunch(rank=0, local_rank=0, gpus=[0])])
+    agent = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    env = task_environment(whole, whole.tasks[0], "n1", agent)
+    assert not any(k.startswith("CUDA_MPS_") or k == "SLURM_SHARDS_ON_NODE" for k in env)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskExit, TaskLaunch
+from corral.protocol import GpuShareLaunch, NodeStarted, SignalJob, StepFinished, TaskExit, TaskLaunch
 
 EXITED_OK = TaskExit(rank=0, exit_code=0)
 
@@ -183,3 +183,25 @@ def test_a_launch_onto_gpus_a_live_task_of_another_job_holds_is_refused(controll
     assert "GPU 0 of node n1 still in use by job 7" in step.error
     assert controller.finished(10).tasks == [TaskExit(rank=0, exit_code=0)]
     assert not (tmp_path / "job8").exists() and not (tmp_path / "step9").exists()
+
+
+def test_shares_of_one_gpu_run_side_by_side_but_a_whole_gpu_launch_onto_it_is_refused(
+        controller, run_with_agent, make_launch, tmp_path):
+    share = GpuShareLaunch(gpu_milli=250, device_memory_mib=81920, shards=2)
+    on_gpu0 = [TaskLaunch(rank=0, local_rank=0, gpus=[0])]
+
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=7, node_gpus=[0], share=share, tasks=on_gpu0, argv=["sleep", "30"]))
+        await controller.until(lambda: controller.started(7))
+        controller.send(make_launch(job_id=8, node_gpus=[0], share=share, tasks=on_gpu0,
+                                    argv=["sh", "-c", "echo ran > job8"]))
+        controller.send(make_launch(job_id=9, node_gpus=[0], tasks=on_gpu0, argv=["sh", "-c", "echo ran > job9"]))
+        await controller.until(lambda: controller.finished(8) and controller.finished(9))
+        controller.send(SignalJob(job_id=7, signal=signal.SIGKILL, grace_s=0))
+        await controller.until(lambda: controller.finished(7))
+
+    run_with_agent(scenario)
+    assert controller.finished(8).tasks == [TaskExit(rank=0, exit_code=0)] and (tmp_path / "job8").exists()
+    assert controller.finished(9).error.startswith("GPU 0 of node n1 still in use by job 7")
+    assert not (tmp_path / "job9").exists()

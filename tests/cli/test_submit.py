@@ -53,6 +53,15 @@ def test_submit_command_after_double_dash(standin, cli):
     assert "script" not in sent and sent["batch"] is True  # the command runs once, as a script would
 
 
+def test_submit_a_gpu_share_slurm_style(standin, cli):
+    result = cli("submit", "--gres=shard:a100:2", "--", "python", "train.py")
+    assert result.exit_code == 0, result.output
+    sent = standin.state.submissions[-1]
+    assert (sent["gpus_per_node"], sent["gpu_share"], sent["gpu_model"]) == (1, "shard:2", "a100")
+    refused = cli("submit", "--gres=gpu:1,mps:50", "--", "python", "train.py")
+    assert refused.exit_code != 0 and "gpu and mps cannot be combined" in refused.output, refused.output
+
+
 def test_submit_wrap(standin, cli):
     result = cli("submit", "--wrap", "hostname", "-J", "w")
     assert result.exit_code == 0, result.output

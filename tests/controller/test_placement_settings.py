@@ -44,3 +44,11 @@ def test_the_placement_policy_is_resolved_from_the_file() -> None:
 def test_bad_placement_settings_are_refused_by_name(keys, message) -> None:
     with pytest.raises(SettingsError, match=message):
         scheduler(**keys)
+
+
+def test_shards_per_gpu_is_read_from_the_file_and_checked() -> None:
+    assert settings_from_dict({}).shards_per_gpu == 8
+    assert settings_from_dict({"shards_per_gpu": 4}).shards_per_gpu == 4
+    for bad in (0, 1001, 2.5, "8"):
+        with pytest.raises(SettingsError, match="shards_per_gpu must be an integer from 1 to 1000"):
+            settings_from_dict({"shards_per_gpu": bad})

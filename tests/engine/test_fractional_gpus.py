@@ -1,6 +1,7 @@
 """A share of one GPU through admission, the engine's node usage and the store's slice records."""
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pydantic
@@ -47,3 +48,39 @@ def test_slice_records_round_trip():
     piece = NodeSlice("n1", (3,), 2, 100, 450)
     assert _slice_from_json(_slice_to_json(piece)) == piece
     assert "gpu_milli" not in _slice_to_json(NodeSlice("n1", (0, 1), 2, 100))
+
+
+@pytest.mark.parametrize(("share", "shards_per_gpu", "milli"), [
+    ("shard:2", 8, 250),
+    ("shard:1", 8, 125),
+    ("shard:8", 8, 1000),  # every shard of a GPU is the GPU
+    ("shard:1", 3, 333),  # rounded down: three shards never add up past one GPU
+    ("mps:50", 8, 500),
+    ("mps:100", 8, 1000),
+])
+def test_a_share_in_slurms_terms_becomes_milli_gpus(share, shards_per_gpu, milli):
+    config = dataclasses.replace(CONFIG, shards_per_gpu=shards_per_gpu)
+    spec = admit(submit(gpus_per_node=1, gpu_share=share), config, NODES)
+    assert (spec.request.gpus_per_node, spec.request.gpu_milli, spec.gpu_share) == (1, milli, share)
+    # An API client may leave the GPU count out: a share is of one GPU per node.
+    assert admit(submit(gpu_share=share), config, NODES).request.gpu_milli == milli
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    (dict(gpu_share="shard:9"), r"shard:9: a job takes 1 to 8 shards of one GPU per node \(this cluster has 8"),
+    (dict(gpu_share="shard:0"), "shard:0: a job takes 1 to 8 shards"),
+    (dict(gpu_share="mps:101"), "mps:101: mps is a percentage of one GPU, 1 to 100"),
+    (dict(gpu_share="mps:50", gpu_milli=500), "as gpu_share or as gpu_milli, not both"),
+    (dict(gpu_share="shard:2", gpus=1), "gres/gpu and gres/shard cannot be combined: gpus asks for whole GPUs"),
+    (dict(gpu_share="mps:20", gpus_per_task=1), "gres/gpu and gres/mps cannot be combined: gpus_per_task"),
+    (dict(gpu_share="shard:2", gpus_per_node=2), "needs exactly 1 GPU per node, not 2"),
+])
+def test_shares_slurm_refuses_are_refused(fields, message):
+    with pytest.raises(AdmissionError, match=message):
+        admit(submit(**fields), CONFIG, NODES)
+
+
+def test_a_share_is_written_shard_or_mps():
+    for bad in ("gpu:1", "shard", "shard:-1", "mps:1.5", "shard:2,mps:3"):
+        with pytest.raises(pydantic.ValidationError):  # the API answers 422
+            submit(gpu_share=bad)

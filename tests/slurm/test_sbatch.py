@@ -39,6 +39,9 @@ def submit(argv, env=None, directives=""):
     (["--gres=gpu:h100:2", "--gpus-per-task=h100:1"], {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "h100"}),
     (["--gres=gpu:h100:2", "--gpus-per-task=H100:1"], {"gpus_per_node": 2, "gpus_per_task": 1, "gpu_model": "h100"}),
     (["--gres=gpu:4"], {"gpus_per_node": 4}),
+    (["--gres=shard:2"], {"gpus_per_node": 1, "gpu_share": "shard:2"}),
+    (["--gres=shard:h100:2"], {"gpus_per_node": 1, "gpu_share": "shard:2", "gpu_model": "h100"}),
+    (["--gres=mps:50"], {"gpus_per_node": 1, "gpu_share": "mps:50"}),
     (["-G", "8"], {"gpus": 8}),
     (["--gpus-per-task=1"], {"gpus_per_task": 1}),
     (["--mem=16GB"], {"mem_mib": 16384}),
@@ -160,6 +163,12 @@ def test_advisory_options_warn_and_hard_ones_fail():
     (["--gpus=a100:1", "--gpus-per-task=h100:1"], {}, "sbatch: error: conflicting GPU types: a100, h100\n", 1),
     (["--gpus=x"], {},
      "sbatch: error: Batch job submission failed: Invalid generic resource (gres) specification\n", 1),
+    (["--gres=gpu:1,shard:2"], {}, "sbatch: error: Invalid generic resource (gres) specification: gpu and shard "
+     "cannot be combined: a GPU is given whole (gpu) or in shares (shard, mps), by one kind of share\n", 1),
+    (["--gres=mps:200"], {}, "sbatch: error: Invalid generic resource (gres) specification: 'mps:200': mps counts "
+     "are percent of one GPU, at most 100\n", 1),
+    (["--gres=shard:2", "--gpus=1"], {}, "sbatch: error: Batch job submission failed: Invalid generic resource "
+     "(gres) specification: --gpus and --gres=shard cannot be combined: a GPU is given whole or in shares\n", 1),
     (["--wrap", "true", "extra"], {}, "sbatch: error: Script arguments not permitted with --wrap option\n", 1),
     (["--bogus"], {}, "sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information\n", 255),
 ])

@@ -79,6 +79,14 @@ def test_job_options_for_a_new_allocation() -> None:
     assert options.jobid is None
 
 
+def test_a_gpu_share_for_a_new_allocation() -> None:
+    assert parse_srun(["--gres=mps:30", "hostname"], {}).job == {"gpus_per_node": 1, "gpu_share": "mps:30"}
+    with pytest.raises(SlurmCommandError) as error:
+        parse_srun(["--gres=shard:2", "--gpus=1", "hostname"], {})
+    assert error.value.stderr.startswith("srun: error: Batch job submission failed: Invalid generic resource "
+                                         "(gres) specification: --gpus and --gres=shard cannot be combined")
+
+
 def test_unknown_option_exits_as_real_srun() -> None:
     with pytest.raises(SlurmCommandError) as error:
         parse_srun(["--bogus"], {})

@@ -140,6 +140,18 @@ def test_tres_strings():
     assert tres.scontrol_job_tres(job) == "cpu=2,node=2,billing=2,gres/gpu=4"
     assert tres.scontrol_job_tres({**job, "slices": []}) == "cpu=2,mem=125G,node=2,billing=2,gres/gpu=4"
     assert tres.tres_per_node(job) == "gres:gpu:2"
+
+
+def test_tres_of_a_share_of_one_gpu():
+    # --gres=shard:2 on two nodes: Slurm counts the shards, not the GPUs they are on.
+    job = {"num_nodes": 2, "num_tasks": 2, "cpus_per_task": 1, "mem_per_node_mib": 0, "gpus_per_node": 1,
+           "total_gpus": 2, "gpu_share": "shard:2",
+           "slices": [{"cpus": 1, "gpus": [0], "gpu_milli": 250}, {"cpus": 1, "gpus": [3], "gpu_milli": 250}]}
+    assert tres.scontrol_job_tres(job) == "cpu=2,node=2,billing=2,gres/shard=4"
+    assert tres.scontrol_job_tres({**job, "slices": []}) == "cpu=2,mem=0,node=2,billing=2,gres/shard=4"
+    assert tres.sacct_text(tres.requested(job)) == "billing=2,cpu=2,gres/shard=4,mem=0,node=2"
+    assert tres.tres_per_node(job) == "gres:shard:2"
+    assert tres.tres_per_node({**job, "gpu_share": "mps:50"}) == "gres:mps:50"
     assert tres.tres_per_node({"gpus_per_node": 0}) is None
 
 

@@ -177,10 +177,13 @@ class Agent:
             log.error("the leftover tasks of %s outlived SIGKILL: launches onto its GPUs are refused",
                       record.describe())
 
-    def _busy_devices(self, job_id: int, gpus: list[int]) -> str | None:
-        """Why `gpus` may not go to `job_id`: a live task of another job holds some of them, or None."""
+    def _busy_devices(self, launch: LaunchJob | LaunchStep) -> str | None:
+        """Why the launch's devices may not go to its job: a live task of another job holds some of them,
+        or None. Shares of one device (the controller keeps their sum within it) do not exclude each other."""
+        job_id, gpus = launch.job_id, launch.node_gpus
         runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
-        holders = [(r.job_id, tuple(r.launch.node_gpus)) for r in runners if r.holds_devices]
+        holders = [(r.job_id, tuple(r.launch.node_gpus)) for r in runners
+                   if r.holds_devices and not (launch.share and r.launch.share)]
         self._unkillable = [r for r in self._unkillable if live_members(r)]
         holders += [(r.job_id, r.gpus) for r in self._unkillable]
         for other, held in holders:
@@ -309,7 +312,7 @@ class Agent:
         while len(self._launched) > REMEMBERED_LAUNCHES:
             self._launched.popitem(last=False)
         runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
-                           refusal=self._busy_devices(launch.job_id, launch.node_gpus))
+                           refusal=self._busy_devices(launch))
         self._runners[launch.job_id] = runner
         self._spawn_background(self._drive(runner), f"job-{launch.job_id}")
 
@@ -323,7 +326,7 @@ class Agent:
         while len(self._launched_steps) > REMEMBERED_LAUNCHES:
             self._launched_steps.popitem(last=False)
         runner = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
-                            refusal=self._busy_devices(launch.job_id, launch.node_gpus))
+                            refusal=self._busy_devices(launch))
         self._steps[key] = runner
         self._spawn_background(self._drive_step(runner), f"step-{key[0]}.{key[1]}")
 

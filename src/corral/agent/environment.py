@@ -20,7 +20,8 @@ from corral.slurm.common.commands_dir import first_on_path
 SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_")
 TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 # Device selection belongs to the allocation; never inherit it.
-GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                 "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
 
 
 def scrub_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -48,6 +49,7 @@ def task_environment(
     for name in GPU_VARIABLES:
         env.pop(name, None)  # a task without GPUs must not see the user's or agent's device list
     env.update(gpu_variables(task))
+    env.update(share_variables(launch, task))
     return with_slurm_commands(env, base_env)
 
 
@@ -158,6 +160,7 @@ def step_environment(
     for name in (*GPU_VARIABLES, "SLURM_STEP_GPUS"):
         env.pop(name, None)  # the batch shell's devices are not this task's
     env.update(gpu_variables(task))
+    env.update(share_variables(launch, task))
     if task.gpus:
         env["SLURM_STEP_GPUS"] = ",".join(str(g) for g in task.gpus)
     return with_slurm_commands(env, base_env)
@@ -226,6 +229,22 @@ def gpu_variables(task: TaskLaunch) -> dict[str, str]:
         return {}
     devices = ",".join(str(g) for g in task.gpus)
     return {"CUDA_VISIBLE_DEVICES": devices, "GPU_DEVICE_ORDINAL": devices}
+
+
+def share_variables(launch: LaunchJob | LaunchStep, task: TaskLaunch) -> dict[str, str]:
+    """What bounds a task on a share of one device under CUDA MPS: its share of the device's SMs (whole
+    percent, rounded down so that shares never add up past the device) and of its memory. The memory
+    limit names the device as the task's CUDA sees it: ordinal 0 of its one visible device. Shard jobs
+    also get Slurm's SLURM_SHARDS_ON_NODE."""
+    share = launch.share
+    if share is None or not task.gpus:
+        return {}
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, share.gpu_milli // 10))}
+    if share.device_memory_mib:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={share.device_memory_mib * share.gpu_milli // 1000}M"
+    if share.shards:
+        env["SLURM_SHARDS_ON_NODE"] = str(share.shards)
+    return env
 
 
 def slurm_counts(values: list[int]) -> str:

@@ -49,7 +49,11 @@ class JobSubmit(BaseModel):
                                                      "NVML's or Slurm's AutoDetect name, any case ('A|B': either)")
     gpu_milli: int | None = Field(None, ge=1, le=1000, description=(
         "A share of one GPU per node in milli-GPU (1..999; 1000 = whole GPUs, the default); needs exactly "
-        "one GPU per node. The scheduler packs shares onto devices; it does not enforce them on the GPU yet."))
+        "one GPU per node. The scheduler packs shares onto devices; tasks on a share get the CUDA MPS "
+        "variables that bound it (enforced where the node runs the MPS control daemon)."))
+    gpu_share: str | None = Field(None, pattern=r"^(shard|mps):[0-9]{1,6}$", description=(
+        "A share of one GPU per node in Slurm's terms: 'shard:N' (N of the GPU's shards, the cluster's "
+        "shards_per_gpu, default 8) or 'mps:P' (P percent); sets gpu_milli, which must then be left out"))
     cpus_per_task: Count | None = Field(None, description="Default 1")
     mem_mib: MemMib | None = Field(None, description="Memory per node")
     mem_per_gpu_mib: MemMib | None = None
@@ -118,6 +122,7 @@ class JobOut(BaseModel):
     total_gpus: int
     nodelist: str  # Slurm hostlist of the allocation, "" while pending
     slices: list[SliceOut]
+    gpu_share: str = ""  # a share of one GPU per node as asked for: "shard:2", "mps:50"
     exit_code: int
     exit_signal: int
     gpu_seconds: float

@@ -150,7 +150,7 @@ Job options:
       --ntasks-per-node N     tasks per node (alias --tasks-per-node)
   -G, --gpus [TYPE:]N         GPUs for the whole job
       --gpus-per-node [TYPE:]N
-      --gres gpu[:TYPE][:N]   GPUs per node, Slurm style
+      --gres gpu[:TYPE][:N]   GPUs per node, Slurm style; shard[:TYPE][:N], mps[:TYPE][:P]: a GPU share
       --gpus-per-task [TYPE:]N
   -c, --cpus-per-task N
       --mem SIZE              memory per node: N (MiB) or N[K|M|G|T][B], e.g. 16G

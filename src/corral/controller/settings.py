@@ -3,6 +3,7 @@
     cluster_name = "corral"
     kill_grace_s = 10
     node_timeout_s = 30
+    shards_per_gpu = 8     # --gres=shard:N takes N of these of one GPU
     [scheduler]
     max_reservations = 8
     placement = "fgd"      # or "bestfit" (default), "fgd+cpu"
@@ -29,7 +30,8 @@ from corral.core.model import GPU_MILLI, TaskShape
 from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
-_TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "scheduler", "partitions"} | _TENANCY
+_TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
+        "partitions"} | _TENANCY
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -80,7 +82,8 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
             partitions.append(PartitionConfig(**part))
         except ValueError as exc:
             raise SettingsError(f"{origin} partitions[{i}]: {exc}") from None
-    top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s")
+    top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
+                                "shards_per_gpu")
            if k in data}
     try:
         return EngineConfig(partitions=tuple(partitions), scheduler=SchedulerConfig(**sched), **top)

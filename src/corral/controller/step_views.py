@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from corral import hostlist
 from corral.api.steps import StepOut
+from corral.core.model import NodeSlice
 from corral.engine.records import Job, Node, Step
-from corral.protocol import LaunchStep, TaskLaunch
+from corral.protocol import GpuShareLaunch, LaunchStep, TaskLaunch
 
 
 def step_out(job: Job, step: Step) -> StepOut:
@@ -19,6 +20,16 @@ def step_rows(job: Job) -> list[dict]:
     return [{"step_id": str(st.step_id), "name": st.name, "nodelist": hostlist.compress(st.nodes),
              "num_tasks": st.num_tasks, "start_time": st.start_time, "end_time": st.end_time, "state": st.state,
              "exit_code": st.exit_code, "exit_signal": st.signal} for st in job.steps]
+
+
+def share_launch(job: Job, held: NodeSlice, node: Node | None) -> GpuShareLaunch | None:
+    """What bounds a job's tasks on a share of one device: the share, the device's memory, its shards."""
+    if held.gpu_milli >= 1000 or not held.gpus:
+        return None
+    memory = next((g.memory_mib for g in node.gpus if g.index == held.gpus[0]), 0) if node else 0
+    kind, _, amount = job.spec.gpu_share.partition(":")
+    return GpuShareLaunch(gpu_milli=held.gpu_milli, device_memory_mib=memory,
+                          shards=int(amount) if kind == "shard" else 0)
 
 
 def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, Node],
@@ -40,6 +51,7 @@ def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, N
         node_gpus=list(held.gpus), time_limit_s=job.spec.request.time_limit_s, restart_count=job.restart_count,
         step_nodes=list(step.nodes), node_index=index, tasks_per_node=list(step.tasks_per_node),
         num_tasks=step.num_tasks, cpus_per_task=launch.get("cpus_per_task", 1), gpus_per_task=per_task,
+        share=share_launch(job, held, nodes.get(node_name)),
         tasks=tasks, argv=list(launch["argv"]), workdir=launch["workdir"], env=dict(launch.get("env") or {}),
         master_addr=first.address if first else "127.0.0.1", master_port=20000 + (job.id * 7 + step.step_id) % 40000,
         output=launch.get("output"), error=launch.get("error"), input=launch.get("input", "all"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from corral import hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
-from corral.controller.step_views import step_rows
+from corral.controller.step_views import share_launch, step_rows
 from corral.engine.arrays import parse_array
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
@@ -27,6 +27,7 @@ def job_out(job: Job, now: float) -> JobOut:
         total_gpus=req.total_gpus, nodelist=hostlist.compress(job.node_names) if job.slices else "",
         slices=[SliceOut(node=s.node, gpus=list(s.gpus), cpus=s.cpus, mem_mib=s.mem_mib, gpu_milli=s.gpu_milli)
                 for s in job.slices],
+        gpu_share=job.spec.gpu_share,
         exit_code=job.exit_code, exit_signal=job.exit_signal,
         gpu_seconds=job.gpu_seconds if job.end_time is not None else job.prior_gpu_seconds + job.run_gpu_seconds(now),
         workdir=job.spec.workdir, output=job.spec.output, error=job.spec.error, restart_count=job.restart_count,
@@ -96,7 +97,8 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         master_port=20000 + job.id % 40000, tasks_per_node=req.tasks_per_node,
         num_tasks=req.num_nodes * req.tasks_per_node, cpus_per_task=req.cpus_per_task,
         cpus_on_node=node_slice.cpus, mem_per_node_mib=req.mem_per_node_mib, node_gpus=list(node_slice.gpus),
-        gpus_per_task=per_task, tasks=tasks, script=job.spec.script, argv=list(job.spec.argv),
+        gpus_per_task=per_task, share=share_launch(job, node_slice, nodes.get(node_name)), tasks=tasks,
+        script=job.spec.script, argv=list(job.spec.argv),
         workdir=job.spec.workdir, env={**job.spec.env, **job_facts(job)}, output=job.spec.output,
         error=job.spec.error, time_limit_s=req.time_limit_s, restart_count=job.restart_count,
         submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=job.spec.batch,

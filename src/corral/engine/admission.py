@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from corral import gpu_models
 from corral.api.schemas import JobSubmit
 from corral.core.fgd import model_matches
-from corral.core.model import Request
+from corral.core.model import GPU_MILLI, Request
 from corral.engine.arrays import ArrayError, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.dependencies import DependencyError, parse_dependency
@@ -104,6 +104,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         raise AdmissionError("the command is empty")
     if sub.script_args and sub.script is None:
         raise AdmissionError("script arguments given without a script")
+    sub = _with_share(sub, config)
     partition = _partition(sub, config)
     index = nodes if isinstance(nodes, PartitionMembers) else PartitionMembers(nodes)
     members, max_gpus = index.of(partition)
@@ -130,8 +131,33 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         gpus_per_task=sub.gpus_per_task, batch=sub.batch, comment=sub.comment, wckey=sub.wckey,
         open_mode=sub.open_mode or ("truncate" if sub.batch else "append"),
         explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task") if getattr(sub, k) is not None),
-        priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host,
+        priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host, gpu_share=sub.gpu_share or "",
     )
+
+
+def _with_share(sub: JobSubmit, config: EngineConfig) -> JobSubmit:
+    """A share in Slurm's terms (gpu_share `shard:N` or `mps:P`) as milli-GPUs of one GPU per node."""
+    if sub.gpu_share is None:
+        return sub
+    if sub.gpu_milli is not None:
+        raise AdmissionError("give a GPU share as gpu_share or as gpu_milli, not both")
+    given = [name for name in ("gpus", "gpus_per_task") if getattr(sub, name) is not None]
+    if given:
+        raise AdmissionError(f"gres/gpu and gres/{sub.gpu_share.split(':')[0]} cannot be combined: "
+                             f"{given[0]} asks for whole GPUs")
+    kind, _, amount_text = sub.gpu_share.partition(":")
+    amount = int(amount_text)
+    if kind == "shard":
+        shards = config.shards_per_gpu
+        if not 1 <= amount <= shards:
+            raise AdmissionError(f"shard:{amount}: a job takes 1 to {shards} shards of one GPU per node "
+                                 f"(this cluster has {shards} shards per GPU)")
+        milli = GPU_MILLI if amount == shards else amount * GPU_MILLI // shards
+    else:
+        if not 1 <= amount <= 100:
+            raise AdmissionError(f"mps:{amount}: mps is a percentage of one GPU, 1 to 100")
+        milli = amount * GPU_MILLI // 100
+    return sub.model_copy(update={"gpu_milli": milli, "gpus_per_node": sub.gpus_per_node or 1})
 
 
 def _partition(sub: JobSubmit, config: EngineConfig) -> PartitionConfig:

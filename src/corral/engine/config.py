@@ -68,6 +68,8 @@ class EngineConfig:
     # yet and is preempted again within seconds, without end.
     requeue_backoff_s: float = 10.0
     requeue_backoff_max_s: float = 600.0
+    # --gres=shard:N asks for N of a GPU's shards (Slurm's gres.conf Count, corral's for every GPU).
+    shards_per_gpu: int = 8
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.partitions]
@@ -75,6 +77,9 @@ class EngineConfig:
             raise ValueError(f"duplicate partition names in {names}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one default partition")
+        if type(self.shards_per_gpu) is not int or not 1 <= self.shards_per_gpu <= 1000:
+            raise ValueError(f"shards_per_gpu must be an integer from 1 to 1000 (milli-GPUs), "
+                             f"not {self.shards_per_gpu!r}")
 
     @property
     def default_partition(self) -> PartitionConfig | None:

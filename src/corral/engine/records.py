@@ -67,6 +67,9 @@ class JobSpec:
     # Which of ntasks, ntasks_per_node, cpus_per_task the user gave (comma-separated): Slurm sets
     # SLURM_NTASKS, SLURM_NTASKS_PER_NODE and SLURM_CPUS_PER_TASK only then.
     explicit: str = ""
+    # A share of one GPU as Slurm's gres was written ("shard:2", "mps:50"; request.gpu_milli holds the
+    # share): shown as gres/shard or gres/mps, and shard jobs get SLURM_SHARDS_ON_NODE.
+    gpu_share: str = ""
     comment: str = ""
     wckey: str = ""
     open_mode: str = "append"

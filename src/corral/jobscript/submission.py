@@ -95,7 +95,9 @@ def build_submission(tokens_from_script: Sequence[str], tokens_from_command_line
 
 
 def _split_gpu_models(fields: dict) -> dict:
-    """GPU counts written with a type (`a100:8`) set the count and JobSubmit.gpu_model."""
+    """GPU counts written with a type (`a100:8`) set the count and JobSubmit.gpu_model; a share of
+    one GPU (--gres=shard:N, mps:P) sets JobSubmit.gpu_share."""
+    values.apply_gpu_share(fields)
     written = []
     for name, value in list(fields.items()):
         if isinstance(value, values.GpuRequest):

@@ -73,24 +73,84 @@ def _is_gres_type(text: str) -> bool:
     return bool(text) and (text[0] in _LETTERS or text[0] == "_") and _all_in(text, _MODEL_CHARS)
 
 
-def gres_gpus(text: str) -> GpuRequest | None:
-    """GPUs per node from `--gres=gpu[:type][:N]` (N defaults to 1, as in Slurm); "none" clears it."""
+class GpuShare:
+    """A share of one GPU per node, as `--gres=shard:[type:]N` (N of the GPU's shards) or
+    `--gres=mps:[type:]P` (P percent of the GPU) state it: JobSubmit.gpu_share's text, which the
+    controller turns into milli-GPUs (the shard count per GPU is the cluster's)."""
+
+    __slots__ = ("kind", "amount", "model")
+
+    def __init__(self, kind: str, amount: int, model: str | None = None) -> None:
+        self.kind, self.amount, self.model = kind, amount, model
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}:{self.amount}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GpuShare) and (self.kind, self.amount, self.model) == (
+            other.kind, other.amount, other.model)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.amount, self.model))
+
+    def __repr__(self) -> str:
+        return f"GpuShare(kind={self.kind!r}, amount={self.amount!r}, model={self.model!r})"
+
+
+SHARE_KINDS = ("shard", "mps")
+MPS_PERCENT_MAX = 100
+
+
+def gres_gpus(text: str) -> GpuRequest | GpuShare | None:
+    """GPUs per node from `--gres=gpu[:type][:N]` (N defaults to 1, as in Slurm), or a share of one GPU
+    from `shard[:type][:N]` / `mps[:type][:N]`; "none" clears it. As in Slurm, a GPU is given whole
+    (gpu) or in shares (shard, mps), not both, and each name once."""
     if text.strip().lower() == "none":
         return None
-    counts = [_gres_item_gpus(item.strip()) for item in text.split(",")]
-    if len(counts) != 1:
-        raise DirectiveError("give gpu only once")
-    return counts[0]
+    items = [_gres_item(item.strip()) for item in text.split(",")]
+    names = [("gpu" if isinstance(item, GpuRequest) else item.kind) for item in items]
+    for name in names:
+        if names.count(name) > 1:
+            raise DirectiveError(f"give {name} only once")
+    if len(items) > 1:
+        raise DirectiveError(f"{' and '.join(names)} cannot be combined: a GPU is given whole (gpu) or in shares "
+                             f"(shard, mps), by one kind of share")
+    return items[0]
 
 
-def _gres_item_gpus(item: str) -> GpuRequest:
+def apply_gpu_share(fields: dict) -> None:
+    """A share written in --gres (fields["gpus_per_node"] a GpuShare) becomes JobSubmit's one GPU per
+    node with `gpu_share`; whole GPUs asked for beside it (--gpus, --gpus-per-task) are refused, as
+    Slurm refuses gres/gpu with gres/shard or gres/mps."""
+    share = fields.get("gpus_per_node")
+    if not isinstance(share, GpuShare):
+        return
+    whole = [name for name in ("gpus", "gpus_per_task") if fields.get(name) is not None]
+    if whole:
+        option = "--" + whole[0].replace("_", "-")
+        raise DirectiveError(f"{option} and --gres={share.kind} cannot be combined: a GPU is given whole or in "
+                             f"shares")
+    fields["gpus_per_node"] = GpuRequest(1, share.model)
+    fields["gpu_share"] = share.text
+
+
+def _gres_item(item: str) -> GpuRequest | GpuShare:
     name, *rest = item.split(":")
-    if name != "gpu" or len(rest) > 2:
-        raise DirectiveError(f"unsupported resource {item!r}: corral schedules only gpu[:type][:N]")
+    if name not in ("gpu", *SHARE_KINDS) or len(rest) > 2:
+        raise DirectiveError(f"unsupported resource {item!r}: corral schedules gpu[:type][:N], "
+                             f"shard[:type][:N] and mps[:type][:N]")
     count = _bounded(int(rest.pop())) if rest and rest[-1].isdecimal() else 1
     if len(rest) > 1 or (rest and not _is_gres_type(rest[0])):
-        raise DirectiveError(f"invalid GPU type or count in {item!r}: expected gpu[:type][:N]")
-    return GpuRequest(count, rest[0] if rest else None)
+        raise DirectiveError(f"invalid GPU type or count in {item!r}: expected {name}[:type][:N]")
+    model = rest[0] if rest else None
+    if name == "gpu":
+        return GpuRequest(count, model)
+    if count < 1:
+        raise DirectiveError(f"{item!r} asks for no {name}: give a count of 1 or more")
+    if name == "mps" and count > MPS_PERCENT_MAX:
+        raise DirectiveError(f"{item!r}: mps counts are percent of one GPU, at most {MPS_PERCENT_MAX}")
+    return GpuShare(name, count, model)
 
 
 def text_value(text: str) -> str:

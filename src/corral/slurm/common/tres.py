@@ -1,14 +1,15 @@
 """Trackable resources (TRES) strings and Slurm's memory units.
 
-scontrol lists TRES in Slurm's TRES id order (cpu, mem, node, billing, gres/gpu); sacct sorts them by
-name. Billing is the CPU count (no TRESBillingWeights). Memory that is not allocated (Slurm without
-CR_*_Memory, or a corral slice with 0 MiB) is left out of allocations, as Slurm does."""
+scontrol lists TRES in Slurm's TRES id order (cpu, mem, node, billing, gres/gpu, then gres/mps or
+gres/shard for a share of one GPU); sacct sorts them by name. Billing is the CPU count (no
+TRESBillingWeights). Memory that is not allocated (Slurm without CR_*_Memory, or a corral slice with
+0 MiB) is left out of allocations, as Slurm does."""
 from __future__ import annotations
 
 from _collections_abc import Mapping
 
 _MEM_UNITS = "MGTP"
-_SCONTROL_ORDER = ("cpu", "mem", "node", "billing", "gres/gpu")
+_SCONTROL_ORDER = ("cpu", "mem", "node", "billing", "gres/gpu", "gres/mps", "gres/shard")
 
 
 def mem_text(mib: float, *, exact: bool = False) -> str:
@@ -31,10 +32,20 @@ def requested(job: Mapping) -> dict[str, str]:
     cpus = int(job.get("num_tasks", 1)) * int(job.get("cpus_per_task", 1))
     tres = {"cpu": str(cpus), "mem": mem_text(int(job.get("mem_per_node_mib", 0)) * nodes),
             "node": str(nodes), "billing": str(cpus)}
+    share = _share(job)
+    if share:
+        tres[f"gres/{share[0]}"] = str(share[1] * nodes)
+        return tres
     gpus = int(job.get("total_gpus", 0) or int(job.get("gpus_per_node", 0)) * nodes)
     if gpus:
         tres["gres/gpu"] = str(gpus)
     return tres
+
+
+def _share(job: Mapping) -> tuple[str, int] | None:
+    """("shard", 2) for a job on shares of one GPU per node (JobOut.gpu_share "shard:2")."""
+    kind, _, amount = str(job.get("gpu_share") or "").partition(":")
+    return (kind, int(amount)) if amount.isdigit() else None
 
 
 def allocated(job: Mapping) -> dict[str, str]:
@@ -49,7 +60,10 @@ def allocated(job: Mapping) -> dict[str, str]:
     if mem_mib:
         tres["mem"] = mem_text(mem_mib)
     tres |= {"node": str(len(slices)), "billing": str(cpus)}
-    if gpus:
+    share = _share(job)
+    if share:
+        tres[f"gres/{share[0]}"] = str(share[1] * len(slices))
+    elif gpus:
         tres["gres/gpu"] = str(gpus)
     return tres
 
@@ -68,6 +82,10 @@ def scontrol_job_tres(job: Mapping) -> str:
 
 
 def tres_per_node(job: Mapping) -> str | None:
-    """squeue %b / scontrol TresPerNode: `gres:gpu:N` when GPUs were asked per node."""
+    """squeue %b / scontrol TresPerNode: `gres:gpu:N` when GPUs were asked per node, `gres:shard:N` or
+    `gres:mps:P` for a share of one."""
+    share = _share(job)
+    if share:
+        return f"gres:{share[0]}:{share[1]}"
     gpus = int(job.get("gpus_per_node", 0))
     return f"gres:gpu:{gpus}" if gpus else None

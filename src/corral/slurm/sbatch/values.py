@@ -103,7 +103,12 @@ def gres(value: str, option: str) -> object:
 
 
 def split_gpu_models(fields: dict) -> dict:
-    """GPU counts written with a type set the count and JobSubmit.gpu_model (one type per job)."""
+    """GPU counts written with a type set the count and JobSubmit.gpu_model (one type per job); a
+    share of one GPU (--gres=shard:N, mps:P) sets JobSubmit.gpu_share."""
+    try:
+        _values().apply_gpu_share(fields)
+    except DirectiveError as exc:
+        raise rejected(f"Invalid generic resource (gres) specification: {exc.reason}") from None
     written = []
     for name in ("gpus", "gpus_per_node", "gpus_per_task"):
         value = fields.get(name)
