@@ -1,3 +1,4 @@
+import signal
 import time
 
 import pytest
@@ -33,3 +34,14 @@ def cmd(slurm_cluster, tmp_path):
     from .commands import Commands
 
     return Commands(slurm_cluster, tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def signal_dispositions_restored():
+    """The commands run in-process here; `scontrol requeue` ignores SIGTERM in its own process (a job
+    requeues itself and must outlive its kill). Left ignored, the test process would hand that on to
+    every task later tests start, and a task could no longer trap SIGTERM."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
