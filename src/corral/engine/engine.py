@@ -273,7 +273,7 @@ class Engine:
         node = event.node
         if job is None or node not in job.runs or job.runs[node].finished:
             return None, []  # a repeat of a report already folded in
-        job.runs[node] = node_result(event.tasks, event.error)
+        job.runs[node] = node_result(event.tasks, event.error, event.oom_killed)
         if event.error is not None:
             job.reason = f"LaunchFailed:{event.error}"[:200]
         life.touch(job)

@@ -84,6 +84,7 @@ class NodeRun:
     finished: bool = False
     exit_code: int = 0
     signal: int = 0
+    oom_killed: bool = False  # the kernel killed one of its processes for going over the job's memory
 
 
 @dataclass(slots=True)
@@ -194,3 +195,7 @@ class Node:
     drain_reason: str = ""
     last_seen: float = 0.0
     partitions: frozenset[str] = frozenset()
+    # What its agent said at registration (not stored: every registration says it again).
+    run_as_user: bool = True  # False: development mode, every task runs as `agent_user`
+    agent_user: str = ""
+    cgroups: str = ""  # "cgroup v2 at ...", or why there are none
