@@ -8,6 +8,7 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -187,3 +188,41 @@ def test_a_job_over_its_memory_ends_out_of_memory(cgroup_tree, shared_dir, make_
                          argv=["python3", "-c", "x = bytearray(256 << 20); x[::4096] = b'1' * len(x[::4096])"])
     _, finished = run(launch, shared_dir / "spool", agent_env, Confinement(cgroups=cgroup_tree))
     assert finished.oom_killed and finished.tasks[0].signal == 9
+
+
+# -- what the agent says about itself
+
+def start_agent(controller, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    secret = tmp_path / "secret"
+    secret.write_text("test-secret\n")
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret),
+         "--node", "n1", "--gpus", "0", "--cpus", "1", "--mem-mib", "512", "--spool", str(tmp_path / "spool"),
+         *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def registration_of(controller, tmp_path: Path, *args: str):
+    agent = start_agent(controller, tmp_path, *args)
+    try:
+        return controller.wait(lambda: controller.registrations, timeout_s=10)[-1], agent
+    finally:
+        agent.terminate()
+        agent.wait()
+
+
+def test_a_root_agent_registers_running_tasks_as_their_users_and_why_it_has_no_cgroups(controller, tmp_path):
+    not_cgroup2 = tmp_path / "not-a-cgroup"
+    registration, agent = registration_of(controller, tmp_path, "--cgroup-root", str(not_cgroup2))
+    assert registration.run_as_user and registration.agent_user == "root"
+    assert registration.cgroups == f"no cgroup v2: {not_cgroup2} is not on a cgroup v2 file system"
+    assert not not_cgroup2.exists()
+    assert agent.stderr is not None
+    assert f"task isolation: no cgroup v2: {not_cgroup2}" in agent.stderr.read().decode()
+
+
+def test_a_development_mode_agent_says_so(controller, tmp_path):
+    registration, agent = registration_of(controller, tmp_path, "--tasks-as-agent-user", "--no-cgroups")
+    assert not registration.run_as_user and registration.agent_user == "root"
+    assert registration.cgroups == "cgroups off (--no-cgroups)"
+    assert agent.stderr is not None
+    assert "development mode: every task runs as root, the agent's user" in agent.stderr.read().decode()

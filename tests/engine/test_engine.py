@@ -34,6 +34,15 @@ def test_nonzero_exit_fails_the_job_with_its_code() -> None:
     assert (job.state, job.exit_code, job.exit_signal) == (JobState.FAILED, 3, 0)
 
 
+def test_a_job_whose_process_the_kernel_killed_for_memory_ends_out_of_memory() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(nodes=2), T0)
+    engine.schedule(T0)
+    engine.node_finished("node1", job.id, [(0, 0, 0)], None, T0 + 5)
+    engine.node_finished("node2", job.id, [(1, 0, signal.SIGKILL)], None, T0 + 5, oom_killed=True)
+    assert (job.state, job.exit_code, job.exit_signal) == (JobState.OUT_OF_MEMORY, 0, signal.SIGKILL)
+
+
 def test_cancel_pending_and_running() -> None:
     engine = engine_with_nodes(count=1, gpus=1)
     first, second = engine.submit(spec(), T0), engine.submit(spec(), T0)

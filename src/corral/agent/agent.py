@@ -35,7 +35,7 @@ from corral.agent.identity import agent_user
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
 from corral.agent.task_spool import TaskRecord, TaskSpool, live_members, sweep
-from corral.agent.tasks import EXIT_SPAWN_FAILED, Confinement
+from corral.agent.tasks import DEVELOPMENT_MODE, EXIT_SPAWN_FAILED, Confinement
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -111,7 +111,7 @@ class Agent:
         address: str = "127.0.0.1",
         base_env: Mapping[str, str] | None = None,
         max_poll_wait_s: float = 30.0,
-        confinement: Confinement = Confinement(),
+        confinement: Confinement = DEVELOPMENT_MODE,
         cgroups_status: str = "",
     ) -> None:
         self.node = node

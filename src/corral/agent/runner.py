@@ -34,6 +34,7 @@ from corral.agent.environment import output_path, task_environment
 from corral.agent.identity import file_access_as
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
+    DEVELOPMENT_MODE,
     Confinement,
     LocalTasks,
     SpawnError,
@@ -53,7 +54,7 @@ class JobRunner(LocalTasks):
     `error` if the tasks could not be started); `kill()` (see LocalTasks) may be called at any time."""
 
     def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
-                 refusal: str | None = None, confinement: Confinement = Confinement()):
+                 refusal: str | None = None, confinement: Confinement = DEVELOPMENT_MODE):
         super().__init__(f"job {launch.job_id}", kill_reasons.job_entity(launch.job_id), node_name,
                          announces=launch.node_index == 0, spool=TaskSpool(spool_dir), job_id=launch.job_id,
                          step_id=None, gpus=launch.node_gpus, refusal=refusal, user=launch.user,

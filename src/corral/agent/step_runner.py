@@ -34,6 +34,7 @@ from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
+    DEVELOPMENT_MODE,
     EXIT_SPAWN_FAILED,
     Confinement,
     LocalTasks,
@@ -66,7 +67,7 @@ class StepRunner(LocalTasks):
     start); `kill()` (LocalTasks.kill) may be called at any time."""
 
     def __init__(self, launch: LaunchStep, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
-                 refusal: str | None = None, confinement: Confinement = Confinement()):
+                 refusal: str | None = None, confinement: Confinement = DEVELOPMENT_MODE):
         super().__init__(f"step {launch.job_id}.{launch.step_id}",
                          kill_reasons.step_entity(launch.job_id, launch.step_id), node_name,
                          announces=launch.node_index == 0, spool=TaskSpool(spool_dir),

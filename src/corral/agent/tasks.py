@@ -47,6 +47,9 @@ class Confinement:
     cgroups: CgroupTree | None = None
 
 
+DEVELOPMENT_MODE = Confinement()
+
+
 def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
     stderr: StdioTarget, identity: TaskIdentity | None = None,
@@ -132,7 +135,7 @@ class LocalTasks:
 
     def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
                  job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None,
-                 user: str = "", confinement: Confinement = Confinement(), mem_mib: int = 0) -> None:
+                 user: str = "", confinement: Confinement = DEVELOPMENT_MODE, mem_mib: int = 0) -> None:
         self._what = what  # "job 7", "step 7.0": for the log
         self._entity = entity  # "JOB 7", "STEP 7.0": for slurmstepd's closing line
         self._node_name = node_name

@@ -111,11 +111,11 @@ def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
 
 
 def isolation(node: dict) -> str:
-    """How the node's agent confines jobs, in a few words: `dev mode: tasks run as root; no cgroup v2`."""
-    users = "tasks run as their user" if node.get("run_as_user", True) else \
-        f"dev mode: tasks run as {node.get('agent_user') or 'the agent user'}"
-    cgroups = node.get("cgroups") or ""
-    return f"{users}; {'cgroup v2' if cgroups.startswith('cgroup v2') else 'no cgroup v2'}"
+    """How the node's agent confines jobs, in a few words: `as user, cgroup v2`, or `dev mode: as root, no
+    cgroup v2` (an agent that cannot switch users runs every task as itself). --json has the details."""
+    users = "as user" if node.get("run_as_user", True) else f"dev mode: as {node.get('agent_user') or '?'}"
+    cgroups = "cgroup v2" if (node.get("cgroups") or "").startswith("cgroup v2") else "no cgroup v2"
+    return f"{users}, {cgroups}"
 
 
 def gpu_models(node: dict) -> str:
