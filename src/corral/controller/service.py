@@ -397,7 +397,7 @@ def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) ->
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
     if isinstance(event, NodeFinished):
         return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

@@ -288,7 +288,8 @@ class Engine:
         job = self.active.jobs.get(event.job_id)
         if job is None:
             return None, []
-        commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now)
+        commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now,
+                                       event.oom_killed)
         if commands is None:
             return None, []
         self.life.touch(job)

@@ -136,6 +136,7 @@ class StepTasksFinished:
     step_id: int
     tasks: TaskExits = ()
     error: str | None = None
+    oom_killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
