@@ -17,6 +17,7 @@ import pytest
 
 from corral.agent.cgroups import CgroupTree
 from corral.agent.runner import JobRunner
+from corral.agent.step_runner import StepRunner
 from corral.agent.tasks import Confinement
 from corral.protocol import NodeFinished, NodeStarted
 
@@ -226,3 +227,41 @@ def test_a_development_mode_agent_says_so(controller, tmp_path):
     assert registration.cgroups == "cgroups off (--no-cgroups)"
     assert agent.stderr is not None
     assert "development mode: every task runs as root, the agent's user" in agent.stderr.read().decode()
+
+
+# -- steps
+
+def run_step(launch, spool: Path, agent_env, confinement: Confinement):
+    runner = StepRunner(launch, node_name="node1", spool_dir=spool, base_env=agent_env, confinement=confinement)
+
+    async def drive():
+        return [event async for event in runner.run()]
+
+    [finished] = asyncio.run(drive())
+    return finished
+
+
+def test_a_step_runs_as_its_user_and_writes_only_where_the_user_may(users, shared_dir, make_step, agent_env):
+    alice = users()
+    workdir = workdir_of(alice, shared_dir)
+    ran = run_step(make_step(user=alice.pw_name, workdir=str(workdir), argv=["id", "-un"], output="step.out"),
+                   shared_dir / "spool", agent_env, AS_USER)
+    assert ran.error is None and (workdir / "step.out").read_text() == f"{alice.pw_name}\n"
+    assert (workdir / "step.out").stat().st_uid == alice.pw_uid
+    refused = run_step(make_step(user=alice.pw_name, workdir=str(workdir), argv=["true"], output="/etc/x-%j.out"),
+                       shared_dir / "spool", agent_env, AS_USER)
+    assert refused.error == f"cannot open output file /etc/x-7.out as user {alice.pw_name}: Permission denied"
+    assert not Path("/etc/x-7.out").exists()
+
+
+def test_a_steps_escaped_process_dies_with_the_step(cgroup_tree, shared_dir, make_step, agent_env):
+    escape = "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > step-escaped.pid"
+    finished = run_step(make_step(user="root", workdir=str(shared_dir), argv=["sh", "-c", escape]),
+                        shared_dir / "spool", agent_env, Confinement(cgroups=cgroup_tree))
+    assert finished.error is None and not finished.oom_killed
+    escaped = int((shared_dir / "step-escaped.pid").read_text())
+    deadline = time.monotonic() + 2
+    while alive(escaped) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(escaped), "the setsid child outlived its step"
+    assert not (cgroup_tree.root / "job_7").exists()
