@@ -28,7 +28,7 @@ from corral.engine.fairshare import FairShare
 from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
-from corral.engine.records import CLUSTER_STOPPED, Job, JobState, Node
+from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
@@ -264,6 +264,9 @@ class Engine:
         run = job.runs.get(event.node) if job else None
         if job is not None and run is not None and not run.started:
             run.started = True
+            node = self.nodes.get(event.node)
+            if node is not None and not node.run_as_user:  # the job record says its tasks were not its user's
+                job.history.append({"t": now, "event": AS_AGENT_USER, "node": node.name, "user": node.agent_user})
             self.life.touch(job)
         return None, []
 

@@ -118,6 +118,8 @@ class Step:
 
 # Why a running job is stopped to go back to PENDING (Job.stop_cause), as its history names the event.
 PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED = "preempted", "requeue-requested", "cluster-stopped"
+# A node in development mode ran the job's tasks as its agent's user, not as the job's.
+AS_AGENT_USER = "ran-as-agent-user"
 STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED)
 
 
