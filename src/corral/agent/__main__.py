@@ -25,9 +25,14 @@ from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
 
 log = logging.getLogger("corral.agent")
+SYSTEM_SPOOL = Path("/var/spool/corral")
 
 
-def default_spool_dir(node: str) -> Path:
+def default_spool_dir(node: str, run_as_user: bool = False) -> Path:
+    """Where batch scripts and the task record go: /var/spool/corral for an agent that runs tasks as their
+    users (each user must reach their script, as under slurmd's /var/spool/slurmd), else the agent user's."""
+    if run_as_user:
+        return SYSTEM_SPOOL / f"agent-{node}"
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(state_home) / "corral" / f"agent-{node}"
 
@@ -52,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="memory to offer in MiB (default: all)")
     parser.add_argument("--spool", type=Path, default=None,
                         help="directory for job scripts and the record of running tasks "
-                        "(default: $XDG_STATE_HOME/corral/agent-NODE)")
+                        "(default: /var/spool/corral/agent-NODE when tasks run as their users, else "
+                        "$XDG_STATE_HOME/corral/agent-NODE)")
     parser.add_argument("--kill-tasks-on-exit", action="store_true",
                         help="kill the running tasks when the agent stops (default: leave them running)")
     parser.add_argument("--cgroup-root", type=Path, default=None, metavar="DIR",
@@ -109,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     log.info("node %s: %d GPU(s) (%s), %d CPUs, %d MiB", args.node, len(inventory.gpus), inventory.source,
              inventory.cpus, inventory.mem_mib)
-    spool = args.spool or default_spool_dir(args.node)
     confinement, cgroups_status = confinement_from(args)
+    spool = args.spool or default_spool_dir(args.node, confinement.run_as_user)
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
