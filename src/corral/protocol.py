@@ -45,6 +45,11 @@ class Registration(BaseModel):
     # Steps whose tasks run on this node now, as [job id, step id] pairs.
     running_steps: list[tuple[JobId, StepId]] = Field([], max_length=limits.LIST_MAX_ITEMS)
     agent_version: Name = ""
+    # False: the agent cannot switch users (it does not run as root), every task runs as `agent_user`.
+    run_as_user: bool = False
+    agent_user: Name = ""
+    # How tasks are isolated: "cgroup v2 at /sys/fs/cgroup/corral", or why they are not.
+    cgroups: Diagnostic = ""
 
 
 class RegistrationReply(BaseModel):
@@ -198,6 +203,8 @@ class NodeFinished(BaseModel):
     job_id: JobId
     tasks: list[TaskExit] = Field(max_length=limits.LIST_MAX_ITEMS)
     error: Diagnostic | None = None
+    # The kernel killed a process of the job for going over its memory limit (Slurm's OUT_OF_MEMORY).
+    oom_killed: bool = False
 
 
 class StepFinished(BaseModel):
@@ -208,6 +215,7 @@ class StepFinished(BaseModel):
     step_id: StepId
     tasks: list[TaskExit] = Field(max_length=limits.LIST_MAX_ITEMS)
     error: Diagnostic | None = None
+    oom_killed: bool = False
 
 
 Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished], Field(discriminator="kind")]

@@ -349,7 +349,7 @@ def agent_process_with_a_task(controller, make_launch, tmp_path):
         agent = subprocess.Popen(
             [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
              "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool"),
-             *extra_args],
+             "--tasks-as-agent-user", "--no-cgroups", *extra_args],  # the builders' user is made up
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         task_pid = None
         try:

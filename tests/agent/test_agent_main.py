@@ -52,6 +52,7 @@ def test_default_spool_dir(monkeypatch):
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", "/home/bob")
     assert default_spool_dir("n3") == Path("/home/bob/.local/state/corral/agent-n3")
+    assert default_spool_dir("n3", run_as_user=True) == Path("/var/spool/corral/agent-n3")
 
 
 def test_sigterm_stops_the_agent_and_leaves_tasks_running(agent_process_with_a_task, is_dead):

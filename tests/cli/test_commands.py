@@ -219,9 +219,11 @@ def test_nodes_table_and_json(standin, cli):
     assert result.exit_code == 0, result.output
     rows = result.stdout.strip().splitlines()
     assert rows[0].split() == ["NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU", "MODEL",
-                               "REASON"]
-    assert rows[1].split() == ["node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x", "sim-gpu"]
-    assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad", "fan"]
+                               "REASON", "ISOLATION"]
+    assert rows[1].split() == ["node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x", "sim-gpu", "as", "user,",
+                               "cgroup", "v2"]
+    assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad", "fan", "dev",
+                               "mode:", "as", "bob,", "no", "cgroup", "v2"]
     assert [n["name"] for n in json.loads(cli("nodes", "--json").stdout)] == ["node1", "node2"]
 
 

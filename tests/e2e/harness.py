@@ -37,8 +37,12 @@ def wait_for(what: Callable[[], object], timeout_s: float = 20.0, interval_s: fl
 
 class Cluster:
     def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
-                 nvml_names: dict[str, list[str]] | None = None) -> None:
+                 nvml_names: dict[str, list[str]] | None = None,
+                 agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups")) -> None:
         self.root = root
+        # The tests submit as made-up users (tester, alice) and run side by side: by default their agents
+        # run every task as themselves, outside cgroups. Tests of confinement pass their own.
+        self.agent_args = agent_args
         self.node_names = [f"node{i}" for i in range(1, nodes + 1)]
         self.gpus = gpus
         # node -> NVML device names: those agents discover their devices through the NVML path
@@ -88,7 +92,7 @@ class Cluster:
         self.agents[name] = self._spawn(
             ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
              "--node", name, *gpus, "--cpus", "16", "--mem-mib", "64000",
-             "--spool", str(self.root / "spool" / name)], f"agent-{name}.log", env)
+             "--spool", str(self.root / "spool" / name), *self.agent_args], f"agent-{name}.log", env)
 
     def kill_agent(self, name: str) -> None:
         """SIGKILL the agent alone (its tasks are sessions of their own: they live on)."""

@@ -4,6 +4,7 @@ marker in its environment, so the test finds every live process of its jobs (and
 whatever the cluster says about them."""
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import subprocess
@@ -93,7 +94,8 @@ class CorralUp:
             self.proc.wait()
 
     def submit(self, marker: str, **fields) -> int:
-        body = {"workdir": str(self.root), "user": "tester", "argv": ["sleep", "300"],
+        # As whoever runs the test: `corral up` started as root runs each task as its (real) user.
+        body = {"workdir": str(self.root), "user": getpass.getuser(), "argv": ["sleep", "300"],
                 "env": {"PATH": os.environ["PATH"], MARKER: marker}, **fields}
         reply = self.http.post("/jobs", json=body)
         assert reply.status_code == 201, reply.text

@@ -1,6 +1,7 @@
 """The engine folding stimuli into job records and commands, with time as an input."""
 from __future__ import annotations
 
+import dataclasses
 import signal
 
 from corral.engine.commands import Kill, Launch
@@ -32,6 +33,30 @@ def test_nonzero_exit_fails_the_job_with_its_code() -> None:
     engine.schedule(T0)
     engine.node_finished(job.slices[0].node, job.id, [(0, 3, 0)], None, T0 + 5)
     assert (job.state, job.exit_code, job.exit_signal) == (JobState.FAILED, 3, 0)
+
+
+def test_a_job_whose_process_the_kernel_killed_for_memory_ends_out_of_memory() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(nodes=2), T0)
+    engine.schedule(T0)
+    engine.node_finished("node1", job.id, [(0, 0, 0)], None, T0 + 5)
+    engine.node_finished("node2", job.id, [(1, 0, signal.SIGKILL)], None, T0 + 5, oom_killed=True)
+    assert (job.state, job.exit_code, job.exit_signal) == (JobState.OUT_OF_MEMORY, 0, signal.SIGKILL)
+
+
+def test_the_job_record_notes_tasks_run_by_a_development_mode_agent_as_itself() -> None:
+    engine = engine_with_nodes(count=1)
+    engine.register_node("node2", dataclasses.replace(inventory(), run_as_user=False, agent_user="bob"), set(), set(),
+                         T0)
+    here, there = engine.submit(spec(gpus=4), T0), engine.submit(spec(gpus=4), T0)  # one node each
+    engine.schedule(T0)
+    assert {here.slices[0].node, there.slices[0].node} == {"node1", "node2"}
+    for job in (here, there):
+        engine.node_started(job.slices[0].node, job.id, T0 + 1)
+    dev = here if here.slices[0].node == "node2" else there
+    other = there if dev is here else here
+    assert dev.history == [{"t": T0 + 1, "event": "ran-as-agent-user", "node": "node2", "user": "bob"}]
+    assert other.history == []
 
 
 def test_cancel_pending_and_running() -> None:

@@ -63,6 +63,16 @@ def test_steps_launch_on_their_nodes_and_are_accounted() -> None:
     assert job.state is JobState.RUNNING, "steps ending do not end the job"
 
 
+def test_a_step_whose_process_the_kernel_killed_for_memory_ends_out_of_memory() -> None:
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    step, _ = engine.start_step(job.id, request(ntasks=2), T0 + 1)
+    engine.step_finished(job.node_names[0], job.id, 0, [(0, 0, 0)], None, T0 + 2)
+    engine.step_finished(job.node_names[1], job.id, 0, [(1, 0, signal.SIGKILL)], None, T0 + 3, oom_killed=True)
+    assert (step.state, step.signal) == ("OUT_OF_MEMORY", signal.SIGKILL)
+    assert job.state is JobState.RUNNING, "the batch script decides what happens next, as under Slurm"
+
+
 def test_batch_end_kills_live_steps_and_waits_for_them() -> None:
     engine = engine_with_nodes()
     job = batch_job(engine)

@@ -17,15 +17,23 @@ import sys
 from pathlib import Path
 
 from corral.agent.agent import Agent
+from corral.agent.cgroups import CgroupError, CgroupTree, default_root
 from corral.agent.discovery import DiscoveryError, discover
+from corral.agent.identity import agent_user
+from corral.agent.tasks import Confinement
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
 
 log = logging.getLogger("corral.agent")
+SYSTEM_SPOOL = Path("/var/spool/corral")
 
 
-def default_spool_dir(node: str) -> Path:
+def default_spool_dir(node: str, run_as_user: bool = False) -> Path:
+    """Where batch scripts and the task record go: /var/spool/corral for an agent that runs tasks as their
+    users (each user must reach their script, as under slurmd's /var/spool/slurmd), else the agent user's."""
+    if run_as_user:
+        return SYSTEM_SPOOL / f"agent-{node}"
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(state_home) / "corral" / f"agent-{node}"
 
@@ -52,9 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="memory to offer in MiB (default: all)")
     parser.add_argument("--spool", type=Path, default=None,
                         help="directory for job scripts and the record of running tasks "
-                        "(default: $XDG_STATE_HOME/corral/agent-NODE)")
+                        "(default: /var/spool/corral/agent-NODE when tasks run as their users, else "
+                        "$XDG_STATE_HOME/corral/agent-NODE)")
     parser.add_argument("--kill-tasks-on-exit", action="store_true",
                         help="kill the running tasks when the agent stops (default: leave them running)")
+    parser.add_argument("--cgroup-root", type=Path, default=None, metavar="DIR",
+                        help="cgroup v2 directory under which each job gets its cgroup "
+                        "(default: /sys/fs/cgroup/corral-NODE)")
+    parser.add_argument("--no-cgroups", action="store_true", help="do not put jobs in cgroups")
+    parser.add_argument("--tasks-as-agent-user", action="store_true",
+                        help="development mode: run every task as the agent's user even when it is root "
+                        "(by default a root agent runs each task as the job's user)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -102,13 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     log.info("node %s: %d GPU(s) (%s), %d CPUs, %d MiB", args.node, len(inventory.gpus), inventory.source,
              inventory.cpus, inventory.mem_mib)
-    spool = args.spool or default_spool_dir(args.node)
     try:
         address = args.address or address_towards(args.controller)
     except OSError as exc:
         print(f"corral agent: cannot tell this host's address towards {args.controller} ({exc}): "
               "give it with --address", file=sys.stderr)
         return 1
+    confinement, cgroups_status = confinement_from(args)
+    spool = args.spool or default_spool_dir(args.node, confinement.run_as_user)
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
@@ -120,9 +137,30 @@ def main(argv: list[str] | None = None) -> int:
         # Lightning) works from inside a job. Tasks run as the agent's user, who can read the file anyway.
         base_env={**os.environ, "CORRAL_URL": args.controller, "CORRAL_SLURM_BIN": slurm_commands_dir(spool),
                   "CORRAL_SECRET_FILE": os.path.abspath(args.secret_file)},
+        confinement=confinement,
+        cgroups_status=cgroups_status,
     )
     asyncio.run(serve(agent, args.kill_tasks_on_exit))
     return 0
+
+
+def confinement_from(args: argparse.Namespace) -> tuple[Confinement, str]:
+    """How tasks will be confined, each limitation said once in the log; and the registration's line."""
+    run_as_user = os.geteuid() == 0 and not args.tasks_as_agent_user
+    if not run_as_user:
+        log.warning("development mode: every task runs as %s, the agent's user, whoever submitted it",
+                    agent_user())
+    tree: CgroupTree | None = None
+    if args.no_cgroups:
+        status = "cgroups off (--no-cgroups)"
+    else:
+        try:
+            tree = CgroupTree.open(args.cgroup_root or default_root(args.node))
+            status = tree.describe()
+        except (CgroupError, OSError) as exc:
+            status = f"no cgroup v2: {exc}"
+    (log.info if tree is not None else log.warning)("task isolation: %s", status)
+    return Confinement(run_as_user=run_as_user, cgroups=tree), status
 
 
 

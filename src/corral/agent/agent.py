@@ -31,10 +31,11 @@ import httpx
 from pydantic import ValidationError
 
 from corral.agent.discovery import Inventory
+from corral.agent.identity import agent_user
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
 from corral.agent.task_spool import TaskRecord, TaskSpool, live_members, sweep
-from corral.agent.tasks import EXIT_SPAWN_FAILED
+from corral.agent.tasks import DEVELOPMENT_MODE, EXIT_SPAWN_FAILED, Confinement
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -110,6 +111,8 @@ class Agent:
         address: str = "127.0.0.1",
         base_env: Mapping[str, str] | None = None,
         max_poll_wait_s: float = 30.0,
+        confinement: Confinement = DEVELOPMENT_MODE,
+        cgroups_status: str = "",
     ) -> None:
         self.node = node
         self._controller_url = controller_url.rstrip("/")
@@ -121,6 +124,8 @@ class Agent:
         self._unkillable: list[TaskRecord] = []  # leftover tasks that survived the sweep at start
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._max_poll_wait_s = max_poll_wait_s
+        self._confinement = confinement
+        self._cgroups_status = cgroups_status  # what the registration says about isolation
         self._poll_wait_s = max_poll_wait_s
         self._epoch: str | None = None
         self._after_seq = 0
@@ -173,6 +178,10 @@ class Agent:
         killed, self._unkillable = await asyncio.to_thread(sweep, self._task_spool)
         for record in killed:
             log.warning("killed the tasks of %s: %s", record.describe(), why)
+        if self._confinement.cgroups is not None:  # and whatever they started, setsid or not
+            for cgroup in self._confinement.cgroups.leftover_jobs():
+                log.warning("killing what is left in %s: %s", cgroup.path, why)
+                await cgroup.kill()
         for record in self._unkillable:
             log.error("the leftover tasks of %s outlived SIGKILL: launches onto its GPUs are refused",
                       record.describe())
@@ -229,6 +238,9 @@ class Agent:
             finished_jobs=self.unacknowledged_finished_jobs,
             running_steps=self.running_steps,
             agent_version=_agent_version(),
+            run_as_user=self._confinement.run_as_user,
+            agent_user=agent_user(),
+            cgroups=self._cgroups_status,
         )
 
     def _accept_registration(self, reply: RegistrationReply, sent: Registration) -> None:
@@ -312,7 +324,8 @@ class Agent:
         while len(self._launched) > REMEMBERED_LAUNCHES:
             self._launched.popitem(last=False)
         runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
-                           refusal=self._busy_devices(launch))
+                           refusal=self._busy_devices(launch),
+                           confinement=self._confinement)
         self._runners[launch.job_id] = runner
         self._spawn_background(self._drive(runner), f"job-{launch.job_id}")
 
@@ -326,7 +339,8 @@ class Agent:
         while len(self._launched_steps) > REMEMBERED_LAUNCHES:
             self._launched_steps.popitem(last=False)
         runner = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
-                            refusal=self._busy_devices(launch))
+                            refusal=self._busy_devices(launch),
+                            confinement=self._confinement)
         self._steps[key] = runner
         self._spawn_background(self._drive_step(runner), f"step-{key[0]}.{key[1]}")
 

@@ -31,14 +31,17 @@ from pathlib import Path
 
 from corral import kill_reasons
 from corral.agent.environment import output_path, task_environment
+from corral.agent.identity import file_access_as
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
+    DEVELOPMENT_MODE,
+    Confinement,
     LocalTasks,
     SpawnError,
     append_to,
+    check_workdir,
     describe_exits,
     open_output,
-    spawn_task,
     task_exit,
 )
 from corral.protocol import LaunchJob, NodeFinished, NodeStarted, TaskExit, TaskLaunch
@@ -51,10 +54,11 @@ class JobRunner(LocalTasks):
     `error` if the tasks could not be started); `kill()` (see LocalTasks) may be called at any time."""
 
     def __init__(self, launch: LaunchJob, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
-                 refusal: str | None = None):
+                 refusal: str | None = None, confinement: Confinement = DEVELOPMENT_MODE):
         super().__init__(f"job {launch.job_id}", kill_reasons.job_entity(launch.job_id), node_name,
                          announces=launch.node_index == 0, spool=TaskSpool(spool_dir), job_id=launch.job_id,
-                         step_id=None, gpus=launch.node_gpus, refusal=refusal)
+                         step_id=None, gpus=launch.node_gpus, refusal=refusal, user=launch.user,
+                         confinement=confinement, mem_mib=launch.mem_per_node_mib)
         self.launch = launch
         self.job_id = launch.job_id
         self._job_dir = Path(spool_dir) / f"job{launch.job_id}"
@@ -79,18 +83,18 @@ class JobRunner(LocalTasks):
         finally:
             for watcher in watchers:
                 watcher.cancel()  # only matters when the consumer gave up: the processes live on
+        await self._end_cgroup()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [self._exits[rank] for rank in sorted(self._exits)]
-        log.info("job %d: all tasks exited: %s", self.job_id, describe_exits(exits))
-        yield NodeFinished(job_id=self.job_id, tasks=exits)
+        log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits),
+                 " (out of memory)" if self.oom_killed else "")
+        yield NodeFinished(job_id=self.job_id, tasks=exits, oom_killed=self.oom_killed)
 
     # -- starting
 
     def _spawn_all(self) -> None:
-        self._refuse_if_told()
-        workdir = self.launch.workdir
-        if not os.path.isdir(workdir):
-            raise SpawnError(f"working directory {workdir} does not exist or is not a directory")
+        self._prepare()
+        check_workdir(self.launch.workdir, self._identity)
         argv = self._command()
         for task in self.launch.tasks:
             self._started(task.rank, self._spawn(task, argv))
@@ -114,17 +118,33 @@ class JobRunner(LocalTasks):
             with os.fdopen(fd, "w", encoding="utf-8") as file:
                 file.write(script)
             os.chmod(path, 0o700)  # the umask may have narrowed the mode given to open()
+            if self._identity is not None:  # the script is the user's, as slurmd's slurm_script
+                os.chown(self._job_dir, self._identity.uid, self._identity.gid)
+                os.chown(path, self._identity.uid, self._identity.gid)
         except OSError as exc:
             raise SpawnError(f"cannot write the batch script to {path}: {exc}") from exc
+        self._check_readable(path)
         return path
+
+    def _check_readable(self, path: Path) -> None:
+        """The user can read the script: every directory above the spool must let others through."""
+        try:
+            with file_access_as(self._identity):
+                os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            raise SpawnError(f"user {self._user} cannot read the batch script {path} ({exc.strerror}): the "
+                             f"agent's spool directory must be reachable by every user (mode o+x on each "
+                             f"directory above it)") from None
 
     def _spawn(self, task: TaskLaunch, argv: list[str]) -> subprocess.Popen[bytes]:
         stdout_fd, stderr_fd = self._open_outputs(task)
+        env = task_environment(self.launch, task, self._node_name, self._base_env)
+        env.update(self._identity_variables())
         try:
-            return spawn_task(
+            return self._spawn_task(
                 argv,
                 cwd=self.launch.workdir,
-                env=task_environment(self.launch, task, self._node_name, self._base_env),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=stdout_fd,
                 stderr=stderr_fd,
@@ -140,12 +160,12 @@ class JobRunner(LocalTasks):
         # nodes share is only ever appended to, so that nobody truncates another task's output.
         truncate = self.launch.batch and self.launch.open_mode == "truncate"
         stdout_path = self._output_path(self.launch.output, task)
-        stdout_fd = open_output(stdout_path, truncate)
+        stdout_fd = open_output(stdout_path, truncate, self._identity)
         if self.launch.error is None:
             return stdout_fd, stdout_fd
         try:
             error_path = self._output_path(self.launch.error, task)
-            return stdout_fd, open_output(error_path, truncate and error_path != stdout_path)
+            return stdout_fd, open_output(error_path, truncate and error_path != stdout_path, self._identity)
         except SpawnError:
             os.close(stdout_fd)
             raise
@@ -155,7 +175,8 @@ class JobRunner(LocalTasks):
 
     async def _write_stderr(self, data: bytes) -> None:
         # The file the task opened for its stderr: --error, or --output when stderr is not separate.
-        append_to(self._output_path(self.launch.error or self.launch.output, self.launch.tasks[0]), data)
+        append_to(self._output_path(self.launch.error or self.launch.output, self.launch.tasks[0]), data,
+                  self._identity)
 
     async def _abort(self, exc: SpawnError) -> NodeFinished:
         """Kill the tasks started before the failure; report every local task as failed to start."""

@@ -34,15 +34,17 @@ from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
+    DEVELOPMENT_MODE,
     EXIT_SPAWN_FAILED,
+    Confinement,
     LocalTasks,
     SpawnError,
     StdioTarget,
     append_to,
+    check_workdir,
     describe_exits,
     open_output,
     set_done,
-    spawn_task,
 )
 from corral.protocol import LaunchStep, StepFinished, TaskExit, TaskLaunch
 
@@ -65,11 +67,12 @@ class StepRunner(LocalTasks):
     start); `kill()` (LocalTasks.kill) may be called at any time."""
 
     def __init__(self, launch: LaunchStep, *, node_name: str, spool_dir: Path, base_env: Mapping[str, str],
-                 refusal: str | None = None):
+                 refusal: str | None = None, confinement: Confinement = DEVELOPMENT_MODE):
         super().__init__(f"step {launch.job_id}.{launch.step_id}",
                          kill_reasons.step_entity(launch.job_id, launch.step_id), node_name,
                          announces=launch.node_index == 0, spool=TaskSpool(spool_dir),
-                         job_id=launch.job_id, step_id=launch.step_id, gpus=launch.node_gpus, refusal=refusal)
+                         job_id=launch.job_id, step_id=launch.step_id, gpus=launch.node_gpus, refusal=refusal,
+                         user=launch.user, confinement=confinement)
         self.launch = launch
         self.job_id = launch.job_id
         self.step_id = launch.step_id
@@ -130,9 +133,12 @@ class StepRunner(LocalTasks):
             if reader is not None:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
+        await self._end_cgroup()
         exits = [self._exits[rank] for rank in sorted(self._exits)]
-        log.info("%s: all tasks exited: %s", self._what, describe_exits(exits))
-        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=self._lost)
+        log.info("%s: all tasks exited: %s%s", self._what, describe_exits(exits),
+                 " (out of memory)" if self.oom_killed else "")
+        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=self._lost,
+                            oom_killed=self.oom_killed)
 
     # -- the connection to srun
 
@@ -244,10 +250,9 @@ class StepRunner(LocalTasks):
     # -- starting
 
     def _spawn_all(self) -> None:
-        self._refuse_if_told()
+        self._prepare()
         launch = self.launch
-        if not os.path.isdir(launch.workdir):
-            raise SpawnError(f"working directory {launch.workdir} does not exist or is not a directory")
+        check_workdir(launch.workdir, self._identity)
         if not launch.argv:
             raise SpawnError("the step has no command")
         stdin_rank: int | None = None
@@ -277,9 +282,10 @@ class StepRunner(LocalTasks):
                 stdin, stdin_pipe = os.pipe2(os.O_CLOEXEC)
                 child_fds.append(stdin)
                 parent_fds.append(stdin_pipe)
-            proc = spawn_task(argv, cwd=self.launch.workdir,
-                              env=step_environment(self.launch, task, self._node_name, self._base_env),
-                              stdin=stdin, stdout=stdout, stderr=stderr)
+            env = step_environment(self.launch, task, self._node_name, self._base_env)
+            env.update(self._identity_variables())
+            proc = self._spawn_task(argv, cwd=self.launch.workdir, env=env, stdin=stdin, stdout=stdout,
+                                    stderr=stderr)
         except BaseException:
             for fd in parent_fds:
                 os.close(fd)
@@ -296,7 +302,7 @@ class StepRunner(LocalTasks):
                        parent_fds: list[int], outputs: list[tuple[bytes, int]]) -> StdioTarget:
         """Where one of the task's output streams goes: a file, a pipe to srun, or nowhere."""
         if pattern is not None:
-            fd = open_output(self._output_path(pattern, task))
+            fd = open_output(self._output_path(pattern, task), identity=self._identity)
             child_fds.append(fd)
             return fd
         if self._writer is None:
@@ -317,7 +323,7 @@ class StepRunner(LocalTasks):
         task = self.launch.tasks[0]
         pattern = self.launch.error or self.launch.output
         if pattern is not None:
-            append_to(self._output_path(pattern, task), data)
+            append_to(self._output_path(pattern, task), data, self._identity)
         elif self._writer is not None:
             await self._send(stepio.frame(stepio.STDERR, task.rank, data))
 

@@ -10,9 +10,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from corral import kill_reasons
+from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
+from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, lookup_user
 from corral.agent.task_spool import TaskSpool
 from corral.jobref import ascii_number
 from corral.protocol import TaskExit
@@ -34,12 +38,28 @@ class SpawnError(Exception):
         self.exit_code = exit_code
 
 
+@dataclass(frozen=True, slots=True)
+class Confinement:
+    """How this agent confines tasks: as their user (an agent running as root), in cgroups (where the
+    host allows). The default is development mode: tasks run as the agent's user, in its cgroup."""
+
+    run_as_user: bool = False
+    cgroups: CgroupTree | None = None
+
+
+DEVELOPMENT_MODE = Confinement()
+
+
 def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
-    stderr: StdioTarget,
+    stderr: StdioTarget, identity: TaskIdentity | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start one task in its own session and process group; a failure becomes a SpawnError with the exit
-    code a shell would give (127 not found, 126 not executable, 1 anything else)."""
+    """Start one task in its own session and process group, as `identity` (None: as the agent); a failure
+    becomes a SpawnError with the exit code a shell would give (127 not found, 126 not executable, 1
+    anything else)."""
+    as_user: dict[str, Any] = {}
+    if identity is not None:
+        as_user = dict(user=identity.uid, group=identity.gid, extra_groups=list(identity.groups))
     try:
         return subprocess.Popen(
             argv,
@@ -49,6 +69,7 @@ def spawn_task(
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,  # own session and process group: signals reach the whole task
+            **as_user,
         )
     except FileNotFoundError as exc:
         raise SpawnError(f"command not found: {argv[0]} ({exc.strerror})", EXIT_NOT_FOUND) from exc
@@ -59,16 +80,31 @@ def spawn_task(
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
 
 
-def open_output(path: str, truncate: bool = False) -> int:
+def open_output(path: str, truncate: bool = False, identity: TaskIdentity | None = None) -> int:
+    """Open (create) a task's output file, with `identity`'s permissions when given."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
     try:
-        return os.open(path, flags, OUTPUT_FILE_MODE)
+        with file_access_as(identity):
+            return os.open(path, flags, OUTPUT_FILE_MODE)
     except OSError as exc:
-        raise SpawnError(f"cannot open output file {path}: {exc.strerror}") from exc
+        whom = f" as user {identity.name}" if identity is not None else ""
+        raise SpawnError(f"cannot open output file {path}{whom}: {exc.strerror}") from exc
 
 
-def append_to(path: str, data: bytes) -> None:
-    fd = open_output(path)
+def check_workdir(workdir: str, identity: TaskIdentity | None) -> None:
+    """The task's user can enter its working directory (stat through it needs search permission)."""
+    try:
+        with file_access_as(identity):
+            os.stat(os.path.join(workdir, "."))
+    except PermissionError:
+        whom = identity.name if identity is not None else "the agent's user"
+        raise SpawnError(f"working directory {workdir} is not accessible to user {whom}") from None
+    except OSError:
+        raise SpawnError(f"working directory {workdir} does not exist or is not a directory") from None
+
+
+def append_to(path: str, data: bytes, identity: TaskIdentity | None = None) -> None:
+    fd = open_output(path, identity=identity)
     try:
         os.write(fd, data)
     finally:
@@ -98,7 +134,8 @@ class LocalTasks:
     reaping (task_spool.py), so that it never outlives the agent unnoticed."""
 
     def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
-                 job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None) -> None:
+                 job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None,
+                 user: str = "", confinement: Confinement = DEVELOPMENT_MODE, mem_mib: int = 0) -> None:
         self._what = what  # "job 7", "step 7.0": for the log
         self._entity = entity  # "JOB 7", "STEP 7.0": for slurmstepd's closing line
         self._node_name = node_name
@@ -113,6 +150,14 @@ class LocalTasks:
         self._all_exited = asyncio.Event()
         # While a kill's grace runs (loop time it ends): what a dead task left in its group gets until then.
         self._grace_ends: float | None = None
+        self._user = user
+        self._confinement = confinement
+        self._mem_mib = mem_mib
+        self._identity: TaskIdentity | None = None  # who the tasks run as (None: the agent's user)
+        self._cgroup: JobCgroup | None = None
+        self._leaf_name = "batch" if step_id is None else f"step_{step_id}"
+        self._leaf: Path | None = None
+        self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
 
     @property
     def pids(self) -> list[int]:
@@ -148,6 +193,43 @@ class LocalTasks:
     def _refuse_if_told(self) -> None:
         if self._refusal is not None:
             raise SpawnError(self._refusal)
+
+    def _prepare(self) -> None:
+        """Who the tasks run as, and their cgroup; SpawnError (nothing started) if either is impossible."""
+        self._refuse_if_told()
+        if self._confinement.run_as_user:
+            try:
+                self._identity = lookup_user(self._user, self._node_name)
+            except UnknownUser as exc:
+                raise SpawnError(str(exc)) from None
+        tree = self._confinement.cgroups
+        if tree is not None:
+            self._cgroup = tree.for_job(self._owner[0])
+            try:
+                self._leaf = self._cgroup.leaf(self._leaf_name, self._mem_mib)
+            except CgroupError as exc:
+                raise SpawnError(str(exc)) from None
+
+    def _identity_variables(self) -> dict[str, str]:
+        return {} if self._identity is None else self._identity.variables
+
+    def _spawn_task(self, argv: list[str], **streams: Any) -> subprocess.Popen[bytes]:
+        """spawn_task as the tasks' user, in their cgroup (the child is in it before it runs any code)."""
+        tree, leaf = self._confinement.cgroups, self._leaf
+        if tree is None or leaf is None:
+            return spawn_task(argv, identity=self._identity, **streams)
+        try:
+            with tree.agent_inside(leaf):
+                return spawn_task(argv, identity=self._identity, **streams)
+        except OSError as exc:
+            raise SpawnError(f"cannot start the task in cgroup {leaf}: {exc.strerror or exc}") from exc
+
+    async def _end_cgroup(self) -> None:
+        """Kill whatever is left in the tasks' cgroup (setsid or not) and remove it; note an OOM kill."""
+        if self._cgroup is None:
+            return
+        self.oom_killed = self._cgroup.oom_killed(self._leaf_name)
+        await self._cgroup.kill(self._leaf_name)
 
     def _started(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
         """Keep a task just spawned, and record it in the spool; one that cannot be recorded is killed
@@ -200,6 +282,7 @@ class LocalTasks:
         for proc in self._procs.values():
             await wait_process(proc)
             self._spool.remove(proc.pid)
+        await self._end_cgroup()
         self._all_exited.set()
 
     def _live_ranks(self) -> list[int]:

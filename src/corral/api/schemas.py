@@ -179,6 +179,9 @@ class NodeOut(BaseModel):
     gpus_alloc: int
     drain_reason: str
     last_seen: float
+    run_as_user: bool = True  # False: development mode, every task runs as agent_user
+    agent_user: str = ""
+    cgroups: str = ""  # how jobs are isolated: "cgroup v2 at ...", or why they are not
 
 
 class PartitionOut(BaseModel):

@@ -24,7 +24,8 @@ QUEUE_LONG_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "QOS", "Q
                       "GPUS", "NODELIST(REASON)", "DETAIL")
 QUEUE_LONG_RIGHT = frozenset({0, 8, 9, 10})
 QUEUE_LONG_STATE_COLUMN = 7
-NODE_HEADERS = ("NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU MODEL", "REASON")
+NODE_HEADERS = ("NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU MODEL", "REASON",
+                "ISOLATION")
 NODE_RIGHT = frozenset({3, 4, 5})
 ACCT_HEADERS = ("JobID", "Name", "State", "Start", "End", "Elapsed", "Nodes", "GPUs", "GPU-seconds", "ExitCode")
 ACCT_RIGHT = frozenset({0, 5, 6, 7, 8, 9})
@@ -103,9 +104,18 @@ def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
             f"{node['cpus_alloc']}/{node['cpus']}",
             f"{format_mib(node['mem_alloc_mib'])}/{format_mib(node['mem_mib'])}",
             f"{node['gpus_alloc']}/{len(node['gpus'])}", gpu_models(node), node["drain_reason"],
+            isolation(node),
         )
         for node in nodes
     ]
+
+
+def isolation(node: dict) -> str:
+    """How the node's agent confines jobs, in a few words: `as user, cgroup v2`, or `dev mode: as root, no
+    cgroup v2` (an agent that cannot switch users runs every task as itself). --json has the details."""
+    users = "as user" if node.get("run_as_user", True) else f"dev mode: as {node.get('agent_user') or '?'}"
+    cgroups = "cgroup v2" if (node.get("cgroups") or "").startswith("cgroup v2") else "no cgroup v2"
+    return f"{users}, {cgroups}"
 
 
 def gpu_models(node: dict) -> str:

@@ -358,7 +358,8 @@ class ControllerService:
     async def register(self, reg: Registration) -> RegistrationReply:
         inventory = Inventory(
             gpus=tuple(Gpu(g.index, g.model, g.memory_mib, g.domain) for g in reg.gpus),
-            cpus=reg.cpus, mem_mib=reg.mem_mib, address=reg.address)
+            cpus=reg.cpus, mem_mib=reg.mem_mib, address=reg.address, run_as_user=reg.run_as_user,
+            agent_user=reg.agent_user, cgroups=reg.cgroups)
 
         def change(now: float) -> Result:
             self.outbox.ack(reg.node, 1 << 62)  # reconciliation below decides what still needs sending
@@ -395,8 +396,8 @@ def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) ->
         return ev.TasksStarted(node, event.job_id)
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
     if isinstance(event, NodeFinished):
-        return ev.TasksFinished(node, event.job_id, tasks, event.error)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error)
+        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

@@ -28,7 +28,7 @@ from corral.engine.fairshare import FairShare
 from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
-from corral.engine.records import CLUSTER_STOPPED, Job, JobState, Node
+from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
@@ -264,6 +264,9 @@ class Engine:
         run = job.runs.get(event.node) if job else None
         if job is not None and run is not None and not run.started:
             run.started = True
+            node = self.nodes.get(event.node)
+            if node is not None and not node.run_as_user:  # the job record says its tasks were not its user's
+                job.history.append({"t": now, "event": AS_AGENT_USER, "node": node.name, "user": node.agent_user})
             self.life.touch(job)
         return None, []
 
@@ -273,7 +276,7 @@ class Engine:
         node = event.node
         if job is None or node not in job.runs or job.runs[node].finished:
             return None, []  # a repeat of a report already folded in
-        job.runs[node] = node_result(event.tasks, event.error)
+        job.runs[node] = node_result(event.tasks, event.error, event.oom_killed)
         if event.error is not None:
             job.reason = f"LaunchFailed:{event.error}"[:200]
         life.touch(job)
@@ -288,7 +291,8 @@ class Engine:
         job = self.active.jobs.get(event.job_id)
         if job is None:
             return None, []
-        commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now)
+        commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now,
+                                       event.oom_killed)
         if commands is None:
             return None, []
         self.life.touch(job)

@@ -126,6 +126,7 @@ class TasksFinished:
     job_id: int
     tasks: TaskExits = ()
     error: str | None = None
+    oom_killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,7 @@ class StepTasksFinished:
     step_id: int
     tasks: TaskExits = ()
     error: str | None = None
+    oom_killed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,10 @@ class Inventory:
     cpus: int
     mem_mib: int
     address: str
+    # How its agent confines tasks (protocol.Registration): as their user or as itself; its cgroups.
+    run_as_user: bool = True
+    agent_user: str = ""
+    cgroups: str = ""
 
 
 @dataclass(slots=True)

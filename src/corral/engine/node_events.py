@@ -38,6 +38,7 @@ class NodeEvents:
                                            mem_mib=inventory.mem_mib)
         node.gpus, node.cpus, node.mem_mib = inventory.gpus, inventory.cpus, inventory.mem_mib
         node.address, node.up, node.last_seen = inventory.address, True, now
+        node.run_as_user, node.agent_user, node.cgroups = inventory.run_as_user, inventory.agent_user, inventory.cgroups
         node.partitions = self.config.partitions_of(name)
         self._members = None
         self.dirty.add(name)

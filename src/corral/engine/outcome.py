@@ -15,9 +15,9 @@ _KILL_REASONS: dict[JobState | None, str] = {
 }
 
 
-def node_result(tasks: Iterable[tuple[int, int, int]], error: str | None) -> NodeRun:
+def node_result(tasks: Iterable[tuple[int, int, int]], error: str | None, oom_killed: bool = False) -> NodeRun:
     """Fold one node's task exits (rank, exit_code, signal) into that node's part of the result."""
-    run = NodeRun(started=True, finished=True)
+    run = NodeRun(started=True, finished=True, oom_killed=oom_killed)
     if error is not None:
         run.exit_code = 1
         return run
@@ -31,6 +31,8 @@ def node_result(tasks: Iterable[tuple[int, int, int]], error: str | None) -> Nod
 def final_state(job: Job) -> JobState:
     if job.final_state is not None:
         return job.final_state
+    if any(r.oom_killed for r in job.runs.values()):
+        return JobState.OUT_OF_MEMORY  # as Slurm: whatever the exit code, the job went over its --mem
     if any(r.exit_code or r.signal for r in job.runs.values()):
         return JobState.FAILED
     return JobState.COMPLETED

@@ -87,6 +87,7 @@ class NodeRun:
     finished: bool = False
     exit_code: int = 0
     signal: int = 0
+    oom_killed: bool = False  # the kernel killed one of its processes for going over the job's memory
 
 
 @dataclass(slots=True)
@@ -120,6 +121,8 @@ class Step:
 
 # Why a running job is stopped to go back to PENDING (Job.stop_cause), as its history names the event.
 PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED = "preempted", "requeue-requested", "cluster-stopped"
+# A node in development mode ran the job's tasks as its agent's user, not as the job's.
+AS_AGENT_USER = "ran-as-agent-user"
 STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED)
 
 
@@ -197,3 +200,7 @@ class Node:
     drain_reason: str = ""
     last_seen: float = 0.0
     partitions: frozenset[str] = frozenset()
+    # What its agent said at registration (not stored: every registration says it again).
+    run_as_user: bool = True  # False: development mode, every task runs as `agent_user`
+    agent_user: str = ""
+    cgroups: str = ""  # "cgroup v2 at ...", or why there are none

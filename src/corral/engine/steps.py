@@ -101,7 +101,7 @@ def live_step_nodes(job: Job) -> set[str]:
 
 
 def step_finished(job: Job, node: str, step_id: int, tasks: Iterable[tuple[int, int, int]], error: str | None,
-                  now: float) -> list[Command] | None:
+                  now: float, oom_killed: bool = False) -> list[Command] | None:
     """Fold one node's report on a step in: the kills it calls for, or None for a report that changes
     nothing (a repeat, or about a step or node the job does not have)."""
     if step_id >= len(job.steps):
@@ -109,7 +109,7 @@ def step_finished(job: Job, node: str, step_id: int, tasks: Iterable[tuple[int, 
     step = job.steps[step_id]
     if not step.live or node not in step.nodes or node in step.reported:
         return None  # a repeat of a report already folded in
-    step.reported[node] = node_result(tasks, error)
+    step.reported[node] = node_result(tasks, error, oom_killed)
     if error:
         step.error = error[:200]
     commands: list[Command] = []
@@ -145,6 +145,8 @@ def _end_step(step: Step, now: float, killed_by: JobState | None) -> None:
         killed_by = None  # every task had exited by itself before the job's end reached it
     if killed_by is not None:  # the job's end (a requeue included) took the step with it
         step.state = _ENDED_BY_JOB.get(killed_by, "CANCELLED")
+    elif any(r.oom_killed for r in runs):
+        step.state = "OUT_OF_MEMORY"
     elif step.error or step.exit_code or step.signal:
         step.state = "FAILED"
     else:

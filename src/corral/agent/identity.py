@@ -1,0 +1,98 @@
+"""Who a task runs as, and file access with that user's credentials.
+
+An agent running as root starts every task as the job's user, looked up by name on this node (the uid the
+controller sends is what the submitter had on their host; the name is what both hosts share, as with
+Slurm on hosts that share a user database). A non-root agent cannot switch users: it runs every task as
+itself (development mode), and says so when it registers.
+
+Files a task's output goes to are opened by the agent (it needs them for slurmstepd's closing line too),
+so they are opened with the user's file-system credentials: `setfsuid`/`setfsgid` change only the
+calling thread's, and the supplementary groups are the user's for the few microseconds of the open. A
+user thus cannot have the agent create or append to a file they could not write themselves
+(--output=/etc/passwd, a path in another user's 0700 directory).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import pwd
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+class UnknownUser(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """A Unix user as this node knows them."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]  # supplementary groups, the primary one included (os.getgrouplist)
+    home: str
+    shell: str
+
+    @property
+    def variables(self) -> dict[str, str]:
+        """The login variables a task of this user gets, as login(1) would set them."""
+        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name, "SHELL": self.shell}
+
+
+def lookup_user(name: str, node: str) -> TaskIdentity:
+    """The user `name` on this node; UnknownUser with the reason if there is none."""
+    try:
+        entry = pwd.getpwnam(name)
+    except (KeyError, ValueError):  # ValueError: a NUL byte in the name
+        raise UnknownUser(f"user '{name}' unknown on {node}") from None
+    groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    return TaskIdentity(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid, groups=groups,
+                        home=entry.pw_dir, shell=entry.pw_shell or "/bin/sh")
+
+
+def agent_user() -> str:
+    """The agent's own user name (for the development-mode flag)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _set_fs_id(setter: str, wanted: int) -> None:
+    """setfsuid/setfsgid report no error: they return the previous id, so a second call tells."""
+    function = getattr(_libc, setter)
+    function(wanted)
+    if function(-1) != wanted:  # -1 is never valid: the call only returns the current id
+        raise PermissionError(f"{setter}({wanted}) refused")
+
+
+@contextlib.contextmanager
+def file_access_as(identity: TaskIdentity | None) -> Iterator[None]:
+    """Within the block, this thread opens and creates files as `identity` (None: as the agent).
+
+    Must not span an await: the credentials belong to the thread, and the event loop runs other
+    coroutines on it.
+    """
+    if identity is None:
+        yield
+        return
+    saved_groups = os.getgroups()
+    os.setgroups(list(identity.groups))
+    try:
+        _set_fs_id("setfsgid", identity.gid)
+        try:
+            _set_fs_id("setfsuid", identity.uid)
+            try:
+                yield
+            finally:
+                _set_fs_id("setfsuid", os.geteuid())
+        finally:
+            _set_fs_id("setfsgid", os.getegid())
+    finally:
+        os.setgroups(saved_groups)

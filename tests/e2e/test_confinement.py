@@ -1,0 +1,108 @@
+"""A root agent runs jobs as their users, in cgroups, through a real controller (tests/e2e/harness.py):
+users made with useradd, a cgroup2 hierarchy mounted by the test."""
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import Cluster, wait_for
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
+                                reason="needs root and useradd")
+
+PATH = {"PATH": os.environ["PATH"]}
+
+
+@pytest.fixture
+def shared_root():
+    """Where the cluster keeps its files: every user can reach the agents' spools (scripts live there)."""
+    root = Path(tempfile.mkdtemp(prefix="corral-e2e-confine-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def alice():
+    name = f"crl{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-M", "-d", f"/home/{name}", "-s", "/bin/sh", name], check=True)
+    yield pwd.getpwnam(name)
+    subprocess.run(["userdel", name], check=False)
+
+
+@pytest.fixture
+def cgroup_mount():
+    mount = Path(tempfile.mkdtemp(prefix="corral-cg2-"))
+    try:
+        subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], check=True, capture_output=True)
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        mount.rmdir()
+        pytest.skip(f"cannot mount a cgroup2 hierarchy here: {exc}")
+    yield mount
+    for path in sorted((p for p in mount.glob("corral-*/**") if p.is_dir()), reverse=True):
+        path.rmdir()
+    subprocess.run(["umount", str(mount)], check=False)
+    mount.rmdir()
+
+
+def start(root: Path, *agent_args: str) -> Cluster:
+    return Cluster(root, nodes=1, gpus=0, agent_args=agent_args).start()
+
+
+def users_dir(root: Path, user: pwd.struct_passwd) -> Path:
+    path = root / user.pw_name
+    path.mkdir(mode=0o700)
+    os.chown(path, user.pw_uid, user.pw_gid)
+    return path
+
+
+def test_jobs_run_as_their_user_and_the_node_says_how(shared_root, alice):
+    cluster = start(shared_root, "--no-cgroups")
+    try:
+        workdir = users_dir(shared_root, alice)
+        job_id = cluster.submit(script="#!/bin/sh\nid -un\n", batch=True, user=alice.pw_name, uid=alice.pw_uid,
+                                workdir=str(workdir), env=PATH)
+        assert cluster.wait_state(job_id, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+        output = workdir / f"slurm-{job_id}.out"
+        assert output.read_text() == f"{alice.pw_name}\n"
+        assert output.stat().st_uid == alice.pw_uid
+
+        passwd = cluster.submit(argv=["echo", "owned"], user=alice.pw_name, workdir=str(workdir),
+                                output="/etc/passwd", env=PATH)
+        job = cluster.wait_state(passwd, "FAILED")
+        assert job["reason"] == (f"LaunchFailed:cannot open output file /etc/passwd as user {alice.pw_name}: "
+                                 f"Permission denied")
+        assert "owned" not in Path("/etc/passwd").read_text()
+
+        unknown = cluster.submit(argv=["true"], user="nosuchuser-corral", workdir=str(shared_root), env=PATH)
+        reason = cluster.wait_state(unknown, "FAILED")["reason"]
+        assert reason == "LaunchFailed:user 'nosuchuser-corral' unknown on node1"
+
+        [node] = cluster.nodes()
+        assert (node["run_as_user"], node["agent_user"]) == (True, "root")
+        assert node["cgroups"] == "cgroups off (--no-cgroups)"
+    finally:
+        cluster.stop()
+
+
+def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_mount):
+    root = cgroup_mount / f"corral-{secrets.token_hex(3)}"
+    cluster = start(shared_root, "--cgroup-root", str(root))
+    try:
+        [node] = cluster.nodes()
+        assert node["cgroups"].startswith(f"cgroup v2 at {root}")
+        escape = "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > escaped.pid"
+        job_id = cluster.submit(argv=["sh", "-c", escape], user="root", workdir=str(shared_root), env=PATH)
+        assert cluster.wait_state(job_id, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+        escaped = int((shared_root / "escaped.pid").read_text())
+        wait_for(lambda: not Path(f"/proc/{escaped}").exists(), timeout_s=5, message="the setsid child is gone")
+        wait_for(lambda: not (root / f"job_{job_id}").exists(), timeout_s=5, message="the job's cgroup is removed")
+    finally:
+        cluster.stop()
