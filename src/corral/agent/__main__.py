@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from corral.agent.agent import Agent
@@ -68,7 +69,7 @@ def read_secret(path: Path) -> str | None:
     return secret or None
 
 
-def _without_credentials(env: dict[str, str]) -> dict[str, str]:
+def _without_credentials(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in ("CORRAL_SECRET", "CORRAL_SECRET_FILE", "CORRAL_TOKEN")}
 
 

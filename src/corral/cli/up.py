@@ -182,7 +182,8 @@ def run_up(plan: UpPlan) -> int:
             start_cluster(cluster)
             ready = True
             config_path = write_cluster_file(plan.url, plan.secret_file, auth_socket=plan.auth_socket)
-            if os.geteuid() == 0:  # the cluster serves every user of this host: tell them where it is
+            # Root's cluster serves every user of this host: tell them where it is.
+            if os.geteuid() == 0 and plan.auth_socket is not None:
                 system_file = write_system_cluster_file(plan.url, plan.auth_socket)
             typer.echo(banner(cluster, config_path, system_file))
             return wait_foreground(cluster)

@@ -1,4 +1,5 @@
-"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]"""
+"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]
+[--auth-socket PATH]; or --secret-file PATH --agent-credential NODE to print a node's agent credential."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +20,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--auth-socket", default=None, metavar="PATH",
                    help="serve user credentials on this Unix socket (overrides the config's [auth] socket)")
     p.add_argument("--state-dir", default=None, help="where the default SQLite database lives")
+    p.add_argument("--agent-credential", default=None, metavar="NODE",
+                   help="print node NODE's agent credential (for its agent's --secret-file) and exit")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -33,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     secret = _read_secret(args.secret_file)
     if secret is None:
         return 2
+    if args.agent_credential:
+        from corral.controller.credentials import issue_agent, signing_key
+
+        print(issue_agent(signing_key(secret), args.agent_credential))
+        return 0
     from corral.controller.settings import SettingsError, load_auth_settings, load_settings
     from corral.store import Store, StoreError
 

@@ -23,7 +23,7 @@ from corral.api.schemas import (
 from corral.controller import listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
-from corral.controller.auth_socket import serve_auth_socket
+from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
 from corral.controller.guard import Guard
 from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.params import (
@@ -84,7 +84,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         socket_server = await serve_auth_socket(settings.socket, authenticator) if settings.socket else None
         yield
         if socket_server is not None:
-            socket_server.close()
+            close_auth_socket(socket_server, settings.socket)
         await service.stop()
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN: they work on a

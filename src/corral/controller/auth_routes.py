@@ -94,6 +94,7 @@ def auth_routes(app: FastAPI, guard: Guard) -> None:  # noqa: C901 (a table of s
                                            now, principal.name, now + body.expires_s)
         await guard.allow(principal, "create token", f"token {token_id}", f"for {user}")
         record = await asyncio.to_thread(store.token, token_id)
+        assert record is not None  # just written
         return _token_out(record, cred.new_token(token_id, secret))
 
     @app.get(f"{API_PREFIX}/tokens")

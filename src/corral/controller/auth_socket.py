@@ -5,6 +5,7 @@ one host: docs/security.md."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import pwd
@@ -43,6 +44,14 @@ async def serve_auth_socket(path: str, authn: Authenticator) -> asyncio.Abstract
     os.chmod(path, 0o666)  # anyone may ask: the kernel, not the caller, says who they are
     log.info("auth socket at %s", path)
     return server
+
+
+def close_auth_socket(server: asyncio.AbstractServer, path: str) -> None:
+    """Stop answering; remove the socket, and its directory when that is left empty."""
+    server.close()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
 
 
 def issue_for_peer(sock: socket.socket, authn: Authenticator) -> str:

@@ -47,7 +47,9 @@ class AuthStore:
             result = connection.execute(insert(TOKENS).values(
                 user=user, uid=uid, secret_sha256=secret_sha256, description=description, created=created,
                 created_by=created_by, expires=expires, revoked=None))
-            return int(result.inserted_primary_key[0])
+            key = result.inserted_primary_key
+            assert key is not None  # an INSERT of one row has one
+            return int(key[0])
 
     def token(self, token_id: int) -> TokenRecord | None:
         with _translated("reading a token"), self._engine.connect() as connection:
