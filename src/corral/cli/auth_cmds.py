@@ -14,7 +14,7 @@ from corral.cli.output import print_json, print_table, reported_errors
 from corral.cli.scheduling import ApiJsonOption
 
 token_app = CorralApp(
-    help="API tokens for clients off the cluster's hosts (REST, SDK): CORRAL_TOKEN=<token>.",
+    help="API tokens for clients off the cluster's hosts (REST, SDK): set CORRAL_TOKEN to one.",
     no_args_is_help=True,
 )
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
