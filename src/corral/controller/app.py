@@ -85,6 +85,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         yield
         if socket_server is not None:
             close_auth_socket(socket_server, settings.socket)
+        await authenticator.flush_audit()
         await service.stop()
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN: they work on a

@@ -62,6 +62,8 @@ class Authenticator:
     find_job: Callable[[int], Job | None]
     clock: Callable[[], float] = time.time
     key: bytes = field(init=False)
+    _audit_pending: list[AuditEntry] = field(init=False, default_factory=list)
+    _audit_writer: asyncio.Task | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.key = cred.signing_key(self.secret)
@@ -124,10 +126,23 @@ class Authenticator:
 
     async def audit(self, principal: Principal | None, action: str, target: str, outcome: str,
                     detail: str = "") -> None:
-        """One audit entry; a database that cannot be written loses it, with a warning in the log."""
-        entry = AuditEntry(self.clock(), principal.name if principal else "-",
-                           principal.credential if principal else "-", action, target, outcome, detail)
-        try:
-            await asyncio.to_thread(self.tokens.audit, entry)
-        except Exception as exc:  # noqa: BLE001 - the audit log must never turn a reply into a 500
-            log.warning("audit entry not written (%s): %s", exc, entry)
+        """One audit entry, written with the others that arrive meanwhile (flush_audit waits for them)."""
+        self._audit_pending.append(AuditEntry(self.clock(), principal.name if principal else "-",
+                                              principal.credential if principal else "-", action, target,
+                                              outcome, detail))
+        if self._audit_writer is None or self._audit_writer.done():
+            self._audit_writer = asyncio.get_running_loop().create_task(self._write_audit())
+
+    async def flush_audit(self) -> None:
+        """Return once every entry recorded so far is in the database (or reported lost)."""
+        while self._audit_writer is not None and not self._audit_writer.done():
+            await asyncio.shield(self._audit_writer)
+
+    async def _write_audit(self) -> None:
+        # One transaction per batch, not per request: a burst of submissions costs a few commits.
+        while self._audit_pending:
+            batch, self._audit_pending = self._audit_pending, []
+            try:
+                await asyncio.to_thread(self.tokens.audit, *batch)
+            except Exception as exc:  # noqa: BLE001 - the audit log must never turn a reply into a 500
+                log.warning("%d audit entries not written (%s): %s", len(batch), exc, batch)

@@ -123,6 +123,7 @@ def auth_routes(app: FastAPI, guard: Guard) -> None:  # noqa: C901 (a table of s
         """The newest `limit` entries of the audit log (since `since`, epoch seconds), oldest first. Admins."""
         if not principal.admin:
             await guard.deny(principal, "read audit log", "", "only an admin can read the audit log")
+        await guard.authn.flush_audit()
         entries = await asyncio.to_thread(store.audit_entries, since, limit)
         return [AuditOut(time=e.time, who=e.who, credential=e.credential, action=e.action, target=e.target,
                          outcome=e.outcome, detail=e.detail) for e in entries]

@@ -68,11 +68,14 @@ class AuthStore:
             connection.execute(update(TOKENS).where(TOKENS.c.id == token_id, TOKENS.c.revoked.is_(None))
                                .values(revoked=now))
 
-    def audit(self, entry: AuditEntry) -> None:
+    def audit(self, *entries: AuditEntry) -> None:
+        """Append the entries, in order, in one transaction."""
+        if not entries:
+            return
+        rows = [{"time": e.time, "who": e.who, "credential": e.credential, "action": e.action,
+                 "target": e.target, "outcome": e.outcome, "detail": e.detail} for e in entries]
         with _translated("writing the audit log"), self._writer.begin() as connection:
-            connection.execute(insert(AUDIT).values(
-                time=entry.time, who=entry.who, credential=entry.credential, action=entry.action,
-                target=entry.target, outcome=entry.outcome, detail=entry.detail))
+            connection.execute(insert(AUDIT), rows)
 
     def audit_entries(self, since: float | None = None, limit: int = 1000) -> list[AuditEntry]:
         """The newest `limit` entries (at or after `since`), oldest first."""
