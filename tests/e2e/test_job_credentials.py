@@ -37,7 +37,10 @@ print(json.dumps({
 def test_a_jobs_tasks_hold_only_their_jobs_credential(tmp_path):
     cluster = Cluster(tmp_path, nodes=1, gpus=1).start()
     try:
-        job_id = cluster.submit(argv=[sys.executable, "-c", PROBE], uid=65534, output=str(tmp_path / "probe.out"))
+        exported = {"PATH": "/usr/bin:/bin", "CORRAL_SECRET_FILE": str(cluster.secret_file),  # as sbatch exports
+                    "CORRAL_SECRET": cluster.secret, "CORRAL_TOKEN": "ct1.1.a-long-lived-token"}
+        job_id = cluster.submit(argv=[sys.executable, "-c", PROBE], uid=65534, output=str(tmp_path / "probe.out"),
+                                env=exported)
         job = cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=60)
         assert job["state"] == "COMPLETED", cluster.logs()
         seen = json.loads((tmp_path / "probe.out").read_text())

@@ -259,6 +259,10 @@ class ControllerService:
                                                     target=cmd.target, step_id=cmd.step_id, reason=cmd.reason))
 
     def _add_job_credential(self, job: Job, env: dict[str, str]) -> None:
+        """The job's own credential replaces any the submitter's exported environment carried (an admin's
+        cluster secret, a user's long-lived token): a job's tasks hold no more than their job's power."""
+        for name in ("CORRAL_SECRET", "CORRAL_SECRET_FILE"):
+            env.pop(name, None)
         if self.job_credential is not None:
             env[JOB_CREDENTIAL_ENV] = self.job_credential(job)
 
