@@ -359,3 +359,16 @@ def test_corral_token_and_audit_commands(cluster, monkeypatch):
     audit = runner.invoke(app, ["audit", "--since", "1h", "--json"])
     actions = [(e["action"], e["target"]) for e in json.loads(audit.stdout)]
     assert ("create token", f"token {token_id}") in actions and ("revoke token", f"token {token_id}") in actions
+
+
+def test_owners_may_lower_a_time_limit_but_not_raise_it_nor_set_a_priority(cluster):
+    alice = cluster.users["alice"]
+    job_id = submit_as(cluster, alice, "--time=60")
+    with cluster.http(cluster.credential_of(alice)) as http:
+        raised = http.post(f"/jobs/{job_id}/update", json={"time_limit_s": 7200})
+        assert raised.status_code == 403 and "raise a time limit" in raised.json()["detail"]
+        assert http.post(f"/jobs/{job_id}/update", json={"priority": 5}).status_code == 403
+        assert http.post(f"/jobs/{job_id}/update", json={"time_limit_s": 1800}).status_code == 200
+    with cluster.http() as http:
+        assert http.get(f"/jobs/{job_id}").json()["time_limit_s"] == 1800
+        assert http.post(f"/jobs/{job_id}/update", json={"time_limit_s": 7200}).status_code == 200  # an admin may
