@@ -19,6 +19,8 @@ from corral.hostlist import check_node_name
 
 API_PREFIX = "/api/v1"
 EPOCH_HEADER = "X-Corral-Epoch"
+# The variable that carries a job's own credential to its tasks (corral.slurm.common.target reads it).
+JOB_CREDENTIAL_ENV = "CORRAL_TOKEN"
 
 
 # What agents send is bounded like every other input (corral.limits): a registration with a value

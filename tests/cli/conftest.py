@@ -25,9 +25,11 @@ def standin(standin_server, monkeypatch, tmp_path):
 
 
 def clean_environment(monkeypatch, tmp_path):
-    for name in ("CORRAL_URL", "CORRAL_SECRET", "CORRAL_SECRET_FILE", "FORCE_COLOR", "TTY_COMPATIBLE",
-                 "TTY_INTERACTIVE"):
+    for name in ("CORRAL_URL", "CORRAL_SECRET", "CORRAL_SECRET_FILE", "CORRAL_TOKEN", "FORCE_COLOR",
+                 "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
+    # Never the host's /etc/corral/cluster.json: neither read nor written by a test.
+    monkeypatch.setenv("CORRAL_SYSTEM_CLUSTER_FILE", str(tmp_path / "etc" / "cluster.json"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("COLUMNS", "200")

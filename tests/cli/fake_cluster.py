@@ -18,6 +18,8 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from corral.controller.credentials import issue_agent, signing_key
+
 PREFIX = "/api/v1"
 
 
@@ -46,10 +48,12 @@ def controller(argv: list[str]) -> None:
             self.end_headers()
             self.wfile.write(data)
 
-        def authorized(self) -> bool:
-            if self.headers.get("Authorization") == f"Bearer {secret}":
+        def authorized(self, agent_node: str | None = None) -> bool:
+            """The cluster secret; on the agent route, only the node's own agent credential."""
+            expected = secret if agent_node is None else issue_agent(signing_key(secret), agent_node)
+            if self.headers.get("Authorization") == f"Bearer {expected}":
                 return True
-            self.reply(401, {"detail": "bad secret"})
+            self.reply(401, {"detail": "bad credential"})
             return False
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -59,10 +63,11 @@ def controller(argv: list[str]) -> None:
                 self.reply(200, list(nodes.values()))
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path == PREFIX + "/agents/register" and self.authorized():
+            if self.path == PREFIX + "/agents/register":
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                nodes[body["node"]] = {"name": body["node"], "state": "idle"}
-                self.reply(200, {"epoch": "e", "heartbeat_s": 1.0})
+                if self.authorized(agent_node=body["node"]):
+                    nodes[body["node"]] = {"name": body["node"], "state": "idle"}
+                    self.reply(200, {"epoch": "e", "heartbeat_s": 1.0})
             elif self.path.startswith(PREFIX + "/cluster/stop") and self.authorized():
                 self.reply(200, {"requeued": [1], "ended": [], "unconfirmed": [], "pending": 0})
 

@@ -352,11 +352,12 @@ def _add_cluster_routes(app: FastAPI, state: StandinState) -> None:
 class ServerThread:
     """uvicorn serving an app on a socket bound here (port 0: no race for a free port)."""
 
-    def __init__(self, app: FastAPI) -> None:
+    def __init__(self, app: FastAPI, lifespan: str = "off") -> None:
+        """lifespan="on": the app's start-up and shutdown run (the controller's loop, its auth socket)."""
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        config = uvicorn.Config(app, log_level="warning", lifespan=lifespan)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

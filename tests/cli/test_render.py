@@ -82,8 +82,9 @@ def test_job_fields_of_a_job_with_every_feature():
     job = make_job(21, array_job_id=20, array_task_id=1, array_throttle=4, account="hep", qos="high", queue="q",
                    reason="Dependency", reason_detail="waits for job 3 (afterok)", dependency="afterok:3", held=True,
                    requeue=False, reservation="maint", uid=1000, submit_host="login1",
-                   history=[{"t": T0, "event": "requeued"}])
+                   history=[{"t": T0, "event": "requeued"}], gpu_share="shard:2")
     fields = dict(render.job_fields(job))
+    assert fields["GpuShare"] == "shard:2"
     assert {k: fields[k] for k in ("ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "Account", "QOS", "Queue",
                                    "ReasonDetail", "Dependency", "Held", "Requeue", "Reservation", "Uid",
                                    "SubmitHost")} == {
@@ -97,7 +98,7 @@ def test_job_fields_of_a_job_with_every_feature():
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
                "held", "requeue", "reservation", "uid", "submit_host", "history", "position", "comment", "wckey",
-               "open_mode", "batch",
+               "open_mode", "batch", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec"}
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]

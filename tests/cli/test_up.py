@@ -14,7 +14,7 @@ from corral.agent.task_spool import TaskSpool
 from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited, Supervisor
-from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_secret
+from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_agent_credentials, write_secret
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 
@@ -46,9 +46,12 @@ def test_plan_simulated_defaults(tmp_path):
     assert plan.url == "http://127.0.0.1:6817"
     assert plan.controller_argv == (
         "py", "-m", "corral.controller", "--listen", "127.0.0.1:6817", "--db", f"sqlite:///{tmp_path}/corral.db",
-        "--secret-file", str(tmp_path / "secret"), "--state-dir", str(tmp_path))
+        "--secret-file", str(tmp_path / "secret"), "--state-dir", str(tmp_path),
+        "--auth-socket", "/run/corral/6817/auth.sock" if os.geteuid() == 0 else str(tmp_path / "auth.sock"))
+    # Each agent gets its own node's credential, never the cluster secret.
     assert plan.agent_argvs[1] == (
-        "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817", "--secret-file", str(tmp_path / "secret"),
+        "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817",
+        "--secret-file", str(tmp_path / "agents" / "node2.credential"),
         "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
         "--kill-tasks-on-exit", "--gpus", "4")
     assert plan.spool_dirs == (tmp_path / "spool" / "node1", tmp_path / "spool" / "node2")
@@ -153,9 +156,10 @@ def test_start_and_stop_cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_CLUSTER_RECORD", str(record))
     plan = fake_plan(tmp_path)
     write_secret(plan.secret_file)
+    write_agent_credentials(plan)
     cluster = Cluster(plan, Supervisor(plan.log_dir))
     try:
-        start_cluster(cluster, timeout_s=30)
+        start_cluster(cluster, timeout_s=30)  # the fake controller takes each agent's own credential only
         assert cluster.name == "fake"
         assert [c.name for c in cluster.supervisor.children] == ["controller", "node1", "node2"]
         pids = [json.loads(line)["pid"] for line in record.read_text().splitlines()]
@@ -214,6 +218,7 @@ def test_up_runs_in_the_foreground_until_sigterm(tmp_path):
 
 def start_driver(tmp_path):
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "etc" / "cluster.json"),
            "FAKE_CLUSTER_RECORD": str(tmp_path / "record.jsonl")}
     driver = DRIVER.format(tests=str(Path(__file__).parents[1]), tmp=str(tmp_path))
     return subprocess.Popen([sys.executable, "-c", driver], env=env, stdout=subprocess.PIPE,

@@ -44,7 +44,8 @@ def _model_of(annotation: object) -> tuple[str, type[BaseModel]] | None:
 
 def accepted_keys() -> set[str]:
     """What the loader accepts: its controller-setting keys, and the tenancy model's fields."""
-    nested = {"scheduler": ("[{}]", settings._SCHED), "partitions": ("[[{}]]", settings._PART)}
+    nested = {"scheduler": ("[{}]", settings._SCHED), "partitions": ("[[{}]]", settings._PART),
+              "auth": ("[{}]", settings._AUTH)}
     for name, field in TenancySpec.model_fields.items():
         if (found := _model_of(field.annotation)) is not None:
             brackets, model = found
@@ -71,6 +72,7 @@ def load(data: dict) -> None:
     """As the controller reads its config file (load_settings, less the file)."""
     settings.settings_from_dict(data, "example")
     settings.tenancy_from_dict(data, "example")
+    settings.auth_from_dict(data.get("auth", {}), "example")
 
 
 @pytest.mark.parametrize("text", toml_blocks(DOC) + toml_blocks(ROOT / "README.md"))
@@ -79,7 +81,8 @@ def test_examples_load_as_a_controller_config_file(text) -> None:
 
 
 @pytest.mark.parametrize("data", [{"kill_grace": 1}, {"scheduler": {"backfil": True}},
-                                  {"partitions": [{"name": "p", "size": 1}]}, {"priority": {"weight_qso": 1}}])
+                                  {"partitions": [{"name": "p", "size": 1}]}, {"priority": {"weight_qso": 1}},
+                                  {"auth": {"admin": ["alice"]}}])
 def test_the_loader_refuses_an_unknown_key_in_each_section(data) -> None:
     with pytest.raises(settings.SettingsError, match="weight_qso|unknown key"):
         load(data)

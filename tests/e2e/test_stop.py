@@ -69,7 +69,8 @@ class CorralUp:
         self.http: httpx.Client | None = None
 
     def start(self) -> CorralUp:
-        env = {**os.environ, "XDG_CONFIG_HOME": str(self.root / "config"), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "XDG_CONFIG_HOME": str(self.root / "config"), "PYTHONUNBUFFERED": "1",
+               "CORRAL_SYSTEM_CLUSTER_FILE": str(self.root / "etc" / "cluster.json")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "corral.cli.main", "up", "--nodes", "2", "--gpus-per-node", "2",
              "--port", str(self.port), "--state-dir", str(self.state_dir), "--config", str(self.config)],

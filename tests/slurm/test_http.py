@@ -177,7 +177,8 @@ def test_commands_report_failures_as_slurm_like_lines(capsys):
         raise http.ApiError(401, "missing or wrong cluster secret")
 
     assert run("squeue", refused) == 1
-    assert capsys.readouterr().err.startswith("squeue: error: the controller refused the cluster secret")
+    assert capsys.readouterr().err.startswith(
+        "squeue: error: the controller refused the credential (missing or wrong cluster secret)")
 
     def unreachable():
         raise http.Unreachable("http://h:1", "Connection refused", "CORRAL_URL")

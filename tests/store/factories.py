@@ -48,6 +48,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         explicit="ntasks",
         comment="a comment",
         wckey="submitit",
+        gpu_share="shard:4",
         open_mode="truncate",
         warn_batch=True,
         allocation=True,
@@ -70,7 +71,7 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
             NodeSlice(node="gpu002", gpus=(0, 2, 4, 6, 1, 3, 5, 7), cpus=24, mem_mib=512_000),
         ),
         runs={
-            "gpu001": NodeRun(started=True, finished=True, exit_code=3, signal=9),
+            "gpu001": NodeRun(started=True, finished=True, exit_code=3, signal=9, oom_killed=True),
             "gpu002": NodeRun(started=True, finished=False),
         },
         exit_code=137,
@@ -110,4 +111,7 @@ def full_node(name: str = "gpu001") -> Node:
         drain_reason="bad ECC on GPU 3",
         last_seen=BASE_TIME + 0.001,
         partitions=frozenset({"gpu", "debug", "long"}),
+        run_as_user=False,
+        agent_user="corral",
+        cgroups="no cgroup v2 (cgroup v1 at /sys/fs/cgroup)",
     )

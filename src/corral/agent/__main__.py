@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from corral.agent.agent import Agent
@@ -48,7 +49,9 @@ def _node_name(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m corral.agent", description="corral node agent")
     parser.add_argument("--controller", required=True, help="controller URL, e.g. http://head:6817")
-    parser.add_argument("--secret-file", required=True, type=Path, help="file holding the cluster secret")
+    parser.add_argument("--secret-file", required=True, type=Path,
+                        help="file holding this node's agent credential (`corral up` writes one per node; "
+                             "or the cluster secret)")
     parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
     parser.add_argument("--address", default=None,
                         help="address other nodes reach this one at: MASTER_ADDR of the jobs it is the first "
@@ -83,6 +86,10 @@ def read_secret(path: Path) -> str | None:
         return None
     secret = lines[0].strip() if lines else ""
     return secret or None
+
+
+def _without_credentials(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in ("CORRAL_SECRET", "CORRAL_SECRET_FILE", "CORRAL_TOKEN")}
 
 
 async def serve(agent: Agent, kill_tasks_on_exit: bool = False) -> None:
@@ -133,10 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         inventory=inventory,
         spool_dir=spool,
         address=address,
-        # Jobs reach the controller the way the agent does, so that `scontrol requeue` (submitit,
-        # Lightning) works from inside a job. Tasks run as the agent's user, who can read the file anyway.
-        base_env={**os.environ, "CORRAL_URL": args.controller, "CORRAL_SLURM_BIN": slurm_commands_dir(spool),
-                  "CORRAL_SECRET_FILE": os.path.abspath(args.secret_file)},
+        # Jobs reach the controller at the agent's URL, with their own credential (the launch message's
+        # CORRAL_TOKEN, the job's user's while the job is active), never with the agent's.
+        base_env={**_without_credentials(os.environ), "CORRAL_URL": args.controller,
+                  "CORRAL_SLURM_BIN": slurm_commands_dir(spool)},
         confinement=confinement,
         cgroups_status=cgroups_status,
     )

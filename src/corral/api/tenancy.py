@@ -28,6 +28,7 @@ class AccountSpec(_Strict):
     name: Name
     parent: Name | None = None  # None: a child of the root
     shares: Count = 1
+    coordinators: Names = []  # users who may act on this account's (and its sub-accounts') jobs
 
 
 class UserSpec(_Strict):

@@ -133,6 +133,21 @@ class Client:
                 return found
             page["after"] = after
 
+    def create_token(self, body: dict) -> dict:
+        return self._call("POST", "/tokens", json=body)
+
+    def tokens(self, all_users: bool = False) -> list[dict]:
+        return self._call("GET", "/tokens", params={"all": all_users})
+
+    def revoke_token(self, token_id: int) -> None:
+        self._call("DELETE", f"/tokens/{token_id}")
+
+    def audit(self, since: float | None = None, limit: int = 1000) -> list[dict]:
+        params: dict[str, Any] = {"limit": limit}
+        if since is not None:
+            params["since"] = since
+        return self._call("GET", "/audit", params=params)
+
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._response(method, path, **kwargs)
         if response.status_code == 204 or not response.content:

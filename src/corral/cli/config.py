@@ -72,11 +72,40 @@ def check_url(url: str, source: str) -> None:
         raise ConfigError(f"invalid controller URL {url!r} (from {source}): expected http://HOST:PORT")
 
 
-def write_cluster_file(url: str, secret_file: Path, env: Mapping[str, str] = os.environ) -> Path:
+def write_cluster_file(url: str, secret_file: Path, env: Mapping[str, str] = os.environ,
+                       auth_socket: Path | None = None) -> Path:
     path = cluster_file(env)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_private_file(path, json.dumps({"url": url, "secret_file": str(secret_file)}, indent=2) + "\n")
+    data = {"url": url, "secret_file": str(secret_file)}
+    if auth_socket is not None:
+        data["auth_socket"] = str(auth_socket)
+    write_private_file(path, json.dumps(data, indent=2) + "\n")
     return path
+
+
+def system_cluster_file(env: Mapping[str, str] = os.environ) -> Path:
+    from corral.slurm.common.target import system_cluster_file as path
+
+    return Path(path(env))
+
+
+def write_system_cluster_file(url: str, auth_socket: Path, env: Mapping[str, str] = os.environ) -> Path:
+    """The system-wide cluster.json (world-readable, no secret): every user of the host finds the cluster
+    and its auth socket there without configuring anything."""
+    path = system_cluster_file(env)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    write_private_file(path, json.dumps({"url": url, "auth_socket": str(auth_socket)}, indent=2) + "\n")
+    path.chmod(0o644)
+    return path
+
+
+def remove_system_cluster_file(path: Path, url: str) -> None:
+    """Remove it if it still describes this cluster (a later `corral up` may have replaced it)."""
+    try:
+        if json.loads(path.read_text()).get("url") == url:
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 def write_private_file(path: Path, text: str) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import jobs, scheduling
+from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.simulate import simulate
 from corral.cli.tenancy import reservation_app, tenancy_app
@@ -107,6 +108,8 @@ app.command("queues")(scheduling.queues)
 app.command("simulate")(simulate)
 app.add_typer(tenancy_app, name="tenancy")
 app.add_typer(reservation_app, name="reservation")
+app.add_typer(token_app, name="token")
+app.command("audit")(audit)
 
 
 def main() -> None:

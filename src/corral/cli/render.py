@@ -243,12 +243,14 @@ def _time_fields(job: dict) -> list[tuple[str, str]]:
 
 
 def _shape_fields(job: dict) -> list[tuple[str, str]]:
+    share = [("GpuShare", job["gpu_share"])] if job.get("gpu_share") else []
     return [
         ("NumNodes", str(job["num_nodes"])),
         ("NumTasks", str(job["num_tasks"])),
         ("TasksPerNode", str(job["tasks_per_node"])),
         ("CpusPerTask", str(job["cpus_per_task"])),
         ("GpusPerNode", str(job["gpus_per_node"])),
+        *share,
         ("TotalGpus", str(job["total_gpus"])),
         ("MemPerNode", format_mib(job["mem_per_node_mib"])),
     ]

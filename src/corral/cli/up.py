@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import fcntl
+import os
 import secrets
 import signal
 import socket
@@ -15,7 +16,14 @@ from typing import Annotated
 import typer
 
 from corral.cli.client import Client, ControllerUnreachable
-from corral.cli.config import DEFAULT_PORT, default_state_dir, write_cluster_file, write_private_file
+from corral.cli.config import (
+    DEFAULT_PORT,
+    default_state_dir,
+    remove_system_cluster_file,
+    write_cluster_file,
+    write_private_file,
+    write_system_cluster_file,
+)
 from corral.cli.errors import CliError
 from corral.cli.output import reported_errors
 from corral.cli.supervisor import ChildExited, Supervisor
@@ -77,6 +85,16 @@ def check_port_free(host: str, port: int) -> None:
 
 def write_secret(path: Path) -> None:
     write_private_file(path, secrets.token_urlsafe(32) + "\n")
+
+
+def write_agent_credentials(plan: UpPlan) -> None:
+    """Each node's own credential (0600), signed with the key the controller derives from the secret."""
+    from corral.controller.credentials import issue_agent, signing_key
+
+    key = signing_key(plan.secret_file.read_text().strip())
+    for name, path in zip(plan.node_names, plan.agent_credential_files, strict=True):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private_file(path, issue_agent(key, name) + "\n")
 
 
 def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
@@ -158,30 +176,38 @@ def run_up(plan: UpPlan) -> int:
     with state_dir_lock(plan.state_dir), stop_on_signals():
         check_port_free(plan.host, plan.port)
         write_secret(plan.secret_file)
-        cluster, ready = Cluster(plan, Supervisor(plan.log_dir)), False
+        write_agent_credentials(plan)
+        cluster, ready, system_file = Cluster(plan, Supervisor(plan.log_dir)), False, None
         try:
             start_cluster(cluster)
             ready = True
-            config_path = write_cluster_file(plan.url, plan.secret_file)
-            typer.echo(banner(cluster, config_path))
+            config_path = write_cluster_file(plan.url, plan.secret_file, auth_socket=plan.auth_socket)
+            # Root's cluster serves every user of this host: tell them where it is.
+            if os.geteuid() == 0 and plan.auth_socket is not None:
+                system_file = write_system_cluster_file(plan.url, plan.auth_socket)
+            typer.echo(banner(cluster, config_path, system_file))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
             typer.echo("\ncorral: stopping the jobs, then the agents and the controller...", err=True)
             return 0 if ready else 130
         finally:
+            if system_file is not None:
+                remove_system_cluster_file(system_file, plan.url)
             try:
                 cluster.stop()
             except (KeyboardInterrupt, _Stop):  # asked again: no more waiting
                 cluster.stop(grace_s=0.0, stop_jobs=False)
 
 
-def banner(cluster: Cluster, config_path: Path) -> str:
+def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None) -> str:
     plan = cluster.plan
     gpus = "real GPUs" if plan.gpus_per_node is None else f"{plan.gpus_per_node} simulated GPUs each"
     return (
         f"corral: cluster '{cluster.name}' is up: {len(plan.node_names)} node(s), {gpus}\n"
         f"  API:       {plan.url}\n"
         f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
+        f"  users:     {plan.auth_socket} gives this host's users their credential"
+        + (f" (found through {system_file})\n" if system_file else "\n") +
         f"  logs:      {plan.log_dir}\n"
         "Run jobs from another shell, for example:\n"
         f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"

@@ -9,6 +9,7 @@ NVML finds some; then a single node is started, because several agents on one ho
 every GPU. Without NVML each node simulates 4."""
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ class UpPlan:
     controller_argv: tuple[str, ...]
     agent_argvs: tuple[tuple[str, ...], ...]
     spool_dirs: tuple[Path, ...]  # one per node, where its agent records its running tasks
+    agent_credential_files: tuple[Path, ...] = ()  # one per node (0600): only that node's agent may use it
+    auth_socket: Path | None = None  # where local users get their credential (docs/security.md)
 
 
 def client_url(host: str, port: int) -> str:
@@ -74,24 +77,34 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     # Simulated nodes advertise at least 4 CPUs per GPU: CPUs are not enforced on processes, and a small
     # host must not make GPU-shaped jobs (a task per GPU) unplaceable.
     node_size = (max(MIN_NODE_CPUS, facts.cpus, 4 * (gpus or 0)), max(1, facts.mem_mib // nodes))
+    credentials = tuple(state_dir / "agents" / f"{name}.credential" for name in names)
+    socket_path = auth_socket_path(state_dir, options.port, os.geteuid())
     return UpPlan(
         url=url, host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
-        controller_argv=_controller_argv(python, options, secret_file),
-        agent_argvs=tuple(_agent_argv(python, url, secret_file, name, gpus, node_size, state_dir) for name in names),
+        controller_argv=_controller_argv(python, options, secret_file, socket_path),
+        agent_argvs=tuple(_agent_argv(python, url, credential, name, gpus, node_size, state_dir)
+                          for name, credential in zip(names, credentials, strict=True)),
         spool_dirs=tuple(spool_dir(state_dir, name) for name in names),
+        agent_credential_files=credentials, auth_socket=socket_path,
     )
+
+
+def auth_socket_path(state_dir: Path, port: int, euid: int) -> Path:
+    """Root's cluster serves every user of the host: a world-reachable directory, one per port (so two
+    clusters on one host never share it). Another user's cluster serves only that user (its state dir)."""
+    return Path(f"/run/corral/{port}/auth.sock") if euid == 0 else state_dir / "auth.sock"
 
 
 def spool_dir(state_dir: Path, node: str) -> Path:
     return state_dir / "spool" / node
 
 
-def _controller_argv(python: str, options: UpOptions, secret_file: Path) -> tuple[str, ...]:
+def _controller_argv(python: str, options: UpOptions, secret_file: Path, auth_socket: Path) -> tuple[str, ...]:
     db_url = options.db_url or f"sqlite:///{options.state_dir / 'corral.db'}"
     listen = f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"
     argv = [python, "-m", "corral.controller", "--listen", listen, "--db", db_url,
-            "--secret-file", str(secret_file), "--state-dir", str(options.state_dir)]
+            "--secret-file", str(secret_file), "--state-dir", str(options.state_dir), "--auth-socket", str(auth_socket)]
     if options.config is not None:
         argv += ["--config", str(options.config)]
     return tuple(argv)

@@ -1,8 +1,11 @@
-"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]"""
+"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]
+[--auth-socket PATH]; or --secret-file PATH --agent-credential NODE to print a node's agent credential."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,7 +17,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--db", default=None, help="SQLAlchemy URL (default: sqlite in the state dir)")
     p.add_argument("--secret-file", required=True, help="file holding the cluster secret")
     p.add_argument("--config", default=None, help="TOML configuration (partitions, scheduler)")
+    p.add_argument("--auth-socket", default=None, metavar="PATH",
+                   help="serve user credentials on this Unix socket (overrides the config's [auth] socket)")
     p.add_argument("--state-dir", default=None, help="where the default SQLite database lives")
+    p.add_argument("--agent-credential", default=None, metavar="NODE",
+                   help="print node NODE's agent credential (for its agent's --secret-file) and exit")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -29,11 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     secret = _read_secret(args.secret_file)
     if secret is None:
         return 2
-    from corral.controller.settings import SettingsError, load_settings
+    if args.agent_credential:
+        from corral.controller.credentials import issue_agent, signing_key
+
+        print(issue_agent(signing_key(secret), args.agent_credential))
+        return 0
+    from corral.controller.settings import SettingsError, load_auth_settings, load_settings
     from corral.store import Store, StoreError
 
     try:
         config, tenancy = load_settings(args.config)
+        auth = load_auth_settings(args.config)
     except SettingsError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
@@ -44,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
-    app = build_app(config, store, secret, tenancy=tenancy)
+    if args.auth_socket:
+        auth = dataclasses.replace(auth, socket=os.path.abspath(args.auth_socket))
+    app = build_app(config, store, secret, tenancy=tenancy, auth=auth)
     return _serve(app, host, int(port))
 
 
-def build_app(config, store, secret: str, clock=time.time, tenancy=None):
+def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None):
     from corral.controller.app import create_app
     from corral.controller.restore import restore_engine
     from corral.controller.service import ControllerService
@@ -61,7 +76,7 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None):
     heartbeat_s = min(5.0, config.node_timeout_s / 3)
     # The same function builds the engine now and again after a failed commit.
     service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
-    return create_app(service, secret)
+    return create_app(service, secret, auth)
 
 
 def _read_secret(path: str) -> str | None:

@@ -1,15 +1,13 @@
-"""HTTP routes: the user API and the agent API, both behind the cluster secret."""
+"""HTTP routes: the user API and the agent API, each behind its own credentials (controller.guard)."""
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable
 from contextlib import asynccontextmanager
 from typing import Literal, TypeVar
 
-from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request, Security
+from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 
 from corral.api.schemas import (
@@ -23,6 +21,10 @@ from corral.api.schemas import (
     SubmitReply,
 )
 from corral.controller import listing
+from corral.controller.auth import Authenticator, AuthSettings, Principal
+from corral.controller.auth_routes import auth_routes
+from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
+from corral.controller.guard import Guard
 from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.params import (
     AfterQuery,
@@ -51,13 +53,14 @@ from corral.protocol import (
     Registration,
     RegistrationReply,
 )
+from corral.store.auth_store import AuthStore
 
 IDS_HELP = ("Comma-separated job ids in Slurm's forms: N (for an array's id, every task), N_I (task I of "
             "array N), N_[I-J,K] (those tasks).")
 
 R = TypeVar("R")
 
-ERRORS = {401: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+ERRORS = {status: {"model": ErrorOut} for status in (401, 403, 404, 409, 422)}
 # Requests that change something are refused while the database cannot be written.
 UNAVAILABLE = {503: {"model": ErrorOut, "description": "the database cannot be written: nothing was changed"}}
 WRITE_ERRORS = {**ERRORS, **UNAVAILABLE}
@@ -67,26 +70,28 @@ RETRY_AFTER_S = 5
 REFUSALS = {"4XX": {"model": ErrorOut, "description": "Refused: `detail` says why"}}
 
 
-def create_app(service: ControllerService, secret: str) -> FastAPI:
+def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None) -> FastAPI:
+    """`secret` is the cluster secret (the service credential); `auth` the config's [auth] section."""
+    settings = auth or AuthSettings()
+    authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
+                                  service.clock)
+    guard = Guard(authenticator, lambda: service.engine.tenancy.spec)
+    service.job_credential = authenticator.job_credential
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         await service.start()
+        socket_server = await serve_auth_socket(settings.socket, authenticator) if settings.socket else None
         yield
+        if socket_server is not None:
+            close_auth_socket(socket_server, settings.socket)
+        await authenticator.flush_audit()
         await service.stop()
 
     # /docs and /redoc with their scripts and styles served from the package, not a CDN: they work on a
-    # cluster without internet access. Swagger UI's "Authorize" takes the secret (the bearer scheme below).
+    # cluster without internet access. Swagger UI's "Authorize" takes a credential (guard.bearer).
     app = FastAPIOffline(title="corral", version="0.1.0", lifespan=lifespan, responses=REFUSALS,
                          description="GPU cluster workload manager: jobs, nodes, partitions and accounting.")
-    expected = secret.encode()
-    bearer = HTTPBearer(auto_error=False, scheme_name="ClusterSecret",
-                        description="The cluster secret: the controller's --secret-file (`corral up` writes it "
-                                    "to ~/.local/state/corral/secret).")
-
-    async def authorized(credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> None:
-        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), expected):
-            raise HTTPException(401, "missing or wrong cluster secret (Authorization: Bearer <secret>)",
-                                headers={"WWW-Authenticate": "Bearer"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -118,21 +123,32 @@ def create_app(service: ControllerService, secret: str) -> FastAPI:
     for path in (f"{API_PREFIX}/health", "/health", "/readyz"):
         app.add_api_route(path, health, methods=["GET"], responses=UNAVAILABLE)
 
-    _user_routes(app, service, Depends(authorized))
-    tenancy_routes(app, service, Depends(authorized))
-    step_routes(app, service, Depends(authorized))
-    stop_routes(app, service, Depends(authorized))
-    _agent_routes(app, service, Depends(authorized))
+    _user_routes(app, service, guard)
+    tenancy_routes(app, service, guard)
+    step_routes(app, service, guard)
+    stop_routes(app, service, guard)
+    auth_routes(app, guard)
+    _agent_routes(app, service, guard)
     return app
 
 
-def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:  # noqa: C901 (a table of small handlers)
-    @app.post(f"{API_PREFIX}/jobs", status_code=201, dependencies=[auth], responses=WRITE_ERRORS)
-    async def submit(body: JobSubmit) -> SubmitReply:
+def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:  # noqa: C901 (a table of small handlers)
+    auth = Depends(guard.user)
+    user_dep = Depends(guard.user)
+
+    async def job_action(principal: Principal, job_id: int, action: str) -> None:
+        await guard.job_action(principal, service.find_job(job_id), action, job_id)
+
+    @app.post(f"{API_PREFIX}/jobs", status_code=201, responses=WRITE_ERRORS)
+    async def submit(body: JobSubmit, principal: Principal = user_dep) -> SubmitReply:
+        """The job belongs to the caller: `user` must be the caller's name (admins may name anyone), and
+        `uid` is the caller's, whatever the body says."""
+        body = await _submission(guard, principal, body)
         try:
             job_id, task_ids = await service.submit(body)
         except AdmissionError as exc:
             raise HTTPException(422, str(exc)) from None
+        await guard.allow(principal, "submit", f"job {job_id}", f"user {body.user}, account {body.account or '-'}")
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
     @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
@@ -161,41 +177,51 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:  # noq
             raise HTTPException(404, f"invalid job id specified: {job_id}")
         return job
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", dependencies=[auth], responses=WRITE_ERRORS)
-    async def cancel(job_id: JobIdPath, uid: UidQuery = None) -> JobOut:
-        """Cancel at any state; `uid` (who cancelled) shows in sacct as `CANCELLED by <uid>`."""
-        return await _operate(service, job_id, service.cancel(job_id, uid))
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/cancel", responses=WRITE_ERRORS)
+    async def cancel(job_id: JobIdPath, uid: UidQuery = None, principal: Principal = user_dep) -> JobOut:
+        """Cancel at any state; the caller's uid shows in sacct as `CANCELLED by <uid>` (an admin may
+        name another `uid`)."""
+        await job_action(principal, job_id, "cancel")
+        return await _operate(service, job_id, service.cancel(job_id, _acting_uid(principal, uid)))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", dependencies=[auth], responses=WRITE_ERRORS)
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/signal", responses=WRITE_ERRORS)
     async def signal_job(job_id: JobIdPath, signal: int = Query(..., ge=1, le=64),
-                         scope: Literal["steps", "batch", "full"] = "steps", uid: UidQuery = None) -> JobOut:
+                         scope: Literal["steps", "batch", "full"] = "steps", uid: UidQuery = None,
+                         principal: Principal = user_dep) -> JobOut:
         """Send a signal to a running job without ending it (scancel --signal, -b, -f)."""
-        return await _operate(service, job_id, service.signal(job_id, signal, scope, uid))
+        await job_action(principal, job_id, f"signal {signal}")
+        return await _operate(service, job_id, service.signal(job_id, signal, scope, _acting_uid(principal, uid)))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", dependencies=[auth], responses=WRITE_ERRORS)
-    async def requeue(job_id: JobIdPath, background: BackgroundTasks) -> JobOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/requeue", responses=WRITE_ERRORS)
+    async def requeue(job_id: JobIdPath, background: BackgroundTasks, principal: Principal = user_dep) -> JobOut:
+        await job_action(principal, job_id, "requeue")
         out, send_kills = await _operate(service, job_id, service.requeue(job_id))
         background.add_task(send_kills)  # after the reply: the caller is often one of the job's processes
         return out
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", dependencies=[auth], responses=WRITE_ERRORS)
-    async def update(job_id: JobIdPath, body: JobUpdate) -> JobOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/update", responses=WRITE_ERRORS)
+    async def update(job_id: JobIdPath, body: JobUpdate, principal: Principal = user_dep) -> JobOut:
+        await job_action(principal, job_id, "update")
+        await _check_update(guard, principal, service.find_job(job_id), body)
         return await _operate(service, job_id, service.update(job_id, body))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", dependencies=[auth], responses=WRITE_ERRORS)
-    async def hold(job_id: JobIdPath) -> JobOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/hold", responses=WRITE_ERRORS)
+    async def hold(job_id: JobIdPath, principal: Principal = user_dep) -> JobOut:
+        await job_action(principal, job_id, "hold")
         return await _operate(service, job_id, service.hold(job_id, True))
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", dependencies=[auth], responses=WRITE_ERRORS)
-    async def release(job_id: JobIdPath) -> JobOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/release", responses=WRITE_ERRORS)
+    async def release(job_id: JobIdPath, principal: Principal = user_dep) -> JobOut:
+        await job_action(principal, job_id, "release")
         return await _operate(service, job_id, service.hold(job_id, False))
 
     @app.get(f"{API_PREFIX}/nodes", dependencies=[auth])
     async def nodes() -> list[NodeOut]:
         return service.nodes()
 
-    @app.post(f"{API_PREFIX}/nodes/{{name}}", dependencies=[auth], responses=WRITE_ERRORS)
-    async def update_node(name: NamePath, body: NodeUpdate) -> NodeOut:
+    @app.post(f"{API_PREFIX}/nodes/{{name}}", responses=WRITE_ERRORS)
+    async def update_node(name: NamePath, body: NodeUpdate, principal: Principal = user_dep) -> NodeOut:
+        await guard.require(principal, "operator", "drain" if body.drain else "resume", f"node {name}")
         try:
             await service.drain(name, body.drain, body.reason)
         except KeyError:
@@ -217,6 +243,34 @@ def _user_routes(app: FastAPI, service: ControllerService, auth) -> None:  # noq
                                    partitions=_names(partitions), accounts=_names(accounts)),
                          since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays)
         return _json_list(await listing.stored_jobs(service.engine, service.store, query, service.clock()))
+
+
+async def _submission(guard: Guard, principal: Principal, body: JobSubmit) -> JobSubmit:
+    """The body as the caller may submit it: their own name and uid (admins: as written)."""
+    if principal.admin:
+        return body
+    if body.user != principal.name:
+        await guard.deny(principal, "submit", f"user {body.user}",
+                         f"{principal.name} cannot submit a job as {body.user} (only an admin can)")
+    if body.priority and not principal.operator:
+        await guard.deny(principal, "submit", f"user {body.user}", "only an operator or admin can set a priority")
+    return body.model_copy(update={"uid": principal.uid})
+
+
+async def _check_update(guard: Guard, principal: Principal, job, body: JobUpdate) -> None:
+    """As Slurm: a user may lower a time limit but not raise it, nor set a priority."""
+    if principal.operator or job is None:
+        return
+    target = f"job {job.id}"
+    if body.priority is not None:
+        await guard.deny(principal, "update", target, "only an operator or admin can set a priority")
+    if body.time_limit_s is not None and body.time_limit_s > job.spec.request.time_limit_s:
+        await guard.deny(principal, "update", target, "only an operator or admin can raise a time limit")
+
+
+def _acting_uid(principal: Principal, asked: int | None) -> int | None:
+    """Who acts, as recorded (CANCELLED by <uid>): the caller's uid; an admin may name another."""
+    return asked if principal.admin and asked is not None else principal.uid
 
 
 async def _operate(service: ControllerService, job_id: int, operation: Awaitable[R]) -> R:
@@ -263,18 +317,27 @@ def _json_list(found: listing.JobList) -> Response:
     return Response(found.body, media_type="application/json", headers=headers)
 
 
-def _agent_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    @app.post(f"{API_PREFIX}/agents/register", dependencies=[auth], responses=UNAVAILABLE)
-    async def register(body: Registration) -> RegistrationReply:
+def _agent_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
+    agent_dep = Depends(guard.agent)
+
+    @app.post(f"{API_PREFIX}/agents/register", responses=UNAVAILABLE)
+    async def register(body: Registration, principal: Principal = agent_dep) -> RegistrationReply:
+        if principal.kind == "agent" and body.node != principal.name:
+            await guard.deny(principal, "register", f"node {body.node}",
+                             f"the agent credential of node {principal.name} cannot register node {body.node}")
         return await service.register(body)
 
-    @app.get(f"{API_PREFIX}/agents/{{node}}/commands", dependencies=[auth])
-    async def commands(node: NamePath, after: SeqQuery = 0, wait_s: float = Query(20.0, ge=0, le=60),
-                       epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> CommandBatch:
+    @app.get(f"{API_PREFIX}/agents/{{node}}/commands")
+    async def commands(node: NamePath, after: SeqQuery = 0,
+                       wait_s: float = Query(20.0, ge=0, le=60),
+                       epoch: str | None = Header(None, alias=EPOCH_HEADER),
+                       _principal: Principal = agent_dep) -> CommandBatch:
         service.check_agent(node, epoch)
         return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
 
-    @app.post(f"{API_PREFIX}/agents/{{node}}/events", dependencies=[auth], responses=UNAVAILABLE)
-    async def events(node: NamePath, body: EventBatch, epoch: str | None = Header(None, alias=EPOCH_HEADER)) -> dict:
+    @app.post(f"{API_PREFIX}/agents/{{node}}/events", responses=UNAVAILABLE)
+    async def events(node: NamePath, body: EventBatch,
+                     epoch: str | None = Header(None, alias=EPOCH_HEADER),
+                     _principal: Principal = agent_dep) -> dict:
         await service.agent_events(node, epoch, body)
         return {"accepted": len(body.events)}

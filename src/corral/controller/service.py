@@ -40,6 +40,7 @@ from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
 from corral.protocol import (
+    JOB_CREDENTIAL_ENV,
     EventBatch,
     LaunchJob,
     NodeFinished,
@@ -84,6 +85,9 @@ class ControllerService:
         self._stalls = StallWatch()
         self._recovery: asyncio.Task | None = None
         self._stopping = False
+        # Set by create_app: the credential a job's tasks get (CORRAL_TOKEN) to reach the controller as the
+        # job's user while the job is active; None: tasks get none.
+        self.job_credential: Callable[[Job], str] | None = None
 
     # ----- lifecycle
 
@@ -240,17 +244,27 @@ class ControllerService:
                 if job is None:
                     continue
                 msg = views.launch_message(job, cmd.node, self.engine.nodes, self.engine.config.cluster_name)
+                self._add_job_credential(job, msg.env)
                 self.outbox.put(cmd.node, msg)
             elif isinstance(cmd, LaunchStep):
                 job = self.engine.jobs.get(cmd.job_id)
                 if job is None or not job.steps[cmd.step_id].live:
                     continue
                 step = job.steps[cmd.step_id]
-                self.outbox.put(cmd.node, step_launch_message(job, step, cmd.node, self.engine.nodes,
-                                                              self.engine.config.cluster_name))
+                msg = step_launch_message(job, step, cmd.node, self.engine.nodes, self.engine.config.cluster_name)
+                self._add_job_credential(job, msg.env)
+                self.outbox.put(cmd.node, msg)
             else:
                 self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s,
                                                     target=cmd.target, step_id=cmd.step_id, reason=cmd.reason))
+
+    def _add_job_credential(self, job: Job, env: dict[str, str]) -> None:
+        """The job's own credential replaces any the submitter's exported environment carried (an admin's
+        cluster secret, a user's long-lived token): a job's tasks hold no more than their job's power."""
+        for name in ("CORRAL_SECRET", "CORRAL_SECRET_FILE"):
+            env.pop(name, None)
+        if self.job_credential is not None:
+            env[JOB_CREDENTIAL_ENV] = self.job_credential(job)
 
     # ----- users
 

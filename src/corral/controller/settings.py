@@ -15,6 +15,11 @@
     max_time_s = 604800    # omit for no limit
     default_time_s = 3600
     priority_job_factor = 1
+    [auth]
+    admins = ["alice"]     # root (uid 0) is always admin
+    operators = ["bob"]
+    socket = "/run/corral/corral/auth.sock"
+    credential_ttl_s = 300
 """
 from __future__ import annotations
 
@@ -25,13 +30,15 @@ from pydantic import ValidationError
 
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
+from corral.controller.auth import DEFAULT_CREDENTIAL_TTL_S, AuthSettings
 from corral.core.config import PLACEMENTS, SchedulerConfig
 from corral.core.model import GPU_MILLI, TaskShape
 from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
-        "partitions"} | _TENANCY
+        "partitions", "auth"} | _TENANCY
+_AUTH = {"admins", "operators", "socket", "credential_ttl_s"}
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -50,6 +57,38 @@ def load_settings(path: str | Path | None) -> tuple[EngineConfig, TenancySpec | 
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(f"cannot read config {path}: {exc}") from None
     return settings_from_dict(data, str(path)), tenancy_from_dict(data, str(path))
+
+
+def load_auth_settings(path: str | Path | None) -> AuthSettings:
+    """The [auth] section (defaults without a file)."""
+    if path is None:
+        return AuthSettings()
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(f"cannot read config {path}: {exc}") from None
+    return auth_from_dict(data.get("auth", {}), str(path))
+
+
+def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:
+    where = f"{origin} [auth]"
+    if not isinstance(section, dict):
+        raise SettingsError(f"{where}: a table")
+    _only(section, _AUTH, where)
+    lists = {}
+    for key in ("admins", "operators"):
+        names = section.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            raise SettingsError(f"{where}: {key} {names!r}: a list of user names")
+        lists[key] = frozenset(names)
+    socket_path = section.get("socket")
+    if socket_path is not None and (not isinstance(socket_path, str) or not socket_path.startswith("/")):
+        raise SettingsError(f"{where}: socket {socket_path!r}: an absolute path")
+    ttl = section.get("credential_ttl_s", DEFAULT_CREDENTIAL_TTL_S)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 10 <= ttl <= 86400:
+        raise SettingsError(f"{where}: credential_ttl_s {ttl!r}: whole seconds, 10..86400")
+    return AuthSettings(admins=lists["admins"], operators=lists["operators"], socket=socket_path,
+                        credential_ttl_s=ttl)
 
 
 def tenancy_from_dict(data: dict, origin: str = "config") -> TenancySpec | None:

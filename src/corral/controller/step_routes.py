@@ -5,11 +5,13 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query
 
 from corral.api.schemas import JobOut
 from corral.api.steps import CompleteBody, StepOut, StepSubmit
 from corral.controller import views
+from corral.controller.auth import Principal
+from corral.controller.guard import Guard
 from corral.controller.params import JobIdPath, StepIdPath
 from corral.controller.service import ControllerService
 from corral.controller.step_views import step_out
@@ -26,10 +28,13 @@ STEP_POLL_S = 0.2
 R = TypeVar("R")
 
 
-def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
+def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
+    auth = Depends(guard.user)
+    user_dep = Depends(guard.user)
     # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/steps", status_code=201, dependencies=[auth], responses=ERRORS)
-    async def create_step(job_id: JobIdPath, body: StepSubmit) -> StepOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/steps", status_code=201, responses=ERRORS)
+    async def create_step(job_id: JobIdPath, body: StepSubmit, principal: Principal = user_dep) -> StepOut:
+        await guard.job_action(principal, service.find_job(job_id), "step", job_id)
         launch = body.model_dump(include={"argv", "workdir", "env", "output", "error", "input", "io_host",
                                           "io_port", "io_token", "cpus_per_task"})
         request = StepRequest(
@@ -52,9 +57,10 @@ def step_routes(app: FastAPI, service: ControllerService, auth) -> None:
                 return step_out(job, step)
             await asyncio.sleep(STEP_POLL_S)
 
-    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/complete", dependencies=[auth], responses=ERRORS)
-    async def complete(job_id: JobIdPath, body: CompleteBody) -> JobOut:
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/complete", responses=ERRORS)
+    async def complete(job_id: JobIdPath, body: CompleteBody, principal: Principal = user_dep) -> JobOut:
         """The holder of an allocation (salloc, srun outside a job) is done: end it with this exit status."""
+        await guard.job_action(principal, service.find_job(job_id), "complete", job_id)
         await _guarded(service.request(AllocationCompleted(job_id, body.exit_code, body.signal)), job_id)
         return views.job_out(service.find_job(job_id), service.clock())
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from fastapi import FastAPI, Query
+from fastapi import Depends, FastAPI, Query
 
 from corral.api.schemas import ClusterStopOut, StoppedJob
+from corral.controller.auth import Principal
+from corral.controller.guard import Guard
 from corral.controller.service import ControllerService
 from corral.engine.events import ClusterStopRequested
 from corral.engine.records import JobState
@@ -20,12 +22,14 @@ STOP_POLL_S = 0.1
 STOPPING = (JobState.RUNNING, JobState.COMPLETING)
 
 
-def stop_routes(app: FastAPI, service: ControllerService, auth) -> None:
-    @app.post(f"{API_PREFIX}/cluster/stop", dependencies=[auth])
-    async def stop_cluster(wait_s: float = Query(60.0, ge=0, le=3600)) -> ClusterStopOut:
+def stop_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
+    @app.post(f"{API_PREFIX}/cluster/stop")
+    async def stop_cluster(wait_s: float = Query(60.0, ge=0, le=3600),
+                           principal: Principal = Depends(guard.user)) -> ClusterStopOut:
         """Stop every running job (requeued when it allows it, else NODE_FAIL) and start nothing more;
         answer once their tasks are reported gone, or after `wait_s` (at most the kill grace plus the
         report timeout)."""
+        await guard.require(principal, "admin", "stop the cluster")
         decision: ClusterStop = await service.request(ClusterStopRequested())
         config = service.engine.config
         deadline = time.monotonic() + min(wait_s, config.kill_grace_s + config.kill_report_timeout_s)

@@ -1,7 +1,7 @@
 """HTTP routes for tenancy: priorities, fair share, queues, the tenancy document and reservations."""
 from __future__ import annotations
 
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import Depends, FastAPI, HTTPException, Response
 
 from corral.api.tenancy import (
     FairShareOut,
@@ -12,6 +12,8 @@ from corral.api.tenancy import (
     TenancySpec,
 )
 from corral.controller import tenancy_views
+from corral.controller.auth import Principal
+from corral.controller.guard import Guard
 from corral.controller.params import NamePath
 from corral.controller.service import ControllerService
 from corral.engine.reservations import ReservationError
@@ -21,7 +23,9 @@ ERRORS = {404: {"description": "unknown"}, 409: {"description": "conflict"}, 422
           503: {"description": "the database cannot be written: nothing was changed"}}
 
 
-def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
+def tenancy_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
+    auth = Depends(guard.user)
+    user_dep = Depends(guard.user)
     # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
 
     @app.get(f"{API_PREFIX}/priority", dependencies=[auth])
@@ -41,8 +45,9 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
     async def get_tenancy() -> TenancySpec:
         return service.engine.tenancy.spec
 
-    @app.put(f"{API_PREFIX}/tenancy", dependencies=[auth], responses=ERRORS)
-    async def put_tenancy(body: TenancySpec) -> TenancySpec:
+    @app.put(f"{API_PREFIX}/tenancy", responses=ERRORS)
+    async def put_tenancy(body: TenancySpec, principal: Principal = user_dep) -> TenancySpec:
+        await guard.require(principal, "admin", "set tenancy")
         await service.set_tenancy(body)
         return service.engine.tenancy.spec
 
@@ -51,8 +56,9 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
         now = service.clock()
         return [tenancy_views.reservation_out(r, now) for r in service.engine.reservations.by_name.values()]
 
-    @app.post(f"{API_PREFIX}/reservations", status_code=201, dependencies=[auth], responses=ERRORS)
-    async def create_reservation(body: ReservationSpec) -> ReservationOut:
+    @app.post(f"{API_PREFIX}/reservations", status_code=201, responses=ERRORS)
+    async def create_reservation(body: ReservationSpec, principal: Principal = user_dep) -> ReservationOut:
+        await guard.require(principal, "operator", "create reservation", f"reservation {body.name}")
         try:
             record = await service.add_reservation(body)
         except ReservationError as exc:
@@ -60,8 +66,9 @@ def tenancy_routes(app: FastAPI, service: ControllerService, auth) -> None:
             raise HTTPException(status, str(exc)) from None
         return tenancy_views.reservation_out(record, service.clock())
 
-    @app.delete(f"{API_PREFIX}/reservations/{{name}}", status_code=204, dependencies=[auth], responses=ERRORS)
-    async def delete_reservation(name: NamePath) -> Response:
+    @app.delete(f"{API_PREFIX}/reservations/{{name}}", status_code=204, responses=ERRORS)
+    async def delete_reservation(name: NamePath, principal: Principal = user_dep) -> Response:
+        await guard.require(principal, "operator", "delete reservation", f"reservation {name}")
         try:
             await service.remove_reservation(name)
         except KeyError:

@@ -211,6 +211,7 @@ def node_to_row(node: Node) -> Json:
         "last_seen": node.last_seen,
         # Sorted so the stored value is deterministic (frozenset order is not).
         "partitions": sorted(node.partitions),
+        "isolation": {"run_as_user": node.run_as_user, "agent_user": node.agent_user, "cgroups": node.cgroups},
     }
 
 
@@ -226,4 +227,5 @@ def node_from_row(row: Any) -> Node:
         drain_reason=row.drain_reason,
         last_seen=row.last_seen,
         partitions=frozenset(row.partitions),
+        **(row.isolation or {}),
     )

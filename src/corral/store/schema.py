@@ -80,6 +80,8 @@ class NodeRow(Base):
     drain_reason: Mapped[str]
     last_seen: Mapped[float]
     partitions: Mapped[list[Any]]
+    # run_as_user, agent_user, cgroups (Node): how the node's agent confines jobs.
+    isolation: Mapped[dict[str, Any]] = mapped_column(server_default="{}")
 
 
 class MetaRow(Base):
@@ -95,3 +97,38 @@ class MetaRow(Base):
 JOBS = Base.metadata.tables["jobs"]
 NODES = Base.metadata.tables["nodes"]
 META = Base.metadata.tables["cluster_meta"]
+
+
+class TokenRow(Base):
+    """An API token (`corral token create`): only the SHA-256 of its secret part is kept. Added by 0003."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(index=True)
+    uid: Mapped[int]
+    secret_sha256: Mapped[str]
+    description: Mapped[str]
+    created: Mapped[float]
+    created_by: Mapped[str]
+    expires: Mapped[float]
+    revoked: Mapped[float | None]
+
+
+class AuditRow(Base):
+    """One line of the audit log: who did (or was refused) what. Added by 0003."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(index=True)
+    who: Mapped[str]  # the user or node name, "-" when no credential was accepted
+    credential: Mapped[str]  # which kind: "socket", "token 3", "job 12", "agent", "service"
+    action: Mapped[str]
+    target: Mapped[str]
+    outcome: Mapped[str]  # "allowed", "denied" (403) or "unauthenticated" (401)
+    detail: Mapped[str]
+
+
+TOKENS = Base.metadata.tables["api_tokens"]
+AUDIT = Base.metadata.tables["audit_log"]

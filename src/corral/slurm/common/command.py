@@ -66,8 +66,10 @@ def unreachable_message(prog: str, exc: Unreachable) -> str:
 
 def api_message(prog: str, exc: ApiError) -> str:
     if exc.status == 401:
-        return (f"{prog}: error: the controller refused the cluster secret: set CORRAL_SECRET or "
-                "CORRAL_SECRET_FILE, or use the cluster.json that 'corral up' writes\n")
+        return (f"{prog}: error: the controller refused the credential ({exc.detail}): run on a cluster host "
+                "(its auth socket vouches for you), or set CORRAL_TOKEN (corral token create)\n")
+    if exc.status == 403:
+        return f"{prog}: error: Access/permission denied: {exc.detail.removeprefix('Access/permission denied: ')}\n"
     return f"{prog}: error: the controller answered {exc.status}: {exc.detail}\n"
 
 

@@ -2,11 +2,16 @@
 commands and the `corral` CLI (corral.cli.config wraps it). Stdlib-only and light: dataclasses,
 pathlib, getpass and json would cost the Slurm commands ~25 ms of a start of a few tens.
 
-URL: `CORRAL_URL`, else the `url` of cluster.json (written by `corral up`), else DEFAULT_URL.
-Secret: `CORRAL_SECRET`, else `CORRAL_SECRET_FILE`, else cluster.json's `secret_file` when
-cluster.json describes the chosen URL, else none (a controller without auth)."""
+cluster.json: the user's ($XDG_CONFIG_HOME/corral/cluster.json), else the system-wide one
+(SYSTEM_CLUSTER_FILE, or `CORRAL_SYSTEM_CLUSTER_FILE`), both written by `corral up`.
+URL: `CORRAL_URL`, else the `url` of cluster.json, else DEFAULT_URL.
+Credential (docs/security.md): `CORRAL_TOKEN` (an API token, or a job's own credential), else the
+cluster secret from `CORRAL_SECRET` or `CORRAL_SECRET_FILE`, else, when cluster.json describes the
+chosen URL, its `secret_file` (the user who ran `corral up`) or a user credential from its
+`auth_socket`, else none."""
 from __future__ import annotations
 
+import _socket
 import os
 from _collections_abc import Mapping
 
@@ -14,6 +19,8 @@ from corral.slurm.common import jsontext
 
 DEFAULT_URL = "http://127.0.0.1:6817"  # corral.cli.config.DEFAULT_URL: slurmctld's port
 CLUSTER_FILE_NAME = "cluster.json"
+SYSTEM_CLUSTER_FILE = "/etc/corral/cluster.json"
+AUTH_SOCKET_TIMEOUT_S = 10.0
 
 
 class TargetError(Exception):
@@ -42,10 +49,17 @@ def normalize_url(url: str) -> str:
     return (url if "://" in url else f"http://{url}").rstrip("/")
 
 
+def system_cluster_file(env: Mapping[str, str]) -> str:
+    return env.get("CORRAL_SYSTEM_CLUSTER_FILE") or SYSTEM_CLUSTER_FILE
+
+
 def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None = None) -> Target:
     """`url_option` is the `corral` CLI's --url, which wins over everything."""
     path = cluster_file(env)
     cluster = read_cluster_file(path)
+    if cluster is None:
+        path = system_cluster_file(env)
+        cluster = read_cluster_file(path)
     if url_option:
         url, source = normalize_url(url_option), "--url"
     elif env.get("CORRAL_URL"):
@@ -58,13 +72,42 @@ def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None =
 
 
 def _secret_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
+    if env.get("CORRAL_TOKEN"):
+        return env["CORRAL_TOKEN"].strip()
     if env.get("CORRAL_SECRET"):
         return env["CORRAL_SECRET"].strip()
     if env.get("CORRAL_SECRET_FILE"):
         return read_secret(env["CORRAL_SECRET_FILE"])
-    if cluster and cluster.get("secret_file") and normalize_url(cluster["url"]) == url:
+    if not cluster or normalize_url(cluster["url"]) != url:
+        return None
+    if cluster.get("secret_file"):
         return read_secret(cluster["secret_file"])
+    if cluster.get("auth_socket"):
+        return socket_credential(cluster["auth_socket"])
     return None
+
+
+def socket_credential(path: str) -> str:
+    """A user credential from the controller's auth socket, which learns who we are from the kernel."""
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(AUTH_SOCKET_TIMEOUT_S)
+        sock.connect(path)
+        chunks = []
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as exc:
+        raise TargetError(f"cannot get a credential from the auth socket {path}: "
+                          f"{exc.strerror or exc}; is the controller running?") from None
+    finally:
+        sock.close()
+    answer = b"".join(chunks).decode(errors="replace").strip()
+    if not answer or answer.startswith("error:"):
+        raise TargetError(f"the auth socket {path} gave no credential: {answer or 'an empty answer'}")
+    return answer
 
 
 def read_secret(path: str) -> str:

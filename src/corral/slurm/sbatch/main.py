@@ -139,6 +139,10 @@ def submit(controller: Controller, body: dict) -> tuple[int, list[int]]:
     except ApiError as exc:
         if exc.status == 422:
             raise refusal(exc.detail, body) from None
+        if exc.status == 403:  # slurmctld's ESLURM_ACCESS_DENIED, then corral's precise reason
+            error = rejected("Access/permission denied")
+            error.stderr += f"sbatch: error: ({exc.detail.removeprefix('Access/permission denied: ')})\n"
+            raise error from None
         raise
     return int(reply["job_id"]), [int(i) for i in reply.get("task_ids") or ()]
 

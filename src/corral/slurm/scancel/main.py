@@ -24,6 +24,10 @@ Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]
 """
 
 
+# What Slurm 22.05's scancel exits with after a job it may not kill (../shared/reference/slurm-compat.md §8).
+ACCESS_DENIED_EXIT = 210
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     return run("scancel", lambda: scancel(args, os.environ))
@@ -51,11 +55,15 @@ def scancel(argv: Sequence[str], env: Mapping[str, str]) -> Result:
             else:
                 controller.act(job["id"], "cancel", uid=uid)
         except ApiError as exc:
+            if exc.status == 403:  # as slurmctld: ESLURM_ACCESS_DENIED, and scancel's exit status for it
+                stderr += kill_job_error(ref.text if ref else str(job["id"]), "Access/permission denied")
+                code = ACCESS_DENIED_EXIT
+                continue
             if exc.status not in (404, 409):
                 raise
             if options.strict:  # it ended since we listed it: what scancel says for a finished job
                 stderr += kill_job_error(ref.text if ref else str(job["id"]))
-                code = 1
+                code = max(code, 1)
     if options.quiet:  # -Q: no messages about jobs that are gone
         stderr = "".join(line + "\n" for line in stderr.splitlines() if "Kill job error" not in line)
     return "", stderr, code

@@ -49,8 +49,8 @@ class ScancelOptions(Record):
         return self.signal is not None or bool(self.filters) or self.me
 
 
-def kill_job_error(job_text: str) -> str:
-    return f"scancel: error: Kill job error on job id {job_text}: Invalid job id specified\n"
+def kill_job_error(job_text: str, reason: str = "Invalid job id specified") -> str:
+    return f"scancel: error: Kill job error on job id {job_text}: {reason}\n"
 
 
 def parse_scancel(argv: Sequence[str], env: Mapping[str, str]) -> ScancelOptions:

@@ -20,9 +20,11 @@ _SLURM_REASONS = (
 )
 
 
-def slurm_reason(exc: ApiError) -> str:
+def slurm_reason(exc: ApiError, action: str = "") -> str:
     if exc.status == 404:
         return INVALID_JOB_ID
+    if exc.status == 403:  # slurmctld's texts (slurm-compat.md §8): requeue differs from the others
+        return "Access/permission denied" if action == "requeue" else "Invalid user id"
     return next((text for marker, text in _SLURM_REASONS if marker in exc.detail), exc.detail)
 
 
@@ -38,7 +40,7 @@ def job_actions(command: ScontrolCommand, controller: Controller) -> Result:
     for item in items:
         failure = act_on(controller, command.keyword, item)
         if failure is not None:
-            reasons.append((item, slurm_reason(failure)))
+            reasons.append((item, slurm_reason(failure, command.keyword)))
     lines = [f"{reason} for job {item}\n" for item, reason in reasons]
     if reasons and command.keyword in ("hold", "release"):
         lines.append(f"slurm_suspend error: {reasons[-1][1]}\n")
@@ -51,7 +53,7 @@ def act_on(controller: Controller, action: str, item: str) -> ApiError | None:
     try:
         job_ids = resolve(controller, item)
     except ApiError as exc:
-        if exc.status not in (404, 409):
+        if exc.status not in (403, 404, 409):
             raise
         return exc
     refusals = []
@@ -59,7 +61,7 @@ def act_on(controller: Controller, action: str, item: str) -> ApiError | None:
         try:
             controller.act(job_id, action)
         except ApiError as exc:
-            if exc.status not in (404, 409):
+            if exc.status not in (403, 404, 409):
                 raise
             refusals.append(exc)
     return refusals[-1] if refusals and len(refusals) == len(job_ids) else None

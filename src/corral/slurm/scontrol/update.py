@@ -73,7 +73,7 @@ def _update_jobs(pairs, controller: Controller, command: ScontrolCommand) -> Res
                     body["time_limit_s"] = max(60, current + relative["time_limit_s"])
                 controller.call("POST", f"/jobs/{job_id}/update", body=body)
         except ApiError as exc:
-            if exc.status not in (404, 409, 422):
+            if exc.status not in (403, 404, 409, 422):
                 raise
             failures.append(f"{slurm_reason(exc) if exc.status != 422 else exc.detail} for job {item}\n")
     return "", "".join(command.warnings) + ("" if command.quiet else "".join(failures)), 1 if failures else 0
@@ -114,6 +114,9 @@ def _update_nodes(pairs, controller: Controller, command: ScontrolCommand) -> Re
         try:
             controller.call("POST", f"/nodes/{name}", body=body)
         except ApiError as exc:
+            if exc.status == 403:
+                failures.append("slurm_update error: Invalid user id\n")
+                continue
             if exc.status != 404:
                 raise
             failures.append(f"Invalid node name specified for node {name}\n")

@@ -1,0 +1,87 @@
+"""API tokens and the audit log, in the controller's database (tables added by migration 0003)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, insert, select, update
+
+from corral.store.database import sqlite_writer
+from corral.store.schema import AUDIT, TOKENS
+from corral.store.store import _translated
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    id: int
+    user: str
+    uid: int
+    secret_sha256: str
+    description: str
+    created: float
+    created_by: str
+    expires: float
+    revoked: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    time: float
+    who: str
+    credential: str
+    action: str
+    target: str
+    outcome: str
+    detail: str = ""
+
+
+class AuthStore:
+    """Thread-safe like Store: every call uses its own connection (the controller calls it from threads)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._writer = sqlite_writer(engine)  # BEGIN IMMEDIATE on SQLite, as the Store's writes
+
+    def add_token(self, user: str, uid: int, secret_sha256: str, description: str, created: float,
+                  created_by: str, expires: float) -> int:
+        with _translated("saving a token"), self._writer.begin() as connection:
+            result = connection.execute(insert(TOKENS).values(
+                user=user, uid=uid, secret_sha256=secret_sha256, description=description, created=created,
+                created_by=created_by, expires=expires, revoked=None))
+            key = result.inserted_primary_key
+            assert key is not None  # an INSERT of one row has one
+            return int(key[0])
+
+    def token(self, token_id: int) -> TokenRecord | None:
+        with _translated("reading a token"), self._engine.connect() as connection:
+            row = connection.execute(select(TOKENS).where(TOKENS.c.id == token_id)).mappings().first()
+        return TokenRecord(**row) if row is not None else None
+
+    def tokens(self, user: str | None = None) -> list[TokenRecord]:
+        query = select(TOKENS).order_by(TOKENS.c.id)
+        if user is not None:
+            query = query.where(TOKENS.c.user == user)
+        with _translated("reading tokens"), self._engine.connect() as connection:
+            return [TokenRecord(**row) for row in connection.execute(query).mappings()]
+
+    def revoke_token(self, token_id: int, now: float) -> None:
+        with _translated("revoking a token"), self._writer.begin() as connection:
+            connection.execute(update(TOKENS).where(TOKENS.c.id == token_id, TOKENS.c.revoked.is_(None))
+                               .values(revoked=now))
+
+    def audit(self, *entries: AuditEntry) -> None:
+        """Append the entries, in order, in one transaction."""
+        if not entries:
+            return
+        rows = [{"time": e.time, "who": e.who, "credential": e.credential, "action": e.action,
+                 "target": e.target, "outcome": e.outcome, "detail": e.detail} for e in entries]
+        with _translated("writing the audit log"), self._writer.begin() as connection:
+            connection.execute(insert(AUDIT), rows)
+
+    def audit_entries(self, since: float | None = None, limit: int = 1000) -> list[AuditEntry]:
+        """The newest `limit` entries (at or after `since`), oldest first."""
+        query = select(AUDIT).order_by(AUDIT.c.id.desc()).limit(limit)
+        if since is not None:
+            query = query.where(AUDIT.c.time >= since)
+        with _translated("reading the audit log"), self._engine.connect() as connection:
+            rows = list(connection.execute(query).mappings())
+        return [AuditEntry(**{k: v for k, v in row.items() if k != "id"}) for row in reversed(rows)]
