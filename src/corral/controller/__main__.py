@@ -1,4 +1,5 @@
-"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]"""
+"""python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]
+[--tls-cert PEM --tls-key PEM]"""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +16,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--secret-file", required=True, help="file holding the cluster secret")
     p.add_argument("--config", default=None, help="TOML configuration (partitions, scheduler)")
     p.add_argument("--state-dir", default=None, help="where the default SQLite database lives")
+    p.add_argument("--tls-cert", default=None, metavar="PEM",
+                   help="serve HTTPS with this certificate (chain) file; needs --tls-key")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -28,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     secret = _read_secret(args.secret_file)
     if secret is None:
+        return 2
+    tls_problem = _check_tls(args.tls_cert, args.tls_key)
+    if tls_problem:
+        print(f"corral-controller: error: {tls_problem}", file=sys.stderr)
         return 2
     from corral.controller.settings import SettingsError, load_settings
     from corral.store import Store, StoreError
@@ -45,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
     app = build_app(config, store, secret, tenancy=tenancy)
-    return _serve(app, host, int(port))
+    return _serve(app, host, int(port), args.tls_cert, args.tls_key)
 
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None):
@@ -76,12 +84,30 @@ def _read_secret(path: str) -> str | None:
     return secret
 
 
-def _serve(app, host: str, port: int) -> int:
+def _check_tls(cert: str | None, key: str | None) -> str | None:
+    """Why the certificate and key cannot serve HTTPS (loaded as the server will load them), or None."""
+    if (cert is None) != (key is None):
+        return "--tls-cert and --tls-key go together"
+    if cert is None:
+        return None
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except OSError as exc:
+        return f"cannot read the TLS certificate or key ({exc.filename or cert}): {exc.strerror or exc}"
+    except ssl.SSLError as exc:
+        return f"the TLS certificate {cert} and key {key} cannot be used together: {exc.reason or exc}"
+    return None
+
+
+def _serve(app, host: str, port: int, tls_cert: str | None = None, tls_key: str | None = None) -> int:
     import uvicorn
 
     # Agents hold long polls open: do not wait for them at shutdown (they reconnect and re-register).
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=1))
+                                           timeout_graceful_shutdown=1, ssl_certfile=tls_cert,
+                                           ssl_keyfile=tls_key))
     server.run()
     return 0 if server.started else 1
 
