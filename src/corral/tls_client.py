@@ -19,10 +19,10 @@ def client_context(ca_file: str | None) -> ssl.SSLContext:
     """A context that verifies the server's chain against `ca_file` (else the system's CAs) and its name."""
     try:
         return ssl.create_default_context(cafile=ca_file)
+    except ssl.SSLError as exc:  # an OSError too: caught first
+        raise TlsConfigError(f"the CA file {ca_file} holds no usable PEM certificate ({exc.reason or exc})") from None
     except OSError as exc:
         raise TlsConfigError(f"cannot read the CA file {ca_file}: {exc.strerror or exc}") from None
-    except ssl.SSLError as exc:
-        raise TlsConfigError(f"the CA file {ca_file} holds no usable PEM certificate ({exc.reason or exc})") from None
 
 
 def tls_failure(error: BaseException, url: str, ca_file: str | None) -> str | None:

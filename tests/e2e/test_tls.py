@@ -5,6 +5,7 @@ traceback), and nothing reaches the controller."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,48 @@ def test_agent_that_does_not_trust_the_ca_does_not_register(cluster_factory, tmp
     assert (f"the controller's certificate at {cluster.url} does not verify against the CA file "
             f"{cluster.ca_file}") in log.read_text()
     assert [n["name"] for n in cluster.nodes()] == ["node1"]
+
+
+def test_corral_up_tls_end_to_end(tmp_path):
+    """`corral up --tls`: a CA and a certificate in the state dir (keys 0600), everything over https, and
+    cluster.json records the CA, so that sbatch and squeue need no setting of their own."""
+    from cryptography import x509
+
+    from tests.e2e.harness import free_port
+
+    state, port = tmp_path / "state", free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "CORRAL_"))}
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONUNBUFFERED="1")
+    up = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "up", "--tls", "--nodes", "1",
+                           "--gpus-per-node", "1", "--port", str(port), "--state-dir", str(state)],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = up.stdout.readline()
+        assert "is up" in banner, up.stderr.read() if up.poll() is not None else banner
+        cluster_json = (tmp_path / "config" / "corral" / "cluster.json").read_text()
+        tls = state / "tls"
+        assert f'"url": "https://127.0.0.1:{port}"' in cluster_json
+        assert f'"ca_file": "{tls / "ca.pem"}"' in cluster_json
+        for key in ("ca.key", "controller.key"):
+            assert (tls / key).stat().st_mode & 0o777 == 0o600
+        cert = x509.load_pem_x509_certificate((tls / "controller.pem").read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        import socket
+        assert {"localhost", socket.gethostname()} <= set(sans.get_values_for_type(x509.DNSName))
+        assert {"127.0.0.1", "::1"} <= {str(a) for a in sans.get_values_for_type(x509.IPAddress)}
+
+        cmds = Path(slurm_commands_dir(tmp_path / "cmds"))
+        run = lambda *argv: subprocess.run([str(cmds / argv[0]), *argv[1:]], env=env, cwd=tmp_path,  # noqa: E731
+                                           capture_output=True, text=True, timeout=60)
+        submitted = run("sbatch", "--parsable", "-o", "out.txt", "--wrap", "echo over-tls")
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.strip()
+        wait_for(lambda: run("sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id).stdout.strip() == "COMPLETED",
+                 timeout_s=60, message=f"job {job_id} COMPLETED")
+        assert (tmp_path / "out.txt").read_text() == "over-tls\n"
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 0, up.stderr.read()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()

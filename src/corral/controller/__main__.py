@@ -94,10 +94,10 @@ def _check_tls(cert: str | None, key: str | None) -> str | None:
 
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:  # an OSError too: caught first
+        return f"the TLS certificate {cert} and key {key} cannot be used together: {exc.reason or exc}"
     except OSError as exc:
         return f"cannot read the TLS certificate or key ({exc.filename or cert}): {exc.strerror or exc}"
-    except ssl.SSLError as exc:
-        return f"the TLS certificate {cert} and key {key} cannot be used together: {exc.reason or exc}"
     return None
 
 
