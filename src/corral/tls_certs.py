@@ -2,7 +2,11 @@
 certificate for the controller that names every way clients reach it (DNS names and IP addresses).
 
 Keys are EC P-256. The CA is valid for a year and is kept in the state dir, so that clients trusting it
-keep working across restarts; the controller's certificate is issued afresh at every start."""
+keep working across restarts; the controller's certificate is issued afresh at every start.
+
+For a controller on its own host: `python -m corral.tls_certs DIR NAME...` writes DIR/ca.pem (what clients
+and agents trust), DIR/ca.key, DIR/controller.pem and DIR/controller.key for the names given (the
+names and addresses clients use to reach the controller)."""
 from __future__ import annotations
 
 import datetime
@@ -151,3 +155,26 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key, not_before: date
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m corral.tls_certs",
+                                     description="make (or reuse) a cluster CA and issue the controller's certificate")
+    parser.add_argument("dir", type=Path, help="where ca.pem, ca.key, controller.pem and controller.key go")
+    parser.add_argument("names", nargs="+", metavar="NAME", help="host names and addresses the certificate names")
+    args = parser.parse_args(argv)
+    try:
+        cluster_tls(args.dir / "ca.pem", args.dir / "controller.pem", args.dir / "controller.key", args.names)
+    except (TlsSetupError, OSError) as exc:
+        print(f"corral.tls_certs: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"CA: {args.dir / 'ca.pem'}; controller certificate: {args.dir / 'controller.pem'} "
+          f"(key {args.dir / 'controller.key'})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

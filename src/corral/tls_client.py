@@ -41,6 +41,3 @@ def tls_failure(error: BaseException, url: str, ca_file: str | None) -> str | No
                     "if the controller serves plain HTTP, use an http:// URL")
         cause = cause.__cause__ or cause.__context__
     return None
-
-
-PLAIN_TO_TLS_HINT = "if the controller serves HTTPS, use an https:// URL"

@@ -107,3 +107,15 @@ def test_agent_refuses_an_unusable_ca_file(tmp_path, capsys, content, message):
                     "--ca-file", str(ca_file), "--gpus", "0"])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_tls_certs_command_for_a_controller_host(tmp_path, capsys):
+    from corral.tls_certs import main
+
+    assert main([str(tmp_path / "tls"), "head.example.org", "10.0.0.1"]) == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls" / "controller.pem").read_bytes())
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["head.example.org"]
+    assert [str(a) for a in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
+    assert main([str(tmp_path / "tls"), "0.0.0.0"]) == 1
+    assert "needs at least one host name or address" in capsys.readouterr().err

@@ -57,7 +57,8 @@ def test_sbatch_squeue_corral_and_agents_over_https(cluster_factory, tmp_path):
 def test_client_that_does_not_trust_the_ca_is_refused(cluster_factory, tmp_path, which):
     cluster = cluster_factory(nodes=1, gpus=1, tls_names=("127.0.0.1",))
     ca_file = other_ca(tmp_path) if which == "another CA" else None
-    trusted = f"the CA file {ca_file}: " if ca_file else "the system's trusted CAs (no CA file given: set CORRAL_CA_FILE"
+    trusted = (f"the CA file {ca_file}: " if ca_file else
+               "the system's trusted CAs (no CA file given: set CORRAL_CA_FILE")
     expected = f"the controller's certificate at {cluster.url} does not verify against {trusted}"
     sbatch = command(cluster, tmp_path, ["sbatch", "--wrap", "true"], ca_file)
     assert sbatch.returncode == 1

@@ -170,7 +170,8 @@ class Client:
             raise ControllerUnreachable(self.url) from None
         except httpx.RemoteProtocolError as exc:
             hint = "" if self.url.startswith("https:") else "; if it serves HTTPS, use an https:// URL"
-            raise ClientError(f"the controller at {self.url} closed the connection without an answer ({exc}){hint}") from None
+            raise ClientError(f"the controller at {self.url} closed the connection without an answer "
+                              f"({exc}){hint}") from None
         except httpx.TimeoutException:
             waited = kwargs.get("timeout", self.timeout_s)
             raise ClientError(f"the controller at {self.url} did not answer within {waited:g} s") from None

@@ -32,7 +32,8 @@ class Target:
         self.ca_file = ca_file
 
     def __repr__(self) -> str:
-        return f"Target(url={self.url!r}, secret={'***' if self.secret else None}, source={self.source!r}, ca_file={self.ca_file!r})"
+        return (f"Target(url={self.url!r}, secret={'***' if self.secret else None}, source={self.source!r}, "
+                f"ca_file={self.ca_file!r})")
 
 
 def cluster_file(env: Mapping[str, str]) -> str:
