@@ -35,10 +35,26 @@ def wait_for(what: Callable[[], object], timeout_s: float = 20.0, interval_s: fl
         time.sleep(interval_s)
 
 
+def make_tls(root: Path, names: tuple[str, ...] = ("127.0.0.1", "localhost")) -> tuple[Path, Path, Path]:
+    """A CA of the test's own and a server certificate for `names`: (CA file, certificate, key)."""
+    from corral.tls_certs import CertificateAuthority, write_private
+
+    ca = CertificateAuthority.create("corral test CA")
+    ca_file, cert_file, key_file = root / "ca.pem", root / "controller.pem", root / "controller.key"
+    ca.save(ca_file, root / "ca.key")
+    cert_pem, key_pem = ca.issue(names)
+    cert_file.write_bytes(cert_pem)
+    write_private(key_file, key_pem)
+    return ca_file, cert_file, key_file
+
+
 class Cluster:
     def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
                  nvml_names: dict[str, list[str]] | None = None,
-                 agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups")) -> None:
+                 agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups"),
+                 tls_names: tuple[str, ...] | None = None) -> None:
+        """`tls_names`: the controller serves HTTPS with a certificate for these names, from a CA of the
+        test's own (`ca_file`), which the agents and `http` trust."""
         self.root = root
         # The tests submit as made-up users (tester, alice) and run side by side: by default their agents
         # run every task as themselves, outside cgroups. Tests of confinement pass their own.
@@ -49,7 +65,17 @@ class Cluster:
         # (tests/e2e/fake_nvml) instead of simulating `gpus` of them.
         self.nvml_names = nvml_names or {}
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.ca_file, self.tls_args, verify = None, [], True
+        if tls_names is not None:
+            import ssl
+
+            self.ca_file, cert_file, key_file = make_tls(root, tls_names)
+            self.tls_args = ["--tls-cert", str(cert_file), "--tls-key", str(key_file)]
+            verify = ssl.create_default_context(cafile=self.ca_file)
+            # The harness reaches the controller at 127.0.0.1 whatever names its certificate carries (a test
+            # may give it others); corral's own clients check the name.
+            verify.check_hostname = False
+        self.url = f"{'https' if self.tls_args else 'http'}://127.0.0.1:{self.port}"
         self.secret = secrets.token_urlsafe(16)
         self.secret_file = root / "secret"
         self.secret_file.write_text(self.secret)
@@ -58,7 +84,8 @@ class Cluster:
         self.db = db or f"sqlite:///{root / 'corral.db'}"
         self.controller: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30)
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.secret}"}, timeout=30,
+                                 verify=verify)
 
     # ----- processes
 
@@ -71,7 +98,8 @@ class Cluster:
     def start_controller(self, timeout_s: float = 20.0) -> None:
         self.controller = self._spawn(
             ["-m", "corral.controller", "--listen", f"127.0.0.1:{self.port}", "--db", self.db,
-             "--secret-file", str(self.secret_file), "--config", str(self.config_file)], "controller.log")
+             "--secret-file", str(self.secret_file), "--config", str(self.config_file), *self.tls_args],
+            "controller.log")
         wait_for(self._healthy, timeout_s, message="controller health")
 
     def _healthy(self) -> bool:
@@ -92,7 +120,8 @@ class Cluster:
         self.agents[name] = self._spawn(
             ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
              "--node", name, *gpus, "--cpus", "16", "--mem-mib", "64000",
-             "--spool", str(self.root / "spool" / name), *self.agent_args], f"agent-{name}.log", env)
+             "--spool", str(self.root / "spool" / name), *self.agent_args,
+             *(["--ca-file", str(self.ca_file)] if self.ca_file else [])], f"agent-{name}.log", env)
 
     def kill_agent(self, name: str) -> None:
         """SIGKILL the agent alone (its tasks are sessions of their own: they live on)."""

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--secret-file", required=True, type=Path,
                         help="file holding this node's agent credential (`corral up` writes one per node; "
                              "or the cluster secret)")
+    parser.add_argument("--ca-file", default=None, type=Path, metavar="PEM",
+                        help="CA certificate(s) that verify an https:// controller (default: the system's CAs); "
+                        "its jobs get it as CORRAL_CA_FILE")
     parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
     parser.add_argument("--address", default=None,
                         help="address other nodes reach this one at: MASTER_ADDR of the jobs it is the first "
@@ -115,6 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     secret = read_secret(args.secret_file)
     if secret is None:
         parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
+    ca_file = str(args.ca_file.absolute()) if args.ca_file else None
+    if args.controller.startswith("https:"):
+        from corral.tls_client import TlsConfigError, client_context
+
+        try:
+            client_context(ca_file)
+        except TlsConfigError as exc:
+            parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.log_level != "debug":
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per long poll is noise
@@ -140,10 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         inventory=inventory,
         spool_dir=spool,
         address=address,
+        ca_file=ca_file,
         # Jobs reach the controller at the agent's URL, with their own credential (the launch message's
         # CORRAL_TOKEN, the job's user's while the job is active), never with the agent's.
         base_env={**_without_credentials(os.environ), "CORRAL_URL": args.controller,
-                  "CORRAL_SLURM_BIN": slurm_commands_dir(spool)},
+                  "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)},
         confinement=confinement,
         cgroups_status=cgroups_status,
     )
@@ -170,6 +182,10 @@ def confinement_from(args: argparse.Namespace) -> tuple[Confinement, str]:
     return Confinement(run_as_user=run_as_user, cgroups=tree), status
 
 
+
+def _ca_env(ca_file: str | None) -> dict[str, str]:
+    """CORRAL_CA_FILE for the jobs, so that their Slurm commands verify the controller as the agent does."""
+    return {"CORRAL_CA_FILE": ca_file} if ca_file else {}
 
 
 if __name__ == "__main__":

@@ -113,9 +113,12 @@ class Agent:
         max_poll_wait_s: float = 30.0,
         confinement: Confinement = DEVELOPMENT_MODE,
         cgroups_status: str = "",
+        ca_file: str | None = None,
     ) -> None:
+        """`ca_file` verifies an https:// controller (else the system's trusted CAs do)."""
         self.node = node
         self._controller_url = controller_url.rstrip("/")
+        self._ca_file = ca_file
         self._secret = secret
         self._address = address
         self._inventory = inventory
@@ -156,7 +159,7 @@ class Agent:
     async def run(self) -> None:
         headers = {"Authorization": f"Bearer {self._secret}"}
         async with httpx.AsyncClient(
-            base_url=self._controller_url, headers=headers, timeout=REQUEST_TIMEOUT_S
+            base_url=self._controller_url, headers=headers, timeout=REQUEST_TIMEOUT_S, verify=self._tls_context()
         ) as client:
             self._client = client
             try:
@@ -169,6 +172,23 @@ class Agent:
                 for task in list(self._background):
                     task.cancel()  # stops watching jobs; the jobs themselves keep running
                 self._client = None
+
+    def _tls_context(self) -> Any:
+        """The verifying SSL context for an https:// controller; True (httpx's default, unused) for http://."""
+        if not self._controller_url.startswith("https:"):
+            return True
+        from corral.tls_client import client_context
+
+        return client_context(self._ca_file)  # TlsConfigError: main() loaded it once already
+
+    def _describe_error(self, exc: Exception) -> str:
+        if self._controller_url.startswith("https:"):
+            from corral.tls_client import tls_failure
+
+            message = tls_failure(exc, self._controller_url, self._ca_file)
+            if message:
+                return message
+        return _describe_error(exc)
 
     # -- tasks of an earlier life
 
@@ -223,7 +243,7 @@ class Agent:
                     return
                 reason = f"HTTP {response.status_code}: {response.text[:200]}"
             except (httpx.RequestError, ValidationError) as exc:
-                reason = _describe_error(exc)
+                reason = self._describe_error(exc)
             await backoff.failed(reason)
 
     def _registration(self) -> Registration:
@@ -286,7 +306,7 @@ class Agent:
                     continue
                 batch = CommandBatch.model_validate_json(response.content)
             except (httpx.RequestError, ValidationError) as exc:
-                await backoff.failed(_describe_error(exc))
+                await backoff.failed(self._describe_error(exc))
                 continue
             backoff.succeeded()
             for command in batch.commands:
@@ -426,7 +446,7 @@ class Agent:
                 headers={"Content-Type": "application/json", EPOCH_HEADER: epoch or ""},
             )
         except httpx.RequestError as exc:
-            await backoff.failed(_describe_error(exc))
+            await backoff.failed(self._describe_error(exc))
             return False
         if response.status_code == 409:
             await self._reregister(epoch)

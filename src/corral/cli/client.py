@@ -28,17 +28,37 @@ class ControllerUnreachable(ClientError):
         self.url = url
 
 
+class TlsRefused(ClientError):
+    """The TLS handshake failed: the controller's certificate does not verify, or it does not speak TLS."""
+
+
+def _tls_context(url: str, ca_file: str | None) -> Any:
+    """The verifying SSL context for an https:// URL; True (httpx's default, unused) for http://."""
+    if not url.startswith("https:"):
+        return True
+    from corral.tls_client import TlsConfigError, client_context
+
+    try:
+        return client_context(ca_file)
+    except TlsConfigError as exc:
+        raise ClientError(str(exc)) from None
+
+
 class Client:
-    def __init__(self, url: str, secret: str | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, secret: str | None = None, timeout_s: float = 10.0,
+                 ca_file: str | None = None) -> None:
+        """`ca_file` verifies an https:// controller (else the system's trusted CAs do)."""
         import httpx  # imported here: ~100 ms that commands without HTTP should not pay
 
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.ca_file = ca_file
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         # trust_env=False: a controller is on the cluster's own network; an HTTP(S)_PROXY meant for
         # the internet must not capture requests to it.
         self._http = httpx.Client(
-            base_url=self.url + API_PREFIX, headers=headers, timeout=timeout_s, trust_env=False
+            base_url=self.url + API_PREFIX, headers=headers, timeout=timeout_s, trust_env=False,
+            verify=_tls_context(self.url, ca_file),
         )
 
     def __enter__(self) -> Client:
@@ -159,8 +179,14 @@ class Client:
 
         try:
             response = self._http.request(method, path, **kwargs)
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+        except httpx.ConnectError as exc:
+            raise self._connect_error(exc) from None
+        except httpx.ConnectTimeout:
             raise ControllerUnreachable(self.url) from None
+        except httpx.RemoteProtocolError as exc:
+            hint = "" if self.url.startswith("https:") else "; if it serves HTTPS, use an https:// URL"
+            raise ClientError(f"the controller at {self.url} closed the connection without an answer "
+                              f"({exc}){hint}") from None
         except httpx.TimeoutException:
             waited = kwargs.get("timeout", self.timeout_s)
             raise ClientError(f"the controller at {self.url} did not answer within {waited:g} s") from None
@@ -169,6 +195,15 @@ class Client:
         if response.status_code >= 400:
             raise ClientError(error_message(response.status_code, response.text), response.status_code)
         return response
+
+    def _connect_error(self, exc: Exception) -> ClientError:
+        if self.url.startswith("https:"):
+            from corral.tls_client import tls_failure
+
+            message = tls_failure(exc, self.url, self.ca_file)
+            if message:
+                return TlsRefused(message)
+        return ControllerUnreachable(self.url)
 
     def _json(self, response: Any) -> Any:
         try:

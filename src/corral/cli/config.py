@@ -2,7 +2,8 @@
 
 Precedence: `--url` > `CORRAL_URL` > `cluster.json` (written by `corral up`) > DEFAULT_URL.
 The secret comes from `CORRAL_SECRET`, else `CORRAL_SECRET_FILE`, else cluster.json's secret file
-when cluster.json describes the chosen URL, else there is none (a controller without auth)."""
+when cluster.json describes the chosen URL, else there is none (a controller without auth).
+An https:// controller is verified against `CORRAL_CA_FILE`, else cluster.json's `ca_file` (same rule)."""
 from __future__ import annotations
 
 import getpass
@@ -24,6 +25,7 @@ class Target:
     url: str
     secret: str | None
     source: str  # where the URL came from, for messages: "--url", "CORRAL_URL", a path, "default"
+    ca_file: str | None = None  # verifies an https:// controller; None: the system's trusted CAs
 
 
 def _xdg_dir(env: Mapping[str, str], variable: str, fallback: str) -> Path:
@@ -56,7 +58,7 @@ def resolve_target(url_option: str | None, env: Mapping[str, str] = os.environ) 
     except target.TargetError as exc:
         raise ConfigError(str(exc)) from None
     check_url(found.url, found.source)
-    return Target(found.url, found.secret, found.source)
+    return Target(found.url, found.secret, found.source, found.ca_file)
 
 
 def check_url(url: str, source: str) -> None:
@@ -73,12 +75,14 @@ def check_url(url: str, source: str) -> None:
 
 
 def write_cluster_file(url: str, secret_file: Path, env: Mapping[str, str] = os.environ,
-                       auth_socket: Path | None = None) -> Path:
+                       auth_socket: Path | None = None, ca_file: Path | None = None) -> Path:
     path = cluster_file(env)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     data = {"url": url, "secret_file": str(secret_file)}
     if auth_socket is not None:
         data["auth_socket"] = str(auth_socket)
+    if ca_file is not None:
+        data["ca_file"] = str(ca_file)
     write_private_file(path, json.dumps(data, indent=2) + "\n")
     return path
 

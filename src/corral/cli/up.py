@@ -27,7 +27,7 @@ from corral.cli.config import (
 from corral.cli.errors import CliError
 from corral.cli.output import reported_errors
 from corral.cli.supervisor import ChildExited, Supervisor
-from corral.cli.up_plan import UpOptions, UpPlan, plan_up
+from corral.cli.up_plan import UpOptions, UpPlan, plan_up, tls_files
 from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
 
 CONTROLLER = "controller"
@@ -97,6 +97,20 @@ def write_agent_credentials(plan: UpPlan) -> None:
         write_private_file(path, issue_agent(key, name) + "\n")
 
 
+def make_certificates(plan: UpPlan) -> None:
+    """--tls: the cluster's CA (kept across runs) and a controller certificate naming every way this host
+    is reached: localhost, loopback, its host names and the address the controller listens on."""
+    if plan.tls_dir is None:
+        return
+    from corral.tls_certs import TlsSetupError, cluster_tls
+
+    names = ["localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn(), plan.host]
+    try:
+        cluster_tls(*tls_files(plan.tls_dir), names)
+    except (TlsSetupError, OSError) as exc:
+        raise CliError(f"cannot make the TLS certificates in {plan.tls_dir}: {exc}") from None
+
+
 def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
     """Start the controller, then the agents once it answers; return when every node is up.
 
@@ -104,7 +118,8 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
     plan, supervisor = cluster.plan, cluster.supervisor
     deadline = _Deadline(time.monotonic() + timeout_s, timeout_s, plan.log_dir)
     supervisor.start(CONTROLLER, plan.controller_argv)
-    with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=2.0) as client:
+    ca_file = str(plan.ca_file) if plan.ca_file else None
+    with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=2.0, ca_file=ca_file) as client:
         cluster.name = _wait_for_health(client, supervisor, deadline).get("cluster", cluster.name)
         cluster.controller_answered = True
         for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
@@ -177,11 +192,13 @@ def run_up(plan: UpPlan) -> int:
         check_port_free(plan.host, plan.port)
         write_secret(plan.secret_file)
         write_agent_credentials(plan)
+        make_certificates(plan)
         cluster, ready, system_file = Cluster(plan, Supervisor(plan.log_dir)), False, None
         try:
             start_cluster(cluster)
             ready = True
-            config_path = write_cluster_file(plan.url, plan.secret_file, auth_socket=plan.auth_socket)
+            config_path = write_cluster_file(plan.url, plan.secret_file, auth_socket=plan.auth_socket,
+                                             ca_file=plan.ca_file)
             # Root's cluster serves every user of this host: tell them where it is.
             if os.geteuid() == 0 and plan.auth_socket is not None:
                 system_file = write_system_cluster_file(plan.url, plan.auth_socket)
@@ -207,7 +224,9 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None)
         f"  API:       {plan.url}\n"
         f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
         f"  users:     {plan.auth_socket} gives this host's users their credential"
-        + (f" (found through {system_file})\n" if system_file else "\n") +
+        + (f" (found through {system_file})\n" if system_file else "\n")
+        + (f"  CA:        {plan.ca_file} (clients verify the controller with it; recorded there too)\n"
+           if plan.ca_file else "") +
         f"  logs:      {plan.log_dir}\n"
         "Run jobs from another shell, for example:\n"
         f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
@@ -233,6 +252,8 @@ def up(
     config: Annotated[Path | None, typer.Option("--config", show_default=False, metavar="FILE", exists=True,
                                                 dir_okay=False,
                                                 help="Controller config file (partitions...).")] = None,
+    tls: Annotated[bool, typer.Option("--tls", help="Serve HTTPS with a certificate from a private CA made in "
+                                                    "the state dir (kept across runs); clients verify it.")] = False,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
@@ -240,6 +261,6 @@ def up(
 
     with reported_errors():
         options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
-                            gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config)
+                            gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls)
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)

@@ -6,7 +6,10 @@ evenly between the nodes: it cannot be shared, and the cluster must not promise 
 
 GPUs: with --gpus-per-node G every node simulates G GPUs. Without it, agents discover real GPUs when
 NVML finds some; then a single node is started, because several agents on one host would each claim
-every GPU. Without NVML each node simulates 4."""
+every GPU. Without NVML each node simulates 4.
+
+TLS (--tls): the controller serves HTTPS with a certificate from the cluster's private CA, kept in
+STATE_DIR/tls; the agents and clients verify it against that CA (cluster.json records it)."""
 from __future__ import annotations
 
 import os
@@ -31,6 +34,7 @@ class UpOptions:
     port: int = 6817
     db_url: str | None = None
     config: Path | None = None
+    tls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +52,25 @@ class UpPlan:
     spool_dirs: tuple[Path, ...]  # one per node, where its agent records its running tasks
     agent_credential_files: tuple[Path, ...] = ()  # one per node (0600): only that node's agent may use it
     auth_socket: Path | None = None  # where local users get their credential (docs/security.md)
+    tls_dir: Path | None = None  # --tls: the CA and the controller's certificate and key live here
+
+    @property
+    def ca_file(self) -> Path | None:
+        return None if self.tls_dir is None else tls_files(self.tls_dir)[0]
 
 
-def client_url(host: str, port: int) -> str:
+def client_url(host: str, port: int, scheme: str = "http") -> str:
     """The URL to reach a server listening on host:port (a wildcard address means this machine)."""
     if host in ("", "0.0.0.0"):
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def tls_files(tls_dir: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, controller certificate, controller key), as corral.tls_certs.cluster_tls writes them."""
+    return tls_dir / "ca.pem", tls_dir / "controller.pem", tls_dir / "controller.key"
 
 
 def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) -> UpPlan:
@@ -72,7 +86,8 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         gpus = DEFAULT_SIMULATED_GPUS
     state_dir = options.state_dir
     secret_file = state_dir / "secret"
-    url = client_url(options.host, options.port)
+    url = client_url(options.host, options.port, "https" if options.tls else "http")
+    tls_dir = state_dir / "tls" if options.tls else None
     names = tuple(f"node{i}" for i in range(1, nodes + 1))
     # Simulated nodes advertise at least 4 CPUs per GPU: CPUs are not enforced on processes, and a small
     # host must not make GPU-shaped jobs (a task per GPU) unplaceable.
@@ -82,11 +97,11 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     return UpPlan(
         url=url, host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
-        controller_argv=_controller_argv(python, options, secret_file, socket_path),
-        agent_argvs=tuple(_agent_argv(python, url, credential, name, gpus, node_size, state_dir)
+        controller_argv=_controller_argv(python, options, secret_file, socket_path, tls_dir),
+        agent_argvs=tuple(_agent_argv(python, url, credential, name, gpus, node_size, state_dir, tls_dir)
                           for name, credential in zip(names, credentials, strict=True)),
         spool_dirs=tuple(spool_dir(state_dir, name) for name in names),
-        agent_credential_files=credentials, auth_socket=socket_path,
+        agent_credential_files=credentials, auth_socket=socket_path, tls_dir=tls_dir,
     )
 
 
@@ -100,18 +115,22 @@ def spool_dir(state_dir: Path, node: str) -> Path:
     return state_dir / "spool" / node
 
 
-def _controller_argv(python: str, options: UpOptions, secret_file: Path, auth_socket: Path) -> tuple[str, ...]:
+def _controller_argv(python: str, options: UpOptions, secret_file: Path, auth_socket: Path,
+                     tls_dir: Path | None) -> tuple[str, ...]:
     db_url = options.db_url or f"sqlite:///{options.state_dir / 'corral.db'}"
     listen = f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"
     argv = [python, "-m", "corral.controller", "--listen", listen, "--db", db_url,
             "--secret-file", str(secret_file), "--state-dir", str(options.state_dir), "--auth-socket", str(auth_socket)]
     if options.config is not None:
         argv += ["--config", str(options.config)]
+    if tls_dir is not None:
+        _, cert, key = tls_files(tls_dir)
+        argv += ["--tls-cert", str(cert), "--tls-key", str(key)]
     return tuple(argv)
 
 
 def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int | None,
-                node_size: tuple[int, int], state_dir: Path) -> tuple[str, ...]:
+                node_size: tuple[int, int], state_dir: Path, tls_dir: Path | None) -> tuple[str, ...]:
     cpus, mem_mib = node_size
     argv = [python, "-m", "corral.agent", "--controller", url, "--secret-file", str(secret_file),
             "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool_dir(state_dir, name)),
@@ -120,4 +139,6 @@ def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int |
             "--kill-tasks-on-exit"]
     if gpus is not None:
         argv += ["--gpus", str(gpus)]
+    if tls_dir is not None:
+        argv += ["--ca-file", str(tls_files(tls_dir)[0])]
     return tuple(argv)

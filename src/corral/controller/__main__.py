@@ -1,5 +1,6 @@
 """python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]
-[--auth-socket PATH]; or --secret-file PATH --agent-credential NODE to print a node's agent credential."""
+[--auth-socket PATH] [--tls-cert PEM --tls-key PEM]; or --secret-file PATH --agent-credential NODE to print a
+node's agent credential."""
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", default=None, help="where the default SQLite database lives")
     p.add_argument("--agent-credential", default=None, metavar="NODE",
                    help="print node NODE's agent credential (for its agent's --secret-file) and exit")
+    p.add_argument("--tls-cert", default=None, metavar="PEM",
+                   help="serve HTTPS with this certificate (chain) file; needs --tls-key")
+    p.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -41,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(issue_agent(signing_key(secret), args.agent_credential))
         return 0
+    tls_problem = _check_tls(args.tls_cert, args.tls_key)
+    if tls_problem:
+        print(f"corral-controller: error: {tls_problem}", file=sys.stderr)
+        return 2
     from corral.controller.settings import SettingsError, load_auth_settings, load_settings
     from corral.store import Store, StoreError
 
@@ -60,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.auth_socket:
         auth = dataclasses.replace(auth, socket=os.path.abspath(args.auth_socket))
     app = build_app(config, store, secret, tenancy=tenancy, auth=auth)
-    return _serve(app, host, int(port))
+    return _serve(app, host, int(port), args.tls_cert, args.tls_key)
 
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None):
@@ -91,12 +99,30 @@ def _read_secret(path: str) -> str | None:
     return secret
 
 
-def _serve(app, host: str, port: int) -> int:
+def _check_tls(cert: str | None, key: str | None) -> str | None:
+    """Why the certificate and key cannot serve HTTPS (loaded as the server will load them), or None."""
+    if (cert is None) != (key is None):
+        return "--tls-cert and --tls-key go together"
+    if cert is None:
+        return None
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as exc:  # an OSError too: caught first
+        return f"the TLS certificate {cert} and key {key} cannot be used together: {exc.reason or exc}"
+    except OSError as exc:
+        return f"cannot read the TLS certificate or key ({exc.filename or cert}): {exc.strerror or exc}"
+    return None
+
+
+def _serve(app, host: str, port: int, tls_cert: str | None = None, tls_key: str | None = None) -> int:
     import uvicorn
 
     # Agents hold long polls open: do not wait for them at shutdown (they reconnect and re-register).
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=1))
+                                           timeout_graceful_shutdown=1, ssl_certfile=tls_cert,
+                                           ssl_keyfile=tls_key))
     server.run()
     return 0 if server.started else 1
 

@@ -8,7 +8,9 @@ URL: `CORRAL_URL`, else the `url` of cluster.json, else DEFAULT_URL.
 Credential (docs/security.md): `CORRAL_TOKEN` (an API token, or a job's own credential), else the
 cluster secret from `CORRAL_SECRET` or `CORRAL_SECRET_FILE`, else, when cluster.json describes the
 chosen URL, its `secret_file` (the user who ran `corral up`) or a user credential from its
-`auth_socket`, else none."""
+`auth_socket`, else none.
+CA file (verifies an https:// controller): `CORRAL_CA_FILE`, else cluster.json's `ca_file` when
+cluster.json describes the chosen URL, else the system's trusted CAs."""
 from __future__ import annotations
 
 import _socket
@@ -28,15 +30,17 @@ class TargetError(Exception):
 
 
 class Target:
-    __slots__ = ("url", "secret", "source")
+    __slots__ = ("url", "secret", "source", "ca_file")
 
-    def __init__(self, url: str, secret: str | None, source: str) -> None:
+    def __init__(self, url: str, secret: str | None, source: str, ca_file: str | None = None) -> None:
         self.url = url
         self.secret = secret
         self.source = source  # where the URL came from, for messages: "CORRAL_URL", a path, "default"
+        self.ca_file = ca_file
 
     def __repr__(self) -> str:
-        return f"Target(url={self.url!r}, secret={'***' if self.secret else None}, source={self.source!r})"
+        return (f"Target(url={self.url!r}, secret={'***' if self.secret else None}, source={self.source!r}, "
+                f"ca_file={self.ca_file!r})")
 
 
 def cluster_file(env: Mapping[str, str]) -> str:
@@ -68,7 +72,15 @@ def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None =
         url, source = normalize_url(cluster["url"]), path
     else:
         url, source = DEFAULT_URL, "default"
-    return Target(url, _secret_for(url, env, cluster), source)
+    return Target(url, _secret_for(url, env, cluster), source, _ca_file_for(url, env, cluster))
+
+
+def _ca_file_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
+    if env.get("CORRAL_CA_FILE"):
+        return env["CORRAL_CA_FILE"]
+    if cluster and isinstance(cluster.get("ca_file"), str) and normalize_url(cluster["url"]) == url:
+        return cluster["ca_file"]
+    return None
 
 
 def _secret_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
