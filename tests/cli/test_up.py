@@ -52,9 +52,9 @@ def test_plan_simulated_defaults(tmp_path):
     assert plan.agent_argvs[1] == (
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817",
         "--secret-file", str(tmp_path / "agents" / "node2.credential"),
-        "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(tmp_path / "spool" / "node2"),
+        "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(spool(tmp_path, 6817, "node2")),
         "--kill-tasks-on-exit", "--gpus", "4")
-    assert plan.spool_dirs == (tmp_path / "spool" / "node1", tmp_path / "spool" / "node2")
+    assert plan.spool_dirs == (spool(tmp_path, 6817, "node1"), spool(tmp_path, 6817, "node2"))
 
 
 def test_plan_options(tmp_path):
@@ -65,7 +65,12 @@ def test_plan_options(tmp_path):
     assert plan.controller_argv[4:7] == ("0.0.0.0:7000", "--db", "postgresql://db/corral")
     assert plan.controller_argv[-2:] == ("--config", "/etc/corral.toml")
     assert plan.agent_argvs[0][-9:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
-                                        str(tmp_path / "spool" / "node1"), "--kill-tasks-on-exit", "--gpus", "0")
+                                        str(spool(tmp_path, 7000, "node1")), "--kill-tasks-on-exit", "--gpus", "0")
+
+
+def spool(state_dir: Path, port: int, node: str) -> Path:
+    """Root's agents run jobs as their users, who must reach their batch scripts: a world-traversable spool."""
+    return Path(f"/var/spool/corral/{port}/{node}") if os.geteuid() == 0 else state_dir / "spool" / node
 
 
 def test_plan_real_gpus_one_node_without_gpus_option(tmp_path):

@@ -4,6 +4,7 @@ files go when the cluster stops."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import stat
@@ -38,13 +39,21 @@ def test_a_fresh_user_submits_through_the_system_file_and_the_socket():
             assert len({p.read_text() for p in credentials} | {(up.state_dir / "secret").read_text()}) == 3
 
             alice = users["alice"]
+            work = root / "alice"  # where alice may write: the job runs as her
+            work.mkdir()
+            os.chown(work, alice.uid, alice.gid)
             as_alice = UserCluster(described["url"], root, socket_path, system_file, users)
-            code, out, err = slurm_command(as_alice, alice, "sbatch", ["--parsable", "--wrap", "echo hi"])
+            code, out, err = slurm_command(as_alice, alice, "sbatch",
+                                           ["--parsable", "-D", str(work), "--wrap", "id -un"])
             assert code == 0, err
             job_id = int(out)
-            wait_for(lambda: up.job(job_id)["state"] == "COMPLETED", timeout_s=60, message="alice's job completes")
+            wait_for(lambda: up.job(job_id)["state"] not in ("PENDING", "RUNNING", "COMPLETING"), timeout_s=60,
+                     message="alice's job ends")
+            assert up.job(job_id)["state"] == "COMPLETED", up.job(job_id)["reason"]
             assert (up.job(job_id)["user"], up.job(job_id)["uid"]) == (alice.name, alice.uid)
-            assert (root / f"slurm-{job_id}.out").read_text() == "hi\n"
+            output = work / f"slurm-{job_id}.out"
+            assert output.read_text() == f"{alice.name}\n", "the job ran as alice"
+            assert output.stat().st_uid == alice.uid, "its output file is alice's"
             code, _, err = slurm_command(as_alice, alice, "scontrol", ["update", "NodeName=node1", "State=DRAIN",
                                                                        "Reason=mine"])
             assert (code, err) == (1, "slurm_update error: Invalid user id\n")

@@ -98,9 +98,10 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         url=url, host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
         controller_argv=_controller_argv(python, options, secret_file, socket_path, tls_dir),
-        agent_argvs=tuple(_agent_argv(python, url, credential, name, gpus, node_size, state_dir, tls_dir)
+        agent_argvs=tuple(_agent_argv(python, url, credential, name, gpus, node_size,
+                                      spool_dir(state_dir, name, options.port, os.geteuid()), tls_dir)
                           for name, credential in zip(names, credentials, strict=True)),
-        spool_dirs=tuple(spool_dir(state_dir, name) for name in names),
+        spool_dirs=tuple(spool_dir(state_dir, name, options.port, os.geteuid()) for name in names),
         agent_credential_files=credentials, auth_socket=socket_path, tls_dir=tls_dir,
     )
 
@@ -111,8 +112,11 @@ def auth_socket_path(state_dir: Path, port: int, euid: int) -> Path:
     return Path(f"/run/corral/{port}/auth.sock") if euid == 0 else state_dir / "auth.sock"
 
 
-def spool_dir(state_dir: Path, node: str) -> Path:
-    return state_dir / "spool" / node
+def spool_dir(state_dir: Path, node: str, port: int, euid: int) -> Path:
+    """Where a node's agent keeps batch scripts and its task record. Root's agents run each job as its
+    user, who must reach their own script (as under slurmd's /var/spool/slurmd): a world-traversable
+    directory, one per port; the job directories in it are the users' own and 0700."""
+    return Path(f"/var/spool/corral/{port}/{node}") if euid == 0 else state_dir / "spool" / node
 
 
 def _controller_argv(python: str, options: UpOptions, secret_file: Path, auth_socket: Path,
@@ -130,10 +134,10 @@ def _controller_argv(python: str, options: UpOptions, secret_file: Path, auth_so
 
 
 def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int | None,
-                node_size: tuple[int, int], state_dir: Path, tls_dir: Path | None) -> tuple[str, ...]:
+                node_size: tuple[int, int], spool: Path, tls_dir: Path | None) -> tuple[str, ...]:
     cpus, mem_mib = node_size
     argv = [python, "-m", "corral.agent", "--controller", url, "--secret-file", str(secret_file),
-            "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool_dir(state_dir, name)),
+            "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool),
             # The agents are the cluster's: when `corral up` goes, even killed outright (its children get
             # SIGTERM then), their tasks go with them.
             "--kill-tasks-on-exit"]
