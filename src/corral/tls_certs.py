@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from corral.private_file import write_atomic
 
 VALIDITY = datetime.timedelta(days=365)
 RENEW_BEFORE = datetime.timedelta(days=30)  # a CA this close to its end is replaced, not reused
@@ -66,7 +67,7 @@ class CertificateAuthority:
     def save(self, cert_file: Path, key_file: Path) -> None:
         write_private(key_file, self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                        serialization.NoEncryption()))
-        _write_atomic(cert_file, self.cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_atomic(cert_file, self.cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
     def issue(self, names: Iterable[str], now: datetime.datetime | None = None,
               validity: datetime.timedelta = VALIDITY) -> tuple[bytes, bytes]:
@@ -123,27 +124,11 @@ def cluster_tls(ca_file: Path, cert_file: Path, key_file: Path, names: Iterable[
         ca.save(ca_file, ca_key)
     cert_pem, key_pem = ca.issue(names)
     write_private(key_file, key_pem)
-    _write_atomic(cert_file, cert_pem, 0o644)
+    write_atomic(cert_file, cert_pem, 0o644)
 
 
 def write_private(path: Path, data: bytes) -> None:
-    _write_atomic(path, data, 0o600)
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Written whole with `mode` from the start: no window where a key is readable by others."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)  # O_CREAT's mode is masked by the umask
-        with os.fdopen(fd, "wb") as handle:
-            fd = -1
-            handle.write(data)
-        os.replace(tmp, path)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, data, 0o600)
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, public_key, not_before: datetime.datetime,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.cli.errors import ConfigError
+from corral.private_file import write_atomic
 
 DEFAULT_PORT = 6817  # slurmctld's port: familiar, and free on a machine without Slurm
 DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"  # = corral.slurm.common.target.DEFAULT_URL
@@ -114,15 +115,4 @@ def remove_system_cluster_file(path: Path, url: str) -> None:
 
 def write_private_file(path: Path, text: str) -> None:
     """Write atomically with mode 0600 from the start (no window where others could read it)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # O_CREAT's mode is masked by the umask; a reused tmp keeps its own
-        with os.fdopen(fd, "w") as handle:
-            fd = -1
-            handle.write(text)
-        os.replace(tmp, path)
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, text, 0o600)
