@@ -10,6 +10,9 @@ so they are opened with the user's file-system credentials: `setfsuid`/`setfsgid
 calling thread's, and the supplementary groups are the user's for the few microseconds of the open. A
 user thus cannot have the agent create or append to a file they could not write themselves
 (--output=/etc/passwd, a path in another user's 0700 directory).
+
+Changing the file-system ids clears the process's parent-death signal (prctl(2)), which `corral up` sets
+so that its agents go with it: it is set again afterwards.
 """
 from __future__ import annotations
 
@@ -62,6 +65,23 @@ def agent_user() -> str:
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG, PR_GET_PDEATHSIG = 1, 2
+
+
+def parent_death_signal() -> int:
+    """The signal this process gets when its parent dies (0: none)."""
+    sig = ctypes.c_int(0)
+    _libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(sig), 0, 0, 0)
+    return sig.value
+
+
+def _rearm_parent_death_signal(sig: int, parent: int) -> None:
+    """Set the parent-death signal again after a credential change cleared it; if the parent died
+    meanwhile, the signal it would have sent is due now."""
+    if sig:
+        _libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
 
 
 def _set_fs_id(setter: str, wanted: int) -> None:
@@ -82,6 +102,7 @@ def file_access_as(identity: TaskIdentity | None) -> Iterator[None]:
     if identity is None:
         yield
         return
+    death_signal, parent = parent_death_signal(), os.getppid()
     saved_groups = os.getgroups()
     os.setgroups(list(identity.groups))
     try:
@@ -96,3 +117,4 @@ def file_access_as(identity: TaskIdentity | None) -> Iterator[None]:
             _set_fs_id("setfsgid", os.getegid())
     finally:
         os.setgroups(saved_groups)
+        _rearm_parent_death_signal(death_signal, parent)
