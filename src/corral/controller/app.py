@@ -1,6 +1,7 @@
 """HTTP routes: the user API and the agent API, each behind its own credentials (controller.guard)."""
 from __future__ import annotations
 
+import pwd
 from collections.abc import Awaitable
 from contextlib import asynccontextmanager
 from typing import Literal, TypeVar
@@ -246,8 +247,12 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
 
 
 async def _submission(guard: Guard, principal: Principal, body: JobSubmit) -> JobSubmit:
-    """The body as the caller may submit it: their own name and uid (admins: as written)."""
+    """The body as the caller may submit it: their own name and uid (admins: as written; for another user
+    without a uid, that user's uid on this host when it has one)."""
     if principal.admin:
+        if body.user != principal.name and "uid" not in body.model_fields_set:
+            uid = _local_uid(body.user)
+            return body if uid is None else body.model_copy(update={"uid": uid})
         return body
     if body.user != principal.name:
         await guard.deny(principal, "submit", f"user {body.user}",
@@ -266,6 +271,13 @@ async def _check_update(guard: Guard, principal: Principal, job, body: JobUpdate
         await guard.deny(principal, "update", target, "only an operator or admin can set a priority")
     if body.time_limit_s is not None and body.time_limit_s > job.spec.request.time_limit_s:
         await guard.deny(principal, "update", target, "only an operator or admin can raise a time limit")
+
+
+def _local_uid(name: str) -> int | None:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except (KeyError, ValueError):
+        return None
 
 
 def _acting_uid(principal: Principal, asked: int | None) -> int | None:

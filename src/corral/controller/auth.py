@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import pwd
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,16 @@ log = logging.getLogger("corral.controller.auth")
 
 DEFAULT_CREDENTIAL_TTL_S = 300
 
+
+
+def _root_name() -> str:
+    try:
+        return pwd.getpwuid(0).pw_name
+    except KeyError:
+        return "root"
+
+
+ROOT_NAME = _root_name()
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
@@ -69,7 +80,9 @@ class Authenticator:
         self.key = cred.signing_key(self.secret)
 
     def roles(self, name: str, uid: int | None) -> tuple[bool, bool]:
-        admin = uid == 0 or name in self.settings.admins
+        # uid 0 is admin only under root's own name: a job an admin submitted for another user without a
+        # uid records uid 0, and its job credential must not act as an admin.
+        admin = uid == 0 and name == ROOT_NAME or name in self.settings.admins
         return admin, admin or name in self.settings.operators
 
     def user(self, name: str, uid: int | None, credential: str, job_id: int | None = None) -> Principal:
