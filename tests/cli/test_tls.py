@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import stat
+from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -119,3 +120,23 @@ def test_tls_certs_command_for_a_controller_host(tmp_path, capsys):
     assert [str(a) for a in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.1"]
     assert main([str(tmp_path / "tls"), "0.0.0.0"]) == 1
     assert "needs at least one host name or address" in capsys.readouterr().err
+
+
+def test_roots_system_cluster_file_names_a_world_readable_copy_of_the_ca(tmp_path):
+    """Root's `corral up --tls` keeps its CA in its private state dir: the host's users verify the
+    controller with the copy the system-wide cluster.json names, and both go when the cluster stops."""
+    from corral.cli.config import remove_system_cluster_file, write_system_cluster_file
+
+    ca = tmp_path / "state" / "tls" / "ca.pem"
+    ca.parent.mkdir(parents=True)
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    ca.chmod(0o600)
+    env = {"CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "etc" / "cluster.json"), "HOME": str(tmp_path / "home"),
+           "XDG_CONFIG_HOME": str(tmp_path / "home" / ".config"), "CORRAL_TOKEN": "ct1.1.x"}
+    url = "https://127.0.0.1:6817"
+    path = write_system_cluster_file(url, tmp_path / "auth.sock", env, ca_file=ca)
+    public = Path(json.loads(path.read_text())["ca_file"])
+    assert public.read_bytes() == ca.read_bytes() and stat.S_IMODE(public.stat().st_mode) == 0o644
+    assert resolve_target(None, env).ca_file == str(public)
+    remove_system_cluster_file(path, url)
+    assert not path.exists() and not public.exists()

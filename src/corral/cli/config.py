@@ -94,12 +94,19 @@ def system_cluster_file(env: Mapping[str, str] = os.environ) -> Path:
     return Path(path(env))
 
 
-def write_system_cluster_file(url: str, auth_socket: Path, env: Mapping[str, str] = os.environ) -> Path:
+def write_system_cluster_file(url: str, auth_socket: Path, env: Mapping[str, str] = os.environ,
+                              ca_file: Path | None = None) -> Path:
     """The system-wide cluster.json (world-readable, no secret): every user of the host finds the cluster
-    and its auth socket there without configuring anything."""
+    and its auth socket there without configuring anything; with TLS, a world-readable copy of the CA
+    certificate beside it (the cluster's own sits in the private state dir)."""
     path = system_cluster_file(env)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    write_private_file(path, json.dumps({"url": url, "auth_socket": str(auth_socket)}, indent=2) + "\n")
+    data = {"url": url, "auth_socket": str(auth_socket)}
+    if ca_file is not None:
+        public_ca = path.with_name(f"{path.stem}-ca.pem")
+        write_atomic(public_ca, ca_file.read_bytes(), 0o644)
+        data["ca_file"] = str(public_ca)
+    write_private_file(path, json.dumps(data, indent=2) + "\n")
     path.chmod(0o644)
     return path
 
@@ -107,9 +114,12 @@ def write_system_cluster_file(url: str, auth_socket: Path, env: Mapping[str, str
 def remove_system_cluster_file(path: Path, url: str) -> None:
     """Remove it if it still describes this cluster (a later `corral up` may have replaced it)."""
     try:
-        if json.loads(path.read_text()).get("url") == url:
+        data = json.loads(path.read_text())
+        if data.get("url") == url:
+            if data.get("ca_file"):
+                Path(data["ca_file"]).unlink(missing_ok=True)
             path.unlink()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         pass
 
 

@@ -201,7 +201,7 @@ def run_up(plan: UpPlan) -> int:
                                              ca_file=plan.ca_file)
             # Root's cluster serves every user of this host: tell them where it is.
             if os.geteuid() == 0 and plan.auth_socket is not None:
-                system_file = write_system_cluster_file(plan.url, plan.auth_socket)
+                system_file = write_system_cluster_file(plan.url, plan.auth_socket, ca_file=plan.ca_file)
             typer.echo(banner(cluster, config_path, system_file))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
