@@ -231,7 +231,7 @@ class EventBatch(BaseModel):
 # POST /api/v1/agents/{node}/user-credentials (docs/security.md).
 class UserCredentialRequest(BaseModel):
     # The credential's fields are separated by ":": a name with one (or a space) could not be read back.
-    user: Annotated[str, Field(min_length=1, max_length=limits.NAME_MAX_CHARS, pattern=r"^[^:\s]+$")]
+    user: Annotated[Name, Field(min_length=1, pattern=r"^[^:\s]+$")]
     uid: Annotated[int, Field(ge=0, lt=2**32)]
     gid: Annotated[int, Field(ge=0, lt=2**32)]
 
