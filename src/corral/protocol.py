@@ -225,3 +225,16 @@ Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished], Field(discrimi
 
 class EventBatch(BaseModel):
     events: list[Event] = Field(max_length=limits.LIST_MAX_ITEMS)
+
+
+# An agent's auth socket asks for a credential for the local user it found with SO_PEERCRED:
+# POST /api/v1/agents/{node}/user-credentials (docs/security.md).
+class UserCredentialRequest(BaseModel):
+    # The credential's fields are separated by ":": a name with one (or a space) could not be read back.
+    user: Annotated[Name, Field(min_length=1, pattern=r"^[^:\s]+$")]
+    uid: Annotated[int, Field(ge=0, lt=2**32)]
+    gid: Annotated[int, Field(ge=0, lt=2**32)]
+
+
+class UserCredentialReply(BaseModel):
+    credential: str

@@ -27,6 +27,17 @@ def test_empty_secret_file_exits_2(tmp_path, capsys):
     assert "empty" in capsys.readouterr().err
 
 
+def test_a_cluster_file_without_an_auth_socket_exits_2(tmp_path, capsys):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("ca1.n1.x\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["--controller", "http://x", "--secret-file", str(secret_file), "--node", "n1", "--gpus", "0",
+              "--cluster-file", str(tmp_path / "cluster.json")])
+    assert exited.value.code == 2
+    assert "--cluster-file needs --auth-socket" in capsys.readouterr().err
+    assert not (tmp_path / "cluster.json").exists()
+
+
 def test_read_secret_takes_the_first_line(tmp_path):
     secret_file = tmp_path / "secret"
     secret_file.write_text("  s3cret \nignored\n")

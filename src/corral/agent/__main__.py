@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from corral.agent.agent import Agent
+from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
 from corral.agent.cgroups import CgroupError, CgroupTree, default_root
 from corral.agent.discovery import DiscoveryError, discover
 from corral.agent.identity import agent_user
@@ -77,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks-as-agent-user", action="store_true",
                         help="development mode: run every task as the agent's user even when it is root "
                         "(by default a root agent runs each task as the job's user)")
+    parser.add_argument("--auth-socket", default=None, type=Path, metavar="PATH",
+                        help="serve this host's users a credential from the controller on this Unix socket: the "
+                        "kernel names the caller, the agent vouches for them (docs/security.md); default: none")
+    parser.add_argument("--cluster-file", default=None, type=Path, metavar="PATH",
+                        help="with --auth-socket: write the host's cluster.json here (the controller's URL and "
+                        "the socket; /etc/corral/cluster.json lets every user find them), removed at exit")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -118,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     secret = read_secret(args.secret_file)
     if secret is None:
         parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
+    if args.cluster_file and not args.auth_socket:
+        parser.error("--cluster-file needs --auth-socket: the file tells the host's users where the socket is")
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
     if args.controller.startswith("https:"):
         from corral.tls_client import TlsConfigError, client_context
@@ -158,8 +167,26 @@ def main(argv: list[str] | None = None) -> int:
                   "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)},
         confinement=confinement,
         cgroups_status=cgroups_status,
+        auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
     )
-    asyncio.run(serve(agent, args.kill_tasks_on_exit))
+    return run_agent(agent, args, ca_file)
+
+
+def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None) -> int:
+    """Serve until stopped; the host's cluster.json (--cluster-file) names the agent's socket meanwhile."""
+    socket_path = str(args.auth_socket.absolute()) if args.auth_socket else None
+    cluster_file = args.cluster_file if socket_path else None
+    if cluster_file and socket_path:
+        try:
+            write_cluster_file(cluster_file, args.controller, socket_path, ca_file)
+        except OSError as exc:
+            print(f"corral agent: cannot write {cluster_file}: {exc}", file=sys.stderr)
+            return 1
+    try:
+        asyncio.run(serve(agent, args.kill_tasks_on_exit))
+    finally:
+        if cluster_file and socket_path:
+            remove_cluster_file(cluster_file, socket_path)
     return 0
 
 

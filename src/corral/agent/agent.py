@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from corral.agent.auth_socket import serve_auth_socket
 from corral.agent.discovery import Inventory
 from corral.agent.identity import agent_user
 from corral.agent.runner import JobRunner
@@ -52,6 +53,7 @@ from corral.protocol import (
     StepFinished,
     TaskExit,
 )
+from corral.unix_auth_socket import close as close_auth_socket
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +116,14 @@ class Agent:
         confinement: Confinement = DEVELOPMENT_MODE,
         cgroups_status: str = "",
         ca_file: str | None = None,
+        auth_socket: str | None = None,
     ) -> None:
-        """`ca_file` verifies an https:// controller (else the system's trusted CAs do)."""
+        """`ca_file` verifies an https:// controller (else the system's trusted CAs do). `auth_socket`: serve
+        this host's users their credentials there (auth_socket.py)."""
         self.node = node
         self._controller_url = controller_url.rstrip("/")
         self._ca_file = ca_file
+        self._auth_socket = auth_socket
         self._secret = secret
         self._address = address
         self._inventory = inventory
@@ -162,6 +167,8 @@ class Agent:
             base_url=self._controller_url, headers=headers, timeout=REQUEST_TIMEOUT_S, verify=self._tls_context()
         ) as client:
             self._client = client
+            socket_path = self._auth_socket
+            users = await serve_auth_socket(socket_path, self.node, lambda: self._client) if socket_path else None
             try:
                 await self.kill_recorded_tasks("an agent cannot adopt the tasks of an earlier one")
                 await self._register(Backoff("registration"))
@@ -171,6 +178,8 @@ class Agent:
             finally:
                 for task in list(self._background):
                     task.cancel()  # stops watching jobs; the jobs themselves keep running
+                if users is not None and socket_path:
+                    close_auth_socket(users, socket_path)
                 self._client = None
 
     def _tls_context(self) -> Any:

@@ -21,6 +21,7 @@ from corral.api.schemas import (
     PartitionOut,
     SubmitReply,
 )
+from corral.controller import credentials as cred
 from corral.controller import listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
@@ -53,6 +54,8 @@ from corral.protocol import (
     EventBatch,
     Registration,
     RegistrationReply,
+    UserCredentialReply,
+    UserCredentialRequest,
 )
 from corral.store.auth_store import AuthStore
 
@@ -353,3 +356,17 @@ def _agent_routes(app: FastAPI, service: ControllerService, guard: Guard) -> Non
                      _principal: Principal = agent_dep) -> dict:
         await service.agent_events(node, epoch, body)
         return {"accepted": len(body.events)}
+
+    @app.post(f"{API_PREFIX}/agents/{{node}}/user-credentials")
+    async def user_credential(node: NamePath, body: UserCredentialRequest,
+                              principal: Principal = agent_dep) -> UserCredentialReply:
+        """A user credential for a local user of the node, whom its agent's auth socket found with
+        SO_PEERCRED: the controller takes the agent's word (root on a cluster host is trusted), audited."""
+        action, target = "issue user credential", f"user {body.user} (uid {body.uid})"
+        refusal = guard.authn.vouch_refusal(body.uid)
+        if refusal:
+            await guard.deny(principal, action, target, refusal)
+        authn, via = guard.authn, f"vouched by agent {node}"
+        await guard.allow(Principal("user", body.user, body.uid, via), action, target, via)
+        return UserCredentialReply(credential=cred.issue_user(
+            authn.key, body.user, body.uid, body.gid, authn.clock(), authn.settings.credential_ttl_s, node))

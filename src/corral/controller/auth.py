@@ -42,6 +42,8 @@ class AuthSettings:
     operators: frozenset[str] = frozenset()
     socket: str | None = None  # the auth socket's path; None: none is served
     credential_ttl_s: int = DEFAULT_CREDENTIAL_TTL_S
+    # A credential an agent vouched for carries the admin/operator role (and may be root's) only with this.
+    agents_vouch_for_admins: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,8 @@ class Authenticator:
         now = self.clock()
         if text.startswith(cred.USER_PREFIX):
             claim = cred.verify_user(self.key, text, now)
+            if claim.vouched_by is not None:
+                return self._vouched(claim)
             return self.user(claim.user, claim.uid, "socket")
         if text.startswith(cred.AGENT_PREFIX):
             return Principal("agent", cred.verify_agent(self.key, text), credential="agent")
@@ -115,6 +119,22 @@ class Authenticator:
         if hmac.compare_digest(text.encode(), self.secret.encode()):
             return Principal("service", "root", 0, "service", admin=True, operator=True)
         raise BadCredential("unknown credential")
+
+    def vouch_refusal(self, uid: int) -> str | None:
+        """Why an agent may not vouch for this uid, or None."""
+        if uid == 0 and not self.settings.agents_vouch_for_admins:
+            return ("an agent cannot vouch for root (uid 0): a compromised node would be root on every node "
+                    "([auth] agents_vouch_for_admins = true allows it)")
+        return None
+
+    def _vouched(self, claim: cred.UserClaim) -> Principal:
+        """A user an agent vouched for: their own rights; a role only where [auth] lets agents vouch for
+        admins, so that root on one node does not become the cluster's admin."""
+        refusal = self.vouch_refusal(claim.uid)
+        if refusal:
+            raise BadCredential(refusal)
+        admin, operator = self.roles(claim.user, claim.uid) if self.settings.agents_vouch_for_admins else (False, False)
+        return Principal("user", claim.user, claim.uid, f"vouched by agent {claim.vouched_by}", admin, operator)
 
     def _job(self, text: str) -> Principal:
         job_id = cred.job_id_of(text)

@@ -1,61 +1,29 @@
-"""The auth socket: a Unix socket anyone on the controller host may connect to. It reads the caller's uid
-and gid from the kernel (SO_PEERCRED), so no client can lie about them, and answers one line: a
-short-lived signed user credential (credentials.issue_user), or `error: <reason>`. Munge's model, for
-one host: docs/security.md."""
+"""The controller's auth socket: anyone on the controller host may connect; the kernel names the caller
+(corral.unix_auth_socket) and the answer is a short-lived signed user credential (credentials.issue_user),
+or `error: <reason>`. Munge's model: docs/security.md. Agents serve the same on their hosts
+(corral.agent.auth_socket), vouching for their users to the controller."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-import os
 import pwd
-import socket
-import struct
 
+from corral import unix_auth_socket
 from corral.controller import credentials as cred
 from corral.controller.auth import Authenticator
 
-log = logging.getLogger("corral.controller.auth")
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
-
-def peer_ids(sock: socket.socket) -> tuple[int, int]:
-    _pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-    return uid, gid
-
 
 async def serve_auth_socket(path: str, authn: Authenticator) -> asyncio.AbstractServer:
-    """Listen on `path` (its directory made world-searchable; a stale socket there replaced)."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    if os.path.exists(path):
-        os.unlink(path)
+    async def answer_for(uid: int, gid: int) -> str:
+        return issue_for(uid, gid, authn)
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            writer.write((issue_for_peer(writer.get_extra_info("socket"), authn) + "\n").encode())
-            await writer.drain()
-        except OSError as exc:
-            log.warning("auth socket: %s", exc)
-        finally:
-            writer.close()
-
-    server = await asyncio.start_unix_server(answer, path)
-    os.chmod(path, 0o666)  # anyone may ask: the kernel, not the caller, says who they are
-    log.info("auth socket at %s", path)
-    return server
+    return await unix_auth_socket.serve(path, answer_for)
 
 
 def close_auth_socket(server: asyncio.AbstractServer, path: str) -> None:
-    """Stop answering; remove the socket, and its directory when that is left empty."""
-    server.close()
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-        os.rmdir(os.path.dirname(path))
+    unix_auth_socket.close(server, path)
 
 
-def issue_for_peer(sock: socket.socket, authn: Authenticator) -> str:
-    uid, gid = peer_ids(sock)
+def issue_for(uid: int, gid: int, authn: Authenticator) -> str:
     try:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:

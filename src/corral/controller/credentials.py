@@ -1,7 +1,8 @@
 """The controller's credentials in their compact text forms, signed with a key only the controller holds
 (derived from the cluster secret): docs/security.md describes them and the threat model.
 
-    cu1.<base64url "user:uid:gid:issued:expires:nonce">.<base64url HMAC-SHA256>   a user (the auth socket)
+    cu1.<base64url "user:uid:gid:issued:expires:nonce[:node]">.<base64url HMAC-SHA256>   a user (an auth
+        socket: the controller's, or node's agent's when the node vouched for the user)
     ca1.<node>.<hex HMAC-SHA256>                                                  a node's agent
     cj1.<job id>.<hex HMAC-SHA256 over the job id, its uid and submit time>        a job's own processes
     ct1.<token id>.<secret>                                                       an API token (stored hashed)
@@ -50,10 +51,14 @@ class UserClaim:
     gid: int
     issued: float
     expires: float
+    vouched_by: str | None = None  # the node whose agent vouched for the user; None: the controller's socket
 
 
-def issue_user(key: bytes, user: str, uid: int, gid: int, now: float, ttl_s: float) -> str:
+def issue_user(key: bytes, user: str, uid: int, gid: int, now: float, ttl_s: float,
+               vouched_by: str | None = None) -> str:
     payload = f"{user}:{uid}:{gid}:{int(now)}:{int(now + ttl_s)}:{secrets.token_hex(8)}"
+    if vouched_by is not None:
+        payload += f":{vouched_by}"
     return f"{USER_PREFIX}{_b64(payload.encode())}.{_b64(_sign(key, 'user:' + payload))}"
 
 
@@ -63,8 +68,10 @@ def verify_user(key: bytes, text: str, now: float) -> UserClaim:
     if not hmac.compare_digest(_unb64(signature), _sign(key, "user:" + payload)):
         raise BadCredential("user credential has a bad signature")
     try:
-        user, uid, gid, issued, expires, _nonce = payload.split(":")
-        claim = UserClaim(user, int(uid), int(gid), float(issued), float(expires))
+        user, uid, gid, issued, expires, _nonce, *node = payload.split(":")
+        if len(node) > 1 or node == [""]:
+            raise ValueError(payload)
+        claim = UserClaim(user, int(uid), int(gid), float(issued), float(expires), node[0] if node else None)
     except ValueError:
         raise BadCredential("malformed user credential") from None
     if claim.expires <= now:

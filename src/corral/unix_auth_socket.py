@@ -1,0 +1,52 @@
+"""The plumbing of an auth socket, shared by the controller's and the agents' (docs/security.md): a Unix
+socket anyone on the host may connect to, which learns the caller's uid and gid from the kernel
+(SO_PEERCRED), never from the caller, and answers one line: a credential, or `error: <reason>`."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("corral.auth_socket")
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_ids(sock: socket.socket) -> tuple[int, int]:
+    _pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    return uid, gid
+
+
+async def serve(path: str, answer_for: Callable[[int, int], Awaitable[str]]) -> asyncio.AbstractServer:
+    """Listen on `path` (its directory made world-searchable; a stale socket there replaced); answer each
+    caller with `await answer_for(uid, gid)`."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    if os.path.exists(path):
+        os.unlink(path)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            uid, gid = peer_ids(writer.get_extra_info("socket"))
+            writer.write((await answer_for(uid, gid) + "\n").encode())
+            await writer.drain()
+        except OSError as exc:
+            log.warning("auth socket: %s", exc)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_unix_server(answer, path)
+    os.chmod(path, 0o666)  # anyone may ask: the kernel, not the caller, says who they are
+    log.info("auth socket at %s", path)
+    return server
+
+
+def close(server: asyncio.AbstractServer, path: str) -> None:
+    """Stop answering; remove the socket, and its directory when that is left empty."""
+    server.close()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
