@@ -13,6 +13,7 @@ sys.path.insert(0, str(HERE))
 
 import cycle  # noqa: E402
 import read_paths  # noqa: E402
+import security_overhead  # noqa: E402
 import slurm_latency  # noqa: E402
 import tenancy_cycle  # noqa: E402
 import throughput  # noqa: E402
@@ -61,6 +62,11 @@ def main() -> None:
     r_reads = read_paths.measure()
     print(json.dumps(r_reads))
     results["results"].append(r_reads)
+    # Identity, TLS and confinement on vs off, in one run (root only for "on").
+    for on in ([False, True] if __import__("os").geteuid() == 0 else [False]):
+        r_security = security_overhead.measure(on)
+        print(json.dumps(r_security))
+        results["results"].append(r_security)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=1))
