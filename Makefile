@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast check bench sim-report venv clean
+.PHONY: up test test-fast check bench sim-report chaos venv clean
 
 # `make up` settings: the controller's port (corral up records it in ~/.config/corral/cluster.json, where
 # every corral and Slurm command finds it), the simulated nodes and the GPUs of each.
@@ -47,6 +47,13 @@ bench: $(STAMP)
 
 sim-report: $(STAMP)
 	$(PY) -m corral.sim.suite reports
+
+# The fault suite: FAULTS faults injected into real clusters (CONTROLLERS controllers on PostgreSQL) under a
+# job load; the report's violations must be 0 (tests/chaos/run.py). CI runs a short one in the test suite.
+FAULTS = 200
+CONTROLLERS = 2
+chaos: $(STAMP)
+	$(PY) -m tests.chaos.run --faults $(FAULTS) --controllers $(CONTROLLERS) --json chaos-report.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

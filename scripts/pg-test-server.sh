@@ -4,6 +4,7 @@
 #   scripts/pg-test-server.sh          start (idempotent) and print the URL
 #   scripts/pg-test-server.sh status   exit 0 if running (and print the URL), else 1
 #   scripts/pg-test-server.sh stop     stop it and delete its data dir
+#   scripts/pg-test-server.sh restart  stop it at once (as a crash would) and start it again, data kept
 #
 # Listens on 127.0.0.1 only, trusts every local connection, and trades durability for speed
 # (fsync off): never point anything but tests at it. Tests create their own schemas in it.
@@ -96,6 +97,15 @@ cmd_stop() {
     rm -rf "$DATA_DIR"
 }
 
+cmd_restart() {
+    BIN="$(find_bin_dir)" || die "PostgreSQL is not installed"
+    is_running || die "not running"
+    # immediate: no shutdown checkpoint, clients cut off mid-transaction, as when the server dies.
+    as_owner "$BIN/pg_ctl" stop -D "$DATA_DIR" -m immediate -w >/dev/null
+    start_server
+    echo "$URL"
+}
+
 main() {
     # Serialize concurrent callers (parallel test sessions) so only one initializes the cluster.
     exec 9>"$LOCK_FILE"
@@ -104,7 +114,8 @@ main() {
         start) cmd_start ;;
         status) cmd_status ;;
         stop) cmd_stop ;;
-        *) die "usage: $0 [start|status|stop]" ;;
+        restart) cmd_restart ;;
+        *) die "usage: $0 [start|status|stop|restart]" ;;
     esac
 }
 

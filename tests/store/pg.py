@@ -48,7 +48,7 @@ def fresh_pg_schema(server_url: str) -> Iterator[str]:
     """
     name = f"corral_t_{uuid.uuid4().hex[:16]}"
     server = parse_url(server_url)
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    admin = create_engine(server, isolation_level="AUTOCOMMIT", pool_pre_ping=True)  # survives a restart
     try:
         with admin.connect() as connection:
             connection.execute(text(f'CREATE SCHEMA "{name}"'))

@@ -1,0 +1,328 @@
+"""The fault suite (`make chaos`): randomized runs of a real cluster under a job load, with faults injected,
+and a checker that proves no accepted job was lost, none ran twice, no GPU hosted two jobs at once, and
+accounting equals what ran.
+
+    python -m tests.chaos.run --faults 200 [--controllers 2] [--seed N] [--json report.json]
+
+A round starts a fresh cluster (controllers, agents; PostgreSQL of its own, a fresh schema per round),
+submits jobs through whichever controller leads while faults are injected one after another, then heals
+everything (resumes the paused, restarts the dead), waits for every job to end and checks the history.
+Faults counted: one per injection; `--faults` is the total over all rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+
+from corral.hostlist import expand
+from tests.chaos.checker import FINAL_STATES, Violation, check, read_markers
+from tests.chaos.cluster import PG_SCRIPT, ChaosCluster
+from tests.chaos.workload import random_shapes
+
+PG_PORT = "55441"  # a server of the suite's own: restarting it disturbs no other test
+DRAIN_TIMEOUT_S = 180.0
+
+
+@dataclasses.dataclass
+class FaultRecord:
+    kind: str
+    target: str
+    at: float
+    recovery_s: float | None = None  # failover, controller restart or agent reconcile time, by kind
+
+
+@dataclasses.dataclass
+class RoundResult:
+    faults: list[FaultRecord]
+    accepted: int
+    ambiguous: int
+    states: Counter
+    violations: list[Violation]
+    requeues: int
+
+
+# ----- faults
+
+
+def _leader_index(cluster: ChaosCluster) -> int | None:
+    found = cluster.leader()
+    return None if found is None else cluster.urls.index(found[0])
+
+
+def _wait_new_leader(cluster: ChaosCluster, old: int, since: float) -> float:
+    """Seconds from `since` until a controller other than `old` leads (or `old` again, when it is alone)."""
+    while True:
+        index = _leader_index(cluster)
+        if index is not None and (index != old or len(cluster.controllers) == 1):
+            return time.monotonic() - since
+        if time.monotonic() - since > 60:
+            raise TimeoutError("no leader 60 s after the fault")
+        time.sleep(0.02)
+
+
+def kill_leader(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    old = _leader_index(cluster)
+    if old is None:
+        return FaultRecord("leader_kill", "none leading", time.time())
+    process = cluster.controllers[old]
+    record = FaultRecord("leader_kill", process.name, time.time())
+    started = time.monotonic()
+    process.kill()
+    if len(cluster.controllers) == 1:
+        time.sleep(rng.uniform(0.0, 2.0))
+        process.start()
+    record.recovery_s = _wait_new_leader(cluster, old, started)
+    if not process.alive:
+        process.start()  # the old leader comes back as a standby
+    return record
+
+
+def pause_leader(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    old = _leader_index(cluster)
+    if old is None:
+        return FaultRecord("leader_pause", "none leading", time.time())
+    process = cluster.controllers[old]
+    record = FaultRecord("leader_pause", process.name, time.time())
+    started = time.monotonic()
+    process.pause()
+    record.recovery_s = _wait_new_leader(cluster, old, started)
+    time.sleep(rng.uniform(0.0, 3.0))  # the others go on while it sleeps; then it wakes, deposed
+    process.resume()
+    return record
+
+
+def kill_standby(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    leader = _leader_index(cluster)
+    standbys = [i for i, p in enumerate(cluster.controllers) if i != leader and p.alive]
+    if not standbys:
+        return FaultRecord("standby_kill", "none", time.time())
+    process = cluster.controllers[rng.choice(standbys)]
+    process.kill()
+    time.sleep(rng.uniform(0.0, 2.0))
+    process.start()
+    return FaultRecord("standby_kill", process.name, time.time())
+
+
+def kill_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    node = rng.choice(sorted(cluster.agents))
+    record = FaultRecord("agent_kill", node, time.time())
+    cluster.agents[node].kill()
+    time.sleep(rng.uniform(0.0, 10.0))  # sometimes past the node timeout, its tasks running unwatched
+    cluster.agents[node].start()
+    record.recovery_s = cluster.wait_nodes_up(60.0, {node})
+    return record
+
+
+def pause_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    node = rng.choice(sorted(cluster.agents))
+    record = FaultRecord("agent_pause", node, time.time())
+    cluster.agents[node].pause()
+    time.sleep(rng.uniform(1.0, 9.0))  # sometimes past the node timeout
+    cluster.agents[node].resume()
+    record.recovery_s = cluster.wait_nodes_up(60.0, {node})
+    return record
+
+
+def restart_database(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    record = FaultRecord("db_restart", "postgresql", time.time())
+    started = time.monotonic()
+    subprocess.run([str(PG_SCRIPT), "restart"], env=_pg_env(), check=True, capture_output=True, timeout=120)
+    record.recovery_s = time.monotonic() - started
+    return record
+
+
+FAULTS = {"leader_kill": kill_leader, "leader_pause": pause_leader, "standby_kill": kill_standby,
+          "agent_kill": kill_agent, "agent_pause": pause_agent, "db_restart": restart_database}
+
+
+def fault_kinds(controllers: int, postgres: bool) -> list[str]:
+    kinds = ["leader_kill", "agent_kill", "agent_pause"]
+    if controllers > 1:
+        kinds += ["leader_pause", "standby_kill"]
+    if postgres:
+        kinds.append("db_restart")
+    return kinds
+
+
+# ----- one round
+
+
+def _pg_env() -> dict[str, str]:
+    return {**os.environ, "CORRAL_PG_PORT": PG_PORT, "CORRAL_PG_DIR": f"/tmp/corral-pg-chaos-{PG_PORT}"}
+
+
+class Submitter(threading.Thread):
+    """Submits the round's jobs through the leader, recording which were surely accepted and which may
+    have been (the reply was lost after the request went out: never resent, so never submitted twice)."""
+
+    def __init__(self, cluster: ChaosCluster, bodies: list[dict], rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.bodies, self.rng = cluster, bodies, rng
+        self.accepted: list[int] = []
+        self.ambiguous = 0
+        self.refused: list[str] = []
+
+    def run(self) -> None:
+        for body in self.bodies:
+            try:
+                reply = self.cluster.call("POST", "/jobs", json=body, timeout_s=60.0)
+            except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError):
+                self.ambiguous += 1
+                continue
+            if reply.status_code == 201:
+                self.accepted.append(reply.json()["job_id"])
+            else:
+                self.refused.append(f"{reply.status_code} {reply.text[:200]}")
+            time.sleep(self.rng.uniform(0.0, 0.3))
+
+
+def _records(cluster: ChaosCluster) -> dict[int, dict]:
+    reply = cluster.call("GET", "/accounting", params={"limit": 100000})
+    reply.raise_for_status()
+    return {job["id"]: {**job, "nodes": expand(job["nodelist"]) if job["nodelist"] else []} for job in reply.json()}
+
+
+def _drain(cluster: ChaosCluster) -> dict[int, dict]:
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while True:
+        records = _records(cluster)
+        if all(r["state"] in FINAL_STATES for r in records.values()) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
+
+
+def _orphans(marks: Path) -> list[str]:
+    """Processes of the round's jobs still alive after every job ended."""
+    found = subprocess.run(["pgrep", "-af", str(marks)], capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rng: random.Random) -> RoundResult:
+    marks, workdir = root / "marks", root / "work"
+    for directory in (marks, workdir / "out"):
+        directory.mkdir(parents=True)
+    cluster = ChaosCluster(root, db_url, controllers=args.controllers, nodes=args.nodes, gpus=args.gpus).start()
+    kinds = args.kinds or fault_kinds(args.controllers, db_url.startswith("postgresql"))
+    try:
+        shapes = random_shapes(rng, args.jobs_per_round, args.nodes, args.gpus)
+        submitter = Submitter(cluster, [s.body(marks, workdir, "root") for s in shapes], rng)
+        submitter.start()
+        records: list[FaultRecord] = []
+        for _ in range(faults):
+            time.sleep(rng.uniform(0.3, 2.0))
+            records.append(FAULTS[rng.choice(kinds)](cluster, rng))
+        submitter.join()
+        cluster.heal()
+        cluster.wait_nodes_up(60.0)
+        final = _drain(cluster)
+    finally:
+        cluster.stop()
+    violations = check(submitter.accepted, final, read_markers(marks))
+    violations += [Violation("not_final", j, f"still {r['state']} after the run drained")
+                   for j, r in final.items() if r["state"] not in FINAL_STATES and j not in submitter.accepted]
+    violations += [Violation("orphan", 0, line) for line in _orphans(marks)]
+    violations += [Violation("refused", 0, text) for text in submitter.refused]
+    return RoundResult(records, len(submitter.accepted), submitter.ambiguous,
+                       Counter(r["state"] for r in final.values()), violations,
+                       sum(r.get("restart_count", 0) for r in final.values()))
+
+
+# ----- the report
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def summarize(rounds: list[RoundResult]) -> dict:
+    faults = [f for r in rounds for f in r.faults]
+    by_kind = Counter(f.kind for f in faults)
+    failover = [f.recovery_s for f in faults if f.kind in ("leader_kill", "leader_pause") and f.recovery_s is not None]
+    reconcile = [f.recovery_s for f in faults if f.kind in ("agent_kill", "agent_pause") and f.recovery_s is not None]
+    violations = [v for r in rounds for v in r.violations]
+    return {
+        "rounds": len(rounds), "faults": len(faults), "faults_by_kind": dict(sorted(by_kind.items())),
+        "jobs_accepted": sum(r.accepted for r in rounds), "submissions_unknown": sum(r.ambiguous for r in rounds),
+        "job_states": dict(sorted(sum((r.states for r in rounds), Counter()).items())),
+        "requeues": sum(r.requeues for r in rounds),
+        "violations": len(violations), "violations_by_kind": dict(Counter(v.kind for v in violations)),
+        "violation_details": [dataclasses.asdict(v) for v in violations[:50]],
+        "failover_s": {"n": len(failover), "p50": percentile(failover, 50), "p99": percentile(failover, 99)},
+        "agent_reconcile_s": {"n": len(reconcile), "p50": percentile(reconcile, 50), "p99": percentile(reconcile, 99)},
+    }
+
+
+def _fresh_database(root: Path, postgres: bool):
+    if not postgres:
+        from contextlib import nullcontext
+
+        return nullcontext(f"sqlite:///{root / 'corral.db'}")
+    from tests.store.pg import fresh_pg_schema
+
+    server = subprocess.run([str(PG_SCRIPT)], env=_pg_env(), check=True, capture_output=True, text=True,
+                            timeout=600).stdout.strip().splitlines()[-1]
+    return fresh_pg_schema(server)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="make chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--faults", type=int, default=200, help="faults to inject in all (default 200)")
+    parser.add_argument("--faults-per-round", type=int, default=10)
+    parser.add_argument("--jobs-per-round", type=int, default=40)
+    parser.add_argument("--controllers", type=int, default=1)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--gpus", type=int, default=4)
+    parser.add_argument("--db", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument("--kinds", type=lambda text: text.split(","), default=None,
+                        help=f"only these faults, comma-separated, of: {', '.join(FAULTS)}")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument("--keep", action="store_true", help="keep each round's files (logs, markers)")
+    args = parser.parse_args(argv)
+    if args.controllers > 1 and args.db != "postgresql":
+        parser.error("--controllers > 1 needs --db postgresql")
+    if args.kinds and set(args.kinds) - set(FAULTS):
+        parser.error(f"unknown fault kind(s): {', '.join(sorted(set(args.kinds) - set(FAULTS)))}")
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    rounds: list[RoundResult] = []
+    left = args.faults
+    while left > 0:
+        count = min(left, args.faults_per_round)
+        root = Path(tempfile.mkdtemp(prefix="corral-chaos-"))
+        with _fresh_database(root, args.db == "postgresql") as db_url:
+            result = run_round(root, db_url, args, count, rng)
+        rounds.append(result)
+        left -= count
+        print(f"round {len(rounds)}: {count} faults ({', '.join(f.kind for f in result.faults)}), "
+              f"{result.accepted} jobs, {len(result.violations)} violations"
+              + ("" if not result.violations else f" — files kept in {root}"), flush=True)
+        if not args.keep and not result.violations:
+            subprocess.run(["rm", "-rf", str(root)], check=False)
+    report = {"seed": seed, "controllers": args.controllers, "db": args.db, **summarize(rounds)}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 1 if report["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
