@@ -2,19 +2,20 @@
 and a checker that proves no accepted job was lost, none ran twice, no GPU hosted two jobs at once, and
 accounting equals what ran.
 
-    python -m tests.chaos.run --faults 200 [--controllers 2] [--seed N] [--json report.json]
+    python -m tests.chaos.run --faults 200 [--controllers 2] [--netns] [--seed N] [--json report.json]
 
 A round starts a fresh cluster (controllers, agents; PostgreSQL of its own, a fresh schema per round),
 submits jobs through whichever controller leads while faults are injected one after another, then heals
 everything (resumes the paused, restarts the dead), waits for every job to end and checks the history.
-Faults counted: one per injection; `--faults` is the total over all rounds.
+Faults counted: one per injection; `--faults` is the total over all rounds. With `--netns` every daemon
+runs on a virtual host of its own (tests/multihost/netns.py) and partitions join the faults: a host's
+network cable pulled for a while (the leader's, an agent's, the database's).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -23,16 +24,18 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import httpx
 
 from corral.hostlist import expand
 from tests.chaos.checker import FINAL_STATES, Violation, check, read_markers
-from tests.chaos.cluster import PG_SCRIPT, ChaosCluster
+from tests.chaos.cluster import ChaosCluster, Database
 from tests.chaos.workload import random_shapes
+from tests.multihost.netns import VirtualNetwork, unavailable_reason
 
-PG_PORT = "55441"  # a server of the suite's own: restarting it disturbs no other test
 DRAIN_TIMEOUT_S = 180.0
 
 
@@ -137,31 +140,73 @@ def pause_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
 
 
 def restart_database(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    assert cluster.database is not None
     record = FaultRecord("db_restart", "postgresql", time.time())
     started = time.monotonic()
-    subprocess.run([str(PG_SCRIPT), "restart"], env=_pg_env(), check=True, capture_output=True, timeout=120)
+    cluster.database.restart()
     record.recovery_s = time.monotonic() - started
     return record
 
 
+def _cut(cluster: ChaosCluster, host: str, seconds: float) -> None:
+    assert cluster.net is not None
+    cluster.net.set_link(host, False)
+    try:
+        time.sleep(seconds)
+    finally:
+        cluster.net.set_link(host, True)
+
+
+def partition_leader(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    old = _leader_index(cluster)
+    if old is None:
+        return FaultRecord("partition_leader", "none leading", time.time())
+    host = cluster.controllers[old].name
+    record = FaultRecord("partition_leader", host, time.time())
+    assert cluster.net is not None
+    started = time.monotonic()
+    cluster.net.set_link(host, False)
+    try:
+        if len(cluster.controllers) > 1:
+            record.recovery_s = _wait_new_leader(cluster, old, started)
+        time.sleep(rng.uniform(0.0, 4.0))
+    finally:
+        cluster.net.set_link(host, True)
+    return record
+
+
+def partition_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    node = rng.choice(sorted(cluster.agents))
+    record = FaultRecord("partition_agent", node, time.time())
+    _cut(cluster, node, rng.uniform(1.0, 10.0))
+    record.recovery_s = cluster.wait_nodes_up(60.0, {node})
+    return record
+
+
+def partition_database(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    record = FaultRecord("partition_db", "db", time.time())
+    _cut(cluster, "db", rng.uniform(1.0, 8.0))
+    return record
+
+
 FAULTS = {"leader_kill": kill_leader, "leader_pause": pause_leader, "standby_kill": kill_standby,
-          "agent_kill": kill_agent, "agent_pause": pause_agent, "db_restart": restart_database}
+          "agent_kill": kill_agent, "agent_pause": pause_agent, "db_restart": restart_database,
+          "partition_leader": partition_leader, "partition_agent": partition_agent,
+          "partition_db": partition_database}
 
 
-def fault_kinds(controllers: int, postgres: bool) -> list[str]:
+def fault_kinds(controllers: int, postgres: bool, netns: bool) -> list[str]:
     kinds = ["leader_kill", "agent_kill", "agent_pause"]
     if controllers > 1:
         kinds += ["leader_pause", "standby_kill"]
     if postgres:
         kinds.append("db_restart")
+    if netns:
+        kinds += ["partition_leader", "partition_agent"] + (["partition_db"] if postgres else [])
     return kinds
 
 
 # ----- one round
-
-
-def _pg_env() -> dict[str, str]:
-    return {**os.environ, "CORRAL_PG_PORT": PG_PORT, "CORRAL_PG_DIR": f"/tmp/corral-pg-chaos-{PG_PORT}"}
 
 
 class Submitter(threading.Thread):
@@ -210,12 +255,14 @@ def _orphans(marks: Path) -> list[str]:
     return [line for line in found.splitlines() if "pgrep" not in line]
 
 
-def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rng: random.Random) -> RoundResult:
+def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rng: random.Random,
+              net: VirtualNetwork | None, database: Database | None) -> RoundResult:
     marks, workdir = root / "marks", root / "work"
     for directory in (marks, workdir / "out"):
         directory.mkdir(parents=True)
-    cluster = ChaosCluster(root, db_url, controllers=args.controllers, nodes=args.nodes, gpus=args.gpus).start()
-    kinds = args.kinds or fault_kinds(args.controllers, db_url.startswith("postgresql"))
+    cluster = ChaosCluster(root, db_url, controllers=args.controllers, nodes=args.nodes, gpus=args.gpus, net=net,
+                           database=database).start()
+    kinds = args.kinds or fault_kinds(args.controllers, database is not None, net is not None)
     try:
         shapes = random_shapes(rng, args.jobs_per_round, args.nodes, args.gpus)
         submitter = Submitter(cluster, [s.body(marks, workdir, "root") for s in shapes], rng)
@@ -230,6 +277,8 @@ def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rn
         final = _drain(cluster)
     finally:
         cluster.stop()
+    (root / "records.json").write_text(json.dumps({"accepted": submitter.accepted, "records": final,
+                                                   "faults": [dataclasses.asdict(f) for f in records]}, indent=1))
     violations = check(submitter.accepted, final, read_markers(marks))
     violations += [Violation("not_final", j, f"still {r['state']} after the run drained")
                    for j, r in final.items() if r["state"] not in FINAL_STATES and j not in submitter.accepted]
@@ -251,11 +300,15 @@ def percentile(values: list[float], q: float) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+def _recoveries(faults: list[FaultRecord], *kinds: str) -> list[float]:
+    return [f.recovery_s for f in faults if f.kind in kinds and f.recovery_s is not None]
+
+
 def summarize(rounds: list[RoundResult]) -> dict:
     faults = [f for r in rounds for f in r.faults]
     by_kind = Counter(f.kind for f in faults)
-    failover = [f.recovery_s for f in faults if f.kind in ("leader_kill", "leader_pause") and f.recovery_s is not None]
-    reconcile = [f.recovery_s for f in faults if f.kind in ("agent_kill", "agent_pause") and f.recovery_s is not None]
+    failover = _recoveries(faults, "leader_kill", "leader_pause", "partition_leader")
+    reconcile = _recoveries(faults, "agent_kill", "agent_pause", "partition_agent")
     violations = [v for r in rounds for v in r.violations]
     return {
         "rounds": len(rounds), "faults": len(faults), "faults_by_kind": dict(sorted(by_kind.items())),
@@ -269,16 +322,32 @@ def summarize(rounds: list[RoundResult]) -> dict:
     }
 
 
-def _fresh_database(root: Path, postgres: bool):
-    if not postgres:
-        from contextlib import nullcontext
-
+def _fresh_database(root: Path, database: Database | None):
+    if database is None:
         return nullcontext(f"sqlite:///{root / 'corral.db'}")
     from tests.store.pg import fresh_pg_schema
 
-    server = subprocess.run([str(PG_SCRIPT)], env=_pg_env(), check=True, capture_output=True, text=True,
-                            timeout=600).stdout.strip().splitlines()[-1]
-    return fresh_pg_schema(server)
+    return fresh_pg_schema(database.start())
+
+
+@contextmanager
+def _world(args: argparse.Namespace) -> Iterator[tuple[VirtualNetwork | None, Database | None]]:
+    """The virtual hosts (with --netns) and the suite's PostgreSQL (with --db postgresql), for all rounds."""
+    net = None
+    if args.netns:
+        if reason := unavailable_reason():
+            raise SystemExit(f"--netns: {reason}")
+        hosts = ["db", *(f"ctl{i}" for i in range(1, args.controllers + 1)),
+                 *(f"node{i}" for i in range(1, args.nodes + 1))]
+        net = VirtualNetwork(hosts).create()
+    database = Database(net, net.tag if net else "loopback") if args.db == "postgresql" else None
+    try:
+        yield net, database
+    finally:
+        if database is not None and net is not None:
+            database.stop()  # its address dies with the network
+        if net is not None:
+            net.destroy()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -290,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--gpus", type=int, default=4)
     parser.add_argument("--db", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument("--netns", action="store_true", help="every daemon on a virtual host; partitions too")
     parser.add_argument("--kinds", type=lambda text: text.split(","), default=None,
                         help=f"only these faults, comma-separated, of: {', '.join(FAULTS)}")
     parser.add_argument("--seed", type=int, default=None)
@@ -302,13 +372,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault kind(s): {', '.join(sorted(set(args.kinds) - set(FAULTS)))}")
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
+    with _world(args) as (net, database):
+        rounds = _rounds(args, rng, net, database)
+    report = {"seed": seed, "controllers": args.controllers, "db": args.db, "netns": args.netns, **summarize(rounds)}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 1 if report["violations"] else 0
+
+
+def _rounds(args: argparse.Namespace, rng: random.Random, net: VirtualNetwork | None,
+            database: Database | None) -> list[RoundResult]:
     rounds: list[RoundResult] = []
     left = args.faults
     while left > 0:
         count = min(left, args.faults_per_round)
         root = Path(tempfile.mkdtemp(prefix="corral-chaos-"))
-        with _fresh_database(root, args.db == "postgresql") as db_url:
-            result = run_round(root, db_url, args, count, rng)
+        with _fresh_database(root, database) as db_url:
+            result = run_round(root, db_url, args, count, rng, net, database)
         rounds.append(result)
         left -= count
         print(f"round {len(rounds)}: {count} faults ({', '.join(f.kind for f in result.faults)}), "
@@ -316,12 +398,7 @@ def main(argv: list[str] | None = None) -> int:
               + ("" if not result.violations else f" — files kept in {root}"), flush=True)
         if not args.keep and not result.violations:
             subprocess.run(["rm", "-rf", str(root)], check=False)
-    report = {"seed": seed, "controllers": args.controllers, "db": args.db, **summarize(rounds)}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return 1 if report["violations"] else 0
+    return rounds
 
 
 if __name__ == "__main__":
