@@ -55,8 +55,11 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Between SIGTERM and SIGKILL when a job is cancelled or runs out of time (Slurm's KillWait).
     kill_grace_s: float = 10.0
-    # A node not heard from for this long is down; its jobs end as NODE_FAIL.
+    # A node not heard from for this long is down; its jobs are requeued (or end NODE_FAIL if they may not be).
     node_timeout_s: float = 30.0
+    # How long the healthy nodes of a job requeued after a node failure with --requeue=expedite are held
+    # for it at most (no other job starts there), should it not start again sooner.
+    expedite_hold_s: float = 300.0
     # After the grace period, how long to wait for the agent's report before sending SIGKILL again.
     kill_report_timeout_s: float = 20.0
     # A job never starts sooner than this after its submission, so that the submitter has its id
