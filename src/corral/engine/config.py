@@ -80,6 +80,8 @@ class EngineConfig:
             raise ValueError(f"duplicate partition names in {names}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one default partition")
+        if type(self.expedite_hold_s) not in (int, float) or not 0 <= self.expedite_hold_s < float("inf"):
+            raise ValueError(f"expedite_hold_s must be a number of seconds, 0 or more, not {self.expedite_hold_s!r}")
         if type(self.shards_per_gpu) is not int or not 1 <= self.shards_per_gpu <= 1000:
             raise ValueError(f"shards_per_gpu must be an integer from 1 to 1000 (milli-GPUs), "
                              f"not {self.shards_per_gpu!r}")
