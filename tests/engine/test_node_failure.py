@@ -106,6 +106,8 @@ def test_expedite_holds_the_healthy_nodes_for_the_requeued_job_and_puts_it_first
     engine, gang, filler, other = _expedite_setup(expedite=True)
     assert (gang.expedited, gang.hold_nodes, gang.hold_until) == (True, ("node2",), T0 + 11 + 120.0), \
         "held from the requeue"
+    assert [h["event"] for h in gang.history] == ["node-failed", "requeued", "nodes-held"]
+    assert gang.history[-1] == {"t": T0 + 11, "event": "nodes-held", "nodes": ["node2"], "until": gang.hold_until}
     assert engine.pending[gang.id].order < engine.pending[other.id].order, "first, whatever the priorities"
     assert engine.schedule(T0 + 12) == [], "node2 is held for the gang, which needs another node too"
     assert other.state is JobState.PENDING

@@ -233,12 +233,12 @@ class Lifecycle:
         self._requeue_backoff(job, now)
         job.prior_gpu_seconds += job.run_gpu_seconds(now)
         entry = {"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now}
+        job.history.append(entry)
         if job.stop_cause == NODE_FAILED:
             failed = next((h["node"] for h in reversed(job.history) if h.get("event") == NODE_FAILED), "")
             entry["cause"] = f"node failure {failed}"
             if job.spec.expedited_requeue:
                 self._expedite(job, failed, now)
-        job.history.append(entry)
         job.restart_count += 1
         job.state, job.final_state, job.kill_deadline = JobState.PENDING, None, None
         job.start_time = job.end_time = None
