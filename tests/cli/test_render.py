@@ -82,9 +82,9 @@ def test_job_fields_of_a_job_with_every_feature():
     job = make_job(21, array_job_id=20, array_task_id=1, array_throttle=4, account="hep", qos="high", queue="q",
                    reason="Dependency", reason_detail="waits for job 3 (afterok)", dependency="afterok:3", held=True,
                    requeue=False, reservation="maint", uid=1000, submit_host="login1",
-                   history=[{"t": T0, "event": "requeued"}], gpu_share="shard:2")
+                   history=[{"t": T0, "event": "requeued"}], gpu_share="shard:2", expedited_requeue=True)
     fields = dict(render.job_fields(job))
-    assert fields["GpuShare"] == "shard:2"
+    assert fields["GpuShare"] == "shard:2" and fields["ExpeditedRequeue"] == "yes"
     assert {k: fields[k] for k in ("ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "Account", "QOS", "Queue",
                                    "ReasonDetail", "Dependency", "Held", "Requeue", "Reservation", "Uid",
                                    "SubmitHost")} == {
@@ -97,7 +97,8 @@ def test_job_fields_of_a_job_with_every_feature():
                "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
-               "held", "requeue", "reservation", "uid", "submit_host", "history", "position", "comment", "wckey",
+               "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "history", "position",
+               "comment", "wckey",
                "open_mode", "batch", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec"}
     assert covered == set(job)
@@ -136,6 +137,14 @@ def test_queue_long_rows():
         ({"t": T0, "event": "cluster-stopped", "outcome": "requeued"}, "cluster stopped: tasks killed, job requeued"),
         ({"t": T0, "event": "cluster-stopped", "outcome": "NODE_FAIL"},
          "cluster stopped: tasks killed, job ended NODE_FAIL"),
+        ({"t": T0, "event": "node-failed", "node": "node2", "outcome": "requeued"},
+         "node node2 failed: tasks killed, job requeued"),
+        ({"t": T0, "event": "node-failed", "node": "node2", "outcome": "NODE_FAIL"},
+         "node node2 failed: tasks killed, job ended NODE_FAIL"),
+        ({"t": T0, "event": "requeued", "run_start": 1, "run_end": 2, "cause": "node failure node2"},
+         "requeued (node failure node2) run_start=1 run_end=2"),
+        ({"t": T0, "event": "nodes-held", "nodes": ["node1", "node3"], "until": T0 + 300},
+         f"nodes node1,node3 held for it (expedited requeue) until {render.format_timestamp(T0 + 300)}"),
         ({"t": T0, "event": "signal", "signal": "USR1"}, "signal USR1 sent"),
         ({"t": T0, "event": "signal", "signal": 10, "reason": "time limit"}, "signal 10 sent (time limit)"),
         ({"t": T0, "event": "signal"}, "signal sent"),

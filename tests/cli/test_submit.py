@@ -6,6 +6,7 @@ import socket
 import pytest
 
 from corral.cli.submit import build_body, split_command_line
+from corral.jobscript import build_submission
 
 SCRIPT = """#!/bin/bash
 #SBATCH -N 2 --gpus-per-node=4
@@ -104,6 +105,12 @@ def test_submit_new_options_reach_the_server(standin, cli):
                                  "hold")} == {
         "account": "hep", "qos": "high", "queue": "team-a", "reservation": "maint",
         "dependency": "afterok:1:2_3?singleton", "signal": "B:USR1@60", "requeue": False, "hold": True}
+
+
+def test_submit_expedited_requeue_reaches_the_server(standin, cli):
+    assert cli("submit", "--requeue=expedite", "--wrap", "true").exit_code == 0
+    sent = standin.state.submissions[-1]
+    assert (sent["requeue"], sent["expedited_requeue"]) == (True, True)
 
 
 def test_submit_new_directives_reach_the_server(standin, cli, tmp_path):
@@ -265,6 +272,12 @@ def test_split_command_line():
     assert line.sbatch_tokens == ["-N", "2", "--gpus-per-n", "2"]
     assert line.json and line.url == "http://x" and not line.parsable
     assert line.positionals == ["a", "-b"] and line.command_given
+
+
+def test_split_command_line_keeps_an_optional_value_attached():
+    line = split_command_line(["--requeue=expedite", "--req", "x.sh"])
+    assert line.sbatch_tokens == ["--requeue=expedite", "--req"]
+    assert build_submission([], line.sbatch_tokens) == {"requeue": True}, "the last one wins"
 
 
 def test_split_command_line_keeps_flags_without_values():

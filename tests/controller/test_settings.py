@@ -16,3 +16,9 @@ def test_a_bad_partition_hostlist_is_a_settings_error(nodes, problem) -> None:
     assert str(caught.value).startswith("corral.toml partitions[0]: nodes: ") and problem in str(caught.value)
     config = settings_from_dict({"partitions": [{"name": "gpu", "nodes": "n[1-4]"}]})  # a good one is kept
     assert config.partitions[0].contains("n3") and not config.partitions[0].contains("n5")
+
+
+def test_expedite_hold_s_is_read_and_checked() -> None:
+    assert settings_from_dict({"expedite_hold_s": 60}).expedite_hold_s == 60
+    with pytest.raises(SettingsError, match="expedite_hold_s must be a number of seconds, 0 or more, not -1"):
+        settings_from_dict({"expedite_hold_s": -1})

@@ -188,7 +188,7 @@ def test_a_restarted_agent_kills_its_killed_predecessors_tasks_before_it_registe
                                                                                    marker) -> None:
     cluster = cluster_factory(nodes=1, gpus=2)
     env = {"PATH": os.environ["PATH"], MARKER: marker}
-    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
+    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env, requeue=False)  # else requeued
     wait_for(lambda: jobs_alive(marker) == {lost}, message="the job's task")
     store = Store.open(cluster.db)
     wait_for(lambda: store.get_job(lost).runs["node1"].started, message="the controller knows it started")

@@ -16,7 +16,7 @@ NODES = [Node(f"node{i}", tuple(Gpu(g) for g in range(4)), 16, 64_000, partition
 
 
 def submit(**fields) -> JobSubmit:
-    return JobSubmit(argv=["true"], workdir="/tmp", user="alice", **fields)
+    return JobSubmit(**{"argv": ["true"], "workdir": "/tmp", "user": "alice", **fields})
 
 
 @pytest.mark.parametrize("fields, want", [
@@ -41,6 +41,8 @@ def test_normalization(fields, want) -> None:
     (dict(gpus_per_node=2, gpus=2, nodes=2), "conflicting GPU requests"),
     (dict(mem_mib=10, mem_per_cpu_mib=10), "mutually exclusive"),
     (dict(partition="cpu", gpus=1), "requested node configuration is not available"),
+    (dict(expedited_requeue=True, requeue=False), "expedited requeue (--requeue=expedite) is for jobs that may be"),
+    (dict(expedited_requeue=True, argv=None, allocation=True), "nor for an allocation (salloc)"),
 ])
 def test_refusals(fields, message) -> None:
     with pytest.raises(AdmissionError) as err:

@@ -90,7 +90,7 @@ def test_time_limit_kills_then_times_out() -> None:
 
 def test_silent_node_fails_its_gangs_and_kills_the_rest() -> None:
     engine = engine_with_nodes()
-    job = engine.submit(spec(nodes=2), T0)
+    job = engine.submit(dataclasses.replace(spec(nodes=2), requeue=False), T0)
     engine.schedule(T0)
     engine.contact("node2", T0 + 40)
     commands = engine.tick(T0 + engine.config.node_timeout_s + 1)
@@ -102,7 +102,7 @@ def test_silent_node_fails_its_gangs_and_kills_the_rest() -> None:
 
 def test_reregistration_reconciles() -> None:
     engine = engine_with_nodes(count=1)
-    started = engine.submit(spec(), T0)
+    started = engine.submit(dataclasses.replace(spec(), requeue=False), T0)
     unacked = engine.submit(spec(), T0)
     engine.schedule(T0)
     engine.node_started("node1", started.id, T0 + 1)
@@ -110,7 +110,7 @@ def test_reregistration_reconciles() -> None:
     kill, commands = engine.register_node("node1", inventory(), {999}, set(), T0 + 5)
     assert kill == [999]
     assert Launch(unacked.id, "node1") in commands, "a launch never acknowledged is re-sent"
-    assert started.state is JobState.NODE_FAIL, "a started job the agent lost cannot be recovered"
+    assert started.state is JobState.NODE_FAIL, "a started --no-requeue job the agent lost cannot be recovered"
 
 
 def test_registration_keeps_jobs_the_agent_still_runs() -> None:

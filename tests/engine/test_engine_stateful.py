@@ -3,11 +3,13 @@ nodes lost and re-registering) with the invariants checked after every step."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from corral.engine.commands import Launch
 from corral.engine.records import JobState
 from tests.engine.builders import T0, engine_with_nodes, inventory, spec
 
@@ -21,14 +23,22 @@ class EngineMachine(RuleBasedStateMachine):
         self.now = T0
         self.ever: dict[int, object] = {}
 
-    @rule(nodes=st.integers(1, 3), gpus=st.integers(0, 4), limit=st.sampled_from([10, 60, 300]))
-    def submit(self, nodes, gpus, limit) -> None:
-        job = self.engine.submit(spec(nodes=nodes, gpus=gpus, limit_s=limit), self.now)
+    @rule(nodes=st.integers(1, 3), gpus=st.integers(0, 4), limit=st.sampled_from([10, 60, 300]),
+          requeue=st.sampled_from(["yes", "no", "expedite"]))
+    def submit(self, nodes, gpus, limit, requeue) -> None:
+        job_spec = replace(spec(nodes=nodes, gpus=gpus, limit_s=limit), requeue=requeue != "no",
+                           expedited_requeue=requeue == "expedite")
+        job = self.engine.submit(job_spec, self.now)
         self.ever[job.id] = job
 
     @rule()
     def schedule(self) -> None:
-        self.engine.schedule(self.now)
+        jobs = self.engine.jobs
+        held = {node: job_id for job_id in self.engine.active.holds for node in jobs[job_id].hold_nodes}
+        for command in self.engine.schedule(self.now):
+            if isinstance(command, Launch):
+                for node in jobs[command.job_id].node_names:
+                    assert held.get(node, command.job_id) == command.job_id, f"{node} is held for another job"
 
     @rule(data=st.data())
     def cancel(self, data) -> None:
@@ -81,6 +91,12 @@ class EngineMachine(RuleBasedStateMachine):
                 assert len(job.slices) == job.spec.request.num_nodes, "gangs are whole"
             if job.state.terminal:
                 assert job.end_time is not None and job.end_time >= job.submit_time
+
+    @invariant()
+    def holds_belong_to_waiting_expedited_jobs(self) -> None:
+        for job_id, until in self.engine.active.holds.items():
+            job = self.engine.jobs[job_id]
+            assert job.state is JobState.PENDING and job.expedited and job.hold_nodes and job.hold_until == until
 
     @invariant()
     def running_jobs_only_on_nodes_that_were_up(self) -> None:

@@ -14,8 +14,9 @@ from corral.engine.steps import JobNotRunning, StepRefused, StepRequest, layout
 from tests.engine.builders import T0, engine_with_nodes, spec
 
 
-def batch_job(engine, nodes=2, gpus=2, tasks=1):
-    job = engine.submit(dataclasses.replace(spec(nodes=nodes, gpus=gpus, tasks=tasks), batch=True), T0)
+def batch_job(engine, nodes=2, gpus=2, tasks=1, requeue=True):
+    job = engine.submit(dataclasses.replace(spec(nodes=nodes, gpus=gpus, tasks=tasks), batch=True, requeue=requeue),
+                        T0)
     commands = engine.schedule(T0)
     assert commands == [Launch(job.id, job.slices[0].node)], "the batch shell runs on the first node only"
     return job
@@ -146,7 +147,7 @@ def test_steps_refused_outside_a_running_job() -> None:
 
 def test_lost_node_fails_the_step_and_the_job() -> None:
     engine = engine_with_nodes()
-    job = batch_job(engine)
+    job = batch_job(engine, requeue=False)
     step, _ = engine.start_step(job.id, request(), T0 + 1)
     commands = engine.node_lost(job.node_names[1], T0 + 2)
     assert [k.node for k in commands] == [job.node_names[0]], "the rest of the gang is killed"

@@ -17,7 +17,7 @@ VALUES = {
     "gpus-per-task": "1", "cpus-per-task": "3", "mem": "16G", "mem-per-gpu": "8G", "mem-per-cpu": "1G",
     "time": "1-02:03:04", "partition": "gpu", "job-name": "exp", "output": "o-%j.txt", "error": "e.txt",
     "chdir": "/tmp", "priority": "5", "account": "acct", "qos": "high", "array": "0-3%2",
-    "dependency": "afterok:5:6", "signal": "B:USR1@90", "reservation": "r1",
+    "dependency": "afterok:5:6", "signal": "B:USR1@90", "reservation": "r1", "requeue": "expedite",
 }
 
 
@@ -46,6 +46,8 @@ def test_every_shared_option_sets_the_same_field_to_the_same_value(spec):
     key = spec.option.key
     if spec.option.arg == getopt.NO_ARG:
         written = [[f"--{key}"]] + ([[f"-{spec.option.short}"]] if spec.option.short else [])
+    elif spec.option.arg == getopt.OPTIONAL:  # a value only attaches: `--requeue expedite` is a positional
+        written = [[f"--{key}"], [f"--{key}={VALUES[key]}"]]
     else:
         value = VALUES[key]
         written = [[f"--{key}={value}"], [f"--{key}", value]]

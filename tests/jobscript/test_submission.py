@@ -99,6 +99,8 @@ def from_script(*lines):
         (["--no-req"], {"requeue": False}),
         (["--no-requeue", "--requeue"], {"requeue": True}),  # the last one wins
         (["--requeue", "--no-requeue"], {"requeue": False}),
+        (["--requeue=expedite"], {"requeue": True, "expedited_requeue": True}),
+        (["--requeue=expedite", "--no-requeue"], {"requeue": False}),
         (["-H"], {"hold": True}),
         (["--hold"], {"hold": True}),
         (["--ho"], {"hold": True}),
@@ -243,7 +245,7 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
         (["#SBATCH --signal=99"], "signal number 99 is not between 1 and 64"),
         (["#SBATCH --hold=yes"], "option '--hold' takes no value in #SBATCH directive line 2"),
         (["#SBATCH -H1"], "option '-H' takes no value"),
-        (["#SBATCH --requeue=no"], "option '--requeue' takes no value"),
+        (["#SBATCH --requeue=no"], "invalid value 'no' for --requeue.*the only value --requeue takes is 'expedite'"),
         (["#SBATCH --mem=1G --mem-per-cpu=1G"],
          "--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive (got --mem and --mem-per-cpu in #SBATCH"),
         (["#SBATCH --mem=1G", "#SBATCH --mem-per-gpu=1G"], "mutually exclusive.*directive line 3"),

@@ -59,6 +59,8 @@ def submit(argv, env=None, directives=""):
     (["--reservation=maint"], {"reservation": "maint"}),
     (["--requeue"], {"requeue": True}),
     (["--requeue", "--no-requeue"], {"requeue": False}),
+    (["--requeue=expedite"], {"requeue": True, "expedited_requeue": True}),  # Slurm 25.11
+    (["--requeue=expedite", "--no-requeue"], {"requeue": False}),
     (["-H"], {"hold": True}),
     (["--comment=x", "--wckey=submitit", "--open-mode=append"],
      {"comment": "x", "wckey": "submitit", "open_mode": "append"}),
@@ -72,6 +74,12 @@ def submit(argv, env=None, directives=""):
 ])
 def test_command_line_fields(argv, fields):
     assert job_fields(submit(argv)) == fields
+
+
+def test_expedited_requeue_from_the_environment_and_a_script_overridden_by_the_command_line():
+    assert job_fields(submit([], {"SBATCH_REQUEUE": "expedite"})) == {"requeue": True, "expedited_requeue": True}
+    assert job_fields(submit([], {"SBATCH_REQUEUE": "1"})) == {"requeue": True}, "any other value: plain --requeue"
+    assert job_fields(submit(["--no-requeue"], {}, "#SBATCH --requeue=expedite")) == {"requeue": False}
 
 
 def test_precedence_command_line_over_environment_over_script():
@@ -157,6 +165,7 @@ def test_advisory_options_warn_and_hard_ones_fail():
     (["--signal=FOO@10"], {}, "sbatch: error: Invalid --signal specification\n", 255),
     (["--open-mode=bogus"], {}, "sbatch: error: Invalid --open-mode specification\n", 255),
     (["--exclusive=bogus"], {}, "sbatch: error: Invalid --exclusive specification\n", 255),
+    (["--requeue=bogus"], {}, "sbatch: error: Invalid --requeue specification\n", 255),
     (["--array=abc"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification\n", 1),
     (["--array=0-2000"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification\n", 1),
     (["--dependency=bogus:1"], {}, "sbatch: error: Batch job submission failed: Job dependency problem\n", 1),

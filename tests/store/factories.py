@@ -53,6 +53,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         warn_batch=True,
         allocation=True,
         begin_time=1234.5,
+        expedited_requeue=True,
     )
 
 
@@ -90,6 +91,9 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
         preemptions=2,
         warned=True,
         stop_cause="preempted",
+        expedited=True,
+        hold_nodes=("gpu002",),
+        hold_until=BASE_TIME + job_id + 300.0,
     )
 
 

@@ -69,7 +69,10 @@ class JobSubmit(BaseModel):
     dependency: Comment | None = Field(
         None, description="afterok:1:2,afterany:3 (all) or afterok:1?afterok:2 (any); singleton")
     signal: Name | None = Field(None, description="[B:]SIG[@seconds]: warning signal before the time limit")
-    requeue: bool = True  # may be requeued (preemption in requeue mode, scontrol requeue)
+    requeue: bool = True  # may be requeued (preemption in requeue mode, scontrol requeue, node failure)
+    expedited_requeue: bool = Field(False, description=(
+        "sbatch --requeue=expedite (Slurm 25.11): requeued after a node failure, the job goes first and the "
+        "healthy nodes it ran on are held for it until it starts again (at most the cluster's expedite_hold_s)"))
     reservation: Name | None = None
     hold: bool = False
     batch: bool = Field(False, description="sbatch semantics: the script runs once, on the first node")
@@ -141,6 +144,7 @@ class JobOut(BaseModel):
     position: int | None = None  # 1-based place in the scheduling order among pending jobs
     held: bool = False
     requeue: bool = True
+    expedited_requeue: bool = False
     reservation: str = ""
     uid: int = 0
     submit_host: str = ""

@@ -169,6 +169,7 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         ("Dependency", or_none(job.get("dependency"))),
         ("Reservation", or_none(job.get("reservation"))),
         ("Requeue", yes_no(job.get("requeue", True))),
+        ("ExpeditedRequeue", yes_no(job.get("expedited_requeue", False))),
         ("Batch", yes_no(job.get("batch", False))),
         ("OpenMode", job.get("open_mode", "append")),
         ("Comment", or_none(job.get("comment"))),
@@ -318,6 +319,20 @@ def _cluster_stopped(kind: str, rest: dict) -> str:
     return "cluster stopped: tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")
 
 
+def _node_failed(kind: str, rest: dict) -> str:
+    node, outcome = rest.pop("node", "?"), rest.pop("outcome", None)
+    text = f"node {node} failed"
+    if outcome is None:
+        return text
+    return text + ": tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")
+
+
+def _nodes_held(kind: str, rest: dict) -> str:
+    nodes, until = rest.pop("nodes", []), rest.pop("until", None)
+    text = f"nodes {','.join(nodes)} held for it (expedited requeue)"
+    return text + (f" until {format_timestamp(until)}" if isinstance(until, int | float) else "")
+
+
 def _signal(kind: str, rest: dict) -> str:
     name = rest.pop("signal", None) or rest.pop("name", None)
     return (f"signal {name} sent" if name is not None else "signal sent") + _in_parens(rest, "cause", "reason")
@@ -332,4 +347,4 @@ def _in_parens(rest: dict, *keys: str) -> str:
 
 
 _EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal,
-                  "cluster-stopped": _cluster_stopped}
+                  "cluster-stopped": _cluster_stopped, "node-failed": _node_failed, "nodes-held": _nodes_held}

@@ -29,7 +29,7 @@ from corral.jobscript import (
     wrap_script,
 )
 from corral.jobscript.submission import COMMAND_LINE_WHERE, SBATCH_OPTIONS
-from corral.slurm.common.getopt import NO_ARG, REQUIRED, Opt
+from corral.slurm.common.getopt import NO_ARG, OPTIONAL, REQUIRED, Opt, ParsedOption
 from corral.slurm.sbatch import table
 from corral.slurm.sbatch.main import batch_job
 
@@ -64,12 +64,23 @@ def split_command_line(argv: Sequence[str]) -> SubmitCommandLine:
     for item in parsed.options:
         takes_value = item.option.arg != NO_ARG
         if item.option.key not in cli_names:
-            line.sbatch_tokens += [item.written, item.value or ""] if takes_value else [item.written]
+            line.sbatch_tokens += _job_tokens(item)
         elif takes_value:
             setattr(line, item.option.key, item.value)
         else:
             setattr(line, item.option.key, True)
     return line
+
+
+def _job_tokens(item: ParsedOption) -> list[str]:
+    """A job option as tokens that parse back to it: an optional value only attaches (`--requeue=expedite`)."""
+    if item.option.arg == NO_ARG:
+        return [item.written]
+    if item.option.arg == OPTIONAL:
+        if item.value is None:
+            return [item.written]
+        return [f"{item.written}={item.value}" if item.written.startswith("--") else item.written + item.value]
+    return [item.written, item.value or ""]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +183,11 @@ Job options:
                               optionally +MINUTES); joined by ',' (all) or '?' (any); or singleton
       --signal [B:]SIG[@S]    send SIG (name or number) S seconds (default 60) before the limit;
                               B: to the batch shell only
-      --requeue               the job may be requeued (the default)
-      --no-requeue            never requeue the job, whatever happens to it
+      --requeue[=expedite]    the job may be requeued (the default; a node failure requeues it);
+                              =expedite: requeued after a node failure, it goes first and keeps
+                              its healthy nodes (Slurm 25.11's expedited requeue)
+      --no-requeue            never requeue the job, whatever happens to it (a node failure
+                              ends it NODE_FAIL)
   -H, --hold                  submit held: it stays pending until 'corral release'
 
 Submit options:

@@ -224,13 +224,14 @@ class Cycle:
         req = job.request
         advance = self._advance_of(job)
         candidates = self.pool.members.get(req.partition, [])
-        if advance is not None:
-            candidates = [n for n in candidates if n.name in advance[1]]
+        if advance is not None and advance[1] is not None:
+            allowed = advance[1]
+            candidates = [n for n in candidates if n.name in allowed]
         if model:
             candidates = [n for n in candidates if model_matches(n.gpu_model, model)]
         found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now, job.reservation)
         if found is None:
-            reason = Reason.RESERVATION if job.reservation else Reason.REQ_NODE_NOT_AVAIL
+            reason = Reason.RESERVATION if advance is not None and advance[1] is not None else Reason.REQ_NODE_NOT_AVAIL
             return Waiting(job.id, reason)
         start, nodes = found
         for node in nodes:
@@ -251,14 +252,17 @@ class Cycle:
             return Reason.PARTITION_TIME_LIMIT
         if static is None and job.reservation:
             resv = self.advance.get(job.reservation)
-            if resv is None or resv.end < self.now + req.time_limit_s:
+            if resv is None or resv.holder is None and resv.end < self.now + req.time_limit_s:
                 return Reason.RESERVATION
         return static
 
-    def _advance_of(self, job: PendingJob) -> tuple[str, frozenset[str]] | None:
+    def _advance_of(self, job: PendingJob) -> tuple[str, frozenset[str] | None] | None:
+        """The reservation the job may use, and the nodes it is confined to (None: any node)."""
         if not job.reservation:
             return None
         resv = self.advance[job.reservation]
+        if resv.holder is not None:
+            return (resv.name, None)  # a hold: its holder may use its nodes and any other
         if resv.start > self.now:
             return (resv.name, frozenset())  # not open yet: nowhere to start now
         return (resv.name, resv.nodes)

@@ -150,11 +150,15 @@ class PendingJob:
     # It has preempted jobs and waits for them to exit: it goes first, so that what its victims free
     # is not taken by anyone else (its requeued victims included).
     claim: bool = False
-    # Order: claims first, then higher priority, then earlier submission, then lower id.
+    # Requeued after a node failure with --requeue=expedite: it goes before everything, claims included
+    # (Slurm's expedited requeue: the highest priority job in the system).
+    expedited: bool = False
+    # Order: expedited jobs first, then claims, then higher priority, then earlier submission, then lower id.
     order: tuple[int, int, float, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "order", (0 if self.claim else 1, -self.priority, self.submit_time, self.id))
+        rank = 0 if self.expedited else 1 if self.claim else 2
+        object.__setattr__(self, "order", (rank, -self.priority, self.submit_time, self.id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,9 @@ class AdvanceReservation:
     end: float
     nodes: frozenset[str]
     maintenance: bool = False
+    # A hold for one job (an expedited requeue keeps its healthy nodes): no other job runs there, and the
+    # job that names it may also run on any other node (an advance reservation confines its jobs).
+    holder: int | None = None
 
 
 # "fgd+cpu": weight of CPU-stranded GPU capacity (chosen on openb seeds 52-56; see docs/results.md).

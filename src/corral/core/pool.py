@@ -189,10 +189,11 @@ class WorkPool(NodePool):
         return copy
 
     def find_now(self, partition: str, need: Need, count: int, end: float,
-                 reservation: tuple[str, frozenset[str]] | None = None, model: str = "") -> list[WorkNode] | None:
+                 reservation: tuple[str, frozenset[str] | None] | None = None,
+                 model: str = "") -> list[WorkNode] | None:
         """The `count` nodes the placement chooses where `need` fits from now until `end`, or None. A job in
-        an advance reservation (name, nodes) is confined to the reservation's nodes; `model` ("A" or "A|B")
-        confines it to nodes with that GPU model."""
+        an advance reservation (name, nodes) is confined to the reservation's nodes (nodes None: a hold, whose
+        job may use its nodes and any other); `model` ("A" or "A|B") confines it to nodes with that GPU model."""
         return self.placement.find(partition, need, count, end, reservation, model)
 
     def take(self, node: WorkNode, need: Need, end: float, job_id: int) -> NodeSlice:

@@ -26,6 +26,8 @@ class ActiveSet:
         self.deadlines = Deadlines()
         # Pending jobs that preempted others and wait for them: preemptor id -> victim ids.
         self.claims: dict[int, set[int]] = {}
+        # Pending jobs requeued with --requeue=expedite whose healthy nodes are held for them: id -> until.
+        self.holds: dict[int, float] = {}
 
     @property
     def pending(self) -> dict[int, PendingJob]:
@@ -40,6 +42,8 @@ class ActiveSet:
         """A job that waits: new, restored or requeued."""
         self.jobs[job.id] = job
         self.views.running.pop(job.id, None)
+        if job.hold_until is not None:
+            self.holds[job.id] = job.hold_until
         self.reprioritize(job, now, tenancy, shares)
         self.deadlines.push_eligible(job)
 
@@ -52,6 +56,7 @@ class ActiveSet:
         self.jobs[job.id] = job
         self.views.pending.pop(job.id, None)
         self.claims.pop(job.id, None)
+        self.holds.pop(job.id, None)
         self.restate(job, tenancy)
         self.usage.add(job)
 
@@ -73,6 +78,7 @@ class ActiveSet:
         """The job ended: it is no longer active."""
         self.views.forget(job.id)
         self.claims.pop(job.id, None)
+        self.holds.pop(job.id, None)
         del self.jobs[job.id]
 
     def node_changed(self, name: str) -> None:

@@ -69,7 +69,7 @@ def admit_full(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Par
     spec = dataclasses.replace(
         spec, account=account, qos=qos, queue=queue, dependency=sub.dependency or "", warn_signal=warn_signal,
         warn_before_s=warn_before_s, warn_batch=bool(sub.signal and sub.signal.startswith("B:")),
-        requeue=sub.requeue, reservation=sub.reservation or "",
+        requeue=sub.requeue, expedited_requeue=sub.expedited_requeue, reservation=sub.reservation or "",
         array_throttle=throttle, array_indices=compress_ranges(indices) if indices else "")
     return Admitted(spec, indices)
 
@@ -104,6 +104,9 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         raise AdmissionError("the command is empty")
     if sub.script_args and sub.script is None:
         raise AdmissionError("script arguments given without a script")
+    if sub.expedited_requeue and (not sub.requeue or sub.allocation):
+        raise AdmissionError("expedited requeue (--requeue=expedite) is for jobs that may be requeued: not with "
+                             "--no-requeue, nor for an allocation (salloc), which is never requeued")
     sub = _with_share(sub, config)
     partition = _partition(sub, config)
     index = nodes if isinstance(nodes, PartitionMembers) else PartitionMembers(nodes)

@@ -55,8 +55,11 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Between SIGTERM and SIGKILL when a job is cancelled or runs out of time (Slurm's KillWait).
     kill_grace_s: float = 10.0
-    # A node not heard from for this long is down; its jobs end as NODE_FAIL.
+    # A node not heard from for this long is down; its jobs are requeued (or end NODE_FAIL if they may not be).
     node_timeout_s: float = 30.0
+    # How long the healthy nodes of a job requeued after a node failure with --requeue=expedite are held
+    # for it at most (no other job starts there), should it not start again sooner.
+    expedite_hold_s: float = 300.0
     # After the grace period, how long to wait for the agent's report before sending SIGKILL again.
     kill_report_timeout_s: float = 20.0
     # A job never starts sooner than this after its submission, so that the submitter has its id
@@ -77,6 +80,8 @@ class EngineConfig:
             raise ValueError(f"duplicate partition names in {names}")
         if sum(p.default for p in self.partitions) > 1:
             raise ValueError("more than one default partition")
+        if type(self.expedite_hold_s) not in (int, float) or not 0 <= self.expedite_hold_s < float("inf"):
+            raise ValueError(f"expedite_hold_s must be a number of seconds, 0 or more, not {self.expedite_hold_s!r}")
         if type(self.shards_per_gpu) is not int or not 1 <= self.shards_per_gpu <= 1000:
             raise ValueError(f"shards_per_gpu must be an integer from 1 to 1000 (milli-GPUs), "
                              f"not {self.shards_per_gpu!r}")

@@ -34,7 +34,7 @@ from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
 from corral.engine.tenancy import Tenancy
 from corral.engine.user_requests import UserRequests
-from corral.engine.views import Views
+from corral.engine.views import Views, hold_reservation
 
 ACCRUE_EVERY_S = 30.0
 
@@ -172,6 +172,8 @@ class Engine:
             times.extend(n.last_seen + self.node_timeout_s for n in self.nodes.values() if n.up)
         if self._fresh:
             times.append(self._fresh[0][0] + self.start_delay_s)
+        if active.holds:
+            times.append(min(active.holds.values()))
         later: list[float | None] = list(self.reservations.boundaries())
         later.append(active.deadlines.next_eligible(active.jobs, active.views.pending, now))
         if active.views.pending:
@@ -221,8 +223,9 @@ class Engine:
             life.refresh_priorities(now)
         gated = self._gate_pending(now)
         gated.update(self._too_fresh(now))
+        held = tuple(hold_reservation(self.active.jobs[job_id]) for job_id in self.active.holds)
         snapshot = build_snapshot(self.active, self.nodes, self.config, self.tenancy.queues,
-                                  self.reservations.core(), now, exclude=gated)
+                                  self.reservations.core() + held, now, exclude=gated)
         plan = schedule(snapshot, self.config.scheduler)
         self.last_plan = plan
         jobs = self.active.jobs
@@ -330,7 +333,19 @@ class Engine:
                     commands.extend(self._nodes.lost(node.name, now))
         if self.reservations.expire(now):
             self._dirty_meta.add("reservations")
+        self._release_holds(now)
         return commands
+
+    def _release_holds(self, now: float) -> None:
+        """Expedited jobs that did not start within config.expedite_hold_s let their held nodes go (they
+        still go first)."""
+        active = self.active
+        for job_id in [j for j, until in active.holds.items() if until <= now]:
+            job = active.jobs[job_id]
+            del active.holds[job_id]
+            job.hold_nodes, job.hold_until = (), None
+            self.life.reprioritize(job, now)
+            self.life.touch(job)
 
     def _stop_requested(self, event: ev.ClusterStopRequested, now: float) -> tuple[shutdown.ClusterStop,
                                                                                    list[Command]]:

@@ -14,7 +14,8 @@ from corral.engine.config import EngineConfig
 from corral.engine.deadlines import warn_at
 from corral.engine.fairshare import FairShare
 from corral.engine.outcome import final_state, fold_exit, kill_reason
-from corral.engine.records import PREEMPTED, Job, JobState, NodeRun
+from corral.engine.records import NODE_FAILED, PREEMPTED, Job, JobState, NodeRun
+from corral.engine.shutdown import may_requeue
 from corral.engine.tenancy import Tenancy
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
@@ -96,6 +97,7 @@ class Lifecycle:
     def start(self, job: Job, slices: tuple[NodeSlice, ...], now: float) -> list[Command]:
         job.state, job.start_time, job.slices = JobState.RUNNING, now, slices
         job.end_time = None
+        job.expedited, job.hold_nodes, job.hold_until = False, (), None
         job.reason, job.reason_detail, job.estimated_start = "None", "", None
         job.warned = False
         # A batch job's script runs on its first node only; the other nodes wait for its steps. An
@@ -199,16 +201,23 @@ class Lifecycle:
         self.end_run(job, now)
         return []
 
-    def fail_gang(self, job: Job, now: float) -> list[Command]:
-        """One node's part of the job is gone (the node was lost, or its agent forgot it)."""
+    def fail_gang(self, job: Job, node: str, now: float) -> list[Command]:
+        """One node's part of the job is gone (the node was lost, or its agent forgot it). As Slurm does,
+        a running job's whole gang is stopped and the job is then requeued if it may be (same id, restart
+        count up by one), or ends NODE_FAIL (--no-requeue, an allocation). A job already being stopped
+        ends as it was going to."""
         self.touch(job)
+        if job.state is JobState.RUNNING:
+            again = may_requeue(job.spec)
+            job.history.append({"t": now, "event": NODE_FAILED, "node": node,
+                                "outcome": "requeued" if again else JobState.NODE_FAIL.value})
+            if again:
+                job.stop_cause = NODE_FAILED
+            return self.begin_kill(job, now, JobState.PENDING if again else JobState.NODE_FAIL)
         if all(r.finished for r in job.runs.values()) and not steps.live_step_nodes(job):
             if job.final_state is None:
                 job.final_state = JobState.NODE_FAIL
             self.end_run(job, now)
-            return []
-        if job.state is JobState.RUNNING:
-            return self.begin_kill(job, now, JobState.NODE_FAIL)
         return []
 
     def end_run(self, job: Job, now: float) -> None:
@@ -223,7 +232,13 @@ class Lifecycle:
     def _requeue(self, job: Job, now: float) -> None:
         self._requeue_backoff(job, now)
         job.prior_gpu_seconds += job.run_gpu_seconds(now)
-        job.history.append({"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now})
+        entry = {"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now}
+        job.history.append(entry)
+        if job.stop_cause == NODE_FAILED:
+            failed = next((h["node"] for h in reversed(job.history) if h.get("event") == NODE_FAILED), "")
+            entry["cause"] = f"node failure {failed}"
+            if job.spec.expedited_requeue:
+                self._expedite(job, failed, now)
         job.restart_count += 1
         job.state, job.final_state, job.kill_deadline = JobState.PENDING, None, None
         job.start_time = job.end_time = None
@@ -233,6 +248,18 @@ class Lifecycle:
         self.active.views.forget(job.id)
         self.reprioritize(job, now)
         self.touch(job)
+
+    def _expedite(self, job: Job, failed: str, now: float) -> None:
+        """--requeue=expedite: the job goes first, and the healthy nodes it ran on are held for it until it
+        starts again or config.expedite_hold_s passes (not for a job in an advance reservation, whose nodes
+        are the reservation's)."""
+        job.expedited = True
+        nodes = self.active.views.nodes
+        healthy = tuple(n for n in job.node_names if n != failed and n in nodes and nodes[n].up)
+        if healthy and not job.spec.reservation:
+            job.hold_nodes, job.hold_until = healthy, now + self.config.expedite_hold_s
+            self.active.holds[job.id] = job.hold_until
+            job.history.append({"t": now, "event": "nodes-held", "nodes": list(healthy), "until": job.hold_until})
 
     def _requeue_backoff(self, job: Job, now: float) -> None:
         """A job preempted again and again waits longer each time before it may start again."""

@@ -30,7 +30,7 @@ class Reconciliation:
     """What a (re)joining agent's report means, decided against the engine's jobs: the jobs it must kill
     (the engine no longer has them), commands to send again (a launch never acknowledged, a kill of a
     job being stopped), jobs whose launch it acknowledges, and jobs whose started part it lost (the agent
-    restarted: their gangs end as NODE_FAIL)."""
+    restarted: the engine stops their gangs and requeues them, or ends them NODE_FAIL)."""
 
     kill: list[int] = field(default_factory=list)
     resend: list[Command] = field(default_factory=list)

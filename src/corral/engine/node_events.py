@@ -53,7 +53,7 @@ class NodeEvents:
         for job in found.lost:
             run = job.runs[name]
             job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
-            commands.extend(self.life.fail_gang(job, now))
+            commands.extend(self.life.fail_gang(job, name, now))
         return found.kill, commands
 
     def contacted(self, event: ev.NodeContacted, now: float) -> tuple[bool, list[Command]]:
@@ -91,7 +91,7 @@ class NodeEvents:
             if run is not None and not run.finished:
                 job.runs[name] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
             if job.state is JobState.RUNNING or run is not None and not run.finished:
-                commands.extend(life.fail_gang(job, now))
+                commands.extend(life.fail_gang(job, name, now))
             else:
                 commands.extend(life.maybe_end(job, now))
         return commands

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from corral import kill_reasons
-from corral.engine.records import PREEMPTED, Job, JobState, NodeRun
+from corral.engine.records import NODE_FAILED, PREEMPTED, Job, JobState, NodeRun
 
 # A job being stopped (COMPLETING) towards this final state: why, as slurmstepd tells it.
 _KILL_REASONS: dict[JobState | None, str] = {
@@ -50,5 +50,7 @@ def kill_reason(job: Job) -> str:
     a requeue is a preemption's or a requested one's; a cancel, or a completed batch script whose steps
     still run, is a plain cancel."""
     if job.final_state is JobState.PENDING:
+        if job.stop_cause == NODE_FAILED:
+            return kill_reasons.NODE_FAILURE
         return kill_reasons.PREEMPTION if job.stop_cause == PREEMPTED else kill_reasons.REQUEUE
     return _KILL_REASONS.get(job.final_state, kill_reasons.CANCELLED)

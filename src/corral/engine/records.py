@@ -77,6 +77,9 @@ class JobSpec:
     # wherever it runs) starts steps in it and ends it with a completion call.
     allocation: bool = False
     begin_time: float | None = None  # sbatch --begin: not eligible before this time (epoch seconds)
+    # sbatch --requeue=expedite (Slurm 25.11): requeued after a node failure, the job goes first and the
+    # healthy nodes it ran on are held for it (Job.expedited, Job.hold_nodes).
+    expedited_requeue: bool = False
 
 
 @dataclass(slots=True)
@@ -121,9 +124,10 @@ class Step:
 
 # Why a running job is stopped to go back to PENDING (Job.stop_cause), as its history names the event.
 PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED = "preempted", "requeue-requested", "cluster-stopped"
+NODE_FAILED = "node-failed"  # one of its nodes was lost (timed out, or its agent came back without the job)
 # A node in development mode ran the job's tasks as its agent's user, not as the job's.
 AS_AGENT_USER = "ran-as-agent-user"
-STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED)
+STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED, NODE_FAILED)
 
 
 @dataclass(slots=True)
@@ -160,6 +164,11 @@ class Job:
     preemptions: int = 0
     warned: bool = False
     stop_cause: str = ""
+    # Requeued after a node failure with --requeue=expedite: it goes first until it starts, and the healthy
+    # nodes it ran on are held for it (no other job starts there) until it starts or hold_until passes.
+    expedited: bool = False
+    hold_nodes: tuple[str, ...] = ()
+    hold_until: float | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from corral.core.model import PendingJob, RunningJob
+from corral.core.model import AdvanceReservation, PendingJob, RunningJob
 from corral.engine.config import EngineConfig
 from corral.engine.priority import Factors, job_priority
 from corral.engine.records import Job, JobState, Node
@@ -44,9 +44,11 @@ class Views:
         factors = job_priority(job, now, tenancy, shares, self.cluster_gpus(), self.partition_factors())
         self.factors[job.id] = factors
         spec = job.spec
+        reservation = hold_name(job.id) if job.hold_nodes else spec.reservation
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
-                          preempts_qos=tenancy.preempts(spec), reservation=spec.reservation, claim=claim)
+                          preempts_qos=tenancy.preempts(spec), reservation=reservation, claim=claim,
+                          expedited=job.expedited)
         self.pending[job.id] = view
         return view
 
@@ -82,6 +84,19 @@ class Views:
     def forget(self, job_id: int) -> None:
         self.pending.pop(job_id, None)
         self.running.pop(job_id, None)
+
+
+def hold_name(job_id: int) -> str:
+    """The name of the hold on an expedited job's healthy nodes, as the core sees it (an AdvanceReservation
+    with a holder). User-made reservation names cannot contain ':'."""
+    return f"expedite:{job_id}"
+
+
+def hold_reservation(job: Job) -> AdvanceReservation:
+    """The hold as the core takes it. It began when the job was requeued; 0.0 stands for that: the core
+    only needs it to have begun."""
+    assert job.hold_until is not None, f"job {job.id} holds no nodes"
+    return AdvanceReservation(hold_name(job.id), 0.0, job.hold_until, frozenset(job.hold_nodes), holder=job.id)
 
 
 def expected_end(job: Job) -> float:

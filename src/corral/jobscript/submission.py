@@ -12,6 +12,7 @@ from corral.jobscript import values
 from corral.jobscript.errors import DirectiveError
 from corral.jobscript.getopt import Opt, ParsedOption, location, parse_args
 from corral.slurm.sbatch import table
+from corral.slurm.sbatch.values import split_requeue
 
 SCRIPT_WHERE = " in #SBATCH directives"
 COMMAND_LINE_WHERE = " on the command line"
@@ -52,7 +53,7 @@ _CONVERTERS: tuple[tuple[str, Callable[[str], object]], ...] = (
     ("dependency", values.dependency_spec),
     ("signal", values.signal_spec),
     ("reservation", values.single_name),
-    ("requeue", values.flag_on),
+    ("requeue", values.requeue_mode),  # --requeue[=expedite]
     ("no-requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
     ("hold", values.flag_on),
 )
@@ -91,7 +92,7 @@ def build_submission(tokens_from_script: Sequence[str], tokens_from_command_line
     merged = {f: s for f, s in merged.items() if s.spec.group not in overridden_groups}
     merged.update(from_command_line)
     out = {field: s.value for field, s in merged.items() if s.value is not None}
-    return _split_gpu_models(out)
+    return split_requeue(_split_gpu_models(out))
 
 
 def _split_gpu_models(fields: dict) -> dict:

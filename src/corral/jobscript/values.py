@@ -212,5 +212,14 @@ def flag_on(_text: str) -> bool:
     return True
 
 
+def requeue_mode(text: str) -> bool | str:
+    """--requeue (True) or --requeue=expedite ("expedite", Slurm 25.11's expedited requeue)."""
+    if not text:
+        return True
+    if text == "expedite":
+        return text
+    raise DirectiveError("the only value --requeue takes is 'expedite'")
+
+
 def flag_off(_text: str) -> bool:
     return False

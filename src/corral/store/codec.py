@@ -136,7 +136,8 @@ def job_to_row(job: Job) -> Json:
         "extra": {"held": job.held, "prior_gpu_seconds": job.prior_gpu_seconds,
                   "reason_detail": job.reason_detail, "history": job.history,
                   "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at,
-                  "preemptions": job.preemptions, "warned": job.warned, "stop_cause": job.stop_cause},
+                  "preemptions": job.preemptions, "warned": job.warned, "stop_cause": job.stop_cause,
+                  "expedited": job.expedited, "hold_nodes": list(job.hold_nodes), "hold_until": job.hold_until},
     }
 
 
@@ -166,6 +167,9 @@ def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
         history=list(extra.get("history", [])),
         steps=[_step_from_json(step) for step in extra.get("steps", ())],
         eligible_at=extra.get("eligible_at"),
+        expedited=extra.get("expedited", False),
+        hold_nodes=tuple(extra.get("hold_nodes", ())),
+        hold_until=extra.get("hold_until"),
         **_engine_facts(extra, row.start_time),
     )
 

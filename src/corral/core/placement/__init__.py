@@ -35,7 +35,7 @@ class SearchedPool(Protocol):
 
 class Placement(Protocol):
     def find(self, partition: str, need: Need, count: int, end: float,
-             reservation: tuple[str, frozenset[str]] | None, model: str) -> list[WorkNode] | None:
+             reservation: tuple[str, frozenset[str] | None] | None, model: str) -> list[WorkNode] | None:
         """The `count` nodes of `partition` to run `need` on from now until `end` (see WorkPool.find_now)."""
 
     def shared_device(self, node: WorkNode, need: Need) -> int:

@@ -18,7 +18,7 @@ class BestFit:
         self.pool = pool
 
     def find(self, partition: str, need: Need, count: int, end: float,
-             reservation: tuple[str, frozenset[str]] | None, model: str) -> list[WorkNode] | None:
+             reservation: tuple[str, frozenset[str] | None] | None, model: str) -> list[WorkNode] | None:
         pool = self.pool
         buckets = pool.buckets.get(partition)
         if not buckets:

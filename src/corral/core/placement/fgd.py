@@ -30,7 +30,7 @@ class Fgd:
                 self.moved(node)
 
     def find(self, partition: str, need: Need, count: int, end: float,
-             reservation: tuple[str, frozenset[str]] | None, model: str) -> list[WorkNode] | None:
+             reservation: tuple[str, frozenset[str] | None] | None, model: str) -> list[WorkNode] | None:
         """Score each fragmentation state once, then take nodes of the best states that fit."""
         groups = self.groups.get(partition)
         if not groups:

@@ -29,7 +29,7 @@ USAGE = """\
 Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [--hold] [--parsable] [-t minutes]
               [-D path] [--output file] [--error file] [--chdir=directory] [-J jobname]
               [--mem=MB] [--account=name] [--dependency=type:jobid] [--comment=name] [--wait]
-              [--requeue] [--no-requeue] [--ntasks-per-node=n] [--qos=qos] [--gres=list]
+              [--requeue[=expedite]] [--no-requeue] [--ntasks-per-node=n] [--qos=qos] [--gres=list]
               [--reservation=name] [--array=index_values] [--export[=names]] [--gpus=n]
               [--gpus-per-node=n] [--gpus-per-task=n] [--mem-per-gpu=MB] [--mem-per-cpu=MB]
               [--signal=[B:]num[@time]] [--open-mode=append|truncate] [--wrap=command]

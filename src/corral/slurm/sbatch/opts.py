@@ -15,7 +15,7 @@ from corral.slurm.common.getopt import NO_ARG, CommandLine
 from corral.slurm.common.optable import CommandSpec, check_support, parse_command_line
 from corral.slurm.common.record import Record
 from corral.slurm.sbatch import table
-from corral.slurm.sbatch.values import fail, split_gpu_models
+from corral.slurm.sbatch.values import EXPEDITE, fail, split_gpu_models, split_requeue
 
 SPEC = CommandSpec(
     "sbatch", table.OPTIONS, getopt_exit=255, permute=False,
@@ -53,7 +53,7 @@ class SbatchOptions(Record):
             replaced = {table.GROUPS[f] for f in source if f in table.GROUPS}
             merged = {f: val for f, val in merged.items() if table.GROUPS.get(f) not in replaced}
             merged.update(source)
-        return split_gpu_models({f: val for f, val in merged.items() if val is not None})
+        return split_requeue(split_gpu_models({f: val for f, val in merged.items() if val is not None}))
 
 
 def parse_sbatch(argv: Sequence[str], env: Mapping[str, str]) -> tuple[SbatchOptions, ScriptSource]:
@@ -149,7 +149,8 @@ def _environment(env: Mapping[str, str]) -> tuple[dict[str, object], list[str]]:
     tokens = []
     for variable, key in table.ENV_VARS.items():
         if variable in env:
-            flag = SPEC.option_named(key).arg == NO_ARG
+            # SBATCH_REQUEUE=<anything> stands for --requeue, as before --requeue took a value.
+            flag = SPEC.option_named(key).arg == NO_ARG or key == "requeue" and env[variable] != EXPEDITE
             tokens.append(f"--{key}" if flag else f"--{key}={env[variable]}")
     line = parse_command_line(SPEC, tokens)
     return _settings(line), check_support(SPEC, line)

@@ -49,7 +49,7 @@ JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "partition": ("p", REQUIRED, "partition", v.partition),
     "priority": (None, REQUIRED, "priority", v.priority),
     "qos": ("q", REQUIRED, "qos", v.text),
-    "requeue": (None, NO_ARG, "requeue", True),
+    "requeue": (None, OPTIONAL, "requeue", v.requeue),  # --requeue[=expedite] (Slurm 25.11)
     "reservation": (None, REQUIRED, "reservation", v.text),
     "signal": (None, REQUIRED, "signal", v.signal_spec),
     "time": ("t", REQUIRED, "time_limit_s", v.time_limit),

@@ -124,6 +124,26 @@ def split_gpu_models(fields: dict) -> dict:
     return fields
 
 
+EXPEDITE = "expedite"
+
+
+def requeue(value: str | None, option: str) -> bool | str:
+    """--requeue, or Slurm 25.11's --requeue=expedite (held for split_requeue)."""
+    if value is None:
+        return True
+    if value == EXPEDITE:
+        return EXPEDITE
+    raise fail(f"Invalid --{option} specification")
+
+
+def split_requeue(fields: dict) -> dict:
+    """The merged --requeue/--no-requeue (the last one wins): --requeue=expedite sets JobSubmit.requeue and
+    JobSubmit.expedited_requeue."""
+    if fields.get("requeue") == EXPEDITE:
+        fields["requeue"], fields["expedited_requeue"] = True, True
+    return fields
+
+
 def text(value: str, option: str) -> str:
     return value
 

@@ -1,0 +1,55 @@
+"""A node fails under a running batch job, with a real controller and agents: the agent is SIGKILLed, the
+controller declares its node lost after node_timeout_s, and the job (which allows requeue, the default)
+comes back RUNNING on the other node, with the same id and SLURM_RESTART_COUNT=1 in its environment."""
+from __future__ import annotations
+
+import os
+import uuid
+
+import psutil
+import pytest
+
+from tests.e2e.harness import wait_for
+
+pytestmark = pytest.mark.slow
+
+MARKER = "CORRAL_NODE_FAILURE_TEST"
+
+
+@pytest.fixture
+def marker():
+    marker = uuid.uuid4().hex
+    yield marker
+    # The killed agent's tasks outlive it (they are sessions of their own): end them.
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(MARKER) == marker:
+                proc.kill()
+        except psutil.Error:
+            pass
+
+
+def test_a_batch_job_whose_agent_is_killed_runs_again_elsewhere_with_its_restart_count(cluster_factory, tmp_path,
+                                                                                        marker) -> None:
+    cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 1\nnode_timeout_s = 3\n")
+    runs = tmp_path / "runs.txt"
+    script = f'#!/bin/sh\necho "${{SLURM_RESTART_COUNT:-unset}} $SLURMD_NODENAME" >> {runs}\nexec sleep 300\n'
+    job = cluster.submit(script=script, batch=True, gpus_per_node=2, env={"PATH": os.environ["PATH"], MARKER: marker})
+    first = cluster.wait_state(job, "RUNNING")["nodelist"]
+    other = "node2" if first == "node1" else "node1"
+    wait_for(lambda: runs.exists() and runs.read_text().count("\n") == 1, message="the first run's line")
+
+    cluster.kill_agent(first)
+
+    def running_again() -> bool:
+        record = cluster.job(job)
+        return record["state"] == "RUNNING" and record["restart_count"] == 1
+
+    wait_for(running_again, timeout_s=30, message=f"job {job} running again")
+    record = cluster.job(job)
+    assert record["nodelist"] == other, "not on the node that is down"
+    wait_for(lambda: runs.read_text().count("\n") == 2, message="the second run's line")
+    assert runs.read_text().splitlines() == [f"unset {first}", f"1 {other}"], "same job, SLURM_RESTART_COUNT=1"
+    assert [(h["event"], h.get("node"), h.get("outcome")) for h in record["history"]
+            if h["event"] == "node-failed"] == [("node-failed", first, "requeued")]
+    assert next(h for h in record["history"] if h["event"] == "requeued")["cause"] == f"node failure {first}"
