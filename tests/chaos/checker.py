@@ -5,7 +5,8 @@ a `start` line (time, node, pid, devices), a `beat` line every few tenths of a s
 `end` line when it finishes its work. Markers are written by the job, not by corral, so they show what
 really ran, whatever corral's records say. The checker verifies, over a whole run:
 
-- lost:       every submission the client saw accepted exists in corral's records and ends in a final state;
+- lost:       every submission the client saw accepted exists in corral's records and ends in a final state,
+              and one that may be requeued does not end NODE_FAIL (a failed node requeues it, as Slurm);
 - twice:      no two incarnations of one job overlap in time, and no job finishes its work twice;
 - device:     no GPU (node, index) is used by two jobs at once;
 - accounting: a COMPLETED job's record names the node its last incarnation ran on, and its elapsed time
@@ -51,7 +52,7 @@ class Incarnation:
 
 @dataclasses.dataclass(frozen=True)
 class Violation:
-    kind: str  # lost | not_final | twice | device | accounting
+    kind: str  # lost | not_final | not_requeued | twice | device | accounting
     job_id: int
     detail: str
 
@@ -106,6 +107,8 @@ def _lost_or_unfinished(accepted: Iterable[int], records: Mapping[int, Mapping])
             yield Violation("lost", job_id, "accepted, but corral has no record of it")
         elif record.get("state") not in FINAL_STATES:
             yield Violation("not_final", job_id, f"still {record.get('state')} after the run drained")
+        elif record.get("state") == "NODE_FAIL" and record.get("requeue", True):
+            yield Violation("not_requeued", job_id, "may be requeued, but ended NODE_FAIL")
 
 
 def _twice(job_id: int, mine: list[Incarnation]) -> Iterable[Violation]:

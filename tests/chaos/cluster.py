@@ -1,5 +1,7 @@
 """The fault suite's cluster: controllers, agents and PostgreSQL as real processes on this machine, with
-handles to kill, pause and restart each of them."""
+handles to kill, pause and restart each of them, and (with a VirtualNetwork) each on a virtual host of
+its own whose network cable can be pulled: controllers on ctl1, ctl2, ..., agents on node1, node2, ...,
+PostgreSQL on db."""
 from __future__ import annotations
 
 import os
@@ -12,16 +14,50 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.harness import API, free_port
+from tests.multihost.netns import VirtualNetwork
 
 PG_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pg-test-server.sh"
 AGENT_ARGS = ("--tasks-as-agent-user", "--no-cgroups")
+CONTROLLER_PORT = 6817  # on a virtual host of its own, slurmctld's port is free
+PG_PORT = 55441  # a server of the suite's own: restarting it disturbs no other test
+
+
+class Database:
+    """The suite's PostgreSQL, by the project's script: on loopback, or on the virtual host `db`."""
+
+    def __init__(self, net: VirtualNetwork | None, tag: str) -> None:
+        self.net = net
+        self.env = {**os.environ, "CORRAL_PG_PORT": str(PG_PORT), "CORRAL_PG_DIR": f"/tmp/corral-pg-chaos-{tag}"}
+        if net is not None:
+            address = net.hosts["db"].address
+            self.env |= {"CORRAL_PG_HOST": address, "CORRAL_PG_ALLOW": address.rsplit(".", 1)[0] + ".0/24"}
+
+    def _script(self, command: str) -> str:
+        argv = [str(PG_SCRIPT), command]
+        if self.net is not None:
+            argv = self.net.hosts["db"].command(argv)
+        done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg-test-server.sh {command}: {done.stderr.strip()}")
+        return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+    def start(self) -> str:
+        """Start it (idempotent); its URL."""
+        return self._script("start")
+
+    def restart(self) -> None:
+        self._script("restart")
+
+    def stop(self) -> None:
+        self._script("stop")
 
 
 class Process:
     """One daemon of the cluster: started, SIGKILLed, paused and resumed as a whole process group."""
 
-    def __init__(self, name: str, argv: list[str], log: Path) -> None:
-        self.name, self.argv, self.log = name, argv, log
+    def __init__(self, name: str, argv: list[str], log: Path, net: VirtualNetwork | None = None) -> None:
+        self.name, self.log = name, log
+        self.argv = argv if net is None else net.hosts[name].command(argv)
         self.popen: subprocess.Popen | None = None
         self.paused = False
 
@@ -69,28 +105,32 @@ class Process:
 
 class ChaosCluster:
     def __init__(self, root: Path, db_url: str, controllers: int = 1, nodes: int = 4, gpus: int = 4,
-                 config: str = "kill_grace_s = 2\nnode_timeout_s = 6\n") -> None:
-        self.root, self.db_url, self.gpus = root, db_url, gpus
+                 config: str = "kill_grace_s = 2\nnode_timeout_s = 6\n", net: VirtualNetwork | None = None,
+                 database: Database | None = None) -> None:
+        self.root, self.db_url, self.gpus, self.net, self.database = root, db_url, gpus, net, database
         (root / "secret").write_text(os.urandom(16).hex())
         (root / "corral.toml").write_text(config)
-        ports = [free_port() for _ in range(controllers)]
-        self.urls = [f"http://127.0.0.1:{port}" for port in ports]
-        self.controllers = [self._controller(i, port) for i, port in enumerate(ports)]
+        if net is None:
+            self.listen = [f"127.0.0.1:{free_port()}" for _ in range(controllers)]
+        else:
+            self.listen = [f"{net.hosts[f'ctl{i}'].address}:{CONTROLLER_PORT}" for i in range(1, controllers + 1)]
+        self.urls = [f"http://{address}" for address in self.listen]
+        self.controllers = [self._controller(i) for i in range(controllers)]
         self.agents = {f"node{i}": self._agent(f"node{i}") for i in range(1, nodes + 1)}
         self.http = httpx.Client(headers={"Authorization": f"Bearer {(root / 'secret').read_text()}"}, timeout=10)
 
-    def _controller(self, index: int, port: int) -> Process:
-        argv = [sys.executable, "-m", "corral.controller", "--listen", f"127.0.0.1:{port}", "--db", self.db_url,
+    def _controller(self, index: int) -> Process:
+        argv = [sys.executable, "-m", "corral.controller", "--listen", self.listen[index], "--db", self.db_url,
                 "--secret-file", str(self.root / "secret"), "--config", str(self.root / "corral.toml")]
         if len(self.urls) > 1:
             argv += ["--advertise-url", self.urls[index]]
-        return Process(f"controller{index + 1}", argv, self.root / f"controller{index + 1}.log")
+        return Process(f"ctl{index + 1}", argv, self.root / f"ctl{index + 1}.log", self.net)
 
     def _agent(self, node: str) -> Process:
         argv = [sys.executable, "-m", "corral.agent", "--controller", ",".join(self.urls),
                 "--secret-file", str(self.root / "secret"), "--node", node, "--gpus", str(self.gpus),
                 "--cpus", "16", "--mem-mib", "64000", "--spool", str(self.root / "spool" / node), *AGENT_ARGS]
-        return Process(node, argv, self.root / f"agent-{node}.log")
+        return Process(node, argv, self.root / f"agent-{node}.log", self.net)
 
     # ----- the whole cluster
 
@@ -109,7 +149,10 @@ class ChaosCluster:
         self.http.close()
 
     def heal(self) -> None:
-        """Resume what is paused and restart what is dead."""
+        """Plug every cable back, resume what is paused and restart what is dead."""
+        if self.net is not None:
+            for host in self.net.host_names:
+                self.net.set_link(host, True)
         for process in [*self.controllers, *self.agents.values()]:
             process.resume()
             if not process.alive:

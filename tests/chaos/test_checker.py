@@ -32,9 +32,10 @@ def test_a_clean_history_has_no_violation(tmp_path: Path) -> None:
     assert check([1, 2, 3], records, read_markers(tmp_path)) == []
 
 
-def test_a_lost_and_an_unfinished_job_are_found(tmp_path: Path) -> None:
-    found = check([1, 2], {2: {"state": "RUNNING"}}, [])
-    assert [(v.kind, v.job_id) for v in found] == [("lost", 1), ("not_final", 2)]
+def test_a_lost_an_unfinished_and_a_job_not_requeued_are_found(tmp_path: Path) -> None:
+    records = {2: {"state": "RUNNING"}, 3: {"state": "NODE_FAIL"}, 4: {"state": "NODE_FAIL", "requeue": False}}
+    found = check([1, 2, 3, 4], records, [])
+    assert [(v.kind, v.job_id) for v in found] == [("lost", 1), ("not_final", 2), ("not_requeued", 3)]
 
 
 def test_a_run_overlapping_the_one_before_is_found(tmp_path: Path) -> None:
