@@ -7,7 +7,8 @@ really ran, whatever corral's records say. The checker verifies, over a whole ru
 
 - lost:       every submission the client saw accepted exists in corral's records and ends in a final state,
               and one that may be requeued does not end NODE_FAIL (a failed node requeues it, as Slurm);
-- twice:      no two incarnations of one job overlap in time, and no job finishes its work twice;
+- twice:      no two incarnations of one job overlap in time, and no run starts one of its tasks twice
+              (work done again in a later run, after a node failure, is counted apart: `redone`);
 - device:     no GPU (node, index) is used by two jobs at once;
 - accounting: a COMPLETED job's record names the node its last incarnation ran on, and its elapsed time
               covers that incarnation's run (within the slack between a launch and the task's first line).
@@ -128,9 +129,16 @@ def _twice(job_id: int, mine: list[Incarnation]) -> Iterable[Violation]:
         if len(ranks) != len(set(ranks)):
             yield Violation("twice", job_id, f"run {run} started one of its nodes' tasks twice: "
                                              f"{', '.join(i.name for i in tasks)}")
-    finished_runs = sorted({i.restart_count for i in mine if i.finished})
-    if len(finished_runs) > 1:
-        yield Violation("twice", job_id, f"its work finished in runs {finished_runs}")
+
+def redone(incarnations: Iterable[Incarnation]) -> dict[int, list[int]]:
+    """Jobs whose work finished in more than one run: job id -> those runs. Not a violation: a job whose
+    node failed is requeued (as Slurm does), and work that finished while its node could not say so is
+    done again, one run after the other; the report counts them."""
+    finished: dict[int, set[int]] = defaultdict(set)
+    for incarnation in incarnations:
+        if incarnation.finished:
+            finished[incarnation.job_id].add(incarnation.restart_count)
+    return {job: sorted(runs) for job, runs in sorted(finished.items()) if len(runs) > 1}
 
 
 def _accounting(job_id: int, record: Mapping, mine: list[Incarnation]) -> Iterable[Violation]:

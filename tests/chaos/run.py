@@ -31,7 +31,7 @@ from pathlib import Path
 import httpx
 
 from corral.hostlist import expand
-from tests.chaos.checker import FINAL_STATES, Violation, check, read_markers
+from tests.chaos.checker import FINAL_STATES, Violation, check, read_markers, redone
 from tests.chaos.cluster import ChaosCluster, Database
 from tests.chaos.workload import random_shapes
 from tests.multihost.netns import VirtualNetwork, unavailable_reason
@@ -55,6 +55,7 @@ class RoundResult:
     states: Counter
     violations: list[Violation]
     requeues: int
+    redone: int  # jobs whose work finished in two runs (requeued after a node failure it had outlived)
 
 
 # ----- faults
@@ -279,14 +280,15 @@ def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rn
         cluster.stop()
     (root / "records.json").write_text(json.dumps({"accepted": submitter.accepted, "records": final,
                                                    "faults": [dataclasses.asdict(f) for f in records]}, indent=1))
-    violations = check(submitter.accepted, final, read_markers(marks))
+    incarnations = read_markers(marks)
+    violations = check(submitter.accepted, final, incarnations)
     violations += [Violation("not_final", j, f"still {r['state']} after the run drained")
                    for j, r in final.items() if r["state"] not in FINAL_STATES and j not in submitter.accepted]
     violations += [Violation("orphan", 0, line) for line in _orphans(marks)]
     violations += [Violation("refused", 0, text) for text in submitter.refused]
     return RoundResult(records, len(submitter.accepted), submitter.ambiguous,
                        Counter(r["state"] for r in final.values()), violations,
-                       sum(r.get("restart_count", 0) for r in final.values()))
+                       sum(r.get("restart_count", 0) for r in final.values()), len(redone(incarnations)))
 
 
 # ----- the report
@@ -314,7 +316,7 @@ def summarize(rounds: list[RoundResult]) -> dict:
         "rounds": len(rounds), "faults": len(faults), "faults_by_kind": dict(sorted(by_kind.items())),
         "jobs_accepted": sum(r.accepted for r in rounds), "submissions_unknown": sum(r.ambiguous for r in rounds),
         "job_states": dict(sorted(sum((r.states for r in rounds), Counter()).items())),
-        "requeues": sum(r.requeues for r in rounds),
+        "requeues": sum(r.requeues for r in rounds), "jobs_redone": sum(r.redone for r in rounds),
         "violations": len(violations), "violations_by_kind": dict(Counter(v.kind for v in violations)),
         "violation_details": [dataclasses.asdict(v) for v in violations[:50]],
         "failover_s": {"n": len(failover), "p50": percentile(failover, 50), "p99": percentile(failover, 99)},
