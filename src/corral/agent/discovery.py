@@ -28,6 +28,7 @@ class Inventory:
     cpus: int
     mem_mib: int
     source: Literal["nvml", "simulated"]
+    device_files: tuple[str, ...] = ()  # per GPU, its /dev/nvidiaN (NVML's minor number); none when simulated
 
 
 def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None = None) -> Inventory:
@@ -37,8 +38,9 @@ def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None 
     and each must advertise only its share.
     """
     source: Literal["nvml", "simulated"]
+    device_files: tuple[str, ...] = ()
     if sim_gpus is None:
-        gpus, source = nvml_gpus(), "nvml"
+        (gpus, device_files), source = nvml_gpus(), "nvml"
     else:
         gpus, source = simulated_gpus(sim_gpus), "simulated"
     return Inventory(
@@ -46,6 +48,7 @@ def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None 
         cpus=cpus if cpus is not None else (psutil.cpu_count(logical=True) or 1),
         mem_mib=mem_mib if mem_mib is not None else psutil.virtual_memory().total // MIB,
         source=source,
+        device_files=device_files,
     )
 
 
@@ -99,13 +102,15 @@ def group_domains(n: int, linked_pairs: Iterable[tuple[int, int]], prefix: str =
     return domains
 
 
-def nvml_gpus() -> list[GpuInfo]:
-    """Real devices through NVML (nvidia-ml-py), with their NVLink/PCIe topology domains."""
+def nvml_gpus() -> tuple[list[GpuInfo], tuple[str, ...]]:
+    """Real devices through NVML (nvidia-ml-py), with their NVLink/PCIe topology domains; and their device
+    files (/dev/nvidia<minor number>, which the cgroup devices controller denies to jobs not holding them)."""
     nvml = _load_nvml()
     try:
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         domains = _nvml_domains(nvml, handles)
-        return [_nvml_gpu_info(nvml, i, handle, domains[i]) for i, handle in enumerate(handles)]
+        files = tuple(f"/dev/nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}" for handle in handles)
+        return [_nvml_gpu_info(nvml, i, handle, domains[i]) for i, handle in enumerate(handles)], files
     except nvml.NVMLError as exc:
         raise DiscoveryError(f"NVML query failed: {exc}") from exc
     finally:
