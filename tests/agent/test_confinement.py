@@ -409,3 +409,13 @@ def test_a_steps_escaped_process_dies_with_the_step(cgroup_tree, shared_dir, mak
         time.sleep(0.02)
     assert not alive(escaped), "the setsid child outlived its step"
     assert not any(path.exists() for path in in_every_hierarchy(cgroup_tree, "job_7"))
+
+
+def test_a_step_starting_the_jobs_cgroup_on_a_node_gives_it_the_jobs_memory(cgroup_tree, shared_dir, make_step,
+                                                                            agent_env):
+    if "memory" not in cgroup_tree.controllers:
+        pytest.skip(f"no memory controller here ({cgroup_tree.describe()})")
+    hog = ["python3", "-c", "x = bytearray(256 << 20); x[::4096] = b'1' * len(x[::4096])"]
+    finished = run_step(make_step(user="root", workdir=str(shared_dir), argv=hog, mem_per_node_mib=32,
+                                  output="step.out"), shared_dir / "spool", agent_env, Confinement(cgroups=cgroup_tree))
+    assert finished.oom_killed and finished.tasks[0].signal == 9
