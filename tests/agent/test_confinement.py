@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.agent.cgroup_hierarchies import V1Cpuset, V1Memory, v1_mount, v2_mount_of
+from corral.agent.cgroup_hierarchies import Unified, V1Cpuset, V1Devices, V1Memory, v1_mount, v2_mount_of
 from corral.agent.cgroups import CgroupError, CgroupTree
 from corral.agent.cpusets import format_cpu_list, parse_cpu_list
 from corral.agent.runner import JobRunner
@@ -162,7 +162,7 @@ def cgroup_tree():
 def v1_tree():
     """A tree on the host's v1 hierarchies alone: the freezer tracks the jobs (as on a v1-only host)."""
     try:
-        tree = CgroupTree.open(None, f"corral-test-{secrets.token_hex(3)}")
+        tree = CgroupTree.open(None, f"corral-test-{secrets.token_hex(3)}", gpu_device_files())
     except CgroupError as exc:
         pytest.skip(f"no v1 freezer hierarchy here: {exc}")
     yield tree
@@ -319,9 +319,12 @@ def test_a_restarted_agent_does_not_hand_out_the_cpus_of_job_cgroups_it_finds(cg
         leftover.remove_if_empty()
 
 
-def test_a_job_may_open_only_the_device_files_of_its_gpus(cgroup_tree, shared_dir, make_launch, agent_env):
+@pytest.mark.parametrize("which", ["cgroup_tree", "v1_tree"])  # v2's eBPF filter; v1's devices.deny
+def test_a_job_may_open_only_the_device_files_of_its_gpus(which, request, shared_dir, make_launch, agent_env):
+    cgroup_tree = request.getfixturevalue(which)
     if cgroup_tree.devices is None:
         pytest.skip(f"no devices controller here ({cgroup_tree.describe()})")
+    assert isinstance(cgroup_tree.devices, Unified if which == "cgroup_tree" else V1Devices)
     probe = ("import errno, os, sys\n"
              "for path in sys.argv[1:]:\n"
              "    try:\n        os.close(os.open(path, os.O_RDWR))\n    except OSError as exc:\n"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from corral.agent import cgroup_bpf
 from corral.agent.cpusets import format_cpu_list
 
 log = logging.getLogger(__name__)
@@ -235,8 +236,8 @@ class V1Freezer(V1Hierarchy):
 
 
 class Unified(Hierarchy):
-    """The cgroup v2 hierarchy: tracking (cgroup.kill, cgroup.events), and memory and cpuset where the root's
-    parent delegates them."""
+    """The cgroup v2 hierarchy: tracking (cgroup.kill, cgroup.events), memory and cpuset where the root's
+    parent delegates them, devices where the agent may load eBPF programs."""
 
     label = "v2"
     OFFERED = ("memory", "cpuset")
@@ -244,6 +245,8 @@ class Unified(Hierarchy):
     def __init__(self, root: Path, home: Path, controllers: frozenset[str]) -> None:
         super().__init__(root, home)
         self.controllers = controllers
+        # v2 has no devices files: its filter is an eBPF program (cgroup_bpf.py), None if it can be loaded.
+        self.device_filter_error = cgroup_bpf.unavailable()
 
     @classmethod
     def open(cls, root: Path) -> Unified:
@@ -269,6 +272,8 @@ class Unified(Hierarchy):
                 write(job / "memory.swap.max", "0")
         if limits.cpus and "cpuset" in self.controllers:
             write(job / "cpuset.cpus", format_cpu_list(limits.cpus))
+        if limits.denied_devices:
+            cgroup_bpf.deny(job, limits.denied_devices)
 
     def oom_killed(self, leaf: Path) -> bool:
         try:

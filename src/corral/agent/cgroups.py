@@ -25,10 +25,10 @@ there when the top is not writable (describe() names where).
 - cpuset: the controller says how many CPUs a job has here, the agent picks which (cpusets.py): its
   cpuset.cpus (v1 also cpuset.mems, copied from the parent). On start the agent reads back the CPUs of the
   job cgroups it finds, so that it never hands them out twice.
-- devices: the GPU device files of this node's other GPUs are denied (v1 devices.deny), as Slurm's
-  ConstrainDevices. cgroup v2 has no devices files (its filter is an eBPF program, which the agent does not
-  load): there tasks see only their GPUs through CUDA_VISIBLE_DEVICES, and nothing stops them opening the
-  others.
+- devices: the device files of this node's GPUs the job does not hold are denied, as Slurm's
+  ConstrainDevices: on cgroup v2 by an eBPF device filter attached to the job's cgroup (cgroup_bpf.py),
+  else by v1 devices.deny. The GPUs' device files are NVML's (/dev/nvidia<minor>); without them (simulated
+  GPUs, unless --gpu-device-dir) tasks see only their GPUs through CUDA_VISIBLE_DEVICES.
 
 A task is placed in its leaves before it runs any code of its own: the agent moves itself into the leaf of
 every hierarchy for the duration of the fork (Popen returns once the child has exec'd), then moves back.
@@ -84,7 +84,7 @@ class CgroupTree:
     does not allow it."""
 
     def __init__(self, name: str, tracker: Tracker, memory: Unified | V1Memory | None,
-                 cpuset: Unified | V1Cpuset | None, devices: V1Devices | None,
+                 cpuset: Unified | V1Cpuset | None, devices: Unified | V1Devices | None,
                  gpu_devices: Mapping[int, tuple[int, int]]) -> None:
         self.name = name
         self.tracker = tracker
@@ -122,7 +122,9 @@ class CgroupTree:
                 raise CgroupError("no cgroup v2 file system and no v1 freezer hierarchy to track jobs with")
             memory = v2 if v2 and "memory" in v2.controllers else V1Memory.open(name)
             cpuset = v2 if v2 and "cpuset" in v2.controllers else V1Cpuset.open(name)
-            devices = V1Devices.open(name) if devices_of else None
+            devices: Unified | V1Devices | None = None
+            if devices_of:
+                devices = v2 if v2 and v2.device_filter_error is None else V1Devices.open(name)
         except OSError as exc:
             raise CgroupError(f"cannot set up the cgroup tree {name}: {exc.strerror or exc}") from exc
         return cls(name, tracker, memory, cpuset, devices, devices_of)
@@ -142,9 +144,14 @@ class CgroupTree:
         if self.cpuset is None:
             text += "; no CPU binding: no cpuset controller"
         if self.devices is None:
-            text += ("; no GPU device limit: " + ("the GPUs' device files are unknown" if not self.gpu_devices
-                                                  else "no v1 devices hierarchy (v2's eBPF filter not done)"))
+            text += f"; no GPU device limit: {self._why_no_devices()}"
         return text
+
+    def _why_no_devices(self) -> str:
+        if not self.gpu_devices:
+            return "no GPU device files (no GPUs, or simulated ones)"
+        v2 = self.tracker if isinstance(self.tracker, Unified) else None
+        return f"{v2.device_filter_error} and no v1 devices hierarchy" if v2 else "no v1 devices hierarchy"
 
     def for_job(self, job_id: int) -> JobCgroup:
         return JobCgroup(self, job_id)
