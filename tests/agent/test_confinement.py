@@ -422,3 +422,15 @@ def test_a_step_starting_the_jobs_cgroup_on_a_node_gives_it_the_jobs_memory(cgro
     finished = run_step(make_step(user="root", workdir=str(shared_dir), argv=hog, mem_per_node_mib=32,
                                   output="step.out"), shared_dir / "spool", agent_env, Confinement(cgroups=cgroup_tree))
     assert finished.oom_killed and finished.tasks[0].signal == 9
+
+
+def test_a_gpu_device_file_that_cannot_be_read_leaves_devices_alone_and_says_why(cgroup_tree, shared_dir):
+    regular = shared_dir / "nvidia1"
+    regular.write_text("")
+    for files, why in [({0: shared_dir / "nvidia0"}, f"cannot read the GPU device file {shared_dir}/nvidia0: "
+                                                      f"No such file or directory"),
+                       ({1: regular}, f"the GPU device file {regular} is not a character device")]:
+        tree = CgroupTree.open(cgroup_tree.root, gpu_device_files=files)
+        assert tree.devices is None and tree.controllers == cgroup_tree.controllers - {"devices"}
+        assert tree.describe().startswith("cgroup v2 tracking")
+        assert tree.describe().endswith(f"; no GPU device limit: {why}")

@@ -40,18 +40,19 @@ def alice():
 
 
 @pytest.fixture
-def cgroup_mount():
+def cgroup_root():
+    """The agent's --cgroup-root, in a cgroup2 hierarchy mounted for the test. Every cgroup2 mount shows the
+    host's one hierarchy (other tests' trees too): only this test's tree is removed afterwards."""
     mount = Path(tempfile.mkdtemp(prefix="corral-cg2-"))
     try:
         subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], check=True, capture_output=True)
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
         mount.rmdir()
         pytest.skip(f"cannot mount a cgroup2 hierarchy here: {exc}")
-    yield mount
+    root = mount / f"corral-{secrets.token_hex(3)}"
+    yield root
     # The agent's tree, in the cgroup2 mount and in the v1 hierarchies it took controllers from.
-    trees = [*mount.glob("corral-*"), *(v1_mount(c) / tree.name for tree in mount.glob("corral-*")
-                                       for c in ("memory", "cpuset", "devices", "freezer") if v1_mount(c))]
-    for tree in trees:
+    for tree in [root, *cgroup_trees(root.name)]:
         for path in sorted((p for p in tree.glob("**") if p.is_dir()), reverse=True):
             path.rmdir()
     subprocess.run(["umount", str(mount)], check=False)
@@ -109,8 +110,8 @@ def test_jobs_run_as_their_user_and_the_node_says_how(shared_root, alice):
         cluster.stop()
 
 
-def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_mount):
-    root = cgroup_mount / f"corral-{secrets.token_hex(3)}"
+def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_root):
+    root = cgroup_root
     cluster = start(shared_root, "--cgroup-root", str(root))
     try:
         [node] = cluster.nodes()
@@ -143,8 +144,8 @@ for index in (0, 1):
 """
 
 
-def test_memory_cpus_and_gpus_are_the_jobs_own(shared_root, cgroup_mount, gpu_device_dir):
-    root = cgroup_mount / f"corral-{secrets.token_hex(3)}"
+def test_memory_cpus_and_gpus_are_the_jobs_own(shared_root, cgroup_root, gpu_device_dir):
+    root = cgroup_root
     cluster = start(shared_root, "--cgroup-root", str(root), "--gpu-device-dir", str(gpu_device_dir), gpus=2)
     try:
         [node] = cluster.nodes()

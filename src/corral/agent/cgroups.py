@@ -44,6 +44,7 @@ import os
 import stat
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from corral.agent.cgroup_hierarchies import (
     CgroupError,
@@ -54,6 +55,7 @@ from corral.agent.cgroup_hierarchies import (
     V1Cpuset,
     V1Devices,
     V1Freezer,
+    V1Hierarchy,
     V1Memory,
     mounts,
     rmdir,
@@ -67,6 +69,7 @@ __all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_root"]
 log = logging.getLogger(__name__)
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
+V1H = TypeVar("V1H", bound=V1Hierarchy)
 
 
 def default_root(node: str) -> Path | None:
@@ -85,11 +88,12 @@ class CgroupTree:
 
     def __init__(self, name: str, tracker: Tracker, memory: Unified | V1Memory | None,
                  cpuset: Unified | V1Cpuset | None, devices: Unified | V1Devices | None,
-                 gpu_devices: Mapping[int, tuple[int, int]]) -> None:
+                 gpu_devices: Mapping[int, tuple[int, int]], missing: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.tracker = tracker
         self.memory, self.cpuset, self.devices = memory, cpuset, devices
         self.gpu_devices = dict(gpu_devices)  # GPU index -> (major, minor) of its device file
+        self.missing = dict(missing or {})  # controller -> why it is not used
         self.hierarchies: list[Hierarchy] = list(dict.fromkeys(
             h for h in (tracker, memory, cpuset, devices) if h is not None))
         self.cpus = CpuAllocator(os.sched_getaffinity(0))
@@ -110,24 +114,31 @@ class CgroupTree:
              gpu_device_files: Mapping[int, Path] | None = None) -> CgroupTree:
         """The tree at the v2 `root` (None: no cgroup v2, track with the v1 freezer), named `name` (default
         the root's name) in the v1 hierarchies that give what v2 lacks. `gpu_device_files`: each GPU's
-        device file, whose access the devices controller limits to the jobs holding the GPU."""
+        device file, whose access the devices controller limits to the jobs holding the GPU. Without
+        tracking there is no tree (CgroupError); a controller that cannot be had is left out, and why is
+        in `missing` (and describe())."""
         name = name or (root.name if root is not None else "")
         if not name:
             raise CgroupError("the cgroup tree needs a name")
-        devices_of = {index: _device_number(path) for index, path in (gpu_device_files or {}).items()}
+        v2 = Unified.open(Path(os.path.abspath(root))) if root is not None else None
+        missing: dict[str, str] = {}
+        tracker: Tracker | None = v2 or _opened(V1Freezer, name, missing)
+        if tracker is None:
+            raise CgroupError(f"no cgroup v2 file system to track jobs with, and {missing['freezer']}")
+        memory = v2 if v2 and "memory" in v2.controllers else _opened(V1Memory, name, missing)
+        cpuset = v2 if v2 and "cpuset" in v2.controllers else _opened(V1Cpuset, name, missing)
+        devices: Unified | V1Devices | None = None
         try:
-            v2 = Unified.open(Path(os.path.abspath(root))) if root is not None else None
-            tracker: Tracker | None = v2 or V1Freezer.open(name)
-            if tracker is None:
-                raise CgroupError("no cgroup v2 file system and no v1 freezer hierarchy to track jobs with")
-            memory = v2 if v2 and "memory" in v2.controllers else V1Memory.open(name)
-            cpuset = v2 if v2 and "cpuset" in v2.controllers else V1Cpuset.open(name)
-            devices: Unified | V1Devices | None = None
-            if devices_of:
-                devices = v2 if v2 and v2.device_filter_error is None else V1Devices.open(name)
-        except OSError as exc:
-            raise CgroupError(f"cannot set up the cgroup tree {name}: {exc.strerror or exc}") from exc
-        return cls(name, tracker, memory, cpuset, devices, devices_of)
+            devices_of = {index: _device_number(path) for index, path in (gpu_device_files or {}).items()}
+        except CgroupError as exc:
+            devices_of, missing["devices"] = {}, str(exc)
+        if not gpu_device_files:
+            missing["devices"] = "no GPU device files (no GPUs, or simulated ones)"
+        elif devices_of:
+            devices = v2 if v2 and v2.device_filter_error is None else _opened(V1Devices, name, missing)
+            if devices is None and v2:
+                missing["devices"] = f"{v2.device_filter_error}, and {missing['devices']}"
+        return cls(name, tracker, memory, cpuset, devices, devices_of, missing)
 
     def describe(self) -> str:
         """One line for the log and `corral nodes`: what is enforced, from where, and what is not and why."""
@@ -139,19 +150,11 @@ class CgroupTree:
         enforced = " + ".join(f"{version} {', '.join(whats)}" for version, whats in by_version.items())
         roots = "; ".join(f"{h.label} at {h.root}" for h in self.hierarchies)
         text = f"cgroup {enforced} ({roots})"
-        if self.memory is None:
-            text += "; no memory limit, no OUT_OF_MEMORY: no memory controller"
-        if self.cpuset is None:
-            text += "; no CPU binding: no cpuset controller"
-        if self.devices is None:
-            text += f"; no GPU device limit: {self._why_no_devices()}"
+        for controller, consequence in (("memory", "no memory limit, no OUT_OF_MEMORY"),
+                                        ("cpuset", "no CPU binding"), ("devices", "no GPU device limit")):
+            if controller in self.missing:
+                text += f"; {consequence}: {self.missing[controller]}"
         return text
-
-    def _why_no_devices(self) -> str:
-        if not self.gpu_devices:
-            return "no GPU device files (no GPUs, or simulated ones)"
-        v2 = self.tracker if isinstance(self.tracker, Unified) else None
-        return f"{v2.device_filter_error} and no v1 devices hierarchy" if v2 else "no v1 devices hierarchy"
 
     def for_job(self, job_id: int) -> JobCgroup:
         return JobCgroup(self, job_id)
@@ -256,6 +259,18 @@ class JobCgroup:
         """Whether the kernel killed a process of the leaf `name` for going over the job's memory limit."""
         memory = self.tree.memory
         return memory is not None and memory.oom_killed(memory.root / f"job_{self.job_id}" / name)
+
+
+def _opened(kind: type[V1H], name: str, missing: dict[str, str]) -> V1H | None:
+    """The tree in the host's v1 hierarchy of `kind`'s controller; None (and why, in `missing`) if none."""
+    try:
+        hierarchy = kind.open(name)
+    except (CgroupError, OSError) as exc:
+        missing[kind.controller] = f"cannot use the v1 {kind.controller} hierarchy: {exc}"
+        return None
+    if hierarchy is None:
+        missing[kind.controller] = f"no {kind.controller} controller (not in cgroup v2, no v1 hierarchy)"
+    return hierarchy
 
 
 def _device_number(path: Path) -> tuple[int, int]:
