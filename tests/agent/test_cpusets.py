@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from corral.agent.cpusets import CpuAllocator, format_cpu_list, parse_cpu_list
+from corral.agent.cpusets import CpuAllocator, format_cpu_list, host_cores, parse_cpu_list
 
 
 @pytest.mark.parametrize("text, cpus", [("0-3,8,10-11", [0, 1, 2, 3, 8, 10, 11]), ("5", [5]), ("", []),
@@ -43,3 +43,23 @@ def test_cpus_held_by_jobs_found_at_start_are_not_handed_out():
     assert cpus.take(10, 2) == (0, 3)
     cpus.release(9)
     assert cpus.take(11, 2) == (1, 2)
+
+
+def test_whole_cores_go_to_one_job_where_the_count_allows():
+    # Four cores of two hyperthreads each, numbered as Linux does: CPU n and n + 4 share core n.
+    cpus = CpuAllocator(range(8), {cpu: cpu % 4 for cpu in range(8)})
+    assert cpus.take(1, 2) == (0, 4)
+    assert cpus.take(2, 3) == (1, 2, 5)  # core 1, and one thread of core 2
+    assert cpus.take(3, 1) == (6,)  # the other thread of core 2: core 3 stays whole
+    assert cpus.take(4, 2) == (3, 7)
+
+
+def test_the_hosts_cores_are_read_from_sysfs(tmp_path):
+    for cpu, (package, core) in {0: (0, 0), 1: (0, 1), 2: (0, 0), 3: (1, 0)}.items():
+        topology = tmp_path / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(f"{package}\n")
+        (topology / "core_id").write_text(f"{core}\n")
+    cores = host_cores([0, 1, 2, 3, 4], sysfs=tmp_path)
+    assert cores[0] == cores[2] != cores[1] and cores[3] != cores[0]
+    assert cores[4] not in (cores[0], cores[1], cores[3])  # not described: a core of its own

@@ -62,7 +62,7 @@ from corral.agent.cgroup_hierarchies import (
     wait_empty,
     write,
 )
-from corral.agent.cpusets import CpuAllocator, parse_cpu_list
+from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
 __all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_root"]
 
@@ -96,7 +96,8 @@ class CgroupTree:
         self.missing = dict(missing or {})  # controller -> why it is not used
         self.hierarchies: list[Hierarchy] = list(dict.fromkeys(
             h for h in (tracker, memory, cpuset, devices) if h is not None))
-        self.cpus = CpuAllocator(os.sched_getaffinity(0))
+        affinity = os.sched_getaffinity(0)
+        self.cpus = CpuAllocator(affinity, host_cores(affinity))
         self._hold_cpus_of_existing_jobs()
 
     @property
