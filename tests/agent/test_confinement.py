@@ -18,7 +18,7 @@ import pytest
 
 from corral.agent.cgroup_hierarchies import Unified, V1Cpuset, V1Devices, V1Memory, v1_mount, v2_mount_of
 from corral.agent.cgroups import CgroupError, CgroupTree
-from corral.agent.cpusets import format_cpu_list, parse_cpu_list
+from corral.agent.cpusets import CpuAllocator, format_cpu_list, parse_cpu_list
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
 from corral.agent.tasks import Confinement
@@ -434,3 +434,16 @@ def test_a_gpu_device_file_that_cannot_be_read_leaves_devices_alone_and_says_why
         assert tree.devices is None and tree.controllers == cgroup_tree.controllers - {"devices"}
         assert tree.describe().startswith("cgroup v2 tracking")
         assert tree.describe().endswith(f"; no GPU device limit: {why}")
+
+
+def test_a_job_cgroup_the_kernel_refuses_to_set_up_is_not_left_half_made(cgroup_tree):
+    if cgroup_tree.cpuset is None:
+        pytest.skip(f"no cpuset controller here ({cgroup_tree.describe()})")
+    cgroup_tree.cpus = CpuAllocator([4095])  # a CPU this host does not have: the kernel refuses the cpuset
+    job = cgroup_tree.for_job(7)
+    for _ in range(2):  # the second time too: what failed was not kept as if set up
+        with pytest.raises(CgroupError, match=f"cannot create cgroup {cgroup_tree.cpuset.root}/job_7/batch: "):
+            job.leaf("batch", cpus=1)
+        assert not (cgroup_tree.cpuset.root / "job_7").exists()
+    job.remove_if_empty()
+    assert not any(path.exists() for path in in_every_hierarchy(cgroup_tree, "job_7"))

@@ -217,9 +217,13 @@ class JobCgroup:
         for hierarchy, job in zip(self.tree.hierarchies, self._paths(), strict=True):
             try:
                 if not job.exists():
-                    job.mkdir(exist_ok=True)
-                    limits = limits or self.tree.limits_for(self.job_id, mem_mib, cpus, gpus)
-                    hierarchy.configure_job(job, limits)
+                    job.mkdir()
+                    try:
+                        limits = limits or self.tree.limits_for(self.job_id, mem_mib, cpus, gpus)
+                        hierarchy.configure_job(job, limits)
+                    except OSError:
+                        rmdir(job)  # never left for a later leaf() to take as set up
+                        raise
                 leaf = job / name
                 if not leaf.exists():
                     leaf.mkdir()
