@@ -178,3 +178,14 @@ def test_nvml_query_failure_is_a_discovery_error(monkeypatch):
 
 def test_module_does_not_import_pynvml_eagerly():
     assert "pynvml" not in vars(discovery)
+
+
+def test_nvml_without_minor_numbers_gives_no_device_files(monkeypatch):
+    fake = use_fake(monkeypatch, fake_pynvml(2))
+
+    def no_minor(handle):
+        raise FakeNvmlError("not supported")
+
+    fake.nvmlDeviceGetMinorNumber = no_minor
+    gpus, device_files = nvml_gpus()
+    assert len(gpus) == 2 and device_files == ()

@@ -134,7 +134,7 @@ class CgroupTree:
         except CgroupError as exc:
             devices_of, missing["devices"] = {}, str(exc)
         if not gpu_device_files:
-            missing["devices"] = "no GPU device files (no GPUs, or simulated ones)"
+            missing["devices"] = "no GPU device files known (no GPUs, simulated ones, or none from NVML)"
         elif devices_of:
             devices = v2 if v2 and v2.device_filter_error is None else _opened(V1Devices, name, missing)
             if devices is None and v2:

@@ -5,6 +5,7 @@ driver must fail loudly, or the cluster would schedule GPU jobs onto devices tha
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -12,6 +13,8 @@ from typing import Any, Literal
 import psutil
 
 from corral.protocol import GpuInfo
+
+log = logging.getLogger(__name__)
 
 SIM_GPU_MODEL = "sim-gpu"
 SIM_GPU_MEMORY_MIB = 81920
@@ -109,8 +112,8 @@ def nvml_gpus() -> tuple[list[GpuInfo], tuple[str, ...]]:
     try:
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         domains = _nvml_domains(nvml, handles)
-        files = tuple(f"/dev/nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}" for handle in handles)
-        return [_nvml_gpu_info(nvml, i, handle, domains[i]) for i, handle in enumerate(handles)], files
+        gpus = [_nvml_gpu_info(nvml, i, handle, domains[i]) for i, handle in enumerate(handles)]
+        return gpus, _nvml_device_files(nvml, handles)
     except nvml.NVMLError as exc:
         raise DiscoveryError(f"NVML query failed: {exc}") from exc
     finally:
@@ -128,6 +131,16 @@ def _load_nvml() -> Any:
     except pynvml.NVMLError as exc:
         raise DiscoveryError(f"cannot initialise NVML ({exc}): is the NVIDIA driver loaded? {hint}") from exc
     return pynvml
+
+
+def _nvml_device_files(nvml: Any, handles: list[Any]) -> tuple[str, ...]:
+    """/dev/nvidia<minor> of each device; none at all if NVML cannot give one of them (a partial list would
+    let jobs open the devices left out)."""
+    try:
+        return tuple(f"/dev/nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}" for handle in handles)
+    except nvml.NVMLError as exc:
+        log.warning("NVML gives no device minor number (%s): jobs' access to other GPUs is not limited", exc)
+        return ()
 
 
 def _nvml_gpu_info(nvml: Any, index: int, handle: Any, domain: str | None) -> GpuInfo:
