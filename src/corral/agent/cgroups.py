@@ -34,7 +34,8 @@ A task is placed in its leaves before it runs any code of its own: the agent mov
 every hierarchy for the duration of the fork (Popen returns once the child has exec'd), then moves back.
 Popen has no way to start a child in a given cgroup (clone3's CLONE_INTO_CGROUP is not exposed, and it
 covers v2 only), and a preexec_fn is not safe in a threaded process. While the agent sits in the leaves
-(about a millisecond per hierarchy) it is counted against the job's memory limit and runs on its CPUs.
+(tens of microseconds per hierarchy; milliseconds when the kernel waits for an RCU grace period to move a
+process) it is counted against the job's memory limit and runs on its CPUs.
 """
 from __future__ import annotations
 
