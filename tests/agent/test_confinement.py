@@ -144,14 +144,14 @@ def test_a_development_mode_agent_runs_tasks_as_itself(shared_dir, make_launch, 
 # -- cgroups
 
 @pytest.fixture
-def cgroup_tree():
+def cgroup_tree(gpu_files):
     mount = Path(tempfile.mkdtemp(prefix="corral-cg2-"))
     try:
         subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], check=True, capture_output=True)
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
         mount.rmdir()
         pytest.skip(f"cannot mount a cgroup2 hierarchy here: {exc}")
-    tree = CgroupTree.open(mount / f"corral-test-{secrets.token_hex(3)}", gpu_device_files=gpu_device_files())
+    tree = CgroupTree.open(mount / f"corral-test-{secrets.token_hex(3)}", gpu_device_files=gpu_files)
     yield tree
     remove_tree(tree)
     subprocess.run(["umount", str(mount)], check=False)
@@ -159,10 +159,10 @@ def cgroup_tree():
 
 
 @pytest.fixture
-def v1_tree():
+def v1_tree(gpu_files):
     """A tree on the host's v1 hierarchies alone: the freezer tracks the jobs (as on a v1-only host)."""
     try:
-        tree = CgroupTree.open(None, f"corral-test-{secrets.token_hex(3)}", gpu_device_files())
+        tree = CgroupTree.open(None, f"corral-test-{secrets.token_hex(3)}", gpu_files)
     except CgroupError as exc:
         pytest.skip(f"no v1 freezer hierarchy here: {exc}")
     yield tree
@@ -178,17 +178,16 @@ def remove_tree(tree: CgroupTree) -> None:
         hierarchy.root.rmdir()
 
 
-DEVICE_DIR = Path(tempfile.mkdtemp(prefix="corral-dev-"))
-
-
-def gpu_device_files() -> dict[int, Path]:
+@pytest.fixture(scope="module")
+def gpu_files():
     """Two GPUs' device files made with mknod (major 195 as NVIDIA's): no driver serves them here, so
     opening one fails with ENXIO, unless the cgroup refuses it first (EPERM)."""
-    files = {index: DEVICE_DIR / f"nvidia{index}" for index in (0, 1)}
+    directory = Path(tempfile.mkdtemp(prefix="corral-dev-"))
+    files = {index: directory / f"nvidia{index}" for index in (0, 1)}
     for index, path in files.items():
-        if not path.exists():
-            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
-    return files
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    yield files
+    shutil.rmtree(directory)
 
 
 def in_every_hierarchy(tree: CgroupTree, relative: str) -> list[Path]:
@@ -320,7 +319,8 @@ def test_a_restarted_agent_does_not_hand_out_the_cpus_of_job_cgroups_it_finds(cg
 
 
 @pytest.mark.parametrize("which", ["cgroup_tree", "v1_tree"])  # v2's eBPF filter; v1's devices.deny
-def test_a_job_may_open_only_the_device_files_of_its_gpus(which, request, shared_dir, make_launch, agent_env):
+def test_a_job_may_open_only_the_device_files_of_its_gpus(which, request, gpu_files, shared_dir, make_launch,
+                                                          agent_env):
     cgroup_tree = request.getfixturevalue(which)
     if cgroup_tree.devices is None:
         pytest.skip(f"no devices controller here ({cgroup_tree.describe()})")
@@ -329,7 +329,7 @@ def test_a_job_may_open_only_the_device_files_of_its_gpus(which, request, shared
              "for path in sys.argv[1:]:\n"
              "    try:\n        os.close(os.open(path, os.O_RDWR))\n    except OSError as exc:\n"
              "        print(os.path.basename(path), errno.errorcode[exc.errno])\n")
-    files = gpu_device_files()
+    files = gpu_files
     launch = make_launch(user="root", workdir=str(shared_dir), node_gpus=[1],
                          argv=["python3", "-c", probe, str(files[0]), str(files[1])])
     _, finished = run(launch, shared_dir / "spool", agent_env, Confinement(cgroups=cgroup_tree))
