@@ -4,7 +4,7 @@ simulated GPUs, loopback):
 - off: plain HTTP; sbatch with the cluster secret; agents run every task as themselves, no cgroups;
 - on:  HTTPS with a private CA (clients verify it); sbatch with a user credential from the controller's auth
        socket (SO_PEERCRED, signed, 5 minutes); agents run each task as the job's user (root here: the
-       bench runs as root) with a cgroup v2 per job where the host has one.
+       bench runs as root) in cgroups per job where the host has them (cgroup v2, or v1 hierarchies).
 
 Reports sbatch's median and p90 latency (`sbatch --hold --parsable --wrap true`, one process each) and
 end-to-end jobs/s (one-GPU `true` jobs submitted over the API until the queue drains). Needs root for

@@ -134,6 +134,8 @@ class LaunchStep(BaseModel):
     submit_host: str = ""
     job_nodes: list[str]  # the allocation: SLURM_JOB_NODELIST, SLURM_JOB_NUM_NODES
     cpus_on_node: int  # the job's CPUs on this node
+    # The job's memory on each node: the limit of its cgroup where a step is the first of it on a node.
+    mem_per_node_mib: int = 0
     node_gpus: list[int]  # every device the job holds on this node
     time_limit_s: int
     restart_count: int = 0

@@ -127,6 +127,7 @@ def fake_pynvml(gpu_count, nvlinks=None, ancestors=None):
     module.nvmlDeviceGetNvLinkState = link_state
     module.nvmlDeviceGetNvLinkRemotePciInfo = lambda h, link: pci(nvlinks[h][link])
     module.nvmlDeviceGetTopologyCommonAncestor = common_ancestor
+    module.nvmlDeviceGetMinorNumber = lambda h: 3 - h  # minor numbers need not follow NVML's order
     return module
 
 
@@ -138,8 +139,9 @@ def use_fake(monkeypatch, module):
 def test_nvml_devices_and_nvswitch_island(monkeypatch):
     switches = [0xA0, 0xA1]
     fake = use_fake(monkeypatch, fake_pynvml(4, nvlinks={g: switches for g in range(4)}))
-    gpus = nvml_gpus()
+    gpus, device_files = nvml_gpus()
     assert [g.domain for g in gpus] == ["nvl0"] * 4
+    assert device_files == ("/dev/nvidia3", "/dev/nvidia2", "/dev/nvidia1", "/dev/nvidia0")
     assert gpus[1].model == "NVIDIA H100 80GB HBM3" and gpus[1].uuid == "GPU-0001"
     assert gpus[1].memory_mib == 81559
     assert fake.shutdowns == [True]
@@ -148,18 +150,18 @@ def test_nvml_devices_and_nvswitch_island(monkeypatch):
 def test_nvml_direct_nvlink_pairs(monkeypatch):
     # GPUs 0-1 and 2-3 bridged pairwise (bus numbers 0x10 + index).
     use_fake(monkeypatch, fake_pynvml(4, nvlinks={0: [0x11], 1: [0x10], 2: [0x13], 3: [0x12]}))
-    assert [g.domain for g in nvml_gpus()] == ["nvl0", "nvl0", "nvl1", "nvl1"]
+    assert [g.domain for g in nvml_gpus()[0]] == ["nvl0", "nvl0", "nvl1", "nvl1"]
 
 
 def test_nvml_falls_back_to_pcie_switches(monkeypatch):
     ancestors = {(0, 1): 20, (2, 3): 10, (0, 2): 40}
     use_fake(monkeypatch, fake_pynvml(4, ancestors=ancestors))
-    assert [g.domain for g in nvml_gpus()] == ["pci0", "pci0", "pci1", "pci1"]
+    assert [g.domain for g in nvml_gpus()[0]] == ["pci0", "pci0", "pci1", "pci1"]
 
 
 def test_nvml_without_topology_leaves_domains_unknown(monkeypatch):
     use_fake(monkeypatch, fake_pynvml(2))
-    assert [g.domain for g in nvml_gpus()] == [None, None]
+    assert [g.domain for g in nvml_gpus()[0]] == [None, None]
 
 
 def test_nvml_query_failure_is_a_discovery_error(monkeypatch):
@@ -176,3 +178,14 @@ def test_nvml_query_failure_is_a_discovery_error(monkeypatch):
 
 def test_module_does_not_import_pynvml_eagerly():
     assert "pynvml" not in vars(discovery)
+
+
+def test_nvml_without_minor_numbers_gives_no_device_files(monkeypatch):
+    fake = use_fake(monkeypatch, fake_pynvml(2))
+
+    def no_minor(handle):
+        raise FakeNvmlError("not supported")
+
+    fake.nvmlDeviceGetMinorNumber = no_minor
+    gpus, device_files = nvml_gpus()
+    assert len(gpus) == 2 and device_files == ()

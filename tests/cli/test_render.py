@@ -32,7 +32,15 @@ def test_node_rows():
     rows = render.node_rows(canned_nodes())
     assert rows[0] == ("node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x sim-gpu", "", "as user, cgroup v2")
     assert rows[1] == ("node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad fan",
-                       "dev mode: as bob, no cgroup v2")
+                       "dev mode: as bob, no cgroups")
+
+
+def test_the_isolation_column_says_what_the_cgroups_enforce():
+    node = dict(canned_nodes()[0], cgroups="cgroup v2 tracking + v1 memory, cpuset (v2 at /sys/fs/cgroup/unified/c; "
+                "v1 memory at /sys/fs/cgroup/memory/c; v1 cpuset at /sys/fs/cgroup/cpuset/c); no GPU device limit: "
+                "no v1 devices hierarchy")
+    assert render.isolation(node) == "as user, cgroup v2 tracking + v1 memory, cpuset"
+    assert render.isolation(dict(node, cgroups="cgroups off (--no-cgroups)")) == "as user, no cgroups"
 
 
 def test_node_rows_show_the_slurm_type_and_the_full_gpu_name():

@@ -6,12 +6,14 @@ import os
 import pwd
 import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
+from corral.agent.cgroup_hierarchies import v1_mount
 from tests.e2e.harness import Cluster, wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -38,22 +40,38 @@ def alice():
 
 
 @pytest.fixture
-def cgroup_mount():
+def cgroup_root():
+    """The agent's --cgroup-root, in a cgroup2 hierarchy mounted for the test. Every cgroup2 mount shows the
+    host's one hierarchy (other tests' trees too): only this test's tree is removed afterwards."""
     mount = Path(tempfile.mkdtemp(prefix="corral-cg2-"))
     try:
         subprocess.run(["mount", "-t", "cgroup2", "none", str(mount)], check=True, capture_output=True)
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
         mount.rmdir()
         pytest.skip(f"cannot mount a cgroup2 hierarchy here: {exc}")
-    yield mount
-    for path in sorted((p for p in mount.glob("corral-*/**") if p.is_dir()), reverse=True):
-        path.rmdir()
+    root = mount / f"corral-{secrets.token_hex(3)}"
+    yield root
+    # The agent's tree, in the cgroup2 mount and in the v1 hierarchies it took controllers from.
+    for tree in [root, *cgroup_trees(root.name)]:
+        for path in sorted((p for p in tree.glob("**") if p.is_dir()), reverse=True):
+            path.rmdir()
     subprocess.run(["umount", str(mount)], check=False)
     mount.rmdir()
 
 
-def start(root: Path, *agent_args: str) -> Cluster:
-    return Cluster(root, nodes=1, gpus=0, agent_args=agent_args).start()
+@pytest.fixture
+def gpu_device_dir():
+    """Device files for two simulated GPUs, made with mknod (major 195 as NVIDIA's). No driver serves them
+    here: opening one fails with ENXIO, unless the job's cgroup refuses it first (EPERM)."""
+    directory = Path(tempfile.mkdtemp(prefix="corral-e2e-dev-"))
+    for index in (0, 1):
+        os.mknod(directory / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    yield directory
+    shutil.rmtree(directory)
+
+
+def start(root: Path, *agent_args: str, gpus: int = 0) -> Cluster:
+    return Cluster(root, nodes=1, gpus=gpus, agent_args=agent_args).start()
 
 
 def users_dir(root: Path, user: pwd.struct_passwd) -> Path:
@@ -92,17 +110,61 @@ def test_jobs_run_as_their_user_and_the_node_says_how(shared_root, alice):
         cluster.stop()
 
 
-def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_mount):
-    root = cgroup_mount / f"corral-{secrets.token_hex(3)}"
+def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_root):
+    root = cgroup_root
     cluster = start(shared_root, "--cgroup-root", str(root))
     try:
         [node] = cluster.nodes()
-        assert node["cgroups"].startswith(f"cgroup v2 at {root}")
+        assert node["cgroups"].startswith("cgroup v2 tracking")
+        assert f"v2 at {root}" in node["cgroups"]
         escape = "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $! > escaped.pid"
         job_id = cluster.submit(argv=["sh", "-c", escape], user="root", workdir=str(shared_root), env=PATH)
         assert cluster.wait_state(job_id, "COMPLETED", "FAILED")["state"] == "COMPLETED"
         escaped = int((shared_root / "escaped.pid").read_text())
         wait_for(lambda: not Path(f"/proc/{escaped}").exists(), timeout_s=5, message="the setsid child is gone")
         wait_for(lambda: not (root / f"job_{job_id}").exists(), timeout_s=5, message="the job's cgroup is removed")
+        assert not [path for tree in cgroup_trees(root.name) for path in tree.glob("job_*")]
+    finally:
+        cluster.stop()
+
+
+def cgroup_trees(name: str) -> list[Path]:
+    """The agent's tree in each v1 hierarchy this host mounts (where it takes what cgroup v2 lacks)."""
+    return [mount / name for c in ("memory", "cpuset", "devices", "freezer") if (mount := v1_mount(c))]
+
+
+PROBE = """import errno, os
+print(os.environ["CUDA_VISIBLE_DEVICES"])
+print(sorted(os.sched_getaffinity(0)))
+for index in (0, 1):
+    try:
+        os.close(os.open(os.path.join(os.environ["DEVICES"], f"nvidia{index}"), os.O_RDWR))
+    except OSError as exc:
+        print(index, errno.errorcode[exc.errno])
+"""
+
+
+def test_memory_cpus_and_gpus_are_the_jobs_own(shared_root, cgroup_root, gpu_device_dir):
+    root = cgroup_root
+    cluster = start(shared_root, "--cgroup-root", str(root), "--gpu-device-dir", str(gpu_device_dir), gpus=2)
+    try:
+        [node] = cluster.nodes()
+        if "memory" not in node["cgroups"].partition(" (")[0]:
+            pytest.skip(f"no memory controller here: {node['cgroups']}")
+        hog = cluster.submit(argv=["python3", "-c", "x = bytearray(256 << 20); x[::4096] = b'1' * len(x[::4096])"],
+                             mem_mib=32, user="root", workdir=str(shared_root), env=PATH)
+        job = cluster.wait_state(hog, "OUT_OF_MEMORY", "COMPLETED", "FAILED")
+        assert job["state"] == "OUT_OF_MEMORY", job
+
+        if "cpuset" not in node["cgroups"].partition(" (")[0] or "devices" not in node["cgroups"].partition(" (")[0]:
+            pytest.skip(f"no cpuset or devices controller here: {node['cgroups']}")
+        probe = cluster.submit(argv=["python3", "-c", PROBE], gpus=1, user="root", workdir=str(shared_root),
+                               env={**PATH, "DEVICES": str(gpu_device_dir)}, output="probe.out")
+        assert cluster.wait_state(probe, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+        mine, cpus, *opened = (shared_root / "probe.out").read_text().splitlines()
+        assert cpus == "[0]"  # one CPU (the job's default), the lowest of the agent's
+        assert sorted(opened) == sorted([f"{mine} ENXIO", f"{1 - int(mine)} EPERM"])
+        wait_for(lambda: not [p for tree in cgroup_trees(root.name) for p in tree.glob("job_*")], timeout_s=5,
+                 message="the jobs' cgroups are removed from every hierarchy")
     finally:
         cluster.stop()

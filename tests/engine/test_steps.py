@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from corral.controller.step_views import step_launch_message
 from corral.engine.commands import Kill, Launch, LaunchStep
 from corral.engine.engine import WrongState
 from corral.engine.records import JobState
@@ -186,3 +187,15 @@ def test_a_job_preempted_again_and_again_backs_off_before_restarting() -> None:
         now = (victim.eligible_at or now + 3) + 1
         engine.claims.clear()
     assert delays == [None, 10.0, 20.0, 40.0], "no wait after the first preemption, then doubling"
+
+
+def test_a_steps_launch_message_carries_the_jobs_memory_per_node() -> None:
+    """The agent limits a job's cgroup to it where a step, not the batch shell, is the job's first on a node."""
+    engine = engine_with_nodes()
+    two_nodes = spec(nodes=2, gpus=1)
+    with_memory = dataclasses.replace(two_nodes.request, mem_per_node_mib=96)
+    job = engine.submit(dataclasses.replace(two_nodes, batch=True, request=with_memory), T0)
+    engine.schedule(T0)
+    step, _ = engine.start_step(job.id, request(), T0 + 1)
+    message = step_launch_message(job, step, job.node_names[1], engine.nodes, "corral")
+    assert (message.mem_per_node_mib, message.cpus_on_node) == (96, job.slices[1].cpus)

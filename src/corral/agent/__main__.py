@@ -20,7 +20,7 @@ from pathlib import Path
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
 from corral.agent.cgroups import CgroupError, CgroupTree, default_root
-from corral.agent.discovery import DiscoveryError, discover
+from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.identity import agent_user
 from corral.agent.tasks import Confinement
 from corral.hostaddr import address_towards
@@ -72,9 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kill-tasks-on-exit", action="store_true",
                         help="kill the running tasks when the agent stops (default: leave them running)")
     parser.add_argument("--cgroup-root", type=Path, default=None, metavar="DIR",
-                        help="cgroup v2 directory under which each job gets its cgroup "
-                        "(default: /sys/fs/cgroup/corral-NODE)")
+                        help="cgroup v2 directory under which each job gets its cgroup; the v1 hierarchies "
+                        "the host mounts for what v2 lacks get one of the same name (default: corral-NODE in "
+                        "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified)")
     parser.add_argument("--no-cgroups", action="store_true", help="do not put jobs in cgroups")
+    parser.add_argument("--gpu-device-dir", type=Path, default=None, metavar="DIR",
+                        help="with --gpus N: the simulated GPUs' device files are DIR/nvidia0..N-1, denied to "
+                        "the jobs not holding them (tests of device confinement; real GPUs' come from NVML)")
     parser.add_argument("--tasks-as-agent-user", action="store_true",
                         help="development mode: run every task as the agent's user even when it is root "
                         "(by default a root agent runs each task as the job's user)")
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral agent: cannot tell this host's address towards {args.controller} ({exc}): "
               "give it with --address", file=sys.stderr)
         return 1
-    confinement, cgroups_status = confinement_from(args)
+    confinement, cgroups_status = confinement_from(args, gpu_device_files(args, inventory))
     spool = args.spool or default_spool_dir(args.node, confinement.run_as_user)
     agent = Agent(
         controller_url=args.controller,
@@ -190,7 +194,14 @@ def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None) -> in
     return 0
 
 
-def confinement_from(args: argparse.Namespace) -> tuple[Confinement, str]:
+def gpu_device_files(args: argparse.Namespace, inventory: Inventory) -> dict[int, Path]:
+    """Each GPU's device file: NVML's, or DIR/nvidiaN for simulated GPUs given --gpu-device-dir."""
+    if args.gpu_device_dir is not None:
+        return {gpu.index: args.gpu_device_dir / f"nvidia{gpu.index}" for gpu in inventory.gpus}
+    return {index: Path(path) for index, path in enumerate(inventory.device_files)}
+
+
+def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) -> tuple[Confinement, str]:
     """How tasks will be confined, each limitation said once in the log; and the registration's line."""
     run_as_user = os.geteuid() == 0 and not args.tasks_as_agent_user
     if not run_as_user:
@@ -201,10 +212,11 @@ def confinement_from(args: argparse.Namespace) -> tuple[Confinement, str]:
         status = "cgroups off (--no-cgroups)"
     else:
         try:
-            tree = CgroupTree.open(args.cgroup_root or default_root(args.node))
+            root = args.cgroup_root or default_root(args.node)
+            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files)
             status = tree.describe()
         except (CgroupError, OSError) as exc:
-            status = f"no cgroup v2: {exc}"
+            status = f"no cgroups: {exc}"
     (log.info if tree is not None else log.warning)("task isolation: %s", status)
     return Confinement(run_as_user=run_as_user, cgroups=tree), status
 

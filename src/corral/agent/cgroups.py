@@ -1,211 +1,290 @@
-"""Per-job and per-step cgroups (cgroup v2), as Slurm's proctrack/cgroup and task/cgroup plugins give.
+"""Per-job and per-step cgroups, as Slurm's proctrack/cgroup and task/cgroup plugins give.
 
-Layout under the agent's cgroup root (--cgroup-root, default /sys/fs/cgroup/corral-<node>: one per agent, so
-that several agents on one host never touch each other's jobs):
+Layout: the agent's tree (one per agent, so that several agents on one host never touch each other's jobs)
+is named like its v2 root (--cgroup-root, default corral-<node> in the cgroup2 mount), and has the same
+shape in every hierarchy it uses:
 
-    <root>/job_<id>/            memory.max from the job's memory on this node; cgroup.kill ends it all
-    <root>/job_<id>/batch/      the job's own tasks (the batch shell, or every task of a non-batch job)
-    <root>/job_<id>/step_<n>/   the tasks of step n (srun inside the allocation)
+    <tree>/job_<id>/            the job's limits: memory, CPU set, devices; killing it ends it all
+    <tree>/job_<id>/batch/      the job's own tasks (the batch shell, or every task of a non-batch job)
+    <tree>/job_<id>/step_<n>/   the tasks of step n (srun inside the allocation)
 
 Tasks only ever live in the leaves (cgroup v2's no-internal-process rule). Whatever a task starts stays in
-its cgroup whatever it does (setsid, double fork), so when a job or step ends everything it left is found
-in cgroup.procs and killed through cgroup.kill: no orphan survives it.
+its cgroups whatever it does (setsid, double fork), so when a job or step ends everything it left is found
+and killed by the tracking hierarchy: no orphan survives it. Tracking is cgroup v2 (cgroup.kill) where a
+cgroup2 file system is mounted; on a v1-only host it is the v1 freezer (freeze, SIGKILL every process in
+cgroup.procs, thaw).
 
-A task is placed in its leaf before it runs any code of its own: the agent moves itself into the leaf for
-the duration of the fork (Popen returns once the child has exec'd), then moves back. Popen has no way to
-start a child in a given cgroup (clone3's CLONE_INTO_CGROUP is not exposed), and a preexec_fn is not safe
-in a threaded process. While the agent sits in the leaf (about a millisecond) it is counted against the
-job's memory limit.
+Each controller is taken from cgroup v2 when the v2 root's parent delegates it, else from its v1 hierarchy
+when the host mounts one (hybrid hosts mount v1 memory, cpuset, devices beside an empty cgroup2), as
+Slurm's cgroup/v1 plugin does. In a v1 hierarchy the tree is at the top, or under the agent's own cgroup
+there when the top is not writable (describe() names where).
 
-Controllers: memory (memory.max, and memory.events' oom_kill for OUT_OF_MEMORY) is used when the root's
-parent delegates it. CPU sets are not applied: the agent is not told which CPUs a job holds, only how
-many. Device access is not limited: cgroup v2's device controller is an eBPF program the agent would have
-to load (BPF_PROG_TYPE_CGROUP_DEVICE); tasks see only their GPUs through CUDA_VISIBLE_DEVICES.
+- memory: v2 memory.max (+ swap.max 0), or v1 memory.limit_in_bytes (+ memsw at the same value), from the
+  job's memory on this node. The kernel's OOM kill count (v2 memory.events, v1 memory.oom_control's
+  oom_kill) in the task's leaf makes the job or step end OUT_OF_MEMORY.
+- cpuset: the controller says how many CPUs a job has here, the agent picks which (cpusets.py): its
+  cpuset.cpus (v1 also cpuset.mems, copied from the parent). On start the agent reads back the CPUs of the
+  job cgroups it finds, so that it never hands them out twice.
+- devices: the device files of this node's GPUs the job does not hold are denied, as Slurm's
+  ConstrainDevices: on cgroup v2 by an eBPF device filter attached to the job's cgroup (cgroup_bpf.py),
+  else by v1 devices.deny. The GPUs' device files are NVML's (/dev/nvidia<minor>); without them (simulated
+  GPUs, unless --gpu-device-dir) tasks see only their GPUs through CUDA_VISIBLE_DEVICES.
+
+A task is placed in its leaves before it runs any code of its own: the agent moves itself into the leaf of
+every hierarchy for the duration of the fork (Popen returns once the child has exec'd), then moves back.
+Popen has no way to start a child in a given cgroup (clone3's CLONE_INTO_CGROUP is not exposed, and it
+covers v2 only), and a preexec_fn is not safe in a threaded process. While the agent sits in the leaves
+(tens of microseconds per hierarchy; milliseconds when the kernel waits for an RCU grace period to move a
+process) it is counted against the job's memory limit and runs on its CPUs.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import errno
 import logging
 import os
-import time
-from collections.abc import Iterator
+import stat
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+from corral.agent.cgroup_hierarchies import (
+    CgroupError,
+    Hierarchy,
+    Limits,
+    Tracker,
+    Unified,
+    V1Cpuset,
+    V1Devices,
+    V1Freezer,
+    V1Hierarchy,
+    V1Memory,
+    mounts,
+    rmdir,
+    wait_empty,
+    write,
+)
+from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
+
+__all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_root"]
 
 log = logging.getLogger(__name__)
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
-USED_CONTROLLERS = ("memory",)
-EMPTY_WAIT_S = 2.0
-EMPTY_POLL_S = 0.01
+V1H = TypeVar("V1H", bound=V1Hierarchy)
 
 
-class CgroupError(Exception):
-    pass
-
-
-def default_root(node: str) -> Path:
-    return CGROUP_MOUNT / f"corral-{node}"
-
-
-def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
-def _own_cgroup(mount: Path) -> Path:
-    """This process's cgroup in the v2 hierarchy mounted at `mount` (the "0::" line)."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        if line.startswith("0::"):
-            return mount / line[3:].lstrip("/")
-    raise CgroupError("this process is in no cgroup v2 hierarchy")
-
-
-def _mount_of(path: Path) -> Path | None:
-    """The cgroup2 mount holding `path`, if any (the longest mount point it lies under)."""
-    best: Path | None = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if not right.startswith("cgroup2 "):
-            continue
-        point = Path(left.split()[4].replace("\\040", " "))
-        if (path == point or point in path.parents) and (best is None or len(point.parts) > len(best.parts)):
-            best = point
-    return best
+def default_root(node: str) -> Path | None:
+    """corral-<node> in the host's cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
+    host); None on a v1-only host."""
+    v2 = [point for point, fstype, _ in mounts() if fstype == "cgroup2"]
+    for point in (CGROUP_MOUNT, CGROUP_MOUNT / "unified", *v2):
+        if point in v2:
+            return point / f"corral-{node}"
+    return None
 
 
 class CgroupTree:
-    """The agent's cgroup root. Build with `open()`, which says why not when the host does not allow it."""
+    """The agent's cgroups in every hierarchy it uses. Build with `open()`, which says why not when the host
+    does not allow it."""
 
-    def __init__(self, root: Path, mount: Path, controllers: frozenset[str]) -> None:
-        self.root = root
-        self.controllers = controllers
-        self._home = _own_cgroup(mount)  # where the agent lives, and returns to after each fork
+    def __init__(self, name: str, tracker: Tracker, memory: Unified | V1Memory | None,
+                 cpuset: Unified | V1Cpuset | None, devices: Unified | V1Devices | None,
+                 gpu_devices: Mapping[int, tuple[int, int]], missing: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.tracker = tracker
+        self.memory, self.cpuset, self.devices = memory, cpuset, devices
+        self.gpu_devices = dict(gpu_devices)  # GPU index -> (major, minor) of its device file
+        self.missing = dict(missing or {})  # controller -> why it is not used
+        self.hierarchies: list[Hierarchy] = list(dict.fromkeys(
+            h for h in (tracker, memory, cpuset, devices) if h is not None))
+        affinity = os.sched_getaffinity(0)
+        self.cpus = CpuAllocator(affinity, host_cores(affinity))
+        self._hold_cpus_of_existing_jobs()
+
+    @property
+    def root(self) -> Path:
+        """The tracking hierarchy's tree (where leftover jobs are found)."""
+        return self.tracker.root
+
+    @property
+    def controllers(self) -> frozenset[str]:
+        return frozenset(name for name, h in (("memory", self.memory), ("cpuset", self.cpuset),
+                                              ("devices", self.devices)) if h is not None)
 
     @classmethod
-    def open(cls, root: Path) -> CgroupTree:
-        """Create the root (if needed) and enable there the controllers its parent offers."""
-        root = Path(os.path.abspath(root))
-        mount = _mount_of(root)
-        if mount is None:
-            raise CgroupError(f"{root} is not on a cgroup v2 file system")
+    def open(cls, root: Path | None, name: str | None = None,
+             gpu_device_files: Mapping[int, Path] | None = None) -> CgroupTree:
+        """The tree at the v2 `root` (None: no cgroup v2, track with the v1 freezer), named `name` (default
+        the root's name) in the v1 hierarchies that give what v2 lacks. `gpu_device_files`: each GPU's
+        device file, whose access the devices controller limits to the jobs holding the GPU. Without
+        tracking there is no tree (CgroupError); a controller that cannot be had is left out, and why is
+        in `missing` (and describe())."""
+        name = name or (root.name if root is not None else "")
+        if not name:
+            raise CgroupError("the cgroup tree needs a name")
+        v2 = Unified.open(Path(os.path.abspath(root))) if root is not None else None
+        missing: dict[str, str] = {}
+        tracker: Tracker | None = v2 or _opened(V1Freezer, name, missing)
+        if tracker is None:
+            raise CgroupError(f"no cgroup v2 file system to track jobs with, and {missing['freezer']}")
+        memory = v2 if v2 and "memory" in v2.controllers else _opened(V1Memory, name, missing)
+        cpuset = v2 if v2 and "cpuset" in v2.controllers else _opened(V1Cpuset, name, missing)
+        devices: Unified | V1Devices | None = None
         try:
-            root.mkdir(exist_ok=True)
-            offered = set((root / "cgroup.controllers").read_text().split())
-            wanted = [c for c in USED_CONTROLLERS if c in offered]
-            if wanted:
-                _write(root / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
-        except OSError as exc:
-            raise CgroupError(f"cannot set up {root}: {exc.strerror or exc}") from exc
-        return cls(root, mount, frozenset(wanted))
+            devices_of = {index: _device_number(path) for index, path in (gpu_device_files or {}).items()}
+        except CgroupError as exc:
+            devices_of, missing["devices"] = {}, str(exc)
+        if not gpu_device_files:
+            missing["devices"] = "no GPU device files known (no GPUs, simulated ones, or none from NVML)"
+        elif devices_of:
+            devices = v2 if v2 and v2.device_filter_error is None else _opened(V1Devices, name, missing)
+            if devices is None and v2:
+                missing["devices"] = f"{v2.device_filter_error}, and {missing['devices']}"
+        return cls(name, tracker, memory, cpuset, devices, devices_of, missing)
 
     def describe(self) -> str:
-        """One line for the log and `corral nodes`."""
-        missing = [c for c in USED_CONTROLLERS if c not in self.controllers]
-        text = f"cgroup v2 at {self.root}"
-        if missing:
-            text += f", without {', '.join(missing)} (no memory limit, no OUT_OF_MEMORY)"
+        """One line for the log and `corral nodes`: what is enforced, from where, and what is not and why."""
+        by_version: dict[str, list[str]] = {}
+        for what, h in (("tracking", self.tracker), ("memory", self.memory), ("cpuset", self.cpuset),
+                        ("devices", self.devices)):
+            if h is not None:
+                by_version.setdefault("v2" if isinstance(h, Unified) else "v1", []).append(what)
+        enforced = " + ".join(f"{version} {', '.join(whats)}" for version, whats in by_version.items())
+        roots = "; ".join(f"{h.label} at {h.root}" for h in self.hierarchies)
+        text = f"cgroup {enforced} ({roots})"
+        for controller, consequence in (("memory", "no memory limit, no OUT_OF_MEMORY"),
+                                        ("cpuset", "no CPU binding"), ("devices", "no GPU device limit")):
+            if controller in self.missing:
+                text += f"; {consequence}: {self.missing[controller]}"
         return text
 
     def for_job(self, job_id: int) -> JobCgroup:
-        return JobCgroup(self, self.root / f"job_{job_id}")
+        return JobCgroup(self, job_id)
 
     def leftover_jobs(self) -> list[JobCgroup]:
-        return [JobCgroup(self, path) for path in sorted(self.root.glob("job_*")) if path.is_dir()]
+        """Job cgroups found in any hierarchy (left by an earlier agent)."""
+        ids = {int(path.name[4:]) for h in self.hierarchies for path in h.root.glob("job_*")
+               if path.is_dir() and path.name[4:].isdigit()}
+        return [JobCgroup(self, job_id) for job_id in sorted(ids)]
+
+    def limits_for(self, job_id: int, mem_mib: int, cpus: int, gpus: Sequence[int]) -> Limits:
+        return Limits(
+            mem_mib=mem_mib,
+            cpus=self.cpus.take(job_id, cpus) if self.cpuset is not None and cpus > 0 else (),
+            denied_devices=tuple(dev for index, dev in sorted(self.gpu_devices.items()) if index not in gpus),
+        )
 
     @contextlib.contextmanager
-    def agent_inside(self, leaf: Path) -> Iterator[None]:
-        """The agent (all its threads) sits in `leaf` while the block runs; children forked then start there."""
-        _write(leaf / "cgroup.procs", "0")
+    def agent_inside(self, leaves: Sequence[Path]) -> Iterator[None]:
+        """The agent (all its threads) sits in `leaves` (one per hierarchy, as JobCgroup.leaf gives them)
+        while the block runs; children forked then start there."""
+        entered: list[Hierarchy] = []
         try:
+            for hierarchy, leaf in zip(self.hierarchies, leaves, strict=True):
+                write(leaf / "cgroup.procs", "0")
+                entered.append(hierarchy)
             yield
         finally:
-            try:
-                _write(self._home / "cgroup.procs", "0")
-            except OSError as exc:  # the task started: only the agent is misplaced, not worth failing it
-                log.error("cannot move the agent back to %s: %s", self._home, exc)
+            for hierarchy in entered:
+                try:
+                    write(hierarchy.home / "cgroup.procs", "0")
+                except OSError as exc:  # the task started: only the agent is misplaced, not worth failing it
+                    log.error("cannot move the agent back to %s: %s", hierarchy.home, exc)
+
+    def _hold_cpus_of_existing_jobs(self) -> None:
+        if not isinstance(self.cpuset, (Unified, V1Cpuset)):
+            return
+        for job in self.cpuset.root.glob("job_*"):
+            with contextlib.suppress(OSError, ValueError):
+                self.cpus.hold(int(job.name[4:]), parse_cpu_list(self.cpuset.cpus_of(job)))
 
 
 class JobCgroup:
-    """One job's cgroup on this node and its leaves."""
+    """One job's cgroups on this node (one per hierarchy) and their leaves."""
 
-    def __init__(self, tree: CgroupTree, path: Path) -> None:
+    def __init__(self, tree: CgroupTree, job_id: int) -> None:
         self.tree = tree
-        self.path = path
+        self.job_id = job_id
+        self.path = tree.tracker.root / f"job_{job_id}"  # the tracking one, for the log
 
-    def leaf(self, name: str, mem_mib: int = 0) -> Path:
-        """Create the job's cgroup (with its memory limit, when given and possible) and the leaf `name`."""
-        try:
-            if not self.path.exists():
-                self.path.mkdir(exist_ok=True)
-                if self.tree.controllers:  # each leaf's own memory.events tells which of them went over
-                    _write(self.path / "cgroup.subtree_control", " ".join(f"+{c}" for c in self.tree.controllers))
-            if mem_mib > 0 and "memory" in self.tree.controllers:
-                _write(self.path / "memory.max", str(mem_mib << 20))
-                with contextlib.suppress(FileNotFoundError):  # no swap accounting on this kernel
-                    _write(self.path / "memory.swap.max", "0")
-            leaf = self.path / name
-            leaf.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise CgroupError(f"cannot create cgroup {self.path / name}: {exc.strerror or exc}") from exc
-        return leaf
+    def _paths(self) -> list[Path]:
+        return [h.root / f"job_{self.job_id}" for h in self.tree.hierarchies]
+
+    def leaf(self, name: str, mem_mib: int = 0, cpus: int = 0, gpus: Sequence[int] = ()) -> list[Path]:
+        """Create the job's cgroups (with its limits: memory, `cpus` CPUs, only its `gpus`) where they do not
+        exist yet, and the leaf `name` in each; the leaves, one per hierarchy."""
+        leaves = []
+        limits: Limits | None = None
+        for hierarchy, job in zip(self.tree.hierarchies, self._paths(), strict=True):
+            try:
+                if not job.exists():
+                    job.mkdir()
+                    try:
+                        limits = limits or self.tree.limits_for(self.job_id, mem_mib, cpus, gpus)
+                        hierarchy.configure_job(job, limits)
+                    except OSError:
+                        rmdir(job)  # never left for a later leaf() to take as set up
+                        raise
+                leaf = job / name
+                if not leaf.exists():
+                    leaf.mkdir()
+                    hierarchy.configure_leaf(leaf)
+            except OSError as exc:
+                raise CgroupError(f"cannot create cgroup {job / name}: {exc.strerror or exc}") from exc
+            leaves.append(leaf)
+        return leaves
 
     async def kill(self, name: str | None = None) -> None:
         """SIGKILL every process of the job (or of its leaf `name`), wait until they are gone, and remove
         the cgroups left empty."""
-        target = self.path if name is None else self.path / name
-        if not target.exists():
-            return
-        try:
-            _write(target / "cgroup.kill", "1")
-        except FileNotFoundError:
-            return
-        await _wait_empty(target)
+        tracked = self.path if name is None else self.path / name
+        if tracked.exists():
+            try:
+                self.tree.tracker.kill(tracked)
+            except FileNotFoundError:
+                pass
+            else:
+                await wait_empty(self.tree.tracker, tracked)
         if name is not None:
-            _rmdir(target)
+            for job in self._paths():
+                rmdir(job / name)
         self.remove_if_empty()
 
     def remove_if_empty(self) -> None:
-        """Remove the job's cgroup once no leaf is left (the job and all its steps are done here)."""
-        if not self.path.exists():
-            return
-        for leaf in [p for p in self.path.iterdir() if p.is_dir()]:
-            if not _populated(leaf):
-                _rmdir(leaf)
-        _rmdir(self.path)
+        """Remove the job's cgroups once no leaf is in use (the job and all its steps are done here); its
+        CPUs are free again once they are gone."""
+        for job in self._paths():
+            if job.exists():
+                for leaf in [p for p in job.iterdir() if p.is_dir()]:
+                    rmdir(leaf)
+                rmdir(job)
+        if not any(job.exists() for job in self._paths()):
+            self.tree.cpus.release(self.job_id)
 
     def oom_killed(self, name: str) -> bool:
         """Whether the kernel killed a process of the leaf `name` for going over the job's memory limit."""
-        try:
-            text = (self.path / name / "memory.events").read_text()
-        except OSError:
-            return False
-        counts = dict(line.split() for line in text.splitlines() if line)
-        return int(counts.get("oom_kill", "0")) > 0
+        memory = self.tree.memory
+        return memory is not None and memory.oom_killed(memory.root / f"job_{self.job_id}" / name)
 
 
-def _populated(path: Path) -> bool:
+def _opened(kind: type[V1H], name: str, missing: dict[str, str]) -> V1H | None:
+    """The tree in the host's v1 hierarchy of `kind`'s controller; None (and why, in `missing`) if none."""
     try:
-        return "populated 1" in (path / "cgroup.events").read_text()
-    except OSError:
-        return False
+        hierarchy = kind.open(name)
+    except (CgroupError, OSError) as exc:
+        missing[kind.controller] = f"cannot use the v1 {kind.controller} hierarchy: {exc}"
+        return None
+    if hierarchy is None:
+        missing[kind.controller] = f"no {kind.controller} controller (not in cgroup v2, no v1 hierarchy)"
+    return hierarchy
 
 
-async def _wait_empty(path: Path) -> None:
-    deadline = time.monotonic() + EMPTY_WAIT_S
-    while _populated(path) and time.monotonic() < deadline:
-        await asyncio.sleep(EMPTY_POLL_S)
-    if _populated(path):
-        log.warning("%s: processes left after cgroup.kill", path)
-
-
-def _rmdir(path: Path) -> None:
+def _device_number(path: Path) -> tuple[int, int]:
     try:
-        path.rmdir()
+        status = os.stat(path)
     except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.EBUSY, errno.ENOTEMPTY):
-            log.warning("cannot remove cgroup %s: %s", path, exc)
+        raise CgroupError(f"cannot read the GPU device file {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISCHR(status.st_mode):
+        raise CgroupError(f"the GPU device file {path} is not a character device")
+    return os.major(status.st_rdev), os.minor(status.st_rdev)
+

@@ -5,6 +5,7 @@ driver must fail loudly, or the cluster would schedule GPU jobs onto devices tha
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -12,6 +13,8 @@ from typing import Any, Literal
 import psutil
 
 from corral.protocol import GpuInfo
+
+log = logging.getLogger(__name__)
 
 SIM_GPU_MODEL = "sim-gpu"
 SIM_GPU_MEMORY_MIB = 81920
@@ -28,6 +31,7 @@ class Inventory:
     cpus: int
     mem_mib: int
     source: Literal["nvml", "simulated"]
+    device_files: tuple[str, ...] = ()  # per GPU, its /dev/nvidiaN (NVML's minor number); none when simulated
 
 
 def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None = None) -> Inventory:
@@ -37,8 +41,9 @@ def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None 
     and each must advertise only its share.
     """
     source: Literal["nvml", "simulated"]
+    device_files: tuple[str, ...] = ()
     if sim_gpus is None:
-        gpus, source = nvml_gpus(), "nvml"
+        (gpus, device_files), source = nvml_gpus(), "nvml"
     else:
         gpus, source = simulated_gpus(sim_gpus), "simulated"
     return Inventory(
@@ -46,6 +51,7 @@ def discover(sim_gpus: int | None, cpus: int | None = None, mem_mib: int | None 
         cpus=cpus if cpus is not None else (psutil.cpu_count(logical=True) or 1),
         mem_mib=mem_mib if mem_mib is not None else psutil.virtual_memory().total // MIB,
         source=source,
+        device_files=device_files,
     )
 
 
@@ -99,13 +105,15 @@ def group_domains(n: int, linked_pairs: Iterable[tuple[int, int]], prefix: str =
     return domains
 
 
-def nvml_gpus() -> list[GpuInfo]:
-    """Real devices through NVML (nvidia-ml-py), with their NVLink/PCIe topology domains."""
+def nvml_gpus() -> tuple[list[GpuInfo], tuple[str, ...]]:
+    """Real devices through NVML (nvidia-ml-py), with their NVLink/PCIe topology domains; and their device
+    files (/dev/nvidia<minor number>, which the cgroup devices controller denies to jobs not holding them)."""
     nvml = _load_nvml()
     try:
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
         domains = _nvml_domains(nvml, handles)
-        return [_nvml_gpu_info(nvml, i, handle, domains[i]) for i, handle in enumerate(handles)]
+        gpus = [_nvml_gpu_info(nvml, i, handle, domains[i]) for i, handle in enumerate(handles)]
+        return gpus, _nvml_device_files(nvml, handles)
     except nvml.NVMLError as exc:
         raise DiscoveryError(f"NVML query failed: {exc}") from exc
     finally:
@@ -123,6 +131,16 @@ def _load_nvml() -> Any:
     except pynvml.NVMLError as exc:
         raise DiscoveryError(f"cannot initialise NVML ({exc}): is the NVIDIA driver loaded? {hint}") from exc
     return pynvml
+
+
+def _nvml_device_files(nvml: Any, handles: list[Any]) -> tuple[str, ...]:
+    """/dev/nvidia<minor> of each device; none at all if NVML cannot give one of them (a partial list would
+    let jobs open the devices left out)."""
+    try:
+        return tuple(f"/dev/nvidia{nvml.nvmlDeviceGetMinorNumber(handle)}" for handle in handles)
+    except nvml.NVMLError as exc:
+        log.warning("NVML gives no device minor number (%s): jobs' access to other GPUs is not limited", exc)
+        return ()
 
 
 def _nvml_gpu_info(nvml: Any, index: int, handle: Any, domain: str | None) -> GpuInfo:

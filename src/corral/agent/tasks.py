@@ -135,7 +135,8 @@ class LocalTasks:
 
     def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
                  job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None,
-                 user: str = "", confinement: Confinement = DEVELOPMENT_MODE, mem_mib: int = 0) -> None:
+                 user: str = "", confinement: Confinement = DEVELOPMENT_MODE, mem_mib: int = 0,
+                 cpus: int = 0) -> None:
         self._what = what  # "job 7", "step 7.0": for the log
         self._entity = entity  # "JOB 7", "STEP 7.0": for slurmstepd's closing line
         self._node_name = node_name
@@ -153,10 +154,11 @@ class LocalTasks:
         self._user = user
         self._confinement = confinement
         self._mem_mib = mem_mib
+        self._cpus = cpus  # how many CPUs the job has on this node (the cgroup's cpuset picks which)
         self._identity: TaskIdentity | None = None  # who the tasks run as (None: the agent's user)
         self._cgroup: JobCgroup | None = None
         self._leaf_name = "batch" if step_id is None else f"step_{step_id}"
-        self._leaf: Path | None = None
+        self._leaves: list[Path] = []  # one per cgroup hierarchy
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
 
     @property
@@ -206,7 +208,7 @@ class LocalTasks:
         if tree is not None:
             self._cgroup = tree.for_job(self._owner[0])
             try:
-                self._leaf = self._cgroup.leaf(self._leaf_name, self._mem_mib)
+                self._leaves = self._cgroup.leaf(self._leaf_name, self._mem_mib, self._cpus, self._owner[2])
             except CgroupError as exc:
                 raise SpawnError(str(exc)) from None
 
@@ -215,14 +217,14 @@ class LocalTasks:
 
     def _spawn_task(self, argv: list[str], **streams: Any) -> subprocess.Popen[bytes]:
         """spawn_task as the tasks' user, in their cgroup (the child is in it before it runs any code)."""
-        tree, leaf = self._confinement.cgroups, self._leaf
-        if tree is None or leaf is None:
+        tree, leaves = self._confinement.cgroups, self._leaves
+        if tree is None or not leaves:
             return spawn_task(argv, identity=self._identity, **streams)
         try:
-            with tree.agent_inside(leaf):
+            with tree.agent_inside(leaves):
                 return spawn_task(argv, identity=self._identity, **streams)
         except OSError as exc:
-            raise SpawnError(f"cannot start the task in cgroup {leaf}: {exc.strerror or exc}") from exc
+            raise SpawnError(f"cannot start the task in cgroup {leaves[0]}: {exc.strerror or exc}") from exc
 
     async def _end_cgroup(self) -> None:
         """Kill whatever is left in the tasks' cgroup (setsid or not) and remove it; note an OOM kill."""

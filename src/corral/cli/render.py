@@ -111,10 +111,13 @@ def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
 
 
 def isolation(node: dict) -> str:
-    """How the node's agent confines jobs, in a few words: `as user, cgroup v2`, or `dev mode: as root, no
-    cgroup v2` (an agent that cannot switch users runs every task as itself). --json has the details."""
+    """How the node's agent confines jobs, in a few words: `as user, cgroup v2 tracking + v1 memory, cpuset,
+    devices` (what its cgroups enforce, from which version), or `dev mode: as root, no cgroups` (an agent
+    that cannot switch users runs every task as itself). --json has the details (where, what is missing)."""
     users = "as user" if node.get("run_as_user", True) else f"dev mode: as {node.get('agent_user') or '?'}"
-    cgroups = "cgroup v2" if (node.get("cgroups") or "").startswith("cgroup v2") else "no cgroup v2"
+    text = node.get("cgroups") or ""
+    # The agent's line starts with what is enforced; older agents said only "cgroup v2 at <root>".
+    cgroups = text.split(" (")[0].split(" at ")[0] if text.startswith("cgroup ") else "no cgroups"
     return f"{users}, {cgroups}"
 
 

@@ -48,6 +48,7 @@ def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, N
         job_id=job.id, step_id=step.step_id, step_name=step.name, job_name=job.spec.name, user=job.spec.user,
         uid=job.spec.uid, partition=job.spec.request.partition, cluster_name=cluster_name,
         submit_host=job.spec.submit_host, job_nodes=list(job.node_names), cpus_on_node=held.cpus,
+        mem_per_node_mib=job.spec.request.mem_per_node_mib,
         node_gpus=list(held.gpus), time_limit_s=job.spec.request.time_limit_s, restart_count=job.restart_count,
         step_nodes=list(step.nodes), node_index=index, tasks_per_node=list(step.tasks_per_node),
         num_tasks=step.num_tasks, cpus_per_task=launch.get("cpus_per_task", 1), gpus_per_task=per_task,

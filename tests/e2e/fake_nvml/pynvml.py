@@ -55,5 +55,9 @@ def nvmlDeviceGetNvLinkState(handle: int, link: int) -> int:  # noqa: N802
     raise NVMLError("not supported")
 
 
+def nvmlDeviceGetMinorNumber(handle: int) -> int:  # noqa: N802
+    return handle
+
+
 def nvmlDeviceGetTopologyCommonAncestor(a: int, b: int) -> int:  # noqa: N802
     raise NVMLError("not supported")
