@@ -13,7 +13,12 @@ set -euo pipefail
 PORT="${CORRAL_PG_PORT:-55432}"
 DATA_DIR="${CORRAL_PG_DIR:-/tmp/corral-pg-test-$PORT}"
 DB_NAME=corral_test
-URL="postgresql+psycopg://postgres@127.0.0.1:$PORT/$DB_NAME"
+# The fault suite runs a server on a virtual host (tests/chaos): it listens there too, and trusts that
+# host's private network (CORRAL_PG_ALLOW, a CIDR) besides loopback.
+HOST="${CORRAL_PG_HOST:-127.0.0.1}"
+LISTEN="127.0.0.1"
+[[ "$HOST" == 127.0.0.1 ]] || LISTEN="127.0.0.1,$HOST"
+URL="postgresql+psycopg://postgres@$HOST:$PORT/$DB_NAME"
 LOCK_FILE="/tmp/corral-pg-test-$PORT.lock"
 
 die() { echo "pg-test-server: $*" >&2; exit 1; }
@@ -54,13 +59,16 @@ init_cluster() {
     chmod 700 "$DATA_DIR"
     as_owner "$BIN/initdb" -D "$DATA_DIR" -U postgres --auth=trust --encoding=UTF8 \
         --no-sync >/dev/null
+    if [[ -n "${CORRAL_PG_ALLOW:-}" ]]; then
+        echo "host all all $CORRAL_PG_ALLOW trust" >> "$DATA_DIR/pg_hba.conf"
+    fi
 }
 
 start_server() {
     # 9>&-: the server must not inherit the lock (fd 9), or it holds it for its whole life.
     # The socket goes in the data dir: /var/run/postgresql may not exist or be writable.
     as_owner "$BIN/pg_ctl" start -D "$DATA_DIR" -w -t 60 -l "$DATA_DIR/server.log" \
-        -o "-c listen_addresses=127.0.0.1 -p $PORT -c unix_socket_directories=$DATA_DIR \
+        -o "-c listen_addresses=$LISTEN -p $PORT -c unix_socket_directories=$DATA_DIR \
             -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
             -c max_connections=300" >/dev/null 9>&- \
         || { tail -n 20 "$DATA_DIR/server.log" >&2; die "server did not start"; }

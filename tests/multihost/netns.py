@@ -139,6 +139,11 @@ class VirtualNetwork:
         _ip("link", "set", self.root_link, "up")
         self._write_hosts_files()
 
+    def set_link(self, host: str, up: bool) -> None:
+        """Plug `host` into the network or pull its cable (its switch port): a partition, made for real."""
+        index = self.host_names.index(host) + 1
+        _ip("link", "set", f"v{index}", "up" if up else "down", netns=self.switch)
+
     def _add_netns(self, name: str) -> None:
         _ip("netns", "add", name)
         self._undo.append(("netns", "del", name))
