@@ -223,7 +223,7 @@ def test_nodes_table_and_json(standin, cli):
     assert rows[1].split() == ["node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x", "sim-gpu", "as", "user,",
                                "cgroup", "v2"]
     assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad", "fan", "dev",
-                               "mode:", "as", "bob,", "no", "cgroup", "v2"]
+                               "mode:", "as", "bob,", "no", "cgroups"]
     assert [n["name"] for n in json.loads(cli("nodes", "--json").stdout)] == ["node1", "node2"]
 
 
