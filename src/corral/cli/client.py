@@ -162,19 +162,33 @@ class Client:
     def revoke_token(self, token_id: int) -> None:
         self._call("DELETE", f"/tokens/{token_id}")
 
+    def create_join_token(self, body: dict) -> dict:
+        return self._call("POST", "/join-tokens", json=body)
+
+    def join_tokens(self) -> list[dict]:
+        return self._call("GET", "/join-tokens")
+
+    def revoke_join_token(self, token_id: int) -> None:
+        self._call("DELETE", f"/join-tokens/{token_id}")
+
+    def join(self, node: str) -> dict:
+        """Exchange the join token this client holds (its secret) for `node`'s agent credential."""
+        return self._call("POST", "/agents/join", json={"node": node}, secret_hint=False)
+
     def audit(self, since: float | None = None, limit: int = 1000) -> list[dict]:
         params: dict[str, Any] = {"limit": limit}
         if since is not None:
             params["since"] = since
         return self._call("GET", "/audit", params=params)
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._response(method, path, **kwargs)
+    def _call(self, method: str, path: str, secret_hint: bool = True, **kwargs: Any) -> Any:
+        response = self._response(method, path, secret_hint, **kwargs)
         if response.status_code == 204 or not response.content:
             return None
         return self._json(response)
 
-    def _response(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _response(self, method: str, path: str, secret_hint: bool = True, **kwargs: Any) -> Any:
+        """`secret_hint`: a 401 or 403 says which credentials to check (not for a join token's refusals)."""
         import httpx
 
         try:
@@ -193,7 +207,9 @@ class Client:
         except httpx.HTTPError as exc:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:
-            raise ClientError(error_message(response.status_code, response.text), response.status_code)
+            message = error_message(response.status_code, response.text) if secret_hint else (
+                _detail(response.text) or f"HTTP {response.status_code}")
+            raise ClientError(message, response.status_code)
         return response
 
     def _connect_error(self, exc: Exception) -> ClientError:
