@@ -43,7 +43,8 @@ def test_a_new_machine_joins_with_a_token_and_runs_a_job(cluster_factory, tmp_pa
 
     joined = corral(cluster, tmp_path, *join, "--token", token, admin=False)
     assert joined.returncode == 0, joined.stderr
-    assert "joined the cluster as node node2" in joined.stdout and "systemctl enable --now corral-agent" in joined.stdout
+    assert "joined the cluster as node node2" in joined.stdout
+    assert "systemctl enable --now corral-agent" in joined.stdout
     assert stat.S_IMODE(credential_file.stat().st_mode) == 0o600
     assert credential_file.read_text().strip() == cred.issue_agent(cred.signing_key(cluster.secret), "node2")
     assert env_file.read_text().splitlines()[1:] == [
