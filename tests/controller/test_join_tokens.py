@@ -185,3 +185,14 @@ def test_only_admins_make_list_and_revoke_join_tokens(controller):
         assert http.post("/join-tokens", json={"node": "bad name"}).status_code == 422
         assert http.delete("/join-tokens/99").status_code == 404
     assert controller.token(made["id"])["revoked"] is None
+
+
+def test_token_ids_past_the_databases_integers_are_refused_not_a_server_error(controller):
+    big = 10**20
+    _refused(controller, f"{cred.JOIN_PREFIX}{big}.secret", "gpu07", 401, "malformed join token")
+    with controller.http(f"{cred.TOKEN_PREFIX}{big}.secret") as http:
+        reply = http.get("/whoami")
+    assert reply.status_code == 401 and "malformed token" in reply.json()["detail"]
+    with controller.http() as http:
+        assert http.delete(f"/join-tokens/{big}").status_code == 422
+        assert http.delete(f"/tokens/{big}").status_code == 422

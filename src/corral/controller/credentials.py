@@ -18,6 +18,8 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from corral.limits import INT32_MAX
+
 USER_PREFIX, AGENT_PREFIX, JOB_PREFIX, TOKEN_PREFIX = "cu1.", "ca1.", "cj1.", "ct1."
 JOIN_PREFIX = "cjt1."
 # A credential issued "in the future" by up to this much is accepted: clocks of one host agree.
@@ -124,7 +126,8 @@ def new_token(token_id: int, secret: str, prefix: str = TOKEN_PREFIX) -> str:
 
 def split_token(text: str, prefix: str = TOKEN_PREFIX) -> tuple[int, str]:
     number, _, secret = text[len(prefix):].partition(".")
-    if not number.isdigit() or not secret:
+    # Token ids are INTEGER columns: a longer number is no token (and must not reach the database).
+    if not number.isdigit() or len(number) > 10 or int(number) > INT32_MAX or not secret:
         raise BadCredential("malformed join token" if prefix == JOIN_PREFIX else "malformed token")
     return int(number), secret
 

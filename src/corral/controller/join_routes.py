@@ -7,13 +7,14 @@ import hmac
 import secrets
 from typing import Annotated, NoReturn
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Response, Security
+from fastapi import Depends, FastAPI, HTTPException, Request, Response, Security
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from corral.api.fields import Comment
 from corral.controller import credentials as cred
 from corral.controller.auth import Principal
+from corral.controller.auth_routes import TokenIdPath
 from corral.controller.guard import DENIED, Guard, bearer
 from corral.hostlist import check_node_name
 from corral.protocol import API_PREFIX, JoinReply, JoinRequest
@@ -82,7 +83,7 @@ def join_routes(app: FastAPI, guard: Guard, node_exists) -> None:
         return [_out(r) for r in await asyncio.to_thread(store.join_tokens)]
 
     @app.delete(f"{API_PREFIX}/join-tokens/{{token_id}}", status_code=204)
-    async def revoke_join_token(token_id: Annotated[int, Path(ge=1)], principal: Principal = user_dep) -> Response:
+    async def revoke_join_token(token_id: TokenIdPath, principal: Principal = user_dep) -> Response:
         await admin_only(principal, "revoke join token", f"join token {token_id}")
         if await asyncio.to_thread(store.join_token, token_id) is None:
             raise HTTPException(404, f"unknown join token {token_id}")
@@ -90,19 +91,22 @@ def join_routes(app: FastAPI, guard: Guard, node_exists) -> None:
         await guard.allow(principal, "revoke join token", f"join token {token_id}")
         return Response(status_code=204)
 
-    @app.post(f"{API_PREFIX}/agents/join")
-    async def join(body: JoinRequest, request: Request,
-                   credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> JoinReply:
-        """Exchange a one-time join token (the bearer) for node `node`'s agent credential. The token is
-        used up by the first join that presents it; every refusal is audited and changes nothing."""
-        address = request.client.host if request.client else "-"
+    async def join_token(request: Request,
+                         credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> str:
+        """The bearer, a join token; any other credential is refused here (401 or 403, audited)."""
         text = credentials.credentials if credentials else None
         if not text or not text.startswith(cred.JOIN_PREFIX):
             principal = await guard.principal(request, credentials)  # 401 for none or a bad one
-            await guard.deny(principal, ACTION, f"node {body.node}",
-                             f"{_KINDS.get(principal.kind, principal.kind)} credential cannot join a node: "
-                             "only a join token can (corral token create --join)")
-        await _use_token(guard, text, body.node, address, node_exists)
+            await guard.deny(principal, ACTION, "", f"{_KINDS.get(principal.kind, principal.kind)} credential "
+                             "cannot join a node: only a join token can (corral token create --join)")
+        return text
+
+    @app.post(f"{API_PREFIX}/agents/join")
+    async def join(body: JoinRequest, request: Request, token: str = Depends(join_token)) -> JoinReply:
+        """Exchange a one-time join token (the bearer) for node `node`'s agent credential. The token is
+        used up by the first join that presents it; every refusal is audited and changes nothing."""
+        address = request.client.host if request.client else "-"
+        await _use_token(guard, token, body.node, address, node_exists)
         return JoinReply(node=body.node, credential=cred.issue_agent(guard.authn.key, body.node))
 
 
