@@ -88,5 +88,13 @@ def test_a_used_or_wrong_token_is_one_line_and_writes_nothing(cluster_factory, t
     assert used.returncode == 1 and used.stderr == ("corral: error: the controller refused to join node node2: "
                                                     "not authenticated: join token 1 was already used\n")
     assert not credential_file.exists()
+    listed = corral(cluster, tmp_path, "token", "list", "--join").stdout.splitlines()
+    assert listed[0].split() == ["ID", "NODE", "CREATED", "BY", "EXPIRES", "STATE", "DESCRIPTION"]
+    assert listed[1].split()[:2] == ["1", "node2"] and "used by node2 from 127.0.0.1" in listed[1]
+    second = corral(cluster, tmp_path, "token", "create", "--join").stdout.strip()
+    assert corral(cluster, tmp_path, "token", "revoke", "--join", "2").stdout == "Revoked join token 2\n"
+    revoked = join("node3", second)
+    assert revoked.returncode == 1 and revoked.stderr.endswith("join token 2 was revoked\n")
+    assert not credential_file.exists()
     not_a_token = join("node2", cluster.secret)
     assert not_a_token.returncode == 1 and "--token is not a join token" in not_a_token.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import secrets
+from collections.abc import Callable
 from typing import Annotated, NoReturn
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response, Security
@@ -54,7 +55,7 @@ def _out(record: JoinTokenRecord, token: str | None = None) -> JoinTokenOut:
     return JoinTokenOut(**fields, token=token)
 
 
-def join_routes(app: FastAPI, guard: Guard, node_exists) -> None:
+def join_routes(app: FastAPI, guard: Guard, node_exists: Callable[[str], bool]) -> None:
     """`node_exists(name)`: whether the cluster knows the node (it registered once)."""
     user_dep = Depends(guard.user)
     store = guard.authn.tokens
@@ -110,7 +111,7 @@ def join_routes(app: FastAPI, guard: Guard, node_exists) -> None:
         return JoinReply(node=body.node, credential=cred.issue_agent(guard.authn.key, body.node))
 
 
-async def _use_token(guard: Guard, text: str, node: str, address: str, node_exists) -> None:
+async def _use_token(guard: Guard, text: str, node: str, address: str, node_exists: Callable[[str], bool]) -> None:
     """Use the token up for `node`, audited; or refuse (401 or 403, audited) and change nothing."""
     store, now = guard.authn.tokens, guard.authn.clock()
     try:
