@@ -196,3 +196,15 @@ def test_token_ids_past_the_databases_integers_are_refused_not_a_server_error(co
     with controller.http() as http:
         assert http.delete(f"/join-tokens/{big}").status_code == 422
         assert http.delete(f"/tokens/{big}").status_code == 422
+
+
+def test_not_even_an_admins_job_handles_join_tokens(controller):
+    with controller.http() as http:
+        submitted = http.post("/jobs", json={"workdir": "/tmp", "user": "root", "argv": ["true"]})
+        assert submitted.status_code == 201, submitted.text
+        job = http.get(f"/jobs/{submitted.json()['job_id']}").json()
+    job_credential = cred.issue_job(KEY, job["id"], 0, job["submit_time"])
+    with controller.http(job_credential) as http:
+        assert "admin" in http.get("/whoami").json()["roles"]
+        for reply in (http.post("/join-tokens", json={}), http.get("/join-tokens")):
+            assert reply.status_code == 403 and "a job's credential cannot handle join tokens" in reply.json()["detail"]

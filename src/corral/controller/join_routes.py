@@ -61,6 +61,8 @@ def join_routes(app: FastAPI, guard: Guard, node_exists: Callable[[str], bool]) 
     store = guard.authn.tokens
 
     async def admin_only(principal: Principal, action: str, target: str) -> None:
+        if principal.kind == "job":  # even an admin's job: what runs in a job cannot let machines in
+            await guard.deny(principal, action, target, "a job's credential cannot handle join tokens")
         if not principal.admin:
             await guard.deny(principal, action, target, f"{action} needs the admin role: a node's agent can "
                              "vouch for any ordinary user")
