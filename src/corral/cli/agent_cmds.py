@@ -115,8 +115,8 @@ def _exchange(url: str, token: str, node: str, ca_file: Path | None) -> str:
         try:
             reply = client.join(node)
         except ClientError as exc:
-            if exc.status in (401, 403):
-                raise CliError(f"the controller refused to join node {node}: {exc}") from None
+            if exc.status in (401, 403):  # its words, without the hint about the cluster secret
+                raise CliError(f"the controller refused to join node {node}: {exc.detail}") from None
             raise
     credential = reply.get("credential", "") if isinstance(reply, dict) else ""
     if not credential.startswith(AGENT_PREFIX):

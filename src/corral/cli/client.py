@@ -17,9 +17,10 @@ PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the co
 class ClientError(CliError):
     """The controller refused a request or could not be asked; `detail` is its explanation."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail  # the controller's own words, for a refusal
 
 
 class ControllerUnreachable(ClientError):
@@ -173,7 +174,7 @@ class Client:
 
     def join(self, node: str) -> dict:
         """Exchange the join token this client holds (its secret) for `node`'s agent credential."""
-        return self._call("POST", "/agents/join", json={"node": node}, secret_hint=False)
+        return self._call("POST", "/agents/join", json={"node": node})
 
     def audit(self, since: float | None = None, limit: int = 1000) -> list[dict]:
         params: dict[str, Any] = {"limit": limit}
@@ -181,14 +182,13 @@ class Client:
             params["since"] = since
         return self._call("GET", "/audit", params=params)
 
-    def _call(self, method: str, path: str, secret_hint: bool = True, **kwargs: Any) -> Any:
-        response = self._response(method, path, secret_hint, **kwargs)
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._response(method, path, **kwargs)
         if response.status_code == 204 or not response.content:
             return None
         return self._json(response)
 
-    def _response(self, method: str, path: str, secret_hint: bool = True, **kwargs: Any) -> Any:
-        """`secret_hint`: a 401 or 403 says which credentials to check (not for a join token's refusals)."""
+    def _response(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
 
         try:
@@ -207,9 +207,8 @@ class Client:
         except httpx.HTTPError as exc:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:
-            message = error_message(response.status_code, response.text) if secret_hint else (
-                _detail(response.text) or f"HTTP {response.status_code}")
-            raise ClientError(message, response.status_code)
+            raise ClientError(error_message(response.status_code, response.text), response.status_code,
+                              _detail(response.text))
         return response
 
     def _connect_error(self, exc: Exception) -> ClientError:
