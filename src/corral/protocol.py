@@ -240,3 +240,14 @@ class UserCredentialRequest(BaseModel):
 
 class UserCredentialReply(BaseModel):
     credential: str
+
+
+# A new machine's agent exchanges a one-time join token (the bearer) for its node's agent credential:
+# POST /api/v1/agents/join (docs/adding-a-machine.md).
+class JoinRequest(BaseModel):
+    node: Annotated[str, AfterValidator(check_node_name)]
+
+
+class JoinReply(BaseModel):
+    node: str
+    credential: str  # the node's agent credential (for the agent's --secret-file)

@@ -51,3 +51,34 @@ def test_migration_0003_goes_down_and_up(db_url: str) -> None:
     with Store.open(db_url) as store:
         assert store.get_job(7) == full_job(7)
         assert AuthStore(store.engine).tokens() == []  # tokens went with the table: none survives a downgrade
+
+
+def test_a_join_token_is_used_once_even_by_racing_threads(db_url: str) -> None:
+    import threading
+
+    with Store.open(db_url) as store:
+        tokens = AuthStore(store.engine)
+        token_id = tokens.add_join_token("ef" * 32, None, "rack 3", 100.0, "root", 200.0)
+        late = tokens.add_join_token("01" * 32, "gpu09", "", 100.0, "root", 200.0)
+        revoked = tokens.add_join_token("23" * 32, None, "", 100.0, "root", 200.0)
+        tokens.revoke_join_token(revoked, 110.0)
+        start, won = threading.Barrier(6), []
+
+        def use(node: str) -> None:
+            start.wait()
+            if tokens.use_join_token(token_id, node, "10.0.0.7", 150.0):
+                won.append(node)
+
+        threads = [threading.Thread(target=use, args=(f"gpu{i}",)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(won) == 1
+        record = tokens.join_token(token_id)
+        assert record is not None
+        assert (record.used, record.used_by, record.used_from, record.node, record.description) == (
+            150.0, won[0], "10.0.0.7", None, "rack 3")
+        assert not tokens.use_join_token(late, "gpu09", "10.0.0.8", 200.0)  # expired at 200
+        assert not tokens.use_join_token(revoked, "gpu10", "10.0.0.9", 150.0)
+        assert [(t.id, t.used_by) for t in tokens.join_tokens()] == [(token_id, won[0]), (late, None), (revoked, None)]

@@ -17,9 +17,10 @@ PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the co
 class ClientError(CliError):
     """The controller refused a request or could not be asked; `detail` is its explanation."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, detail: str | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.detail = detail  # the controller's own words, for a refusal
 
 
 class ControllerUnreachable(ClientError):
@@ -162,6 +163,19 @@ class Client:
     def revoke_token(self, token_id: int) -> None:
         self._call("DELETE", f"/tokens/{token_id}")
 
+    def create_join_token(self, body: dict) -> dict:
+        return self._call("POST", "/join-tokens", json=body)
+
+    def join_tokens(self) -> list[dict]:
+        return self._call("GET", "/join-tokens")
+
+    def revoke_join_token(self, token_id: int) -> None:
+        self._call("DELETE", f"/join-tokens/{token_id}")
+
+    def join(self, node: str) -> dict:
+        """Exchange the join token this client holds (its secret) for `node`'s agent credential."""
+        return self._call("POST", "/agents/join", json={"node": node})
+
     def audit(self, since: float | None = None, limit: int = 1000) -> list[dict]:
         params: dict[str, Any] = {"limit": limit}
         if since is not None:
@@ -193,7 +207,8 @@ class Client:
         except httpx.HTTPError as exc:
             raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
         if response.status_code >= 400:
-            raise ClientError(error_message(response.status_code, response.text), response.status_code)
+            raise ClientError(error_message(response.status_code, response.text), response.status_code,
+                              _detail(response.text))
         return response
 
     def _connect_error(self, exc: Exception) -> ClientError:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import jobs, scheduling
+from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.simulate import simulate
@@ -109,6 +110,7 @@ app.command("simulate")(simulate)
 app.add_typer(tenancy_app, name="tenancy")
 app.add_typer(reservation_app, name="reservation")
 app.add_typer(token_app, name="token")
+app.add_typer(agent_app, name="agent")
 app.command("audit")(audit)
 
 

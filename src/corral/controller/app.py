@@ -27,6 +27,7 @@ from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
 from corral.controller.guard import Guard
+from corral.controller.join_routes import join_routes
 from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.params import (
     AfterQuery,
@@ -132,6 +133,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     step_routes(app, service, guard)
     stop_routes(app, service, guard)
     auth_routes(app, guard)
+    join_routes(app, guard, lambda node: node in service.engine.nodes)
     _agent_routes(app, service, guard)
     return app
 

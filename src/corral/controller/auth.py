@@ -116,6 +116,9 @@ class Authenticator:
             return self._job(text)
         if text.startswith(cred.TOKEN_PREFIX):
             return await self._token(text, now)
+        if text.startswith(cred.JOIN_PREFIX):
+            raise BadCredential("a join token is not a credential: an agent exchanges it once for its node's "
+                                "credential (corral agent join)")
         if hmac.compare_digest(text.encode(), self.secret.encode()):
             return Principal("service", "root", 0, "service", admin=True, operator=True)
         raise BadCredential("unknown credential")

@@ -13,10 +13,12 @@ from corral.api.fields import Comment, Name
 from corral.controller import credentials as cred
 from corral.controller.auth import Principal
 from corral.controller.guard import Guard
+from corral.limits import INT32_MAX
 from corral.protocol import API_PREFIX
 from corral.store.auth_store import TokenRecord
 
 MAX_TOKEN_LIFETIME_S = 366 * 86400
+TokenIdPath = Annotated[int, Path(ge=1, le=INT32_MAX)]  # ids are INTEGER columns
 
 
 class TokenCreate(BaseModel):
@@ -106,7 +108,7 @@ def auth_routes(app: FastAPI, guard: Guard) -> None:  # noqa: C901 (a table of s
         return [_token_out(r) for r in records]
 
     @app.delete(f"{API_PREFIX}/tokens/{{token_id}}", status_code=204)
-    async def revoke_token(token_id: Annotated[int, Path(ge=1)], principal: Principal = user_dep) -> Response:
+    async def revoke_token(token_id: TokenIdPath, principal: Principal = user_dep) -> Response:
         record = await asyncio.to_thread(store.token, token_id)
         if record is None:
             raise HTTPException(404, f"unknown token {token_id}")

@@ -6,6 +6,8 @@
     ca1.<node>.<hex HMAC-SHA256>                                                  a node's agent
     cj1.<job id>.<hex HMAC-SHA256 over the job id, its uid and submit time>        a job's own processes
     ct1.<token id>.<secret>                                                       an API token (stored hashed)
+    cjt1.<token id>.<secret>      a one-time join token (stored hashed): exchanged once for an agent credential,
+                                  never accepted as a credential itself
 
 Anything else is compared with the cluster secret itself (the service credential: root's)."""
 from __future__ import annotations
@@ -16,7 +18,10 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
+from corral.limits import INT32_MAX
+
 USER_PREFIX, AGENT_PREFIX, JOB_PREFIX, TOKEN_PREFIX = "cu1.", "ca1.", "cj1.", "ct1."
+JOIN_PREFIX = "cjt1."
 # A credential issued "in the future" by up to this much is accepted: clocks of one host agree.
 CLOCK_SKEW_S = 30
 
@@ -115,14 +120,15 @@ def verify_job(key: bytes, text: str, uid: int, submit_time: float) -> None:
         raise BadCredential("job credential has a bad signature")
 
 
-def new_token(token_id: int, secret: str) -> str:
-    return f"{TOKEN_PREFIX}{token_id}.{secret}"
+def new_token(token_id: int, secret: str, prefix: str = TOKEN_PREFIX) -> str:
+    return f"{prefix}{token_id}.{secret}"
 
 
-def split_token(text: str) -> tuple[int, str]:
-    number, _, secret = text[len(TOKEN_PREFIX):].partition(".")
-    if not number.isdigit() or not secret:
-        raise BadCredential("malformed token")
+def split_token(text: str, prefix: str = TOKEN_PREFIX) -> tuple[int, str]:
+    number, _, secret = text[len(prefix):].partition(".")
+    # Token ids are INTEGER columns: a longer number is no token (and must not reach the database).
+    if not number.isdigit() or len(number) > 10 or int(number) > INT32_MAX or not secret:
+        raise BadCredential("malformed join token" if prefix == JOIN_PREFIX else "malformed token")
     return int(number), secret
 
 

@@ -1,4 +1,5 @@
-"""API tokens and the audit log, in the controller's database (tables added by migration 0003)."""
+"""API tokens and the audit log (tables added by migration 0003) and one-time join tokens (0005), in the
+controller's database."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, insert, select, update
 
 from corral.store.database import sqlite_writer
-from corral.store.schema import AUDIT, TOKENS
+from corral.store.schema import AUDIT, JOIN_TOKENS, TOKENS
 from corral.store.store import _translated
 
 
@@ -21,6 +22,21 @@ class TokenRecord:
     created_by: str
     expires: float
     revoked: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinTokenRecord:
+    id: int
+    secret_sha256: str
+    node: str | None
+    description: str
+    created: float
+    created_by: str
+    expires: float
+    revoked: float | None
+    used: float | None
+    used_by: str | None
+    used_from: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,40 @@ class AuthStore:
         with _translated("revoking a token"), self._writer.begin() as connection:
             connection.execute(update(TOKENS).where(TOKENS.c.id == token_id, TOKENS.c.revoked.is_(None))
                                .values(revoked=now))
+
+    def add_join_token(self, secret_sha256: str, node: str | None, description: str, created: float,
+                       created_by: str, expires: float) -> int:
+        with _translated("saving a join token"), self._writer.begin() as connection:
+            result = connection.execute(insert(JOIN_TOKENS).values(
+                secret_sha256=secret_sha256, node=node, description=description, created=created,
+                created_by=created_by, expires=expires))
+            key = result.inserted_primary_key
+            assert key is not None  # an INSERT of one row has one
+            return int(key[0])
+
+    def join_token(self, token_id: int) -> JoinTokenRecord | None:
+        with _translated("reading a join token"), self._engine.connect() as connection:
+            row = connection.execute(select(JOIN_TOKENS).where(JOIN_TOKENS.c.id == token_id)).mappings().first()
+        return JoinTokenRecord(**row) if row is not None else None
+
+    def join_tokens(self) -> list[JoinTokenRecord]:
+        with _translated("reading join tokens"), self._engine.connect() as connection:
+            rows = connection.execute(select(JOIN_TOKENS).order_by(JOIN_TOKENS.c.id)).mappings()
+            return [JoinTokenRecord(**row) for row in rows]
+
+    def revoke_join_token(self, token_id: int, now: float) -> None:
+        with _translated("revoking a join token"), self._writer.begin() as connection:
+            connection.execute(update(JOIN_TOKENS).where(JOIN_TOKENS.c.id == token_id,
+                                                         JOIN_TOKENS.c.revoked.is_(None)).values(revoked=now))
+
+    def use_join_token(self, token_id: int, node: str, address: str, now: float) -> bool:
+        """Mark the token used by `node`, if it is still unused, unrevoked and unexpired: one UPDATE, so of
+        two joins racing with one token exactly one gets True."""
+        with _translated("using a join token"), self._writer.begin() as connection:
+            result = connection.execute(update(JOIN_TOKENS).where(
+                JOIN_TOKENS.c.id == token_id, JOIN_TOKENS.c.used.is_(None), JOIN_TOKENS.c.revoked.is_(None),
+                JOIN_TOKENS.c.expires > now).values(used=now, used_by=node, used_from=address))
+            return result.rowcount == 1
 
     def audit(self, *entries: AuditEntry) -> None:
         """Append the entries, in order, in one transaction."""

@@ -130,5 +130,25 @@ class AuditRow(Base):
     detail: Mapped[str]
 
 
+class JoinTokenRow(Base):
+    """A one-time join token (`corral token create --join`): exchanged once, by a new machine's agent, for
+    its node's agent credential. Only the SHA-256 of its secret is kept. Added by 0005."""
+
+    __tablename__ = "join_tokens"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    secret_sha256: Mapped[str]
+    node: Mapped[str | None]  # the only node it may join; None: any node not in the cluster yet
+    description: Mapped[str]
+    created: Mapped[float]
+    created_by: Mapped[str]
+    expires: Mapped[float]
+    revoked: Mapped[float | None]
+    used: Mapped[float | None]  # when it was exchanged; set once, by one UPDATE ... WHERE used IS NULL
+    used_by: Mapped[str | None]  # the node that joined with it
+    used_from: Mapped[str | None]  # the address the join came from
+
+
 TOKENS = Base.metadata.tables["api_tokens"]
 AUDIT = Base.metadata.tables["audit_log"]
+JOIN_TOKENS = Base.metadata.tables["join_tokens"]
