@@ -32,7 +32,8 @@ def test_cluster_file_written_by_up(tmp_path):
     secret.write_text("abc\n")
     path = write_cluster_file("http://127.0.0.1:7000", secret, env)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert json.loads(path.read_text()) == {"url": "http://127.0.0.1:7000", "secret_file": str(secret)}
+    assert json.loads(path.read_text()) == {"url": "http://127.0.0.1:7000", "urls": ["http://127.0.0.1:7000"],
+                                            "secret_file": str(secret)}
     target = resolve_target(None, env)
     assert (target.url, target.secret, target.source) == ("http://127.0.0.1:7000", "abc", str(path))
     # --url naming the same cluster still finds its secret; another URL gets none.
