@@ -27,6 +27,7 @@ class ControllerStandIn:
         self.leader = leader  # what a standby names as the leader (None: an election is under way)
         self.epoch = epoch
         self.peers: list[dict] = []  # the `controllers` of its /status
+        self.leader_header = True  # False: a 421 names the leader in its body only (a proxy dropped the header)
         self.drop_requests = False  # a leader that dies with the request read and not answered
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request received
         self.submissions: list[dict] = []
@@ -93,7 +94,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(200, {"status": "ok", "cluster": "standin"})
         if standin.role != "leader":
             named = standin.leader
-            headers = {"X-Corral-Leader": named} if named else {}
+            headers = {"X-Corral-Leader": named} if named and standin.leader_header else {}
             return self._reply(421, {"detail": f"not the leader: the leader is {named or 'not known yet'}",
                                      "leader": named}, headers)
         if standin.drop_requests:

@@ -143,3 +143,12 @@ def test_squeue_names_every_controller_when_none_answers(tmp_path):
     first, second = urls.split(",")
     assert (f"squeue: error: corral's controllers at {first}, {second} (from CORRAL_URL) did not answer: "
             f"{first}: Connection refused; {second}: Connection refused") in result.stderr
+
+
+def test_the_leader_named_in_the_body_is_followed_too(standins):
+    """A proxy may drop X-Corral-Leader: the 421's `leader` field says the same."""
+    leader = standins()
+    standby = standins("standby", leader.url)
+    standby.leader_header = False
+    assert http.Controller(standby.url).submit(JOB)["job_id"] == 1
+    assert len(leader.submissions) == 1

@@ -96,7 +96,10 @@ class Client:
     def status_of(self, url: str) -> dict:
         """One controller's own /status (its role, epoch, pid and what it knows of its peers), whatever
         its role: asked of that controller alone, never of the leader instead."""
-        return self._json(self._send(url, "GET", "/status", {}))
+        response = self._send(url, "GET", "/status", {})
+        if response.status_code >= 400:
+            raise ClientError(error_message(response.status_code, response.text), response.status_code)
+        return self._json(response)
 
     def __enter__(self) -> Client:
         return self

@@ -10,6 +10,7 @@ from corral.cli import jobs, scheduling
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.simulate import simulate
+from corral.cli.status import status
 from corral.cli.tenancy import reservation_app, tenancy_app
 from corral.cli.up import up
 
@@ -110,6 +111,7 @@ app.add_typer(tenancy_app, name="tenancy")
 app.add_typer(reservation_app, name="reservation")
 app.add_typer(token_app, name="token")
 app.command("audit")(audit)
+app.command("status")(status)
 
 
 def main() -> None:
