@@ -32,8 +32,7 @@ def test_cluster_file_written_by_up(tmp_path):
     secret.write_text("abc\n")
     path = write_cluster_file("http://127.0.0.1:7000", secret, env)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert json.loads(path.read_text()) == {"url": "http://127.0.0.1:7000", "urls": ["http://127.0.0.1:7000"],
-                                            "secret_file": str(secret)}
+    assert json.loads(path.read_text()) == {"url": "http://127.0.0.1:7000", "secret_file": str(secret)}
     target = resolve_target(None, env)
     assert (target.url, target.secret, target.source) == ("http://127.0.0.1:7000", "abc", str(path))
     # --url naming the same cluster still finds its secret; another URL gets none.
@@ -106,3 +105,15 @@ def test_current_user_falls_back_to_the_uid(monkeypatch):
 
     monkeypatch.setattr("getpass.getuser", no_name)
     assert current_user() == str(os.getuid())
+
+
+def test_cluster_file_of_several_controllers_lists_them_all(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    secret = tmp_path / "secret"
+    secret.write_text("abc\n")
+    urls = ("http://127.0.0.1:7000", "http://127.0.0.1:7001")
+    path = write_cluster_file(urls, secret, env)
+    # `url` stays, the first controller's, for readers older than `urls`.
+    assert json.loads(path.read_text()) == {"url": urls[0], "urls": list(urls), "secret_file": str(secret)}
+    target = resolve_target(None, env)
+    assert (target.url, target.urls, target.secret) == (urls[0], urls, "abc")

@@ -63,10 +63,10 @@ def _detail(response: httpx.Response) -> str:
 
 def write_cluster_file(path: Path, controller_urls: Sequence[str], auth_socket: str, ca_file: str | None) -> None:
     """The host's cluster.json (world-readable, no secret): its users' commands find the controllers and
-    this agent's socket there with no set-up of their own (corral.slurm.common.target). `url`, the first
-    controller's, is for readers older than `urls`."""
-    data = {"url": controller_urls[0], "urls": list(controller_urls), "auth_socket": auth_socket,
-            **({"ca_file": ca_file} if ca_file else {})}
+    this agent's socket there with no set-up of their own (corral.slurm.common.target). With several
+    controllers, `urls` lists them; `url`, the first, is for readers older than `urls`."""
+    urls = {"urls": list(controller_urls)} if len(controller_urls) > 1 else {}
+    data = {"url": controller_urls[0], **urls, "auth_socket": auth_socket, **({"ca_file": ca_file} if ca_file else {})}
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     write_atomic(path, json.dumps(data, indent=2) + "\n", 0o644)
 

@@ -83,9 +83,10 @@ def check_url(url: str, source: str) -> None:
 
 
 def _urls_fields(url: str | tuple[str, ...]) -> dict:
-    """cluster.json's `urls` (every controller) and `url`, the first, for readers older than `urls`."""
+    """cluster.json's `url` and, for several controllers, `urls` (all of them; `url` is the first, for
+    readers older than `urls`). One controller's file stays as it always was."""
     urls = (url,) if isinstance(url, str) else url
-    return {"url": urls[0], "urls": list(urls)}
+    return {"url": urls[0], "urls": list(urls)} if len(urls) > 1 else {"url": urls[0]}
 
 
 def write_cluster_file(url: str | tuple[str, ...], secret_file: Path, env: Mapping[str, str] = os.environ,
