@@ -216,7 +216,7 @@ class Client:
 
     def _response(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self.controllers.call(lambda url: self._send(url, method, path, kwargs))
+            response: Any = self.controllers.call(lambda url: self._send(url, method, path, kwargs))
         except NoLeader as exc:
             only_refused = len(self.urls) == 1 and exc.waited_s is None
             raise ControllerUnreachable(", ".join(self.urls), None if only_refused else exc.reason) from None
