@@ -27,11 +27,11 @@ def option(argv, name):
     return argv[argv.index(name) + 1]
 
 
-def test_two_controllers_on_consecutive_ports_share_a_postgresql_started_on_the_next(tmp_path):
+def test_two_controllers_on_consecutive_ports_share_a_postgresql_started_for_them(tmp_path):
     plan = plan_up(UpOptions(state_dir=tmp_path, port=7000, controllers=2), NO_GPUS, python="py")
     assert plan.urls == ("http://127.0.0.1:7000", "http://127.0.0.1:7001") and plan.url == plan.urls[0]
     assert plan.controller_names == ("controller1", "controller2")
-    assert plan.ports == (7000, 7001, 7002)
+    assert plan.ports == (7000, 7001)  # PostgreSQL listens on no TCP port: 7002 names its socket
     data_dir = Path("/var/lib/corral/7000/postgresql") if ROOT else tmp_path / "postgresql"
     assert plan.postgres is not None and (plan.postgres.data_dir, plan.postgres.port) == (data_dir, 7002)
     db_url = f"postgresql+psycopg://{plan.postgres.user}@/corral?host={data_dir}&port=7002"
@@ -68,6 +68,7 @@ def test_a_postgresql_database_given_is_shared_and_none_is_started(tmp_path):
     (dict(controllers=-2), "--controllers -2: a cluster needs at least one controller"),
     (dict(controllers=2, db_url="sqlite:////tmp/x.db"), "--db must be a PostgreSQL URL"),
     (dict(controllers=2, port=65534), "would need ports up to 65536: choose a lower --port"),
+    (dict(controllers=3, port=65534, db_url="postgresql://db/c"), "would need ports up to 65536"),
 ])
 def test_impossible_controller_counts_are_refused(tmp_path, options, message):
     with pytest.raises(CliError) as caught:

@@ -38,7 +38,7 @@ def test_two_controllers_with_their_postgresql_start_serve_and_stop():
     root = Path(tempfile.mkdtemp(prefix="corral-up-ha-"))
     root.chmod(0o755)
     port = free_port()
-    while not free_port_after(port, 3):
+    while not free_port_after(port, 2):
         port = free_port()
     state_dir = root / "state"
     env = {**os.environ, "XDG_CONFIG_HOME": str(root / "config"), "PYTHONUNBUFFERED": "1",
@@ -88,7 +88,7 @@ def test_two_controllers_with_their_postgresql_start_serve_and_stop():
 
 
 def free_port_after(port: int, count: int) -> bool:
-    """Whether port+1 .. port+count-1 are free too (the second controller's and PostgreSQL's)."""
+    """Whether port+1 .. port+count-1 are free too (the other controllers')."""
     import socket
 
     for candidate in range(port + 1, port + count):

@@ -205,7 +205,7 @@ def run_up(plan: UpPlan) -> int:
     """Everything `corral up` does once planned; returns the exit status."""
     with state_dir_lock(plan.state_dir), stop_on_signals():
         for port in plan.ports:
-            check_port_free(plan.host if port != getattr(plan.postgres, "port", None) else "127.0.0.1", port)
+            check_port_free(plan.host, port)
         if plan.postgres is not None:
             check_can_start()
         write_secret(plan.secret_file)
@@ -282,8 +282,8 @@ def up(
     controllers: Annotated[int, typer.Option(
         "--controllers", metavar="N",
         help="Controllers to start, on N consecutive ports from --port: one leads, the others stand by to take "
-             "over. More than one share a PostgreSQL server, started on the next port (installed if missing, as "
-             "root) unless --db names one.")] = 1,
+             "over. More than one share a PostgreSQL server started for them (installed if missing, as root) "
+             "unless --db names one.")] = 1,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""

@@ -12,8 +12,8 @@ TLS (--tls): the controller serves HTTPS with a certificate from the cluster's p
 STATE_DIR/tls; the agents and clients verify it against that CA (cluster.json records it).
 
 Controllers (--controllers N): N > 1 controllers listen on N consecutive ports from --port, each told its own
-URL (--advertise-url), and share a database: PostgreSQL (SQLite is one process's), started for them on the
-port after theirs (up_postgres.py) unless --db names one. Agents and cluster.json get every URL."""
+URL (--advertise-url), and share a database: PostgreSQL (SQLite is one process's), started for them
+(up_postgres.py) unless --db names one. Agents and cluster.json get every URL."""
 from __future__ import annotations
 
 import os
@@ -74,9 +74,9 @@ class UpPlan:
 
     @property
     def ports(self) -> tuple[int, ...]:
-        """Every port `corral up` needs free: its controllers' and its PostgreSQL server's."""
-        ports = tuple(range(self.port, self.port + len(self.controller_argvs)))
-        return ports + ((self.postgres.port,) if self.postgres else ())
+        """The controllers' ports, which `corral up` needs free (its PostgreSQL server listens on no TCP port:
+        its number only names the socket in the server's own data directory)."""
+        return tuple(range(self.port, self.port + len(self.controller_argvs)))
 
     @property
     def ca_file(self) -> Path | None:
@@ -143,7 +143,8 @@ def _controller_ports_and_database(options: UpOptions) -> tuple[tuple[int, ...],
     default_db = f"sqlite:///{options.state_dir / 'corral.db'}"
     if count == 1:
         return (options.port,), None, options.db_url or default_db
-    last_port = options.port + count  # the PostgreSQL server's, unless --db names a database
+    # The PostgreSQL server started without --db takes the number after the controllers' to name its socket.
+    last_port = options.port + count - (0 if options.db_url is None else 1)
     if last_port > 65535:
         raise CliError(f"--controllers {count} from --port {options.port} would need ports up to {last_port}: "
                        "choose a lower --port")
