@@ -231,7 +231,7 @@ class Controller:
                     sock.sendall(request)
                     return _read_response(sock)
                 except OSError as exc:
-                    raise Unreachable(endpoint.url, self._sent_reason(exc), self.source) from None
+                    raise Unreachable(endpoint.url, self._sent_reason(exc, endpoint), self.source) from None
             finally:
                 sock.close()
         raise NotSent(endpoint.url, _reason(last))
@@ -259,11 +259,11 @@ class Controller:
             message = tls_failure(exc, endpoint.url, self.ca_file)
             if message:
                 raise TlsRefused(endpoint.url, message, self.source) from None
-            raise Unreachable(endpoint.url, self._sent_reason(exc), self.source) from None
+            raise Unreachable(endpoint.url, self._sent_reason(exc, endpoint), self.source) from None
 
-    def _sent_reason(self, error: OSError) -> str:
+    def _sent_reason(self, error: OSError, endpoint: Endpoint) -> str:
         reason = _reason(error)
-        if isinstance(error, ConnectionResetError) and "https" not in self.url:  # what TLS does with plain HTTP
+        if isinstance(error, ConnectionResetError) and not endpoint.tls:  # what a TLS server does with plain HTTP
             reason += "; if it serves HTTPS, use an https:// URL"
         if len(self.controllers.urls) > 1:
             reason += " (once sent, a request is not sent to another controller: it may have been acted on)"
