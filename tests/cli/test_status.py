@@ -33,7 +33,7 @@ def test_the_table_shows_every_controller_and_the_leader(pair, isolated, cli, mo
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["URL", "ROLE", "EPOCH", "PID", "LAST", "SEEN"]
     assert lines[1].split()[:4] == [standby.url, "standby", "3", str(os.getpid())]
-    assert lines[2].split() == [down, "unknown", "-", "-", "-"]
+    assert lines[2].split() == [down, "unreachable", "-", "-", "-"]
     assert lines[3].split()[:4] == [leader.url, "leader", "3", str(os.getpid())]
     assert lines[3].endswith("s ago")
     assert lines[4] == f"{down}: unreachable: Connection refused"
@@ -49,10 +49,13 @@ def test_json_lists_each_controllers_role_epoch_and_pid(pair, isolated, cli, mon
     data = json.loads(result.stdout)
     assert data["leader"] == leader.url
     # The standby was not configured: the leader's /status named it, and it was asked too.
-    assert [(c["url"], c["role"], c["epoch"], c["pid"], c["last_seen"], c["error"]) for c in data["controllers"]] == [
-        (leader.url, "leader", 3, os.getpid(), 1000.0, None),
-        (down, None, None, None, None, "unreachable: Connection refused"),
-        (standby.url, "standby", 3, os.getpid(), 990.0, None),
+    assert data["controllers"] == [
+        {"url": leader.url, "role": "leader", "epoch": 3, "pid": os.getpid(), "last_seen": 1000.0, "error": None,
+         "reachable": True},
+        {"url": down, "role": None, "epoch": None, "pid": None, "last_seen": None,
+         "error": "unreachable: Connection refused", "reachable": False},
+        {"url": standby.url, "role": "standby", "epoch": 3, "pid": os.getpid(), "last_seen": 990.0, "error": None,
+         "reachable": True},
     ]
 
 
@@ -77,7 +80,7 @@ def test_against_the_real_controller(live, cli, monkeypatch):
     result = cli("status")
     assert "Traceback" not in result.output
     lines = result.stdout.splitlines()
-    assert lines[1].startswith(live.url) and lines[2].split() == [down, "unknown", "-", "-", "-"]
+    assert lines[1].startswith(live.url) and lines[2].split() == [down, "unreachable", "-", "-", "-"]
     assert f"{down}: unreachable: Connection refused" in lines
     if result.exit_code == 0:
         assert lines[-1].startswith(f"leader: {live.url} (epoch ")

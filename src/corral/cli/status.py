@@ -29,6 +29,7 @@ class ControllerState:
     pid: int | None
     last_seen: float | None  # when the cluster last heard of it (a peer's report), Unix time
     error: str | None = None  # why it could not say (unreachable, ...)
+    reachable: bool = True  # whether it answered at all
 
 
 def survey(client: Client) -> list[ControllerState]:
@@ -52,7 +53,7 @@ def _ask(client: Client, url: str) -> tuple[ControllerState, list]:
     try:
         reply = client.status_of(url)
     except NotSent as exc:
-        return _unknown(url, f"unreachable: {exc.reason}"), []
+        return _unknown(url, f"unreachable: {exc.reason}", reachable=False), []
     except NotLeader as exc:
         return _unknown(url, f"refused /status as a standby ({exc})"), []
     except ClientError as exc:
@@ -64,8 +65,8 @@ def _ask(client: Client, url: str) -> tuple[ControllerState, list]:
     return state, peers if isinstance(peers, list) else []
 
 
-def _unknown(url: str, error: str) -> ControllerState:
-    return ControllerState(url, None, None, None, None, error)
+def _unknown(url: str, error: str, reachable: bool = True) -> ControllerState:
+    return ControllerState(url, None, None, None, None, error, reachable)
 
 
 def _int(value: object) -> int | None:
@@ -78,8 +79,8 @@ def _with_last_seen(state: ControllerState, report: dict | None) -> ControllerSt
         return state
     if state.role is None and report is not None:  # what the others last knew of it
         epoch, pid = _int(report.get("epoch")), _int(report.get("pid"))
-        return ControllerState(state.url, None, epoch, pid, float(seen), state.error)
-    return ControllerState(state.url, state.role, state.epoch, state.pid, float(seen), state.error)
+        return ControllerState(state.url, None, epoch, pid, float(seen), state.error, state.reachable)
+    return ControllerState(state.url, state.role, state.epoch, state.pid, float(seen), state.error, state.reachable)
 
 
 def leader_of(states: Sequence[ControllerState]) -> ControllerState | None:
@@ -89,7 +90,7 @@ def leader_of(states: Sequence[ControllerState]) -> ControllerState | None:
 
 
 def status_lines(states: Sequence[ControllerState], now: float) -> list[str]:
-    rows = [(s.url, s.role or "unknown", _text(s.epoch), _text(s.pid), _age(s.last_seen, now)) for s in states]
+    rows = [(s.url, _role(s), _text(s.epoch), _text(s.pid), _age(s.last_seen, now)) for s in states]
     lines = format_table(HEADERS, rows, RIGHT)
     lines += [f"{s.url}: {s.error}" for s in states if s.error]
     leader = leader_of(states)
@@ -98,6 +99,10 @@ def status_lines(states: Sequence[ControllerState], now: float) -> list[str]:
     else:
         lines.append(f"leader: {leader.url} (epoch {_text(leader.epoch)}, pid {_text(leader.pid)})")
     return lines
+
+
+def _role(state: ControllerState) -> str:
+    return state.role or ("unknown" if state.reachable else "unreachable")
 
 
 def _text(value: int | None) -> str:
@@ -112,7 +117,7 @@ def _age(seen: float | None, now: float) -> str:
 
 def status(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON: each controller's url, role, epoch, pid, "
-                                              "last_seen and error, and the leader's url.")] = False,
+                                              "last_seen, error and reachable, and the leader's url.")] = False,
     url: UrlOption = None,
 ) -> None:
     """Which controller leads: every controller's role, epoch and pid (exit status 1 when none leads)."""
