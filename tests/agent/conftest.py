@@ -122,6 +122,9 @@ class FakeController:
         self.events: list[Any] = []
         self.commands: list[Any] = []
         self.cond = threading.Condition()
+        # A standby under the HA contract (issue 13): every request answered 421 naming `leader`, if known.
+        self.standby = False
+        self.leader: str | None = None
         self.generation = 0
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
@@ -222,8 +225,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> bytes:
         return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
+    def _refused_as_standby(self) -> bool:
+        ctl = self.controller
+        if not ctl.standby:
+            return False
+        self._body()
+        data = json.dumps({"detail": f"not the leader: the leader is {ctl.leader}", "leader": ctl.leader}).encode()
+        self.send_response(421)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if ctl.leader:
+            self.send_header("X-Corral-Leader", ctl.leader)
+        self.end_headers()
+        self.wfile.write(data)
+        return True
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         path = urlsplit(self.path).path
+        if self._refused_as_standby():
+            return
         if self.headers.get("Authorization") != f"Bearer {SECRET}":
             self._reply(401, json.dumps({"detail": "bad secret"}))
         elif path == f"{API_PREFIX}/agents/register":
@@ -256,6 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         ctl = self.controller
+        if self._refused_as_standby():
+            return
         query = parse_qs(urlsplit(self.path).query)
         after = int(query["after"][0])
         wait_s = min(float(query["wait_s"][0]), 2.0)

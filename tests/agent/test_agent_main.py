@@ -85,3 +85,45 @@ def test_a_controller_name_that_does_not_resolve_without_address_exits_1(tmp_pat
     assert done.returncode == 1, done.stderr
     assert "cannot tell this host's address towards http://no-such-host.invalid:6817" in done.stderr
     assert "--address" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("urls", "message"), [
+    ("http://a:1,,http://b:2", "has an empty controller URL"),
+    ("http://a:1,http://a:1/", "names the controller http://a:1 more than once"),
+    ("http://a:1,https://b:2", "mixes http:// and https://"),
+])
+def test_a_bad_controller_list_exits_2(tmp_path, capsys, urls, message):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["--controller", urls, "--secret-file", str(secret_file), "--node", "n1", "--gpus", "0"])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_agent_given_several_controllers_finds_the_one_that_answers_and_passes_them_all_on(
+        controller, make_launch, tmp_path):
+    """Its jobs get every URL in CORRAL_URL, and the host's cluster.json lists them all."""
+    import json
+
+    from tests.ha_standin import nothing_listening
+
+    urls = f"{nothing_listening()},{controller.url}"
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("test-secret\n")
+    cluster_file = tmp_path / "etc" / "cluster.json"
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "corral.agent", "--controller", urls, "--secret-file", str(secret_file),
+         "--node", "n1", "--gpus", "0", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool"),
+         "--tasks-as-agent-user", "--no-cgroups", "--auth-socket", str(tmp_path / "auth.sock"),
+         "--cluster-file", str(cluster_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        controller.wait(lambda: controller.polls, timeout_s=15)
+        assert json.loads(cluster_file.read_text())["urls"] == urls.split(",")
+        assert json.loads(cluster_file.read_text())["url"] == urls.split(",")[0]
+        controller.send(make_launch(job_id=32, argv=["sh", "-c", 'echo "$CORRAL_URL" > url.txt']))
+        controller.wait(lambda: controller.finished(32), timeout_s=10)
+        assert (tmp_path / "url.txt").read_text() == urls + "\n"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)

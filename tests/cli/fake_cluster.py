@@ -2,7 +2,7 @@
 Stdlib only, so they start in milliseconds.
 
     fake_cluster.py controller --listen H:P --secret-file F [ignored options...]
-    fake_cluster.py agent --controller URL --secret-file F --node NAME [ignored options...]
+    fake_cluster.py agent --controller URL[,URL...] --secret-file F --node NAME [ignored options...]
 
 The controller serves /health and /nodes, takes agent registrations and answers /cluster/stop (as if it
 had one running job, which it requeued); an agent registers once and then waits for SIGTERM. Both record
@@ -84,7 +84,7 @@ def agent(argv: list[str]) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     secret = open(option(argv, "--secret-file")).read().strip()
     request = urllib.request.Request(
-        option(argv, "--controller") + PREFIX + "/agents/register",
+        option(argv, "--controller").split(",")[0] + PREFIX + "/agents/register",  # the first of several
         data=json.dumps({"node": option(argv, "--node")}).encode(),
         headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
     )

@@ -105,3 +105,15 @@ def test_current_user_falls_back_to_the_uid(monkeypatch):
 
     monkeypatch.setattr("getpass.getuser", no_name)
     assert current_user() == str(os.getuid())
+
+
+def test_cluster_file_of_several_controllers_lists_them_all(tmp_path):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    secret = tmp_path / "secret"
+    secret.write_text("abc\n")
+    urls = ("http://127.0.0.1:7000", "http://127.0.0.1:7001")
+    path = write_cluster_file(urls, secret, env)
+    # `url` stays, the first controller's, for readers older than `urls`.
+    assert json.loads(path.read_text()) == {"url": urls[0], "urls": list(urls), "secret_file": str(secret)}
+    target = resolve_target(None, env)
+    assert (target.url, target.urls, target.secret) == (urls[0], urls, "abc")

@@ -28,14 +28,15 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def fake_plan(tmp_path, nodes=2, controller=None):
+def fake_plan(tmp_path, nodes=2, controller=None, controllers=1):
     """A real plan whose children are the stand-ins of fake_cluster.py."""
-    plan = plan_up(UpOptions(state_dir=tmp_path / "state", nodes=nodes, port=free_port()), NO_GPUS)
+    plan = plan_up(UpOptions(state_dir=tmp_path / "state", nodes=nodes, port=free_port(), controllers=controllers),
+                   NO_GPUS)
     swap = lambda argv, role: (sys.executable, FAKE, role, *argv[3:])  # noqa: E731 - drop "-m corral.x"
     plan.state_dir.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(
         plan,
-        controller_argv=controller or swap(plan.controller_argv, "controller"),
+        controller_argvs=(controller,) if controller else tuple(swap(a, "controller") for a in plan.controller_argvs),
         agent_argvs=tuple(swap(a, "agent") for a in plan.agent_argvs),
     )
 

@@ -56,7 +56,7 @@ def test_the_agent_unit_runs_the_agent_with_arguments_it_accepts():
     argv = exec_start("corral-agent.service", settings("agent.env"))
     assert argv[:3] == [INSTALLED_PYTHON, "-m", "corral.agent"]
     args = agent_parser().parse_args(argv[3:])
-    assert (args.controller, args.node, args.kill_tasks_on_exit) == ("http://head:6817", "gpu01", True)
+    assert (args.controller, args.node, args.kill_tasks_on_exit) == (("http://head:6817",), "gpu01", True)
     assert args.address is None  # the agent finds its own, towards the controller
 
 

@@ -92,3 +92,34 @@ def test_job_environment_matches_the_clis_with_export_all(tmp_path):
     environ = {"PATH": "/bin", "CORRAL_SECRET": "s", "SLURM_JOB_ID": "3", "SLURMD_NODENAME": "n", "HOME": "/h"}
     body = build_body(split_command_line(["--wrap", "true"]), io.StringIO(""), environ, cwd=str(tmp_path))
     assert body["env"] == job_environment(None, environ) == {"PATH": "/bin", "HOME": "/h"}
+
+
+def test_cluster_json_names_every_controller_and_its_secret_serves_them_all(home):
+    (home / ".config" / "corral").mkdir(parents=True)
+    (home / ".config" / "corral" / "cluster.json").write_text(json.dumps({
+        "url": "http://h:1", "urls": ["http://h:1", "http://h:2/"], "secret_file": str(home / "secret")}))
+    env = {"HOME": str(home)}
+    found = target.resolve_target(env)
+    assert (found.url, found.urls, found.secret) == ("http://h:1", ("http://h:1", "http://h:2"), "from-file")
+    cli = config.resolve_target(None, env)
+    assert (cli.url, cli.urls, cli.secret) == ("http://h:1", ("http://h:1", "http://h:2"), "from-file")
+    # CORRAL_URL naming some of the file's controllers gets its secret; naming another controller, none.
+    assert target.resolve_target({**env, "CORRAL_URL": "h:2,h:1"}).secret == "from-file"
+    assert target.resolve_target({**env, "CORRAL_URL": "h:2,h:3"}).secret is None
+
+
+def test_an_older_cluster_json_with_only_url_still_works(home):
+    write_cluster(home / ".config", "http://h:1", home / "secret")
+    assert target.resolve_target({"HOME": str(home)}).urls == ("http://h:1",)
+
+
+@pytest.mark.parametrize(("urls", "message"), [
+    ("http://h:1", '"urls" must be a list of URLs'),
+    ([], "names no controller URL"),
+    (["http://h:1", "http://h:1"], "names the controller http://h:1 more than once"),
+])
+def test_a_bad_urls_list_in_cluster_json_is_named(home, urls, message):
+    (home / ".config" / "corral").mkdir(parents=True)
+    (home / ".config" / "corral" / "cluster.json").write_text(json.dumps({"url": "http://h:1", "urls": urls}))
+    cli_answer, our_answer = both({"HOME": str(home)})
+    assert message in our_answer and cli_answer == our_answer

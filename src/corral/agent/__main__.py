@@ -26,6 +26,7 @@ from corral.agent.tasks import Confinement
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
+from corral.slurm.common.target import TargetError, parse_urls
 
 log = logging.getLogger("corral.agent")
 SYSTEM_SPOOL = Path("/var/spool/corral")
@@ -47,9 +48,18 @@ def _node_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _controller_urls(text: str) -> tuple[str, ...]:
+    try:
+        return parse_urls(text, "--controller")
+    except TargetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m corral.agent", description="corral node agent")
-    parser.add_argument("--controller", required=True, help="controller URL, e.g. http://head:6817")
+    parser.add_argument("--controller", required=True, type=_controller_urls, metavar="URL[,URL...]",
+                        help="controller URL, e.g. http://head:6817; with several controllers, all of their "
+                        "URLs, comma-separated (the agent talks to their leader)")
     parser.add_argument("--secret-file", required=True, type=Path,
                         help="file holding this node's agent credential (`corral up` writes one per node; "
                              "or the cluster secret)")
@@ -132,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cluster_file and not args.auth_socket:
         parser.error("--cluster-file needs --auth-socket: the file tells the host's users where the socket is")
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
-    if args.controller.startswith("https:"):
+    if args.controller[0].startswith("https:"):
         from corral.tls_client import TlsConfigError, client_context
 
         try:
@@ -150,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     log.info("node %s: %d GPU(s) (%s), %d CPUs, %d MiB", args.node, len(inventory.gpus), inventory.source,
              inventory.cpus, inventory.mem_mib)
     try:
-        address = args.address or address_towards(args.controller)
+        address = args.address or address_towards(args.controller[0])
     except OSError as exc:
-        print(f"corral agent: cannot tell this host's address towards {args.controller} ({exc}): "
+        print(f"corral agent: cannot tell this host's address towards {args.controller[0]} ({exc}): "
               "give it with --address", file=sys.stderr)
         return 1
     confinement, cgroups_status = confinement_from(args, gpu_device_files(args, inventory))
@@ -167,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         ca_file=ca_file,
         # Jobs reach the controller at the agent's URL, with their own credential (the launch message's
         # CORRAL_TOKEN, the job's user's while the job is active), never with the agent's.
-        base_env={**_without_credentials(os.environ), "CORRAL_URL": args.controller,
+        base_env={**_without_credentials(os.environ), "CORRAL_URL": ",".join(args.controller),
                   "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)},
         confinement=confinement,
         cgroups_status=cgroups_status,

@@ -13,6 +13,10 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
   whatever its spool says still runs (task_spool.py), so that their GPUs are free before any new launch.
 - A launch onto GPUs that a live task of another job still holds is refused (the launch fails, with
   the reason): no device is ever given to two live jobs, whatever the controller believes.
+- Several controllers: the agent talks to their leader. A standby's 421 moves it to the leader the standby
+  names (X-Corral-Leader), else to the next controller; so does a refused connection. Every request the
+  agent makes may be repeated (events are idempotent, polls and registrations are safe), so it retries each
+  with the new controller, whose other epoch makes it register there first (the 409 rule above).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import logging
 import os
 import signal
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -53,6 +57,7 @@ from corral.protocol import (
     StepFinished,
     TaskExit,
 )
+from corral.slurm.common.leader import LEADER_HEADER, NOT_LEADER_STATUS
 from corral.unix_auth_socket import close as close_auth_socket
 
 log = logging.getLogger(__name__)
@@ -105,7 +110,7 @@ class Agent:
     def __init__(
         self,
         *,
-        controller_url: str,
+        controller_url: str | Sequence[str],
         secret: str,
         node: str,
         inventory: Inventory,
@@ -118,10 +123,13 @@ class Agent:
         ca_file: str | None = None,
         auth_socket: str | None = None,
     ) -> None:
-        """`ca_file` verifies an https:// controller (else the system's trusted CAs do). `auth_socket`: serve
-        this host's users their credentials there (auth_socket.py)."""
+        """`controller_url`: one controller's URL, or every controller's (their leader is followed). `ca_file`
+        verifies an https:// controller (else the system's trusted CAs do). `auth_socket`: serve this host's
+        users their credentials there (auth_socket.py)."""
         self.node = node
-        self._controller_url = controller_url.rstrip("/")
+        urls = [controller_url] if isinstance(controller_url, str) else list(controller_url)
+        self._controller_urls = tuple(url.rstrip("/") for url in urls)
+        self._controller_url = self._controller_urls[0]  # the leader as last found
         self._ca_file = ca_file
         self._auth_socket = auth_socket
         self._secret = secret
@@ -147,6 +155,11 @@ class Agent:
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self._client: httpx.AsyncClient | None = None
+
+    @property
+    def controller_url(self) -> str:
+        """The controller the agent talks to: the leader, as last found."""
+        return self._controller_url
 
     @property
     def running_jobs(self) -> list[int]:
@@ -199,6 +212,34 @@ class Agent:
                 return message
         return _describe_error(exc)
 
+    # -- following the leader
+
+    def _misdirected(self, response: httpx.Response, asked: str) -> bool:
+        """Whether `response` is a standby's 421; then the next request goes to the leader it names, if
+        any, else to the next controller."""
+        if response.status_code != NOT_LEADER_STATUS:
+            return False
+        leader = response.headers.get(LEADER_HEADER) or _leader_in(response)
+        self._move_from(asked, leader.rstrip("/") if leader else None, "is not the leader")
+        return True
+
+    def _unreachable(self, exc: Exception, asked: str) -> None:
+        """A connection that failed before the request went out: try the next controller."""
+        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+            self._move_from(asked, None, "cannot be reached")
+
+    def _move_from(self, asked: str, leader: str | None, why: str) -> None:
+        if self._controller_url != asked or self._client is None:
+            return  # another loop moved already
+        if leader is None or leader == asked:
+            if len(self._controller_urls) == 1:
+                return
+            index = self._controller_urls.index(asked) if asked in self._controller_urls else -1
+            leader = self._controller_urls[(index + 1) % len(self._controller_urls)]
+        log.info("controller %s %s: talking to %s", asked, why, leader)
+        self._controller_url = leader
+        self._client.base_url = httpx.URL(leader)
+
     # -- tasks of an earlier life
 
     async def kill_recorded_tasks(self, why: str) -> None:
@@ -239,19 +280,24 @@ class Agent:
         assert self._client is not None
         while True:
             registration = self._registration()
+            asked = self._controller_url
             try:
                 response = await self._client.post(
                     f"{API_PREFIX}/agents/register",
                     content=registration.model_dump_json(),
                     headers={"Content-Type": "application/json"},
                 )
-                if response.is_success:
+                if self._misdirected(response, asked):
+                    reason = f"{asked} is not the leader"
+                elif response.is_success:
                     reply = RegistrationReply.model_validate_json(response.content)
                     backoff.succeeded()
                     self._accept_registration(reply, registration)
                     return
-                reason = f"HTTP {response.status_code}: {response.text[:200]}"
+                else:
+                    reason = f"HTTP {response.status_code}: {response.text[:200]}"
             except (httpx.RequestError, ValidationError) as exc:
+                self._unreachable(exc, asked)
                 reason = self._describe_error(exc)
             await backoff.failed(reason)
 
@@ -299,7 +345,7 @@ class Agent:
         assert self._client is not None
         backoff = Backoff("command poll")
         while True:
-            epoch, wait_s = self._epoch, self._poll_wait_s
+            epoch, wait_s, asked = self._epoch, self._poll_wait_s, self._controller_url
             try:
                 response = await self._client.get(
                     f"{API_PREFIX}/agents/{self.node}/commands",
@@ -307,6 +353,9 @@ class Agent:
                     headers={EPOCH_HEADER: epoch or ""},
                     timeout=wait_s + REQUEST_TIMEOUT_S,
                 )
+                if self._misdirected(response, asked):
+                    await backoff.failed(f"{asked} is not the leader")
+                    continue
                 if response.status_code == 409:
                     await self._reregister(epoch)
                     continue
@@ -315,6 +364,7 @@ class Agent:
                     continue
                 batch = CommandBatch.model_validate_json(response.content)
             except (httpx.RequestError, ValidationError) as exc:
+                self._unreachable(exc, asked)
                 await backoff.failed(self._describe_error(exc))
                 continue
             backoff.succeeded()
@@ -447,7 +497,7 @@ class Agent:
     async def _send(self, batch: list[Event], backoff: Backoff) -> bool:
         """POST one batch; True when it is done with (accepted, or rejected as malformed)."""
         assert self._client is not None
-        epoch = self._epoch
+        epoch, asked = self._epoch, self._controller_url
         try:
             response = await self._client.post(
                 f"{API_PREFIX}/agents/{self.node}/events",
@@ -455,7 +505,11 @@ class Agent:
                 headers={"Content-Type": "application/json", EPOCH_HEADER: epoch or ""},
             )
         except httpx.RequestError as exc:
+            self._unreachable(exc, asked)
             await backoff.failed(self._describe_error(exc))
+            return False
+        if self._misdirected(response, asked):
+            await backoff.failed(f"{asked} is not the leader")
             return False
         if response.status_code == 409:
             await self._reregister(epoch)
@@ -469,6 +523,15 @@ class Agent:
             return False
         backoff.succeeded()
         return True
+
+
+def _leader_in(response: httpx.Response) -> str | None:
+    """The `leader` of a 421's JSON body, where the header did not come through."""
+    try:
+        leader = response.json().get("leader")
+    except (ValueError, AttributeError):
+        return None
+    return leader if isinstance(leader, str) and leader else None
 
 
 def _describe_error(exc: Exception) -> str:

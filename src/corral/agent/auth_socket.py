@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pwd
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -61,10 +61,12 @@ def _detail(response: httpx.Response) -> str:
     return detail if isinstance(detail, str) else response.text[:200]
 
 
-def write_cluster_file(path: Path, controller_url: str, auth_socket: str, ca_file: str | None) -> None:
-    """The host's cluster.json (world-readable, no secret): its users' commands find the controller and
-    this agent's socket there with no set-up of their own (corral.slurm.common.target)."""
-    data = {"url": controller_url, "auth_socket": auth_socket, **({"ca_file": ca_file} if ca_file else {})}
+def write_cluster_file(path: Path, controller_urls: Sequence[str], auth_socket: str, ca_file: str | None) -> None:
+    """The host's cluster.json (world-readable, no secret): its users' commands find the controllers and
+    this agent's socket there with no set-up of their own (corral.slurm.common.target). With several
+    controllers, `urls` lists them; `url`, the first, is for readers older than `urls`."""
+    urls = {"urls": list(controller_urls)} if len(controller_urls) > 1 else {}
+    data = {"url": controller_urls[0], **urls, "auth_socket": auth_socket, **({"ca_file": ca_file} if ca_file else {})}
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
     write_atomic(path, json.dumps(data, indent=2) + "\n", 0o644)
 

@@ -1,13 +1,26 @@
 """A small synchronous client for the controller's user API (one method per endpoint).
 
 Replies are returned as the JSON the controller sent (dicts shaped like corral.api.schemas), so the
-command line needs neither pydantic nor the schemas at startup."""
+command line needs neither pydantic nor the schemas at startup.
+
+Given several controllers, requests go to their leader (corral.slurm.common.leader has the rule): only a
+connection that failed before the request was sent, or a standby's 421, moves a request to another
+controller; one that may have reached a leader is never sent again, so no submission is made twice."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from corral.cli.errors import CliError
+from corral.slurm.common.leader import (
+    DEFAULT_LEADER_WAIT_S,
+    LEADER_HEADER,
+    NOT_LEADER_STATUS,
+    Controllers,
+    NoLeader,
+    NotLeader,
+    NotSent,
+)
 
 # Equal to corral.protocol.API_PREFIX (a test checks); importing that module would load pydantic.
 API_PREFIX = "/api/v1"
@@ -24,9 +37,16 @@ class ClientError(CliError):
 
 
 class ControllerUnreachable(ClientError):
-    def __init__(self, url: str) -> None:
-        super().__init__(f"cannot reach the controller at {url} (is 'corral up' running?)")
+    """No controller took the request; `url` names every one asked, `reason` what they said."""
+
+    def __init__(self, url: str, reason: str | None = None) -> None:
+        if reason is None:
+            message = f"cannot reach the controller at {url} (is 'corral up' running?)"
+        else:
+            message = f"no leading controller at {url}: {reason} (is 'corral up' running?)"
+        super().__init__(message)
         self.url = url
+        self.reason = reason
 
 
 class TlsRefused(ClientError):
@@ -46,21 +66,41 @@ def _tls_context(url: str, ca_file: str | None) -> Any:
 
 
 class Client:
-    def __init__(self, url: str, secret: str | None = None, timeout_s: float = 10.0,
-                 ca_file: str | None = None) -> None:
-        """`ca_file` verifies an https:// controller (else the system's trusted CAs do)."""
+    def __init__(self, url: str | Sequence[str], secret: str | None = None, timeout_s: float = 10.0,
+                 ca_file: str | None = None, leader_wait_s: float = DEFAULT_LEADER_WAIT_S) -> None:
+        """`url`: one controller's, or every controller's of a cluster (their leader answers, and the client
+        remembers which it was). `ca_file` verifies an https:// controller (else the system's trusted CAs
+        do). `leader_wait_s`: how long a request waits for an election (leader.py)."""
         import httpx  # imported here: ~100 ms that commands without HTTP should not pay
 
-        self.url = url.rstrip("/")
+        urls = [url] if isinstance(url, str) else list(url)
+        self.controllers = Controllers((u.rstrip("/") for u in urls), leader_wait_s)
         self.timeout_s = timeout_s
         self.ca_file = ca_file
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         # trust_env=False: a controller is on the cluster's own network; an HTTP(S)_PROXY meant for
         # the internet must not capture requests to it.
         self._http = httpx.Client(
-            base_url=self.url + API_PREFIX, headers=headers, timeout=timeout_s, trust_env=False,
+            headers=headers, timeout=timeout_s, trust_env=False,
             verify=_tls_context(self.url, ca_file),
         )
+
+    @property
+    def url(self) -> str:
+        """The leader's URL, as last found (the first controller's before any request)."""
+        return self.controllers.leader
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self.controllers.urls
+
+    def status_of(self, url: str) -> dict:
+        """One controller's own /status (its role, epoch, pid and what it knows of its peers), whatever
+        its role: asked of that controller alone, never of the leader instead."""
+        response = self._send(url, "GET", "/status", {})
+        if response.status_code >= 400:
+            raise ClientError(error_message(response.status_code, response.text), response.status_code)
+        return self._json(response)
 
     def __enter__(self) -> Client:
         return self
@@ -189,36 +229,52 @@ class Client:
         return self._json(response)
 
     def _response(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
-
         try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.ConnectError as exc:
-            raise self._connect_error(exc) from None
-        except httpx.ConnectTimeout:
-            raise ControllerUnreachable(self.url) from None
-        except httpx.RemoteProtocolError as exc:
-            hint = "" if self.url.startswith("https:") else "; if it serves HTTPS, use an https:// URL"
-            raise ClientError(f"the controller at {self.url} closed the connection without an answer "
-                              f"({exc}){hint}") from None
-        except httpx.TimeoutException:
-            waited = kwargs.get("timeout", self.timeout_s)
-            raise ClientError(f"the controller at {self.url} did not answer within {waited:g} s") from None
-        except httpx.HTTPError as exc:
-            raise ClientError(f"request to the controller at {self.url} failed: {exc}") from None
+            response: Any = self.controllers.call(lambda url: self._send(url, method, path, kwargs))
+        except NoLeader as exc:
+            only_refused = len(self.urls) == 1 and exc.waited_s is None
+            raise ControllerUnreachable(", ".join(self.urls), None if only_refused else exc.reason) from None
         if response.status_code >= 400:
             raise ClientError(error_message(response.status_code, response.text), response.status_code,
                               _detail(response.text))
         return response
 
-    def _connect_error(self, exc: Exception) -> ClientError:
-        if self.url.startswith("https:"):
+    def _send(self, url: str, method: str, path: str, kwargs: dict[str, Any]) -> Any:
+        """One request to one controller. NotSent or NotLeader when it cannot have been acted on (another
+        controller may be asked); ClientError for a failure once it was sent (it is never sent again)."""
+        import httpx
+
+        try:
+            response = self._http.request(method, url + API_PREFIX + path, **kwargs)
+        except httpx.ConnectError as exc:
+            tls = self._tls_refusal(url, exc)
+            if tls is not None:
+                raise tls from None
+            raise NotSent(url, _connect_reason(exc)) from None
+        except httpx.ConnectTimeout:
+            raise NotSent(url, "timed out connecting") from None
+        except httpx.RemoteProtocolError as exc:
+            hint = "" if url.startswith("https:") else "; if it serves HTTPS, use an https:// URL"
+            raise ClientError(f"the controller at {url} closed the connection without an answer "
+                              f"({exc}){hint}") from None
+        except httpx.TimeoutException:
+            waited = kwargs.get("timeout", self.timeout_s)
+            raise ClientError(f"the controller at {url} did not answer within {waited:g} s") from None
+        except httpx.HTTPError as exc:
+            raise ClientError(f"request to the controller at {url} failed: {exc}") from None
+        if response.status_code == NOT_LEADER_STATUS:
+            raise NotLeader(url, response.headers.get(LEADER_HEADER) or _leader_in(response.text),
+                            _detail(response.text))
+        return response
+
+    def _tls_refusal(self, url: str, exc: Exception) -> TlsRefused | None:
+        if url.startswith("https:"):
             from corral.tls_client import tls_failure
 
-            message = tls_failure(exc, self.url, self.ca_file)
+            message = tls_failure(exc, url, self.ca_file)
             if message:
                 return TlsRefused(message)
-        return ControllerUnreachable(self.url)
+        return None
 
     def _json(self, response: Any) -> Any:
         try:
@@ -246,6 +302,26 @@ def _detail(body: str) -> str:
     if isinstance(detail, list):
         return "; ".join(_validation_item(item) for item in detail)
     return str(detail) if detail is not None else body.strip()[:300]
+
+
+def _leader_in(body: str) -> str | None:
+    """The `leader` of a 421's JSON body, where the header did not come through."""
+    import json
+
+    try:
+        leader = json.loads(body).get("leader")
+    except (ValueError, AttributeError):
+        return None
+    return leader if isinstance(leader, str) and leader else None
+
+
+def _connect_reason(exc: Exception) -> str:
+    cause = exc.__context__ or exc.__cause__
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__context__ or cause.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror
+    return str(exc) or "cannot connect"
 
 
 def _validation_item(item: Any) -> str:

@@ -1,6 +1,7 @@
 """Where the cluster is: URL and secret discovery, and the files `corral up` writes.
 
-Precedence: `--url` > `CORRAL_URL` > `cluster.json` (written by `corral up`) > DEFAULT_URL.
+Precedence: `--url` > `CORRAL_URL` > `cluster.json` (written by `corral up`) > DEFAULT_URL. Each may name
+several controllers (comma-separated; cluster.json's `urls`): the client follows their leader.
 The secret comes from `CORRAL_SECRET`, else `CORRAL_SECRET_FILE`, else cluster.json's secret file
 when cluster.json describes the chosen URL, else there is none (a controller without auth).
 An https:// controller is verified against `CORRAL_CA_FILE`, else cluster.json's `ca_file` (same rule)."""
@@ -27,6 +28,11 @@ class Target:
     secret: str | None
     source: str  # where the URL came from, for messages: "--url", "CORRAL_URL", a path, "default"
     ca_file: str | None = None  # verifies an https:// controller; None: the system's trusted CAs
+    urls: tuple[str, ...] = ()  # every controller, `url` (the first) first
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            object.__setattr__(self, "urls", (self.url,))
 
 
 def _xdg_dir(env: Mapping[str, str], variable: str, fallback: str) -> Path:
@@ -58,8 +64,9 @@ def resolve_target(url_option: str | None, env: Mapping[str, str] = os.environ) 
         found = target.resolve_target(env, url_option)
     except target.TargetError as exc:
         raise ConfigError(str(exc)) from None
-    check_url(found.url, found.source)
-    return Target(found.url, found.secret, found.source, found.ca_file)
+    for url in found.urls:
+        check_url(url, found.source)
+    return Target(found.url, found.secret, found.source, found.ca_file, found.urls)
 
 
 def check_url(url: str, source: str) -> None:
@@ -75,11 +82,19 @@ def check_url(url: str, source: str) -> None:
         raise ConfigError(f"invalid controller URL {url!r} (from {source}): expected http://HOST:PORT")
 
 
-def write_cluster_file(url: str, secret_file: Path, env: Mapping[str, str] = os.environ,
+def _urls_fields(url: str | tuple[str, ...]) -> dict:
+    """cluster.json's `url` and, for several controllers, `urls` (all of them; `url` is the first, for
+    readers older than `urls`). One controller's file stays as it always was."""
+    urls = (url,) if isinstance(url, str) else url
+    return {"url": urls[0], "urls": list(urls)} if len(urls) > 1 else {"url": urls[0]}
+
+
+def write_cluster_file(url: str | tuple[str, ...], secret_file: Path, env: Mapping[str, str] = os.environ,
                        auth_socket: Path | None = None, ca_file: Path | None = None) -> Path:
+    """`url`: the controller's, or every controller's of the cluster."""
     path = cluster_file(env)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = {"url": url, "secret_file": str(secret_file)}
+    data = {**_urls_fields(url), "secret_file": str(secret_file)}
     if auth_socket is not None:
         data["auth_socket"] = str(auth_socket)
     if ca_file is not None:
@@ -94,14 +109,14 @@ def system_cluster_file(env: Mapping[str, str] = os.environ) -> Path:
     return Path(path(env))
 
 
-def write_system_cluster_file(url: str, auth_socket: Path, env: Mapping[str, str] = os.environ,
+def write_system_cluster_file(url: str | tuple[str, ...], auth_socket: Path, env: Mapping[str, str] = os.environ,
                               ca_file: Path | None = None) -> Path:
     """The system-wide cluster.json (world-readable, no secret): every user of the host finds the cluster
     and its auth socket there without configuring anything; with TLS, a world-readable copy of the CA
     certificate beside it (the cluster's own sits in the private state dir)."""
     path = system_cluster_file(env)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    data = {"url": url, "auth_socket": str(auth_socket)}
+    data = {**_urls_fields(url), "auth_socket": str(auth_socket)}
     if ca_file is not None:
         public_ca = path.with_name(f"{path.stem}-ca.pem")
         write_atomic(public_ca, ca_file.read_bytes(), 0o644)

@@ -20,7 +20,8 @@ from corral.slurm.squeue.select import combine_pending_array_tasks
 
 UrlOption = Annotated[
     str | None,
-    typer.Option("--url", help="Controller URL. Default: $CORRAL_URL, then the cluster 'corral up' "
+    typer.Option("--url", help="Controller URL (several controllers: all of their URLs, comma-separated; "
+                 "their leader answers). Default: $CORRAL_URL, then the cluster 'corral up' "
                  "recorded, then http://127.0.0.1:6817.", show_default=False),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (the API's JobOut/NodeOut objects).")]

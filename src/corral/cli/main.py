@@ -11,6 +11,7 @@ from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.simulate import simulate
+from corral.cli.status import status
 from corral.cli.tenancy import reservation_app, tenancy_app
 from corral.cli.up import up
 
@@ -112,6 +113,7 @@ app.add_typer(reservation_app, name="reservation")
 app.add_typer(token_app, name="token")
 app.add_typer(agent_app, name="agent")
 app.command("audit")(audit)
+app.command("status")(status)
 
 
 def main() -> None:

@@ -194,7 +194,7 @@ Submit options:
       --wrap COMMAND          the job runs COMMAND with /bin/sh (once, as a script would)
       --parsable              print only the job id (for an array: the array job id)
       --json                  print the reply as JSON
-      --url URL               controller URL (default: $CORRAL_URL, then 'corral up')
+      --url URL[,URL...]      controller URL(s) (default: $CORRAL_URL, then 'corral up')
   -h, --help                  show this help
 """
 

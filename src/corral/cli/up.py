@@ -1,4 +1,5 @@
-"""`corral up`: a whole cluster on this machine (controller + N agents) in the foreground."""
+"""`corral up`: a whole cluster on this machine (controller + N agents) in the foreground; with
+--controllers N, N controllers sharing a PostgreSQL server started for them, their leader serving."""
 from __future__ import annotations
 
 import fcntl
@@ -28,9 +29,9 @@ from corral.cli.errors import CliError
 from corral.cli.output import reported_errors
 from corral.cli.supervisor import ChildExited, Supervisor
 from corral.cli.up_plan import UpOptions, UpPlan, plan_up, tls_files
+from corral.cli.up_postgres import check_can_start, start_postgres, stop_postgres
 from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
 
-CONTROLLER = "controller"
 STARTUP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.1
 
@@ -42,22 +43,29 @@ class _Stop(Exception):
 @dataclass(slots=True)
 class Cluster:
     """The children of one `corral up`; whatever was started, stop() ends it: the jobs first (through the
-    controller, while the agents still run), then the agents, then the controller."""
+    controller, while the agents still run), then the agents, then the controllers, then their PostgreSQL."""
 
     plan: UpPlan
     supervisor: Supervisor
     name: str = "corral"  # as the controller's /health says
     controller_answered: bool = False
+    postgres_started: bool = False
 
     def stop(self, grace_s: float = 10.0, stop_jobs: bool = True) -> None:
         """`stop_jobs=False`: no waiting for the jobs (asked twice); the agents kill their tasks anyway."""
         children = self.supervisor.children
-        controller = next((c for c in children if c.name == CONTROLLER), None)
-        if stop_jobs and controller is not None and self.controller_answered:  # else no job can have started
-            stop_cluster_jobs(self.plan, controller_alive=controller.process.poll() is None)
-        agents = [c for c in children if c.name != CONTROLLER]
-        self.supervisor.stop([agents, [c for c in children if c.name == CONTROLLER]], grace_s)
+        controllers = [c for c in children if c.name in self.plan.controller_names]
+        if stop_jobs and controllers and self.controller_answered:  # else no job can have started
+            alive = any(c.process.poll() is None for c in controllers)
+            stop_cluster_jobs(self.plan, controller_alive=alive)
+        agents = [c for c in children if c.name not in self.plan.controller_names]
+        self.supervisor.stop([agents, controllers], grace_s)
         kill_leftover_tasks(self.plan)
+        if self.postgres_started and self.plan.postgres is not None:
+            try:
+                stop_postgres(self.plan.postgres)
+            except CliError as exc:
+                typer.echo(f"corral: {exc}", err=True)
 
 
 @contextmanager
@@ -112,16 +120,22 @@ def make_certificates(plan: UpPlan) -> None:
 
 
 def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
-    """Start the controller, then the agents once it answers; return when every node is up.
+    """Start the controllers, then the agents once they answer; return when every node is up.
 
     Raises ChildExited or CliError; the caller stops what was started (cluster.stop)."""
     plan, supervisor = cluster.plan, cluster.supervisor
     deadline = _Deadline(time.monotonic() + timeout_s, timeout_s, plan.log_dir)
-    supervisor.start(CONTROLLER, plan.controller_argv)
+    for name, argv in zip(plan.controller_names, plan.controller_argvs, strict=True):
+        supervisor.start(name, argv)
     ca_file = str(plan.ca_file) if plan.ca_file else None
-    with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=2.0, ca_file=ca_file) as client:
-        cluster.name = _wait_for_health(client, supervisor, deadline).get("cluster", cluster.name)
-        cluster.controller_answered = True
+    secret = plan.secret_file.read_text().strip()
+    urls = plan.urls or (plan.url,)
+    for url in urls:  # the health check answers from every controller, standby or not
+        what = "the controller" if len(urls) == 1 else f"the controller at {url}"
+        with Client(url, secret, timeout_s=2.0, ca_file=ca_file) as one:
+            cluster.name = _wait_for_health(one, supervisor, deadline, what).get("cluster", cluster.name)
+    cluster.controller_answered = True
+    with Client(urls, secret, timeout_s=2.0, ca_file=ca_file) as client:
         for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
             supervisor.start(name, argv)
         _wait_for_nodes(client, supervisor, plan.node_names, deadline)
@@ -139,13 +153,14 @@ class _Deadline:
         time.sleep(POLL_INTERVAL_S)
 
 
-def _wait_for_health(client: Client, supervisor: Supervisor, deadline: _Deadline) -> dict:
+def _wait_for_health(client: Client, supervisor: Supervisor, deadline: _Deadline,
+                     what: str = "the controller") -> dict:
     while True:
         supervisor.check_alive()
         try:
             return client.health()
         except ControllerUnreachable:
-            deadline.sleep_or_fail("the controller did not answer")
+            deadline.sleep_or_fail(f"{what} did not answer")
 
 
 def _wait_for_nodes(client: Client, supervisor: Supervisor, names: tuple[str, ...], deadline: _Deadline) -> None:
@@ -189,19 +204,26 @@ def wait_foreground(cluster: Cluster) -> int:
 def run_up(plan: UpPlan) -> int:
     """Everything `corral up` does once planned; returns the exit status."""
     with state_dir_lock(plan.state_dir), stop_on_signals():
-        check_port_free(plan.host, plan.port)
+        for port in plan.ports:
+            check_port_free(plan.host, port)
+        if plan.postgres is not None:
+            check_can_start()
         write_secret(plan.secret_file)
         write_agent_credentials(plan)
         make_certificates(plan)
         cluster, ready, system_file = Cluster(plan, Supervisor(plan.log_dir)), False, None
+        urls = plan.urls or (plan.url,)
         try:
+            if plan.postgres is not None:
+                cluster.postgres_started = True  # from here on, stopping stops it too
+                start_postgres(plan.postgres)
             start_cluster(cluster)
             ready = True
-            config_path = write_cluster_file(plan.url, plan.secret_file, auth_socket=plan.auth_socket,
+            config_path = write_cluster_file(urls, plan.secret_file, auth_socket=plan.auth_socket,
                                              ca_file=plan.ca_file)
             # Root's cluster serves every user of this host: tell them where it is.
             if os.geteuid() == 0 and plan.auth_socket is not None:
-                system_file = write_system_cluster_file(plan.url, plan.auth_socket, ca_file=plan.ca_file)
+                system_file = write_system_cluster_file(urls, plan.auth_socket, ca_file=plan.ca_file)
             typer.echo(banner(cluster, config_path, system_file))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
@@ -219,9 +241,12 @@ def run_up(plan: UpPlan) -> int:
 def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None) -> str:
     plan = cluster.plan
     gpus = "real GPUs" if plan.gpus_per_node is None else f"{plan.gpus_per_node} simulated GPUs each"
+    several = len(plan.urls) > 1
     return (
         f"corral: cluster '{cluster.name}' is up: {len(plan.node_names)} node(s), {gpus}\n"
-        f"  API:       {plan.url}\n"
+        + (f"  API:       {', '.join(plan.urls)} ({len(plan.urls)} controllers: their leader answers; "
+           "'corral status' says which)\n" if several else f"  API:       {plan.url}\n")
+        + (f"  database:  PostgreSQL, data in {plan.postgres.data_dir}\n" if plan.postgres else "") +
         f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
         f"  users:     {plan.auth_socket} gives this host's users their credential"
         + (f" (found through {system_file})\n" if system_file else "\n")
@@ -254,6 +279,11 @@ def up(
                                                 help="Controller config file (partitions...).")] = None,
     tls: Annotated[bool, typer.Option("--tls", help="Serve HTTPS with a certificate from a private CA made in "
                                                     "the state dir (kept across runs); clients verify it.")] = False,
+    controllers: Annotated[int, typer.Option(
+        "--controllers", metavar="N",
+        help="Controllers to start, on N consecutive ports from --port: one leads, the others stand by to take "
+             "over. More than one share a PostgreSQL server started for them (installed if missing, as root) "
+             "unless --db names one.")] = 1,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
@@ -261,6 +291,7 @@ def up(
 
     with reported_errors():
         options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
-                            gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls)
+                            gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
+                            controllers=controllers)
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)

@@ -9,7 +9,11 @@ NVML finds some; then a single node is started, because several agents on one ho
 every GPU. Without NVML each node simulates 4.
 
 TLS (--tls): the controller serves HTTPS with a certificate from the cluster's private CA, kept in
-STATE_DIR/tls; the agents and clients verify it against that CA (cluster.json records it)."""
+STATE_DIR/tls; the agents and clients verify it against that CA (cluster.json records it).
+
+Controllers (--controllers N): N > 1 controllers listen on N consecutive ports from --port, each told its own
+URL (--advertise-url), and share a database: PostgreSQL (SQLite is one process's), started for them
+(up_postgres.py) unless --db names one. Agents and cluster.json get every URL."""
 from __future__ import annotations
 
 import os
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
+from corral.cli.up_postgres import PostgresPlan, postgres_data_dir
 
 DEFAULT_SIMULATED_GPUS = 4
 DEFAULT_SIMULATED_NODES = 2
@@ -35,24 +40,43 @@ class UpOptions:
     db_url: str | None = None
     config: Path | None = None
     tls: bool = False
+    controllers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class UpPlan:
-    url: str  # what clients and agents connect to
+    url: str  # the first controller's: what clients and agents connect to
     host: str
-    port: int
+    port: int  # the first controller's
     state_dir: Path
     secret_file: Path
     log_dir: Path
     node_names: tuple[str, ...]
     gpus_per_node: int | None  # None: real GPUs, discovered by the agent
-    controller_argv: tuple[str, ...]
+    controller_argvs: tuple[tuple[str, ...], ...]  # one per controller
     agent_argvs: tuple[tuple[str, ...], ...]
     spool_dirs: tuple[Path, ...]  # one per node, where its agent records its running tasks
     agent_credential_files: tuple[Path, ...] = ()  # one per node (0600): only that node's agent may use it
     auth_socket: Path | None = None  # where local users get their credential (docs/security.md)
     tls_dir: Path | None = None  # --tls: the CA and the controller's certificate and key live here
+    urls: tuple[str, ...] = ()  # every controller's, the first one first
+    postgres: PostgresPlan | None = None  # the server started for several controllers
+
+    @property
+    def controller_argv(self) -> tuple[str, ...]:
+        return self.controller_argvs[0]
+
+    @property
+    def controller_names(self) -> tuple[str, ...]:
+        """Their names in logs and messages: "controller" alone, else controller1..N."""
+        count = len(self.controller_argvs)
+        return ("controller",) if count == 1 else tuple(f"controller{i}" for i in range(1, count + 1))
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        """The controllers' ports, which `corral up` needs free (its PostgreSQL server listens on no TCP port:
+        its number only names the socket in the server's own data directory)."""
+        return tuple(range(self.port, self.port + len(self.controller_argvs)))
 
     @property
     def ca_file(self) -> Path | None:
@@ -86,24 +110,70 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         gpus = DEFAULT_SIMULATED_GPUS
     state_dir = options.state_dir
     secret_file = state_dir / "secret"
-    url = client_url(options.host, options.port, "https" if options.tls else "http")
+    ports, postgres, db_url = _controller_ports_and_database(options)
+    scheme = "https" if options.tls else "http"
+    urls = tuple(client_url(options.host, port, scheme) for port in ports)
     tls_dir = state_dir / "tls" if options.tls else None
     names = tuple(f"node{i}" for i in range(1, nodes + 1))
     # Simulated nodes advertise at least 4 CPUs per GPU: CPUs are not enforced on processes, and a small
     # host must not make GPU-shaped jobs (a task per GPU) unplaceable.
     node_size = (max(MIN_NODE_CPUS, facts.cpus, 4 * (gpus or 0)), max(1, facts.mem_mib // nodes))
     credentials = tuple(state_dir / "agents" / f"{name}.credential" for name in names)
-    socket_path = auth_socket_path(state_dir, options.port, os.geteuid())
+    sockets = tuple(_auth_socket(state_dir, port, len(ports)) for port in ports)
+    controllers = tuple(
+        _controller_argv(python, options, port, db_url, secret_file, socket, tls_dir, url if len(ports) > 1 else None)
+        for port, socket, url in zip(ports, sockets, urls, strict=True))
+    agent_url = ",".join(urls)
     return UpPlan(
-        url=url, host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
-        log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus,
-        controller_argv=_controller_argv(python, options, secret_file, socket_path, tls_dir),
-        agent_argvs=tuple(_agent_argv(python, url, credential, name, gpus, node_size,
+        url=urls[0], host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
+        log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus, controller_argvs=controllers,
+        agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size,
                                       spool_dir(state_dir, name, options.port, os.geteuid()), tls_dir)
                           for name, credential in zip(names, credentials, strict=True)),
         spool_dirs=tuple(spool_dir(state_dir, name, options.port, os.geteuid()) for name in names),
-        agent_credential_files=credentials, auth_socket=socket_path, tls_dir=tls_dir,
+        agent_credential_files=credentials, auth_socket=sockets[0], tls_dir=tls_dir, urls=urls, postgres=postgres,
     )
+
+
+def _controller_ports_and_database(options: UpOptions) -> tuple[tuple[int, ...], PostgresPlan | None, str]:
+    """The controllers' ports; the PostgreSQL server to start for them, if any; their database URL."""
+    count = options.controllers
+    if count < 1:
+        raise CliError(f"--controllers {count}: a cluster needs at least one controller")
+    default_db = f"sqlite:///{options.state_dir / 'corral.db'}"
+    if count == 1:
+        return (options.port,), None, options.db_url or default_db
+    # The PostgreSQL server started without --db takes the number after the controllers' to name its socket.
+    last_port = options.port + count - (0 if options.db_url is None else 1)
+    if last_port > 65535:
+        raise CliError(f"--controllers {count} from --port {options.port} would need ports up to {last_port}: "
+                       "choose a lower --port")
+    ports = tuple(range(options.port, options.port + count))
+    if options.db_url is not None:
+        if not options.db_url.startswith("postgresql"):
+            raise CliError(f"--controllers {count} needs a database they can share: --db must be a PostgreSQL "
+                           "URL (postgresql+psycopg://...), or leave --db out to have one started")
+        return ports, None, options.db_url
+    user = _user_name()
+    postgres = PostgresPlan(postgres_data_dir(options.state_dir, options.port, os.geteuid()), last_port, user)
+    return ports, postgres, postgres.url
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        raise CliError("PostgreSQL lets in users by name, and this user has none (no passwd entry): give "
+                       "--db postgresql+psycopg://USER@HOST/DB") from None
+
+
+def _auth_socket(state_dir: Path, port: int, controllers: int) -> Path:
+    path = auth_socket_path(state_dir, port, os.geteuid())
+    if controllers > 1 and os.geteuid() != 0:  # one per controller in the one state dir
+        return path.with_name(f"auth-{port}.sock")
+    return path
 
 
 def auth_socket_path(state_dir: Path, port: int, euid: int) -> Path:
@@ -119,12 +189,13 @@ def spool_dir(state_dir: Path, node: str, port: int, euid: int) -> Path:
     return Path(f"/var/spool/corral/{port}/{node}") if euid == 0 else state_dir / "spool" / node
 
 
-def _controller_argv(python: str, options: UpOptions, secret_file: Path, auth_socket: Path,
-                     tls_dir: Path | None) -> tuple[str, ...]:
-    db_url = options.db_url or f"sqlite:///{options.state_dir / 'corral.db'}"
-    listen = f"[{options.host}]:{options.port}" if ":" in options.host else f"{options.host}:{options.port}"
+def _controller_argv(python: str, options: UpOptions, port: int, db_url: str, secret_file: Path, auth_socket: Path,
+                     tls_dir: Path | None, advertise_url: str | None) -> tuple[str, ...]:
+    listen = f"[{options.host}]:{port}" if ":" in options.host else f"{options.host}:{port}"
     argv = [python, "-m", "corral.controller", "--listen", listen, "--db", db_url,
             "--secret-file", str(secret_file), "--state-dir", str(options.state_dir), "--auth-socket", str(auth_socket)]
+    if advertise_url is not None:
+        argv += ["--advertise-url", advertise_url]
     if options.config is not None:
         argv += ["--config", str(options.config)]
     if tls_dir is not None:

@@ -22,7 +22,8 @@ def stop_cluster_jobs(plan: UpPlan, controller_alive: bool) -> None:
         return
     try:
         ca_file = str(plan.ca_file) if plan.ca_file else None
-        with Client(plan.url, plan.secret_file.read_text().strip(), timeout_s=10.0, ca_file=ca_file) as client:
+        urls = plan.urls or (plan.url,)  # the leader stops them
+        with Client(urls, plan.secret_file.read_text().strip(), timeout_s=10.0, ca_file=ca_file) as client:
             report = client.stop_cluster(STOP_JOBS_WAIT_S)
     except (CliError, OSError) as exc:
         typer.echo(f"corral: could not stop the jobs through the controller ({exc}): the agents kill "

@@ -8,6 +8,7 @@ from _collections_abc import Callable, Mapping
 
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.common.http import ApiError, Controller, TlsRefused, Unreachable
+from corral.slurm.common.leader import leader_wait_s
 from corral.slurm.common.target import TargetError, resolve_target
 
 Result = tuple[str, str, int]  # (stdout, stderr, exit status), as the pure formatters return
@@ -55,15 +56,20 @@ def emit(out: str, err: str, code: int = 0) -> int:
 
 def connect(env: Mapping[str, str] = os.environ) -> Controller:
     target = resolve_target(env)
-    return Controller(target.url, target.secret, source=target.source, ca_file=target.ca_file)
+    try:
+        wait_s = leader_wait_s(env)
+    except ValueError as exc:
+        raise TargetError(str(exc)) from None
+    return Controller(target.urls, target.secret, source=target.source, ca_file=target.ca_file,
+                      leader_wait_s=wait_s)
 
 
 def unreachable_message(prog: str, exc: Unreachable) -> str:
     if isinstance(exc, TlsRefused):
         return f"{prog}: error: Unable to contact slurm controller (connect failure)\n{prog}: error: {exc}\n"
     return (f"{prog}: error: Unable to contact slurm controller (connect failure)\n"
-            f"{prog}: error: corral's controller at {exc.url} (from {exc.source or 'the caller'}) did not "
-            f"answer: {exc.reason}; is 'corral up' running?\n")
+            f"{prog}: error: corral's {'controllers' if ', ' in exc.url else 'controller'} at {exc.url} "
+            f"(from {exc.source or 'the caller'}) did not answer: {exc.reason}; is 'corral up' running?\n")
 
 
 def api_message(prog: str, exc: ApiError) -> str:

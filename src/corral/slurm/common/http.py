@@ -4,13 +4,26 @@ Plain `http://` goes over `_socket` with one request per connection: `http.clien
 `ssl` and `socket` (enum), about 28 ms of start-up that a 20 ms command cannot pay. `https://`
 URLs wrap the same exchange in ssl (imported only then), verifying the controller's certificate against the
 CA file given (else the system's CAs) and its host name. Bodies are JSON (jsontext); errors are exceptions the
-commands turn into Slurm-like messages (common/command.py)."""
+commands turn into Slurm-like messages (common/command.py).
+
+Several controllers: the request goes to their leader (leader.py has the rule). Only a connection that failed
+before the request was sent, or a standby's 421, moves it to another controller; a request that may have
+reached a leader is never sent again."""
 from __future__ import annotations
 
 import _socket
 from _collections_abc import Iterable, Mapping
 
 from corral.slurm.common import jsontext
+from corral.slurm.common.leader import (
+    DEFAULT_LEADER_WAIT_S,
+    LEADER_HEADER,
+    NOT_LEADER_STATUS,
+    Controllers,
+    NoLeader,
+    NotLeader,
+    NotSent,
+)
 
 API_PREFIX = "/api/v1"  # corral.protocol.API_PREFIX (a test keeps them equal)
 DEFAULT_TIMEOUT_S = 30.0
@@ -58,22 +71,56 @@ def query_string(params: Mapping[str, object]) -> str:
     return "?" + "&".join(pairs) if pairs else ""
 
 
-class Controller:
-    def __init__(self, url: str, secret: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 source: str = "", ca_file: str | None = None) -> None:
-        self.url = url.rstrip("/")
-        self.source = source
-        self.ca_file = ca_file  # verifies an https:// controller
-        scheme, _, rest = self.url.partition("://")
+class Endpoint:
+    """One controller's address, parsed once."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        scheme, _, rest = url.partition("://")
         hostport, slash, base = rest.partition("/")
         self.tls = scheme == "https"
         self.host, port = _split_host(hostport)
         self.port = int(port) if port.isdigit() else (443 if self.tls else 80)
         self.base = (slash + base).rstrip("/") + API_PREFIX
+        self.host_header = f"Host: {hostport}\r\n"
+
+
+class Controller:
+    def __init__(self, url: str | Iterable[str], secret: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 source: str = "", ca_file: str | None = None,
+                 leader_wait_s: float = DEFAULT_LEADER_WAIT_S) -> None:
+        """`url`: one controller's, or every controller's of a cluster (their leader answers)."""
+        urls = [url] if isinstance(url, str) else list(url)
+        self.controllers = Controllers((u.rstrip("/") for u in urls), leader_wait_s)
+        self._endpoints = {u: Endpoint(u) for u in self.controllers.urls}
+        self.source = source
+        self.ca_file = ca_file  # verifies an https:// controller
         self.timeout_s = timeout_s
-        self.headers = f"Host: {hostport}\r\nAccept: application/json\r\nConnection: close\r\n"
+        self.headers = "Accept: application/json\r\nConnection: close\r\n"
         if secret:
             self.headers += f"Authorization: Bearer {secret}\r\n"
+
+    @property
+    def url(self) -> str:
+        """The leader's URL, as last found (the first controller's before any request)."""
+        return self.controllers.leader
+
+    @property
+    def host(self) -> str:
+        return self._endpoint(self.url).host
+
+    @property
+    def port(self) -> int:
+        return self._endpoint(self.url).port
+
+    @property
+    def base(self) -> str:
+        return self._endpoint(self.url).base
+
+    def _endpoint(self, url: str) -> Endpoint:
+        if url not in self._endpoints:  # a leader a standby named
+            self._endpoints[url] = Endpoint(url)
+        return self._endpoints[url]
 
     # ----- the API
 
@@ -139,41 +186,57 @@ class Controller:
 
     def exchange(self, method: str, path: str, params: Mapping[str, object] | None = None,
                  body: object = None) -> tuple[object, dict[str, str]]:
-        """(the decoded reply, its headers with lower-case names)."""
-        target = self.base + path + query_string(params or {})
+        """(the decoded reply, its headers with lower-case names), from the leader."""
+        tail = path + query_string(params or {})
         payload = jsontext.dumps(body).encode() if body is not None else b""
-        head = f"{method} {target} HTTP/1.1\r\n{self.headers}"
+        fields = self.headers
         if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
-        request = head.encode() + b"\r\n" + payload
-        status, headers, data = self._exchange_tls(request) if self.tls else self._exchange(request)
-        return _decoded(status, data), headers
+            fields += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
 
-    def _exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
-        # An ASCII host goes as bytes: a str would be encoded with the idna codec (~1 ms to import).
-        host = self.host.encode() if self.host.isascii() else self.host
+        def send(url: str) -> tuple[object, dict[str, str]]:
+            endpoint = self._endpoint(url)
+            head = f"{method} {endpoint.base}{tail} HTTP/1.1\r\n{endpoint.host_header}{fields}\r\n"
+            request = head.encode() + payload
+            exchange = self._exchange_tls if endpoint.tls else self._exchange
+            status, headers, data = exchange(endpoint, request)
+            if status == NOT_LEADER_STATUS:
+                raise NotLeader(url, headers.get(LEADER_HEADER.lower()) or _leader_in(data), _detail_of(data))
+            return _decoded(status, data), headers
+
         try:
-            infos = _socket.getaddrinfo(host, self.port, 0, _socket.SOCK_STREAM)
+            return self.controllers.call(send)  # type: ignore[return-value]
+        except NoLeader as exc:
+            raise Unreachable(", ".join(self.controllers.urls), exc.reason, self.source) from None
+
+    def _exchange(self, endpoint: Endpoint, request: bytes) -> tuple[int, dict[str, str], bytes]:
+        """NotSent if no connection could be made (another controller may be asked); Unreachable if it
+        failed once the request was on its way (it may have been acted on: never sent again)."""
+        # An ASCII host goes as bytes: a str would be encoded with the idna codec (~1 ms to import).
+        host = endpoint.host.encode() if endpoint.host.isascii() else endpoint.host
+        try:
+            infos = _socket.getaddrinfo(host, endpoint.port, 0, _socket.SOCK_STREAM)
         except OSError as exc:
-            raise Unreachable(self.url, exc.strerror or str(exc), self.source) from None
+            raise NotSent(endpoint.url, exc.strerror or str(exc)) from None
         last: OSError | None = None
         for family, kind, proto, _, address in infos:
             sock = _socket.socket(family, kind, proto)
             try:
                 sock.settimeout(self.timeout_s)
-                sock.connect(address)
-                sock.sendall(request)
-                return _read_response(sock)
-            except OSError as exc:
-                last = exc
+                try:
+                    sock.connect(address)
+                except OSError as exc:
+                    last = exc
+                    continue
+                try:
+                    sock.sendall(request)
+                    return _read_response(sock)
+                except OSError as exc:
+                    raise Unreachable(endpoint.url, self._sent_reason(exc, endpoint), self.source) from None
             finally:
                 sock.close()
-        reason = _reason(last)
-        if isinstance(last, ConnectionResetError):  # what a TLS server does with a plain request
-            reason += "; if it serves HTTPS, use an https:// URL"
-        raise Unreachable(self.url, reason, self.source)
+        raise NotSent(endpoint.url, _reason(last))
 
-    def _exchange_tls(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _exchange_tls(self, endpoint: Endpoint, request: bytes) -> tuple[int, dict[str, str], bytes]:
         # https only: ssl (and the socket module it brings) costs ~13 ms of start-up; http.client, ~10 ms
         # more, is not needed: the request and the reply are those of the plain path.
         import socket
@@ -183,17 +246,28 @@ class Controller:
         try:
             context = client_context(self.ca_file)
         except TlsConfigError as exc:
-            raise TlsRefused(self.url, str(exc), self.source) from None
+            raise TlsRefused(endpoint.url, str(exc), self.source) from None
         try:
-            with socket.create_connection((self.host, self.port), timeout=self.timeout_s) as raw, \
-                    context.wrap_socket(raw, server_hostname=self.host) as sock:
+            raw = socket.create_connection((endpoint.host, endpoint.port), timeout=self.timeout_s)
+        except OSError as exc:
+            raise NotSent(endpoint.url, _reason(exc)) from None
+        try:
+            with raw, context.wrap_socket(raw, server_hostname=endpoint.host) as sock:
                 sock.sendall(request)
                 return _read_response(sock)
         except OSError as exc:  # ssl.SSLError is an OSError
-            message = tls_failure(exc, self.url, self.ca_file)
+            message = tls_failure(exc, endpoint.url, self.ca_file)
             if message:
-                raise TlsRefused(self.url, message, self.source) from None
-            raise Unreachable(self.url, _reason(exc), self.source) from None
+                raise TlsRefused(endpoint.url, message, self.source) from None
+            raise Unreachable(endpoint.url, self._sent_reason(exc, endpoint), self.source) from None
+
+    def _sent_reason(self, error: OSError, endpoint: Endpoint) -> str:
+        reason = _reason(error)
+        if isinstance(error, ConnectionResetError) and not endpoint.tls:  # what a TLS server does with plain HTTP
+            reason += "; if it serves HTTPS, use an https:// URL"
+        if len(self.controllers.urls) > 1:
+            reason += " (once sent, a request is not sent to another controller: it may have been acted on)"
+        return reason
 
 
 def _param(value: object) -> object:
@@ -256,6 +330,25 @@ def _unchunked(data: bytes) -> bytes:
             return b"".join(out)
         out.append(data[line_end + 2: line_end + 2 + size])
         position = line_end + 2 + size + 2
+
+
+def _detail_of(data: bytes) -> str:
+    try:
+        value = jsontext.loads(data)
+    except ValueError:
+        return ""
+    detail = value.get("detail") if isinstance(value, dict) else None
+    return detail if isinstance(detail, str) else ""
+
+
+def _leader_in(data: bytes) -> str | None:
+    """The `leader` of a 421's body: the same URL as its header, for a proxy that drops headers."""
+    try:
+        value = jsontext.loads(data)
+    except ValueError:
+        return None
+    leader = value.get("leader") if isinstance(value, dict) else None
+    return leader if isinstance(leader, str) else None
 
 
 def _decoded(status: int, data: bytes):

@@ -4,7 +4,8 @@ pathlib, getpass and json would cost the Slurm commands ~25 ms of a start of a f
 
 cluster.json: the user's ($XDG_CONFIG_HOME/corral/cluster.json), else the system-wide one
 (SYSTEM_CLUSTER_FILE, or `CORRAL_SYSTEM_CLUSTER_FILE`), both written by `corral up`.
-URL: `CORRAL_URL`, else the `url` of cluster.json, else DEFAULT_URL.
+URL: `CORRAL_URL`, else the `urls` (older files: `url`) of cluster.json, else DEFAULT_URL. Each may name
+several controllers (CORRAL_URL comma-separated, `urls` a list): the clients follow their leader (leader.py).
 Credential (docs/security.md): `CORRAL_TOKEN` (an API token, or a job's own credential), else the
 cluster secret from `CORRAL_SECRET` or `CORRAL_SECRET_FILE`, else, when cluster.json describes the
 chosen URL, its `secret_file` (the user who ran `corral up`) or a user credential from its
@@ -30,16 +31,18 @@ class TargetError(Exception):
 
 
 class Target:
-    __slots__ = ("url", "secret", "source", "ca_file")
+    __slots__ = ("url", "urls", "secret", "source", "ca_file")
 
-    def __init__(self, url: str, secret: str | None, source: str, ca_file: str | None = None) -> None:
-        self.url = url
+    def __init__(self, url: str, secret: str | None, source: str, ca_file: str | None = None,
+                 urls: tuple[str, ...] = ()) -> None:
+        self.url = url  # the first controller
+        self.urls = urls or (url,)  # every controller, the first one first
         self.secret = secret
         self.source = source  # where the URL came from, for messages: "CORRAL_URL", a path, "default"
         self.ca_file = ca_file
 
     def __repr__(self) -> str:
-        return (f"Target(url={self.url!r}, secret={'***' if self.secret else None}, source={self.source!r}, "
+        return (f"Target(urls={self.urls!r}, secret={'***' if self.secret else None}, source={self.source!r}, "
                 f"ca_file={self.ca_file!r})")
 
 
@@ -51,6 +54,41 @@ def cluster_file(env: Mapping[str, str]) -> str:
 def normalize_url(url: str) -> str:
     url = url.strip()
     return (url if "://" in url else f"http://{url}").rstrip("/")
+
+
+def parse_urls(text: str, source: str) -> tuple[str, ...]:
+    """A comma-separated list of controller URLs (one is a list too), normalized, in order."""
+    parts = text.split(",")
+    if not all(part.strip() for part in parts):
+        raise TargetError(f"{source}={text!r} has an empty controller URL: expected one URL or several "
+                          "separated by commas, e.g. http://head1:6817,http://head2:6817")
+    return check_urls(tuple(normalize_url(part) for part in parts), source)
+
+
+def check_urls(urls: tuple[str, ...], source: str) -> tuple[str, ...]:
+    if not urls:
+        raise TargetError(f"{source} names no controller URL")
+    for url in urls:
+        scheme = url.partition("://")[0]
+        if scheme not in ("http", "https") or not url.partition("://")[2].split("/")[0]:
+            raise TargetError(f"invalid controller URL {url!r} (from {source}): expected http://HOST:PORT")
+    repeated = sorted({url for url in urls if urls.count(url) > 1})
+    if repeated:
+        raise TargetError(f"{source} names the controller {repeated[0]} more than once")
+    if len({url.partition("://")[0] for url in urls}) > 1:
+        raise TargetError(f"{source} mixes http:// and https:// controllers ({', '.join(urls)}): all of a "
+                          "cluster's controllers serve the same way")
+    return urls
+
+
+def cluster_urls(cluster: Mapping, path: str) -> tuple[str, ...]:
+    """The controllers cluster.json names: its `urls`, else (an older file) its `url`."""
+    listed = cluster.get("urls")
+    if listed is None:
+        return check_urls((normalize_url(cluster["url"]),), path)
+    if not isinstance(listed, list) or not all(isinstance(url, str) for url in listed):
+        raise TargetError(f"{path}: \"urls\" must be a list of URLs; run 'corral up' again or remove the file")
+    return check_urls(tuple(normalize_url(url) for url in listed), f"{path} (\"urls\")")
 
 
 def system_cluster_file(env: Mapping[str, str]) -> str:
@@ -65,32 +103,35 @@ def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None =
         path = system_cluster_file(env)
         cluster = read_cluster_file(path)
     if url_option:
-        url, source = normalize_url(url_option), "--url"
+        urls, source = parse_urls(url_option, "--url"), "--url"
     elif env.get("CORRAL_URL"):
-        url, source = normalize_url(env["CORRAL_URL"]), "CORRAL_URL"
+        urls, source = parse_urls(env["CORRAL_URL"], "CORRAL_URL"), "CORRAL_URL"
     elif cluster:
-        url, source = normalize_url(cluster["url"]), path
+        urls, source = cluster_urls(cluster, path), path
     else:
-        url, source = DEFAULT_URL, "default"
-    return Target(url, _secret_for(url, env, cluster), source, _ca_file_for(url, env, cluster))
+        urls, source = (DEFAULT_URL,), "default"
+    # The file's secret and CA belong to its cluster: only for URLs it names.
+    described = cluster is not None and set(urls) <= set(cluster_urls(cluster, path))
+    return Target(urls[0], _secret_for(env, cluster if described else None), source,
+                  _ca_file_for(env, cluster if described else None), urls)
 
 
-def _ca_file_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
+def _ca_file_for(env: Mapping[str, str], cluster: dict | None) -> str | None:
     if env.get("CORRAL_CA_FILE"):
         return env["CORRAL_CA_FILE"]
-    if cluster and isinstance(cluster.get("ca_file"), str) and normalize_url(cluster["url"]) == url:
+    if cluster and isinstance(cluster.get("ca_file"), str):
         return cluster["ca_file"]
     return None
 
 
-def _secret_for(url: str, env: Mapping[str, str], cluster: dict | None) -> str | None:
+def _secret_for(env: Mapping[str, str], cluster: dict | None) -> str | None:
     if env.get("CORRAL_TOKEN"):
         return env["CORRAL_TOKEN"].strip()
     if env.get("CORRAL_SECRET"):
         return env["CORRAL_SECRET"].strip()
     if env.get("CORRAL_SECRET_FILE"):
         return read_secret(env["CORRAL_SECRET_FILE"])
-    if not cluster or normalize_url(cluster["url"]) != url:
+    if not cluster:
         return None
     if cluster.get("secret_file"):
         return read_secret(cluster["secret_file"])
