@@ -71,7 +71,7 @@ def test_a_step_whose_process_the_kernel_killed_for_memory_ends_out_of_memory() 
     step, _ = engine.start_step(job.id, request(ntasks=2), T0 + 1)
     engine.step_finished(job.node_names[0], job.id, 0, [(0, 0, 0)], None, T0 + 2)
     engine.step_finished(job.node_names[1], job.id, 0, [(1, 0, signal.SIGKILL)], None, T0 + 3, oom_killed=True)
-    assert (step.state, step.signal) == ("OUT_OF_MEMORY", signal.SIGKILL)
+    assert (step.state, step.exit_code, step.signal) == ("OUT_OF_MEMORY", 0, 125), "Slurm's 0:125"
     assert job.state is JobState.RUNNING, "the batch script decides what happens next, as under Slurm"
 
 

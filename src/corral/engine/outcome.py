@@ -7,6 +7,10 @@ from corral import kill_reasons
 from corral.engine.records import NODE_FAILED, PREEMPTED, Job, JobState, NodeRun
 
 # A job being stopped (COMPLETING) towards this final state: why, as slurmstepd tells it.
+# Slurm's exit status of a job or step the kernel killed for memory: its dummy signal SIG_OOM (253), shown
+# without the signal flag (0x80) as 0:125 by sacct and scontrol, whatever the tasks' own exits were.
+OOM_EXIT = (0, 253 - 128)
+
 _KILL_REASONS: dict[JobState | None, str] = {
     JobState.TIMEOUT: kill_reasons.TIME_LIMIT,
     JobState.PREEMPTED: kill_reasons.PREEMPTION,
@@ -39,7 +43,10 @@ def final_state(job: Job) -> JobState:
 
 
 def fold_exit(job: Job) -> tuple[int, int]:
-    """The job's (exit_code, signal): the largest exit code and the first signal among its nodes."""
+    """The job's (exit_code, signal): the largest exit code and the first signal among its nodes, or
+    Slurm's 0:125 when it went over its memory."""
+    if any(r.oom_killed for r in job.runs.values()):
+        return OOM_EXIT
     code = max((r.exit_code for r in job.runs.values()), default=0)
     sig = next((r.signal for r in job.runs.values() if r.signal), 0)
     return code, sig

@@ -14,7 +14,7 @@ from typing import Any
 
 from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
-from corral.engine.outcome import node_result
+from corral.engine.outcome import OOM_EXIT, node_result
 from corral.engine.records import Job, JobState, NodeRun, Step
 
 # What a step that was still running ends as when its job ends for this reason.
@@ -147,6 +147,7 @@ def _end_step(step: Step, now: float, killed_by: JobState | None) -> None:
         step.state = _ENDED_BY_JOB.get(killed_by, "CANCELLED")
     elif any(r.oom_killed for r in runs):
         step.state = "OUT_OF_MEMORY"
+        step.exit_code, step.signal = OOM_EXIT
     elif step.error or step.exit_code or step.signal:
         step.state = "FAILED"
     else:
