@@ -156,16 +156,22 @@ class Leases:
 
     def acquire(self, me: Holder, ttl_s: float) -> LeaseView | None:
         """Take the lease if it is free, with a new epoch; None when another controller holds it."""
+        taken, lease = self.try_acquire(me, ttl_s)
+        return lease if taken else None
+
+    def try_acquire(self, me: Holder, ttl_s: float) -> tuple[bool, LeaseView]:
+        """Take the lease if it is free, with a new epoch: (True, the new lease), or (False, the lease
+        another controller holds)."""
         with self._failures("taking the leader lease"), self._writer.begin() as connection:
             self._limit_lock_wait(connection)
             lease = self._read(connection, lock=True)
             if not self._free(lease, me):
-                return None
+                return False, lease
             connection.execute(text(
                 f"UPDATE leader_lease SET epoch = epoch + 1, holder = :holder, url = :url, pid = :pid, "
                 f"expires_at = {self._now} + :ttl WHERE id = 1 AND epoch = :seen"),
                 {"holder": me.id, "url": me.url, "pid": me.pid, "ttl": ttl_s, "seen": lease.epoch})
-            return self._read(connection, lock=False)
+            return True, self._read(connection, lock=False)
 
     def _free(self, lease: LeaseView, me: Holder) -> bool:
         if lease.holder in ("", me.id) or exited_here(lease.holder):
