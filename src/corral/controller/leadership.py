@@ -151,12 +151,13 @@ class Leadership:
         if self.leading and self._monotonic() >= self._valid_until:
             self.step_down(f"the lease of epoch {self.epoch} could not be renewed in time")
 
-    def step_down(self, reason: str) -> None:
-        """Stop leading at once: nothing more is written (the store's fence), the engine goes (on_lose)."""
+    def step_down(self, reason: str, leader_url: str | None = None) -> None:
+        """Stop leading at once: nothing more is written (the store's fence), the engine goes (on_lose).
+        `leader_url`: who leads now, if known (the next turn finds out)."""
         if not self.leading:
             return
         self.store.fence(NOT_LEADER)
-        self.leading, self.term = False, self.term + 1
+        self.leading, self.term, self.leader_url = False, self.term + 1, leader_url
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None

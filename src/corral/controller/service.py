@@ -279,7 +279,7 @@ class ControllerService:
             await self.writer.write(self.store.encode(result.jobs, result.nodes, meta))
         except LeaseLost as exc:  # another controller leads: this one wrote nothing and must stop
             if self.leadership is not None:
-                self.leadership.step_down(str(exc))
+                self.leadership.step_down(str(exc), exc.leader_url)
             raise NotLeader(exc.leader_url) from exc
         except BaseException as exc:  # any failure, even a cancelled wait for the write
             outage = self.writer.failed(exc, self.clock())
