@@ -66,6 +66,7 @@ class Leadership:
         self.on_lead: Callable[[int], Awaitable[None]] | None = None
         self.on_lose: Callable[[str], None] | None = None
         self._takeover: asyncio.Task | None = None
+        self._stopped = False
 
     @property
     def url(self) -> str:
@@ -167,6 +168,9 @@ class Leadership:
 
     async def stop(self) -> None:
         """Give the lease up (a standby takes over at once) and leave the registry."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._takeover is not None:
             self._takeover.cancel()
         epoch, leading = self.epoch, self.leading
