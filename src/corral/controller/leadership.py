@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -63,7 +63,7 @@ class Leadership:
         self._valid_until = 0.0
         self._watchdog: asyncio.TimerHandle | None = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-lease")
-        self.on_lead: Callable[[int], Awaitable[None]] | None = None
+        self.on_lead: Callable[[int], Coroutine[None, None, None]] | None = None
         self.on_lose: Callable[[str], None] | None = None
         self._takeover: asyncio.Task | None = None
         self._stopped = False

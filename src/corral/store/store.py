@@ -14,7 +14,6 @@ from sqlalchemy.sql import Select
 from corral.engine.records import Job, JobState, Node
 from corral.store import codec, migrate
 from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
-from corral.store.errors import StoreError
 from corral.store.errors import translated as _translated
 from corral.store.lease import check_fence
 from corral.store.schema import JOBS, META, NODES
