@@ -46,10 +46,7 @@ class Controller:
 
     async def turn(self) -> None:
         """One turn of the lease loop, and the takeover it started, if any."""
-        leadership = self.service.leadership
-        await leadership.turn()
-        if leadership._takeover is not None:
-            await leadership._takeover
+        await self.service.leadership.first_turn()
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -92,6 +92,12 @@ class Leadership:
             await self.turn()
             await asyncio.sleep(self.renew_s if self.leading else self.try_s)
 
+    async def first_turn(self) -> None:
+        """The turn at start: when it takes the lease, it returns once the takeover is done."""
+        await self.turn()
+        if self._takeover is not None:
+            await self._takeover
+
     async def turn(self) -> None:
         """One turn: renew the lease (leader) or try to take it (standby), then say so in the registry."""
         try:

@@ -124,7 +124,7 @@ class ControllerService:
     async def start(self) -> None:
         self._wake = asyncio.Event()
         if self.leadership is not None:
-            await self.leadership.turn()  # a lone controller leads before it answers anyone
+            await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
             self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
 
