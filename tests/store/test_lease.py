@@ -2,6 +2,7 @@
 a new epoch at every takeover, and writes fenced by the epoch in their own transaction."""
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -9,8 +10,8 @@ import time
 
 import pytest
 
-from corral.store import Store
-from corral.store.lease import NOT_LEADER, Holder, LeaseLost, Leases
+from corral.store import Store, StoreError
+from corral.store.lease import IDLE_IN_TRANSACTION_MS, NOT_LEADER, Holder, LeaseLost, Leases, check_fence
 from tests.store.factories import full_job
 
 TTL_S = 3.0
@@ -109,8 +110,6 @@ def test_on_postgresql_a_takeover_waits_for_a_write_in_flight_and_then_fences_th
         old.fence(leases.acquire(holder("old"), 0.2).epoch)
         time.sleep(0.3)  # the old leader's lease expired; it does not know yet
         with old.engine.begin() as connection:
-            from corral.store.lease import check_fence
-
             check_fence(connection, 1)  # a write of the old leader, in flight, holds the row
             taken: list = []
             taker = threading.Thread(target=lambda: taken.append(leases.acquire(holder("new"), TTL_S)))
@@ -135,3 +134,23 @@ def test_the_registry_lists_controllers_with_the_lease_deciding_roles(store: Sto
         (a.url, "leader", 1, a.pid), (b.url, "standby", 0, b.pid)]
     leases.forget(b)
     assert [c.url for c in leases.controllers()[1]] == [a.url]
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True)
+def test_on_postgresql_a_write_paused_mid_transaction_cannot_block_a_takeover(db_url: str) -> None:
+    """A leader paused between the fence and its commit holds the lease row; the server ends its session
+    once it has sat idle for IDLE_IN_TRANSACTION_MS, and the takeover goes ahead."""
+    with Store.open(db_url) as old, Store.open(db_url) as new:
+        leases = Leases(new.engine)
+        leases.acquire(holder("old"), 0.2)
+        connection = old.engine.connect()
+        connection.begin()
+        check_fence(connection, 1)  # and then the process stops
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="lock timeout"):
+            leases.acquire(holder("new"), TTL_S)  # waits at most LOCK_TIMEOUT_MS for the row
+        time.sleep(max(0.0, IDLE_IN_TRANSACTION_MS / 1000 + 0.3 - (time.monotonic() - started)))
+        taken = leases.acquire(holder("new"), TTL_S)
+        assert taken is not None and taken.epoch == 2
+        with contextlib.suppress(Exception):  # the server ended that session
+            connection.close()

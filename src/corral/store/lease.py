@@ -124,9 +124,10 @@ def check_fence(connection: Connection, fence: int) -> None:
     """Inside a write's transaction, before it writes: lock the lease row and check that its epoch is
     `fence`, or raise LeaseLost. The lock is held until the write commits, so a takeover waits for the
     write or the write sees the takeover."""
-    if connection.dialect.name == "postgresql":
-        connection.exec_driver_sql(f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
-        row = connection.exec_driver_sql("SELECT epoch, url FROM leader_lease WHERE id = 1 FOR UPDATE").one()
+    if connection.dialect.name == "postgresql":  # one round trip: the setting lasts this transaction
+        row = connection.exec_driver_sql(
+            f"SELECT set_config('idle_in_transaction_session_timeout', '{IDLE_IN_TRANSACTION_MS}', true), "
+            "epoch, url FROM leader_lease WHERE id = 1 FOR UPDATE").one()
     else:  # SQLite: the writer's BEGIN IMMEDIATE already excludes every other writer
         row = connection.exec_driver_sql("SELECT epoch, url FROM leader_lease WHERE id = 1").one()
     if row.epoch != fence:
