@@ -160,17 +160,10 @@ class ControllerService:
     def refusal(self) -> Exception | None:
         """Why this controller cannot take requests now (NotLeader, StoreUnavailable), or None."""
         leadership = self.leadership
-        if leadership is not None and not leadership.leading:
-            if leadership.problem is not None:  # it cannot even tell who leads: the database fails
-                return StoreUnavailable(f"store: cannot reach the database: {leadership.problem}; "
-                                        "nothing was changed, try again later")
+        if leadership is not None and not leadership.leading and leadership.problem is None:
             return NotLeader(leadership.leader_url)
-        if self._engine is None:
-            return StoreUnavailable("this controller is taking over as the leader (rebuilding its engine "
-                                    "from the store); try again in a moment")
-        if self.writer.outage is not None:
-            return _unavailable(self.writer.outage)
-        return None
+        problem = self.health()
+        return None if problem is None else StoreUnavailable(f"{problem}; nothing was changed, try again later")
 
     async def _take_over(self, term: int) -> None:
         """The lease is this controller's: build the engine from the store, as a restarted controller does
@@ -332,13 +325,16 @@ class ControllerService:
         self.outbox = Outbox()
 
     def health(self) -> str | None:
-        """Why the controller cannot take changes now, or None when it can (a standby can: it is healthy
-        and sends every change to the leader)."""
-        refusal = self.refusal()
-        if refusal is None or isinstance(refusal, NotLeader):
-            return None
+        """Why the controller cannot take changes now, or None when it can (a standby that reaches the
+        database can: it is healthy, and sends every change to the leader)."""
+        leadership = self.leadership
+        if leadership is not None and not leadership.leading:
+            # A standby that fails to reach the lease cannot even tell who leads.
+            return None if leadership.problem is None else f"store: cannot reach the database: {leadership.problem}"
+        if self._engine is None:
+            return "taking over as the leader: rebuilding the engine from the store"
         outage = self.writer.outage
-        return outage.describe() if outage is not None else str(refusal).split("; nothing was changed")[0]
+        return None if outage is None else outage.describe()
 
     @property
     def ready(self) -> bool:
@@ -357,7 +353,7 @@ class ControllerService:
         return await self.leadership.status()
 
     def _dispatch(self, commands: list[Command]) -> None:
-        if not self.lease_proven():
+        if commands and not self.lease_proven():
             # Committed, but the lease can no longer be proven: the next leader sends what the store says.
             log.warning("lease not proven: %d command(s) not sent", len(commands))
             return
