@@ -3,6 +3,7 @@ URL; when the leader dies or is cut off (SIGSTOP), the standby takes over within
 database and the agents' jobs run on; the old leader, continued, can write nothing and stands by."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 
@@ -12,15 +13,21 @@ from tests.e2e.harness import API, wait_for
 from tests.e2e.standby import StandbyCluster
 from tests.store.pg import fresh_pg_schema, pg_server_url_or_skip
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = pytest.mark.slow
 
 TAKEOVER_LIMIT_S = 5.0
 
 
-@pytest.fixture
-def standby_cluster(tmp_path):
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
+def standby_cluster(request, tmp_path):
+    """Controllers on a fresh PostgreSQL schema (or, where a test asks, one SQLite file on this host)."""
     made: list[StandbyCluster] = []
-    with fresh_pg_schema(pg_server_url_or_skip()) as url:
+    with contextlib.ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path / 'corral.db'}"
+        else:
+            url = stack.enter_context(fresh_pg_schema(pg_server_url_or_skip()))
+
         def make(**kwargs) -> StandbyCluster:
             cluster = StandbyCluster(tmp_path, db=url, **kwargs)
             made.append(cluster)
@@ -61,6 +68,8 @@ def test_a_standby_answers_421_naming_the_leader_and_both_say_who_leads(standby_
             (cluster.url_of(i), "leader" if i == leader else "standby", cluster.procs[i].pid) for i in (0, 1))
 
 
+@pytest.mark.parametrize("standby_cluster", [pytest.param("postgres", marks=pytest.mark.postgres), "sqlite"],
+                         indirect=True)
 def test_the_leader_killed_the_standby_takes_over_and_the_running_job_completes(standby_cluster) -> None:
     cluster = standby_cluster(nodes=1, gpus=2)
     running = cluster.submit(argv=["sleep", "6"], gpus=1, time_limit_s=120)
