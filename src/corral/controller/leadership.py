@@ -31,7 +31,7 @@ RENEW_EVERY_S = 1.0
 STANDBY_TRY_S = 0.5
 MARGIN_S = 0.5
 # Controllers not heard of for this long leave the registry (status stops listing them).
-FORGET_AFTER_S = 30.0
+FORGET_AFTER_S = 10.0
 
 
 class NotLeader(Exception):
