@@ -6,6 +6,12 @@ with header `X-Corral-Epoch: <epoch>`; the reply is `CommandBatch`. Passing `aft
 command up to SEQ. The agent POSTs `EventBatch` to /api/v1/agents/{node}/events as things happen, retrying
 until the controller accepts them (events are idempotent on the controller side). Any 409 reply means the
 controller restarted: register again (reporting what runs) and carry on.
+
+Controllers sharing a database take turns leading; every registration reply and command batch carries the
+leader's lease epoch (`leader_epoch`), which grows at every takeover. An agent remembers the highest it has
+seen and refuses replies and commands with a lower one: they come from a controller that lost the lease
+(paused or cut off) and does not know it yet. A standby answers 421 with the leader's URL in
+`X-Corral-Leader` (and `leader` in the body) when it knows it.
 """
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from corral.hostlist import check_node_name
 
 API_PREFIX = "/api/v1"
 EPOCH_HEADER = "X-Corral-Epoch"
+# A standby's 421 names the leader here (absent while no controller is known to lead).
+LEADER_HEADER = "X-Corral-Leader"
 # The variable that carries a job's own credential to its tasks (corral.slurm.common.target reads it).
 JOB_CREDENTIAL_ENV = "CORRAL_TOKEN"
 
@@ -55,8 +63,9 @@ class Registration(BaseModel):
 
 
 class RegistrationReply(BaseModel):
-    epoch: str
+    epoch: str  # this controller's session: any change means "register again"
     heartbeat_s: float
+    leader_epoch: int = 0  # the lease epoch of the controller that answers (0: a controller without a lease)
     # Jobs this agent reported running that the controller wants gone (cancelled or unknown).
     kill_jobs: list[int] = []
 
@@ -186,6 +195,7 @@ Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator
 
 class CommandBatch(BaseModel):
     commands: list[Command]
+    leader_epoch: int = 0
 
 
 class NodeStarted(BaseModel):

@@ -113,6 +113,7 @@ class FakeController:
 
     def __init__(self) -> None:
         self.epoch = "epoch-1"
+        self.leader_epoch = 0  # the lease epoch its replies carry
         self.heartbeat_s = 0.5
         self.kill_jobs: list[int] = []
         self.registrations: list[Registration] = []
@@ -261,7 +262,8 @@ class _Handler(BaseHTTPRequestHandler):
         with ctl.cond:
             ctl.registrations.append(registration)
             ctl.auth_headers.append(self.headers["Authorization"])
-            reply = RegistrationReply(epoch=ctl.epoch, heartbeat_s=ctl.heartbeat_s, kill_jobs=ctl.kill_jobs)
+            reply = RegistrationReply(epoch=ctl.epoch, heartbeat_s=ctl.heartbeat_s, kill_jobs=ctl.kill_jobs,
+                                      leader_epoch=ctl.leader_epoch)
         self._reply(200, reply.model_dump_json())
 
     def _events(self) -> None:
@@ -293,7 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
                 timeout=wait_s,
             )
             pending = [c for c in ctl.commands if c.seq > after]
-        self._reply(200, CommandBatch(commands=pending).model_dump_json())
+        self._reply(200, CommandBatch(commands=pending, leader_epoch=ctl.leader_epoch).model_dump_json())
 
 
 def _is_dead(pid: int, within_s: float = 2.0) -> bool:

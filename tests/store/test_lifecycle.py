@@ -22,10 +22,10 @@ def _revision(store: Store) -> str | None:
 
 
 def test_new_database_is_at_head(store: Store) -> None:
-    assert migrate.head_revision() == "0005"
+    assert migrate.head_revision() == "0006"
     assert _revision(store) == migrate.head_revision()
     tables = set(inspect(store.engine).get_table_names())
-    assert {"jobs", "nodes", "cluster_meta", "alembic_version"} <= tables
+    assert {"jobs", "nodes", "cluster_meta", "alembic_version", "leader_lease", "controllers"} <= tables
 
 
 def test_migrated_schema_matches_models(store: Store) -> None:

@@ -7,6 +7,9 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
 - Any 409 means the controller restarted (new epoch): register again, reporting the jobs running here and
   the finished jobs whose NodeFinished is still unacknowledged, then carry on with the outbox.
 - Commands may be re-sent: a launch for a job already running or finished here is ignored.
+- Every registration reply and command batch carries the leader's lease epoch; the agent remembers the
+  highest it has seen and neither registers with nor takes commands from a controller at a lower one (an
+  old leader that was paused or cut off and has not noticed that another took over).
 - Job steps (srun) run beside the job's own tasks, in runners of their own (step_runner.py); a signal
   for a job reaches its steps too unless it names only the batch part.
 - Tasks outlive the agent, and a restarted agent cannot adopt them yet: before it registers, it kills
@@ -144,6 +147,7 @@ class Agent:
         self._cgroups_status = cgroups_status  # what the registration says about isolation
         self._poll_wait_s = max_poll_wait_s
         self._epoch: str | None = None
+        self._leader_epoch = 0  # the highest lease epoch any controller reply carried
         self._after_seq = 0
         self._runners: dict[int, JobRunner] = {}  # jobs with tasks running here
         self._launched: OrderedDict[tuple[int, int], None] = OrderedDict()  # (job id, restart count)
@@ -291,15 +295,26 @@ class Agent:
                     reason = f"{asked} is not the leader"
                 elif response.is_success:
                     reply = RegistrationReply.model_validate_json(response.content)
-                    backoff.succeeded()
-                    self._accept_registration(reply, registration)
-                    return
+                    stale = self._stale_leader(reply.leader_epoch)
+                    if stale is None:
+                        backoff.succeeded()
+                        self._accept_registration(reply, registration)
+                        return
+                    reason = stale
                 else:
                     reason = f"HTTP {response.status_code}: {response.text[:200]}"
             except (httpx.RequestError, ValidationError) as exc:
                 self._unreachable(exc, asked)
                 reason = self._describe_error(exc)
             await backoff.failed(reason)
+
+    def _stale_leader(self, leader_epoch: int) -> str | None:
+        """Why a reply at `leader_epoch` must be refused (an older leader's), or None after noting it."""
+        if leader_epoch < self._leader_epoch:
+            return (f"the controller answered at leader epoch {leader_epoch}, older than {self._leader_epoch}: "
+                    "it no longer leads")
+        self._leader_epoch = leader_epoch
+        return None
 
     def _registration(self) -> Registration:
         inventory = self._inventory
@@ -366,6 +381,11 @@ class Agent:
             except (httpx.RequestError, ValidationError) as exc:
                 self._unreachable(exc, asked)
                 await backoff.failed(self._describe_error(exc))
+                continue
+            stale = self._stale_leader(batch.leader_epoch)
+            if stale is not None:
+                log.warning("refused %d command(s): %s", len(batch.commands), stale)
+                await backoff.failed(stale)
                 continue
             backoff.succeeded()
             for command in batch.commands:

@@ -1,6 +1,9 @@
 """python -m corral.controller --listen HOST:PORT --db URL --secret-file PATH [--config PATH]
-[--auth-socket PATH] [--tls-cert PEM --tls-key PEM]; or --secret-file PATH --agent-credential NODE to print a
-node's agent credential."""
+[--auth-socket PATH] [--tls-cert PEM --tls-key PEM] [--advertise-url URL]; or --secret-file PATH
+--agent-credential NODE to print a node's agent credential.
+
+Controllers started with the same --db take turns leading (controller/leadership.py): each names itself
+by --advertise-url, which a standby gives clients as the leader's address."""
 from __future__ import annotations
 
 import argparse
@@ -26,6 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tls-cert", default=None, metavar="PEM",
                    help="serve HTTPS with this certificate (chain) file; needs --tls-key")
     p.add_argument("--tls-key", default=None, metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument("--advertise-url", default=None, metavar="URL",
+                   help="the URL clients and agents reach this controller at, which standbys name when it leads "
+                        "(default: from --listen, this host's name for a wildcard address)")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -67,11 +73,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.auth_socket:
         auth = dataclasses.replace(auth, socket=os.path.abspath(args.auth_socket))
-    app = build_app(config, store, secret, tenancy=tenancy, auth=auth)
+    advertise_url = args.advertise_url or default_advertise_url(host, int(port), tls=args.tls_cert is not None)
+    if not advertise_url.startswith(("http://", "https://")):
+        print(f"corral-controller: error: --advertise-url must be an http:// or https:// URL, not {advertise_url!r}",
+              file=sys.stderr)
+        return 2
+    app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"))
     return _serve(app, host, int(port), args.tls_cert, args.tls_key)
 
 
-def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None):
+def default_advertise_url(host: str, port: int, tls: bool) -> str:
+    """This controller's URL as its peers' clients can use it: the --listen address, or this host's name
+    when that address is a wildcard."""
+    if host in ("0.0.0.0", "::", "[::]"):
+        import socket
+
+        host = socket.getfqdn()
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None):
+    """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
+    the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now."""
     from corral.controller.app import create_app
     from corral.controller.restore import restore_engine
     from corral.controller.service import ControllerService
@@ -82,8 +107,14 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
 
     # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
     heartbeat_s = min(5.0, config.node_timeout_s / 3)
-    # The same function builds the engine now and again after a failed commit.
-    service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
+    # The same function builds the engine now (or on taking the lease) and again after a failed commit.
+    if advertise_url is None:
+        service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
+    else:
+        from corral.controller.leadership import Leadership
+
+        service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
+                                    leadership=Leadership(store, advertise_url), config=config)
     return create_app(service, secret, auth)
 
 

@@ -28,6 +28,7 @@ from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
 from corral.controller.guard import Guard
 from corral.controller.join_routes import join_routes
+from corral.controller.leadership import NotLeader
 from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.params import (
     AfterQuery,
@@ -51,6 +52,7 @@ from corral.jobref import JobIdError, parse_job_list
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
+    LEADER_HEADER,
     CommandBatch,
     EventBatch,
     Registration,
@@ -73,6 +75,9 @@ WRITE_ERRORS = {**ERRORS, **UNAVAILABLE}
 RETRY_AFTER_S = 5
 # Every refusal (bad JSON, a value out of range, an unknown job, a wrong secret) has this body.
 REFUSALS = {"4XX": {"model": ErrorOut, "description": "Refused: `detail` says why"}}
+# What a standby answers besides 421 (health checks, and who leads).
+HEALTH_PATHS = (f"{API_PREFIX}/health", "/health", "/readyz")
+STATUS_PATH = f"{API_PREFIX}/status"
 
 
 def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None) -> FastAPI:
@@ -116,17 +121,31 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     async def _unavailable(_req: Request, exc: StoreUnavailable) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
+    @app.exception_handler(NotLeader)
+    async def _not_leader(_req: Request, exc: NotLeader) -> JSONResponse:
+        return not_leader_response(exc)
+
+    app.add_middleware(StandbyRefusal, service=service)
+
     async def health() -> JSONResponse:
-        """200 while the controller can take changes; 503, with the reason, while its database cannot be
-        written (requests that change something are refused then; reads still work)."""
-        body = {"status": "ok", "cluster": service.engine.config.cluster_name}
+        """200 while the controller can take changes, or is a healthy standby; 503, with the reason, while
+        its database cannot be written (requests that change something are refused then; reads still
+        work) or it is taking over as the leader."""
+        body = {"status": "ok", "cluster": service.config.cluster_name, "role": service.role}
         problem = service.health()
         if problem is None:
             return JSONResponse(body)
         return JSONResponse({**body, "status": "unavailable", "detail": problem}, status_code=503)
 
-    for path in (f"{API_PREFIX}/health", "/health", "/readyz"):
+    for path in HEALTH_PATHS:
         app.add_api_route(path, health, methods=["GET"], responses=UNAVAILABLE)
+
+    @app.get(STATUS_PATH, dependencies=[Depends(guard.principal)], responses=ERRORS)
+    async def status() -> dict:
+        """Who leads: this controller's `role` ("leader" or "standby"), lease `epoch`, `pid` and `url`, the
+        `leader`'s URL (null while none is known), and every controller sharing the database, as the
+        lease and their last word say (`controllers`: url, role, epoch, pid, last_seen)."""
+        return await service.status()
 
     _user_routes(app, service, guard)
     tenancy_routes(app, service, guard)
@@ -136,6 +155,35 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     join_routes(app, guard, lambda node: node in service.engine.nodes)
     _agent_routes(app, service, guard)
     return app
+
+
+class StandbyRefusal:
+    """A controller without an engine (a standby, or one taking over) answers only health checks and
+    status: every other API request gets 421 and the leader's URL, or 503 while it cannot reach the
+    database or rebuilds its engine. (Plain ASGI: it costs a request next to nothing.)"""
+
+    def __init__(self, app, service: ControllerService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and not self.service.ready:
+            path = scope["path"]
+            refusal = self.service.refusal()
+            if path.startswith(API_PREFIX) and path not in HEALTH_PATHS and path != STATUS_PATH and refusal:
+                if isinstance(refusal, NotLeader):
+                    response = not_leader_response(refusal)
+                else:
+                    response = JSONResponse({"detail": str(refusal)}, status_code=503,
+                                            headers={"Retry-After": str(RETRY_AFTER_S)})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def not_leader_response(exc: NotLeader) -> JSONResponse:
+    headers = {LEADER_HEADER: exc.leader_url} if exc.leader_url else None
+    return JSONResponse({"detail": str(exc), "leader": exc.leader_url}, status_code=421, headers=headers)
 
 
 def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:  # noqa: C901 (a table of small handlers)
@@ -350,7 +398,8 @@ def _agent_routes(app: FastAPI, service: ControllerService, guard: Guard) -> Non
                        epoch: str | None = Header(None, alias=EPOCH_HEADER),
                        _principal: Principal = agent_dep) -> CommandBatch:
         service.check_agent(node, epoch)
-        return CommandBatch(commands=await service.agent_commands(node, after, wait_s))
+        commands = await service.agent_commands(node, after, wait_s)
+        return CommandBatch(commands=commands, leader_epoch=service.leader_epoch)
 
     @app.post(f"{API_PREFIX}/agents/{{node}}/events", responses=UNAVAILABLE)
     async def events(node: NamePath, body: EventBatch,

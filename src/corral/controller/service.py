@@ -10,6 +10,10 @@ reconciled, and the caller gets StoreUnavailable (HTTP 503): nothing changed. Un
 again, stimuli are refused at once and no cycle runs. The loop sleeps until something changed (a submission,
 an agent report, a cancel) or the engine's next deadline (a time limit, a kill to escalate, a node to declare
 lost) comes due.
+
+Controllers sharing a database take turns leading (leadership.py): only the leader holds an engine; it builds
+it from the store when it takes the lease (as a restart does) and drops it when it stops leading. A
+standby refuses every request with NotLeader; a leader that can no longer prove its lease dispatches nothing.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -24,6 +29,7 @@ from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
+from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
@@ -31,6 +37,7 @@ from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine import events as ev
 from corral.engine.commands import Command, Launch, LaunchStep
+from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.membership import Inventory
@@ -51,6 +58,7 @@ from corral.protocol import (
     StepFinished,
 )
 from corral.store import Store, StoreError
+from corral.store.lease import LeaseLost
 
 log = logging.getLogger("corral.controller")
 
@@ -62,11 +70,16 @@ class StaleAgent(Exception):
 
 
 class ControllerService:
-    def __init__(self, engine: Engine, store: Store, clock: Callable[[], float] = time.time,
-                 heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None) -> None:
+    def __init__(self, engine: Engine | None, store: Store, clock: Callable[[], float] = time.time,
+                 heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None,
+                 leadership: Leadership | None = None, config: EngineConfig | None = None) -> None:
         """`restore(now)` builds the engine from the store, as at start (the default: restore_engine with
-        this engine's configuration, profile and tenancy, which the store's own tenancy overrides)."""
-        self.engine = engine
+        this engine's configuration, profile and tenancy, which the store's own tenancy overrides).
+        With `leadership`, the service has no engine (None, and `restore` and `config` given) until it
+        takes the lease; without, it always leads."""
+        self._engine = engine
+        self.config = engine.config if engine is not None else config
+        self.leadership = leadership
         self.store = store
         self.clock = clock
         self.heartbeat_s = heartbeat_s
@@ -75,6 +88,7 @@ class ControllerService:
         self.cycles = 0
         self.writer = StoreWriter(store)
         if restore is None:
+            assert engine is not None, "a service without an engine needs its restore function"
             from corral.controller.restore import restore_engine
             restore = functools.partial(restore_engine, engine.config, engine.profile, store,
                                         file_tenancy=engine.tenancy.spec)
@@ -88,29 +102,96 @@ class ControllerService:
         # Set by create_app: the credential a job's tasks get (CORRAL_TOKEN) to reach the controller as the
         # job's user while the job is active; None: tasks get none.
         self.job_credential: Callable[[Job], str] | None = None
+        self._lease_task: asyncio.Task | None = None
+        if leadership is not None:
+            leadership.on_lead = self._take_over
+            leadership.on_lose = self._step_down
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, while this controller leads; otherwise the refusal (NotLeader, or 503 while it
+        rebuilds the engine after taking the lease)."""
+        if self._engine is None:
+            raise self.refusal() or NotLeader(None)
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self._engine = engine
 
     # ----- lifecycle
 
     async def start(self) -> None:
         self._wake = asyncio.Event()
+        if self.leadership is not None:
+            await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
+            self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
 
     async def stop(self) -> None:
         async with self._lock:  # a stimulus being committed finishes first
             self._stopping = True
-            for task in (self._task, self._recovery):
+            for task in (self._task, self._recovery, self._lease_task):
                 if task is not None:
                     task.cancel()
                     try:
                         await task
                     except asyncio.CancelledError:
                         pass
-            if self.writer.outage is None:
+            if self.writer.outage is None and self._engine is not None and self.lease_proven():
                 try:
-                    await self._commit(self.engine.handle(now=self.clock()))
-                except StoreUnavailable as exc:
+                    await self._commit(self._engine.handle(now=self.clock()))
+                except (StoreUnavailable, NotLeader) as exc:
                     log.error("last commit before stopping failed: %s", exc)
+        if self.leadership is not None:
+            await self.leadership.stop()
         self.writer.close()
+
+    # ----- leadership
+
+    def lease_proven(self) -> bool:
+        return self.leadership is None or self.leadership.proven()
+
+    @property
+    def leader_epoch(self) -> int:
+        """The lease epoch agents see with every reply (0 without leadership): they refuse lower ones."""
+        return 0 if self.leadership is None else self.leadership.epoch
+
+    def refusal(self) -> Exception | None:
+        """Why this controller cannot take requests now (NotLeader, StoreUnavailable), or None."""
+        leadership = self.leadership
+        if leadership is not None and not leadership.leading and leadership.problem is None:
+            return NotLeader(leadership.leader_url)
+        problem = self.health()
+        return None if problem is None else StoreUnavailable(f"{problem}; nothing was changed, try again later")
+
+    async def _take_over(self, term: int) -> None:
+        """The lease is this controller's: build the engine from the store, as a restarted controller does
+        (agents get one node timeout to register again), then schedule."""
+        assert self.leadership is not None
+        try:
+            async with self._lock:
+                engine = await self.writer.call(self._restore, self.clock())
+                if not self.leadership.holds(term):
+                    return
+                self._install(engine)
+                self.writer.outage = None
+        except StoreError as exc:
+            self.leadership.step_down(f"cannot rebuild the engine from the store: {exc}")
+            return
+        log.info("leading at epoch %d: engine rebuilt from the store", self.leadership.epoch)
+        self.poke()
+
+    def _step_down(self, reason: str) -> None:
+        """No longer the leader (the store is fenced already): drop the engine and everything queued for
+        the agents; stop any recovery."""
+        self._engine = None
+        self._new_epoch()
+        if self._recovery is not None:
+            self._recovery.cancel()
+            self._recovery = None
+        self.writer.outage = None
+        self.poke()
 
     def poke(self) -> None:
         if self._wake is not None:
@@ -121,16 +202,18 @@ class ControllerService:
         while True:
             now = self.clock()
             # While the store fails, only the recovery wakes the loop (an overdue deadline would spin it).
-            timer = pacer.sleep(now, None if self.writer.outage else self.engine.next_deadline(now))
+            engine = self._engine
+            idle = self.writer.outage is not None or engine is None
+            timer = pacer.sleep(now, None if idle else engine.next_deadline(now))
             self._discount_stall(await self._stalls.wait(self._wake, None if timer is None else timer - now))
             self._wake.clear()
-            if self.writer.outage is not None:
+            if self.writer.outage is not None or self._engine is None:
                 continue
             started = time.perf_counter()
             try:
                 await self.run_cycle()
-            except StoreUnavailable:
-                pass  # logged where the commit failed; the recovery pokes the loop when writes work again
+            except (StoreUnavailable, NotLeader):
+                pass  # logged where the commit failed; the recovery or a takeover pokes the loop
             except Exception:  # a failed cycle must not stop scheduling for good
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1.0)
@@ -143,7 +226,8 @@ class ControllerService:
     def _discount_stall(self, stall_s: float) -> None:
         if stall_s > 0:
             log.warning("the controller could not listen for %.1f s: not counted as any node's silence", stall_s)
-            self.engine.handle(ev.ListenerStalled(stall_s), now=self.clock())  # changes nothing stored
+            if self._engine is not None:
+                self._engine.handle(ev.ListenerStalled(stall_s), now=self.clock())  # changes nothing stored
 
     async def run_cycle(self) -> None:
         await self._handle(ev.TimePassed(), ev.CycleDue(), wake=False)
@@ -166,14 +250,17 @@ class ControllerService:
             result = change(self.clock())
             await self._commit(result)
             if dispatch:
-                self._dispatch(result.commands)
+                self._dispatch(result.commands)  # nothing, unless the lease is still proven
         if wake:
             self.poke()
         return result
 
     def _refuse_while_down(self) -> None:
-        if self.writer.outage is not None:
-            raise _unavailable(self.writer.outage)
+        refusal = self.refusal()
+        if refusal is None and not self.lease_proven():
+            refusal = NotLeader(None)  # its lease is about to lapse: the watchdog steps it down
+        if refusal is not None:
+            raise refusal
 
     async def _commit(self, result: Result) -> None:
         """Write the records and metadata `result` says changed: the one place the engine's changes are
@@ -183,6 +270,10 @@ class ControllerService:
             meta = {key: json.dumps(meta_value(engine, key)) for key in result.meta}
             # Encoded here, on the loop, so that the rows are one consistent picture of the engine.
             await self.writer.write(self.store.encode(result.jobs, result.nodes, meta))
+        except LeaseLost as exc:  # another controller leads: this one wrote nothing and must stop
+            if self.leadership is not None:
+                self.leadership.step_down(str(exc), exc.leader_url)
+            raise NotLeader(exc.leader_url) from exc
         except BaseException as exc:  # any failure, even a cancelled wait for the write
             outage = self.writer.failed(exc, self.clock())
             log.error("commit failed; rebuilding the engine from the store (%s)", outage.reason,
@@ -223,8 +314,9 @@ class ControllerService:
 
     def _install(self, engine: Engine) -> None:
         # A cluster being stopped stays stopped: the rebuilt engine starts nothing either.
-        engine.stopping = self.engine.stopping
-        self.engine = engine
+        if self._engine is not None:
+            engine.stopping = self._engine.stopping
+        self._engine = engine
         self._new_epoch()
 
     def _new_epoch(self) -> None:
@@ -233,11 +325,38 @@ class ControllerService:
         self.outbox = Outbox()
 
     def health(self) -> str | None:
-        """Why the controller cannot take changes now, or None when it can."""
+        """Why the controller cannot take changes now, or None when it can (a standby that reaches the
+        database can: it is healthy, and sends every change to the leader)."""
+        leadership = self.leadership
+        if leadership is not None and not leadership.leading:
+            # A standby that fails to reach the lease cannot even tell who leads.
+            return None if leadership.problem is None else f"store: cannot reach the database: {leadership.problem}"
+        if self._engine is None:
+            return "taking over as the leader: rebuilding the engine from the store"
         outage = self.writer.outage
         return None if outage is None else outage.describe()
 
+    @property
+    def ready(self) -> bool:
+        """Whether this controller has an engine: it leads (or takes part in no leadership)."""
+        return self._engine is not None
+
+    @property
+    def role(self) -> str:
+        return "leader" if self.leadership is None or self.leadership.leading else "standby"
+
+    async def status(self) -> dict:
+        """Who leads: this controller's role, epoch, pid and URL, the leader's URL, every controller."""
+        if self.leadership is None:
+            return {"role": "leader", "epoch": 0, "pid": os.getpid(), "url": None, "leader": None,
+                    "controllers": []}
+        return await self.leadership.status()
+
     def _dispatch(self, commands: list[Command]) -> None:
+        if commands and not self.lease_proven():
+            # Committed, but the lease can no longer be proven: the next leader sends what the store says.
+            log.warning("lease not proven: %d command(s) not sent", len(commands))
+            return
         for cmd in commands:
             if isinstance(cmd, Launch):
                 job = self.engine.jobs.get(cmd.job_id)
@@ -352,7 +471,7 @@ class ControllerService:
         if self.writer.outage is None:
             try:
                 await self._handle(ev.UsageAccrualDue(), wake=False)
-            except StoreUnavailable:
+            except (StoreUnavailable, NotLeader):
                 pass
 
     async def set_tenancy(self, spec) -> None:
@@ -382,7 +501,8 @@ class ControllerService:
 
         kill = (await self._stimulus(change)).reply
         log.info("node %s registered (%d GPUs)", reg.node, len(reg.gpus))
-        return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill)
+        return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill,
+                                 leader_epoch=self.leader_epoch)
 
     def check_agent(self, node: str, epoch: str | None) -> None:
         # A contact changes nothing stored (a restarted controller gives every node a full timeout).
@@ -401,7 +521,12 @@ class ControllerService:
         await self._stimulus(change, wake=any(not isinstance(event, NodeStarted) for event in batch.events))
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
-        return await self.outbox.wait(node, after, wait_s)
+        outbox = self.outbox
+        commands = await outbox.wait(node, after, wait_s)
+        if outbox is not self.outbox or not self.lease_proven():
+            # Decided by an engine that is gone (a failed commit, or this controller stopped leading).
+            raise self.refusal() or StaleAgent(node)
+        return commands
 
 
 def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) -> ev.Event:

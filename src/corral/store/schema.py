@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Double, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, Double, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Stable constraint and index names, so migrations can refer to them on every dialect.
@@ -152,3 +152,36 @@ class JoinTokenRow(Base):
 TOKENS = Base.metadata.tables["api_tokens"]
 AUDIT = Base.metadata.tables["audit_log"]
 JOIN_TOKENS = Base.metadata.tables["join_tokens"]
+
+
+class LeaseRow(Base):
+    """The one leadership lease (row id 1) that controllers sharing a database take turns holding. `epoch`
+    grows by one at every takeover and fences writes (store.lease); `expires_at` is in the database's
+    clock, seconds since the epoch. Added by 0006."""
+
+    __tablename__ = "leader_lease"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    holder: Mapped[str]
+    url: Mapped[str]
+    pid: Mapped[int]
+    expires_at: Mapped[float]
+
+
+class ControllerRow(Base):
+    """Every controller sharing the database, as it last said (each turn of its lease loop): for status.
+    Added by 0006."""
+
+    __tablename__ = "controllers"
+
+    holder: Mapped[str] = mapped_column(primary_key=True)
+    url: Mapped[str]
+    pid: Mapped[int]
+    role: Mapped[str]
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    last_seen: Mapped[float]
+
+
+LEASE = Base.metadata.tables["leader_lease"]
+CONTROLLERS = Base.metadata.tables["controllers"]

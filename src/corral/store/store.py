@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, func, select
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import Select
 
 from corral.engine.records import Job, JobState, Node
 from corral.store import codec, migrate
 from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
-from corral.store.errors import StoreError
+from corral.store.errors import translated as _translated
+from corral.store.lease import check_fence
 from corral.store.schema import JOBS, META, NODES
 from corral.store.upsert import BulkUpsert
 
@@ -49,18 +49,6 @@ def _unique(records: Iterable[R], key: Callable[[R], Any]) -> list[R]:
     return [by_key[k] for k in sorted(by_key)]
 
 
-@contextmanager
-def _translated(action: str) -> Iterator[None]:
-    """Turn any database error into a StoreError that says what we were doing."""
-    try:
-        yield
-    except SQLAlchemyError as exc:
-        # The driver's own message says what went wrong; SQLAlchemy's wrapper adds the SQL and
-        # a link (still there in the chained cause for a traceback).
-        detail = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        raise StoreError(f"{action} failed: {str(detail).strip()}") from exc
-
-
 class Store:
     """Jobs and nodes in SQLite or PostgreSQL. Thread-safe: every call uses its own connection.
 
@@ -73,6 +61,9 @@ class Store:
         self._upsert_jobs = BulkUpsert(engine.dialect, JOBS)
         self._upsert_nodes = BulkUpsert(engine.dialect, NODES)
         self._upsert_meta = BulkUpsert(engine.dialect, META)
+        # The leader lease epoch every write must still find (store.lease), or None: writes unfenced
+        # (a store outside a controller that takes part in leadership, such as tests and tools).
+        self._fence: int | None = None
 
     @classmethod
     def open(cls, url: str) -> Store:
@@ -106,6 +97,16 @@ class Store:
 
     # -- writes -----------------------------------------------------------------------------
 
+    def fence(self, epoch: int | None) -> None:
+        """From now on, every write checks in its transaction that the leader lease is still at `epoch`
+        and raises LeaseLost otherwise (lease.NOT_LEADER: no write succeeds); None: no check."""
+        self._fence = epoch
+
+    def _check_fence(self, connection: Connection) -> None:
+        fence = self._fence
+        if fence is not None:
+            check_fence(connection, fence)
+
     def save(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (), meta: Mapping[str, str] | None = None) -> None:
         """Insert or update every job, node and cluster_meta entry, all in one transaction."""
         self.write(self.encode(jobs, nodes, meta))
@@ -124,6 +125,7 @@ class Store:
         if not (changes.jobs or changes.nodes or changes.meta):
             return
         with _translated("saving"), self._writer.begin() as connection:
+            self._check_fence(connection)
             self._upsert_jobs.execute(connection, changes.jobs)
             self._upsert_nodes.execute(connection, changes.nodes)
             self._upsert_meta.execute(connection, changes.meta)
@@ -142,6 +144,7 @@ class Store:
             sqlite.execute("PRAGMA busy_timeout=0")
             try:
                 with connection.begin():
+                    self._check_fence(connection)
                     self._upsert_jobs.execute(connection, changes.jobs)
                     self._upsert_nodes.execute(connection, changes.nodes)
                     self._upsert_meta.execute(connection, changes.meta)
@@ -160,6 +163,7 @@ class Store:
 
     def set_meta(self, key: str, value: str) -> None:
         with _translated(f"setting {key!r}"), self._writer.begin() as connection:
+            self._check_fence(connection)
             self._upsert_meta.execute(connection, [self._upsert_meta.bind({"key": key, "value": value})])
 
     # -- reads ------------------------------------------------------------------------------
