@@ -4,7 +4,11 @@ Children get their own session, so a Ctrl-C in the terminal reaches only `corral
 stops agents before the controller (agents report their jobs' ends while the controller still
 listens). On Linux each child also gets PR_SET_PDEATHSIG, so none outlives a `corral up` that is
 killed outright: the kernel sends them SIGTERM, and the agents (--kill-tasks-on-exit) kill their
-jobs' tasks before they exit."""
+jobs' tasks before they exit.
+
+A child that may be restarted (a controller of several: the others lead meanwhile) is started again when
+it dies, as systemd's Restart=always would, at most RESTARTS_MAX times in RESTART_WINDOW_S; past that, or
+for any other child, its death stops the cluster."""
 from __future__ import annotations
 
 import os
@@ -13,12 +17,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.cli.errors import CliError
 
 LOG_TAIL_LINES = 20
+RESTARTS_MAX = 5
+RESTART_WINDOW_S = 60.0
 
 
 class ChildExited(CliError):
@@ -36,6 +42,8 @@ class Child:
     name: str
     process: subprocess.Popen
     log_path: Path
+    argv: tuple[str, ...] = ()
+    restarts: list[float] = field(default_factory=list)  # when it was started again (monotonic)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -70,21 +78,34 @@ class Supervisor:
     def start(self, name: str, argv: Sequence[str]) -> Child:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{name}.log"
-        with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-            process = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=self._preexec,
-            )
-        child = Child(name, process, log_path)
+        child = Child(name, self._spawn(argv, log_path, "wb"), log_path, tuple(argv))
         self.children.append(child)
         return child
 
-    def check_alive(self) -> None:
-        """Raise ChildExited for the first child that has ended."""
+    def _spawn(self, argv: Sequence[str], log_path: Path, mode: str) -> subprocess.Popen:
+        with open(log_path, mode) as log:  # the child keeps its own copy of the descriptor
+            return subprocess.Popen(
+                list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=self._preexec,
+            )
+
+    def check_alive(self, restartable: Callable[[Child], bool] = lambda child: False) -> list[str]:
+        """Start again each ended child that `restartable` allows (within its budget) and say so in the
+        returned lines; raise ChildExited for the first other child that has ended."""
+        said = []
         for child in self.children:
             code = child.process.poll()
-            if code is not None:
+            if code is None:
+                continue
+            now = time.monotonic()
+            child.restarts[:] = [t for t in child.restarts if now - t < RESTART_WINDOW_S]
+            if not restartable(child) or len(child.restarts) >= RESTARTS_MAX:
                 raise ChildExited(child.name, code, child.log_path)
+            child.restarts.append(now)
+            child.process = self._spawn(child.argv, child.log_path, "ab")
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
+            said.append(f"{child.name} {how}; started again (pid {child.process.pid})")
+        return said
 
     def stop(self, waves: Sequence[Sequence[Child]], grace_s: float = 10.0) -> None:
         """SIGTERM each wave at once, wait up to grace_s, SIGKILL what is left, then the next wave."""

@@ -191,10 +191,14 @@ def stop_on_signals() -> Iterator[None]:
 
 
 def wait_foreground(cluster: Cluster) -> int:
-    """Block until a child dies (then exit status 1); signals interrupt as KeyboardInterrupt/_Stop."""
+    """Block until a child dies (then exit status 1); signals interrupt as KeyboardInterrupt/_Stop. A
+    controller of several is started again instead: it joins as a standby while another leads."""
+    names = cluster.plan.controller_names
+    restartable = (lambda child: child.name in names) if len(names) > 1 else (lambda child: False)
     try:
         while True:
-            cluster.supervisor.check_alive()
+            for line in cluster.supervisor.check_alive(restartable):
+                typer.echo(f"corral: {line}", err=True)
             time.sleep(0.5)
     except ChildExited as exc:
         typer.echo(f"corral: error: {exc}\ncorral: stopping the cluster", err=True)
