@@ -51,8 +51,9 @@ class TaskProcess:
 
     async def wait(self) -> int:
         """The task's exit status as Popen gives it (negative: killed by that signal), once its leader is gone."""
-        if self.leader is not None:
-            await _until_gone(self.leader_pid, lambda: self.leader.poll() is not None)
+        leader = self.leader
+        if leader is not None:
+            await _until_gone(self.leader_pid, lambda: leader.poll() is not None)
         else:
             await _until_gone(self.leader_pid, lambda: not same_process(self.leader_pid, self.leader_started))
         returncode = read_exit(self.exit_file)
@@ -101,7 +102,7 @@ async def _until_gone(pid: int, gone: Callable[[], bool]) -> None:
                 continue
             loop = asyncio.get_running_loop()
             readable: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(pidfd, lambda: readable.done() or readable.set_result(None))
+            loop.add_reader(pidfd, _set_done, readable)
             try:
                 # Bounded: a zombie leader makes the pidfd readable without `gone()` turning true at once.
                 await asyncio.wait_for(readable, 1.0)
@@ -112,6 +113,11 @@ async def _until_gone(pid: int, gone: Callable[[], bool]) -> None:
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def start_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int | IO[Any] | None,

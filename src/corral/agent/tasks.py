@@ -178,6 +178,11 @@ class LocalTasks:
             log.info("%s: still running after %.1fs, sending SIGKILL", self._what, grace_s)
             self._signal_live(signal.SIGKILL)
 
+    async def exited(self) -> None:
+        """Until every task has exited (or none could start)."""
+        await self._spawn_done.wait()
+        await self._all_exited.wait()
+
     @property
     def holds_devices(self) -> bool:
         """Whether its tasks may be using their GPUs: about to start, or started and not all exited."""

@@ -1,0 +1,180 @@
+"""A restarted agent adopts the tasks its SIGKILLed predecessor left running (decision 0015): it reports
+them running when it registers, reports their real exit status when they end, can still kill them, and
+reports lost only the work that truly died. Real agent processes against the fake controller."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from corral.agent.task_spool import TaskSpool
+from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskLaunch
+
+
+@pytest.fixture
+def agents(controller, tmp_path) -> Iterator:
+    """start() -> a real agent process for node n1 with the test's spool; all are gone afterwards."""
+    started: list[subprocess.Popen[bytes]] = []
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("test-secret\n")
+
+    def start() -> subprocess.Popen[bytes]:
+        log = open(tmp_path / "agent.log", "ab")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
+             "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool"),
+             "--tasks-as-agent-user", "--no-cgroups"], stdout=log, stderr=subprocess.STDOUT)
+        started.append(agent)
+        return agent
+
+    yield start
+    for agent in started:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def sigkill(agent: subprocess.Popen[bytes]) -> None:
+    agent.kill()
+    agent.wait()
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def registrations_since(controller, count: int):
+    return controller.wait(lambda: controller.registrations[count:], timeout_s=15)
+
+
+def start_job(controller, agents, make_launch, script: str, **fields):
+    agent = agents()
+    controller.wait(lambda: controller.polls, timeout_s=10)
+    controller.send(make_launch(job_id=31, argv=["sh", "-c", script], **fields))
+    (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31), timeout_s=10)
+    return agent, started.pids[0]
+
+
+def test_a_restarted_agent_adopts_a_running_task_and_reports_its_exit(controller, agents, make_launch, tmp_path):
+    go = tmp_path / "go"
+    script = f"echo before; while [ ! -e {go} ]; do sleep 0.05; done; echo after; exit 3"
+    agent, task = start_job(controller, agents, make_launch, script, node_gpus=[1])
+    sigkill(agent)
+    assert alive(task), "a task outlives its SIGKILLed agent"
+
+    seen = len(controller.registrations)
+    agents()
+    (registration,) = registrations_since(controller, seen)
+    assert registration.running_jobs == [31], "the restarted agent reports the adopted job running"
+    assert alive(task)
+    go.touch()
+
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert [(t.rank, t.exit_code, t.signal) for t in finished.tasks] == [(0, 3, 0)]
+    assert (tmp_path / "slurm-31.out").read_text() == "before\nafter\n", "the output file kept growing"
+    assert TaskSpool(tmp_path / "spool").records() == []
+    assert not list((tmp_path / "spool" / "launches").glob("*.json"))
+    assert len(controller.events_of(NodeStarted, 31)) == 1, "an adopted job is not started again"
+
+
+def test_an_adopted_task_can_still_be_killed(controller, agents, make_launch, tmp_path):
+    agent, task = start_job(controller, agents, make_launch, "sleep 30 & wait")
+    sigkill(agent)
+    seen = len(controller.registrations)
+    agents()
+    (registration,) = registrations_since(controller, seen)
+    assert registration.running_jobs == [31]
+    controller.send(SignalJob(job_id=31, signal=signal.SIGTERM, grace_s=2, reason="cancelled"))
+
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGTERM)]
+    assert not alive(task)
+    assert len(controller.events_of(NodeStarted, 31)) == 1, "the re-sent launch was not run again"
+    assert "CANCELLED" in (tmp_path / "slurm-31.out").read_text(), "slurmstepd's closing line, as before"
+
+
+def test_a_task_that_ended_while_no_agent_watched_is_reported_with_its_exit(controller, agents, make_launch,
+                                                                            tmp_path):
+    go = tmp_path / "go"
+    agent, task = start_job(controller, agents, make_launch, f"while [ ! -e {go} ]; do sleep 0.05; done; exit 5")
+    sigkill(agent)
+    go.touch()
+    deadline = time.monotonic() + 5
+    while alive(task) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    seen = len(controller.registrations)
+    agents()
+    (registration,) = registrations_since(controller, seen)
+    assert 31 in registration.running_jobs + registration.finished_jobs
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(5, 0)]
+    assert len(controller.events_of(NodeStarted, 31)) == 1, "the re-sent launch was not run again"
+
+
+def test_a_task_whose_leader_was_killed_is_lost_not_adopted(controller, agents, make_launch, tmp_path):
+    agent, task = start_job(controller, agents, make_launch, "sleep 30")
+    (record,) = TaskSpool(tmp_path / "spool").records()
+    sigkill(agent)
+    os.kill(record.leader, signal.SIGKILL)  # nobody is left to record the task's end: it dies with its leader
+    deadline = time.monotonic() + 5
+    while alive(task) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(task)
+
+    seen = len(controller.registrations)
+    agents()
+    (registration,) = registrations_since(controller, seen)
+    assert registration.running_jobs == [] and registration.finished_jobs == []
+    assert TaskSpool(tmp_path / "spool").records() == []
+    time.sleep(0.5)
+    assert controller.finished(31) is None, "lost work is the controller's to declare (NODE_FAIL)"
+    assert "cannot adopt job 31: the leader of task 0 died without recording its end" in \
+        (tmp_path / "agent.log").read_text()
+
+
+def test_a_restarted_agent_adopts_a_step_and_reports_its_end(controller, agents, make_step, tmp_path):
+    agent = agents()
+    controller.wait(lambda: controller.polls, timeout_s=10)
+    go = tmp_path / "go"
+    tasks = [TaskLaunch(rank=rank, local_rank=rank, gpus=[]) for rank in (0, 1)]
+    controller.send(make_step(argv=["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; exit 4"],
+                              output=str(tmp_path / "step.out"), tasks=tasks, tasks_per_node=[2], num_tasks=2))
+    spool = TaskSpool(tmp_path / "spool")
+    controller.wait(lambda: len(spool.records()) == 2, timeout_s=10)
+    sigkill(agent)
+
+    seen = len(controller.registrations)
+    agents()
+    (registration,) = registrations_since(controller, seen)
+    assert registration.running_steps == [(7, 0)]
+    go.touch()
+    (finished,) = controller.wait(lambda: [e for e in controller.events if isinstance(e, StepFinished)], timeout_s=10)
+    assert [(t.rank, t.exit_code) for t in finished.tasks] == [(0, 4), (1, 4)] and finished.error is None
+
+
+def test_a_job_the_controller_disowns_is_gone_before_the_agent_takes_a_command(controller, run_with_agent,
+                                                                               make_launch, tmp_path):
+    # A controller that failed job 31 while the node was silent disowns it when the agent registers again;
+    # it may already have given job 31's GPU to job 32.
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=31, node_gpus=[0], argv=["sh", "-c", "trap '' TERM; sleep 30"]))
+        await controller.until(lambda: controller.started(31))
+        controller.kill_jobs = [31]
+        controller.restart("epoch-2")
+        controller.send(make_launch(job_id=32, node_gpus=[0], argv=["true"]))
+        finished = await controller.until(lambda: controller.finished(32), timeout_s=15)
+        assert finished.error is None, "job 32 started once job 31's tasks were gone"
+        assert controller.started(32) and controller.finished(31)
+
+    run_with_agent(scenario)
