@@ -15,6 +15,7 @@ import pytest
 
 from corral.agent.task_spool import TaskSpool
 from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskLaunch
+from tests.agent.test_confinement import cgroup_tree  # noqa: F401 - a fixture: a real cgroup2 hierarchy
 
 
 @pytest.fixture
@@ -178,3 +179,45 @@ def test_a_job_the_controller_disowns_is_gone_before_the_agent_takes_a_command(c
         assert controller.started(32) and controller.finished(31)
 
     run_with_agent(scenario)
+
+
+def test_an_adopted_jobs_cgroup_is_kept_and_a_leftover_one_killed(controller, cgroup_tree, make_launch, tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("test-secret\n")
+    argv = [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
+            "--node", "n1", "--gpus", "2", "--cpus", "2", "--mem-mib", "1024", "--spool", str(tmp_path / "spool"),
+            "--tasks-as-agent-user", "--cgroup-root", str(cgroup_tree.root)]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    second = None
+    leftover = subprocess.Popen(["sleep", "300"])
+    try:
+        controller.wait(lambda: controller.polls, timeout_s=10)
+        go = tmp_path / "go"
+        script = (f"setsid sh -c 'echo $$ > {tmp_path}/escaped; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+                  f"while [ ! -e {go} ]; do sleep 0.05; done")
+        controller.send(make_launch(job_id=31, argv=["sh", "-c", script]))
+        controller.wait(lambda: controller.events_of(NodeStarted, 31) and (tmp_path / "escaped").exists())
+        escaped = int((tmp_path / "escaped").read_text())
+        sigkill(first)
+        stray = cgroup_tree.root / "job_99" / "batch"  # a job the spool does not know
+        stray.mkdir(parents=True)
+        (stray / "cgroup.procs").write_text(str(leftover.pid))
+
+        seen = len(controller.registrations)
+        second = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        (registration,) = registrations_since(controller, seen)
+        assert registration.running_jobs == [31]
+        assert leftover.wait(timeout=5) == -signal.SIGKILL, "what no record names is killed"
+        assert alive(escaped), "the adopted job's cgroup is left alone"
+        go.touch()
+        finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+        assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, 0)]
+        deadline = time.monotonic() + 3
+        while alive(escaped) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(escaped), "what the job left in its cgroup dies with it, as before"
+    finally:
+        for proc in (first, second, leftover):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -184,29 +185,58 @@ def test_nothing_of_a_job_outlives_corral_up_killed_outright(tmp_path, marker) -
         up.ensure_stopped()
 
 
-def test_a_restarted_agent_kills_its_killed_predecessors_tasks_before_it_registers(cluster_factory, tmp_path,
-                                                                                   marker) -> None:
+def test_an_agent_killed_and_restarted_mid_job_adopts_it_and_its_gpus_go_to_nobody_else(cluster_factory, tmp_path,
+                                                                                         marker) -> None:
     cluster = cluster_factory(nodes=1, gpus=2)
     env = {"PATH": os.environ["PATH"], MARKER: marker}
-    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
-    wait_for(lambda: jobs_alive(marker) == {lost}, message="the job's task")
+    go = tmp_path / "go"
+    script = f"echo start; while [ ! -e {go} ]; do sleep 0.05; done; echo end"
+    adopted = cluster.submit(argv=["sh", "-c", script], gpus_per_node=2, env=env)
+    wait_for(lambda: jobs_alive(marker) == {adopted}, message="the job's task")
     store = Store.open(cluster.db)
-    wait_for(lambda: store.get_job(lost).runs["node1"].started, message="the controller knows it started")
+    wait_for(lambda: store.get_job(adopted).runs["node1"].started, message="the controller knows it started")
+    waiting = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
 
     cluster.kill_agent("node1")
-    assert jobs_alive(marker) == {lost}, "its tasks outlive the killed agent"
+    assert jobs_alive(marker) == {adopted}, "its tasks outlive the killed agent"
     cluster.start_agent("node1")
+    log = tmp_path / "agent-node1.log"
+    wait_for(lambda: "registered node1" in log.read_text().rpartition("adopted job")[2], message="re-registration")
+    for _ in range(20):  # a while after the new registration: the job runs on, its GPUs stay its own
+        assert cluster.job(adopted)["state"] == "RUNNING"
+        assert cluster.job(waiting)["state"] == "PENDING"
+        assert_no_device_shared(marker)
+        time.sleep(0.05)
+    go.touch()
 
-    # The new agent's registration is what tells the controller the job was lost.
-    cluster.wait_state(lost, "NODE_FAIL")
-    assert jobs_alive(marker) == set(), "its tasks were gone before the agent registered"
-    log = (tmp_path / "agent-node1.log").read_text()
-    restarted = log[log.rindex("node node1: 2 GPU(s)"):]
-    assert restarted.index(f"killed the tasks of job {lost}") < restarted.index("registered node1")
-
-    after = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
-    cluster.wait_state(after, "RUNNING")
-    wait_for(lambda: jobs_alive(marker) == {after}, message="the new job's task")
+    done = cluster.wait_state(adopted, "COMPLETED")
+    assert done["exit_code"] == 0
+    assert (tmp_path / f"slurm-{adopted}.out").read_text() == "start\nend\n"
+    cluster.wait_state(waiting, "RUNNING")
+    wait_for(lambda: jobs_alive(marker) == {waiting}, message="the waiting job's task, and nothing else")
     assert_no_device_shared(marker)
+    cluster.http.post(f"{API}/jobs/{waiting}/cancel")
+    cluster.wait_state(waiting, "CANCELLED")
+    wait_for(lambda: not live_tasks(marker), message="no process of either job left")
+
+
+def test_an_agent_back_after_its_node_was_declared_down_kills_the_failed_job_before_it_runs_another(
+        cluster_factory, tmp_path, marker) -> None:
+    cluster = cluster_factory(nodes=1, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 2\n")
+    env = {"PATH": os.environ["PATH"], MARKER: marker}
+    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env, requeue=False)
+    wait_for(lambda: jobs_alive(marker) == {lost}, message="the job's task")
+    cluster.kill_agent("node1")
+    cluster.wait_state(lost, "NODE_FAIL")
+    after = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
+    assert jobs_alive(marker) == {lost}, "nobody watches the failed job's task while the agent is away"
+    assert cluster.job(after)["state"] == "PENDING", "a down node's GPUs go to nobody"
+
+    cluster.start_agent("node1")
+    def only_one_job_at_a_time() -> bool:
+        assert_no_device_shared(marker)
+        return jobs_alive(marker) == {after}
+    wait_for(only_one_job_at_a_time, message="the new job running, the failed one gone")
     cluster.http.post(f"{API}/jobs/{after}/cancel")
     cluster.wait_state(after, "CANCELLED")
+    wait_for(lambda: not live_tasks(marker), message="no process of either job left")
