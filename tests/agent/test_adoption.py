@@ -15,7 +15,7 @@ import pytest
 
 from corral.agent.task_spool import TaskSpool
 from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskLaunch
-from tests.agent.test_confinement import cgroup_tree  # noqa: F401 - a fixture: a real cgroup2 hierarchy
+from tests.agent.test_confinement import cgroup_tree as agent_cgroups  # noqa: F401 - a fixture: a cgroup2 tree
 
 
 @pytest.fixture
@@ -181,7 +181,8 @@ def test_a_job_the_controller_disowns_is_gone_before_the_agent_takes_a_command(c
     run_with_agent(scenario)
 
 
-def test_an_adopted_jobs_cgroup_is_kept_and_a_leftover_one_killed(controller, cgroup_tree, make_launch, tmp_path):
+def test_an_adopted_jobs_cgroup_is_kept_and_a_leftover_one_killed(controller, request, make_launch, tmp_path):
+    cgroup_tree = request.getfixturevalue("agent_cgroups")
     secret_file = tmp_path / "secret"
     secret_file.write_text("test-secret\n")
     argv = [sys.executable, "-m", "corral.agent", "--controller", controller.url, "--secret-file", str(secret_file),
