@@ -122,6 +122,27 @@ def test_a_task_that_ended_while_no_agent_watched_is_reported_with_its_exit(cont
     assert len(controller.events_of(NodeStarted, 31)) == 1, "the re-sent launch was not run again"
 
 
+def test_an_end_the_controller_never_got_is_reported_by_the_next_agent(controller, agents, make_launch, tmp_path):
+    go = tmp_path / "go"
+    agent, task = start_job(controller, agents, make_launch, f"while [ ! -e {go} ]; do sleep 0.05; done; exit 6")
+    controller.stop()  # the controller is away when the task ends: its NodeFinished stays in the agent's outbox
+    go.touch()
+    deadline = time.monotonic() + 5
+    while alive(task) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the agent reaped it and holds its end
+    sigkill(agent)
+    controller.start()
+
+    seen = len(controller.registrations)
+    agents()
+    (registration,) = registrations_since(controller, seen)
+    assert 31 in registration.running_jobs + registration.finished_jobs
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(6, 0)]
+    controller.wait(lambda: TaskSpool(tmp_path / "spool").records() == [], timeout_s=5)
+
+
 def test_a_task_whose_leader_was_killed_is_lost_not_adopted(controller, agents, make_launch, tmp_path):
     agent, task = start_job(controller, agents, make_launch, "sleep 30")
     (record,) = TaskSpool(tmp_path / "spool").records()

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 class Adoptable:
     launch: LaunchJob | LaunchStep
     records: list[TaskRecord]
+    launch_json: str  # as saved
 
 
 @dataclass(slots=True)
@@ -48,7 +49,7 @@ def find_adoptable(spool: TaskSpool) -> Findings:
         why = _why_not(launch, records, spool)
         if why is None:
             assert launch is not None
-            found.adoptable.append(Adoptable(launch, sorted(records, key=lambda r: r.rank)))
+            found.adoptable.append(Adoptable(launch, sorted(records, key=lambda r: r.rank), launches[key]))
             continue
         found.to_kill.extend(records)
         found.lost.append((key[0], key[1], why))

@@ -151,6 +151,9 @@ class Agent:
         # (job id, step id, restart count) of the steps launched here, for ignoring re-sent commands.
         self._launched_steps: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._outbox: list[Event] = []
+        # id(a NodeFinished or StepFinished in the outbox) -> its runner, whose spool records go once the
+        # controller has the event: a restarted agent reports an end the controller never got.
+        self._releases: dict[int, JobRunner | StepRunner] = {}
         self._outbox_ready = asyncio.Event()
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
@@ -252,7 +255,7 @@ class Agent:
         if isinstance(launch, LaunchJob):
             job = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
                             confinement=self._confinement)
-            job.adopt(records)
+            job.adopt(records, adoptable.launch_json)
             self._runners[launch.job_id] = job
             self._launched[(launch.job_id, launch.restart_count)] = None
             self._spawn_background(self._drive(job), f"job-{launch.job_id}")
@@ -260,7 +263,7 @@ class Agent:
         else:
             step = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
                               confinement=self._confinement)
-            step.adopt(records)
+            step.adopt(records, adoptable.launch_json)
             self._steps[step.key] = step
             self._launched_steps[(launch.job_id, launch.step_id, launch.restart_count)] = None
             self._spawn_background(self._drive_step(step), f"step-{launch.job_id}.{launch.step_id}")
@@ -437,6 +440,7 @@ class Agent:
         try:
             async for event in runner.run():
                 self._steps.pop(runner.key, None)
+                self._releases[id(event)] = runner
                 self._post(event)
         except Exception as exc:  # a bug must not take the agent down, nor leave the step unreported
             log.exception("step %d.%d: runner failed", *runner.key)
@@ -451,6 +455,7 @@ class Agent:
             async for event in runner.run():
                 if isinstance(event, NodeFinished):
                     self._runners.pop(runner.job_id, None)
+                    self._releases[id(event)] = runner
                 self._post(event)
         except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
             log.exception("job %d: runner failed", runner.job_id)
@@ -501,6 +506,10 @@ class Agent:
             batch = self._outbox[:MAX_EVENTS_PER_BATCH]
             delivered = await self._send(batch, backoff)
             if delivered:
+                for event in batch:
+                    runner = self._releases.pop(id(event), None)
+                    if runner is not None:
+                        await asyncio.to_thread(runner.release)
                 del self._outbox[: len(batch)]  # only this loop removes, and always from the front
 
     async def _send(self, batch: list[Event], backoff: Backoff) -> bool:

@@ -93,7 +93,6 @@ class JobRunner(LocalTasks):
                 watcher.cancel()  # only matters when the consumer gave up: the processes live on
         await self._end_cgroup()
         shutil.rmtree(self._job_dir, ignore_errors=True)
-        self._forget_launch()
         exits = [self._exits[rank] for rank in sorted(self._exits)]
         log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits),
                  " (out of memory)" if self.oom_killed else "")

@@ -127,7 +127,6 @@ class StepRunner(LocalTasks):
                  len(self._procs), self.pids)
         exits = await asyncio.gather(*(self._reap(rank, proc) for rank, proc in self._procs.items()))
         await self._end_cgroup()
-        self._forget_launch()
         log.info("%s: all tasks exited: %s", self._what, describe_exits(sorted(exits, key=lambda e: e.rank)))
         return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=sorted(exits, key=lambda e: e.rank),
                             oom_killed=self.oom_killed)
@@ -149,7 +148,6 @@ class StepRunner(LocalTasks):
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
         await self._end_cgroup()
-        self._forget_launch()
         exits = [self._exits[rank] for rank in sorted(self._exits)]
         log.info("%s: all tasks exited: %s%s", self._what, describe_exits(exits),
                  " (out of memory)" if self.oom_killed else "")

@@ -108,8 +108,14 @@ class TaskSpool:
         temporary.write_text(launch_json)
         os.replace(temporary, path)
 
-    def forget_launch(self, job_id: int, step_id: int | None) -> None:
-        self._launch_path(job_id, step_id).unlink(missing_ok=True)
+    def forget_launch(self, job_id: int, step_id: int | None, saved: str | None = None) -> None:
+        """Remove the saved launch (only if it still is `saved`: a requeued job may have saved its next one)."""
+        path = self._launch_path(job_id, step_id)
+        try:
+            if saved is None or path.read_text() == saved:
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
     def saved_launches(self) -> dict[tuple[int, int | None], str]:
         """(job id, step id or None) -> the launch message saved for it."""

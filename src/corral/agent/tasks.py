@@ -122,8 +122,8 @@ def describe_exits(exits: list[TaskExit]) -> str:
 class LocalTasks:
     """The local tasks of one job or step: their main processes by rank, their exits, and signals to
     their process groups. Subclasses start the processes (`_refuse_if_told` first, `_started` for each),
-    then set `_spawn_done`, and await `_reap` for each. Every task is in the spool from its start to its
-    reaping (task_spool.py), so that it never outlives the agent unnoticed."""
+    then set `_spawn_done`, and await `_reap` for each. Every task is in the spool from its start until the
+    controller has its end (`release`; task_spool.py), so that it never outlives the agent unnoticed."""
 
     def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
                  job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None,
@@ -151,6 +151,7 @@ class LocalTasks:
         self._leaf: Path | None = None
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
         self.adopted = False  # its tasks were started by an earlier agent on this node
+        self._launch_json: str | None = None  # the launch message as saved in the spool
 
     @property
     def pids(self) -> list[int]:
@@ -215,11 +216,21 @@ class LocalTasks:
             self._spool.save_launch(self._owner[0], self._owner[1], launch_json)
         except OSError as exc:
             raise SpawnError(f"cannot record the launch in {self._spool.launches}: {exc}") from exc
+        self._launch_json = launch_json
 
     def _forget_launch(self) -> None:
-        self._spool.forget_launch(self._owner[0], self._owner[1])
+        if self._launch_json is not None:
+            self._spool.forget_launch(self._owner[0], self._owner[1], self._launch_json)
 
-    def adopt(self, records: list[TaskRecord]) -> None:
+    def release(self) -> None:
+        """Forget the tasks' records, recorded exits and launch, once the controller has their end: until
+        then a restarted agent finds them and reports that end again (decision 0015)."""
+        for proc in self._procs.values():
+            self._spool.remove(proc.pid)
+            proc.forget()
+        self._forget_launch()
+
+    def adopt(self, records: list[TaskRecord], launch_json: str) -> None:
         """Take over the tasks an earlier agent on this node started (decision 0015): they run on, their
         leaders record how they end, and from now on this agent signals and reports them."""
         if self._confinement.run_as_user:
@@ -236,6 +247,7 @@ class LocalTasks:
                                                    exit_file=exit_file(self._spool.directory, record.leader),
                                                    leader_started=record.leader_started)
         self.adopted = True
+        self._launch_json = launch_json
         self._spawn_done.set()
 
     def _identity_variables(self) -> dict[str, str]:
@@ -289,8 +301,6 @@ class LocalTasks:
         returncode = await proc.wait()
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         await self._clear_group(proc.pid)
-        self._spool.remove(proc.pid)
-        proc.forget()
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
