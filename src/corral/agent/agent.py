@@ -39,6 +39,7 @@ from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.auth_socket import serve_auth_socket
 from corral.agent.discovery import Inventory
 from corral.agent.identity import agent_user
+from corral.agent.leaders import forget_exits
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
 from corral.agent.task_spool import SWEEP_GRACE_S, TaskRecord, TaskSpool, live_members, sweep
@@ -238,6 +239,8 @@ class Agent:
             log.warning("killed the tasks of %s: they cannot be adopted", record.describe())
         for adoptable in found.adoptable:
             self._adopt(adoptable)
+        leaders = {record.leader for adoptable in found.adoptable for record in adoptable.records}
+        await asyncio.to_thread(forget_exits, self._task_spool.directory, leaders)
         for step in found.lost_steps:
             exits = [TaskExit(rank=t.rank, exit_code=0, signal=signal.SIGKILL) for t in step.tasks]
             self._post(StepFinished(job_id=step.job_id, step_id=step.step_id, tasks=exits,

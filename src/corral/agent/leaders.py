@@ -71,6 +71,14 @@ def exit_file(directory: Path, leader_pid: int) -> Path:
     return directory / f"{leader_pid}{EXIT_SUFFIX}"
 
 
+def forget_exits(directory: Path, keep: set[int]) -> None:
+    """Remove the exit files of leaders other than `keep` (those of tasks killed because they could not be
+    adopted, or swept when a cluster stopped)."""
+    for path in directory.glob(f"*{EXIT_SUFFIX}"):
+        if not path.stem.isdigit() or int(path.stem) not in keep:
+            path.unlink(missing_ok=True)
+
+
 def read_exit(path: Path) -> int | None:
     """The returncode a leader recorded, or None if it recorded none."""
     try:
