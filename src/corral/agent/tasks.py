@@ -225,10 +225,10 @@ class LocalTasks:
     def release(self) -> None:
         """Forget the tasks' records, recorded exits and launch, once the controller has their end: until
         then a restarted agent finds them and reports that end again (decision 0015)."""
-        for proc in self._procs.values():
-            self._spool.remove(proc.pid)
-            proc.forget()
         self._forget_launch()
+        for proc in self._procs.values():
+            proc.forget()
+            self._spool.remove(proc.pid)  # last: a test (or a person) waiting for the records sees all gone
 
     def adopt(self, records: list[TaskRecord], launch_json: str) -> None:
         """Take over the tasks an earlier agent on this node started (decision 0015): they run on, their
