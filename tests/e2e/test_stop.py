@@ -185,39 +185,48 @@ def test_nothing_of_a_job_outlives_corral_up_killed_outright(tmp_path, marker) -
         up.ensure_stopped()
 
 
-def test_an_agent_killed_and_restarted_mid_job_adopts_it_and_its_gpus_go_to_nobody_else(cluster_factory, tmp_path,
-                                                                                         marker) -> None:
-    cluster = cluster_factory(nodes=1, gpus=2)
+def test_an_agent_killed_and_restarted_under_load_adopts_its_jobs_and_their_gpus_go_to_nobody_else(
+        cluster_factory, tmp_path, marker) -> None:
+    cluster = cluster_factory(nodes=2, gpus=2)
     env = {"PATH": os.environ["PATH"], MARKER: marker}
     go = tmp_path / "go"
-    script = f"echo start; while [ ! -e {go} ]; do sleep 0.05; done; echo end"
-    adopted = cluster.submit(argv=["sh", "-c", script], gpus_per_node=2, env=env)
-    wait_for(lambda: jobs_alive(marker) == {adopted}, message="the job's task")
+    script = f"echo start $SLURMD_NODENAME; while [ ! -e {go} ]; do sleep 0.05; done; echo end $SLURMD_NODENAME"
+    gang = cluster.submit(argv=["sh", "-c", script], nodes=2, gpus_per_node=1, env=env)
+    single = cluster.submit(argv=["sh", "-c", script], gpus_per_node=1, env=env)
+    wait_for(lambda: {(e["SLURM_JOB_ID"], e["SLURMD_NODENAME"]) for e in live_tasks(marker)} == {
+        (str(gang), "node1"), (str(gang), "node2"), (str(single), cluster.job(single)["nodelist"])},
+        message="the tasks of the 2 running jobs")
     store = Store.open(cluster.db)
-    wait_for(lambda: store.get_job(adopted).runs["node1"].started, message="the controller knows it started")
+    wait_for(lambda: all(run.started for job in (gang, single) for run in store.get_job(job).runs.values()),
+             message="the controller knows they started")
+    node = cluster.job(single)["nodelist"]  # the node whose GPUs are all taken: its agent is killed
     waiting = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
+    assert cluster.job(waiting)["state"] == "PENDING"
 
-    cluster.kill_agent("node1")
-    assert jobs_alive(marker) == {adopted}, "its tasks outlive the killed agent"
-    cluster.start_agent("node1")
-    log = tmp_path / "agent-node1.log"
-    wait_for(lambda: "registered node1" in log.read_text().rpartition("adopted job")[2], message="re-registration")
-    for _ in range(20):  # a while after the new registration: the job runs on, its GPUs stay its own
-        assert cluster.job(adopted)["state"] == "RUNNING"
+    cluster.kill_agent(node)
+    assert jobs_alive(marker) == {gang, single}, "the tasks outlive the killed agent"
+    cluster.start_agent(node)
+    log = tmp_path / f"agent-{node}.log"
+    wait_for(lambda: "registered" in log.read_text().rpartition("adopted job")[2], message="re-registration")
+    for _ in range(20):  # a while after the new registration: the jobs run on, their GPUs stay theirs
+        assert {cluster.job(j)["state"] for j in (gang, single)} == {"RUNNING"}
         assert cluster.job(waiting)["state"] == "PENDING"
         assert_no_device_shared(marker)
         time.sleep(0.05)
     go.touch()
 
-    done = cluster.wait_state(adopted, "COMPLETED")
-    assert done["exit_code"] == 0
-    assert (tmp_path / f"slurm-{adopted}.out").read_text() == "start\nend\n"
+    for job in (gang, single):
+        done = cluster.wait_state(job, "COMPLETED")
+        assert done["exit_code"] == 0
+    assert sorted((tmp_path / f"slurm-{gang}.out").read_text().splitlines()) == [
+        "end node1", "end node2", "start node1", "start node2"]
+    assert (tmp_path / f"slurm-{single}.out").read_text() == f"start {node}\nend {node}\n"
     cluster.wait_state(waiting, "RUNNING")
     wait_for(lambda: jobs_alive(marker) == {waiting}, message="the waiting job's task, and nothing else")
     assert_no_device_shared(marker)
     cluster.http.post(f"{API}/jobs/{waiting}/cancel")
     cluster.wait_state(waiting, "CANCELLED")
-    wait_for(lambda: not live_tasks(marker), message="no process of either job left")
+    wait_for(lambda: not live_tasks(marker), message="no process of any job left")
 
 
 def test_an_agent_back_after_its_node_was_declared_down_kills_the_failed_job_before_it_runs_another(
