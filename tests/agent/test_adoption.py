@@ -245,3 +245,5 @@ def test_an_adopted_jobs_cgroup_is_kept_and_a_leftover_one_killed(controller, re
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        for job in cgroup_tree.root.glob("job_*"):  # whatever a failed run left
+            (job / "cgroup.kill").write_text("1")

@@ -128,12 +128,32 @@ def _set_done(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def start_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int | IO[Any] | None,
+@dataclass(eq=False, slots=True)
+class StartingTask:
+    """A leader started, its task's pid not known yet: several leaders start side by side (each takes
+    tens of milliseconds to start Python) before the agent reads their replies."""
+
+    leader: subprocess.Popen[bytes]
+    reply_fd: int
+    exit_file: Path
+
+    def result(self) -> TaskProcess:
+        """The started task; TaskStartFailed with the shell's exit code if it could not start."""
+        reply = _read_reply(self.reply_fd)
+        if "pid" in reply:
+            return TaskProcess(pid=int(reply["pid"]), leader_pid=self.leader.pid, exit_file=self.exit_file,
+                               leader=self.leader)
+        self.leader.wait()
+        self.exit_file.unlink(missing_ok=True)
+        raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)))
+
+
+def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int | IO[Any] | None,
                stdout: int | IO[Any] | None, stderr: int | IO[Any] | None, user: tuple[int, int, list[int]] | None,
                exit_dir: Path, placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-               ) -> TaskProcess:
-    """Start a task through a leader of its own; TaskStartFailed with the shell's exit code if it cannot
-    start. `placement` is held while the leader is forked (the cgroup the leader and its task start in)."""
+               ) -> StartingTask:
+    """Start a task's leader and hand it the task's spec. `placement` is held while the leader is forked
+    (the cgroup the leader and its task start in)."""
     exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
     reply_read, reply_write = os.pipe2(os.O_CLOEXEC)
@@ -159,12 +179,7 @@ def start_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
         pass  # the leader died before reading: its missing reply says so below
     finally:
         os.close(spec_write)
-    reply = _read_reply(reply_read)
-    if "pid" in reply:
-        return TaskProcess(pid=int(reply["pid"]), leader_pid=leader.pid, exit_file=path, leader=leader)
-    leader.wait()
-    path.unlink(missing_ok=True)
-    raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)))
+    return StartingTask(leader, reply_read, path)
 
 
 def _write_all(fd: int, data: bytes) -> None:

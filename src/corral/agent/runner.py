@@ -24,6 +24,7 @@ Design choices, each mirroring what slurmd/slurmstepd do or what the agent's res
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -34,7 +35,7 @@ from pathlib import Path
 from corral import kill_reasons
 from corral.agent.environment import output_path, task_environment
 from corral.agent.identity import file_access_as
-from corral.agent.leaders import TaskProcess
+from corral.agent.leaders import StartingTask
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
     DEVELOPMENT_MODE,
@@ -105,8 +106,7 @@ class JobRunner(LocalTasks):
         self._save_launch(self.launch.model_dump_json())
         check_workdir(self.launch.workdir, self._identity)
         argv = self._command()
-        for task in self.launch.tasks:
-            self._started(task.rank, self._spawn(task, argv))
+        self._start_each((task.rank, functools.partial(self._spawn, task, argv)) for task in self.launch.tasks)
 
     def _command(self) -> list[str]:
         """argv of every task: the job's script (given the job's argv as its arguments) or the argv."""
@@ -145,7 +145,7 @@ class JobRunner(LocalTasks):
                              f"agent's spool directory must be reachable by every user (mode o+x on each "
                              f"directory above it)") from None
 
-    def _spawn(self, task: TaskLaunch, argv: list[str]) -> TaskProcess:
+    def _spawn(self, task: TaskLaunch, argv: list[str]) -> StartingTask:
         stdout_fd, stderr_fd = self._open_outputs(task)
         env = task_environment(self.launch, task, self._node_name, self._base_env)
         env.update(self._identity_variables())

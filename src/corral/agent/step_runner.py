@@ -22,6 +22,7 @@ The wire protocol is corral.stepio's. In order:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -32,7 +33,7 @@ from pathlib import Path
 
 from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
-from corral.agent.leaders import TaskProcess
+from corral.agent.leaders import StartingTask, TaskProcess
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
     DEVELOPMENT_MODE,
@@ -276,11 +277,12 @@ class StepRunner(LocalTasks):
                 stdin_rank = stepio.parse_input(launch.input)
             except ValueError:
                 log.warning("%s: input %r is not all, none or a rank: no stdin", self._what, launch.input)
-        for task in launch.tasks:
-            takes_stdin = stdin_rank is not None and stdin_rank in (stepio.ALL_RANKS, task.rank)
-            self._started(task.rank, self._spawn(task, list(launch.argv), takes_stdin))
+        self._start_each(
+            (task.rank, functools.partial(self._spawn, task, list(launch.argv),
+                                          stdin_rank is not None and stdin_rank in (stepio.ALL_RANKS, task.rank)))
+            for task in launch.tasks)
 
-    def _spawn(self, task: TaskLaunch, argv: list[str], takes_stdin: bool) -> TaskProcess:
+    def _spawn(self, task: TaskLaunch, argv: list[str], takes_stdin: bool) -> StartingTask:
         child_fds: list[int] = []  # the child's ends: closed here whatever happens
         parent_fds: list[int] = []  # ours: kept only if the task starts
         outputs: list[tuple[bytes, int]] = []  # (frame type, read end) of the pipes to srun

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
 from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, lookup_user
-from corral.agent.leaders import TaskProcess, TaskStartFailed, exit_file, start_task
+from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.jobref import ascii_number
 from corral.protocol import TaskExit
@@ -57,16 +57,15 @@ def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
     stderr: StdioTarget, exit_dir: Path, identity: TaskIdentity | None = None,
     placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-) -> TaskProcess:
+) -> StartingTask:
     """Start one task in its own session and process group, as `identity` (None: as the agent), through a
-    leader of its own that outlives the agent (leaders.py); a failure becomes a SpawnError with the exit
-    code a shell would give (127 not found, 126 not executable, 1 anything else)."""
+    leader of its own that outlives the agent (leaders.py; `LocalTasks._start_each` takes its reply); a
+    failure becomes a SpawnError with the exit code a shell would give (127 not found, 126 not
+    executable, 1 anything else)."""
     user = None if identity is None else (identity.uid, identity.gid, list(identity.groups))
     try:
-        return start_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
+        return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
                           exit_dir=exit_dir, placement=placement)
-    except TaskStartFailed as exc:
-        raise SpawnError(str(exc), exc.exit_code) from None
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         # ValueError: e.g. a NUL byte in an argument or environment value.
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
@@ -253,7 +252,7 @@ class LocalTasks:
     def _identity_variables(self) -> dict[str, str]:
         return {} if self._identity is None else self._identity.variables
 
-    def _spawn_task(self, argv: list[str], **streams: Any) -> TaskProcess:
+    def _spawn_task(self, argv: list[str], **streams: Any) -> StartingTask:
         """spawn_task as the tasks' user, in their cgroup (the leader is in it before it runs any code)."""
         tree, leaf = self._confinement.cgroups, self._leaf
         exit_dir = self._spool.directory
@@ -271,6 +270,26 @@ class LocalTasks:
             return
         self.oom_killed = self._cgroup.oom_killed(self._leaf_name)
         await self._cgroup.kill(self._leaf_name)
+
+    def _start_each(self, begins: Iterable[tuple[int, Callable[[], StartingTask]]]) -> None:
+        """Start every task's leader, then take their replies: the leaders start side by side. The first
+        failure is raised (SpawnError) once every task that did start is kept, for the caller's abort."""
+        begun: list[tuple[int, StartingTask]] = []
+        failure: SpawnError | None = None
+        try:
+            for rank, begin in begins:
+                begun.append((rank, begin()))
+        except SpawnError as exc:
+            failure = exc
+        for rank, starting in begun:
+            try:
+                self._started(rank, starting.result())
+            except TaskStartFailed as exc:
+                failure = failure or SpawnError(str(exc), exc.exit_code)
+            except SpawnError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def _started(self, rank: int, proc: TaskProcess) -> None:
         """Keep a task just spawned, and record it in the spool; one that cannot be recorded is killed
