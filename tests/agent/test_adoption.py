@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from corral.agent.leaders import begin_task
 from corral.agent.task_spool import TaskSpool
 from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskLaunch
 from tests.agent.test_confinement import cgroup_tree as agent_cgroups  # noqa: F401 - a fixture: a cgroup2 tree
@@ -247,3 +248,18 @@ def test_an_adopted_jobs_cgroup_is_kept_and_a_leftover_one_killed(controller, re
                 proc.wait()
         for job in cgroup_tree.root.glob("job_*"):  # whatever a failed run left
             (job / "cgroup.kill").write_text("1")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a task as another user")
+def test_a_task_run_as_its_user_dies_with_its_leader(tmp_path):
+    # The parent-death signal is set after the change of user (which would clear it).
+    task = begin_task(["sleep", "30"], cwd="/", env={"PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL,
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=(65534, 65534, []),
+                      exit_dir=tmp_path).result()
+    assert psutil.Process(task.pid).uids().real == 65534
+    os.kill(task.leader_pid, signal.SIGKILL)
+    task.leader.wait()
+    deadline = time.monotonic() + 3
+    while alive(task.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not alive(task.pid)
