@@ -229,6 +229,20 @@ def test_an_agent_killed_and_restarted_under_load_adopts_its_jobs_and_their_gpus
     wait_for(lambda: not live_tasks(marker), message="no process of any job left")
 
 
+def test_an_adopted_jobs_time_limit_still_ends_it(cluster_factory, tmp_path, marker) -> None:
+    cluster = cluster_factory(nodes=1, gpus=2)
+    env = {"PATH": os.environ["PATH"], MARKER: marker}
+    job = cluster.submit(argv=["sleep", "300"], gpus_per_node=1, time_limit_s=4, env=env)
+    wait_for(lambda: jobs_alive(marker) == {job}, message="the job's task")
+    cluster.kill_agent("node1")
+    cluster.start_agent("node1")
+    log = tmp_path / "agent-node1.log"
+    wait_for(lambda: f"adopted job {job}" in log.read_text(), message="the adoption")
+    assert cluster.wait_state(job, "TIMEOUT")["state"] == "TIMEOUT"
+    wait_for(lambda: not live_tasks(marker), message="no process of the job left")
+    assert "DUE TO TIME LIMIT" in (tmp_path / f"slurm-{job}.out").read_text()
+
+
 def test_an_agent_back_after_its_node_was_declared_down_kills_the_failed_job_before_it_runs_another(
         cluster_factory, tmp_path, marker) -> None:
     cluster = cluster_factory(nodes=1, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 2\n")
