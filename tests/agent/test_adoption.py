@@ -3,6 +3,7 @@ them running when it registers, reports their real exit status when they end, ca
 reports lost only the work that truly died. Real agent processes against the fake controller."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -253,9 +254,10 @@ def test_an_adopted_jobs_cgroup_is_kept_and_a_leftover_one_killed(controller, re
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a task as another user")
 def test_a_task_run_as_its_user_dies_with_its_leader(tmp_path):
     # The parent-death signal is set after the change of user (which would clear it).
-    task = begin_task(["sleep", "30"], cwd="/", env={"PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL,
-                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=(65534, 65534, []),
-                      exit_dir=tmp_path).result()
+    starting = begin_task(["sleep", "30"], cwd="/", env={"PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=(65534, 65534, []),
+                          exit_dir=tmp_path)
+    task = asyncio.run(starting.result())
     assert psutil.Process(task.pid).uids().real == 65534
     os.kill(task.leader_pid, signal.SIGKILL)
     task.leader.wait()

@@ -137,9 +137,10 @@ class StartingTask:
     reply_fd: int
     exit_file: Path
 
-    def result(self) -> TaskProcess:
-        """The started task; TaskStartFailed with the shell's exit code if it could not start."""
-        reply = _read_reply(self.reply_fd)
+    async def result(self) -> TaskProcess:
+        """The started task; TaskStartFailed with the shell's exit code if it could not start. The event loop
+        runs on while the leader starts."""
+        reply = await _read_reply(self.reply_fd)
         if "pid" in reply:
             return TaskProcess(pid=int(reply["pid"]), leader_pid=self.leader.pid, exit_file=self.exit_file,
                                leader=self.leader)
@@ -188,10 +189,24 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _read_reply(fd: int) -> dict[str, Any]:
+async def _read_reply(fd: int) -> dict[str, Any]:
     chunks = []
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
     try:
-        while chunk := os.read(fd, 4096):
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                readable: asyncio.Future[None] = loop.create_future()
+                loop.add_reader(fd, _set_done, readable)
+                try:
+                    await readable
+                finally:
+                    loop.remove_reader(fd)
+                continue
+            if not chunk:
+                break
             chunks.append(chunk)
     finally:
         os.close(fd)

@@ -72,6 +72,7 @@ class JobRunner(LocalTasks):
         if not self.adopted:
             try:
                 self._spawn_all()
+                await self._take_replies()
             except SpawnError as exc:
                 finished = await self._abort(exc)
                 self._spawn_done.set()
@@ -106,7 +107,7 @@ class JobRunner(LocalTasks):
         self._save_launch(self.launch.model_dump_json())
         check_workdir(self.launch.workdir, self._identity)
         argv = self._command()
-        self._start_each((task.rank, functools.partial(self._spawn, task, argv)) for task in self.launch.tasks)
+        self._begin_each((task.rank, functools.partial(self._spawn, task, argv)) for task in self.launch.tasks)
 
     def _command(self) -> list[str]:
         """argv of every task: the job's script (given the job's argv as its arguments) or the argv."""

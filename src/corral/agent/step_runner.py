@@ -111,6 +111,7 @@ class StepRunner(LocalTasks):
         try:
             try:
                 self._spawn_all()
+                await self._take_replies()
             except SpawnError as exc:
                 return await self._abort(exc)
             finally:
@@ -277,7 +278,7 @@ class StepRunner(LocalTasks):
                 stdin_rank = stepio.parse_input(launch.input)
             except ValueError:
                 log.warning("%s: input %r is not all, none or a rank: no stdin", self._what, launch.input)
-        self._start_each(
+        self._begin_each(
             (task.rank, functools.partial(self._spawn, task, list(launch.argv),
                                           stdin_rank is not None and stdin_rank in (stepio.ALL_RANKS, task.rank)))
             for task in launch.tasks)

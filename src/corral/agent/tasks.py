@@ -59,7 +59,7 @@ def spawn_task(
     placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> StartingTask:
     """Start one task in its own session and process group, as `identity` (None: as the agent), through a
-    leader of its own that outlives the agent (leaders.py; `LocalTasks._start_each` takes its reply); a
+    leader of its own that outlives the agent (leaders.py; `LocalTasks._take_replies` takes its reply); a
     failure becomes a SpawnError with the exit code a shell would give (127 not found, 126 not
     executable, 1 anything else)."""
     user = None if identity is None else (identity.uid, identity.gid, list(identity.groups))
@@ -151,6 +151,8 @@ class LocalTasks:
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
         self.adopted = False  # its tasks were started by an earlier agent on this node
         self._launch_json: str | None = None  # the launch message as saved in the spool
+        self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
+        self._start_failure: SpawnError | None = None
 
     @property
     def pids(self) -> list[int]:
@@ -271,19 +273,22 @@ class LocalTasks:
         self.oom_killed = self._cgroup.oom_killed(self._leaf_name)
         await self._cgroup.kill(self._leaf_name)
 
-    def _start_each(self, begins: Iterable[tuple[int, Callable[[], StartingTask]]]) -> None:
-        """Start every task's leader, then take their replies: the leaders start side by side. The first
-        failure is raised (SpawnError) once every task that did start is kept, for the caller's abort."""
-        begun: list[tuple[int, StartingTask]] = []
-        failure: SpawnError | None = None
+    def _begin_each(self, begins: Iterable[tuple[int, Callable[[], StartingTask]]]) -> None:
+        """Start every task's leader; `_take_replies` then learns their tasks: the leaders start side by side,
+        and the event loop runs on meanwhile. A failure to start one is raised there."""
         try:
             for rank, begin in begins:
-                begun.append((rank, begin()))
+                self._starting.append((rank, begin()))
         except SpawnError as exc:
-            failure = exc
-        for rank, starting in begun:
+            self._start_failure = exc
+
+    async def _take_replies(self) -> None:
+        """Keep every task that did start; then raise the first failure (SpawnError), for the caller's abort."""
+        failure, self._start_failure = self._start_failure, None
+        starting, self._starting = self._starting, []
+        for rank, task in starting:
             try:
-                self._started(rank, starting.result())
+                self._started(rank, await task.result())
             except TaskStartFailed as exc:
                 failure = failure or SpawnError(str(exc), exc.exit_code)
             except SpawnError as exc:
