@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.auth_socket import serve_auth_socket
+from corral.agent.cgroups import JobCgroup
 from corral.agent.discovery import Inventory
 from corral.agent.identity import agent_user
 from corral.agent.leaders import forget_exits
@@ -246,7 +247,8 @@ class Agent:
             self._post(StepFinished(job_id=step.job_id, step_id=step.step_id, tasks=exits,
                                     error=f"lost on {self.node}: its tasks died while no agent watched them"))
         if self._confinement.cgroups is not None:  # whatever the others started, setsid or not
-            kept = {(a.launch.job_id, getattr(a.launch, "step_id", None)) for a in found.adoptable}
+            kept = {(a.launch.job_id, a.launch.step_id if isinstance(a.launch, LaunchStep) else None)
+                    for a in found.adoptable}
             for cgroup in self._confinement.cgroups.leftover_jobs():
                 await _kill_unadopted(cgroup, kept)
         for record in self._unkillable:
@@ -542,10 +544,10 @@ class Agent:
         return True
 
 
-async def _kill_unadopted(cgroup: Any, kept: set[tuple[int, int | None]]) -> None:
+async def _kill_unadopted(cgroup: JobCgroup, kept: set[tuple[int, int | None]]) -> None:
     """Kill a leftover job cgroup, or, for an adopted job, the leaves of its steps (or batch) not adopted."""
-    job_id = int(cgroup.path.name.removeprefix("job_"))
-    adopted = {step for job, step in kept if job == job_id}
+    number = cgroup.path.name.removeprefix("job_")
+    adopted = {step for job, step in kept if number.isascii() and number.isdigit() and job == int(number)}
     if not adopted:
         log.warning("killing what is left in %s: not adopted", cgroup.path)
         await cgroup.kill()
