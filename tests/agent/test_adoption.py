@@ -258,10 +258,22 @@ def test_a_task_run_as_its_user_dies_with_its_leader(tmp_path):
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=(65534, 65534, []),
                           exit_dir=tmp_path)
     task = asyncio.run(starting.result())
+    task.confirm(recorded=True)
     assert psutil.Process(task.pid).uids().real == 65534
     os.kill(task.leader_pid, signal.SIGKILL)
     task.leader.wait()
     deadline = time.monotonic() + 3
     while alive(task.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert not alive(task.pid)
+
+
+def test_a_task_the_agent_never_recorded_does_not_run_on(tmp_path):
+    # The agent died (or could not write the spool) between learning the task's pid and recording it.
+    starting = begin_task(["sleep", "30"], cwd="/", env={"PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=None, exit_dir=tmp_path)
+    task = asyncio.run(starting.result())
+    assert alive(task.pid)
+    task.confirm(recorded=False)
+    assert asyncio.run(task.wait()) == -signal.SIGKILL
     assert not alive(task.pid)

@@ -48,6 +48,20 @@ class TaskProcess:
     exit_file: Path
     leader: subprocess.Popen[bytes] | None = None  # our child; None for a leader adopted from an earlier agent
     leader_started: float = 0.0  # since boot; how an adopted leader is told from a later process with its pid
+    confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
+
+    def confirm(self, recorded: bool) -> None:
+        """Tell the leader whether the task is recorded in the spool; if not, it kills the task."""
+        fd, self.confirm_fd = self.confirm_fd, None
+        if fd is None:
+            return
+        try:
+            if recorded:
+                os.write(fd, b"ok")
+        except OSError:
+            pass  # the leader is gone: so is its task
+        finally:
+            os.close(fd)
 
     async def wait(self) -> int:
         """The task's exit status as Popen gives it (negative: killed by that signal), once its leader is gone."""
@@ -135,6 +149,7 @@ class StartingTask:
 
     leader: subprocess.Popen[bytes]
     reply_fd: int
+    spec_fd: int  # open until the task is confirmed (TaskProcess.confirm)
     exit_file: Path
 
     async def result(self) -> TaskProcess:
@@ -143,7 +158,8 @@ class StartingTask:
         reply = await _read_reply(self.reply_fd)
         if "pid" in reply:
             return TaskProcess(pid=int(reply["pid"]), leader_pid=self.leader.pid, exit_file=self.exit_file,
-                               leader=self.leader)
+                               leader=self.leader, confirm_fd=self.spec_fd)
+        os.close(self.spec_fd)
         self.leader.wait()
         self.exit_file.unlink(missing_ok=True)
         raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)))
@@ -175,12 +191,10 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
     path = exit_file(exit_dir, leader.pid)
     spec = {"argv": argv, "cwd": cwd, "env": dict(env), "user": user, "exit_file": str(path)}
     try:
-        _write_all(spec_write, json.dumps(spec).encode())
+        _write_all(spec_write, json.dumps(spec).encode() + b"\n")
     except OSError:
-        pass  # the leader died before reading: its missing reply says so below
-    finally:
-        os.close(spec_write)
-    return StartingTask(leader, reply_read, path)
+        pass  # the leader died before reading: its missing reply says so
+    return StartingTask(leader, reply_read, spec_write, path)
 
 
 def _write_all(fd: int, data: bytes) -> None:

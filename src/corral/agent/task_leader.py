@@ -5,15 +5,17 @@ its own, in the task's cgroup) instead of the task itself; it is its own session
 (a SIGKILLed agent, or one stopped without --kill-tasks-on-exit), and a restarted agent adopts its task
 (decision 0015). In order:
 
-- Read the spec (JSON, until end of file on SPEC_FD): argv, cwd, env, the user to run as, the exit file.
+- Read the spec (one line of JSON on SPEC_FD): argv, cwd, env, the user to run as, the exit file.
 - Start the task as its own session and process group, as that user, with the parent-death signal
   SIGKILL: whoever kills the leader kills the task, so a task never runs on without a record of its end.
 - Reply on REPLY_FD {"pid": N}, or {"error": ..., "exit_code": 127|126|1} if it could not start (the
-  exit codes a shell gives). If nobody reads the reply (the agent died before it learnt the pid), the
-  task is killed: nothing would ever know it runs.
-- Let go of the task's streams (a step's pipes reach end of file when the task's own ends close), wait
-  for the task, and write {"returncode": N} (Popen's: negative for a signal) to the exit file, whole
-  or not at all. Then exit.
+  exit codes a shell gives).
+- Let go of the task's streams (a step's pipes reach end of file when the task's own ends close).
+- Wait for the agent's "ok" on SPEC_FD, which it sends once the task is in its spool. Without it (the
+  agent died before it recorded the task, or could not record it) the task is killed: nothing would
+  ever know it runs.
+- Wait for the task, and write {"returncode": N} (Popen's: negative for a signal) to the exit file,
+  whole or not at all. Then exit.
 
 Only the standard library, and as little of it as will do: the agent waits for the reply.
 """
@@ -30,12 +32,22 @@ PR_SET_PDEATHSIG = 1
 EXIT_SPAWN_FAILED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 126, 127
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
+def _read_spec(fd: int) -> tuple[dict, bytes]:
+    """The spec's line, and what followed it."""
+    data = b""
+    while b"\n" not in data and (chunk := os.read(fd, 1 << 16)):
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return json.loads(line), rest
+
+
+def _confirmed(fd: int, rest: bytes) -> bool:
+    """Whether the agent says "ok" (it recorded the task) before it closes SPEC_FD."""
+    data = rest
+    while len(data) < 2 and (chunk := os.read(fd, 16)):
+        data += chunk
     os.close(fd)
-    return b"".join(chunks)
+    return data.startswith(b"ok")
 
 
 def _die_with_leader() -> None:
@@ -87,15 +99,16 @@ def _record_exit(path: str, returncode: int) -> None:
 
 def main(argv: list[str]) -> int:
     spec_fd, reply_fd = int(argv[1]), int(argv[2])
-    spec = json.loads(_read_all(spec_fd))
+    spec, rest = _read_spec(spec_fd)
     try:
         task = _start(spec)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         _reply(reply_fd, _spawn_failure(spec, exc))
         return 0
-    if not _reply(reply_fd, {"pid": task.pid}):
-        os.killpg(task.pid, signal.SIGKILL)
+    replied = _reply(reply_fd, {"pid": task.pid})
     _release_streams()
+    if not replied or not _confirmed(spec_fd, rest):
+        os.killpg(task.pid, signal.SIGKILL)
     _record_exit(spec["exit_file"], task.wait())
     return 0
 

@@ -153,6 +153,7 @@ class LocalTasks:
         self._launch_json: str | None = None  # the launch message as saved in the spool
         self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
         self._start_failure: SpawnError | None = None
+        self._recorded: set[int] = set()  # ranks whose tasks are in the spool
 
     @property
     def pids(self) -> list[int]:
@@ -288,11 +289,15 @@ class LocalTasks:
         starting, self._starting = self._starting, []
         for rank, task in starting:
             try:
-                self._started(rank, await task.result())
+                proc = await task.result()
             except TaskStartFailed as exc:
                 failure = failure or SpawnError(str(exc), exc.exit_code)
+                continue
+            try:
+                self._started(rank, proc)
             except SpawnError as exc:
                 failure = failure or exc
+            proc.confirm(recorded=rank in self._recorded)
         if failure is not None:
             raise failure
 
@@ -302,6 +307,7 @@ class LocalTasks:
         self._procs[rank] = proc
         try:
             self._spool.add(proc.pid, *self._owner, rank=rank, leader_pid=proc.leader_pid)
+            self._recorded.add(rank)
         except OSError as exc:
             raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}") from exc
 
