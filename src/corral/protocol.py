@@ -47,7 +47,7 @@ class Registration(BaseModel):
     gpus: list[GpuInfo] = Field(max_length=limits.LIST_MAX_ITEMS)
     cpus: Amount
     mem_mib: MemMib
-    # Jobs whose tasks run on this node now (the agent started them and they have not all exited).
+    # Jobs whose tasks run on this node now (the agent started or adopted them, and they have not all exited).
     running_jobs: list[JobId] = Field([], max_length=limits.LIST_MAX_ITEMS)
     # Jobs whose local tasks ended but whose NodeFinished event the controller has not acknowledged
     # yet; the agent re-sends those events right after registering.

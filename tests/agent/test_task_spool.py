@@ -43,6 +43,7 @@ def test_tasks_are_recorded_while_they_run(controller, run_with_agent, make_laun
         assert record.started == pytest.approx(since_boot(psutil.Process(started.pids[0])), abs=0.001)
         controller.send(SignalJob(job_id=5, signal=signal.SIGTERM, grace_s=2))
         await controller.until(lambda: controller.finished(5))
+        await controller.until(lambda: spool.records() == [])  # once the controller has the task's end
 
     run_with_agent(scenario)
     assert spool.records() == [], "a reaped task is forgotten"

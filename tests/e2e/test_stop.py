@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -184,29 +185,81 @@ def test_nothing_of_a_job_outlives_corral_up_killed_outright(tmp_path, marker) -
         up.ensure_stopped()
 
 
-def test_a_restarted_agent_kills_its_killed_predecessors_tasks_before_it_registers(cluster_factory, tmp_path,
-                                                                                   marker) -> None:
+def test_an_agent_killed_and_restarted_under_load_adopts_its_jobs_and_their_gpus_go_to_nobody_else(
+        cluster_factory, tmp_path, marker) -> None:
+    cluster = cluster_factory(nodes=2, gpus=2)
+    env = {"PATH": os.environ["PATH"], MARKER: marker}
+    go = tmp_path / "go"
+    script = f"echo start $SLURMD_NODENAME; while [ ! -e {go} ]; do sleep 0.05; done; echo end $SLURMD_NODENAME"
+    gang = cluster.submit(argv=["sh", "-c", script], nodes=2, gpus_per_node=1, env=env)
+    single = cluster.submit(argv=["sh", "-c", script], gpus_per_node=1, env=env)
+    wait_for(lambda: {(e["SLURM_JOB_ID"], e["SLURMD_NODENAME"]) for e in live_tasks(marker)} == {
+        (str(gang), "node1"), (str(gang), "node2"), (str(single), cluster.job(single)["nodelist"])},
+        message="the tasks of the 2 running jobs")
+    store = Store.open(cluster.db)
+    wait_for(lambda: all(run.started for job in (gang, single) for run in store.get_job(job).runs.values()),
+             message="the controller knows they started")
+    node = cluster.job(single)["nodelist"]  # the node whose GPUs are all taken: its agent is killed
+    waiting = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
+    assert cluster.job(waiting)["state"] == "PENDING"
+
+    cluster.kill_agent(node)
+    assert jobs_alive(marker) == {gang, single}, "the tasks outlive the killed agent"
+    cluster.start_agent(node)
+    log = tmp_path / f"agent-{node}.log"
+    wait_for(lambda: "registered" in log.read_text().rpartition("adopted job")[2], message="re-registration")
+    for _ in range(20):  # a while after the new registration: the jobs run on, their GPUs stay theirs
+        assert {cluster.job(j)["state"] for j in (gang, single)} == {"RUNNING"}
+        assert cluster.job(waiting)["state"] == "PENDING"
+        assert_no_device_shared(marker)
+        time.sleep(0.05)
+    go.touch()
+
+    for job in (gang, single):
+        done = cluster.wait_state(job, "COMPLETED")
+        assert done["exit_code"] == 0
+    assert sorted((tmp_path / f"slurm-{gang}.out").read_text().splitlines()) == [
+        "end node1", "end node2", "start node1", "start node2"]
+    assert (tmp_path / f"slurm-{single}.out").read_text() == f"start {node}\nend {node}\n"
+    cluster.wait_state(waiting, "RUNNING")
+    wait_for(lambda: jobs_alive(marker) == {waiting}, message="the waiting job's task, and nothing else")
+    assert_no_device_shared(marker)
+    cluster.http.post(f"{API}/jobs/{waiting}/cancel")
+    cluster.wait_state(waiting, "CANCELLED")
+    wait_for(lambda: not live_tasks(marker), message="no process of any job left")
+
+
+def test_an_adopted_jobs_time_limit_still_ends_it(cluster_factory, tmp_path, marker) -> None:
     cluster = cluster_factory(nodes=1, gpus=2)
     env = {"PATH": os.environ["PATH"], MARKER: marker}
-    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env, requeue=False)  # else requeued
-    wait_for(lambda: jobs_alive(marker) == {lost}, message="the job's task")
-    store = Store.open(cluster.db)
-    wait_for(lambda: store.get_job(lost).runs["node1"].started, message="the controller knows it started")
-
+    job = cluster.submit(argv=["sleep", "300"], gpus_per_node=1, time_limit_s=4, env=env)
+    wait_for(lambda: jobs_alive(marker) == {job}, message="the job's task")
     cluster.kill_agent("node1")
-    assert jobs_alive(marker) == {lost}, "its tasks outlive the killed agent"
     cluster.start_agent("node1")
+    log = tmp_path / "agent-node1.log"
+    wait_for(lambda: f"adopted job {job}" in log.read_text(), message="the adoption")
+    assert cluster.wait_state(job, "TIMEOUT")["state"] == "TIMEOUT"
+    wait_for(lambda: not live_tasks(marker), message="no process of the job left")
+    assert "DUE TO TIME LIMIT" in (tmp_path / f"slurm-{job}.out").read_text()
 
-    # The new agent's registration is what tells the controller the job was lost.
+
+def test_an_agent_back_after_its_node_was_declared_down_kills_the_failed_job_before_it_runs_another(
+        cluster_factory, tmp_path, marker) -> None:
+    cluster = cluster_factory(nodes=1, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 2\n")
+    env = {"PATH": os.environ["PATH"], MARKER: marker}
+    lost = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env, requeue=False)
+    wait_for(lambda: jobs_alive(marker) == {lost}, message="the job's task")
+    cluster.kill_agent("node1")
     cluster.wait_state(lost, "NODE_FAIL")
-    assert jobs_alive(marker) == set(), "its tasks were gone before the agent registered"
-    log = (tmp_path / "agent-node1.log").read_text()
-    restarted = log[log.rindex("node node1: 2 GPU(s)"):]
-    assert restarted.index(f"killed the tasks of job {lost}") < restarted.index("registered node1")
-
     after = cluster.submit(argv=["sleep", "300"], gpus_per_node=2, env=env)
-    cluster.wait_state(after, "RUNNING")
-    wait_for(lambda: jobs_alive(marker) == {after}, message="the new job's task")
-    assert_no_device_shared(marker)
+    assert jobs_alive(marker) == {lost}, "nobody watches the failed job's task while the agent is away"
+    assert cluster.job(after)["state"] == "PENDING", "a down node's GPUs go to nobody"
+
+    cluster.start_agent("node1")
+    def only_one_job_at_a_time() -> bool:
+        assert_no_device_shared(marker)
+        return jobs_alive(marker) == {after}
+    wait_for(only_one_job_at_a_time, message="the new job running, the failed one gone")
     cluster.http.post(f"{API}/jobs/{after}/cancel")
     cluster.wait_state(after, "CANCELLED")
+    wait_for(lambda: not live_tasks(marker), message="no process of either job left")

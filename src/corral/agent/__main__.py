@@ -1,10 +1,10 @@
 """`python -m corral.agent`: start a node agent.
 
 SIGTERM and SIGINT stop the agent (it stops polling and reporting) but leave running tasks alone, like a
-slurmd restart: each task is its own session, so it survives the agent. A restarted agent does not adopt
-them again: it kills them before it registers (their GPUs must be free before it launches anything), and
-the controller learns from the new registration that they are lost. With --kill-tasks-on-exit (what
-`corral up` starts its agents with) the agent kills its tasks when it stops, so none outlives it.
+slurmd restart: each task is its own session, with a leader that records its exit, so it survives the
+agent. A restarted agent adopts them again (decision 0015) and kills only what it cannot adopt. With
+--kill-tasks-on-exit (what `corral up` starts its agents with) the agent kills its tasks when it stops,
+so none outlives it.
 """
 from __future__ import annotations
 

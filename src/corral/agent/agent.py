@@ -12,8 +12,13 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
   old leader that was paused or cut off and has not noticed that another took over).
 - Job steps (srun) run beside the job's own tasks, in runners of their own (step_runner.py); a signal
   for a job reaches its steps too unless it names only the batch part.
-- Tasks outlive the agent, and a restarted agent cannot adopt them yet: before it registers, it kills
-  whatever its spool says still runs (task_spool.py), so that their GPUs are free before any new launch.
+- Tasks outlive the agent (each has a leader of its own, which records its exit: task_leader.py). Before
+  it registers, a restarted agent adopts from its spool the jobs and steps whose tasks still run or whose
+  ends were recorded (adoption.py), reports them as running, and kills whatever else its spool or its
+  cgroups hold (decision 0015).
+- Jobs the controller disowns when it answers a registration (it failed them while this agent was away)
+  are killed, and their tasks gone, before the agent takes any command: their GPUs are free before any
+  new launch onto them.
 - A launch onto GPUs that a live task of another job still holds is refused (the launch fails, with
   the reason): no device is ever given to two live jobs, whatever the controller believes.
 - Several controllers: the agent talks to their leader. A standby's 421 moves it to the leader the standby
@@ -37,12 +42,15 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.auth_socket import serve_auth_socket
+from corral.agent.cgroups import JobCgroup
 from corral.agent.discovery import Inventory
 from corral.agent.identity import agent_user
+from corral.agent.leaders import forget_exits
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
-from corral.agent.task_spool import TaskRecord, TaskSpool, live_members, sweep
+from corral.agent.task_spool import SWEEP_GRACE_S, TaskRecord, TaskSpool, live_members, sweep
 from corral.agent.tasks import DEVELOPMENT_MODE, EXIT_SPAWN_FAILED, Confinement
 from corral.protocol import (
     API_PREFIX,
@@ -71,6 +79,8 @@ REQUEST_TIMEOUT_S = 10.0
 LOG_EVERY_N_FAILURES = 30
 # Jobs the controller wants gone when it answers a registration get this much time after SIGTERM.
 KILL_ON_REGISTER_GRACE_S = 5.0
+# After their SIGKILL: how long the agent waits for those jobs' tasks to go before it takes commands.
+KILL_ON_REGISTER_WAIT_S = 5.0
 MAX_EVENTS_PER_BATCH = 100
 # How many (job, restart) launches to remember for ignoring re-sent commands.
 REMEMBERED_LAUNCHES = 10_000
@@ -155,6 +165,9 @@ class Agent:
         # (job id, step id, restart count) of the steps launched here, for ignoring re-sent commands.
         self._launched_steps: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._outbox: list[Event] = []
+        # id(a NodeFinished or StepFinished in the outbox) -> its runner, whose spool records go once the
+        # controller has the event: a restarted agent reports an end the controller never got.
+        self._releases: dict[int, JobRunner | StepRunner] = {}
         self._outbox_ready = asyncio.Event()
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
@@ -187,7 +200,7 @@ class Agent:
             socket_path = self._auth_socket
             users = await serve_auth_socket(socket_path, self.node, lambda: self._client) if socket_path else None
             try:
-                await self.kill_recorded_tasks("an agent cannot adopt the tasks of an earlier one")
+                await self.adopt_recorded_tasks()
                 await self._register(Backoff("registration"))
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._poll_loop())
@@ -260,6 +273,53 @@ class Agent:
             log.error("the leftover tasks of %s outlived SIGKILL: launches onto its GPUs are refused",
                       record.describe())
 
+    async def adopt_recorded_tasks(self) -> None:
+        """Adopt what an earlier agent left running here (adoption.py); kill the rest, and whatever is left
+        in the cgroups of jobs and steps not adopted. Those that survive SIGKILL keep their GPUs out of any
+        launch."""
+        found = await asyncio.to_thread(find_adoptable, self._task_spool)
+        for job_id, step_id, why in found.lost:
+            log.warning("cannot adopt %s: %s", f"job {job_id}" if step_id is None else f"step {job_id}.{step_id}", why)
+        killed, self._unkillable = await asyncio.to_thread(sweep, self._task_spool, SWEEP_GRACE_S, found.to_kill)
+        for record in killed:
+            log.warning("killed the tasks of %s: they cannot be adopted", record.describe())
+        for adoptable in found.adoptable:
+            self._adopt(adoptable)
+        leaders = {record.leader for adoptable in found.adoptable for record in adoptable.records}
+        await asyncio.to_thread(forget_exits, self._task_spool.directory, leaders)
+        for step in found.lost_steps:
+            exits = [TaskExit(rank=t.rank, exit_code=0, signal=signal.SIGKILL) for t in step.tasks]
+            self._post(StepFinished(job_id=step.job_id, step_id=step.step_id, tasks=exits,
+                                    error=f"lost on {self.node}: its tasks died while no agent watched them"))
+        if self._confinement.cgroups is not None:  # whatever the others started, setsid or not
+            kept = {(a.launch.job_id, a.launch.step_id if isinstance(a.launch, LaunchStep) else None)
+                    for a in found.adoptable}
+            for cgroup in self._confinement.cgroups.leftover_jobs():
+                await _kill_unadopted(cgroup, kept)
+        for record in self._unkillable:
+            log.error("the leftover tasks of %s outlived SIGKILL: launches onto its GPUs are refused",
+                      record.describe())
+
+    def _adopt(self, adoptable: Adoptable) -> None:
+        launch, records = adoptable.launch, adoptable.records
+        if isinstance(launch, LaunchJob):
+            job = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
+                            confinement=self._confinement)
+            job.adopt(records, adoptable.launch_json)
+            self._runners[launch.job_id] = job
+            self._launched[(launch.job_id, launch.restart_count)] = None
+            self._spawn_background(self._drive(job), f"job-{launch.job_id}")
+            what = f"job {launch.job_id}"
+        else:
+            step = StepRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
+                              confinement=self._confinement)
+            step.adopt(records, adoptable.launch_json)
+            self._steps[step.key] = step
+            self._launched_steps[(launch.job_id, launch.step_id, launch.restart_count)] = None
+            self._spawn_background(self._drive_step(step), f"step-{launch.job_id}.{launch.step_id}")
+            what = f"step {launch.job_id}.{launch.step_id}"
+        log.info("adopted %s: %d task(s), still running or ended while no agent watched", what, len(records))
+
     def _busy_devices(self, launch: LaunchJob | LaunchStep) -> str | None:
         """Why the launch's devices may not go to its job: a live task of another job holds some of them,
         or None. Shares of one device (the controller keeps their sum within it) do not exclude each other."""
@@ -298,7 +358,7 @@ class Agent:
                     stale = self._stale_leader(reply.leader_epoch)
                     if stale is None:
                         backoff.succeeded()
-                        self._accept_registration(reply, registration)
+                        await self._accept_registration(reply, registration)
                         return
                     reason = stale
                 else:
@@ -333,7 +393,7 @@ class Agent:
             cgroups=self._cgroups_status,
         )
 
-    def _accept_registration(self, reply: RegistrationReply, sent: Registration) -> None:
+    async def _accept_registration(self, reply: RegistrationReply, sent: Registration) -> None:
         if reply.epoch != self._epoch:
             # A new controller numbers its commands afresh.
             self._after_seq = 0
@@ -342,9 +402,16 @@ class Agent:
         self._poll_wait_s = max(0.1, min(self._max_poll_wait_s, reply.heartbeat_s))
         log.info("registered %s with epoch %s (%d running, %d finished unacknowledged)",
                  self.node, reply.epoch, len(sent.running_jobs), len(sent.finished_jobs))
+        self._outbox_ready.set()  # re-send whatever the previous controller did not acknowledge
+        runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
+        disowned = [r for r in runners if r.job_id in reply.kill_jobs]
         for job_id in reply.kill_jobs:
             self._start_kill(job_id, signal.SIGTERM, KILL_ON_REGISTER_GRACE_S)
-        self._outbox_ready.set()  # re-send whatever the previous controller did not acknowledge
+        if disowned:  # no command is taken before their GPUs are free
+            exits = [asyncio.ensure_future(r.exited()) for r in disowned]
+            _, late = await asyncio.wait(exits, timeout=KILL_ON_REGISTER_GRACE_S + KILL_ON_REGISTER_WAIT_S)
+            for waiter in late:
+                waiter.cancel()
 
     async def _reregister(self, stale_epoch: str | None) -> None:
         """Register again after a 409, once, however many loops noticed it."""
@@ -448,6 +515,7 @@ class Agent:
         try:
             async for event in runner.run():
                 self._steps.pop(runner.key, None)
+                self._releases[id(event)] = runner
                 self._post(event)
         except Exception as exc:  # a bug must not take the agent down, nor leave the step unreported
             log.exception("step %d.%d: runner failed", *runner.key)
@@ -462,6 +530,7 @@ class Agent:
             async for event in runner.run():
                 if isinstance(event, NodeFinished):
                     self._runners.pop(runner.job_id, None)
+                    self._releases[id(event)] = runner
                 self._post(event)
         except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
             log.exception("job %d: runner failed", runner.job_id)
@@ -512,6 +581,10 @@ class Agent:
             batch = self._outbox[:MAX_EVENTS_PER_BATCH]
             delivered = await self._send(batch, backoff)
             if delivered:
+                for event in batch:
+                    runner = self._releases.pop(id(event), None)
+                    if runner is not None:
+                        await asyncio.to_thread(runner.release)
                 del self._outbox[: len(batch)]  # only this loop removes, and always from the front
 
     async def _send(self, batch: list[Event], backoff: Backoff) -> bool:
@@ -552,6 +625,20 @@ def _leader_in(response: httpx.Response) -> str | None:
     except (ValueError, AttributeError):
         return None
     return leader if isinstance(leader, str) and leader else None
+
+
+async def _kill_unadopted(cgroup: JobCgroup, kept: set[tuple[int, int | None]]) -> None:
+    """Kill a leftover job cgroup, or, for an adopted job, the leaves of its steps (or batch) not adopted."""
+    number = cgroup.path.name.removeprefix("job_")
+    adopted = {step for job, step in kept if number.isascii() and number.isdigit() and job == int(number)}
+    if not adopted:
+        log.warning("killing what is left in %s: not adopted", cgroup.path)
+        await cgroup.kill()
+        return
+    leaves = {"batch" if step is None else f"step_{step}" for step in adopted}
+    for leaf in [p for p in cgroup.path.iterdir() if p.is_dir() and p.name not in leaves]:
+        log.warning("killing what is left in %s: not adopted", leaf)
+        await cgroup.kill(leaf.name)
 
 
 def _describe_error(exc: Exception) -> str:

@@ -9,7 +9,9 @@ Design choices, each mirroring what slurmd/slurmstepd do or what the agent's res
 - Output and error files are opened with O_APPEND|O_CREAT: several tasks and nodes may write one file.
   A batch job's files are truncated first unless --open-mode=append (Slurm's default for sbatch); a file
   shared by several tasks is never truncated, and other jobs append by default.
-- Processes are started with `subprocess.Popen` and awaited through a pidfd, not through
+- Each task is started by a leader of its own (task_leader.py), which stays its parent, records its exit
+  status in the spool and outlives the agent: a restarted agent adopts the task (decision 0015).
+- Leaders are started with `subprocess.Popen` and awaited through a pidfd, not through
   `asyncio.create_subprocess_exec`: asyncio's subprocess transport SIGKILLs its child when it is closed or
   garbage-collected, which would kill every running job when the agent stops or restarts. Tasks must
   outlive the agent, as they outlive a slurmd restart.
@@ -22,6 +24,7 @@ Design choices, each mirroring what slurmd/slurmstepd do or what the agent's res
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -32,6 +35,7 @@ from pathlib import Path
 from corral import kill_reasons
 from corral.agent.environment import output_path, task_environment
 from corral.agent.identity import file_access_as
+from corral.agent.leaders import StartingTask
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
     DEVELOPMENT_MODE,
@@ -66,20 +70,26 @@ class JobRunner(LocalTasks):
         self._base_env = dict(base_env)
 
     async def run(self) -> AsyncIterator[NodeStarted | NodeFinished]:
-        try:
-            self._spawn_all()
-        except SpawnError as exc:
-            finished = await self._abort(exc)
+        if not self.adopted:
+            try:
+                self._spawn_all()
+                await self._take_replies()
+            except SpawnError as exc:
+                finished = await self._abort(exc)
+                self._spawn_done.set()
+                yield finished
+                return
             self._spawn_done.set()
-            yield finished
-            return
-        self._spawn_done.set()
         # Watch in tasks of their own, so exits are seen (and kill() can return early) whether or not
         # the consumer is pulling from this generator at the time.
         watchers = [asyncio.create_task(self._reap(rank, proc)) for rank, proc in self._procs.items()]
         try:
-            log.info("job %d: started %d task(s), pids %s", self.job_id, len(self._procs), self.pids)
-            yield NodeStarted(job_id=self.job_id, pids=self.pids)
+            if self.adopted:
+                log.info("job %d: adopted %d task(s) of an earlier agent, pids %s", self.job_id, len(self._procs),
+                         self.pids)
+            else:
+                log.info("job %d: started %d task(s), pids %s", self.job_id, len(self._procs), self.pids)
+                yield NodeStarted(job_id=self.job_id, pids=self.pids)
             await asyncio.gather(*watchers)
         finally:
             for watcher in watchers:
@@ -95,10 +105,10 @@ class JobRunner(LocalTasks):
 
     def _spawn_all(self) -> None:
         self._prepare()
+        self._save_launch(self.launch.model_dump_json())
         check_workdir(self.launch.workdir, self._identity)
         argv = self._command()
-        for task in self.launch.tasks:
-            self._started(task.rank, self._spawn(task, argv))
+        self._begin_each((task.rank, functools.partial(self._spawn, task, argv)) for task in self.launch.tasks)
 
     def _command(self) -> list[str]:
         """argv of every task: the job's script (given the job's argv as its arguments) or the argv."""
@@ -137,7 +147,7 @@ class JobRunner(LocalTasks):
                              f"agent's spool directory must be reachable by every user (mode o+x on each "
                              f"directory above it)") from None
 
-    def _spawn(self, task: TaskLaunch, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, task: TaskLaunch, argv: list[str]) -> StartingTask:
         stdout_fd, stderr_fd = self._open_outputs(task)
         env = task_environment(self.launch, task, self._node_name, self._base_env)
         env.update(self._identity_variables())
@@ -184,6 +194,7 @@ class JobRunner(LocalTasks):
         log.warning("job %d: cannot start: %s", self.job_id, exc)
         await self._kill_started()
         shutil.rmtree(self._job_dir, ignore_errors=True)
+        self._forget_launch()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]
         return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc))
 

@@ -22,6 +22,7 @@ The wire protocol is corral.stepio's. In order:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
+from corral.agent.leaders import StartingTask, TaskProcess
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
     DEVELOPMENT_MODE,
@@ -96,6 +98,8 @@ class StepRunner(LocalTasks):
         yield await self._execute()
 
     async def _execute(self) -> StepFinished:
+        if self.adopted:
+            return await self._run_on()
         try:
             await self._connect()
         except OSError as exc:
@@ -108,6 +112,7 @@ class StepRunner(LocalTasks):
         try:
             try:
                 self._spawn_all()
+                await self._take_replies()
             except SpawnError as exc:
                 return await self._abort(exc)
             finally:
@@ -117,6 +122,17 @@ class StepRunner(LocalTasks):
         finally:
             self._close_pipes()
             await self._close_connection()
+
+    async def _run_on(self) -> StepFinished:
+        """An adopted step: its tasks run on, but their stream to srun ended with the earlier agent (output
+        to pipes is lost, and a task writing there gets SIGPIPE); their exits are still reported."""
+        log.info("%s: adopted %d task(s) of an earlier agent, pids %s (no I/O to srun any more)", self._what,
+                 len(self._procs), self.pids)
+        exits = await asyncio.gather(*(self._reap(rank, proc) for rank, proc in self._procs.items()))
+        await self._end_cgroup()
+        log.info("%s: all tasks exited: %s", self._what, describe_exits(sorted(exits, key=lambda e: e.rank)))
+        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=sorted(exits, key=lambda e: e.rank),
+                            oom_killed=self.oom_killed)
 
     async def _supervise(self) -> StepFinished:
         for pipe in self._stdin.values():
@@ -252,6 +268,7 @@ class StepRunner(LocalTasks):
 
     def _spawn_all(self) -> None:
         self._prepare()
+        self._save_launch(self.launch.model_dump_json())
         launch = self.launch
         check_workdir(launch.workdir, self._identity)
         if not launch.argv:
@@ -262,11 +279,12 @@ class StepRunner(LocalTasks):
                 stdin_rank = stepio.parse_input(launch.input)
             except ValueError:
                 log.warning("%s: input %r is not all, none or a rank: no stdin", self._what, launch.input)
-        for task in launch.tasks:
-            takes_stdin = stdin_rank is not None and stdin_rank in (stepio.ALL_RANKS, task.rank)
-            self._started(task.rank, self._spawn(task, list(launch.argv), takes_stdin))
+        self._begin_each(
+            (task.rank, functools.partial(self._spawn, task, list(launch.argv),
+                                          stdin_rank is not None and stdin_rank in (stepio.ALL_RANKS, task.rank)))
+            for task in launch.tasks)
 
-    def _spawn(self, task: TaskLaunch, argv: list[str], takes_stdin: bool) -> subprocess.Popen[bytes]:
+    def _spawn(self, task: TaskLaunch, argv: list[str], takes_stdin: bool) -> StartingTask:
         child_fds: list[int] = []  # the child's ends: closed here whatever happens
         parent_fds: list[int] = []  # ours: kept only if the task starts
         outputs: list[tuple[bytes, int]] = []  # (frame type, read end) of the pipes to srun
@@ -332,6 +350,7 @@ class StepRunner(LocalTasks):
         """Kill the tasks started before the failure; report every local task as failed to start."""
         log.warning("%s: cannot start: %s", self._what, exc)
         await self._kill_started()
+        self._forget_launch()
         self._close_pipes()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]
         for exit_ in exits:
@@ -350,7 +369,7 @@ class StepRunner(LocalTasks):
 
     # -- running
 
-    async def _finish_task(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+    async def _finish_task(self, rank: int, proc: TaskProcess) -> None:
         exit_ = await self._reap(rank, proc)
         pipe = self._stdin.pop(rank, None)
         if pipe is not None:

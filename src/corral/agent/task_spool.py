@@ -1,11 +1,12 @@
 """The agent's record, on disk, of the task process groups it started and that may still run.
 
-A task is its own session and process group (tasks.py), so it outlives an agent that dies or is
-stopped. A restarted agent cannot adopt such tasks yet; if they ran on unnoticed, the controller would
-give their GPUs to the next job while they still use them. So each task's group is recorded here when it
-starts (one small JSON file per group: pgid, job, step, GPUs, and the leader's start time) and forgotten
-when it is reaped. `sweep()` kills whatever recorded task still runs: the agent calls it before it
-registers, and `corral up` after its agents are gone.
+A task is its own session and process group (tasks.py), started by a leader of its own (leaders.py), so
+both outlive an agent that dies or is stopped. Each task's group is recorded here when it starts (one
+small JSON file per group: pgid, the task's start time, job, step, rank, GPUs, its leader's pid and start
+time) and forgotten when it is reaped; each job's and step's launch message is kept beside them while
+its tasks run. A restarted agent adopts from these what still runs (decision 0015); `sweep()` kills
+whatever recorded task still runs: the agent calls it for the records it cannot adopt, and `corral up`
+after its agents are gone.
 
 A recorded pgid is trusted only with its leader's start time (in seconds since boot, so that a change of
 the wall clock changes nothing, with the boot's id): Linux does not hand out a pid while a process,
@@ -29,6 +30,7 @@ import psutil
 log = logging.getLogger(__name__)
 
 RECORDS_DIR = "tasks"
+LAUNCHES_DIR = "launches"
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 SWEEP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait for the processes to go
@@ -44,6 +46,9 @@ class TaskRecord:
     job_id: int
     step_id: int | None  # None: the job's own tasks (its batch script or command)
     gpus: tuple[int, ...]  # the devices the task may use
+    rank: int = 0
+    leader: int = 0  # the task's leader (task_leader.py), which records its exit; 0: none (an older agent's)
+    leader_started: float = 0.0  # since boot, as `started`
 
     def describe(self) -> str:
         part = f"job {self.job_id}" if self.step_id is None else f"step {self.job_id}.{self.step_id}"
@@ -56,14 +61,17 @@ class TaskSpool:
 
     def __init__(self, spool_dir: Path) -> None:
         self.directory = Path(spool_dir) / RECORDS_DIR
+        self.launches = Path(spool_dir) / LAUNCHES_DIR
 
-    def add(self, pid: int, job_id: int, step_id: int | None, gpus: Iterable[int]) -> TaskRecord | None:
-        """Record a task just started (its leader is our child, so at worst a zombie: never a stranger)."""
+    def add(self, pid: int, job_id: int, step_id: int | None, gpus: Iterable[int], *, rank: int = 0,
+            leader_pid: int = 0) -> TaskRecord | None:
+        """Record a task just started (its leader has not reaped it, so at worst a zombie: never a stranger)."""
         try:
             started = since_boot(psutil.Process(pid))
+            leader_started = since_boot(psutil.Process(leader_pid)) if leader_pid else 0.0
         except psutil.Error:
-            return None  # already reaped: nothing of it is ours to record any more
-        record = TaskRecord(pid, started, boot_id(), job_id, step_id, tuple(gpus))
+            return None  # already reaped: its leader alone has anything to say about it now
+        record = TaskRecord(pid, started, boot_id(), job_id, step_id, tuple(gpus), rank, leader_pid, leader_started)
         self.write(record)
         return record
 
@@ -82,13 +90,46 @@ class TaskSpool:
             try:
                 fields = json.loads(path.read_text())
                 found.append(TaskRecord(fields["pgid"], fields["started"], fields["boot_id"], fields["job_id"],
-                                        fields["step_id"], tuple(fields["gpus"])))
+                                        fields["step_id"], tuple(fields["gpus"]), fields.get("rank", 0),
+                                        fields.get("leader", 0), fields.get("leader_started", 0.0)))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring unreadable task record %s: %s", path, exc)
         return found
 
     def _path(self, pgid: int) -> Path:
         return self.directory / f"{pgid}.json"
+
+    # -- launch messages: what a restarted agent needs to run on with adopted tasks
+
+    def save_launch(self, job_id: int, step_id: int | None, launch_json: str) -> None:
+        self.launches.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self._launch_path(job_id, step_id)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(launch_json)
+        os.replace(temporary, path)
+
+    def forget_launch(self, job_id: int, step_id: int | None, saved: str | None = None) -> None:
+        """Remove the saved launch (only if it still is `saved`: a requeued job may have saved its next one)."""
+        path = self._launch_path(job_id, step_id)
+        try:
+            if saved is None or path.read_text() == saved:
+                path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def saved_launches(self) -> dict[tuple[int, int | None], str]:
+        """(job id, step id or None) -> the launch message saved for it."""
+        found: dict[tuple[int, int | None], str] = {}
+        for path in sorted(self.launches.glob("*.json")):
+            job, _, step = path.stem.partition(".")
+            try:
+                found[(int(job), int(step) if step else None)] = path.read_text()
+            except (OSError, ValueError) as exc:
+                log.warning("ignoring unreadable launch record %s: %s", path, exc)
+        return found
+
+    def _launch_path(self, job_id: int, step_id: int | None) -> Path:
+        return self.launches / (f"{job_id}.json" if step_id is None else f"{job_id}.{step_id}.json")
 
 
 def since_boot(proc: psutil.Process) -> float:
@@ -137,12 +178,14 @@ def _descends_from(proc: psutil.Process, record: TaskRecord) -> bool:
             and proc.environ().get("SLURM_JOB_ID") == str(record.job_id))
 
 
-def sweep(spool: TaskSpool, grace_s: float = SWEEP_GRACE_S) -> tuple[list[TaskRecord], list[TaskRecord]]:
-    """Kill every recorded task that still runs (SIGTERM, `grace_s`, SIGKILL) and wait until it is gone.
+def sweep(spool: TaskSpool, grace_s: float = SWEEP_GRACE_S,
+          records: list[TaskRecord] | None = None) -> tuple[list[TaskRecord], list[TaskRecord]]:
+    """Kill every recorded task (or those of `records`) that still runs (SIGTERM, `grace_s`, SIGKILL) and
+    wait until it is gone.
 
     Returns (killed, survivors): the records that had live processes, and those whose processes outlived
     SIGKILL (stuck in the kernel, or not ours to kill); only survivors stay recorded."""
-    records = spool.records()
+    records = spool.records() if records is None else records
     targets = {record: live_members(record) for record in records}
     procs = [proc for members in targets.values() for proc in members]
     _signal(procs, signal.SIGTERM)

@@ -1,15 +1,17 @@
-"""What the job runner and the step runner share: a task is started as its own process group, awaited
-through a pidfd, signalled as a group, and reported as a TaskExit. See runner.py for why each is so."""
+"""What the job runner and the step runner share: a task is started as its own process group through a
+leader of its own (leaders.py), awaited, signalled as a group, and reported as a TaskExit. See runner.py
+for why each is so."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import subprocess
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -17,7 +19,8 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
 from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, lookup_user
-from corral.agent.task_spool import TaskSpool
+from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
+from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.jobref import ascii_number
 from corral.protocol import TaskExit
 
@@ -52,29 +55,17 @@ DEVELOPMENT_MODE = Confinement()
 
 def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
-    stderr: StdioTarget, identity: TaskIdentity | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start one task in its own session and process group, as `identity` (None: as the agent); a failure
-    becomes a SpawnError with the exit code a shell would give (127 not found, 126 not executable, 1
-    anything else)."""
-    as_user: dict[str, Any] = {}
-    if identity is not None:
-        as_user = dict(user=identity.uid, group=identity.gid, extra_groups=list(identity.groups))
+    stderr: StdioTarget, exit_dir: Path, identity: TaskIdentity | None = None,
+    placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+) -> StartingTask:
+    """Start one task in its own session and process group, as `identity` (None: as the agent), through a
+    leader of its own that outlives the agent (leaders.py; `LocalTasks._take_replies` takes its reply); a
+    failure becomes a SpawnError with the exit code a shell would give (127 not found, 126 not
+    executable, 1 anything else)."""
+    user = None if identity is None else (identity.uid, identity.gid, list(identity.groups))
     try:
-        return subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,  # own session and process group: signals reach the whole task
-            **as_user,
-        )
-    except FileNotFoundError as exc:
-        raise SpawnError(f"command not found: {argv[0]} ({exc.strerror})", EXIT_NOT_FOUND) from exc
-    except PermissionError as exc:
-        raise SpawnError(f"cannot execute {argv[0]}: {exc.strerror}", EXIT_NOT_EXECUTABLE) from exc
+        return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
+                          exit_dir=exit_dir, placement=placement)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         # ValueError: e.g. a NUL byte in an argument or environment value.
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
@@ -130,8 +121,8 @@ def describe_exits(exits: list[TaskExit]) -> str:
 class LocalTasks:
     """The local tasks of one job or step: their main processes by rank, their exits, and signals to
     their process groups. Subclasses start the processes (`_refuse_if_told` first, `_started` for each),
-    then set `_spawn_done`, and await `_reap` for each. Every task is in the spool from its start to its
-    reaping (task_spool.py), so that it never outlives the agent unnoticed."""
+    then set `_spawn_done`, and await `_reap` for each. Every task is in the spool from its start until the
+    controller has its end (`release`; task_spool.py), so that it never outlives the agent unnoticed."""
 
     def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
                  job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None,
@@ -145,7 +136,7 @@ class LocalTasks:
         self._spool = spool
         self._owner = (job_id, step_id, tuple(gpus))
         self._refusal = refusal  # why the agent will not start these tasks at all (their GPUs are busy)
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}  # rank -> the task's main process
+        self._procs: dict[int, TaskProcess] = {}  # rank -> the task's main process (and its leader)
         self._exits: dict[int, TaskExit] = {}
         self._spawn_done = asyncio.Event()
         self._all_exited = asyncio.Event()
@@ -160,6 +151,11 @@ class LocalTasks:
         self._leaf_name = "batch" if step_id is None else f"step_{step_id}"
         self._leaves: list[Path] = []  # one per cgroup hierarchy
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
+        self.adopted = False  # its tasks were started by an earlier agent on this node
+        self._launch_json: str | None = None  # the launch message as saved in the spool
+        self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
+        self._start_failure: SpawnError | None = None
+        self._recorded: set[int] = set()  # ranks whose tasks are in the spool
 
     @property
     def pids(self) -> list[int]:
@@ -187,6 +183,11 @@ class LocalTasks:
             log.info("%s: still running after %.1fs, sending SIGKILL", self._what, grace_s)
             self._signal_live(signal.SIGKILL)
 
+    async def exited(self) -> None:
+        """Until every task has exited (or none could start)."""
+        await self._spawn_done.wait()
+        await self._all_exited.wait()
+
     @property
     def holds_devices(self) -> bool:
         """Whether its tasks may be using their GPUs: about to start, or started and not all exited."""
@@ -212,17 +213,58 @@ class LocalTasks:
             except CgroupError as exc:
                 raise SpawnError(str(exc)) from None
 
+    def _save_launch(self, launch_json: str) -> None:
+        """Keep the launch message beside the task records while the tasks run: a restarted agent needs it
+        to run on with them (SpawnError if it cannot be kept: nothing was started)."""
+        try:
+            self._spool.save_launch(self._owner[0], self._owner[1], launch_json)
+        except OSError as exc:
+            raise SpawnError(f"cannot record the launch in {self._spool.launches}: {exc}") from exc
+        self._launch_json = launch_json
+
+    def _forget_launch(self) -> None:
+        if self._launch_json is not None:
+            self._spool.forget_launch(self._owner[0], self._owner[1], self._launch_json)
+
+    def release(self) -> None:
+        """Forget the tasks' records, recorded exits and launch, once the controller has their end: until
+        then a restarted agent finds them and reports that end again (decision 0015)."""
+        self._forget_launch()
+        for proc in self._procs.values():
+            proc.forget()
+            self._spool.remove(proc.pid)  # last: a test (or a person) waiting for the records sees all gone
+
+    def adopt(self, records: list[TaskRecord], launch_json: str) -> None:
+        """Take over the tasks an earlier agent on this node started (decision 0015): they run on, their
+        leaders record how they end, and from now on this agent signals and reports them."""
+        if self._confinement.run_as_user:
+            try:
+                self._identity = lookup_user(self._user, self._node_name)
+            except UnknownUser:
+                self._announce_pending = False  # no closing line: it must be written as the user
+        tree = self._confinement.cgroups
+        if tree is not None:
+            self._cgroup = tree.for_job(self._owner[0])  # its leaf `_leaf_name` in every hierarchy is theirs
+        for record in records:
+            self._procs[record.rank] = TaskProcess(pid=record.pgid, leader_pid=record.leader,
+                                                   exit_file=exit_file(self._spool.directory, record.leader),
+                                                   leader_started=record.leader_started)
+        self.adopted = True
+        self._launch_json = launch_json
+        self._spawn_done.set()
+
     def _identity_variables(self) -> dict[str, str]:
         return {} if self._identity is None else self._identity.variables
 
-    def _spawn_task(self, argv: list[str], **streams: Any) -> subprocess.Popen[bytes]:
-        """spawn_task as the tasks' user, in their cgroup (the child is in it before it runs any code)."""
+    def _spawn_task(self, argv: list[str], **streams: Any) -> StartingTask:
+        """spawn_task as the tasks' user, in their cgroups (the leader is in them before it runs any code)."""
         tree, leaves = self._confinement.cgroups, self._leaves
+        exit_dir = self._spool.directory
         if tree is None or not leaves:
-            return spawn_task(argv, identity=self._identity, **streams)
+            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir, **streams)
         try:
-            with tree.agent_inside(leaves):
-                return spawn_task(argv, identity=self._identity, **streams)
+            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir,
+                              placement=lambda: tree.agent_inside(leaves), **streams)
         except OSError as exc:
             raise SpawnError(f"cannot start the task in cgroup {leaves[0]}: {exc.strerror or exc}") from exc
 
@@ -233,12 +275,40 @@ class LocalTasks:
         self.oom_killed = self._cgroup.oom_killed(self._leaf_name)
         await self._cgroup.kill(self._leaf_name)
 
-    def _started(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+    def _begin_each(self, begins: Iterable[tuple[int, Callable[[], StartingTask]]]) -> None:
+        """Start every task's leader; `_take_replies` then learns their tasks: the leaders start side by side,
+        and the event loop runs on meanwhile. A failure to start one is raised there."""
+        try:
+            for rank, begin in begins:
+                self._starting.append((rank, begin()))
+        except SpawnError as exc:
+            self._start_failure = exc
+
+    async def _take_replies(self) -> None:
+        """Keep every task that did start; then raise the first failure (SpawnError), for the caller's abort."""
+        failure, self._start_failure = self._start_failure, None
+        starting, self._starting = self._starting, []
+        for rank, task in starting:
+            try:
+                proc = await task.result()
+            except TaskStartFailed as exc:
+                failure = failure or SpawnError(str(exc), exc.exit_code)
+                continue
+            try:
+                self._started(rank, proc)
+            except SpawnError as exc:
+                failure = failure or exc
+            proc.confirm(recorded=rank in self._recorded)
+        if failure is not None:
+            raise failure
+
+    def _started(self, rank: int, proc: TaskProcess) -> None:
         """Keep a task just spawned, and record it in the spool; one that cannot be recorded is killed
         (SpawnError: the caller's abort kills every task started so far)."""
         self._procs[rank] = proc
         try:
-            self._spool.add(proc.pid, *self._owner)
+            self._spool.add(proc.pid, *self._owner, rank=rank, leader_pid=proc.leader_pid)
+            self._recorded.add(rank)
         except OSError as exc:
             raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}") from exc
 
@@ -257,12 +327,11 @@ class LocalTasks:
         """Append to the first local task's stderr (the subclass knows where that goes)."""
         raise NotImplementedError
 
-    async def _reap(self, rank: int, proc: subprocess.Popen[bytes]) -> TaskExit:
+    async def _reap(self, rank: int, proc: TaskProcess) -> TaskExit:
         """Wait for a task's main process; kill what it left in its group; record its exit."""
-        returncode = await wait_process(proc)
+        returncode = await proc.wait()
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         await self._clear_group(proc.pid)
-        self._spool.remove(proc.pid)
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
@@ -282,8 +351,9 @@ class LocalTasks:
         for proc in self._procs.values():
             killpg(proc.pid, signal.SIGKILL)
         for proc in self._procs.values():
-            await wait_process(proc)
+            await proc.wait()
             self._spool.remove(proc.pid)
+            proc.forget()
         await self._end_cgroup()
         self._all_exited.set()
 
@@ -313,42 +383,6 @@ def killpg(pgid: int, signum: int) -> None:
         pass  # the group is already gone (or, for a permission error, no longer ours)
 
 
-async def wait_process(proc: subprocess.Popen[bytes]) -> int:
-    """Await a child's exit without a thread per child (pidfd), falling back to a daemon thread."""
-    if proc.returncode is not None:
-        return proc.returncode
-    loop = asyncio.get_running_loop()
-    exited: asyncio.Future[None] = loop.create_future()
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # no pidfd (not Linux, or a kernel before 5.3)
-        _wait_in_thread(loop, proc, exited)
-        await exited
-        return proc.wait()
-    loop.add_reader(pidfd, set_done, exited)
-    try:
-        await exited
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    return proc.wait()  # the child is a zombie now: this reaps it without blocking
-
-
 def set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _wait_in_thread(
-    loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes], exited: asyncio.Future[None]
-) -> None:
-    def wait() -> None:
-        proc.wait()
-        try:
-            loop.call_soon_threadsafe(set_done, exited)
-        except RuntimeError:
-            pass  # the loop is closed: the agent is shutting down
-
-    # A daemon thread, not the default executor: asyncio.run() joins the executor on shutdown, which
-    # would make the agent wait for every running job before it could stop.
-    threading.Thread(target=wait, name=f"wait-{proc.pid}", daemon=True).start()

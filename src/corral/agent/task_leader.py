@@ -1,0 +1,117 @@
+"""A task's leader: the small process that starts one task, stays its parent and records how it ended.
+
+The agent starts it (`python -I -S task_leader.py SPEC_FD REPLY_FD`, the task's stdin, stdout and stderr as
+its own, in the task's cgroup) instead of the task itself; it is its own session, so it outlives the agent
+(a SIGKILLed agent, or one stopped without --kill-tasks-on-exit), and a restarted agent adopts its task
+(decision 0015). In order:
+
+- Read the spec (one line of JSON on SPEC_FD): argv, cwd, env, the user to run as, the exit file.
+- Start the task as its own session and process group, as that user, with the parent-death signal
+  SIGKILL: whoever kills the leader kills the task, so a task never runs on without a record of its end.
+- Reply on REPLY_FD {"pid": N}, or {"error": ..., "exit_code": 127|126|1} if it could not start (the
+  exit codes a shell gives).
+- Let go of the task's streams (a step's pipes reach end of file when the task's own ends close).
+- Wait for the agent's "ok" on SPEC_FD, which it sends once the task is in its spool. Without it (the
+  agent died before it recorded the task, or could not record it) the task is killed: nothing would
+  ever know it runs.
+- Wait for the task, and write {"returncode": N} (Popen's: negative for a signal) to the exit file,
+  whole or not at all. Then exit.
+
+Only the standard library, and as little of it as will do: the agent waits for the reply.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_PDEATHSIG = 1
+EXIT_SPAWN_FAILED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 126, 127
+
+
+def _read_spec(fd: int) -> tuple[dict, bytes]:
+    """The spec's line, and what followed it."""
+    data = b""
+    while b"\n" not in data and (chunk := os.read(fd, 1 << 16)):
+        data += chunk
+    line, _, rest = data.partition(b"\n")
+    return json.loads(line), rest
+
+
+def _confirmed(fd: int, rest: bytes) -> bool:
+    """Whether the agent says "ok" (it recorded the task) before it closes SPEC_FD."""
+    data = rest
+    while len(data) < 2 and (chunk := os.read(fd, 16)):
+        data += chunk
+    os.close(fd)
+    return data.startswith(b"ok")
+
+
+def _die_with_leader() -> None:
+    """In the task, before exec (after the change of user, which would clear it): SIGKILL when the
+    leader dies. The leader is single-threaded, so a preexec function is safe here."""
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _start(spec: dict) -> subprocess.Popen:
+    as_user = {}
+    if spec.get("user") is not None:
+        uid, gid, groups = spec["user"]
+        as_user = dict(user=uid, group=gid, extra_groups=groups)
+    return subprocess.Popen(spec["argv"], cwd=spec["cwd"], env=spec["env"], stdin=0, stdout=1, stderr=2,
+                            close_fds=True, start_new_session=True, preexec_fn=_die_with_leader, **as_user)
+
+
+def _spawn_failure(spec: dict, exc: BaseException) -> dict:
+    name = spec["argv"][0] if spec.get("argv") else "?"
+    if isinstance(exc, FileNotFoundError):
+        return {"error": f"command not found: {name} ({exc.strerror})", "exit_code": EXIT_NOT_FOUND}
+    if isinstance(exc, PermissionError):
+        return {"error": f"cannot execute {name}: {exc.strerror}", "exit_code": EXIT_NOT_EXECUTABLE}
+    return {"error": f"cannot start {name}: {exc}", "exit_code": EXIT_SPAWN_FAILED}
+
+
+def _reply(fd: int, message: dict) -> bool:
+    try:
+        os.write(fd, json.dumps(message).encode())
+        os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _release_streams() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+
+
+def _record_exit(path: str, returncode: int) -> None:
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as file:
+        file.write(json.dumps({"returncode": returncode}))
+    os.replace(temporary, path)
+
+
+def main(argv: list[str]) -> int:
+    spec_fd, reply_fd = int(argv[1]), int(argv[2])
+    spec, rest = _read_spec(spec_fd)
+    try:
+        task = _start(spec)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        _reply(reply_fd, _spawn_failure(spec, exc))
+        return 0
+    replied = _reply(reply_fd, {"pid": task.pid})
+    _release_streams()
+    if not replied or not _confirmed(spec_fd, rest):
+        os.killpg(task.pid, signal.SIGKILL)
+    _record_exit(spec["exit_file"], task.wait())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
