@@ -8,6 +8,8 @@
 #
 # Listens on 127.0.0.1 only, trusts every local connection, and trades durability for speed
 # (fsync off): never point anything but tests at it. Tests create their own schemas in it.
+# CORRAL_PG_DURABLE=1 keeps PostgreSQL's durable defaults: the fault suite crashes the server, and a
+# commit acknowledged to a client must survive that.
 set -euo pipefail
 
 PORT="${CORRAL_PG_PORT:-55432}"
@@ -65,12 +67,13 @@ init_cluster() {
 }
 
 start_server() {
+    local speed="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    [[ "${CORRAL_PG_DURABLE:-0}" == 1 ]] && speed=""
     # 9>&-: the server must not inherit the lock (fd 9), or it holds it for its whole life.
     # The socket goes in the data dir: /var/run/postgresql may not exist or be writable.
     as_owner "$BIN/pg_ctl" start -D "$DATA_DIR" -w -t 60 -l "$DATA_DIR/server.log" \
         -o "-c listen_addresses=$LISTEN -p $PORT -c unix_socket_directories=$DATA_DIR \
-            -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
-            -c max_connections=300" >/dev/null 9>&- \
+            $speed -c max_connections=300" >/dev/null 9>&- \
         || { tail -n 20 "$DATA_DIR/server.log" >&2; die "server did not start"; }
 }
 

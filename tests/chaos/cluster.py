@@ -27,7 +27,9 @@ class Database:
 
     def __init__(self, net: VirtualNetwork | None, tag: str) -> None:
         self.net = net
-        self.env = {**os.environ, "CORRAL_PG_PORT": str(PG_PORT), "CORRAL_PG_DIR": f"/tmp/corral-pg-chaos-{tag}"}
+        # Durable: the suite crashes the server (db_restart), and what it acknowledged must survive that.
+        self.env = {**os.environ, "CORRAL_PG_PORT": str(PG_PORT), "CORRAL_PG_DIR": f"/tmp/corral-pg-chaos-{tag}",
+                    "CORRAL_PG_DURABLE": "1"}
         if net is not None:
             address = net.hosts["db"].address
             self.env |= {"CORRAL_PG_HOST": address, "CORRAL_PG_ALLOW": address.rsplit(".", 1)[0] + ".0/24"}
