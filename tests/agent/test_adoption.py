@@ -18,6 +18,7 @@ from corral.agent.leaders import begin_task
 from corral.agent.task_spool import TaskSpool
 from corral.protocol import NodeStarted, SignalJob, StepFinished, TaskLaunch
 from tests.agent.test_confinement import cgroup_tree as agent_cgroups  # noqa: F401 - a fixture: a cgroup2 tree
+from tests.agent.test_confinement import gpu_files  # noqa: F401 - the fixture cgroup_tree uses
 
 
 @pytest.fixture
