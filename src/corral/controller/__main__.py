@@ -49,12 +49,18 @@ def main(argv: list[str] | None = None) -> int:
     if tls_problem:
         print(f"corral-controller: error: {tls_problem}", file=sys.stderr)
         return 2
-    from corral.controller.settings import SettingsError, load_auth_settings, load_settings
+    from corral.controller.settings import (
+        SettingsError,
+        load_auth_settings,
+        load_ratelimit_settings,
+        load_settings,
+    )
     from corral.store import Store, StoreError
 
     try:
         config, tenancy = load_settings(args.config)
         auth = load_auth_settings(args.config)
+        ratelimit = load_ratelimit_settings(args.config)
     except SettingsError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
@@ -67,11 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.auth_socket:
         auth = dataclasses.replace(auth, socket=os.path.abspath(args.auth_socket))
-    app = build_app(config, store, secret, tenancy=tenancy, auth=auth)
+    app = build_app(config, store, secret, tenancy=tenancy, auth=auth, ratelimit=ratelimit)
     return _serve(app, host, int(port), args.tls_cert, args.tls_key)
 
 
-def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None):
+def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, ratelimit=None):
     from corral.controller.app import create_app
     from corral.controller.restore import restore_engine
     from corral.controller.service import ControllerService
@@ -84,7 +90,7 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
     heartbeat_s = min(5.0, config.node_timeout_s / 3)
     # The same function builds the engine now and again after a failed commit.
     service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
-    return create_app(service, secret, auth)
+    return create_app(service, secret, auth, ratelimit)
 
 
 def _read_secret(path: str) -> str | None:

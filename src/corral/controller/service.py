@@ -73,6 +73,7 @@ class ControllerService:
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
+        self.cycle_s = 0.0  # seconds the loop's cycles took, in all (GET /health shows it with `cycles`)
         self.writer = StoreWriter(store)
         if restore is None:
             from corral.controller.restore import restore_engine
@@ -135,6 +136,7 @@ class ControllerService:
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1.0)
             ended = time.perf_counter()
+            self.cycle_s += ended - started
             pacer.cycle_ran(started, ended)
             # Requests have their turn before the next cycle: submissions and agent reports are answered
             # between back-to-back cycles, and folded into the next one together.
