@@ -8,6 +8,7 @@ commands turn into Slurm-like messages (common/command.py)."""
 from __future__ import annotations
 
 import _socket
+import time
 from _collections_abc import Iterable, Mapping
 
 from corral.slurm.common import jsontext
@@ -16,6 +17,12 @@ API_PREFIX = "/api/v1"  # corral.protocol.API_PREFIX (a test keeps them equal)
 DEFAULT_TIMEOUT_S = 30.0
 PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the controller a bounded time
 NEXT_PAGE_HEADER = "x-next-after"  # corral.controller.listing.NEXT_PAGE_HEADER, as read here (lower case)
+# Over the controller's request rate limit (HTTP 429), a command sleeps and tries again, as Slurm's do on
+# SLURMCTLD_COMMUNICATIONS_BACKOFF (1 s, 2 s, 3 s, ...; never less than the reply's Retry-After, at most
+# RATE_LIMIT_MAX_WAIT_S), but gives up after RATE_LIMIT_RETRIES retries where Slurm's never would.
+RATE_LIMITED = 429
+RATE_LIMIT_RETRIES = 5
+RATE_LIMIT_MAX_WAIT_S = 10.0
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~,")
 
 
@@ -146,8 +153,24 @@ class Controller:
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
         request = head.encode() + b"\r\n" + payload
-        status, headers, data = self._exchange_tls(request) if self.tls else self._exchange(request)
+        status, headers, data = self._send(request)
         return _decoded(status, data), headers
+
+    def _send(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
+        """One request, sent again while the controller says it is over the user's rate limit."""
+        waited_s = 0.0
+        for retry in range(1, RATE_LIMIT_RETRIES + 1):
+            status, headers, data = self._exchange_tls(request) if self.tls else self._exchange(request)
+            if status != RATE_LIMITED:
+                return status, headers, data
+            wait_s = retry_wait_s(headers.get("retry-after"), retry)
+            time.sleep(wait_s)
+            waited_s += wait_s
+        status, headers, data = self._exchange_tls(request) if self.tls else self._exchange(request)
+        if status == RATE_LIMITED:
+            raise ApiError(status, f"{_error_detail(status, data)} (gave up after {RATE_LIMIT_RETRIES + 1} tries "
+                                   f"over {waited_s:.0f} s)")
+        return status, headers, data
 
     def _exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
         # An ASCII host goes as bytes: a str would be encoded with the idna codec (~1 ms to import).
@@ -194,6 +217,12 @@ class Controller:
             if message:
                 raise TlsRefused(self.url, message, self.source) from None
             raise Unreachable(self.url, _reason(exc), self.source) from None
+
+
+def retry_wait_s(retry_after: str | None, retry: int) -> float:
+    """How long to sleep before the `retry`-th retry of a rate-limited request."""
+    asked = float(retry_after) if retry_after and retry_after.strip().isdigit() else 0.0
+    return min(max(asked, float(retry)), RATE_LIMIT_MAX_WAIT_S)
 
 
 def _param(value: object) -> object:
@@ -267,7 +296,17 @@ def _decoded(status: int, data: bytes):
         if value is None and data.strip():
             raise ApiError(status, "the controller sent a reply that is not JSON")
         return value
+    raise ApiError(status, _error_detail(status, data, value))
+
+
+def _error_detail(status: int, data: bytes, value: object = None) -> str:
+    """The `detail` of an error reply (its JSON `value`, when decoded already), else its text."""
+    if value is None:
+        try:
+            value = jsontext.loads(data) if data.strip() else None
+        except ValueError:
+            value = None
     detail = value.get("detail") if isinstance(value, dict) else None
-    if not isinstance(detail, str):
-        detail = str(detail) if detail is not None else data.decode("utf-8", "replace").strip() or f"HTTP {status}"
-    raise ApiError(status, detail)
+    if isinstance(detail, str):
+        return detail
+    return str(detail) if detail is not None else data.decode("utf-8", "replace").strip() or f"HTTP {status}"
