@@ -54,6 +54,17 @@ def test_tokens_come_back_refill_rate_per_period_up_to_the_bucket_size():
     assert sum(limits.retry_after_s("alice") is None for _ in range(10)) == 5
 
 
+def test_refused_requests_are_told_to_come_back_one_refill_after_another():
+    clock = Clock()
+    limits = limiter(clock, bucket_size=1, refill_rate=2, refill_period_s=1)
+    assert limits.retry_after_s("alice") is None
+    clock.now = 1000.25
+    # Two tokens come back each second: the refused are spread over the refills that will make room.
+    assert [limits.retry_after_s("alice") for _ in range(5)] == [0.75, 0.75, 1.75, 1.75, 2.75]
+    clock.now = 1003.0  # three refills: six places for the five told to wait, so nobody is ahead any more
+    assert [limits.retry_after_s("alice") for _ in range(2)] == [None, 1.0]
+
+
 def test_each_user_has_a_bucket_of_their_own():
     clock = Clock()
     limits = limiter(clock, bucket_size=2, refill_rate=1, refill_period_s=60)

@@ -38,11 +38,15 @@ class RateLimitSettings:
 
 
 class _Bucket:
-    __slots__ = ("period", "tokens")
+    __slots__ = ("backlog", "period", "tokens")
 
     def __init__(self, period: int, tokens: int) -> None:
         self.period = period  # the refill period in which tokens were last counted
         self.tokens = tokens
+        # Refused requests told to come back that the refills since have not yet made room for: the next
+        # refused one is told to wait behind them, so that a user's many clients do not all come back in
+        # the same second to be refused again (they would cost the controller more than the requests).
+        self.backlog = 0
 
 
 class RateLimiter:
@@ -57,7 +61,8 @@ class RateLimiter:
         return len(self._buckets)
 
     def retry_after_s(self, who: str) -> float | None:
-        """Take one of `who`'s tokens: None if there was one, else how long until the next refill."""
+        """Take one of `who`'s tokens: None if there was one, else how long to wait (until the refill that
+        makes room for this request after those refused before it)."""
         settings = self.settings
         now = self._clock()
         period = int(now // settings.refill_period_s)
@@ -69,13 +74,17 @@ class RateLimiter:
             return None
         self._buckets.move_to_end(who)
         if period > bucket.period:
-            bucket.tokens = min(settings.bucket_size, bucket.tokens + (period - bucket.period) * settings.refill_rate)
+            refilled = (period - bucket.period) * settings.refill_rate
+            bucket.tokens = min(settings.bucket_size, bucket.tokens + refilled)
+            bucket.backlog = max(0, bucket.backlog - refilled)
             bucket.period = period
         if bucket.tokens > 0:
             bucket.tokens -= 1
             return None
         self._refused(who, now)
-        return (period + 1) * settings.refill_period_s - now
+        ahead_periods = bucket.backlog // settings.refill_rate
+        bucket.backlog += 1
+        return (period + 1 + ahead_periods) * settings.refill_period_s - now
 
     def _refused(self, who: str, now: float) -> None:
         self._refused_since_log += 1
