@@ -47,6 +47,7 @@ from tests.e2e.harness import API, Cluster, wait_for  # noqa: E402
 POLLERS = 1000
 USERS = 10
 ARRAY_TASKS = 8000  # more than a window can start
+ARRAY_SIZE = 1000  # MaxArraySize
 WINDOW_S = 20.0
 POLL_INTERVAL_S = 1.0
 WARMUP_S = 5.0
@@ -156,11 +157,12 @@ def phase(limited: bool, pollers: int, window_s: float) -> dict:
         # Without limits, the pollers can keep the controller's answers waiting past the harness's 30 s.
         cluster.http.timeout = httpx.Timeout(600)
         proc = start_pollers(cluster, pollers) if pollers else None
+        result: dict = {}
         try:
-            array_id = cluster.submit(argv=["true"], gpus=1, output="/dev/null", user="root",
-                                      array=f"0-{ARRAY_TASKS - 1}")
+            array_ids = [cluster.submit(argv=["true"], gpus=1, output="/dev/null", user="root",
+                                        array=f"0-{ARRAY_SIZE - 1}") for _ in range(ARRAY_TASKS // ARRAY_SIZE)]
             time.sleep(WARMUP_S)
-            result = _window(cluster, array_id, window_s)
+            result = _window(cluster, array_ids, window_s)
         finally:
             if proc is not None:
                 result["pollers"] = stop_pollers(proc)
@@ -168,13 +170,13 @@ def phase(limited: bool, pollers: int, window_s: float) -> dict:
     return result
 
 
-def _window(cluster: Cluster, array_id: int, window_s: float) -> dict:
+def _window(cluster: Cluster, array_ids: list[int], window_s: float) -> dict:
     cycles0, cycle_s0 = cycle_counters(cluster)
     cpu0, t0 = cpu_s(cluster.controller.pid), time.time()
     time.sleep(window_s)
     cycles, cycle_s = cycle_counters(cluster)
     cpu1, t1 = cpu_s(cluster.controller.pid), time.time()
-    tasks = cluster.http.get(f"{API}/accounting", params={"ids": str(array_id)}).json()
+    tasks = cluster.http.get(f"{API}/accounting", params={"ids": ",".join(map(str, array_ids))}).json()
     starts = [task["start_time"] for task in tasks if task["start_time"] is not None]
     started = sum(1 for start in starts if t0 <= start < t1)
     if len(starts) > 0.95 * ARRAY_TASKS:

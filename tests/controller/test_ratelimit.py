@@ -20,6 +20,7 @@ from corral.store import Store
 from tests.cli.standin import ServerThread
 
 SECRET = "ratelimit-secret"
+NODE = {"node": "node1", "address": "127.0.0.1", "gpus": [], "cpus": 16, "mem_mib": 64000}
 
 
 class Clock:
@@ -149,13 +150,28 @@ def test_a_user_over_the_limit_gets_429_with_retry_after_and_others_do_not(tmp_p
 def test_the_service_credential_and_agents_are_not_limited(tmp_path):
     limits = RateLimitSettings(enabled=True, bucket_size=1, refill_rate=1, refill_period_s=60)
     agent = cred.issue_agent(cred.signing_key(SECRET), "node1")
-    node = {"node": "node1", "address": "127.0.0.1", "gpus": [], "cpus": 16, "mem_mib": 64000}
     with limited_controller(tmp_path, limits) as url, client(url, SECRET) as service, client(url, agent) as node1:
         assert {service.get("/nodes").status_code for _ in range(5)} == {200}
-        assert {node1.post("/agents/register", json=node).status_code for _ in range(5)} == {200}
+        assert {node1.post("/agents/register", json=NODE).status_code for _ in range(5)} == {200}
 
 
 def test_without_enabled_nobody_is_limited(tmp_path):
     limits = RateLimitSettings(enabled=False, bucket_size=1, refill_rate=1, refill_period_s=60)
     with limited_controller(tmp_path, limits) as url, client(url, user_credential("alice", 5001)) as alice:
         assert {alice.get("/jobs").status_code for _ in range(5)} == {200}
+
+
+def test_a_jobs_own_credential_takes_from_its_users_bucket(tmp_path):
+    limits = RateLimitSettings(enabled=True, bucket_size=2, refill_rate=1, refill_period_s=3600)
+    with limited_controller(tmp_path, limits) as url, client(url, SECRET) as service:
+        assert service.post("/agents/register", json=NODE).status_code == 200
+        reply = service.post("/jobs", json={"workdir": str(tmp_path), "user": "alice", "uid": 5001, "argv": ["true"]})
+        assert reply.status_code == 201, reply.text
+        job = service.get(f"/jobs/{reply.json()['job_id']}").json()
+        job_credential = cred.issue_job(cred.signing_key(SECRET), job["id"], 5001, job["submit_time"])
+        with client(url, job_credential) as task, client(url, user_credential("alice", 5001)) as alice, \
+                client(url, user_credential("bob", 5002)) as bob:
+            assert task.get("/whoami").json()["kind"] == "job"
+            assert alice.get("/jobs").status_code == 200
+            assert task.get("/jobs").status_code == 429
+            assert bob.get("/jobs").status_code == 200
