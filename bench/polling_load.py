@@ -1,7 +1,8 @@
 """Does polling topple the controller? A real controller and two agents (4 simulated GPUs each) schedule an
 array of one-GPU `true` tasks (more than can start in the window) while 1,000 clients poll it as the
-Slurm commands do: each, in a loop, sends one of squeue (GET /jobs), sacct (GET /accounting) or a job's
-status (GET /jobs/{id}) on a fresh connection, as its user (10 users, 100 clients each: a job array's tasks
+Slurm commands do: each, in a loop, sends what squeue (GET /jobs, every user's, arrays combined), sacct
+(GET /accounting, the caller's jobs since midnight) or `scontrol show job` (GET /jobs/{id}) send, on a
+fresh connection, as its user (10 users, 100 clients each: a job array's tasks
 polling, say), sleeps and retries on 429 as corral.slurm.common.http does (1 s, 2 s, ... at least
 Retry-After, 6 tries), then waits POLL_INTERVAL_S (0.5 to 1.5 s).
 
@@ -76,8 +77,12 @@ async def _fetch(host: str, port: int, request: bytes) -> tuple[int, float]:
 
 async def _client(n: int, config: dict, counts: dict, stop: asyncio.Event) -> None:
     host, port = config["host"], config["port"]
-    credential = config["credentials"][n % len(config["credentials"])]
-    paths = [f"{API}/jobs?limit=10000", f"{API}/accounting?since={int(time.time()) - 3600}&limit=10000",
+    user = n % len(config["credentials"])
+    credential = config["credentials"][user]
+    # What squeue, sacct (the caller's own jobs, since midnight) and scontrol show job send.
+    midnight = int(time.mktime(time.localtime()[:3] + (0, 0, 0, 0, 0, -1)))
+    paths = [f"{API}/jobs?combine_arrays=true&limit=10000",
+             f"{API}/accounting?user=poller{user}&since={midnight}&combine_arrays=true&limit=10000",
              f"{API}/jobs/{1 + n % 50}"]
     requests = [f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\nConnection: close\r\n"
                 f"Authorization: Bearer {credential}\r\n\r\n".encode() for path in paths]
