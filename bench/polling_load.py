@@ -19,8 +19,8 @@ everything, rate limited or not.
 
 Memory mode (--pending N, default in `make bench`: 100,000): a controller with two registered stand-in
 nodes (8 GPUs each, nobody runs their jobs) takes N pending one-GPU jobs as arrays of 1,000 over the API;
-reports its resident memory before, after the submissions and after 20 more cycles, and the mean cycle time
-with N pending.
+reports its resident memory before, after the submissions and every 10 of 40 more cycles (each woken by a
+held job's submission), and the mean cycle time with N pending.
 
     python bench/polling_load.py [--pollers 1000] [--window-s 20] [--pending 100000]
 """
@@ -50,6 +50,7 @@ USERS = 10
 ARRAY_TASKS = 8000  # more than a window can start
 ARRAY_SIZE = 1000  # MaxArraySize
 WINDOW_S = 20.0
+CYCLES = 40  # memory mode: cycles over the pending jobs
 POLL_INTERVAL_S = 1.0
 WARMUP_S = 5.0
 RETRIES = 5  # as corral.slurm.common.http.RATE_LIMIT_RETRIES
@@ -229,16 +230,18 @@ def measure_pending(pending: int = 100_000, array_size: int = 1000) -> dict:
             submit_s = time.perf_counter() - started
             submitted = rss_mib(pid)
             cycles0, cycle_s0 = cycle_counters(cluster)
-            for _ in range(20):  # each held job wakes the loop: one cycle over every pending job
+            after = {}  # cycles run -> RSS: whether memory keeps growing as cycles run
+            for n in range(1, CYCLES + 1):  # each held job wakes the loop: one cycle over every pending job
                 before = cycle_counters(cluster)[0]
                 cluster.submit(argv=["true"], gpus=1, output="/dev/null", hold=True)
                 wait_for(lambda b=before: cycle_counters(cluster)[0] > b, timeout_s=60)
+                if n % 10 == 0:
+                    after[n] = rss_mib(pid)
             cycles, cycle_s = cycle_counters(cluster)
-            after = rss_mib(pid)
         finally:
             cluster.stop()
     return {"bench": "pending_memory", "pending": pending, "rss_empty_mib": empty, "rss_submitted_mib": submitted,
-            "rss_after_20_cycles_mib": after, "kib_per_pending_job": round((submitted - empty) * 1024 / pending, 2),
+            "rss_after_cycles_mib": after, "kib_per_pending_job": round((submitted - empty) * 1024 / pending, 2),
             "submit_s": round(submit_s, 1), "cycles": cycles - cycles0,
             "cycle_mean_s": round((cycle_s - cycle_s0) / max(1, cycles - cycles0), 3)}
 
