@@ -12,6 +12,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import cycle  # noqa: E402
+import polling_load  # noqa: E402
 import read_paths  # noqa: E402
 import security_overhead  # noqa: E402
 import slurm_latency  # noqa: E402
@@ -67,6 +68,10 @@ def main() -> None:
         r_security = security_overhead.measure(on)
         print(json.dumps(r_security))
         results["results"].append(r_security)
+    # 1,000 pollers without and with [ratelimit]; the controller's memory with 100,000 pending jobs.
+    for r_polling in (polling_load.measure(), polling_load.measure_pending()):
+        print(json.dumps(r_polling))
+        results["results"].append(r_polling)
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "latest.json").write_text(json.dumps(results, indent=1))

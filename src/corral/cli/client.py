@@ -25,6 +25,11 @@ from corral.slurm.common.leader import (
 # Equal to corral.protocol.API_PREFIX (a test checks); importing that module would load pydantic.
 API_PREFIX = "/api/v1"
 PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the controller a bounded time
+# Over the controller's request rate limit (HTTP 429): sleep and try again, as the Slurm commands do
+# (corral.slurm.common.http: 1 s, 2 s, ..., at least the reply's Retry-After, at most the max), then give up.
+RATE_LIMITED = 429
+RATE_LIMIT_RETRIES = 5
+RATE_LIMIT_MAX_WAIT_S = 10.0
 
 
 class ClientError(CliError):
@@ -245,7 +250,7 @@ class Client:
         import httpx
 
         try:
-            response = self._http.request(method, url + API_PREFIX + path, **kwargs)
+            response, waited_s = self._request_within_rate_limit(method, url + API_PREFIX + path, **kwargs)
         except httpx.ConnectError as exc:
             tls = self._tls_refusal(url, exc)
             if tls is not None:
@@ -265,7 +270,24 @@ class Client:
         if response.status_code == NOT_LEADER_STATUS:
             raise NotLeader(url, response.headers.get(LEADER_HEADER) or _leader_in(response.text),
                             _detail(response.text))
+        if response.status_code == RATE_LIMITED:
+            raise ClientError(f"{error_message(response.status_code, response.text)} (gave up after "
+                              f"{RATE_LIMIT_RETRIES + 1} tries over {waited_s:.0f} s)", response.status_code)
         return response
+
+    def _request_within_rate_limit(self, method: str, url: str, **kwargs: Any) -> tuple[Any, float]:
+        """The response, and the seconds slept while the controller said the user was over the rate limit."""
+        import time
+
+        waited_s = 0.0
+        for retry in range(1, RATE_LIMIT_RETRIES + 1):
+            response = self._http.request(method, url, **kwargs)
+            if response.status_code != RATE_LIMITED:
+                return response, waited_s
+            wait_s = retry_wait_s(response.headers.get("Retry-After"), retry)
+            time.sleep(wait_s)
+            waited_s += wait_s
+        return self._http.request(method, url, **kwargs), waited_s
 
     def _tls_refusal(self, url: str, exc: Exception) -> TlsRefused | None:
         if url.startswith("https:"):
@@ -281,6 +303,12 @@ class Client:
             return response.json()
         except ValueError:
             raise ClientError(f"the controller at {self.url} sent a reply that is not JSON") from None
+
+
+def retry_wait_s(retry_after: str | None, retry: int) -> float:
+    """How long to sleep before the `retry`-th retry of a rate-limited request."""
+    asked = float(retry_after) if retry_after and retry_after.strip().isdigit() else 0.0
+    return min(max(asked, float(retry)), RATE_LIMIT_MAX_WAIT_S)
 
 
 def error_message(status: int, body: str) -> str:

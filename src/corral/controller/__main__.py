@@ -55,12 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     if tls_problem:
         print(f"corral-controller: error: {tls_problem}", file=sys.stderr)
         return 2
-    from corral.controller.settings import SettingsError, load_auth_settings, load_settings
+    from corral.controller.settings import (
+        SettingsError,
+        load_auth_settings,
+        load_ratelimit_settings,
+        load_settings,
+    )
     from corral.store import Store, StoreError
 
     try:
         config, tenancy = load_settings(args.config)
         auth = load_auth_settings(args.config)
+        ratelimit = load_ratelimit_settings(args.config)
     except SettingsError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
@@ -78,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral-controller: error: --advertise-url must be an http:// or https:// URL, not {advertise_url!r}",
               file=sys.stderr)
         return 2
-    app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"))
+    app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"),
+                    ratelimit=ratelimit)
     return _serve(app, host, int(port), args.tls_cert, args.tls_key)
 
 
@@ -94,7 +101,8 @@ def default_advertise_url(host: str, port: int, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{host}:{port}"
 
 
-def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None):
+def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None,
+              ratelimit=None):
     """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
     the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now."""
     from corral.controller.app import create_app
@@ -115,7 +123,7 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
 
         service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
                                     leadership=Leadership(store, advertise_url), config=config)
-    return create_app(service, secret, auth)
+    return create_app(service, secret, auth, ratelimit)
 
 
 def _read_secret(path: str) -> str | None:

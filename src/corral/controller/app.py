@@ -40,6 +40,7 @@ from corral.controller.params import (
     SeqQuery,
     UidQuery,
 )
+from corral.controller.ratelimit import RateLimiter, RateLimitSettings
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.step_routes import step_routes
 from corral.controller.stop_routes import stop_routes
@@ -80,12 +81,15 @@ HEALTH_PATHS = (f"{API_PREFIX}/health", "/health", "/readyz")
 STATUS_PATH = f"{API_PREFIX}/status"
 
 
-def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None) -> FastAPI:
-    """`secret` is the cluster secret (the service credential); `auth` the config's [auth] section."""
+def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None,
+               ratelimit: RateLimitSettings | None = None) -> FastAPI:
+    """`secret` is the cluster secret (the service credential); `auth` the config's [auth] section,
+    `ratelimit` its [ratelimit] section."""
     settings = auth or AuthSettings()
     authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
                                   service.clock)
-    guard = Guard(authenticator, lambda: service.engine.tenancy.spec)
+    limiter = RateLimiter(ratelimit) if ratelimit is not None and ratelimit.enabled else None
+    guard = Guard(authenticator, lambda: service.engine.tenancy.spec, limiter)
     service.job_credential = authenticator.job_credential
 
     @asynccontextmanager
@@ -130,8 +134,10 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     async def health() -> JSONResponse:
         """200 while the controller can take changes, or is a healthy standby; 503, with the reason, while
         its database cannot be written (requests that change something are refused then; reads still
-        work) or it is taking over as the leader."""
-        body = {"status": "ok", "cluster": service.config.cluster_name, "role": service.role}
+        work) or it is taking over as the leader. `cycles`: the scheduling cycles run since start, `cycle_s`:
+        the seconds they took in all (as sdiag's)."""
+        body = {"status": "ok", "cluster": service.config.cluster_name, "role": service.role,
+                "cycles": service.cycles, "cycle_s": round(service.cycle_s, 6)}
         problem = service.health()
         if problem is None:
             return JSONResponse(body)

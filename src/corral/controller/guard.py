@@ -2,6 +2,7 @@
 with an audit entry for every change and every refusal (docs/security.md lists what each role may do)."""
 from __future__ import annotations
 
+import math
 from typing import NoReturn
 
 from fastapi import HTTPException, Request, Security
@@ -9,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from corral.api.tenancy import TenancySpec
 from corral.controller.auth import Authenticator, Principal, Unauthenticated
+from corral.controller.ratelimit import RATE_LIMITED, RateLimiter
 from corral.engine.records import Job
 
 DENIED = "Access/permission denied"
@@ -19,9 +21,10 @@ bearer = HTTPBearer(auto_error=False, scheme_name="Credential",
 
 
 class Guard:
-    def __init__(self, authenticator: Authenticator, tenancy) -> None:
+    def __init__(self, authenticator: Authenticator, tenancy, limiter: RateLimiter | None = None) -> None:
         self.authn = authenticator
         self._tenancy = tenancy  # () -> the live TenancySpec (the service replaces its engine)
+        self.limiter = limiter  # None: no rate limit ([ratelimit] enabled = false)
 
     async def principal(self, request: Request,
                         credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
@@ -38,7 +41,24 @@ class Guard:
         if not principal.acts_for_users:
             await self.deny(principal, f"{request.method} {request.url.path}", "",
                             "an agent credential cannot be used on user routes")
+        self._limit(principal)
         return principal
+
+    def _limit(self, principal: Principal) -> None:
+        """Take a token of the user's bucket, or refuse with 429. A job credential takes from its user's
+        bucket (Slurm counts by uid): an array of tasks that poll must not escape the user's limit. Exempt,
+        as in Slurm: the service credential and root. Not audited: a refusal that writes to the database
+        would cost more than the request it spares."""
+        if self.limiter is None or principal.kind == "service" or principal.admin and principal.uid == 0:
+            return
+        wait_s = self.limiter.retry_after_s(principal.name)
+        if wait_s is not None:
+            retry_after = max(1, math.ceil(wait_s))
+            limits = self.limiter.settings
+            raise HTTPException(429, f"{RATE_LIMITED}: user {principal.name} sent more than {limits.bucket_size} "
+                                     f"requests at once or more than {limits.refill_rate} per "
+                                     f"{limits.refill_period_s} s; retry in {retry_after} s",
+                                headers={"Retry-After": str(retry_after)})
 
     async def agent(self, request: Request,
                     credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:

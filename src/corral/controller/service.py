@@ -86,6 +86,7 @@ class ControllerService:
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
+        self.cycle_s = 0.0  # seconds the loop's cycles took, in all (GET /health shows it with `cycles`)
         self.writer = StoreWriter(store)
         if restore is None:
             assert engine is not None, "a service without an engine needs its restore function"
@@ -218,6 +219,7 @@ class ControllerService:
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1.0)
             ended = time.perf_counter()
+            self.cycle_s += ended - started
             pacer.cycle_ran(started, ended)
             # Requests have their turn before the next cycle: submissions and agent reports are answered
             # between back-to-back cycles, and folded into the next one together.

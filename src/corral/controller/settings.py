@@ -21,6 +21,12 @@
     socket = "/run/corral/corral/auth.sock"
     credential_ttl_s = 300
     agents_vouch_for_admins = false  # agents' auth sockets never give root or an admin/operator role
+    [ratelimit]            # per-user request rate limits (Slurm's rl_enable); the defaults are Slurm's
+    enabled = false
+    bucket_size = 30       # requests at once
+    refill_rate = 2        # tokens back ...
+    refill_period_s = 1    # ... every this many seconds
+    table_size = 8192      # users tracked (the least recently seen make room)
 """
 from __future__ import annotations
 
@@ -32,14 +38,19 @@ from pydantic import ValidationError
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
 from corral.controller.auth import DEFAULT_CREDENTIAL_TTL_S, AuthSettings
+from corral.controller.ratelimit import RateLimitSettings
 from corral.core.config import PLACEMENTS, SchedulerConfig
 from corral.core.model import GPU_MILLI, TaskShape
 from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
-        "partitions", "auth", "expedite_hold_s"} | _TENANCY
+        "partitions", "auth", "expedite_hold_s", "ratelimit"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins"}
+_RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size"}
+# The largest value each [ratelimit] number may take (the least is 1).
+_RATELIMIT_MAX = {"bucket_size": 1_000_000, "refill_rate": 1_000_000, "refill_period_s": 3600,
+                  "table_size": 10_000_000}
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -64,11 +75,38 @@ def load_auth_settings(path: str | Path | None) -> AuthSettings:
     """The [auth] section (defaults without a file)."""
     if path is None:
         return AuthSettings()
+    return auth_from_dict(_read(path).get("auth", {}), str(path))
+
+
+def load_ratelimit_settings(path: str | Path | None) -> RateLimitSettings:
+    """The [ratelimit] section (defaults without a file)."""
+    if path is None:
+        return RateLimitSettings()
+    return ratelimit_from_dict(_read(path).get("ratelimit", {}), str(path))
+
+
+def _read(path: str | Path) -> dict:
     try:
-        data = tomllib.loads(Path(path).read_text())
+        return tomllib.loads(Path(path).read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(f"cannot read config {path}: {exc}") from None
-    return auth_from_dict(data.get("auth", {}), str(path))
+
+
+def ratelimit_from_dict(section: object, origin: str = "config") -> RateLimitSettings:
+    where = f"{origin} [ratelimit]"
+    if not isinstance(section, dict):
+        raise SettingsError(f"{where}: a table")
+    _only(section, _RATELIMIT, where)
+    enabled = section.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise SettingsError(f"{where}: enabled {enabled!r}: true or false")
+    numbers, defaults = {}, RateLimitSettings()
+    for key, most in _RATELIMIT_MAX.items():
+        value = section.get(key, getattr(defaults, key))
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise SettingsError(f"{where}: {key} {value!r}: a whole number, 1..{most:,}")
+        numbers[key] = value
+    return RateLimitSettings(enabled=enabled, **numbers)
 
 
 def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:

@@ -7,7 +7,7 @@ import sys
 from _collections_abc import Callable, Mapping
 
 from corral.slurm.common.errors import SlurmCommandError
-from corral.slurm.common.http import ApiError, Controller, TlsRefused, Unreachable
+from corral.slurm.common.http import RATE_LIMITED, ApiError, Controller, TlsRefused, Unreachable
 from corral.slurm.common.leader import leader_wait_s
 from corral.slurm.common.target import TargetError, resolve_target
 
@@ -78,6 +78,8 @@ def api_message(prog: str, exc: ApiError) -> str:
                 "(its auth socket vouches for you), or set CORRAL_TOKEN (corral token create)\n")
     if exc.status == 403:
         return f"{prog}: error: Access/permission denied: {exc.detail.removeprefix('Access/permission denied: ')}\n"
+    if exc.status == RATE_LIMITED:  # the detail begins with Slurm's text for it
+        return f"{prog}: error: {exc.detail}\n"
     return f"{prog}: error: the controller answered {exc.status}: {exc.detail}\n"
 
 

@@ -12,7 +12,8 @@ reached a leader is never sent again."""
 from __future__ import annotations
 
 import _socket
-from _collections_abc import Iterable, Mapping
+import time
+from _collections_abc import Callable, Iterable, Mapping
 
 from corral.slurm.common import jsontext
 from corral.slurm.common.leader import (
@@ -29,6 +30,12 @@ API_PREFIX = "/api/v1"  # corral.protocol.API_PREFIX (a test keeps them equal)
 DEFAULT_TIMEOUT_S = 30.0
 PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the controller a bounded time
 NEXT_PAGE_HEADER = "x-next-after"  # corral.controller.listing.NEXT_PAGE_HEADER, as read here (lower case)
+# Over the controller's request rate limit (HTTP 429), a command sleeps and tries again, as Slurm's do on
+# SLURMCTLD_COMMUNICATIONS_BACKOFF (1 s, 2 s, 3 s, ...; never less than the reply's Retry-After, at most
+# RATE_LIMIT_MAX_WAIT_S), but gives up after RATE_LIMIT_RETRIES retries where Slurm's never would.
+RATE_LIMITED = 429
+RATE_LIMIT_RETRIES = 5
+RATE_LIMIT_MAX_WAIT_S = 10.0
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~,")
 
 
@@ -198,7 +205,7 @@ class Controller:
             head = f"{method} {endpoint.base}{tail} HTTP/1.1\r\n{endpoint.host_header}{fields}\r\n"
             request = head.encode() + payload
             exchange = self._exchange_tls if endpoint.tls else self._exchange
-            status, headers, data = exchange(endpoint, request)
+            status, headers, data = _within_rate_limit(lambda: exchange(endpoint, request))
             if status == NOT_LEADER_STATUS:
                 raise NotLeader(url, headers.get(LEADER_HEADER.lower()) or _leader_in(data), _detail_of(data))
             return _decoded(status, data), headers
@@ -268,6 +275,29 @@ class Controller:
         if len(self.controllers.urls) > 1:
             reason += " (once sent, a request is not sent to another controller: it may have been acted on)"
         return reason
+
+
+def _within_rate_limit(send: Callable[[], tuple[int, dict[str, str], bytes]]) -> tuple[int, dict[str, str], bytes]:
+    """`send()`'s reply, sent again while the controller says the user is over their rate limit."""
+    waited_s = 0.0
+    for retry in range(1, RATE_LIMIT_RETRIES + 1):
+        status, headers, data = send()
+        if status != RATE_LIMITED:
+            return status, headers, data
+        wait_s = retry_wait_s(headers.get("retry-after"), retry)
+        time.sleep(wait_s)
+        waited_s += wait_s
+    status, headers, data = send()
+    if status == RATE_LIMITED:
+        raise ApiError(status, f"{_error_detail(status, data)} (gave up after {RATE_LIMIT_RETRIES + 1} tries "
+                               f"over {waited_s:.0f} s)")
+    return status, headers, data
+
+
+def retry_wait_s(retry_after: str | None, retry: int) -> float:
+    """How long to sleep before the `retry`-th retry of a rate-limited request."""
+    asked = float(retry_after) if retry_after and retry_after.strip().isdigit() else 0.0
+    return min(max(asked, float(retry)), RATE_LIMIT_MAX_WAIT_S)
 
 
 def _param(value: object) -> object:
@@ -360,7 +390,17 @@ def _decoded(status: int, data: bytes):
         if value is None and data.strip():
             raise ApiError(status, "the controller sent a reply that is not JSON")
         return value
+    raise ApiError(status, _error_detail(status, data, value))
+
+
+def _error_detail(status: int, data: bytes, value: object = None) -> str:
+    """The `detail` of an error reply (its JSON `value`, when decoded already), else its text."""
+    if value is None:
+        try:
+            value = jsontext.loads(data) if data.strip() else None
+        except ValueError:
+            value = None
     detail = value.get("detail") if isinstance(value, dict) else None
-    if not isinstance(detail, str):
-        detail = str(detail) if detail is not None else data.decode("utf-8", "replace").strip() or f"HTTP {status}"
-    raise ApiError(status, detail)
+    if isinstance(detail, str):
+        return detail
+    return str(detail) if detail is not None else data.decode("utf-8", "replace").strip() or f"HTTP {status}"
