@@ -30,6 +30,7 @@ from typing import TypeVar
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
 from corral.controller.leadership import Leadership, NotLeader
+from corral.controller.metrics import ControllerMetrics
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
@@ -86,6 +87,7 @@ class ControllerService:
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
+        self.metrics = ControllerMetrics()  # counters and histograms for /metrics (controller/metrics.py)
         self.writer = StoreWriter(store)
         if restore is None:
             assert engine is not None, "a service without an engine needs its restore function"
@@ -230,8 +232,14 @@ class ControllerService:
                 self._engine.handle(ev.ListenerStalled(stall_s), now=self.clock())  # changes nothing stored
 
     async def run_cycle(self) -> None:
+        before = self.engine.last_plan
+        started = time.perf_counter()
         await self._handle(ev.TimePassed(), ev.CycleDue(), wake=False)
         self.cycles += 1
+        engine = self._engine
+        if engine is not None:  # a cycle that ran no schedule (the cluster is stopping) leaves the plan as it was
+            plan = engine.last_plan if engine.last_plan is not before else None
+            self.metrics.cycle_ran(time.perf_counter() - started, plan, engine)
 
     # ----- the state-store contract
 
@@ -247,8 +255,10 @@ class ControllerService:
         self._refuse_while_down()
         async with self._lock:
             self._refuse_while_down()
-            result = change(self.clock())
+            now = self.clock()
+            result = change(now)
             await self._commit(result)
+            self.metrics.committed(result, now)
             if dispatch:
                 self._dispatch(result.commands)  # nothing, unless the lease is still proven
         if wake:

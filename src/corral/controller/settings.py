@@ -21,6 +21,7 @@
     socket = "/run/corral/corral/auth.sock"
     credential_ttl_s = 300
     agents_vouch_for_admins = false  # agents' auth sockets never give root or an admin/operator role
+    public_metrics = false # GET /metrics needs a credential (any valid one)
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from corral.engine.config import EngineConfig, PartitionConfig
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
         "partitions", "auth", "expedite_hold_s"} | _TENANCY
-_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins"}
+_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "public_metrics"}
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -88,11 +89,13 @@ def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:
     ttl = section.get("credential_ttl_s", DEFAULT_CREDENTIAL_TTL_S)
     if isinstance(ttl, bool) or not isinstance(ttl, int) or not 10 <= ttl <= 86400:
         raise SettingsError(f"{where}: credential_ttl_s {ttl!r}: whole seconds, 10..86400")
-    vouch_for_admins = section.get("agents_vouch_for_admins", False)
-    if not isinstance(vouch_for_admins, bool):
-        raise SettingsError(f"{where}: agents_vouch_for_admins {vouch_for_admins!r}: true or false")
+    flags = {}
+    for key in ("agents_vouch_for_admins", "public_metrics"):
+        flags[key] = section.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise SettingsError(f"{where}: {key} {flags[key]!r}: true or false")
     return AuthSettings(admins=lists["admins"], operators=lists["operators"], socket=socket_path,
-                        credential_ttl_s=ttl, agents_vouch_for_admins=vouch_for_admins)
+                        credential_ttl_s=ttl, **flags)
 
 
 def tenancy_from_dict(data: dict, origin: str = "config") -> TenancySpec | None:
