@@ -111,7 +111,7 @@ def test_quota_borrowing_lending_and_fair_share() -> None:
     assert value(samples, "corral_cohort_borrowed", cohort="c", flavor="", resource="gpu") == 2
     assert value(samples, "kueue_admitted_active_workloads", cluster_queue="qa") == 6
     assert value(samples, "kueue_pending_workloads", cluster_queue="qb", status="active") is None
-    a, b = value(samples, "corral_fairshare_factor", account="a"), value(samples, "corral_fairshare_factor", account="b")
+    a, b = (value(samples, "corral_fairshare_factor", account=name) for name in ("a", "b"))
     assert 0 < a < b < 1  # a used six times b's GPUs
     assert value(samples, "corral_fairshare_usage_billing_seconds", account="a") > 0
 
