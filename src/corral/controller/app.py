@@ -32,7 +32,6 @@ from corral.controller.join_routes import join_routes
 from corral.controller.leadership import NotLeader
 from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.metrics import RequestTiming
-from corral.controller.metrics_collector import EngineCollector
 from corral.controller.params import (
     AfterQuery,
     EpochQuery,
@@ -205,7 +204,6 @@ def _index_routes(app: FastAPI, service: ControllerService) -> None:
 def _metrics_route(app: FastAPI, service: ControllerService, guard: Guard, public: bool) -> None:
     """GET /metrics for Prometheus (docs/metrics.md). A standby answers too: its role and no job gauges."""
     registry = service.metrics.registry
-    registry.register(EngineCollector(lambda: service.engine if service.ready else None, service.metrics))
     auth = [] if public else [Depends(guard.principal)]
 
     @app.get("/metrics", dependencies=auth, responses=ERRORS, response_class=Response)

@@ -31,6 +31,7 @@ from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
 from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.metrics import ControllerMetrics
+from corral.controller.metrics_collector import EngineCollector
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
@@ -87,7 +88,10 @@ class ControllerService:
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
-        self.metrics = ControllerMetrics()  # counters and histograms for /metrics (controller/metrics.py)
+        # /metrics: the shell's counters (controller/metrics.py), and the gauges read from the engine at
+        # scrape time (controller/metrics_collector.py; none while this controller has no engine).
+        self.metrics = ControllerMetrics()
+        self.metrics.registry.register(EngineCollector(lambda: self._engine, self.metrics))
         self.writer = StoreWriter(store)
         if restore is None:
             assert engine is not None, "a service without an engine needs its restore function"
