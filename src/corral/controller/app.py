@@ -10,6 +10,7 @@ from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Qu
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
+from prometheus_client.exposition import choose_encoder
 
 from corral.api.schemas import (
     ErrorOut,
@@ -30,6 +31,7 @@ from corral.controller.guard import Guard
 from corral.controller.join_routes import join_routes
 from corral.controller.leadership import NotLeader
 from corral.controller.listing import JobFilter, JobQuery
+from corral.controller.metrics import RequestTiming
 from corral.controller.params import (
     AfterQuery,
     EpochQuery,
@@ -130,6 +132,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         return not_leader_response(exc)
 
     app.add_middleware(StandbyRefusal, service=service)
+    app.add_middleware(RequestTiming, metrics=service.metrics)  # outermost: it times refusals too
 
     async def health() -> JSONResponse:
         """200 while the controller can take changes, or is a healthy standby; 503, with the reason, while
@@ -153,6 +156,8 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         lease and their last word say (`controllers`: url, role, epoch, pid, last_seen)."""
         return await service.status()
 
+    _index_routes(app, service)
+    _metrics_route(app, service, guard, settings.public_metrics)
     _user_routes(app, service, guard)
     tenancy_routes(app, service, guard)
     step_routes(app, service, guard)
@@ -190,6 +195,31 @@ class StandbyRefusal:
 def not_leader_response(exc: NotLeader) -> JSONResponse:
     headers = {LEADER_HEADER: exc.leader_url} if exc.leader_url else None
     return JSONResponse({"detail": str(exc), "leader": exc.leader_url}, status_code=421, headers=headers)
+
+
+def _index_routes(app: FastAPI, service: ControllerService) -> None:
+    """`/`: where to go from here (a web dashboard may take this place later)."""
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> dict:
+        return {"name": "corral", "cluster": service.config.cluster_name, "role": service.role,
+                "links": {"api": API_PREFIX, "docs": "/docs", "redoc": "/redoc", "openapi": "/openapi.json",
+                          "metrics": "/metrics", "health": "/health", "status": STATUS_PATH}}
+
+
+def _metrics_route(app: FastAPI, service: ControllerService, guard: Guard, public: bool) -> None:
+    """GET /metrics for Prometheus (docs/metrics.md). A standby answers too: its role and no job gauges."""
+    registry = service.metrics.registry
+    auth = [] if public else [Depends(guard.principal)]
+
+    @app.get("/metrics", dependencies=auth, responses=ERRORS, response_class=Response)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics (text format, or OpenMetrics when the scraper asks for it): jobs by state,
+        GPUs, quota, fair share, cycle times, API latency. Any valid credential may read them (a token
+        from `corral token create`), or none with `[auth] public_metrics = true`."""
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        # On the event loop, as every read: one consistent picture of the engine.
+        return Response(encoder(registry), media_type=content_type)
 
 
 def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:  # noqa: C901 (a table of small handlers)

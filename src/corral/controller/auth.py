@@ -44,6 +44,8 @@ class AuthSettings:
     credential_ttl_s: int = DEFAULT_CREDENTIAL_TTL_S
     # A credential an agent vouched for carries the admin/operator role (and may be root's) only with this.
     agents_vouch_for_admins: bool = False
+    # GET /metrics without a credential (for a Prometheus that cannot send a bearer token).
+    public_metrics: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,8 @@ from typing import TypeVar
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
 from corral.controller.leadership import Leadership, NotLeader
+from corral.controller.metrics import ControllerMetrics
+from corral.controller.metrics_collector import EngineCollector
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
@@ -87,6 +89,10 @@ class ControllerService:
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
         self.cycle_s = 0.0  # seconds the loop's cycles took, in all (GET /health shows it with `cycles`)
+        # /metrics: the shell's counters (controller/metrics.py), and the gauges read from the engine at
+        # scrape time (controller/metrics_collector.py; none while this controller has no engine).
+        self.metrics = ControllerMetrics()
+        self.metrics.registry.register(EngineCollector(lambda: self._engine, self.metrics))
         self.writer = StoreWriter(store)
         if restore is None:
             assert engine is not None, "a service without an engine needs its restore function"
@@ -232,8 +238,14 @@ class ControllerService:
                 self._engine.handle(ev.ListenerStalled(stall_s), now=self.clock())  # changes nothing stored
 
     async def run_cycle(self) -> None:
+        before = self.engine.last_plan
+        started = time.perf_counter()
         await self._handle(ev.TimePassed(), ev.CycleDue(), wake=False)
         self.cycles += 1
+        engine = self._engine
+        if engine is not None:  # a cycle that ran no schedule (the cluster is stopping) leaves the plan as it was
+            plan = engine.last_plan if engine.last_plan is not before else None
+            self.metrics.cycle_ran(time.perf_counter() - started, plan, engine)
 
     # ----- the state-store contract
 
@@ -249,8 +261,10 @@ class ControllerService:
         self._refuse_while_down()
         async with self._lock:
             self._refuse_while_down()
-            result = change(self.clock())
+            now = self.clock()
+            result = change(now)
             await self._commit(result)
+            self.metrics.committed(result, now)
             if dispatch:
                 self._dispatch(result.commands)  # nothing, unless the lease is still proven
         if wake:

@@ -21,6 +21,7 @@
     socket = "/run/corral/corral/auth.sock"
     credential_ttl_s = 300
     agents_vouch_for_admins = false  # agents' auth sockets never give root or an admin/operator role
+    public_metrics = false # GET /metrics needs a credential (any valid one)
     [ratelimit]            # per-user request rate limits (Slurm's rl_enable); the defaults are Slurm's
     enabled = false
     bucket_size = 30       # requests at once
@@ -45,6 +46,8 @@ from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
+        "partitions", "auth", "expedite_hold_s"} | _TENANCY
+_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "public_metrics"}
         "partitions", "auth", "expedite_hold_s", "ratelimit"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size"}
@@ -126,11 +129,13 @@ def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:
     ttl = section.get("credential_ttl_s", DEFAULT_CREDENTIAL_TTL_S)
     if isinstance(ttl, bool) or not isinstance(ttl, int) or not 10 <= ttl <= 86400:
         raise SettingsError(f"{where}: credential_ttl_s {ttl!r}: whole seconds, 10..86400")
-    vouch_for_admins = section.get("agents_vouch_for_admins", False)
-    if not isinstance(vouch_for_admins, bool):
-        raise SettingsError(f"{where}: agents_vouch_for_admins {vouch_for_admins!r}: true or false")
+    flags = {}
+    for key in ("agents_vouch_for_admins", "public_metrics"):
+        flags[key] = section.get(key, False)
+        if not isinstance(flags[key], bool):
+            raise SettingsError(f"{where}: {key} {flags[key]!r}: true or false")
     return AuthSettings(admins=lists["admins"], operators=lists["operators"], socket=socket_path,
-                        credential_ttl_s=ttl, agents_vouch_for_admins=vouch_for_admins)
+                        credential_ttl_s=ttl, **flags)
 
 
 def tenancy_from_dict(data: dict, origin: str = "config") -> TenancySpec | None:
