@@ -40,7 +40,8 @@ def test_layout_matches_slurm_where_user_rows_have_no_usage_column(argv, name):
     expected = golden(name).splitlines()
     if name != "sshare_format":
         for i, text in enumerate(expected):
-            if not text.startswith(("Account", "---")) and text[21:31].strip():  # a user row (Account -20, User 10: the User cell)
+            # A user row: its User cell (after Account's 20 and a space) is not empty.
+            if not text.startswith(("Account", "---")) and text[21:31].strip():
                 expected[i] = text[:55] + " " * 11 + text[66:67] + " " * 13 + text[80:]
     assert render(*argv).splitlines() == expected
 

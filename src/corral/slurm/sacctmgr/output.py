@@ -62,7 +62,8 @@ def _named(known: Sequence[PrintField], name: str) -> PrintField | None:
         key = ALIASES[key].lower().replace(" ", "")
     exact = [f for f in known if f.name.lower().replace(" ", "") == key]
     prefixed = [f for f in known if f.name.lower().replace(" ", "").startswith(key)]
-    return (exact or prefixed or [None])[0] if key else None
+    found = exact or prefixed
+    return found[0] if key and found else None
 
 
 def duration_text(seconds: float | None) -> str:
@@ -80,7 +81,8 @@ def _limit_cells(limit: Mapping | None, kind: str) -> dict[str, str]:
         return {}
     jobs, submit, gpus = limit.get("max_running_jobs"), limit.get("max_submit_jobs"), limit.get("max_gpus")
     prefix = "Grp" if kind == "account" else "Max"
-    cells = {f"{prefix}Jobs": "" if jobs is None else str(jobs), f"{prefix}Submit": "" if submit is None else str(submit)}
+    cells = {f"{prefix}Jobs": "" if jobs is None else str(jobs),
+             f"{prefix}Submit": "" if submit is None else str(submit)}
     cells["GrpTRES"] = "" if gpus is None else f"gres/gpu={gpus}"
     return cells
 

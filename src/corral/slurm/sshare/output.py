@@ -49,6 +49,18 @@ def choose_fields(spec: str) -> list[PrintField]:
     return chosen
 
 
+def _account_values(name: str, by_name: Mapping[str, Mapping], siblings: Mapping[str, int], total: float
+                    ) -> dict[str, str]:
+    if name == ROOT and name not in by_name:
+        # The root holds every share and all usage: its classic factor is 2^(-1/1).
+        return {"RawShares": "", "NormShares": double(1.0), "RawUsage": str(int(total)), "NormUsage": "",
+                "EffectvUsage": double(1.0), "FairShare": double(0.5)}
+    a = by_name[name]
+    return {"RawShares": str(a["shares"]), "NormShares": double(_level_share(a, siblings)),
+            "RawUsage": str(int(a["raw_usage"])), "NormUsage": double(a["norm_usage"]),
+            "EffectvUsage": double(a["norm_usage"]), "FairShare": double(a["fairshare"])}
+
+
 def share_rows(options: SshareOptions, fairshare: Sequence[Mapping], users: Sequence[Mapping], me: str,
                cluster: str) -> list[ShareRow]:
     by_name = {a["account"]: a for a in fairshare}
@@ -62,21 +74,10 @@ def share_rows(options: SshareOptions, fairshare: Sequence[Mapping], users: Sequ
             members.setdefault(account, []).append(user["name"])
     wanted = None if options.all_users else set(options.users or (me,))
     total = sum(a["raw_usage"] for a in fairshare if not a["parent"])
-
-    def account_values(name: str) -> dict[str, str]:
-        if name == ROOT and name not in by_name:
-            # The root holds every share and all usage: its classic factor is 2^(-1/1).
-            return {"RawShares": "", "NormShares": double(1.0), "RawUsage": str(int(total)), "NormUsage": "",
-                    "EffectvUsage": double(1.0), "FairShare": double(0.5)}
-        a = by_name[name]
-        return {"RawShares": str(a["shares"]), "NormShares": double(_level_share(a, siblings)),
-                "RawUsage": str(int(a["raw_usage"])), "NormUsage": double(a["norm_usage"]),
-                "EffectvUsage": double(a["norm_usage"]), "FairShare": double(a["fairshare"])}
-
     rows: list[ShareRow] = []
 
     def walk(name: str, depth: int) -> None:
-        values = account_values(name)
+        values = _account_values(name, by_name, siblings, total)
         if not options.users_only:
             rows.append(ShareRow(depth, name, None, {**values, "Cluster": cluster}))
         for user in sorted(members.get(name, ())):
@@ -87,12 +88,9 @@ def share_rows(options: SshareOptions, fairshare: Sequence[Mapping], users: Sequ
         for child in sorted(children.get(name, ())):
             walk(child, depth + 1)
 
-    if options.accounts is None:
-        walk(ROOT, 0)
-    else:
-        for account in options.accounts:
-            if account in by_name or account == ROOT:
-                walk(account, 0)
+    for top in (ROOT,) if options.accounts is None else options.accounts:
+        if top in by_name or top == ROOT:
+            walk(top, 0)
     return rows
 
 
