@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from corral.slurm.common.tres import allocated_amounts
 from corral.slurm.sreport.main import sreport
-from corral.slurm.sreport.usage import job_tres, report_window
+from corral.slurm.sreport.usage import report_window
 from tests.e2e.harness import API, wait_for
 
 pytestmark = pytest.mark.slow
@@ -56,7 +57,7 @@ def test_sreport_sums_the_jobs_allocations_in_the_window(cmd, finished):
     expected: dict[str, dict[str, float]] = {}
     for job in finished:
         seconds = min(job["end_time"], window.end) - max(job["start_time"], window.start)
-        expected[job["account"]] = {k: v * seconds for k, v in job_tres(job).items()}
+        expected[job["account"]] = {k: v * seconds for k, v in allocated_amounts(job).items()}
     out, err, code = sreport(["-P", "-n", "-t", "seconds", "-T", "cpu,gres/gpu", "cluster", "aubu",
                               f"start={hour}", "end=now"], cmd.env, now=later)
     assert (err, code) == ("", 0)
@@ -78,3 +79,17 @@ def test_sacctmgr_reads_the_tenancy_and_refuses_to_write(cmd, finished):
     assert out.stdout == f"root||1|\nlab||1|\nlab|{ME}|parent|\nml||2|gres/gpu=2\nml|{ME}|parent|\n"
     refused = cmd("corral-slurm", "sacctmgr", "-i", "add", "account", "physics")
     assert refused.code == 1 and "corral tenancy apply" in refused.stderr and refused.stdout == ""
+
+
+def test_sshare_run_minutes_of_a_running_job(cmd, slurm_cluster, finished):
+    # Last: the job it runs is not one of the finished ones the other tests sum.
+    running = cmd.submit("-A", "lab", "-c", "2", "-t", "10", "-o", "/dev/null", "--wrap", "sleep 60")
+    slurm_cluster.wait_state(running, "RUNNING")
+    out = cmd("corral-slurm", "sshare", "-n", "-P", "-o", "account,user,tresrunmins").stdout.splitlines()
+    cmd("scancel", str(running))
+    run_mins = {tuple(line.split("|")[:2]): dict(item.split("=") for item in line.split("|")[2].split(","))
+                for line in out}
+    # 2 CPUs x the minutes left of 10 (the job started seconds ago), on the job's rows and up to the root.
+    assert run_mins[(" lab", "")]["cpu"] in ("18", "19") and run_mins[(" lab", "")]["gres/gpu"] == "0"
+    assert run_mins[("  lab", ME)] == run_mins[(" lab", "")] == run_mins[("root", "")]
+    assert run_mins[(" ml", "")]["cpu"] == "0"

@@ -19,6 +19,7 @@ FAIRSHARE = [
      "fairshare": 1.0},
 ]
 USERS = [{"name": "root", "accounts": ["lab", "ml"]}, {"name": "alice", "accounts": ["ml"]}]
+IDLE = "cpu=0,mem=0,energy=0,node=0,billing=0,fs/disk=0,vmem=0,pages=0,gres/gpu=0"
 
 
 def render(*argv: str) -> str:
@@ -53,8 +54,8 @@ def test_account_rows_and_header_match_slurm_long_parsable():
     for mine, theirs in zip(ours[1:], slurm[1:], strict=True):
         mine_cells, their_cells = mine.split("|"), theirs.split("|")
         # NormUsage (5): Slurm leaves it empty on some rows; usage columns on user rows (see above);
-        # the TRES columns: corral has no TRES-minute limits or counters.
-        keep = [0, 1, 2, 3, 7] if mine_cells[1] else [0, 1, 2, 3, 4, 6, 7]
+        # GrpTRESMins (8): corral has no TRES-minute limits.
+        keep = [0, 1, 2, 3, 7, 9] if mine_cells[1] else [0, 1, 2, 3, 4, 6, 7, 9]
         assert [mine_cells[i] for i in keep] == [their_cells[i] for i in keep]
 
 
@@ -74,8 +75,21 @@ def test_parsable_with_ending_and_long_header():
 def test_usage_and_factor_come_from_the_controllers_view():
     used = [dict(FAIRSHARE[0], raw_usage=7200.9, norm_usage=0.75, fairshare=0.2), FAIRSHARE[1]]
     out, _, _ = sshare_output(parse_sshare(["-P", "-l"]), used, USERS, "root", "anchor")
-    assert " lab||1|0.333333|7200|0.750000|0.750000|0.200000||" in out.splitlines()
+    assert f" lab||1|0.333333|7200|0.750000|0.750000|0.200000||{IDLE}" in out.splitlines()
     assert out.splitlines()[1].startswith("root|||1.000000|7200|")
+
+
+def test_run_minutes_are_the_running_jobs_minutes_left_up_the_tree():
+    running = [{"user": "root", "account": "ml", "state": "RUNNING", "time_limit_s": 3600, "elapsed_s": 600.0,
+                "slices": [{"cpus": 2, "mem_mib": 1000, "gpus": [0]}]}]
+    out, _, _ = sshare_output(parse_sshare(["-a", "-n", "-l"]), FAIRSHARE, USERS, "root", "anchor", running)
+    rows = {tuple(line[:32].split()): line[-31:-1] for line in out.splitlines()}
+    assert rows[("root",)] == rows[("ml",)] == rows[("ml", "root")] == "cpu=100,mem=50000,energy=0,no+"
+    assert rows[("lab",)] == rows[("ml", "alice")] == IDLE[:29] + "+"
+    parsable, _, _ = sshare_output(parse_sshare(["-P", "-n", "-o", "acc,TRESRun"]), FAIRSHARE, USERS, "root",
+                                   "anchor", running)
+    assert parsable.splitlines()[3] == (" ml|cpu=100,mem=50000,energy=0,node=50,billing=100,fs/disk=0,vmem=0,"
+                                        "pages=0,gres/gpu=50")
 
 
 def test_format_width_and_an_unknown_field():

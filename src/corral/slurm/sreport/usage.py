@@ -11,6 +11,7 @@ from _collections_abc import Iterable, Mapping, Sequence
 
 from corral.slurm.common.record import Record
 from corral.slurm.common.timespec import midnight, parse_time
+from corral.slurm.common.tres import allocated_amounts
 
 HOUR_S = 3600
 ROOT = "root"
@@ -52,13 +53,6 @@ def report_window(start_text: str | None, end_text: str | None, now: float) -> W
     return Window(start, end)
 
 
-def job_tres(job: Mapping) -> dict[str, int]:
-    slices = job.get("slices") or ()
-    cpus = sum(int(s.get("cpus", 0)) for s in slices)
-    return {"cpu": cpus, "mem": sum(int(s.get("mem_mib", 0)) for s in slices), "node": len(slices),
-            "billing": cpus, "gres/gpu": sum(len(s.get("gpus", ())) for s in slices)}
-
-
 def node_tres(nodes: Iterable[Mapping]) -> dict[str, int]:
     nodes = list(nodes)
     cpus = sum(int(n.get("cpus", 0)) for n in nodes)
@@ -76,7 +70,7 @@ def job_usage(jobs: Iterable[Mapping], window: Window, now: float) -> list[Usage
         seconds = min(now if ended is None else ended, window.end) - max(started, window.start)
         if seconds > 0:
             out.append(Usage(job.get("user", ""), job.get("account") or "", {
-                name: amount * seconds for name, amount in job_tres(job).items()}))
+                name: amount * seconds for name, amount in allocated_amounts(job).items()}))
     return out
 
 

@@ -8,7 +8,7 @@ from _collections_abc import Mapping, Sequence
 from corral.slurm.common.command import Result, action_text, connect, run
 from corral.slurm.common.target import current_user
 from corral.slurm.sshare.opts import USAGE, parse_sshare
-from corral.slurm.sshare.output import FIELDS, sshare_output
+from corral.slurm.sshare.output import FIELDS, sshare_output, wants_run_minutes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,5 +25,6 @@ def sshare(argv: Sequence[str], env: Mapping[str, str]) -> Result:
     controller = connect(env)
     users = controller.tenancy().get("users") or []
     cluster = controller.health().get("cluster", "corral")
-    return sshare_output(options, controller.fairshare(), users, current_user(env), cluster)
+    running = [j for j in controller.jobs() if j.get("state") == "RUNNING"] if wants_run_minutes(options) else []
+    return sshare_output(options, controller.fairshare(), users, current_user(env), cluster, running)
 
