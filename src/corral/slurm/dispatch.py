@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from _collections_abc import Sequence
 
-COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun")
+COMMANDS = ("sacct", "sacctmgr", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "sreport",
+            "srun", "sshare")
 USAGE = f"Usage: corral-slurm {{{','.join(COMMANDS)}}} [ARGS...]\n"
 
 

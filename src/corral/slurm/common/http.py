@@ -183,6 +183,9 @@ class Controller:
     def tenancy(self) -> dict:
         return self.call("GET", "/tenancy")
 
+    def fairshare(self) -> list[dict]:
+        return self.call("GET", "/fairshare")
+
     def health(self) -> dict:
         return self.call("GET", "/health")
 

@@ -89,3 +89,12 @@ def tres_per_node(job: Mapping) -> str | None:
         return f"gres:{share[0]}:{share[1]}"
     gpus = int(job.get("gpus_per_node", 0))
     return f"gres:gpu:{gpus}" if gpus else None
+
+
+def allocated_amounts(job: Mapping) -> dict[str, int]:
+    """What the job holds as numbers, for sums over time (sreport, sshare's TRESRunMins): CPUs, memory
+    (MiB), nodes, billing (the CPUs) and GPUs."""
+    slices = job.get("slices") or ()
+    cpus = sum(int(s.get("cpus", 0)) for s in slices)
+    return {"cpu": cpus, "mem": sum(int(s.get("mem_mib", 0)) for s in slices), "node": len(slices),
+            "billing": cpus, "gres/gpu": sum(len(s.get("gpus", ())) for s in slices)}
