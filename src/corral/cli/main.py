@@ -88,7 +88,8 @@ def run_command(ctx: typer.Context) -> None:
     cls=RawArgsCommand,
     add_help_option=False,
     help="Run one of corral's Slurm commands (sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo, "
-         "sprio, sshare, sreport, sacctmgr) under this name, for machines that also have real Slurm on PATH: 'corral slurm squeue -u me'.",
+         "sprio, sshare, sreport, sacctmgr) under this name, for machines that also have real Slurm on PATH: "
+         "'corral slurm squeue -u me'.",
 )
 def slurm(ctx: typer.Context) -> None:
     from corral.slurm.dispatch import main as dispatch

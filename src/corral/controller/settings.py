@@ -46,10 +46,8 @@ from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
-        "partitions", "auth", "expedite_hold_s"} | _TENANCY
-_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "public_metrics"}
         "partitions", "auth", "expedite_hold_s", "ratelimit"} | _TENANCY
-_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins"}
+_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "public_metrics"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size"}
 # The largest value each [ratelimit] number may take (the least is 1).
 _RATELIMIT_MAX = {"bucket_size": 1_000_000, "refill_rate": 1_000_000, "refill_period_s": 3600,
