@@ -124,3 +124,25 @@ def test_an_expedited_hold_lapses_after_expedite_hold_s() -> None:
     engine.tick(until)
     assert (gang.hold_nodes, gang.hold_until, gang.expedited) == ((), None, True), "still first, holding nothing"
     assert engine.schedule(until + 1) == [Launch(other.id, "node2")]
+
+
+def test_a_job_ending_on_a_node_that_is_down_gives_its_gpus_back_without_breaking_the_pool() -> None:
+    """Found by the stateful test: a gang loses node1 (requeued, COMPLETING), a job takes node2's other
+    GPU, node3 goes down too; the gang's end on node1 (down, so in no bucket) then gave node1 more free
+    GPUs than the partition's bucket list reached, and the pool raised IndexError."""
+    engine = engine_with_nodes(count=3, gpus=4, node_timeout_s=50, kill_grace_s=5)
+    gang = engine.submit(spec(nodes=2, gpus=1, limit_s=10), T0)
+    engine.schedule(T0)
+    assert gang.node_names == ("node1", "node2")
+    engine.node_lost("node1", T0)
+    single = engine.submit(spec(nodes=1, gpus=1, limit_s=10), T0)
+    engine.schedule(T0)
+    assert (gang.state, single.state) == (JobState.COMPLETING, JobState.RUNNING)
+    engine.node_lost("node3", T0)
+    engine.schedule(T0)
+    engine.node_started("node2", gang.id, T0)
+    engine.node_finished("node2", gang.id, [(0, 0, 0)], None, T0)
+    assert gang.state is JobState.PENDING and gang.restart_count == 1, "requeued, its GPUs back"
+    engine.register_node("node1", inventory(4), set(), set(), T0 + 1)
+    engine.schedule(T0 + 1)
+    assert gang.state is JobState.RUNNING and set(gang.node_names) == {"node1", "node2"}

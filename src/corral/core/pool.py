@@ -129,7 +129,9 @@ class NodePool:
             return
         for part in node.partitions:
             buckets = self.buckets.get(part)
-            if buckets is not None and node.index in buckets[before]:
+            # A node that is not schedulable (down, drained) is in no bucket, and may have more free GPUs
+            # than any bucket list of its partitions reaches.
+            if buckets is not None and before < len(buckets) and node.index in buckets[before]:
                 del buckets[before][node.index]
                 self._bucket(part, after)[node.index] = None
 
