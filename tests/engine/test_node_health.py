@@ -68,3 +68,17 @@ def test_a_report_from_an_unknown_node_changes_nothing() -> None:
     engine = engine_with_nodes(count=1)
     assert engine.node_unhealthy("node9", "XID 48 on GPU 0", T0) == []
     assert "node9" not in engine.nodes
+
+
+def test_a_launch_refused_by_the_check_before_the_job_requeues_it() -> None:
+    """The agent reports the node unhealthy, then the launch it refused (agent.py): the job is requeued,
+    not FAILED as a launch failure alone would end it."""
+    engine = engine_with_nodes(count=2)
+    job = engine.submit(spec(gpus=4), T0)
+    engine.schedule(T0)
+    sick = job.node_names[0]
+    engine.node_unhealthy(sick, "check: GPU memory test failed", T0 + 1)
+    engine.node_finished(sick, job.id, [(0, 127, 0)], f"{sick} failed its health check: ...", T0 + 1)
+    assert (job.state, job.restart_count) == (JobState.PENDING, 1)
+    restarted = engine.schedule(T0 + 2)
+    assert [c.node for c in restarted] == [n for n in ("node1", "node2") if n != sick]
