@@ -41,9 +41,9 @@ def test_an_injected_xid_drains_its_node_and_requeues_the_gang(cluster_factory, 
     script = f'#!/bin/sh\necho "${{SLURM_RESTART_COUNT:-0}} $SLURM_JOB_NODELIST" >> {runs}\nexec sleep 300\n'
     job = cluster.submit(script=script, batch=True, nodes=2, gpus_per_node=2,
                          env={"PATH": os.environ["PATH"], MARKER: marker})
-    first = cluster.wait_state(job, "RUNNING")["nodelist"]
+    first = expand(cluster.wait_state(job, "RUNNING")["nodelist"])
     wait_for(lambda: runs.exists() and runs.read_text().count("\n") == 1, message="the first run's line")
-    sick = "node2" if "node2" in first else "node1"
+    sick = first[1]
 
     cluster.nvml_faults(sick).write_text(json.dumps({"xids": [[1, 79]]}))
 

@@ -58,10 +58,11 @@ async def run_program(program: Path, timeout_s: float, node: str) -> str | None:
         _kill_group(proc.pid)
         await proc.wait()
         return _clip(f"health check {program} timed out after {timeout_s:g}s")
-    if proc.returncode == 0:
+    code = proc.returncode or 0  # communicate() waited for the exit
+    if code == 0:
         return None
     lines = [line.strip() for line in output.decode(errors="replace").splitlines() if line.strip()]
-    status = f"exited {proc.returncode}" if proc.returncode > 0 else f"killed by signal {-proc.returncode}"
+    status = f"exited {code}" if code > 0 else f"killed by signal {-code}"
     return _clip(f"{program.name}: {lines[-1]}" if lines else f"health check {program} {status}")
 
 
@@ -114,7 +115,11 @@ class HealthMonitor:
 
     async def _program_loop(self) -> None:
         while True:
-            reason = await self._run_program()
+            try:
+                reason = await self._run_program()
+            except Exception:  # a bug here must not take the agent down with it
+                log.exception("running the health check failed")
+                reason = None
             if reason is not None:
                 log.error("health check failed: %s", reason)
             if self.config.interval_s <= 0:

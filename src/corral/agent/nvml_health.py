@@ -9,6 +9,7 @@ on an Ampere that remaps rows instead) is skipped, not a failure.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,8 @@ class NvmlHealth:
     _handles: list[Any] = field(default_factory=list)
     _events: Any = None  # the event set, or None when no device reports XID events
     _nvlink_seen: dict[tuple[int, int], int] = field(default_factory=dict)  # (gpu, link) -> errors at last poll
+    # Held through a wait on the event set: close() must not free the set under a waiting thread.
+    _waiting: threading.Lock = field(default_factory=threading.Lock)
 
     def open(self) -> None:
         import pynvml  # the agent found its GPUs through NVML: it is installed
@@ -80,9 +83,10 @@ class NvmlHealth:
     def close(self) -> None:
         if self._nvml is None:
             return
-        if self._events is not None:
-            self._nvml.nvmlEventSetFree(self._events)
-            self._events = None
+        with self._waiting:
+            if self._events is not None:
+                self._nvml.nvmlEventSetFree(self._events)
+                self._events = None
         self._nvml.nvmlShutdown()
         self._nvml = None
 
@@ -93,12 +97,15 @@ class NvmlHealth:
     def wait_xid(self, timeout_ms: int = EVENT_WAIT_MS) -> str | None:
         """Wait up to `timeout_ms` for an XID event; the drain reason if a fatal one came."""
         nvml = self._nvml
-        try:
-            data = nvml.nvmlEventSetWait(self._events, timeout_ms)
-        except nvml.NVMLError as exc:
-            if getattr(exc, "value", None) == nvml.NVML_ERROR_TIMEOUT:
-                return None
-            raise
+        with self._waiting:
+            if self._events is None:
+                return None  # closed
+            try:
+                data = nvml.nvmlEventSetWait(self._events, timeout_ms)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) == nvml.NVML_ERROR_TIMEOUT:
+                    return None
+                raise
         xid = int(data.eventData)
         gpu = nvml.nvmlDeviceGetIndex(data.device)
         reason = xid_reason(gpu, xid)
