@@ -232,7 +232,16 @@ class StepFinished(BaseModel):
     oom_killed: bool = False
 
 
-Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished], Field(discriminator="kind")]
+class NodeUnhealthy(BaseModel):
+    """The agent's health checks failed (agent/health.py: a fatal XID, ECC errors, retired pages, NVLink
+    errors, the operator's health-check program): the controller drains the node with `reason` and stops
+    the jobs running there as for a failed node."""
+
+    kind: Literal["unhealthy"] = "unhealthy"
+    reason: Annotated[Diagnostic, Field(min_length=1)]
+
+
+Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished, NodeUnhealthy], Field(discriminator="kind")]
 
 
 class EventBatch(BaseModel):

@@ -331,14 +331,16 @@ def controller() -> Iterator[FakeController]:
 def run_with_agent(controller, tmp_path, agent_env):
     """Run `scenario(agent)` while an Agent for node n1 talks to the fake controller."""
 
-    def run(scenario: Callable[[Agent], Awaitable[None]], secret: str = SECRET) -> Agent:
+    def run(scenario: Callable[[Agent], Awaitable[None]], secret: str = SECRET, **options: Any) -> Agent:
+        """`options`: more of the Agent's keyword arguments (an `inventory` replaces the simulated one)."""
         agent = Agent(
             controller_url=controller.url,
             secret=secret,
             node="n1",
-            inventory=discover(2, cpus=4, mem_mib=4096),
+            inventory=options.pop("inventory", None) or discover(2, cpus=4, mem_mib=4096),
             spool_dir=tmp_path / "spool",
             base_env=agent_env,
+            **options,
         )
 
         async def main() -> None:

@@ -116,12 +116,17 @@ class Cluster:
         gpus, env = ["--gpus", str(self.gpus)], None
         if name in self.nvml_names:
             path = os.pathsep.join(p for p in (str(FAKE_NVML), os.environ.get("PYTHONPATH")) if p)
-            gpus, env = [], {"PYTHONPATH": path, "FAKE_NVML_NAMES": ",".join(self.nvml_names[name])}
+            gpus, env = [], {"PYTHONPATH": path, "FAKE_NVML_NAMES": ",".join(self.nvml_names[name]),
+                             "FAKE_NVML_HEALTH": str(self.nvml_faults(name))}
         self.agents[name] = self._spawn(
             ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
              "--node", name, *gpus, "--cpus", "16", "--mem-mib", "64000",
              "--spool", str(self.root / "spool" / name), *self.agent_args,
              *(["--ca-file", str(self.ca_file)] if self.ca_file else [])], f"agent-{name}.log", env)
+
+    def nvml_faults(self, name: str) -> Path:
+        """The file a test writes to inject faults into the NVML node `name` (tests/e2e/fake_nvml)."""
+        return self.root / f"nvml-faults-{name}.json"
 
     def kill_agent(self, name: str) -> None:
         """SIGKILL the agent alone (its tasks are sessions of their own: they live on)."""

@@ -94,6 +94,9 @@ class Harness:
     def node_lost(self, name: str, now: float) -> list:
         return self._commands(ev.NodeLost(name), now)
 
+    def node_unhealthy(self, name: str, reason: str, now: float) -> list:
+        return self._commands(ev.NodeUnhealthy(name, reason), now)
+
     # ----- operators, the controller and time
 
     def set_drain(self, name: str, drain: bool, reason: str = "", now: float = 0.0) -> Node:

@@ -67,6 +67,14 @@ class EngineMachine(RuleBasedStateMachine):
             self.engine.node_lost(name, self.now)
 
     @rule(name=st.sampled_from(NODES))
+    def node_found_unhealthy(self, name) -> None:
+        self.engine.node_unhealthy(name, "XID 79 on GPU 0 (GPU has fallen off the bus)", self.now)
+
+    @rule(name=st.sampled_from(NODES))
+    def operator_resumes(self, name) -> None:
+        self.engine.set_drain(name, False, now=self.now)
+
+    @rule(name=st.sampled_from(NODES))
     def node_reregisters_empty(self, name) -> None:
         self.engine.register_node(name, inventory(4), set(), set(), self.now)
 
@@ -104,6 +112,14 @@ class EngineMachine(RuleBasedStateMachine):
             if job.state is JobState.RUNNING:
                 for node, run in job.runs.items():
                     assert self.engine.nodes[node].up or run.finished
+
+
+    @invariant()
+    def nothing_runs_on_a_node_found_unhealthy(self) -> None:
+        # The only drains here are health reports, which stop the gangs there; resuming clears them.
+        for job in self.engine.jobs.values():
+            if job.state is JobState.RUNNING:
+                assert not any(self.engine.nodes[n].drain for n in job.node_names)
 
 
 EngineMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)

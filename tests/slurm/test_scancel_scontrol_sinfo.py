@@ -244,3 +244,21 @@ def test_sinfo_options():
     assert caught.value.stderr.startswith(
         "sinfo: option '--s' is ambiguous; possibilities: '--summarize' '--sort' '--states'")
     assert parse_sinfo(["-o", "%Q"], {}).warnings == ("Invalid node format specification: Q\n",)
+
+
+def test_sinfo_list_reasons_shows_each_down_or_drained_node_once_by_reason():
+    xid = "XID 79 on GPU 2 (GPU has fallen off the bus)"
+    nodes = [node("n1", state="drained", drain_reason=xid), node("n2"), node("n3", state="down"),
+             node("n4", state="draining", cpus_alloc=4, drain_reason=xid)]
+    parts = [partition("gpu", ("n1", "n2", "n3", "n4")), partition("debug", ("n1",), default=False)]
+    out, _, _ = sinfo_output(parse_sinfo(["-R"], {}), parts, nodes, T0)
+    assert out == ("REASON               USER      TIMESTAMP           NODELIST\n"
+                   "XID 79 on GPU 2 (GPU Unknown   Unknown             n[1,4]\n"
+                   "none                 Unknown   Unknown             n3\n")
+    out, _, _ = sinfo_output(parse_sinfo(["-R", "-l", "-h"], {}), parts, nodes, T0)
+    assert out.splitlines()[1:] == ["XID 79 on GPU 2 (GPU Unknown      Unknown             drain  n1",
+                                    "none                 Unknown      Unknown             down*  n3",
+                                    "XID 79 on GPU 2 (GPU Unknown      Unknown             drng   n4"], \
+        "after the banner: one line per reason and state"
+    out, _, _ = sinfo_output(parse_sinfo(["-R", "-h", "-o", "%N|%E", "-p", "debug"], {}), parts, nodes, T0)
+    assert out == f"n1|{xid}\n"

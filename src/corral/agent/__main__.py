@@ -21,6 +21,7 @@ from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
 from corral.agent.cgroups import CgroupError, CgroupTree, default_root
 from corral.agent.discovery import DiscoveryError, Inventory, discover
+from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
 from corral.agent.tasks import Confinement
 from corral.hostaddr import address_towards
@@ -98,8 +99,46 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster-file", default=None, type=Path, metavar="PATH",
                         help="with --auth-socket: write the host's cluster.json here (the controller's URL and "
                         "the socket; /etc/corral/cluster.json lets every user find them), removed at exit")
+    health = parser.add_argument_group("health checks (a failing one drains the node and requeues its jobs)")
+    health.add_argument("--health-program", type=_program, default=None, metavar="PATH",
+                        help="the operator's health-check program (e.g. /usr/sbin/nhc), as Slurm's "
+                        "HealthCheckProgram: run when the agent starts and every --health-interval; a non-zero "
+                        "exit drains the node, its last output line the reason")
+    health.add_argument("--health-interval", type=_seconds, default=300.0, metavar="SECONDS",
+                        help="between runs of the program (default 300; 0: only at start and before jobs)")
+    health.add_argument("--health-timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="a run of the program that takes longer is killed and fails (default 60)")
+    health.add_argument("--health-before-job", action="store_true",
+                        help="also run the program before each job starts here; if it fails the job goes "
+                        "back to the queue")
+    health.add_argument("--nvml-health-interval", type=_seconds, default=60.0, metavar="SECONDS",
+                        help="GPUs from NVML: between polls of their ECC, retired-page, remapped-row and "
+                        "NVLink error counters, besides watching critical XIDs (default 60; 0: neither)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
+
+
+def _program(text: str) -> Path:
+    path = Path(text).absolute()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text} is not an executable file")
+    return path
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86400 * 7:
+        raise argparse.ArgumentTypeError(f"{text} is outside 0..604800 seconds")
+    return value
+
+
+def health_config(args: argparse.Namespace) -> HealthConfig:
+    return HealthConfig(program=args.health_program, interval_s=args.health_interval,
+                        timeout_s=args.health_timeout, before_job=args.health_before_job,
+                        nvml_interval_s=args.nvml_health_interval)
 
 
 def read_secret(path: Path) -> str | None:
@@ -141,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
     if args.cluster_file and not args.auth_socket:
         parser.error("--cluster-file needs --auth-socket: the file tells the host's users where the socket is")
+    if args.health_before_job and args.health_program is None:
+        parser.error("--health-before-job needs --health-program: it is the program that runs before jobs")
+    if args.health_timeout <= 0:
+        parser.error("--health-timeout must be more than 0 seconds")
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
     if args.controller[0].startswith("https:"):
         from corral.tls_client import TlsConfigError, client_context
@@ -182,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         confinement=confinement,
         cgroups_status=cgroups_status,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
+        health=health_config(args),
     )
     return run_agent(agent, args, ca_file)
 

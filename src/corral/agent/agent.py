@@ -46,6 +46,7 @@ from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.auth_socket import serve_auth_socket
 from corral.agent.cgroups import JobCgroup
 from corral.agent.discovery import Inventory
+from corral.agent.health import HealthConfig, HealthMonitor
 from corral.agent.identity import agent_user
 from corral.agent.leaders import forget_exits
 from corral.agent.runner import JobRunner
@@ -62,6 +63,7 @@ from corral.protocol import (
     LaunchJob,
     LaunchStep,
     NodeFinished,
+    NodeUnhealthy,
     Registration,
     RegistrationReply,
     SignalJob,
@@ -135,10 +137,12 @@ class Agent:
         cgroups_status: str = "",
         ca_file: str | None = None,
         auth_socket: str | None = None,
+        health: HealthConfig | None = None,
     ) -> None:
         """`controller_url`: one controller's URL, or every controller's (their leader is followed). `ca_file`
         verifies an https:// controller (else the system's trusted CAs do). `auth_socket`: serve this host's
-        users their credentials there (auth_socket.py)."""
+        users their credentials there (auth_socket.py). `health`: the node's health checks (health.py); a
+        failure is posted as NodeUnhealthy, and the controller drains the node."""
         self.node = node
         urls = [controller_url] if isinstance(controller_url, str) else list(controller_url)
         self._controller_urls = tuple(url.rstrip("/") for url in urls)
@@ -172,6 +176,8 @@ class Agent:
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self._client: httpx.AsyncClient | None = None
+        self._health = None if health is None else HealthMonitor(
+            health, node, self._report_unhealthy, nvml=inventory.source == "nvml")
 
     @property
     def controller_url(self) -> str:
@@ -205,6 +211,8 @@ class Agent:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(self._poll_loop())
                     group.create_task(self._send_loop())
+                    if self._health is not None:
+                        group.create_task(self._health.run())
             finally:
                 for task in list(self._background):
                     task.cancel()  # stops watching jobs; the jobs themselves keep running
@@ -525,8 +533,14 @@ class Agent:
                                     error=f"corral agent error: {exc}"))
 
     async def _drive(self, runner: JobRunner) -> None:
-        """Forward a job's events to the outbox; the job leaves `running_jobs` when its tasks are done."""
+        """Forward a job's events to the outbox; the job leaves `running_jobs` when its tasks are done. With
+        health checks before jobs, a failing one refuses the launch: NodeUnhealthy goes first, so the
+        controller requeues the job rather than failing it."""
         try:
+            if self._health is not None and not runner.adopted:
+                reason = await self._health.check_before_job(runner.job_id)
+                if reason is not None:
+                    runner.refuse(f"{self.node} failed its health check: {reason}")
             async for event in runner.run():
                 if isinstance(event, NodeFinished):
                     self._runners.pop(runner.job_id, None)
@@ -566,6 +580,9 @@ class Agent:
         task.add_done_callback(self._background.discard)
 
     # -- events
+
+    def _report_unhealthy(self, reason: str) -> None:
+        self._post(NodeUnhealthy(reason=reason))
 
     def _post(self, event: Event) -> None:
         self._outbox.append(event)

@@ -193,6 +193,10 @@ class LocalTasks:
         """Whether its tasks may be using their GPUs: about to start, or started and not all exited."""
         return self._refusal is None and not self._all_exited.is_set()
 
+    def refuse(self, reason: str) -> None:
+        """Start none of the tasks (called before `run()`): they end at once with `reason` as the error."""
+        self._refusal = reason
+
     def _refuse_if_told(self) -> None:
         if self._refusal is not None:
             raise SpawnError(self._refusal)

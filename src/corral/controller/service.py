@@ -54,6 +54,7 @@ from corral.protocol import (
     LaunchJob,
     NodeFinished,
     NodeStarted,
+    NodeUnhealthy,
     Registration,
     RegistrationReply,
     SignalJob,
@@ -545,10 +546,12 @@ class ControllerService:
         return commands
 
 
-def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) -> ev.Event:
+def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished | NodeUnhealthy) -> ev.Event:
     """An agent's report as the engine's event."""
     if isinstance(event, NodeStarted):
         return ev.TasksStarted(node, event.job_id)
+    if isinstance(event, NodeUnhealthy):
+        return ev.NodeUnhealthy(node, event.reason)
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
     if isinstance(event, NodeFinished):
         return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed)

@@ -103,6 +103,7 @@ class Engine:
             ev.TasksFinished: self._tasks_finished,
             ev.StepTasksFinished: self._step_tasks_finished,
             ev.NodeLost: lambda event, now: (None, nodes.lost(event.node, now)),
+            ev.NodeUnhealthy: nodes.unhealthy,
             ev.DrainRequested: nodes.drain_requested,
             ev.TenancyChanged: self._tenancy_changed,
             ev.ReservationAdded: self._reservation_added,

@@ -144,6 +144,16 @@ class NodeLost:
     node: str
 
 
+@dataclass(frozen=True, slots=True)
+class NodeUnhealthy:
+    """The node's agent found it failing (a fatal XID, uncorrected ECC errors, the operator's health-check
+    program exiting non-zero: agent/health.py). The node is drained with `reason` and its running jobs
+    are stopped as for a lost node: requeued, or NODE_FAIL where they may not be."""
+
+    node: str
+    reason: str
+
+
 # ----- operators
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +215,6 @@ class UsageAccrualDue:
 
 Event = (SubmissionRequested | JobSubmitted | CancelRequested | SignalRequested | RequeueRequested
          | UpdateRequested | HoldRequested | StepRequested | AllocationCompleted | NodeRegistered | NodeContacted
-         | TasksStarted | TasksFinished | StepTasksFinished | NodeLost | DrainRequested | TenancyChanged
+         | TasksStarted | TasksFinished | StepTasksFinished | NodeLost | NodeUnhealthy | DrainRequested | TenancyChanged
          | ReservationAdded | ReservationRemoved | ClusterStopRequested | ListenerStalled | TimePassed | CycleDue
          | UsageAccrualDue)

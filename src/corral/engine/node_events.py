@@ -76,6 +76,24 @@ class NodeEvents:
         self.active.node_changed(node.name)
         return node, []
 
+    def unhealthy(self, event: ev.NodeUnhealthy, now: float) -> tuple[None, list[Command]]:
+        """Drain the node with the agent's reason (kept until an operator resumes it, as Slurm's
+        HealthCheckProgram drains) and stop the gangs running there: the agent is alive, so every node
+        of each gang, this one included, is told to kill its part; the job is then requeued or ends
+        NODE_FAIL (Lifecycle.fail_gang). A report about a node not known, or not up, changes nothing."""
+        node = self.nodes.get(event.node)
+        if node is None or not node.up:
+            return None, []
+        if (node.drain, node.drain_reason) != (True, event.reason):
+            node.drain, node.drain_reason = True, event.reason
+            self.dirty.add(node.name)
+            self.active.node_changed(node.name)
+        commands: list[Command] = []
+        for job in list(self.active.jobs.values()):
+            if job.state is JobState.RUNNING and event.node in job.node_names:
+                commands.extend(self.life.fail_gang(job, event.node, now))
+        return None, commands
+
     def lost(self, name: str, now: float) -> list[Command]:
         node = self.nodes[name]
         node.up = False

@@ -95,6 +95,8 @@ LETTERS: Mapping[str, SinfoField] = {
     "g": _field("GROUPS", lambda g, _: "all"),
     "G": _field("GRES", _gres),
     "h": _field("OVERSUBSCRIBE", lambda g, _: "NO"),
+    # Who set a node's reason, and when: corral keeps neither, and sinfo prints this when it has none.
+    "H": _field("TIMESTAMP", lambda g, _: "Unknown"),
     "I": _field("PRIO_JOB_FACTOR", lambda g, _: "1"),
     "l": _field("TIMELIMIT", lambda g, _: _time_limit(g.partition.get("max_time_s"))),
     "L": _field("DEFAULTTIME", lambda g, _: _time_limit(g.partition.get("default_time_s"))),
@@ -110,6 +112,8 @@ LETTERS: Mapping[str, SinfoField] = {
     "s": _field("JOB_SIZE", lambda g, _: "1-infinite"),
     "t": _field("STATE", _state(compact=True)),
     "T": _field("STATE", _state(compact=False)),
+    "u": _field("USER", lambda g, _: "Unknown"),
+    "U": _field("USER", lambda g, _: "Unknown"),
     "w": _field("WEIGHT", lambda g, _: "1"),
     "z": _field("S:C:T", lambda g, _: f"{_same_or_plus([int(n.get('cpus', 0)) for n in g.nodes])}:1:1"),
 }
@@ -154,6 +158,17 @@ def group_nodes(partitions: Sequence[Mapping], nodes: Sequence[Mapping], *, by_s
     if node_centric:
         groups.sort(key=lambda g: hostlist.sort_key(g.nodes[0]["name"]))
     return groups
+
+
+def group_reasons(nodes: Sequence[Mapping], *, by_state: bool) -> list[Group]:
+    """sinfo -R: the nodes down, drained or draining, one group per reason (and per state when shown), in
+    the order of their first node; each node once, whatever its partitions."""
+    buckets: dict[tuple[str, str], list[Mapping]] = {}
+    for node in sorted(nodes, key=lambda n: hostlist.sort_key(n["name"])):
+        if node.get("state") in ("down", "drained", "draining"):
+            key = (str(node.get("drain_reason") or ""), states.node_state_compact(node) if by_state else "")
+            buckets.setdefault(key, []).append(node)
+    return [Group({"name": ""}, tuple(b)) for b in buckets.values()]
 
 
 def render(groups: Sequence[Group], fmt: Format, *, header: bool = True, widen: frozenset[str] = frozenset(),

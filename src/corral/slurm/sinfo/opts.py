@@ -24,8 +24,10 @@ OPTIONS = (
 SPEC = CommandSpec("sinfo", OPTIONS,
                    ignored={"sort": "sinfo lists partitions and nodes in corral's order",
                             "cluster": "corral runs one cluster"},
-                   unsupported=frozenset({"Format", "json", "yaml", "reservation", "list-reasons"}))
+                   unsupported=frozenset({"Format", "json", "yaml", "reservation"}))
 SUMMARIZE_FORMAT = "%9P %.5a %.10l %.16F %N"  # one space before %N in 22.05
+REASONS_FORMAT = "%20E %9u %19H %N"  # sinfo -R (opts.c)
+REASONS_LONG_FORMAT = "%20E %12U %19H %6t %N"  # sinfo -R -l
 # Node state words sinfo -t accepts (any prefix of a compact or long name) -> corral's states.
 _STATE_WORDS = (("idle", "idle"), ("mixed", "mixed"), ("mix", "mixed"), ("allocated", "allocated"),
                 ("alloc", "allocated"), ("draining", "draining"), ("drng", "draining"), ("drained", "drained"),
@@ -45,6 +47,7 @@ class SinfoOptions(Record):
     nodes: str | None = None  # hostlist expression of -n
     states: frozenset[str] | None = None  # corral node states
     dead_only: bool = False
+    list_reasons: bool = False  # -R: only nodes down, drained or draining, one line per reason
     responding_only: bool = False
     iterate_s: int | None = None
     action: str | None = None
@@ -62,8 +65,9 @@ def parse_sinfo(argv: Sequence[str], env: Mapping[str, str]) -> SinfoOptions:
             return SinfoOptions(format=fmt.parse_format(fmt.DEFAULT_FORMAT), action=action)
     warnings = check_support(SPEC, line)
     node_centric, long_output = line.has("Node"), line.has("long")
+    list_reasons = line.has("list-reasons")
     spec, widen = _format_spec(line.last("format"), env, summarize=line.has("summarize"),
-                               node_centric=node_centric, long_output=long_output)
+                               node_centric=node_centric, long_output=long_output, list_reasons=list_reasons)
     parsed = fmt.parse_format(spec)
     iterate = line.last("iterate")
     partitions = line.last("partition") or env.get("SINFO_PARTITION")
@@ -71,16 +75,18 @@ def parse_sinfo(argv: Sequence[str], env: Mapping[str, str]) -> SinfoOptions:
         format=parsed, node_centric=node_centric, widen=widen, long_banner=long_output or iterate is not None,
         noheader=line.has("noheader"), partitions=split_list(partitions) if partitions else None,
         nodes=checked_option("sinfo", "--nodes", line.last("nodes")), states=_states(line.last("states")),
-        dead_only=line.has("dead"),
+        dead_only=line.has("dead"), list_reasons=list_reasons,
         responding_only=line.has("responding"), iterate_s=int(iterate) if iterate and iterate.isdigit() else None,
         warnings=tuple(warnings) + parsed.errors,
     )
 
 
 def _format_spec(given: str | None, env: Mapping[str, str], *, summarize: bool, node_centric: bool,
-                 long_output: bool) -> tuple[str, frozenset[str]]:
+                 long_output: bool, list_reasons: bool) -> tuple[str, frozenset[str]]:
     if given is not None:
         return given, frozenset()
+    if list_reasons:
+        return (REASONS_LONG_FORMAT if long_output else REASONS_FORMAT), frozenset()
     if summarize:
         return SUMMARIZE_FORMAT, frozenset({"PARTITION"})
     if node_centric:

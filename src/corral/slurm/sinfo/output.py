@@ -26,8 +26,13 @@ def sinfo_output(options: SinfoOptions, partitions: Sequence[Mapping], nodes: Se
                  now: float) -> tuple[str, str, int]:
     """(stdout, stderr, exit status)."""
     shown = [p for p in partitions if options.partitions is None or p["name"] in options.partitions]
-    groups = fmt.group_nodes(shown, select_nodes(options, nodes), by_state=options.by_state,
-                             node_centric=options.node_centric)
+    if options.list_reasons:
+        members = {name for p in shown for name in p.get("nodes", ())}
+        groups = fmt.group_reasons([n for n in select_nodes(options, nodes) if n["name"] in members],
+                                   by_state=options.by_state)
+    else:
+        groups = fmt.group_nodes(shown, select_nodes(options, nodes), by_state=options.by_state,
+                                 node_centric=options.node_centric)
     out = fmt.render(groups, options.format, header=not options.noheader, widen=options.widen,
                      banner_now=now if options.long_banner else None)
     return out, "".join(options.warnings), 0
