@@ -23,6 +23,7 @@ from corral.agent.cgroups import CgroupError, CgroupTree, default_root
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.identity import agent_user
 from corral.agent.tasks import Confinement
+from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
@@ -98,8 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster-file", default=None, type=Path, metavar="PATH",
                         help="with --auth-socket: write the host's cluster.json here (the controller's URL and "
                         "the socket; /etc/corral/cluster.json lets every user find them), removed at exit")
+    parser.add_argument("--acctg-freq", type=_acctg_freq, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help="sample each job's CPU, memory and GPUs this often (Slurm's "
+                        f"JobAcctGatherFrequency; default {DEFAULT_INTERVAL_S:.0f}, at least {MIN_INTERVAL_S:.0f}); "
+                        "a job's --acctg-freq overrides it")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
+
+
+def _acctg_freq(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL_S <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{text} is outside {MIN_INTERVAL_S:.0f}..86400 seconds")
+    return seconds
 
 
 def read_secret(path: Path) -> str | None:
@@ -182,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         confinement=confinement,
         cgroups_status=cgroups_status,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
+        usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),
     )
     return run_agent(agent, args, ca_file)
 

@@ -33,6 +33,7 @@ from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
+from corral.controller.usage_views import LiveUsage
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine import events as ev
@@ -56,6 +57,7 @@ from corral.protocol import (
     RegistrationReply,
     SignalJob,
     StepFinished,
+    UsageReport,
 )
 from corral.store import Store, StoreError
 from corral.store.lease import LeaseLost
@@ -85,6 +87,7 @@ class ControllerService:
         self.heartbeat_s = heartbeat_s
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
+        self.live_usage = LiveUsage()
         self.cycles = 0
         self.writer = StoreWriter(store)
         if restore is None:
@@ -436,7 +439,7 @@ class ControllerService:
         job = self.find_job(job_id)
         if job is None:
             return None
-        out = views.job_out(job, self.clock())
+        out = views.job_out(job, self.clock(), None if job.state.terminal else self.live_usage.of(job_id))
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)
@@ -511,14 +514,20 @@ class ControllerService:
 
     async def agent_events(self, node: str, epoch: str | None, batch: EventBatch) -> None:
         """Fold an agent's events in. Refused (StoreUnavailable, StaleAgent) means not taken: the agent
-        keeps them and sends them again."""
+        keeps them and sends them again. Usage samples only go to `live_usage` (see LiveUsage)."""
+        folded = [event for event in batch.events if not isinstance(event, UsageReport)]
+
         def change(now: float) -> Result:
             self.check_agent(node, epoch)  # under the lock: the engine may have been rebuilt meanwhile
-            return self.engine.handle(*(engine_event(node, event) for event in batch.events), now=now)
+            return self.engine.handle(*(engine_event(node, event) for event in folded), now=now)
 
-        # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
-        # driver does not run one either, and a cycle would only find the same plan).
-        await self._stimulus(change, wake=any(not isinstance(event, NodeStarted) for event in batch.events))
+        if folded:
+            # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
+            # driver does not run one either, and a cycle would only find the same plan).
+            await self._stimulus(change, wake=any(not isinstance(event, NodeStarted) for event in folded))
+        else:
+            self.check_agent(node, epoch)
+        self.live_usage.take(node, batch.events, self.engine.jobs)
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         outbox = self.outbox
@@ -534,9 +543,10 @@ def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) ->
     if isinstance(event, NodeStarted):
         return ev.TasksStarted(node, event.job_id)
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
+    usage = event.usage.model_dump() if event.usage is not None else None
     if isinstance(event, NodeFinished):
-        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed)
+        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

@@ -5,7 +5,9 @@ changes anything). Each event's reply (what the caller asked for) is in `Result.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import ReservationSpec, TenancySpec
@@ -127,6 +129,7 @@ class TasksFinished:
     tasks: TaskExits = ()
     error: str | None = None
     oom_killed: bool = False
+    usage: Mapping[str, Any] | None = None  # what the agent sampled (protocol.Usage), kept for sacct
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,7 @@ class StepTasksFinished:
     tasks: TaskExits = ()
     error: str | None = None
     oom_killed: bool = False
+    usage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,6 +91,8 @@ class NodeRun:
     exit_code: int = 0
     signal: int = 0
     oom_killed: bool = False  # the kernel killed one of its processes for going over the job's memory
+    # What the agent sampled of its tasks (protocol.Usage's fields), for sacct; the engine never reads it.
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
