@@ -32,6 +32,7 @@ def imported_by(modules: list[str]) -> set[str]:
     ["corral.slurm.scancel.main"],
     ["corral.slurm.scontrol.main", "corral.slurm.scontrol.actions"],
     ["corral.slurm.sprio.main"],
+    ["corral.slurm.sstat.main"],
     ["corral.slurm.dispatch"],
 ])
 def test_fast_paths_import_only_what_they_need(modules):
@@ -52,7 +53,7 @@ def test_no_heavy_libraries(modules):
 NETWORK = {"json", "http.client", "email", "ssl", "socket", "urllib.request"}
 
 
-@pytest.mark.parametrize("command", ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio"])
+@pytest.mark.parametrize("command", ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio", "sstat"])
 def test_commands_import_no_heavy_libraries(command):
     loaded = imported_by([f"corral.slurm.{command}.main"])
     assert not (NEVER | NETWORK) & loaded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from _collections_abc import Sequence
 
-COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun")
+COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun", "sstat")
 USAGE = f"Usage: corral-slurm {{{','.join(COMMANDS)}}} [ARGS...]\n"
 
 
