@@ -75,6 +75,7 @@ class Aggregate:
     gpu_mem_sum: float = 0.0
     gpu_idle_s: float = 0.0
     next_due: float = 0.0
+    last_at: float | None = None  # when the last sample was taken
 
     def add(self, reading: Reading, gpus: int, elapsed_s: float) -> None:
         self.samples += 1
@@ -238,24 +239,19 @@ class UsageMonitor:
                 aggregate = self._aggregates[key] = Aggregate(every, next_due=now + MIN_INTERVAL_S)
             if now < aggregate.next_due:
                 continue
-            self._sample(tracked, aggregate, every)
+            self._sample(tracked, aggregate, now)
             aggregate.next_due = now + every
             reports.append((tracked, aggregate.report()))
         return reports
-
-    def sample_now(self, tracked: Tracked) -> None:
-        """One more reading of a job or step already known (its tasks are about to be reaped)."""
-        aggregate = self._aggregates.get((tracked.job_id, tracked.step_id))
-        if aggregate is not None:
-            self._sample(tracked, aggregate, 0.0)
 
     def final(self, job_id: int, step_id: int | None) -> Usage | None:
         """The aggregates of a job or step whose tasks have ended, forgotten here; None if never sampled."""
         aggregate = self._aggregates.pop((job_id, step_id), None)
         return aggregate.report() if aggregate is not None and aggregate.samples else None
 
-    def _sample(self, tracked: Tracked, aggregate: Aggregate, elapsed_s: float) -> None:
+    def _sample(self, tracked: Tracked, aggregate: Aggregate, now: float) -> None:
         rss, peak, cpu_s = read_tasks(tracked)
         gpu = self._gpus.read(tracked.gpus) if self._gpus is not None else None
         reading = Reading(rss, peak, cpu_s, gpu[0] if gpu else None, gpu[1] if gpu else 0)
-        aggregate.add(reading, len(tracked.gpus), elapsed_s if aggregate.samples else 0.0)
+        aggregate.add(reading, len(tracked.gpus), 0.0 if aggregate.last_at is None else now - aggregate.last_at)
+        aggregate.last_at = now
