@@ -1,0 +1,76 @@
+"""Issue 14's check: sstat shows a running job's sampled figures, and once it ended sacct shows its
+MaxRSS and TRESUsageInMax (here from psutil, the agents being outside cgroups, and from NVML through the
+fake pynvml, whose devices report the utilisation and memory the test sets)."""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from tests.e2e.harness import Cluster, wait_for
+from tests.slurm.commands import Commands
+
+pytestmark = pytest.mark.slow
+
+MIB = 1024 * 1024
+# Holds 100 MiB (every page touched) and burns CPU until told to stop.
+HOG = f"""#!/bin/sh
+#SBATCH -o out.txt --gres=gpu:1
+{sys.executable} - <<'EOF'
+import os, time
+x = bytearray(100 << 20)
+x[::4096] = b'1' * len(x[::4096])
+open('ready', 'w').close()
+deadline = time.time() + 60
+while not os.path.exists('stop') and time.time() < deadline:
+    sum(range(10000))
+EOF
+"""
+UNITS = {"": 1, "K": 1024, "M": MIB, "G": 1024 * MIB}
+
+
+def as_bytes(text: str) -> float:
+    number = text.rstrip("KMG")
+    return float(number) * UNITS[text[len(number):]]
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_NVML_UTIL", "73")  # the agent's fake NVML reads them
+    monkeypatch.setenv("FAKE_NVML_USED_MIB", "2048")
+    made = Cluster(tmp_path, nodes=1, nvml_names={"node1": ["NVIDIA H100 80GB HBM3"]},
+                   agent_args=("--tasks-as-agent-user", "--no-cgroups", "--acctg-freq", "1"))
+    yield made.start()
+    made.stop()
+
+
+def test_sstat_shows_a_running_jobs_usage_and_sacct_keeps_it(cluster, tmp_path):
+    cmd = Commands(cluster, tmp_path)
+    (tmp_path / "hog.sh").write_text(HOG)
+    job_id = cmd.submit("hog.sh")
+    wait_for(lambda: (tmp_path / "ready").exists(), 30, message="the job holds its memory")
+    time.sleep(2.5)  # a sample or two at --acctg-freq 1
+
+    live = cmd("corral-slurm", "sstat", "-j", f"{job_id}.batch", "-P", "-o", "JobID,MaxRSS,AveCPU,TRESUsageInMax")
+    assert live.code == 0 and live.stderr == "", live
+    header, row = live.stdout.splitlines()
+    assert header == "JobID|MaxRSS|AveCPU|TRESUsageInMax"
+    step, max_rss, ave_cpu, tres = row.split("|")
+    assert step == f"{job_id}.batch"
+    assert as_bytes(max_rss) >= 100 * MIB, row
+    assert ave_cpu.startswith("00:") and ave_cpu != "00:00:00", row
+    assert "gres/gpuutil=73" in tres and "gres/gpumem=2G" in tres, row
+    assert cmd("corral-slurm", "sstat", "-n", "-P", "-o", "JobID", "-j", str(job_id)).stdout == ""  # no srun step
+
+    (tmp_path / "stop").touch()
+    assert cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=60)["state"] == "COMPLETED"
+    done = cmd("sacct", "-j", str(job_id), "-P", "-n", "-o", "JobID,MaxRSS,TotalCPU,TRESUsageInMax")
+    assert done.code == 0, done
+    job_row, batch_row = done.stdout.splitlines()
+    assert job_row.split("|")[1] == "" and job_row.split("|")[2] != ""  # the job line: TotalCPU only
+    step, max_rss, total_cpu, tres = batch_row.split("|")
+    assert step == f"{job_id}.batch" and as_bytes(max_rss) >= 100 * MIB, batch_row
+    assert tres.startswith("cpu=00:00:") and "gres/gpuutil=73" in tres and ",mem=" in tres, batch_row
+    gone = cmd("corral-slurm", "sstat", "-j", str(job_id))
+    assert gone.stderr == f"sstat: error: No steps running for job {job_id}\n", gone
