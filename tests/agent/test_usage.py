@@ -122,3 +122,11 @@ def test_nvml_gives_the_jobs_devices_utilisation_and_memory(monkeypatch, tmp_pat
     assert (second.gpu_util_pct, second.max_gpu_util_pct, second.ave_gpu_util_pct) == (2.0, 65.0, 33.5)
     assert (second.max_gpu_mem_mib, second.ave_gpu_mem_mib) == (4000, 2500)
     assert second.gpu_idle_s == 6.0  # under 5 % at the sample 6 s after the last
+
+
+def test_a_job_with_acctg_freq_0_is_not_sampled():
+    monitor = UsageMonitor(interval_s=1)
+    tracked = Tracked(job_id=9, step_id=None, pgids=(os.getpid(),), gpus=(), memory_leaf=None, memory_v2=False,
+                      cpu_leaf=None)
+    assert monitor.sample_due([(tracked, 0)], now=0.0) == monitor.sample_due([(tracked, 0)], now=5.0) == []
+    assert monitor.final(9, None) is None

@@ -225,12 +225,14 @@ class UsageMonitor:
 
     def sample_due(self, targets: Sequence[tuple[Tracked, float | None]], now: float) -> list[tuple[Tracked, Usage]]:
         """Read the targets whose interval has passed (each with its own --acctg-freq, or None for the
-        agent's); forget those no longer given. Blocking (files, /proc, NVML): call in a thread."""
+        agent's, 0 for never); forget those no longer given. Blocking (files, /proc, NVML): call in a thread."""
         live = {(t.job_id, t.step_id) for t, _ in targets}
         for key in [k for k in self._aggregates if k not in live]:
             del self._aggregates[key]
         reports = []
         for tracked, interval_s in targets:
+            if interval_s == 0:
+                continue  # --acctg-freq=task=0: not sampled
             key = (tracked.job_id, tracked.step_id)
             every = self.interval_s if interval_s is None else max(MIN_INTERVAL_S, interval_s)
             aggregate = self._aggregates.get(key)

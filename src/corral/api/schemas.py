@@ -82,6 +82,9 @@ class JobSubmit(BaseModel):
                              "steps in the allocation and ends it with POST /jobs/{id}/complete")
     comment: Comment = ""
     wckey: Name = ""
+    acctg_freq_s: int | None = Field(None, ge=0, le=86400, description=(
+        "Sample the job's CPU, memory and GPU usage this often (sbatch --acctg-freq=task=N); 0: never; "
+        "None: the agent's interval"))
     open_mode: Literal["append", "truncate"] | None = Field(
         None, description="Output files: batch jobs truncate by default, as sbatch does")
 

@@ -110,6 +110,7 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         error=job.spec.error, time_limit_s=req.time_limit_s, restart_count=job.restart_count,
         submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=job.spec.batch,
         explicit=[k for k in job.spec.explicit.split(",") if k], open_mode=job.spec.open_mode,
+        acctg_freq_s=job.spec.acctg_freq_s,
     )
 
 

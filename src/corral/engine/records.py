@@ -72,6 +72,7 @@ class JobSpec:
     gpu_share: str = ""
     comment: str = ""
     wckey: str = ""
+    acctg_freq_s: int | None = None  # --acctg-freq's task interval (None: the agent's; 0: no sampling)
     open_mode: str = "append"
     # salloc / srun outside an allocation: the job runs nothing itself; its holder (salloc or srun,
     # wherever it runs) starts steps in it and ends it with a completion call.

@@ -34,6 +34,15 @@ class GpuRequest:
         return f"GpuRequest(count={self.count!r}, model={self.model!r})"
 
 
+def acctg_freq_s(text: str) -> int | None:
+    from corral.slurm.sbatch.values import acctg_task_s
+
+    try:
+        return acctg_task_s(text)
+    except ValueError as exc:
+        raise DirectiveError(str(exc)) from None
+
+
 def positive_int(text: str) -> int:
     value = _count(text, "a positive integer")
     if value < 1:
