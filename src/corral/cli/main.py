@@ -10,6 +10,7 @@ from corral.cli import jobs, scheduling
 from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
+from corral.cli.logs import logs
 from corral.cli.simulate import simulate
 from corral.cli.status import status
 from corral.cli.tenancy import reservation_app, tenancy_app
@@ -98,6 +99,7 @@ def slurm(ctx: typer.Context) -> None:
 
 app.command("queue")(jobs.queue)
 app.command("show")(jobs.show)
+app.command("logs")(logs)
 app.command("cancel")(jobs.cancel)
 app.command("nodes")(jobs.nodes)
 app.command("acct")(jobs.acct)
