@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from corral.cli import render
+from corral.cli.efficiency import goodput_line as render_goodput
 
 from .standin import T0, canned_jobs, make_job
 
@@ -35,3 +36,12 @@ def test_unsampled_jobs_say_so():
     assert fields_of(canned_jobs()[1])["Efficiency"] == "(not sampled yet)"
     assert fields_of(make_job(9))["Efficiency"] == "(not started)"
     assert T0
+
+
+def test_goodput_is_gpu_seconds_used_over_allocated_of_the_sampled_jobs():
+    busy = {**canned_jobs()[1], "gpu_seconds": 3000.0, "usage": {**SAMPLED, "ave_gpu_util_pct": 80.0}}
+    idle = {**canned_jobs()[3], "gpu_seconds": 1000.0, "usage": {**SAMPLED, "ave_gpu_util_pct": 10.0}}
+    unsampled = {**canned_jobs()[3], "gpu_seconds": 500.0}
+    line = render_goodput([busy, idle, unsampled, canned_jobs()[2]])
+    assert line == "Goodput: 62.50% of 4000 GPU-seconds used (2 GPU job(s) sampled, 1 not sampled)"
+    assert render_goodput([canned_jobs()[2]]) is None  # no job held a GPU

@@ -47,5 +47,30 @@ def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
     return fields
 
 
+def goodput_line(jobs: list[Mapping[str, Any]]) -> str | None:
+    """The fleet's goodput over these jobs: GPU-seconds used (each job's mean GPU utilisation times the
+    GPU-seconds it held) over GPU-seconds allocated, counting the jobs whose GPUs were sampled; None when
+    no job held a GPU."""
+    used = held = 0.0
+    sampled = unsampled = 0
+    for job in jobs:
+        if not job.get("gpu_seconds"):
+            continue
+        with_gpus = [u for u in _parts(job) if u.get("gpus")]
+        if not with_gpus:
+            unsampled += 1
+            continue
+        samples = sum(int(u["samples"]) for u in with_gpus)
+        average = sum(float(u["ave_gpu_util_pct"]) * int(u["samples"]) for u in with_gpus) / samples
+        used += average / 100 * float(job["gpu_seconds"])
+        held += float(job["gpu_seconds"])
+        sampled += 1
+    if not sampled and not unsampled:
+        return None
+    figure = f"{_percent(used, held)} of {held:.0f} GPU-seconds used" if sampled else "unknown"
+    return (f"Goodput: {figure} ({sampled} GPU job(s) sampled"
+            + (f", {unsampled} not sampled)" if unsampled else ")"))
+
+
 def _percent(part: float, whole: float) -> str:
     return f"{100 * part / whole:.2f}%" if whole > 0 else "-"
