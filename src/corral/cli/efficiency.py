@@ -3,7 +3,7 @@ CPU time against the core-walltime the job held, its largest node's memory again
 and the utilisation of its GPUs; a job whose GPUs stay idle for long is flagged."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral.jobscript.units import format_duration
@@ -47,7 +47,7 @@ def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
     return fields
 
 
-def goodput_line(jobs: list[Mapping[str, Any]]) -> str | None:
+def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
     """The fleet's goodput over these jobs: GPU-seconds used (each job's mean GPU utilisation times the
     GPU-seconds it held) over GPU-seconds allocated, counting the jobs whose GPUs were sampled; None when
     no job held a GPU."""

@@ -10,9 +10,9 @@ import typer
 
 from corral.cli import render
 from corral.cli.client import Client, ClientError
-from corral.cli.efficiency import goodput_line
 from corral.cli.config import current_user
 from corral.cli.connect import open_client
+from corral.cli.efficiency import goodput_line
 from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when

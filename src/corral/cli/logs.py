@@ -20,6 +20,7 @@ from corral.cli.connect import open_client
 from corral.cli.job_refs import JobRefArgument, jobs_named
 from corral.cli.jobs import UrlOption
 from corral.cli.output import fail, reported_errors
+from corral.jobref import JobRef
 
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
 POLL_S = 0.5  # how often -f looks for new bytes
@@ -52,7 +53,7 @@ def logs(
                 raise typer.Exit(130) from None
 
 
-def _one_job(client: Client, job_id: object) -> dict:
+def _one_job(client: Client, job_id: JobRef) -> dict:
     jobs = jobs_named(client, job_id)
     if not jobs:
         fail(f"job {job_id} not found")

@@ -34,13 +34,27 @@ class GpuRequest:
         return f"GpuRequest(count={self.count!r}, model={self.model!r})"
 
 
-def acctg_freq_s(text: str) -> int | None:
-    from corral.slurm.sbatch.values import acctg_task_s
+ACCTG_TYPES = ("task", "energy", "network", "filesystem")
+ACCTG_MAX_S = 86400
 
-    try:
-        return acctg_task_s(text)
-    except ValueError as exc:
-        raise DirectiveError(str(exc)) from None
+
+def acctg_task_s(value: str) -> int | None:
+    """--acctg-freq's task sampling interval in seconds (Slurm's acct_gather_parse_freq): `task=N` among
+    `<type>=N` items, or a bare N; None when it names no task interval; 0 turns sampling off.
+    DirectiveError for anything else."""
+    if value.isascii() and value.isdigit():
+        found: int | None = int(value)
+    else:
+        found = None
+        for item in value.split(","):
+            kind, equals, number = item.partition("=")
+            if not equals or kind not in ACCTG_TYPES or not (number.isascii() and number.isdigit()):
+                raise DirectiveError(f"{item!r} is not <{'|'.join(ACCTG_TYPES)}>=<seconds>")
+            if kind == "task":
+                found = int(number)
+    if found is not None and found > ACCTG_MAX_S:
+        raise DirectiveError(f"the task interval is over {ACCTG_MAX_S} seconds")
+    return found
 
 
 def positive_int(text: str) -> int:

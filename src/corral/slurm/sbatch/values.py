@@ -144,34 +144,13 @@ def split_requeue(fields: dict) -> dict:
     return fields
 
 
-ACCTG_TYPES = ("task", "energy", "network", "filesystem")
-ACCTG_MAX_S = 86400
-
-
-def acctg_task_s(value: str) -> int | None:
-    """--acctg-freq's task sampling interval in seconds (Slurm's acct_gather_parse_freq): `task=N` among
-    `<type>=N` items, or a bare N; None when it names no task interval; 0 turns sampling off. ValueError
-    for anything else."""
-    if value.isascii() and value.isdigit():
-        found: int | None = int(value)
-    else:
-        found = None
-        for item in value.split(","):
-            kind, equals, number = item.partition("=")
-            if not equals or kind not in ACCTG_TYPES or not (number.isascii() and number.isdigit()):
-                raise ValueError(f"{item!r} is not <{'|'.join(ACCTG_TYPES)}>=<seconds>")
-            if kind == "task":
-                found = int(number)
-    if found is not None and found > ACCTG_MAX_S:
-        raise ValueError(f"the task interval is over {ACCTG_MAX_S} seconds")
-    return found
-
-
 def acctg_freq(value: str, option: str) -> int | None:
+    from corral.jobscript.values import acctg_task_s
+
     try:
         return acctg_task_s(value)
-    except ValueError as exc:
-        raise fail(f"Invalid --{option} specification: {exc}") from None
+    except DirectiveError as exc:
+        raise fail(f"Invalid --{option} specification: {exc.reason}") from None
 
 
 def text(value: str, option: str) -> str:
