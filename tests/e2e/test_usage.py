@@ -4,7 +4,6 @@ fake pynvml, whose devices report the utilisation and memory the test sets)."""
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 
@@ -21,6 +20,7 @@ HOG = f"""#!/bin/sh
 import os, time
 x = bytearray(100 << 20)
 x[::4096] = b'1' * len(x[::4096])
+print('holding 100 MiB', flush=True)
 open('ready', 'w').close()
 deadline = time.time() + 60
 while not os.path.exists('stop') and time.time() < deadline:
@@ -50,18 +50,27 @@ def test_sstat_shows_a_running_jobs_usage_and_sacct_keeps_it(cluster, tmp_path):
     (tmp_path / "hog.sh").write_text(HOG)
     job_id = cmd.submit("hog.sh")
     wait_for(lambda: (tmp_path / "ready").exists(), 30, message="the job holds its memory")
-    time.sleep(2.5)  # a sample or two at --acctg-freq 1
 
-    live = cmd("corral-slurm", "sstat", "-j", f"{job_id}.batch", "-P", "-o", "JobID,MaxRSS,AveCPU,TRESUsageInMax")
-    assert live.code == 0 and live.stderr == "", live
-    header, row = live.stdout.splitlines()
-    assert header == "JobID|MaxRSS|AveCPU|TRESUsageInMax"
-    step, max_rss, ave_cpu, tres = row.split("|")
+    def sstat() -> list[str]:
+        live = cmd("corral-slurm", "sstat", "-j", f"{job_id}.batch", "-P", "-o", "JobID,MaxRSS,AveCPU,TRESUsageInMax")
+        assert live.code == 0 and live.stderr == "", live
+        header, row = live.stdout.splitlines()
+        assert header == "JobID|MaxRSS|AveCPU|TRESUsageInMax"
+        return row.split("|")
+
+    # Sampled every second (--acctg-freq 1): a sample after a second of CPU time shows it.
+    wait_for(lambda: sstat()[2] not in ("", "00:00:00"), 30, interval_s=0.5, message="a sample with a second of CPU")
+    step, max_rss, ave_cpu, tres = row = sstat()
     assert step == f"{job_id}.batch"
     assert as_bytes(max_rss) >= 100 * MIB, row
-    assert ave_cpu.startswith("00:") and ave_cpu != "00:00:00", row
+    assert ave_cpu.startswith("00:"), row
     assert "gres/gpuutil=73" in tres and "gres/gpumem=2G" in tres, row
     assert cmd("corral-slurm", "sstat", "-n", "-P", "-o", "JobID", "-j", str(job_id)).stdout == ""  # no srun step
+    show = cmd("corral", "show", str(job_id))
+    fields = {k.strip(): v for k, v in (line.split(" : ", 1) for line in show.stdout.splitlines() if " : " in line)}
+    assert float(fields["MemUtilized"].split()[0]) >= 100, show
+    assert fields["GpuUtilization"].startswith("73.0% average"), show
+    assert cmd("corral", "logs", str(job_id)).stdout == "holding 100 MiB\n"
 
     (tmp_path / "stop").touch()
     assert cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=60)["state"] == "COMPLETED"

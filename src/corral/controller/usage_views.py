@@ -24,7 +24,7 @@ class LiveUsage:
     """The latest usage of each running job's own tasks (step None) and steps, by node."""
 
     def __init__(self) -> None:
-        self._latest: dict[tuple[int, int | None], dict[str, dict[str, Any]]] = {}
+        self._latest: dict[int, dict[int | None, dict[str, dict[str, Any]]]] = {}
         self._events = 0
 
     def take(self, node: str, events: Iterable[Event], active: Mapping[int, Job]) -> None:
@@ -32,18 +32,23 @@ class LiveUsage:
             self._events += 1
             if isinstance(event, UsageReport):
                 if event.job_id in active:
-                    self._latest.setdefault((event.job_id, event.step_id), {})[node] = event.usage.model_dump()
+                    steps = self._latest.setdefault(event.job_id, {})
+                    steps.setdefault(event.step_id, {})[node] = event.usage.model_dump()
             elif isinstance(event, NodeFinished | StepFinished):
-                key = (event.job_id, event.step_id if isinstance(event, StepFinished) else None)
-                self._latest.get(key, {}).pop(node, None)
+                step = event.step_id if isinstance(event, StepFinished) else None
+                self._latest.get(event.job_id, {}).get(step, {}).pop(node, None)
         if self._events >= SWEEP_EVERY_EVENTS:  # jobs failed or requeued without a finished report
             self._events = 0
-            for key in [k for k in self._latest if k[0] not in active or not self._latest[k]]:
-                del self._latest[key]
+            for job_id in [j for j in self._latest if j not in active]:
+                del self._latest[job_id]
 
     def of(self, job_id: int) -> dict[int | None, dict[str, dict[str, Any]]]:
         """{step id or None: {node: usage}} of one job."""
-        return {step: nodes for (job, step), nodes in self._latest.items() if job == job_id}
+        return self._latest.get(job_id, {})
+
+    def snapshot(self) -> dict[int, dict[int | None, dict[str, dict[str, Any]]]]:
+        """A copy another thread may read while the loop takes new samples."""
+        return {job: {step: dict(nodes) for step, nodes in steps.items()} for job, steps in self._latest.items()}
 
 
 def combine(per_node: PerNode) -> dict[str, Any] | None:
