@@ -584,15 +584,21 @@ class Agent:
         try:
             while True:
                 await asyncio.sleep(MIN_USAGE_TICK_S)
-                runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
-                targets = [(r.tracked(), r.launch.acctg_freq_s) for r in runners if r.pids]
-                reports = await asyncio.to_thread(monitor.sample_due, targets, asyncio.get_running_loop().time())
-                if reports and not any(isinstance(e, UsageReport) for e in self._outbox):
-                    for tracked, usage in reports:
-                        self._post(UsageReport(job_id=tracked.job_id, step_id=tracked.step_id, usage=usage))
+                try:
+                    await self._sample_usage()
+                except Exception:  # a bug here must not take the agent, and its jobs' reports, down
+                    log.exception("sampling the jobs' usage failed; trying again next round")
         finally:
             if started:
                 monitor.stop()
+
+    async def _sample_usage(self) -> None:
+        runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
+        targets = [(r.tracked(), r.launch.acctg_freq_s) for r in runners if r.pids]
+        reports = await asyncio.to_thread(self._usage.sample_due, targets, asyncio.get_running_loop().time())
+        if reports and not any(isinstance(e, UsageReport) for e in self._outbox):
+            for tracked, usage in reports:
+                self._post(UsageReport(job_id=tracked.job_id, step_id=tracked.step_id, usage=usage))
 
     # -- events
 
