@@ -88,7 +88,7 @@ def run_command(ctx: typer.Context) -> None:
     "slurm",
     cls=RawArgsCommand,
     add_help_option=False,
-    help="Run one of corral's Slurm commands (sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo, "
+    help="Run one of corral's Slurm commands (sbatch, srun, salloc, squeue, sacct, sstat, scancel, scontrol, sinfo, "
          "sprio) under this name, for machines that also have real Slurm on PATH: 'corral slurm squeue -u me'.",
 )
 def slurm(ctx: typer.Context) -> None:
