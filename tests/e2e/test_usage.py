@@ -36,13 +36,26 @@ def as_bytes(text: str) -> float:
 
 
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_NVML_UTIL", "73")  # the agent's fake NVML reads them
-    monkeypatch.setenv("FAKE_NVML_USED_MIB", "2048")
-    made = Cluster(tmp_path, nodes=1, nvml_names={"node1": ["NVIDIA H100 80GB HBM3"]},
-                   agent_args=("--tasks-as-agent-user", "--no-cgroups", "--acctg-freq", "1"))
-    yield made.start()
-    made.stop()
+def make_cluster(tmp_path, monkeypatch):
+    made: list[Cluster] = []
+
+    def make(gpu_util_pct: int, config: str = "") -> Cluster:
+        monkeypatch.setenv("FAKE_NVML_UTIL", str(gpu_util_pct))  # the agent's fake NVML reads them
+        monkeypatch.setenv("FAKE_NVML_USED_MIB", "2048")
+        cluster = Cluster(tmp_path, nodes=1, nvml_names={"node1": ["NVIDIA H100 80GB HBM3"]},
+                          config="kill_grace_s = 2\nnode_timeout_s = 15\n" + config,
+                          agent_args=("--tasks-as-agent-user", "--no-cgroups", "--acctg-freq", "1"))
+        made.append(cluster)
+        return cluster.start()
+
+    yield make
+    for cluster in made:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster(make_cluster):
+    return make_cluster(73)
 
 
 def test_sstat_shows_a_running_jobs_usage_and_sacct_keeps_it(cluster, tmp_path):
@@ -83,3 +96,12 @@ def test_sstat_shows_a_running_jobs_usage_and_sacct_keeps_it(cluster, tmp_path):
     assert tres.startswith("cpu=00:00:") and "gres/gpuutil=73" in tres and ",mem=" in tres, batch_row
     gone = cmd("corral-slurm", "sstat", "-j", str(job_id))
     assert gone.stderr == f"sstat: error: No steps running for job {job_id}\n", gone
+
+
+def test_a_job_whose_gpus_stay_idle_is_cancelled_when_the_policy_says_so(make_cluster, tmp_path):
+    cluster = make_cluster(0, "gpu_idle_cancel_s = 3\n")
+    cmd = Commands(cluster, tmp_path)
+    job_id = cmd.submit("--gres=gpu:1", "--wrap", "sleep 60")
+    job = cluster.wait_state(job_id, "CANCELLED", timeout_s=30)
+    assert job["history"][-1]["event"] == "cancelled" and job["history"][-1]["reason"] == "gpu-idle", job
+    assert 3 <= job["end_time"] - job["start_time"] < 20

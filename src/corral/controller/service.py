@@ -24,7 +24,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
@@ -33,7 +33,7 @@ from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
-from corral.controller.usage_views import LiveUsage
+from corral.controller.usage_views import GPU_IDLE, LiveUsage, combine
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine import events as ev
@@ -43,7 +43,7 @@ from corral.engine.engine import Engine
 from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
-from corral.engine.records import Job
+from corral.engine.records import Job, JobState
 from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
@@ -528,6 +528,27 @@ class ControllerService:
         else:
             self.check_agent(node, epoch)
         self.live_usage.take(node, batch.events, self.engine.jobs)
+        await self._cancel_idle(batch.events)
+
+    async def _cancel_idle(self, events: Sequence[object]) -> None:
+        """The gpu_idle_cancel_s policy: cancel a running job whose GPUs every node saw idle that long."""
+        limit_s = self.engine.config.gpu_idle_cancel_s
+        if not limit_s:
+            return
+        for job_id in sorted({e.job_id for e in events if isinstance(e, UsageReport) and e.step_id is None}):
+            usage = combine(self.live_usage.of(job_id).get(None) or {})
+            if not usage or not usage["gpus"] or usage["gpu_idle_s"] < limit_s:
+                continue
+
+            def change(now: float, job_id: int = job_id) -> Result:
+                job = self.engine.jobs.get(job_id)  # under the lock: it may have ended meanwhile
+                if job is None or job.state is not JobState.RUNNING:
+                    return Result()
+                return self.engine.handle(ev.CancelRequested(job_id, None, reason=GPU_IDLE), now=now)
+
+            log.info("job %d: its GPUs idle for %.0fs (gpu_idle_cancel_s %g): cancelling it", job_id,
+                     usage["gpu_idle_s"], limit_s)
+            await self._stimulus(change)
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         outbox = self.outbox

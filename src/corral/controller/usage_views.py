@@ -16,6 +16,7 @@ from corral.protocol import Event, NodeFinished, StepFinished, UsageReport
 
 PerNode = Mapping[str, Mapping[str, Any]]
 LiveOfJob = Mapping["int | None", PerNode]  # step id (None: the job's own tasks) -> node -> usage
+GPU_IDLE = "gpu-idle"  # the reason in the history of a job cancelled by gpu_idle_cancel_s
 # How many events between two sweeps of the entries of jobs that are gone without a finished report.
 SWEEP_EVERY_EVENTS = 1000
 

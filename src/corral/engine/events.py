@@ -42,6 +42,7 @@ class JobSubmitted:
 class CancelRequested:
     job_id: int
     uid: int | None = None
+    reason: str = ""  # why, when the controller cancels by a policy (its history says so)
 
 
 @dataclass(frozen=True, slots=True)
