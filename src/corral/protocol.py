@@ -120,6 +120,7 @@ class LaunchJob(BaseModel):
     # Which of ntasks, ntasks_per_node, cpus_per_task the user gave: Slurm exports them only then.
     explicit: list[str] = []
     open_mode: str = "append"  # "truncate": a batch job's output files start empty
+    acctg_freq_s: float | None = None  # --acctg-freq: sample its usage this often (None: the agent's interval)
 
 
 class LaunchStep(BaseModel):
@@ -169,6 +170,7 @@ class LaunchStep(BaseModel):
     io_host: str | None = None
     io_port: int | None = None
     io_token: str = ""
+    acctg_freq_s: float | None = None  # --acctg-freq (None: the job's, else the agent's interval)
 
 
 class SignalJob(BaseModel):
@@ -198,6 +200,37 @@ class CommandBatch(BaseModel):
     leader_epoch: int = 0
 
 
+class Usage(BaseModel):
+    """What an agent sampled of one job's (or step's) tasks on its node (agent/usage.py): the memory and
+    CPU of their cgroup (or of their process groups, through psutil), and the utilisation and memory of the
+    GPUs they hold (NVML). Aggregates over the samples: no time series leaves the node."""
+
+    samples: Annotated[int, Field(ge=0)] = 0
+    interval_s: Annotated[float, Field(ge=0)] = 0.0
+    rss_kib: Annotated[int, Field(ge=0)] = 0  # the last sample
+    max_rss_kib: Annotated[int, Field(ge=0)] = 0
+    ave_rss_kib: Annotated[int, Field(ge=0)] = 0
+    cpu_s: Annotated[float, Field(ge=0)] = 0.0  # user + system CPU time so far
+    gpus: Annotated[int, Field(ge=0)] = 0  # how many devices were sampled (0: none, or no NVML)
+    gpu_util_pct: Annotated[float, Field(ge=0, le=100)] = 0.0  # the last sample, mean over the devices
+    max_gpu_util_pct: Annotated[float, Field(ge=0, le=100)] = 0.0
+    ave_gpu_util_pct: Annotated[float, Field(ge=0, le=100)] = 0.0
+    max_gpu_mem_mib: Annotated[int, Field(ge=0)] = 0  # summed over the devices
+    ave_gpu_mem_mib: Annotated[int, Field(ge=0)] = 0
+    # Seconds since the GPUs' utilisation last reached the idleness threshold (0 with no GPUs).
+    gpu_idle_s: Annotated[float, Field(ge=0)] = 0.0
+
+
+class UsageReport(BaseModel):
+    """The latest usage of a running job (step_id None) or step on this node, sent every sampling interval
+    (at most one waits in the agent's outbox)."""
+
+    kind: Literal["usage"] = "usage"
+    job_id: JobId
+    step_id: StepId | None = None
+    usage: Usage
+
+
 class NodeStarted(BaseModel):
     kind: Literal["started"] = "started"
     job_id: JobId
@@ -219,6 +252,7 @@ class NodeFinished(BaseModel):
     error: Diagnostic | None = None
     # The kernel killed a process of the job for going over its memory limit (Slurm's OUT_OF_MEMORY).
     oom_killed: bool = False
+    usage: Usage | None = None  # what was sampled over the tasks' life (None: never sampled)
 
 
 class StepFinished(BaseModel):
@@ -230,6 +264,7 @@ class StepFinished(BaseModel):
     tasks: list[TaskExit] = Field(max_length=limits.LIST_MAX_ITEMS)
     error: Diagnostic | None = None
     oom_killed: bool = False
+    usage: Usage | None = None
 
 
 class NodeUnhealthy(BaseModel):
@@ -241,7 +276,8 @@ class NodeUnhealthy(BaseModel):
     reason: Annotated[Diagnostic, Field(min_length=1)]
 
 
-Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished, NodeUnhealthy], Field(discriminator="kind")]
+Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished, NodeUnhealthy, UsageReport],
+                  Field(discriminator="kind")]
 
 
 class EventBatch(BaseModel):

@@ -108,7 +108,7 @@ def test_job_fields_of_a_job_with_every_feature():
                "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "history", "position",
                "comment", "wckey",
                "open_mode", "batch", "gpu_share",
-               "cancelled_by_uid", "steps", "array_task_spec"}
+               "cancelled_by_uid", "steps", "array_task_spec", "usage"}
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]
 

@@ -18,6 +18,13 @@ def test_a_bad_partition_hostlist_is_a_settings_error(nodes, problem) -> None:
     assert config.partitions[0].contains("n3") and not config.partitions[0].contains("n5")
 
 
+def test_gpu_idle_cancel_s_is_read_and_checked() -> None:
+    assert settings_from_dict({}).gpu_idle_cancel_s == 0
+    assert settings_from_dict({"gpu_idle_cancel_s": 3600}).gpu_idle_cancel_s == 3600
+    with pytest.raises(SettingsError, match="gpu_idle_cancel_s must be a number of seconds, 0 or more, not 'x'"):
+        settings_from_dict({"gpu_idle_cancel_s": "x"})
+
+
 def test_expedite_hold_s_is_read_and_checked() -> None:
     assert settings_from_dict({"expedite_hold_s": 60}).expedite_hold_s == 60
     with pytest.raises(SettingsError, match="expedite_hold_s must be a number of seconds, 0 or more, not -1"):

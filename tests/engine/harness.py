@@ -84,12 +84,13 @@ class Harness:
         self.handle(ev.TasksStarted(node, job_id), now=now)
 
     def node_finished(self, node: str, job_id: int, tasks, error: str | None, now: float,
-                      oom_killed: bool = False) -> list:
-        return self._commands(ev.TasksFinished(node, job_id, tuple(tasks), error, oom_killed), now)
+                      oom_killed: bool = False, usage=None) -> list:
+        return self._commands(ev.TasksFinished(node, job_id, tuple(tasks), error, oom_killed, usage), now)
 
     def step_finished(self, node: str, job_id: int, step_id: int, tasks, error: str | None, now: float,
-                      oom_killed: bool = False) -> list:
-        return self._commands(ev.StepTasksFinished(node, job_id, step_id, tuple(tasks), error, oom_killed), now)
+                      oom_killed: bool = False, usage=None) -> list:
+        return self._commands(ev.StepTasksFinished(node, job_id, step_id, tuple(tasks), error, oom_killed, usage),
+                              now)
 
     def node_lost(self, name: str, now: float) -> list:
         return self._commands(ev.NodeLost(name), now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 
+from corral.engine import events as ev
 from corral.engine.commands import Kill, Launch
 from corral.engine.records import JobState
 from tests.engine.builders import T0, engine_with_nodes, inventory, spec
@@ -25,6 +26,26 @@ def test_gang_start_launches_on_every_node_then_completes() -> None:
     assert job.id not in engine.jobs, "finished jobs leave memory"
     dirty, _ = engine.take_dirty()
     assert job in dirty, "the final record goes to the store"
+
+
+def test_what_each_node_sampled_stays_on_the_job_record_for_sacct() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(nodes=2), T0)
+    engine.schedule(T0)
+    engine.node_finished("node1", job.id, [(0, 0, 0)], None, T0 + 5, usage={"samples": 3, "max_rss_kib": 1104})
+    engine.node_finished("node2", job.id, [(1, 0, 0)], None, T0 + 6)
+    assert job.state is JobState.COMPLETED
+    assert job.runs["node1"].usage == {"samples": 3, "max_rss_kib": 1104}
+    assert job.runs["node2"].usage is None  # ended before its first sample
+
+
+def test_a_cancel_by_a_policy_says_why_in_the_history() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    engine.handle(ev.CancelRequested(job.id, None, reason="gpu-idle"), now=T0 + 5)
+    assert job.state is JobState.COMPLETING and job.final_state is JobState.CANCELLED
+    assert job.history[-1] == {"t": T0 + 5, "event": "cancelled", "uid": None, "reason": "gpu-idle"}
 
 
 def test_nonzero_exit_fails_the_job_with_its_code() -> None:

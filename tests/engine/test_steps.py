@@ -75,6 +75,16 @@ def test_a_step_whose_process_the_kernel_killed_for_memory_ends_out_of_memory() 
     assert job.state is JobState.RUNNING, "the batch script decides what happens next, as under Slurm"
 
 
+def test_what_a_steps_nodes_sampled_stays_on_the_step() -> None:
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    step, _ = engine.start_step(job.id, request(ntasks=2), T0 + 1)
+    engine.step_finished(job.node_names[0], job.id, 0, [(0, 0, 0)], None, T0 + 2, usage={"samples": 1, "cpu_s": 2.5})
+    engine.step_finished(job.node_names[1], job.id, 0, [(1, 0, 0)], None, T0 + 3, usage={"samples": 2, "cpu_s": 1.0})
+    assert {node: run.usage["cpu_s"] for node, run in step.reported.items()} == {
+        job.node_names[0]: 2.5, job.node_names[1]: 1.0}
+
+
 def test_batch_end_kills_live_steps_and_waits_for_them() -> None:
     engine = engine_with_nodes()
     job = batch_job(engine)

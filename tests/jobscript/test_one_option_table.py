@@ -18,6 +18,7 @@ VALUES = {
     "time": "1-02:03:04", "partition": "gpu", "job-name": "exp", "output": "o-%j.txt", "error": "e.txt",
     "chdir": "/tmp", "priority": "5", "account": "acct", "qos": "high", "array": "0-3%2",
     "dependency": "afterok:5:6", "signal": "B:USR1@90", "reservation": "r1", "requeue": "expedite",
+    "acctg-freq": "task=10",
 }
 
 

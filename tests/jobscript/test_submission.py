@@ -74,7 +74,7 @@ def from_script(*lines):
         (["-A", "hep"], {"account": "hep"}),
         (["-Ahep"], {"account": "hep"}),
         (["--account=hep"], {"account": "hep"}),
-        (["--acc", "hep"], {"account": "hep"}),
+        (["--acco", "hep"], {"account": "hep"}),
         (["-q", "high"], {"qos": "high"}),
         (["--qos=high"], {"qos": "high"}),
         (["--queue", "team-a"], {"queue": "team-a"}),

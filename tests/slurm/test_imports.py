@@ -35,6 +35,7 @@ def imported_by(modules: list[str]) -> set[str]:
     ["corral.slurm.sshare.main"],
     ["corral.slurm.sreport.main"],
     ["corral.slurm.sacctmgr.main"],
+    ["corral.slurm.sstat.main"],
     ["corral.slurm.dispatch"],
 ])
 def test_fast_paths_import_only_what_they_need(modules):
@@ -56,7 +57,7 @@ NETWORK = {"json", "http.client", "email", "ssl", "socket", "urllib.request"}
 
 
 @pytest.mark.parametrize("command", ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio", "sshare",
-                                     "sreport", "sacctmgr"])
+                                     "sreport", "sacctmgr", "sstat"])
 def test_commands_import_no_heavy_libraries(command):
     loaded = imported_by([f"corral.slurm.{command}.main"])
     assert not (NEVER | NETWORK) & loaded

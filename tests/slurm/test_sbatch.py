@@ -65,6 +65,10 @@ def submit(argv, env=None, directives=""):
     (["--comment=x", "--wckey=submitit", "--open-mode=append"],
      {"comment": "x", "wckey": "submitit", "open_mode": "append"}),
     (["--open-mode=t"], {"open_mode": "truncate"}),
+    (["--acctg-freq=5"], {"acctg_freq_s": 5}),
+    (["--acctg-freq=energy=30,task=10"], {"acctg_freq_s": 10}),
+    (["--acctg-freq=task=0"], {"acctg_freq_s": 0}),
+    (["--acctg-freq=energy=30"], {}),  # no task interval: the agent's
     (["--export=ALL,K=V"], {"export": "ALL,K=V"}),
     (["--exclusive"], {"exclusive": "exclusive"}),
     (["--exclusive=user"], {"exclusive": "user"}),
@@ -164,6 +168,8 @@ def test_advisory_options_warn_and_hard_ones_fail():
      "sbatch: fatal: --mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.\n", 1),
     (["--signal=FOO@10"], {}, "sbatch: error: Invalid --signal specification\n", 255),
     (["--open-mode=bogus"], {}, "sbatch: error: Invalid --open-mode specification\n", 255),
+    (["--acctg-freq=cpu=3"], {}, "sbatch: error: Invalid --acctg-freq specification: 'cpu=3' is not "
+     "<task|energy|network|filesystem>=<seconds>\n", 255),
     (["--exclusive=bogus"], {}, "sbatch: error: Invalid --exclusive specification\n", 255),
     (["--requeue=bogus"], {}, "sbatch: error: Invalid --requeue specification\n", 255),
     (["--array=abc"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification\n", 1),

@@ -72,7 +72,8 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
             NodeSlice(node="gpu002", gpus=(0, 2, 4, 6, 1, 3, 5, 7), cpus=24, mem_mib=512_000),
         ),
         runs={
-            "gpu001": NodeRun(started=True, finished=True, exit_code=3, signal=9, oom_killed=True),
+            "gpu001": NodeRun(started=True, finished=True, exit_code=3, signal=9, oom_killed=True,
+                              usage={"samples": 4, "max_rss_kib": 1104, "cpu_s": 2.5, "max_gpu_util_pct": 73.0}),
             "gpu002": NodeRun(started=True, finished=False),
         },
         exit_code=137,

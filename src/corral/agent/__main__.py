@@ -24,6 +24,7 @@ from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
 from corral.agent.tasks import Confinement
+from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
@@ -114,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--nvml-health-interval", type=_seconds, default=60.0, metavar="SECONDS",
                         help="GPUs from NVML: between polls of their ECC, retired-page, remapped-row and "
                         "NVLink error counters, besides watching critical XIDs (default 60; 0: neither)")
+    parser.add_argument("--acctg-freq", type=_acctg_freq, default=DEFAULT_INTERVAL_S, metavar="SECONDS",
+                        help="sample each job's CPU, memory and GPUs this often (Slurm's "
+                        f"JobAcctGatherFrequency; default {DEFAULT_INTERVAL_S:.0f}, at least {MIN_INTERVAL_S:.0f}); "
+                        "a job's --acctg-freq overrides it")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -139,6 +144,16 @@ def health_config(args: argparse.Namespace) -> HealthConfig:
     return HealthConfig(program=args.health_program, interval_s=args.health_interval,
                         timeout_s=args.health_timeout, before_job=args.health_before_job,
                         nvml_interval_s=args.nvml_health_interval)
+
+
+def _acctg_freq(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL_S <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{text} is outside {MIN_INTERVAL_S:.0f}..86400 seconds")
+    return seconds
 
 
 def read_secret(path: Path) -> str | None:
@@ -226,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         cgroups_status=cgroups_status,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
         health=health_config(args),
+        usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),
     )
     return run_agent(agent, args, ca_file)
 

@@ -53,6 +53,7 @@ from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
 from corral.agent.task_spool import SWEEP_GRACE_S, TaskRecord, TaskSpool, live_members, sweep
 from corral.agent.tasks import DEVELOPMENT_MODE, EXIT_SPAWN_FAILED, Confinement
+from corral.agent.usage import UsageMonitor
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
@@ -69,6 +70,7 @@ from corral.protocol import (
     SignalJob,
     StepFinished,
     TaskExit,
+    UsageReport,
 )
 from corral.slurm.common.leader import LEADER_HEADER, NOT_LEADER_STATUS
 from corral.unix_auth_socket import close as close_auth_socket
@@ -84,6 +86,8 @@ KILL_ON_REGISTER_GRACE_S = 5.0
 # After their SIGKILL: how long the agent waits for those jobs' tasks to go before it takes commands.
 KILL_ON_REGISTER_WAIT_S = 5.0
 MAX_EVENTS_PER_BATCH = 100
+# How often the usage loop looks for jobs due a sample (each has its interval, at least this).
+MIN_USAGE_TICK_S = 1.0
 # How many (job, restart) launches to remember for ignoring re-sent commands.
 REMEMBERED_LAUNCHES = 10_000
 # Statuses that mean "this event batch will never be accepted": dropping it beats wedging the outbox.
@@ -138,6 +142,7 @@ class Agent:
         ca_file: str | None = None,
         auth_socket: str | None = None,
         health: HealthConfig | None = None,
+        usage: UsageMonitor | None = None,
     ) -> None:
         """`controller_url`: one controller's URL, or every controller's (their leader is followed). `ca_file`
         verifies an https:// controller (else the system's trusted CAs do). `auth_socket`: serve this host's
@@ -178,6 +183,7 @@ class Agent:
         self._client: httpx.AsyncClient | None = None
         self._health = None if health is None else HealthMonitor(
             health, node, self._report_unhealthy, nvml=inventory.source == "nvml")
+        self._usage = usage or UsageMonitor()  # what each job and step uses here (usage.py)
 
     @property
     def controller_url(self) -> str:
@@ -213,6 +219,7 @@ class Agent:
                     group.create_task(self._send_loop())
                     if self._health is not None:
                         group.create_task(self._health.run())
+                    group.create_task(self._usage_loop())
             finally:
                 for task in list(self._background):
                     task.cancel()  # stops watching jobs; the jobs themselves keep running
@@ -523,6 +530,7 @@ class Agent:
         try:
             async for event in runner.run():
                 self._steps.pop(runner.key, None)
+                event.usage = self._usage.final(runner.job_id, runner.step_id)
                 self._releases[id(event)] = runner
                 self._post(event)
         except Exception as exc:  # a bug must not take the agent down, nor leave the step unreported
@@ -544,6 +552,7 @@ class Agent:
             async for event in runner.run():
                 if isinstance(event, NodeFinished):
                     self._runners.pop(runner.job_id, None)
+                    event.usage = self._usage.final(runner.job_id, None)
                     self._releases[id(event)] = runner
                 self._post(event)
         except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
@@ -578,6 +587,32 @@ class Agent:
         task = asyncio.get_running_loop().create_task(coroutine, name=name)
         self._background.add(task)  # keep a reference: the loop holds tasks only weakly
         task.add_done_callback(self._background.discard)
+
+    # -- usage
+
+    async def _usage_loop(self) -> None:
+        """Sample every running job and step as its interval says (usage.py); post their latest usage,
+        at most one round waiting in the outbox at a time (a controller away for long finds one round)."""
+        monitor = self._usage
+        started = await asyncio.to_thread(monitor.start)
+        try:
+            while True:
+                await asyncio.sleep(MIN_USAGE_TICK_S)
+                try:
+                    await self._sample_usage()
+                except Exception:  # a bug here must not take the agent, and its jobs' reports, down
+                    log.exception("sampling the jobs' usage failed; trying again next round")
+        finally:
+            if started:
+                monitor.stop()
+
+    async def _sample_usage(self) -> None:
+        runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
+        targets = [(r.tracked(), r.launch.acctg_freq_s) for r in runners if r.pids]
+        reports = await asyncio.to_thread(self._usage.sample_due, targets, asyncio.get_running_loop().time())
+        if reports and not any(isinstance(e, UsageReport) for e in self._outbox):
+            for tracked, usage in reports:
+                self._post(UsageReport(job_id=tracked.job_id, step_id=tracked.step_id, usage=usage))
 
     # -- events
 

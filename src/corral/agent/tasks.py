@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from corral import kill_reasons
+from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
 from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, lookup_user
 from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
+from corral.agent.usage import Tracked
 from corral.jobref import ascii_number
 from corral.protocol import TaskExit
 
@@ -160,6 +162,15 @@ class LocalTasks:
     @property
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs.values()]
+
+    def tracked(self) -> Tracked:
+        """Where its tasks are, for the usage monitor (usage.py)."""
+        tree, (job_id, step_id, gpus) = self._confinement.cgroups, self._owner
+        memory = tree.memory if tree is not None else None
+        v2 = tree.tracker if tree is not None and isinstance(tree.tracker, Unified) else None
+        relative = f"job_{job_id}/{self._leaf_name}"
+        return Tracked(job_id, step_id, tuple(self.pids), gpus, memory.root / relative if memory else None,
+                       isinstance(memory, Unified), v2.root / relative if v2 else None)
 
     async def kill(self, signum: int, grace_s: float, reason: str | None = None) -> None:
         """`signum` to every task's process group, then SIGKILL to those still alive after `grace_s`.

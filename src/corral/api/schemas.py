@@ -82,6 +82,9 @@ class JobSubmit(BaseModel):
                              "steps in the allocation and ends it with POST /jobs/{id}/complete")
     comment: Comment = ""
     wckey: Name = ""
+    acctg_freq_s: int | None = Field(None, ge=0, le=86400, description=(
+        "Sample the job's CPU, memory and GPU usage this often (sbatch --acctg-freq=task=N); 0: never; "
+        "None: the agent's interval"))
     open_mode: Literal["append", "truncate"] | None = Field(
         None, description="Output files: batch jobs truncate by default, as sbatch does")
 
@@ -157,6 +160,10 @@ class JobOut(BaseModel):
     cancelled_by_uid: int | None = None
     # Job steps (issue 4's srun); a batch job shows its batch step here.
     steps: list[dict] = []
+    # What the job's own tasks (the batch shell, or every task of a job without steps) used, as the agents
+    # sampled it (cpu_s, max_rss_kib, ave_rss_kib, gpus, max_gpu_util_pct, ...); each step row has its own.
+    # None: not sampled (not started, or ended before its first sample).
+    usage: dict | None = None
     # Lists asked with combine_arrays: a record standing for an array's pending tasks ("5-9%2"), as
     # squeue and sacct show them; its id is the array's id.
     array_task_spec: str | None = None

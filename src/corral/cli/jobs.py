@@ -12,6 +12,7 @@ from corral.cli import render
 from corral.cli.client import Client, ClientError
 from corral.cli.config import current_user
 from corral.cli.connect import open_client
+from corral.cli.efficiency import goodput_line
 from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
@@ -204,6 +205,9 @@ def acct(
         print_json(records)
         return
     print_table(render.ACCT_HEADERS, render.acct_rows(records), render.ACCT_RIGHT, state_column=2)
+    goodput = goodput_line(records)
+    if goodput is not None:
+        typer.echo(goodput)
 
 
 def _acct_query(user: str | None, all_users: bool, since: str | None, until: str | None, states: str | None,

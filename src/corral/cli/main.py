@@ -10,6 +10,7 @@ from corral.cli import jobs, scheduling
 from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
+from corral.cli.logs import logs
 from corral.cli.simulate import simulate
 from corral.cli.status import status
 from corral.cli.tenancy import reservation_app, tenancy_app
@@ -87,9 +88,9 @@ def run_command(ctx: typer.Context) -> None:
     "slurm",
     cls=RawArgsCommand,
     add_help_option=False,
-    help="Run one of corral's Slurm commands (sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo, "
-         "sprio, sshare, sreport, sacctmgr) under this name, for machines that also have real Slurm on PATH: "
-         "'corral slurm squeue -u me'.",
+    help="Run one of corral's Slurm commands (sbatch, srun, salloc, squeue, sacct, sstat, scancel, scontrol, "
+         "sinfo, sprio, sshare, sreport, sacctmgr) under this name, for machines that also have real Slurm on "
+         "PATH: 'corral slurm squeue -u me'.",
 )
 def slurm(ctx: typer.Context) -> None:
     from corral.slurm.dispatch import main as dispatch
@@ -99,6 +100,7 @@ def slurm(ctx: typer.Context) -> None:
 
 app.command("queue")(jobs.queue)
 app.command("show")(jobs.show)
+app.command("logs")(logs)
 app.command("cancel")(jobs.cancel)
 app.command("nodes")(jobs.nodes)
 app.command("acct")(jobs.acct)

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from corral.cli.efficiency import efficiency_fields
 from corral.filename_pattern import expand_pattern
 from corral.gpu_models import describe as describe_gpu
 from corral.jobscript.units import format_duration, format_duration_short
@@ -186,6 +187,7 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         ("NodeList", job["nodelist"] or "(none)"),
         *_slice_fields(job),
         ("GpuSeconds", f"{job['gpu_seconds']:.0f}"),
+        *efficiency_fields(job),
         ("WorkDir", job["workdir"]),
         ("SubmitHost", or_none(job.get("submit_host"))),
         ("StdOut", output_file(job, job["output"])),

@@ -24,7 +24,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
@@ -35,6 +35,7 @@ from corral.controller.metrics_collector import EngineCollector
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
+from corral.controller.usage_views import GPU_IDLE, LiveUsage, combine
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine import events as ev
@@ -44,7 +45,7 @@ from corral.engine.engine import Engine
 from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
-from corral.engine.records import Job
+from corral.engine.records import Job, JobState
 from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
@@ -59,6 +60,7 @@ from corral.protocol import (
     RegistrationReply,
     SignalJob,
     StepFinished,
+    UsageReport,
 )
 from corral.store import Store, StoreError
 from corral.store.lease import LeaseLost
@@ -88,6 +90,7 @@ class ControllerService:
         self.heartbeat_s = heartbeat_s
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
+        self.live_usage = LiveUsage()
         self.cycles = 0
         self.cycle_s = 0.0  # seconds the loop's cycles took, in all (GET /health shows it with `cycles`)
         # /metrics: the shell's counters (controller/metrics.py), and the gauges read from the engine at
@@ -453,7 +456,7 @@ class ControllerService:
         job = self.find_job(job_id)
         if job is None:
             return None
-        out = views.job_out(job, self.clock())
+        out = views.job_out(job, self.clock(), None if job.state.terminal else self.live_usage.of(job_id))
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)
@@ -528,14 +531,41 @@ class ControllerService:
 
     async def agent_events(self, node: str, epoch: str | None, batch: EventBatch) -> None:
         """Fold an agent's events in. Refused (StoreUnavailable, StaleAgent) means not taken: the agent
-        keeps them and sends them again."""
+        keeps them and sends them again. Usage samples only go to `live_usage` (see LiveUsage)."""
+        folded = [event for event in batch.events if not isinstance(event, UsageReport)]
+
         def change(now: float) -> Result:
             self.check_agent(node, epoch)  # under the lock: the engine may have been rebuilt meanwhile
-            return self.engine.handle(*(engine_event(node, event) for event in batch.events), now=now)
+            return self.engine.handle(*(engine_event(node, event) for event in folded), now=now)
 
-        # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
-        # driver does not run one either, and a cycle would only find the same plan).
-        await self._stimulus(change, wake=any(not isinstance(event, NodeStarted) for event in batch.events))
+        if folded:
+            # A task that started changes nothing the scheduler looks at: no cycle for it (the simulator's
+            # driver does not run one either, and a cycle would only find the same plan).
+            await self._stimulus(change, wake=any(not isinstance(event, NodeStarted) for event in folded))
+        else:
+            self.check_agent(node, epoch)
+        self.live_usage.take(node, batch.events, self.engine.jobs)
+        await self._cancel_idle(batch.events)
+
+    async def _cancel_idle(self, events: Sequence[object]) -> None:
+        """The gpu_idle_cancel_s policy: cancel a running job whose GPUs every node saw idle that long."""
+        limit_s = self.engine.config.gpu_idle_cancel_s
+        if not limit_s:
+            return
+        for job_id in sorted({e.job_id for e in events if isinstance(e, UsageReport) and e.step_id is None}):
+            usage = combine(self.live_usage.of(job_id).get(None) or {})
+            if not usage or not usage["gpus"] or usage["gpu_idle_s"] < limit_s:
+                continue
+
+            def change(now: float, job_id: int = job_id) -> Result:
+                job = self.engine.jobs.get(job_id)  # under the lock: it may have ended meanwhile
+                if job is None or job.state is not JobState.RUNNING:
+                    return Result()
+                return self.engine.handle(ev.CancelRequested(job_id, None, reason=GPU_IDLE), now=now)
+
+            log.info("job %d: its GPUs idle for %.0fs (gpu_idle_cancel_s %g): cancelling it", job_id,
+                     usage["gpu_idle_s"], limit_s)
+            await self._stimulus(change)
 
     async def agent_commands(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
         outbox = self.outbox
@@ -553,9 +583,10 @@ def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished | N
     if isinstance(event, NodeUnhealthy):
         return ev.NodeUnhealthy(node, event.reason)
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
+    usage = event.usage.model_dump() if event.usage is not None else None
     if isinstance(event, NodeFinished):
-        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed)
+        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

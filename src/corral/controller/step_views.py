@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from corral import hostlist
 from corral.api.steps import StepOut
+from corral.controller.usage_views import LiveOfJob, step_usage
 from corral.core.model import NodeSlice
 from corral.engine.records import Job, Node, Step
 from corral.protocol import GpuShareLaunch, LaunchStep, TaskLaunch
@@ -15,11 +16,13 @@ def step_out(job: Job, step: Step) -> StepOut:
                    reported_nodes=sorted(step.reported))
 
 
-def step_rows(job: Job) -> list[dict]:
-    """The steps as JobOut.steps carries them (sacct's N.0, N.1 ... rows)."""
+def step_rows(job: Job, live: LiveOfJob | None = None) -> list[dict]:
+    """The steps as JobOut.steps carries them (sacct's N.0, N.1 ... rows), with what their tasks used."""
+    live = live or {}
     return [{"step_id": str(st.step_id), "name": st.name, "nodelist": hostlist.compress(st.nodes),
              "num_tasks": st.num_tasks, "start_time": st.start_time, "end_time": st.end_time, "state": st.state,
-             "exit_code": st.exit_code, "exit_signal": st.signal} for st in job.steps]
+             "exit_code": st.exit_code, "exit_signal": st.signal,
+             "usage": step_usage(job, st.step_id, live.get(st.step_id))} for st in job.steps]
 
 
 def share_launch(job: Job, held: NodeSlice, node: Node | None) -> GpuShareLaunch | None:
@@ -57,4 +60,5 @@ def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, N
         master_addr=first.address if first else "127.0.0.1", master_port=20000 + (job.id * 7 + step.step_id) % 40000,
         output=launch.get("output"), error=launch.get("error"), input=launch.get("input", "all"),
         io_host=launch.get("io_host"), io_port=launch.get("io_port"), io_token=launch.get("io_token", ""),
+        acctg_freq_s=job.spec.acctg_freq_s,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 from corral import hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
 from corral.controller.step_views import share_launch, step_rows
+from corral.controller.usage_views import LiveOfJob, PerNode, job_usage
 from corral.engine.arrays import parse_array
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
@@ -11,7 +12,9 @@ from corral.engine.records import Job, Node
 from corral.protocol import LaunchJob, TaskLaunch
 
 
-def job_out(job: Job, now: float) -> JobOut:
+def job_out(job: Job, now: float, live: LiveOfJob | None = None) -> JobOut:
+    """`live`: the latest samples of the running job's tasks and steps (usage_views.LiveUsage.of)."""
+    live = live or {}
     req = job.spec.request
     if job.start_time is None:
         elapsed = 0.0
@@ -39,11 +42,12 @@ def job_out(job: Job, now: float) -> JobOut:
         submit_host=job.spec.submit_host, history=list(job.history), comment=job.spec.comment,
         wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch,
         cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
-        steps=batch_steps(job) + step_rows(job),
+        steps=batch_steps(job, live.get(None)) + step_rows(job, live),
+        usage=job_usage(job, live.get(None)),
     )
 
 
-def batch_steps(job: Job) -> list[dict]:
+def batch_steps(job: Job, live: PerNode | None = None) -> list[dict]:
     """The batch step of a batch job, as sacct shows it (`N.batch`)."""
     if not job.spec.batch or job.start_time is None:
         return []
@@ -53,7 +57,8 @@ def batch_steps(job: Job) -> list[dict]:
     return [{"step_id": "batch", "name": "batch", "nodelist": first, "num_tasks": 1,
              "start_time": job.start_time, "end_time": job.end_time if ended else None,
              "state": (job.state.value if job.state.terminal else "RUNNING") if run else "PENDING",
-             "exit_code": run.exit_code if ended else 0, "exit_signal": run.signal if ended else 0}]
+             "exit_code": run.exit_code if ended else 0, "exit_signal": run.signal if ended else 0,
+             "usage": job_usage(job, live)}]
 
 
 def node_out(node: Node, usage: tuple[set[int], int, int], owners: dict[int, int]) -> NodeOut:
@@ -105,6 +110,7 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         error=job.spec.error, time_limit_s=req.time_limit_s, restart_count=job.restart_count,
         submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=job.spec.batch,
         explicit=[k for k in job.spec.explicit.split(",") if k], open_mode=job.spec.open_mode,
+        acctg_freq_s=job.spec.acctg_freq_s,
     )
 
 

@@ -73,6 +73,9 @@ class EngineConfig:
     requeue_backoff_max_s: float = 600.0
     # --gres=shard:N asks for N of a GPU's shards (Slurm's gres.conf Count, corral's for every GPU).
     shards_per_gpu: int = 8
+    # The controller cancels a running job whose GPUs the agents saw idle (under 5 %) this long (0: never).
+    # A policy of the controller's on the agents' samples: the engine does not read it.
+    gpu_idle_cancel_s: float = 0.0
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.partitions]
@@ -82,6 +85,9 @@ class EngineConfig:
             raise ValueError("more than one default partition")
         if type(self.expedite_hold_s) not in (int, float) or not 0 <= self.expedite_hold_s < float("inf"):
             raise ValueError(f"expedite_hold_s must be a number of seconds, 0 or more, not {self.expedite_hold_s!r}")
+        if type(self.gpu_idle_cancel_s) not in (int, float) or not 0 <= self.gpu_idle_cancel_s < float("inf"):
+            raise ValueError(f"gpu_idle_cancel_s must be a number of seconds, 0 or more, not "
+                             f"{self.gpu_idle_cancel_s!r}")
         if type(self.shards_per_gpu) is not int or not 1 <= self.shards_per_gpu <= 1000:
             raise ValueError(f"shards_per_gpu must be an integer from 1 to 1000 (milli-GPUs), "
                              f"not {self.shards_per_gpu!r}")

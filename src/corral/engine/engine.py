@@ -280,7 +280,7 @@ class Engine:
         node = event.node
         if job is None or node not in job.runs or job.runs[node].finished:
             return None, []  # a repeat of a report already folded in
-        job.runs[node] = node_result(event.tasks, event.error, event.oom_killed)
+        job.runs[node] = node_result(event.tasks, event.error, event.oom_killed, event.usage)
         if event.error is not None:
             job.reason = f"LaunchFailed:{event.error}"[:200]
         life.touch(job)
@@ -296,7 +296,7 @@ class Engine:
         if job is None:
             return None, []
         commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now,
-                                       event.oom_killed)
+                                       event.oom_killed, event.usage)
         if commands is None:
             return None, []
         self.life.touch(job)

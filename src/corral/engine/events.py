@@ -5,7 +5,9 @@ changes anything). Each event's reply (what the caller asked for) is in `Result.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import ReservationSpec, TenancySpec
@@ -40,6 +42,7 @@ class JobSubmitted:
 class CancelRequested:
     job_id: int
     uid: int | None = None
+    reason: str = ""  # why, when the controller cancels by a policy (its history says so)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,7 @@ class TasksFinished:
     tasks: TaskExits = ()
     error: str | None = None
     oom_killed: bool = False
+    usage: Mapping[str, Any] | None = None  # what the agent sampled (protocol.Usage), kept for sacct
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +141,7 @@ class StepTasksFinished:
     tasks: TaskExits = ()
     error: str | None = None
     oom_killed: bool = False
+    usage: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """How a job's end is decided from what its nodes reported."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from corral import kill_reasons
 from corral.engine.records import NODE_FAILED, PREEMPTED, Job, JobState, NodeRun
@@ -19,9 +20,11 @@ _KILL_REASONS: dict[JobState | None, str] = {
 }
 
 
-def node_result(tasks: Iterable[tuple[int, int, int]], error: str | None, oom_killed: bool = False) -> NodeRun:
+def node_result(tasks: Iterable[tuple[int, int, int]], error: str | None, oom_killed: bool = False,
+                usage: Mapping[str, Any] | None = None) -> NodeRun:
     """Fold one node's task exits (rank, exit_code, signal) into that node's part of the result."""
-    run = NodeRun(started=True, finished=True, oom_killed=oom_killed)
+    run = NodeRun(started=True, finished=True, oom_killed=oom_killed,
+                  usage=dict(usage) if usage is not None else None)
     if error is not None:
         run.exit_code = 1
         return run

@@ -72,6 +72,7 @@ class JobSpec:
     gpu_share: str = ""
     comment: str = ""
     wckey: str = ""
+    acctg_freq_s: int | None = None  # --acctg-freq's task interval (None: the agent's; 0: no sampling)
     open_mode: str = "append"
     # salloc / srun outside an allocation: the job runs nothing itself; its holder (salloc or srun,
     # wherever it runs) starts steps in it and ends it with a completion call.
@@ -91,6 +92,8 @@ class NodeRun:
     exit_code: int = 0
     signal: int = 0
     oom_killed: bool = False  # the kernel killed one of its processes for going over the job's memory
+    # What the agent sampled of its tasks (protocol.Usage's fields), for sacct; the engine never reads it.
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)

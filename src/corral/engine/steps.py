@@ -8,7 +8,7 @@ times out, its holder completes it) kills the steps still running and ends only 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +101,8 @@ def live_step_nodes(job: Job) -> set[str]:
 
 
 def step_finished(job: Job, node: str, step_id: int, tasks: Iterable[tuple[int, int, int]], error: str | None,
-                  now: float, oom_killed: bool = False) -> list[Command] | None:
+                  now: float, oom_killed: bool = False,
+                  usage: Mapping[str, Any] | None = None) -> list[Command] | None:
     """Fold one node's report on a step in: the kills it calls for, or None for a report that changes
     nothing (a repeat, or about a step or node the job does not have)."""
     if step_id >= len(job.steps):
@@ -109,7 +110,7 @@ def step_finished(job: Job, node: str, step_id: int, tasks: Iterable[tuple[int, 
     step = job.steps[step_id]
     if not step.live or node not in step.nodes or node in step.reported:
         return None  # a repeat of a report already folded in
-    step.reported[node] = node_result(tasks, error, oom_killed)
+    step.reported[node] = node_result(tasks, error, oom_killed, usage)
     if error:
         step.error = error[:200]
     commands: list[Command] = []

@@ -24,7 +24,8 @@ class UserRequests:
     def cancel(self, event: ev.CancelRequested, now: float) -> NoReply:
         life = self.life
         job = life.get(event.job_id)
-        job.history.append({"t": now, "event": "cancelled", "uid": event.uid})
+        job.history.append({"t": now, "event": "cancelled", "uid": event.uid,
+                            **({"reason": event.reason} if event.reason else {})})
         if job.state is JobState.PENDING:
             life.finish(job, now, JobState.CANCELLED)
             return None, []

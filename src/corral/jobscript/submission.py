@@ -56,6 +56,7 @@ _CONVERTERS: tuple[tuple[str, Callable[[str], object]], ...] = (
     ("requeue", values.requeue_mode),  # --requeue[=expedite]
     ("no-requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
     ("hold", values.flag_on),
+    ("acctg-freq", values.acctg_task_s),
 )
 
 

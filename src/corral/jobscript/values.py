@@ -34,6 +34,29 @@ class GpuRequest:
         return f"GpuRequest(count={self.count!r}, model={self.model!r})"
 
 
+ACCTG_TYPES = ("task", "energy", "network", "filesystem")
+ACCTG_MAX_S = 86400
+
+
+def acctg_task_s(value: str) -> int | None:
+    """--acctg-freq's task sampling interval in seconds (Slurm's acct_gather_parse_freq): `task=N` among
+    `<type>=N` items, or a bare N; None when it names no task interval; 0 turns sampling off.
+    DirectiveError for anything else."""
+    if value.isascii() and value.isdigit():
+        found: int | None = int(value)
+    else:
+        found = None
+        for item in value.split(","):
+            kind, equals, number = item.partition("=")
+            if not equals or kind not in ACCTG_TYPES or not (number.isascii() and number.isdigit()):
+                raise DirectiveError(f"{item!r} is not <{'|'.join(ACCTG_TYPES)}>=<seconds>")
+            if kind == "task":
+                found = int(number)
+    if found is not None and found > ACCTG_MAX_S:
+        raise DirectiveError(f"the task interval is over {ACCTG_MAX_S} seconds")
+    return found
+
+
 def positive_int(text: str) -> int:
     value = _count(text, "a positive integer")
     if value < 1:

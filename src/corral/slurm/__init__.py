@@ -1,4 +1,4 @@
-"""Slurm 22.05 compatibility: corral's sbatch, srun, salloc, squeue, sacct, scancel, scontrol, sinfo and
+"""Slurm 22.05 compatibility: corral's sbatch, srun, salloc, squeue, sacct, sstat, scancel, scontrol, sinfo and
 sprio, reproducing what real Slurm prints (golden fixtures: tests/slurm/golden/).
 
 Everything here is stdlib-only, and no package here imports anything at its top level: the commands

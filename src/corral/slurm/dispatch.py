@@ -6,7 +6,7 @@ import sys
 from _collections_abc import Sequence
 
 COMMANDS = ("sacct", "sacctmgr", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "sreport",
-            "srun", "sshare")
+            "srun", "sshare", "sstat")
 USAGE = f"Usage: corral-slurm {{{','.join(COMMANDS)}}} [ARGS...]\n"
 
 

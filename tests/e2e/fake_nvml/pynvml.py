@@ -1,6 +1,8 @@
 """A stand-in for nvidia-ml-py (`pynvml`) for agents started by the end-to-end tests: this machine has no
 GPU. The devices are named by $FAKE_NVML_NAMES (comma-separated NVML names, one per device); they have
-no PCIe topology to report. Only what corral.agent.discovery and corral.agent.nvml_health call is here.
+no PCIe topology to report. Their utilisation (percent) and used memory (MiB) are $FAKE_NVML_UTIL and
+$FAKE_NVML_USED_MIB (comma-separated, one per device; 0 where not given). Only what corral.agent.discovery,
+corral.agent.usage and corral.agent.nvml_health call is here.
 
 Faults: a test writes JSON to the file $FAKE_NVML_HEALTH names (read at every call, so it may change while
 the agent runs; absent: all healthy):
@@ -91,8 +93,18 @@ def nvmlDeviceGetUUID(handle: int) -> str:  # noqa: N802
     return f"GPU-FAKE-{handle:04d}"
 
 
+def _per_device(variable: str, handle: int) -> int:
+    values = [v for v in os.environ.get(variable, "").split(",") if v]
+    return int(values[handle]) if handle < len(values) else 0
+
+
 def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:  # noqa: N802
-    return SimpleNamespace(total=81559 * 1024 * 1024)
+    used = _per_device("FAKE_NVML_USED_MIB", handle) * 1024 * 1024
+    return SimpleNamespace(total=81559 * 1024 * 1024, used=used, free=81559 * 1024 * 1024 - used)
+
+
+def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:  # noqa: N802
+    return SimpleNamespace(gpu=_per_device("FAKE_NVML_UTIL", handle), memory=0)
 
 
 def nvmlDeviceGetPciInfo(handle: int) -> SimpleNamespace:  # noqa: N802

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import sysconfig
 
-SLURM_COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun")
+SLURM_COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun",
+                  "sstat")
 
 
 def slurm_commands_dir(parent: str | os.PathLike) -> str:

@@ -3,7 +3,8 @@
 
 A negative width left-justifies. Kinds decide overflow: `str` values are cut to width-1 plus `+`,
 `date` values are cut without a mark, `uint` and `secs` values overflow the column. A value of None
-prints blank. Fields corral has no data for (energy, disk I/O, RSS, ...) print blank, as they do in
+prints blank. The sampled fields (MaxRSS, AveCPU, TRESUsageInMax, ...: slurm/common/usage.py) come
+from the agents' samples. Fields corral has no data for (energy, disk I/O, pages, ...) print blank, as they do in
 Slurm without job accounting gathering."""
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import math
 from _collections_abc import Callable, Mapping
 
 from corral import hostlist
-from corral.slurm.common import jobids, records, states, timefmt, tres
+from corral.slurm.common import jobids, records, states, timefmt, tres, usage
 from corral.slurm.common.record import Record
 
 _WIDTHS = (
@@ -97,6 +98,22 @@ def _step_tres(job: Mapping, step: Mapping) -> str:
     return tres.sacct_text(alloc)
 
 
+def _usage(name: str) -> Getter:
+    """A sampled field: a step's from its own tasks; a job's from its own tasks unless a batch step shows
+    them (Slurm fills the job line of a batch job with nothing but its TotalCPU, over all its steps)."""
+    def get(job: Mapping, step: Mapping | None, view: AcctView) -> str | None:
+        if step is not None:
+            return usage.field(name, step.get("usage"), int(step.get("num_tasks", 1)))
+        if name == "TotalCPU":
+            own = None if job.get("batch") else job.get("usage")  # a batch step row carries the batch's
+            parts = [u for u in [own, *(s.get("usage") for s in job.get("steps") or ())] if u and u.get("samples")]
+            return usage.cpu_time(sum(float(u["cpu_s"]) for u in parts)) if parts else None
+        if job.get("batch"):
+            return None
+        return usage.field(name, job.get("usage"), int(job.get("num_tasks", 1)))
+    return get
+
+
 def _date(name: str) -> Getter:
     def get(job: Mapping, step: Mapping | None, view: AcctView) -> str:
         record = step if step is not None else job
@@ -133,6 +150,7 @@ def _node_list(job: Mapping, step: Mapping | None, view: AcctView) -> str:
 
 
 _GETTERS: Mapping[str, Getter] = {
+    **{name: _usage(name) for name in usage.FIELDS},
     "Account": lambda j, s, v: str(records.get(j, "account") or "") or None,
     "AllocCPUS": lambda j, s, v: str(_cpus(j, s)),
     "AllocNodes": lambda j, s, v: str(len(j.get("slices") or ()) if s is None else len(_step_slices(j, s))),

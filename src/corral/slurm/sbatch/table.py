@@ -19,6 +19,7 @@ from corral.slurm.sbatch import values as v
 # key -> (short, argument, field, converter); a converter of True/False stores that for a flag.
 JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "account": ("A", REQUIRED, "account", v.text),
+    "acctg-freq": (None, REQUIRED, "acctg_freq_s", v.acctg_freq),
     "array": ("a", REQUIRED, "array", v.array),
     "begin": ("b", REQUIRED, "begin", v.text),
     "chdir": ("D", REQUIRED, "workdir", v.text),
@@ -61,7 +62,6 @@ COMMAND: Mapping[str, tuple[str | None, int]] = {
     "wait": ("W", NO_ARG), "wrap": (None, REQUIRED),
 }
 IGNORED: Mapping[str, tuple[str | None, int, str]] = {
-    "acctg-freq": (None, REQUIRED, "corral gathers no accounting samples"),
     "clusters": ("M", REQUIRED, "corral runs one cluster"),
     "contiguous": (None, NO_ARG, "corral does not place by network topology"),
     "cores-per-socket": (None, REQUIRED, "corral allocates CPUs, not sockets"),

@@ -144,6 +144,15 @@ def split_requeue(fields: dict) -> dict:
     return fields
 
 
+def acctg_freq(value: str, option: str) -> int | None:
+    from corral.jobscript.values import acctg_task_s
+
+    try:
+        return acctg_task_s(value)
+    except DirectiveError as exc:
+        raise fail(f"Invalid --{option} specification: {exc.reason}") from None
+
+
 def text(value: str, option: str) -> str:
     return value
 

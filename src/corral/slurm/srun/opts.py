@@ -33,11 +33,12 @@ JOB_KEYS = ("account", "comment", "dependency", "gpus", "gpus-per-node", "gres",
             "mem-per-gpu", "partition", "priority", "qos", "reservation", "signal", "time", "wckey")
 IGNORED: Mapping[str, tuple[str | None, int, str]] = {
     **{k: sbatch.IGNORED[k] for k in (
-        "acctg-freq", "clusters", "contiguous", "cores-per-socket", "core-spec", "cpu-freq", "delay-boot",
+        "clusters", "contiguous", "cores-per-socket", "core-spec", "cpu-freq", "delay-boot",
         "extra-node-info", "gpu-bind", "gpu-freq", "gres-flags", "hint", "mail-type", "mail-user", "mcs-label",
         "mem-bind", "mincpus", "network", "nice", "no-kill", "ntasks-per-core", "ntasks-per-socket", "overcommit",
         "oversubscribe", "power", "profile", "propagate", "reboot", "sockets-per-node", "spread-job", "switches",
         "thread-spec", "threads-per-core", "time-min", "tmp", "use-min-nodes")},
+    "acctg-freq": (None, REQUIRED, "a step is sampled at its job's interval (sbatch --acctg-freq)"),
     "cpu-bind": (None, REQUIRED, "corral does not bind tasks to CPUs"),
     "exact": (None, NO_ARG, "steps share their job's resources"),
     "exclusive": (None, OPTIONAL, "steps share their job's resources; jobs get what they ask for"),

@@ -1,0 +1,109 @@
+"""`corral logs JOB [-f]`: a job's output file, as its first task on its first node writes it.
+
+The controller knows the node and the path (the job's --output / --error pattern expanded as the agent
+expands it: render.output_file); the bytes are read where this command runs. corral, like Slurm, expects
+job working directories on a filesystem the nodes and the login hosts share, so reading the path is the
+simple, honest way: no copy through the controller or an agent, nothing buffered, `-f` is tail -f. Where
+the file is not readable here (a node-local directory), the error names the node and the path to read it
+on; an agent serving output over HTTP is the alternative for such clusters, not built."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, BinaryIO
+
+import typer
+
+from corral.cli import render
+from corral.cli.client import Client
+from corral.cli.connect import open_client
+from corral.cli.job_refs import JobRefArgument, jobs_named
+from corral.cli.jobs import UrlOption
+from corral.cli.output import fail, reported_errors
+from corral.jobref import JobRef
+
+ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
+POLL_S = 0.5  # how often -f looks for new bytes
+STATE_EVERY_S = 2.0  # and asks whether the job still runs
+CHUNK = 1 << 16
+
+
+def logs(
+    job_id: JobRefArgument,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what the job writes until it "
+                                         "ends (as tail -f).")] = False,
+    error: Annotated[bool, typer.Option("--error", "-e", help="The job's --error file instead of its output "
+                                        "(the same file unless --error was given).")] = False,
+    url: UrlOption = None,
+) -> None:
+    """Print a job's output file (its first task's, on its first node), read from the filesystem the nodes
+    share; -f follows it until the job ends."""
+    with reported_errors(), open_client(url) as client:
+        job = _one_job(client, job_id)
+        if follow:
+            while job["state"] == "PENDING":  # its file is named once it has a node (%N)
+                time.sleep(STATE_EVERY_S)
+                job = client.job(job["id"])
+        path = _path(job, error)
+        stream = _open(job, path, follow, client)
+        with stream:
+            try:
+                _copy(stream, client, job, follow)
+            except KeyboardInterrupt:
+                raise typer.Exit(130) from None
+
+
+def _one_job(client: Client, job_id: JobRef) -> dict:
+    jobs = jobs_named(client, job_id)
+    if not jobs:
+        fail(f"job {job_id} not found")
+    if len(jobs) > 1:
+        fail(f"{job_id} names {len(jobs)} jobs (an array): give one task, e.g. {jobs[0]['id']}")
+    return jobs[0]
+
+
+def _path(job: dict, error: bool) -> str:
+    pattern = job["error"] if error and job.get("error") else job["output"]
+    return render.output_file(job, pattern)
+
+
+def _node(job: dict) -> str:
+    return job["slices"][0]["node"] if job.get("slices") else "(no node yet)"
+
+
+def _open(job: dict, path: str, follow: bool, client: Client) -> BinaryIO:
+    """The file, waiting for it while a followed job starts writing it."""
+    while True:
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:
+            if not (follow and job["state"] in ACTIVE):
+                break
+        except OSError as exc:
+            fail(f"cannot read {path} ({exc.strerror}): job {job['id']}'s output is on {_node(job)}")
+        time.sleep(STATE_EVERY_S)
+        job = client.job(job["id"])
+    if job["state"] == "PENDING":
+        fail(f"job {job['id']} has not started: it has no output yet (corral logs -f waits for it)")
+    fail(f"{path} does not exist here: job {job['id']}'s output is written on {_node(job)}; corral logs reads "
+         "it from a filesystem shared with the nodes")
+
+
+def _copy(stream: BinaryIO, client: Client, job: dict, follow: bool) -> None:
+    out = sys.stdout.buffer
+    asked = time.monotonic()
+    ended = job["state"] not in ACTIVE
+    while True:
+        data = stream.read(CHUNK)
+        if data:
+            out.write(data)
+            out.flush()
+            continue
+        if not follow or ended:
+            return
+        if time.monotonic() - asked >= STATE_EVERY_S:
+            asked = time.monotonic()
+            # Once it has ended, one more read takes what it wrote last.
+            ended = client.job(job["id"])["state"] not in ACTIVE
+            continue
+        time.sleep(POLL_S)
