@@ -1,0 +1,149 @@
+"""Start-time forecasts: when will each pending job start?
+
+A forecast runs the production engine forward in simulated time on a copy of the live state (the
+simulator's driver, sim/driver.py: `Simulation.resume`), so it plans with exactly the policy that will
+decide (priorities, quotas, backfill, preemption, reservations). Each running job ends when the runtime
+model says, each pending job, once started, runs what the model predicts for it; nothing new is submitted
+(a forecast assumes no new arrivals, so a job may start later than forecast when a higher-priority one
+arrives). A job's forecast is its first simulated start; a job that has not started by the horizon gets
+none.
+
+The runtime model (RuntimeModel) predicts a job's runtime from its time limit and its user's history: the
+time limit x the median of the user's recent ratios actual runtime / time limit (the global median of
+recent ratios for a user with too little history, 1 with none at all), never more than the limit. The
+Slurm-style estimate (what backfill plans with) is the same forward run with every runtime = the time
+limit: `RuntimeModel.limits_only()`.
+
+`capture` copies what a forecast needs (the active jobs, nodes, tenancy, fair-share usage, reservations)
+cheaply, under the caller's loop; `forecast` then needs nothing else and may run in another thread.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from corral.api.tenancy import TenancySpec
+from corral.engine.build import build_engine
+from corral.engine.config import SIMULATED, EngineConfig
+from corral.engine.engine import Engine
+from corral.engine.records import Job, JobState, Node
+from corral.sim.driver import Simulation
+
+DEFAULT_HORIZON_S = 30 * 86400.0
+
+
+class RuntimeModel:
+    """Predicted runtime = time limit x a ratio actual/limit learnt from finished jobs."""
+
+    def __init__(self, per_user: int = 20, min_user_samples: int = 3, global_window: int = 1000,
+                 use_history: bool = True) -> None:
+        if per_user < 1 or min_user_samples < 1 or global_window < 1:
+            raise ValueError("per_user, min_user_samples and global_window must be at least 1")
+        self.per_user, self.min_user_samples = per_user, min_user_samples
+        self.use_history = use_history
+        self._user: dict[str, deque[float]] = {}
+        self._global: deque[float] = deque(maxlen=global_window)
+
+    @classmethod
+    def limits_only(cls) -> RuntimeModel:
+        """Every job runs its time limit: the Slurm backfill estimate."""
+        return cls(use_history=False)
+
+    def observe(self, user: str, runtime_s: float, limit_s: float) -> None:
+        """A finished job: how long it ran against the limit it asked for."""
+        if limit_s <= 0:
+            return
+        ratio = min(1.0, max(0.0, runtime_s / limit_s))
+        self._user.setdefault(user, deque(maxlen=self.per_user)).append(ratio)
+        self._global.append(ratio)
+
+    def ratio(self, user: str) -> float:
+        if not self.use_history:
+            return 1.0
+        own = self._user.get(user)
+        if own is not None and len(own) >= self.min_user_samples:
+            return statistics.median(own)
+        return statistics.median(self._global) if self._global else 1.0
+
+    def runtime(self, user: str, limit_s: float) -> float:
+        return limit_s * self.ratio(user)
+
+    def end(self, job: Job, now: float) -> float:
+        """When a running job is predicted to end. One that has outlived its prediction is expected to run as
+        long again (a long runner's remaining time grows with its age), never past its limit."""
+        start, limit = job.run_start, limit_of(job)
+        predicted = start + self.runtime(job.spec.user, limit)
+        if predicted > now:
+            return predicted
+        return min(start + limit, now + (now - start))
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """What a forecast reads: a private copy of the engine's active state at `now`."""
+    now: float
+    config: EngineConfig
+    jobs: tuple[Job, ...]
+    nodes: tuple[Node, ...]
+    tenancy: TenancySpec
+    fairshare: dict[str, Any]
+    reservations: list[dict[str, Any]]
+    ended: dict[int, tuple[JobState, bool]]
+    next_job_id: int
+
+    @property
+    def pending(self) -> list[int]:
+        return [j.id for j in self.jobs if j.state is JobState.PENDING]
+
+
+def capture(engine: Engine, now: float) -> EngineState:
+    """Copy the engine's active state; its records are never shared with the copy (specs, which never
+    change, are)."""
+    jobs = tuple(copy.deepcopy(job, {id(job.spec): job.spec}) for job in engine.jobs.values())
+    fairshare = copy.deepcopy(engine.fairshare.state())
+    return EngineState(now, engine.config, jobs, tuple(copy.deepcopy(n) for n in engine.nodes.values()),
+                       engine.tenancy.spec, fairshare, engine.reservations.to_json(), dict(engine.life.ended),
+                       engine.next_job_id)
+
+
+def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT_HORIZON_S,
+             stop_delay_s: float = 1.0) -> dict[int, float]:
+    """Pending job id -> its predicted start; jobs that do not start within `horizon_s` are left out."""
+    jobs = [copy.deepcopy(job, {id(job.spec): job.spec}) for job in state.jobs]  # the state stays reusable
+    engine = build_engine(state.config, SIMULATED, jobs=jobs, nodes=copy.deepcopy(state.nodes),
+                          next_job_id=state.next_job_id, tenancy=state.tenancy,
+                          fairshare_state=copy.deepcopy(state.fairshare), reservations=state.reservations)
+    engine.life.ended.update(state.ended)
+    now = state.now
+    running_ends = {j.id: _running_end(j, model, now, stop_delay_s) for j in jobs if j.state is not JobState.PENDING}
+    durations = {j.id: model.runtime(j.spec.user, limit_of(j)) for j in jobs}
+    sim = Simulation.resume(engine, now, running_ends, durations, stop_delay_s=stop_delay_s)
+    waiting = set(state.pending)
+    starts = sim.result.first_starts
+
+    def all_started() -> bool:  # running jobs preempted and started again count too, hence the subset test
+        return len(starts) >= len(waiting) and waiting <= starts.keys()
+
+    sim.run(until_s=now + horizon_s, done=all_started)
+    return {job_id: starts[job_id] for job_id in state.pending if job_id in starts}
+
+
+def _running_end(job: Job, model: RuntimeModel, now: float, stop_delay_s: float) -> float:
+    if job.state is JobState.COMPLETING:
+        return now + stop_delay_s
+    return model.end(job, now)
+
+
+def limit_of(job: Job) -> float:
+    return float(job.spec.request.time_limit_s)
+
+
+def observe_finished(model: RuntimeModel, jobs: Iterable[Job]) -> None:
+    """Teach the model from ended jobs that ran (their last run: start to end)."""
+    for job in jobs:
+        if job.start_time is not None and job.end_time is not None:
+            model.observe(job.spec.user, job.end_time - job.start_time, limit_of(job))
