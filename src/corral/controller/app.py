@@ -219,9 +219,9 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
                          after=after, limit=limit, combine_arrays=combine_arrays)
         if all:
             found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
-                                              queue_facts=True)
+                                              queue_facts=True, forecasts=service.forecasts.starts)
         else:
-            found = await listing.active_jobs(service.engine, query, service.clock())
+            found = await listing.active_jobs(service.engine, query, service.clock(), service.forecasts.starts)
         return _json_list(found)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)

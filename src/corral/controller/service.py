@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
+from corral.controller.forecasts import Forecasts
 from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
@@ -103,6 +104,8 @@ class ControllerService:
         # job's user while the job is active; None: tasks get none.
         self.job_credential: Callable[[Job], str] | None = None
         self._lease_task: asyncio.Task | None = None
+        self.forecasts = Forecasts()
+        self._forecast_task: asyncio.Task | None = None
         if leadership is not None:
             leadership.on_lead = self._take_over
             leadership.on_lose = self._step_down
@@ -127,11 +130,13 @@ class ControllerService:
             await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
             self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
+        self._forecast_task = asyncio.create_task(self.forecasts.run(lambda: self._engine, self.clock),
+                                                  name="corral-forecasts")
 
     async def stop(self) -> None:
         async with self._lock:  # a stimulus being committed finishes first
             self._stopping = True
-            for task in (self._task, self._recovery, self._lease_task):
+            for task in (self._task, self._recovery, self._lease_task, self._forecast_task):
                 if task is not None:
                     task.cancel()
                     try:
@@ -270,6 +275,7 @@ class ControllerService:
             meta = {key: json.dumps(meta_value(engine, key)) for key in result.meta}
             # Encoded here, on the loop, so that the rows are one consistent picture of the engine.
             await self.writer.write(self.store.encode(result.jobs, result.nodes, meta))
+            self.forecasts.learn(result.jobs)
         except LeaseLost as exc:  # another controller leads: this one wrote nothing and must stop
             if self.leadership is not None:
                 self.leadership.step_down(str(exc), exc.leader_url)
@@ -436,7 +442,7 @@ class ControllerService:
         job = self.find_job(job_id)
         if job is None:
             return None
-        out = views.job_out(job, self.clock())
+        out = views.job_out(job, self.clock(), self.forecasts.starts.get(job_id))
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)

@@ -1,0 +1,53 @@
+"""The live controller's start-time forecasts (corral.sim.forecast): every `every_s` the state is copied on
+the loop (capture: the active jobs and nodes, a few ms per thousand jobs) and the engine is run forward on
+the copy in a worker thread, so a forecast never holds the scheduling loop for its length. The runtime
+model learns from the jobs that end (`learn`, called where results are committed). Until the first forecast
+is made, and for a job the forecast leaves out, only the core's reservation estimate is shown."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from corral.engine.engine import Engine
+from corral.engine.records import Job
+from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, forecast, observe_finished
+
+log = logging.getLogger("corral.controller")
+
+FORECAST_EVERY_S = 30.0
+
+
+class Forecasts:
+    def __init__(self, every_s: float = FORECAST_EVERY_S, horizon_s: float = DEFAULT_HORIZON_S) -> None:
+        self.every_s, self.horizon_s = every_s, horizon_s
+        self.model = RuntimeModel()
+        self.starts: Mapping[int, float] = {}  # pending job id -> forecast start, replaced whole
+        self.made_at: float | None = None
+        self.took_s: float | None = None
+
+    def learn(self, jobs: Iterable[Job]) -> None:
+        observe_finished(self.model, (job for job in jobs if job.state.terminal))
+
+    async def make(self, engine: Engine, now: float) -> None:
+        """One forecast of `engine` as it is now; its copy is taken before the first await."""
+        state = capture(engine, now)
+        model = copy.deepcopy(self.model)  # the loop goes on teaching the live one
+        started = time.perf_counter()
+        self.starts = await asyncio.to_thread(forecast, state, model, self.horizon_s)
+        self.made_at, self.took_s = now, time.perf_counter() - started
+
+    async def run(self, engine_now: Callable[[], Engine | None], clock: Callable[[], float]) -> None:
+        """Forecast every `every_s` while there is an engine (this controller leads)."""
+        while True:
+            await asyncio.sleep(self.every_s)
+            engine = engine_now()
+            if engine is None or not engine.views.pending:
+                self.starts = {}
+                continue
+            try:
+                await self.make(engine, clock())
+            except Exception:  # a failed forecast must not stop the next ones
+                log.exception("start-time forecast failed")
