@@ -7,7 +7,8 @@ import pytest
 from corral.api.schemas import JobSubmit
 from corral.core.config import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
-from corral.engine.records import JobState
+from corral.core.model import Request
+from corral.engine.records import Job, JobSpec, JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.sim.forecast import RuntimeModel, capture, forecast
 
@@ -28,27 +29,33 @@ def running_sim(*subs: SimSubmission, backfill: bool = True, until_s: float = 0.
 
 # ----- the runtime model
 
+def predicted(model: RuntimeModel, user: str, limit_s: int) -> float:
+    job = Job(id=1, spec=JobSpec(name="j", user=user, request=Request(time_limit_s=limit_s), argv=("true",)),
+              submit_time=0.0)
+    return model.runtime(job)
+
+
 def test_a_user_without_history_gets_the_global_median_and_nobody_with_history_gets_the_limit():
     model = RuntimeModel(min_user_samples=2)
-    assert model.runtime("alice", 1000) == 1000  # no history at all: the limit, as backfill assumes
+    assert predicted(model, "alice", 1000) == 1000  # no history at all: the limit, as backfill assumes
     for runtime in (100, 200, 900):
         model.observe("bob", runtime, 1000)
-    assert model.runtime("bob", 2000) == pytest.approx(400)  # bob's median ratio 0.2
-    assert model.runtime("alice", 2000) == pytest.approx(400)  # the global median, alice has none
+    assert predicted(model, "bob", 2000) == pytest.approx(400)  # bob's median ratio 0.2
+    assert predicted(model, "alice", 2000) == pytest.approx(400)  # the global median, alice has none
     model.observe("alice", 500, 1000)
-    assert model.runtime("alice", 2000) == pytest.approx(700)  # one sample is too few: the global median 0.35
+    assert predicted(model, "alice", 2000) == pytest.approx(700)  # one sample is too few: the global median 0.35
     model.observe("alice", 700, 1000)
-    assert model.runtime("alice", 2000) == pytest.approx(1200)  # alice's own median 0.6
+    assert predicted(model, "alice", 2000) == pytest.approx(1200)  # alice's own median 0.6
 
 
 def test_a_ratio_never_exceeds_one_and_the_recent_history_wins():
     model = RuntimeModel(per_user=2, min_user_samples=1)
     model.observe("a", 5000, 1000)  # ran past its limit (grace): counted as the limit
-    assert model.runtime("a", 100) == 100
+    assert predicted(model, "a", 100) == 100
     for runtime in (100, 100):
         model.observe("a", runtime, 1000)
-    assert model.runtime("a", 1000) == pytest.approx(100)  # the oldest sample fell out
-    assert RuntimeModel.limits_only().runtime("a", 1000) == 1000
+    assert predicted(model, "a", 1000) == pytest.approx(100)  # the oldest sample fell out
+    assert predicted(RuntimeModel.limits_only(), "a", 1000) == 1000
 
 
 def test_a_running_job_past_its_prediction_is_expected_to_run_as_long_again_within_its_limit():
