@@ -68,6 +68,18 @@ def test_a_running_job_past_its_prediction_is_expected_to_run_as_long_again_with
     assert model.end(job, 8000) == 10_000
 
 
+def test_a_running_job_is_expected_to_end_at_the_median_of_the_ratios_longer_than_its_age():
+    sim = running_sim(SimSubmission(0, request(limit_s=10_000), 9_000))
+    job = next(iter(sim.engine.jobs.values()))
+    model = RuntimeModel(min_user_samples=1)
+    for ratio in (0.1, 0.5, 0.9):
+        model.observe("alice", ratio * 1000, 1000)
+    assert model.end(job, 100) == pytest.approx(5000)  # every ratio is longer: their median
+    assert model.end(job, 3000) == pytest.approx(7000)  # past 0.1: the median of 0.5 and 0.9
+    assert model.end(job, 9500) == 10_000  # past them all: as long again, within the limit
+    assert RuntimeModel.limits_only().end(job, 3000) == 10_000
+
+
 def test_bad_model_settings_are_refused():
     with pytest.raises(ValueError, match="at least 1"):
         RuntimeModel(per_user=0)

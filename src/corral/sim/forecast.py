@@ -10,7 +10,8 @@ none.
 
 The runtime model (RuntimeModel) predicts a job's runtime from its time limit and its user's history: the
 time limit x the median of the user's recent ratios actual runtime / time limit (the global median of
-recent ratios for a user with too little history, 1 with none at all), never more than the limit. The
+recent ratios for a user with too little history, 1 with none at all), never more than the limit; a
+running job ends at the median of those ratios that are longer than it has run so far. The
 Slurm-style estimate (what backfill plans with) is the same forward run with every runtime = the time
 limit: `RuntimeModel.limits_only()`.
 
@@ -19,6 +20,7 @@ cheaply, under the caller's loop; `forecast` then needs nothing else and may run
 """
 from __future__ import annotations
 
+import bisect
 import copy
 import statistics
 from collections import deque
@@ -48,6 +50,7 @@ class RuntimeModel:
         self.use_history = use_history
         self._user: dict[str, deque[float]] = {}
         self._global: deque[float] = deque(maxlen=global_window)
+        self._sorted: dict[str | None, list[float]] = {}  # by user (None: everyone), until the next observe
 
     @classmethod
     def limits_only(cls) -> RuntimeModel:
@@ -61,25 +64,35 @@ class RuntimeModel:
         ratio = min(1.0, max(0.0, runtime_s / limit_s))
         self._user.setdefault(user, deque(maxlen=self.per_user)).append(ratio)
         self._global.append(ratio)
+        self._sorted.pop(user, None)
+        self._sorted.pop(None, None)
+
+    def _ratios(self, user: str) -> list[float]:
+        """The ratios predictions use for `user`, sorted: theirs, else everyone's, else [1.0]."""
+        if not self.use_history:
+            return [1.0]
+        own = self._user.get(user)
+        key = user if own is not None and len(own) >= self.min_user_samples else None
+        found = self._sorted.get(key)
+        if found is None:
+            found = self._sorted[key] = sorted(own if key is not None else self._global) or [1.0]
+        return found
 
     def ratio(self, user: str) -> float:
-        if not self.use_history:
-            return 1.0
-        own = self._user.get(user)
-        if own is not None and len(own) >= self.min_user_samples:
-            return statistics.median(own)
-        return statistics.median(self._global) if self._global else 1.0
+        return statistics.median(self._ratios(user))
 
     def runtime(self, job: Job) -> float:
         return limit_of(job) * self.ratio(job.spec.user)
 
     def end(self, job: Job, now: float) -> float:
-        """When a running job is predicted to end. One that has outlived its prediction is expected to run as
-        long again (a long runner's remaining time grows with its age), never past its limit."""
+        """When a running job is predicted to end: the median of the ratios longer than what it has run
+        already (the history's conditional median). One that has outlived every ratio is expected to run
+        as long again (a long runner's remaining time grows with its age), never past its limit."""
         start, limit = job.run_start, limit_of(job)
-        predicted = start + self.runtime(job)
-        if predicted > now:
-            return predicted
+        ratios = self._ratios(job.spec.user)
+        longer = ratios[bisect.bisect_right(ratios, (now - start) / limit):]
+        if longer:
+            return start + limit * statistics.median(longer)
         return min(start + limit, now + (now - start))
 
 
