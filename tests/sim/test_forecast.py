@@ -48,6 +48,16 @@ def test_a_user_without_history_gets_the_global_median_and_nobody_with_history_g
     assert predicted(model, "alice", 2000) == pytest.approx(1200)  # alice's own median 0.6
 
 
+def test_the_users_jobs_with_the_same_limit_come_first():
+    model = RuntimeModel(min_user_samples=3)
+    for _ in range(3):
+        model.observe("alice", 100, 1000)  # her 1,000 s jobs run a tenth of it
+        model.observe("alice", 3240, 3600)  # her hour-long ones nine tenths
+    assert predicted(model, "alice", 1000) == pytest.approx(100)
+    assert predicted(model, "alice", 3600) == pytest.approx(3240)
+    assert predicted(model, "alice", 7200) == pytest.approx(3600)  # no such jobs: all of hers, median 0.5
+
+
 def test_a_ratio_never_exceeds_one_and_the_recent_history_wins():
     model = RuntimeModel(per_user=2, min_user_samples=1)
     model.observe("a", 5000, 1000)  # ran past its limit (grace): counted as the limit

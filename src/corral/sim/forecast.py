@@ -9,8 +9,9 @@ arrives). A job's forecast is its first simulated start; a job that has not star
 none.
 
 The runtime model (RuntimeModel) predicts a job's runtime from its time limit and its user's history: the
-time limit x the median of the user's recent ratios actual runtime / time limit (the global median of
-recent ratios for a user with too little history, 1 with none at all), never more than the limit; a
+time limit x the median of the recent ratios actual runtime / time limit of the user's jobs that asked for
+the same limit (users resubmit the same work with the same limit); with too few of those, of all the
+user's jobs; then of everyone's; 1 with no history at all. Never more than the limit; a
 running job ends at the median of those ratios that are longer than it has run so far. The
 Slurm-style estimate (what backfill plans with) is the same forward run with every runtime = the time
 limit: `RuntimeModel.limits_only()`.
@@ -48,9 +49,10 @@ class RuntimeModel:
             raise ValueError("per_user, min_user_samples and global_window must be at least 1")
         self.per_user, self.min_user_samples = per_user, min_user_samples
         self.use_history = use_history
-        self._user: dict[str, deque[float]] = {}
+        # Recent ratios by (user, limit) and by user; everyone's in _global.
+        self._recent: dict[tuple[str, float] | str, deque[float]] = {}
         self._global: deque[float] = deque(maxlen=global_window)
-        self._sorted: dict[str | None, list[float]] = {}  # by user (None: everyone), until the next observe
+        self._sorted: dict[tuple[str, float] | str | None, list[float]] = {}  # by key (None: everyone)
 
     @classmethod
     def limits_only(cls) -> RuntimeModel:
@@ -62,34 +64,40 @@ class RuntimeModel:
         if limit_s <= 0:
             return
         ratio = min(1.0, max(0.0, runtime_s / limit_s))
-        self._user.setdefault(user, deque(maxlen=self.per_user)).append(ratio)
+        for key in ((user, limit_s), user):
+            self._recent.setdefault(key, deque(maxlen=self.per_user)).append(ratio)
+            self._sorted.pop(key, None)
         self._global.append(ratio)
-        self._sorted.pop(user, None)
         self._sorted.pop(None, None)
 
-    def _ratios(self, user: str) -> list[float]:
-        """The ratios predictions use for `user`, sorted: theirs, else everyone's, else [1.0]."""
+    def _ratios(self, user: str, limit_s: float) -> list[float]:
+        """The ratios predictions use, sorted: those of the user's jobs with this limit, else the user's,
+        else everyone's, else [1.0]."""
         if not self.use_history:
             return [1.0]
-        own = self._user.get(user)
-        key = user if own is not None and len(own) >= self.min_user_samples else None
+        key: tuple[str, float] | str | None = None
+        for candidate in ((user, limit_s), user):
+            if len(self._recent.get(candidate, ())) >= self.min_user_samples:
+                key = candidate
+                break
         found = self._sorted.get(key)
         if found is None:
-            found = self._sorted[key] = sorted(own if key is not None else self._global) or [1.0]
+            found = self._sorted[key] = sorted(self._recent[key] if key is not None else self._global) or [1.0]
         return found
 
-    def ratio(self, user: str) -> float:
-        return statistics.median(self._ratios(user))
+    def ratio(self, user: str, limit_s: float) -> float:
+        return statistics.median(self._ratios(user, limit_s))
 
     def runtime(self, job: Job) -> float:
-        return limit_of(job) * self.ratio(job.spec.user)
+        limit = limit_of(job)
+        return limit * self.ratio(job.spec.user, limit)
 
     def end(self, job: Job, now: float) -> float:
         """When a running job is predicted to end: the median of the ratios longer than what it has run
         already (the history's conditional median). One that has outlived every ratio is expected to run
         as long again (a long runner's remaining time grows with its age), never past its limit."""
         start, limit = job.run_start, limit_of(job)
-        ratios = self._ratios(job.spec.user)
+        ratios = self._ratios(job.spec.user, limit)
         longer = ratios[bisect.bisect_right(ratios, (now - start) / limit):]
         if longer:
             return start + limit * statistics.median(longer)
