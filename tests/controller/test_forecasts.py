@@ -8,6 +8,7 @@ from corral.controller.app import create_app
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import NodeSlice, Request
+from corral.engine import events as ev
 from corral.engine.config import LIVE
 from corral.engine.records import Job, JobSpec, JobState, NodeRun
 from corral.slurm.squeue.main import squeue
@@ -29,14 +30,34 @@ def whole_node_job(job_id: int, running: bool = False) -> Job:
     return job
 
 
-def service_with_queue(tmp_path) -> ControllerService:
+def ended_job(job_id: int, ran_s: float) -> Job:
+    job = whole_node_job(job_id)
+    job.state, job.reason, job.start_time, job.end_time = JobState.COMPLETED, "None", T0 - 5000, T0 - 5000 + ran_s
+    return job
+
+
+def service_with_queue(tmp_path, warm: bool = True) -> ControllerService:
     """n1's 8 GPUs held by job 1 (started at T0 + 50, limit 1,000 s); jobs 2 and 3 each wait for the whole
-    node. alice's jobs have run a quarter of their limits."""
+    node. alice's earlier jobs (the store has them) ran a quarter of their limits."""
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
-    store.save(jobs=[whole_node_job(1, running=True), whole_node_job(2), whole_node_job(3)], nodes=[node("n1")])
+    history = [ended_job(job_id, 250) for job_id in (11, 12, 13)]
+    store.save(jobs=[whole_node_job(1, running=True), whole_node_job(2), whole_node_job(3), *history],
+               nodes=[node("n1")])
     service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW), store, clock=lambda: NOW)
-    service.forecasts.model.observe("alice", 250, 1000)
+    if warm:
+        asyncio.run(service.forecasts.warm(service.recent_ended_jobs))
     return service
+
+
+def test_forecasts_learn_from_the_store_at_start_and_from_each_job_that_ends(tmp_path):
+    service = service_with_queue(tmp_path, warm=False)
+    assert service.forecasts.model.ratio("alice", 1000.0) == 1.0  # nothing learnt: the limit
+    asyncio.run(service.forecasts.warm(service.recent_ended_jobs))
+    assert service.forecasts.model.ratio("alice", 1000.0) == 0.25
+    # Job 1 ends at NOW, 50 s after its start: committed, and learnt.
+    asyncio.run(service._handle(ev.TasksFinished("n1", 1, ((0, 0, 0),))))
+    assert service.store.get_job(1).state is JobState.COMPLETED
+    assert sorted(service.forecasts.model._recent["alice"]) == [0.05, 0.25, 0.25, 0.25]
 
 
 def test_pending_jobs_show_their_forecast_start_and_its_source(tmp_path):

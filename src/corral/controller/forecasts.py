@@ -1,7 +1,8 @@
 """The live controller's start-time forecasts (corral.sim.forecast): every `every_s` the state is copied on
 the loop (capture: the active jobs and nodes, a few ms per thousand jobs) and the engine is run forward on
 the copy in a worker thread, so a forecast never holds the scheduling loop for its length. The runtime
-model learns from the jobs that end (`learn`, called where results are committed). Until the first forecast
+model learns from the jobs that ended before (`warm`: the store's last WARM_JOBS jobs) and from those that end
+(`learn`, called where results are committed). Until the first forecast
 is made, and for a job the forecast leaves out, only the core's reservation estimate is shown."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, foreca
 log = logging.getLogger("corral.controller")
 
 FORECAST_EVERY_S = 30.0
+WARM_JOBS = 5000  # the newest jobs read from the store at start to learn runtimes from
 
 
 class Forecasts:
@@ -31,6 +33,16 @@ class Forecasts:
     def learn(self, jobs: Iterable[Job]) -> None:
         observe_finished(self.model, (job for job in jobs if job.state.terminal))
 
+    async def warm(self, history: Callable[[], list[Job]]) -> None:
+        """Learn from the jobs that ended before this controller led (`history` reads them from the store,
+        in a worker thread), oldest end first."""
+        try:
+            ended = await asyncio.to_thread(history)
+        except Exception as exc:  # forecasts then start from time limits alone
+            log.warning("start-time forecasts: cannot read finished jobs (%s)", exc)
+            return
+        self.learn(sorted(ended, key=lambda job: job.end_time or 0.0))
+
     async def make(self, engine: Engine, now: float) -> None:
         """One forecast of `engine` as it is now; its copy is taken before the first await."""
         state = capture(engine, now)
@@ -39,8 +51,11 @@ class Forecasts:
         self.starts = await asyncio.to_thread(forecast, state, model, self.horizon_s)
         self.made_at, self.took_s = now, time.perf_counter() - started
 
-    async def run(self, engine_now: Callable[[], Engine | None], clock: Callable[[], float]) -> None:
-        """Forecast every `every_s` while there is an engine (this controller leads)."""
+    async def run(self, engine_now: Callable[[], Engine | None], clock: Callable[[], float],
+                  history: Callable[[], list[Job]]) -> None:
+        """Learn from `history`, then forecast every `every_s` while there is an engine (this controller
+        leads)."""
+        await self.warm(history)
         while True:
             await asyncio.sleep(self.every_s)
             engine = engine_now()

@@ -29,7 +29,7 @@ from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
-from corral.controller.forecasts import Forecasts
+from corral.controller.forecasts import WARM_JOBS, Forecasts
 from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
@@ -130,8 +130,8 @@ class ControllerService:
             await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
             self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
-        self._forecast_task = asyncio.create_task(self.forecasts.run(lambda: self._engine, self.clock),
-                                                  name="corral-forecasts")
+        self._forecast_task = asyncio.create_task(
+            self.forecasts.run(lambda: self._engine, self.clock, self.recent_ended_jobs), name="corral-forecasts")
 
     async def stop(self) -> None:
         async with self._lock:  # a stimulus being committed finishes first
@@ -434,6 +434,10 @@ class ControllerService:
         await self._handle(event)
         # Read after the commit: a job that ended (a pending one cancelled) is back from the store.
         return views.job_out(self.find_job(job_id), self.clock())
+
+    def recent_ended_jobs(self) -> list[Job]:
+        """The ended jobs among the newest WARM_JOBS (what forecasts learn runtimes from at start)."""
+        return self.store.query_jobs(include_active=False, after_id=max(0, self.store.max_job_id() - WARM_JOBS))
 
     def find_job(self, job_id: int) -> Job | None:
         return self.engine.jobs.get(job_id) or self.store.get_job(job_id)
