@@ -92,5 +92,8 @@ def test_squeue_start_shows_the_forecast(tmp_path):
     with ServerThread(create_app(service, SECRET)) as server:
         out, err, code = squeue(["--start", "-h", "-o", "%i %S"], {**env, "CORRAL_URL": server.url})
     assert (code, err) == (0, "")
-    at = (lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)))
-    assert out.splitlines() == [f"2 {at(T0 + 300)}", f"3 {at(T0 + 550)}"]
+    assert out.splitlines() == [f"2 {local(T0 + 300)}", f"3 {local(T0 + 550)}"]
+
+
+def local(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))

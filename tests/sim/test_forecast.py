@@ -6,8 +6,8 @@ import pytest
 
 from corral.api.schemas import JobSubmit
 from corral.core.config import SchedulerConfig
-from corral.engine.config import EngineConfig, PartitionConfig
 from corral.core.model import Request
+from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.records import Job, JobSpec, JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.sim.forecast import RuntimeModel, capture, forecast

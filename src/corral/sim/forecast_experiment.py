@@ -3,10 +3,11 @@
 The replay: the Philly jobs (Sia/Pollux list, `read_philly`) submitted in a window of WINDOW_DAYS days from
 WINDOW_START, calibrated as the suite's second workload (every runtime x DURATION_SCALE: the raw list
 barely queues, so there would be almost nothing to forecast), with the suite's time-limit model
-(TimeLimitModel(seed=1)), under the suite's best isolated policy (each VC its own partition, backfill with 8 reservations, age + small-GPU-time priority), each job's
-user its VC (the trace has no users; its VC is the nearest thing). At every SAMPLE_EVERY_S of simulated time
-from WARMUP_S to WARMUP_S + SAMPLE_SPAN_S the replay pauses, every pending job gets three forecasts from a copy
-of the engine: (a) ours (runtimes from the limits x each VC's recent ratio actual/limit, learnt from the
+(TimeLimitModel(seed=1)), under the suite's best isolated policy (each VC its own partition, backfill
+with 8 reservations, age + small-GPU-time priority), each job's user its VC (the trace has no users; its
+VC is the nearest thing). At every SAMPLE_EVERY_S of simulated time from WARMUP_S to WARMUP_S +
+SAMPLE_SPAN_S the replay pauses, every pending job gets three forecasts from a copy of the engine:
+(a) ours (runtimes from the limits x the VC's recent ratios actual/limit (sim/forecast.py), learnt from the
 jobs the replay has finished so far), (b) the Slurm-style backfill estimate (the same forward run, every
 runtime = its time limit), and (c), to tell the error's causes apart, the same forward run with every job's
 true runtime (an oracle: what is left is the error of assuming no new arrivals). Then the replay goes on
@@ -32,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from corral.engine.records import Job
 from corral.sim.driver import SimNode, Simulation
 from corral.sim.experiment import Policy, _engine_setup, _submission
 from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, forecast, observe_finished
-from corral.engine.records import Job
 from corral.sim.limits import TimeLimitModel
 from corral.sim.traces.philly import philly_cluster, read_philly
 from corral.sim.workload import Workload
@@ -147,11 +148,14 @@ def errors(outcome: ForecastOutcome) -> dict[str, np.ndarray]:
     return {name: np.array(values) for name, values in found.items()}
 
 
+def pct(errors: np.ndarray, q: float) -> float | None:
+    return round(float(np.percentile(errors, q)) * 100, 1) if len(errors) else None
+
+
 def summary(outcome: ForecastOutcome) -> dict[str, Any]:
     err = errors(outcome)
     ours, slurm, oracle = err["ours"], err["baseline"], err["oracle"]
     first, last, every = outcome.sampled
-    pct = (lambda a, q: round(float(np.percentile(a, q)) * 100, 1) if len(a) else None)
     return {
         "name": "forecast-philly",
         "setup": (f"{outcome.source} ({outcome.replay_jobs} jobs); 11 VCs isolated, 2,816 GPUs, "
