@@ -5,6 +5,7 @@ import asyncio
 import time
 
 from corral.controller.app import create_app
+from corral.controller.forecasts import Forecasts
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import NodeSlice, Request
@@ -75,6 +76,15 @@ def test_pending_jobs_show_their_forecast_start_and_its_source(tmp_path):
     assert (listed[1]["estimated_start"], listed[1]["estimated_start_source"]) == (None, None)  # running
     stored = {j["id"]: j for j in api.get("/jobs", params={"all": "true"}).json()}
     assert stored[2]["estimated_start"] == T0 + 300
+
+
+def test_a_slow_forecast_waits_longer_before_the_next():
+    forecasts = Forecasts(every_s=30.0)
+    assert forecasts.pause_s() == 30.0
+    forecasts.took_s = 5.0
+    assert forecasts.pause_s() == 30.0
+    forecasts.took_s = 100.0
+    assert forecasts.pause_s() == 300.0
 
 
 def test_a_forecast_leaves_the_engine_as_it_was(tmp_path):

@@ -1,9 +1,10 @@
-"""The live controller's start-time forecasts (corral.sim.forecast): every `every_s` the state is copied on
-the loop (capture: the active jobs and nodes, a few ms per thousand jobs) and the engine is run forward on
-the copy in a worker thread, so a forecast never holds the scheduling loop for its length. The runtime
-model learns from the jobs that ended before (`warm`: the store's last WARM_JOBS jobs) and from those that end
-(`learn`, called where results are committed). Until the first forecast
-is made, and for a job the forecast leaves out, only the core's reservation estimate is shown."""
+"""The live controller's start-time forecasts (corral.sim.forecast). Every `every_s` (longer when forecasts
+take long: PAUSE_PER_FORECAST_S) the state is copied on the loop (`capture`: the active jobs and nodes,
+64 ms at 12,000 jobs) and the engine is run forward on the copy in a worker thread, so a forecast never
+holds the scheduling loop for its length. The runtime model learns from the jobs that ended before (`warm`:
+the store's newest WARM_JOBS jobs) and from those that end (`learn`, called where results are committed).
+Until the first forecast is made, and for a job the forecast leaves out, the core's reservation estimate
+is shown."""
 from __future__ import annotations
 
 import asyncio
@@ -19,6 +20,10 @@ from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, foreca
 log = logging.getLogger("corral.controller")
 
 FORECAST_EVERY_S = 30.0
+# A forecast runs in a thread of the controller's process, sharing its interpreter lock with the loop: the
+# pause after one is at least this many times as long as it took, so forecasting takes at most a quarter of
+# the process's time (10,000 pending jobs on 1,000 nodes took 100 s: one forecast every 5 minutes).
+PAUSE_PER_FORECAST_S = 3.0
 WARM_JOBS = 5000  # the newest jobs read from the store at start to learn runtimes from
 
 
@@ -29,6 +34,10 @@ class Forecasts:
         self.starts: Mapping[int, float] = {}  # pending job id -> forecast start, replaced whole
         self.made_at: float | None = None
         self.took_s: float | None = None
+
+    def pause_s(self) -> float:
+        """How long to wait before the next forecast."""
+        return max(self.every_s, PAUSE_PER_FORECAST_S * (self.took_s or 0.0))
 
     def learn(self, jobs: Iterable[Job]) -> None:
         observe_finished(self.model, (job for job in jobs if job.state.terminal))
@@ -57,7 +66,7 @@ class Forecasts:
         leads)."""
         await self.warm(history)
         while True:
-            await asyncio.sleep(self.every_s)
+            await asyncio.sleep(self.pause_s())
             engine = engine_now()
             if engine is None or not engine.views.pending:
                 self.starts = {}
