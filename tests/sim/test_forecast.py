@@ -90,9 +90,18 @@ def test_a_running_job_is_expected_to_end_at_the_median_of_the_ratios_longer_tha
     assert RuntimeModel.limits_only().end(job, 3000) == 10_000
 
 
+def test_a_higher_quantile_predicts_longer_runtimes():
+    model = RuntimeModel(min_user_samples=1, quantile=0.75)
+    for ratio in (0.1, 0.5, 0.9):
+        model.observe("alice", ratio * 1000, 1000)
+    assert predicted(model, "alice", 1000) == pytest.approx(700)  # halfway from 0.5 to 0.9
+
+
 def test_bad_model_settings_are_refused():
     with pytest.raises(ValueError, match="at least 1"):
         RuntimeModel(per_user=0)
+    with pytest.raises(ValueError, match="quantile 1.5"):
+        RuntimeModel(quantile=1.5)
 
 
 # ----- forecasts of hand-made states

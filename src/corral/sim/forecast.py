@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,9 +43,12 @@ class RuntimeModel:
     """Predicted runtime = time limit x a ratio actual/limit learnt from finished jobs."""
 
     def __init__(self, per_user: int = 20, min_user_samples: int = 3, global_window: int = 1000,
-                 use_history: bool = True) -> None:
+                 use_history: bool = True, quantile: float = 0.5) -> None:
         if per_user < 1 or min_user_samples < 1 or global_window < 1:
             raise ValueError("per_user, min_user_samples and global_window must be at least 1")
+        if not 0.0 <= quantile <= 1.0:
+            raise ValueError(f"quantile {quantile}: must be within [0, 1]")
+        self.quantile = quantile
         self.per_user, self.min_user_samples = per_user, min_user_samples
         self.use_history = use_history
         # Recent ratios by (user, limit) and by user; everyone's in _global.
@@ -86,7 +88,14 @@ class RuntimeModel:
         return found
 
     def ratio(self, user: str, limit_s: float) -> float:
-        return statistics.median(self._ratios(user, limit_s))
+        return self._quantile(self._ratios(user, limit_s))
+
+    def _quantile(self, ordered: list[float]) -> float:
+        """The model's quantile of sorted ratios, interpolated (0.5: the median)."""
+        at = self.quantile * (len(ordered) - 1)
+        low = int(at)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
     def runtime(self, job: Job) -> float:
         limit = limit_of(job)
@@ -100,7 +109,7 @@ class RuntimeModel:
         ratios = self._ratios(job.spec.user, limit)
         longer = ratios[bisect.bisect_right(ratios, (now - start) / limit):]
         if longer:
-            return start + limit * statistics.median(longer)
+            return start + limit * self._quantile(longer)
         return min(start + limit, now + (now - start))
 
 
