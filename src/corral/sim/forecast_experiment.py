@@ -192,7 +192,8 @@ def _plus_days(start: str, days: float) -> str:
 
 def render(row: dict[str, Any]) -> str:
     """reports/forecast-philly.html: the figures and what they mean, as a self-contained page."""
-    lines = [("ours: limit x the VC's recent median ratio actual/limit", "p50_err_pct", "p90_err_pct"),
+    lines = [("ours: limit x the median of the VC's recent ratios actual/limit (its jobs with the same limit "
+              "first)", "p50_err_pct", "p90_err_pct"),
              ("Slurm-style: every runtime = its limit (the backfill estimate)", "baseline_p50_err_pct",
               "baseline_p90_err_pct"),
              ("oracle: every job's true runtime (only new arrivals unknown)", "oracle_p50_err_pct",
