@@ -20,6 +20,8 @@ def test_queue_rows():
     [
         ({"reason": "Priority"}, "(Priority)"),
         ({"reason": "Resources", "estimated_start": T0 + 2 * 86400}, "(Resources) est. start 2023-11-16T22:13:20"),
+        ({"reason": "Resources", "estimated_start": T0 + 60, "estimated_start_source": "forecast"},
+         "(Resources) est. start 22:14:20 (forecast)"),
         ({"state": "RUNNING", "nodelist": "node[1-4]"}, "node[1-4]"),
         ({"state": "CANCELLED", "reason": "None"}, "(None)"),
     ],
@@ -101,7 +103,8 @@ def test_job_fields_of_a_job_with_every_feature():
         "Requeue": "no", "Reservation": "maint", "Uid": "1000", "SubmitHost": "login1"}
     # Every JobOut field shows up under some label (slices as Alloc[...] lines, history after the fields).
     covered = {"id", "name", "user", "state", "reason", "partition", "priority", "submit_time", "start_time",
-               "end_time", "estimated_start", "time_limit_s", "elapsed_s", "num_nodes", "tasks_per_node",
+               "end_time", "estimated_start", "estimated_start_source", "time_limit_s", "elapsed_s", "num_nodes",
+               "tasks_per_node",
                "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
@@ -111,6 +114,13 @@ def test_job_fields_of_a_job_with_every_feature():
                "cancelled_by_uid", "steps", "array_task_spec", "usage"}
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]
+
+
+def test_a_forecast_start_says_so():
+    forecast = dict(render.job_fields(make_job(3, estimated_start=T0 + 60, estimated_start_source="forecast")))
+    reserved = dict(render.job_fields(make_job(3, estimated_start=T0 + 60, estimated_start_source="reservation")))
+    assert forecast["EstimatedStart"] == "2023-11-14T22:14:20 (forecast)"
+    assert reserved["EstimatedStart"] == "2023-11-14T22:14:20"
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,9 @@ class JobOut(BaseModel):
     start_time: float | None
     end_time: float | None
     estimated_start: float | None
+    # Where estimated_start comes from: "forecast" (the engine run forward with predicted runtimes) or
+    # "reservation" (the backfill reservation the scheduler holds for the job, from time limits).
+    estimated_start_source: Literal["forecast", "reservation"] | None = None
     time_limit_s: int
     elapsed_s: float
     num_nodes: int

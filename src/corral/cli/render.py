@@ -69,13 +69,18 @@ def or_dash(text: object) -> str:
 
 
 def nodelist_or_reason(job: Mapping[str, Any], now: float) -> str:
-    """squeue's NODELIST(REASON): the nodes once allocated, else `(Reason)` and any estimated start."""
+    """squeue's NODELIST(REASON): the nodes once allocated, else `(Reason)` and any estimated start (saying
+    when it is a forecast rather than the start the scheduler has reserved)."""
     if job["nodelist"]:
         return job["nodelist"]
     text = f"({job['reason']})"
     if job.get("estimated_start") is not None:
-        text += f" est. start {format_clock(job['estimated_start'], now)}"
+        text += f" est. start {format_clock(job['estimated_start'], now)}{_forecast_mark(job)}"
     return text
+
+
+def _forecast_mark(job: Mapping[str, Any]) -> str:
+    return " (forecast)" if job.get("estimated_start_source") == "forecast" else ""
 
 
 def queue_rows(jobs: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
@@ -243,7 +248,7 @@ def _time_fields(job: dict) -> list[tuple[str, str]]:
         ("EndTime", format_timestamp(job["end_time"])),
     ]
     if job.get("estimated_start") is not None:
-        fields.append(("EstimatedStart", format_timestamp(job["estimated_start"])))
+        fields.append(("EstimatedStart", format_timestamp(job["estimated_start"]) + _forecast_mark(job)))
     fields += [("TimeLimit", format_duration(job["time_limit_s"])), ("RunTime", format_duration(job["elapsed_s"]))]
     return fields
 

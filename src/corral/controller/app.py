@@ -255,9 +255,11 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
                          after=after, limit=limit, combine_arrays=combine_arrays)
         if all:
             found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
-                                              queue_facts=True, live=service.live_usage)
+                                              queue_facts=True, live=service.live_usage,
+                                              forecasts=service.forecasts.starts)
         else:
-            found = await listing.active_jobs(service.engine, query, service.clock(), service.live_usage)
+            found = await listing.active_jobs(service.engine, query, service.clock(), service.live_usage,
+                                              service.forecasts.starts)
         return _json_list(found)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)

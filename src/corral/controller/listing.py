@@ -68,15 +68,17 @@ class JobList:
     next_after: int | None  # where the next page starts; None: this was the last one
 
 
-async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsage | None = None) -> JobList:
-    """Unfinished jobs, with their place in the queue and scheduling priority while pending, and what
-    running ones use (`live`)."""
+async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsage | None = None,
+                      forecasts: Mapping[int, float] | None = None) -> JobList:
+    """Unfinished jobs, with their place in the queue and scheduling priority while pending, their forecast
+    start (`forecasts`: pending job id -> start), and what running ones use (`live`)."""
+    forecasts = forecasts or {}
     jobs, next_after = _page(engine.jobs, query)
     places = _positions(engine) if any(job.state is JobState.PENDING for job in jobs) else {}
     pending = engine.views.pending
 
     def job_out(job: Job) -> JobOut:
-        out = views.job_out(job, now, live.of(job.id) if live is not None else None)
+        out = views.job_out(job, now, live.of(job.id) if live is not None else None, forecasts.get(job.id))
         out.position = places.get(job.id)
         view = pending.get(job.id)
         if view is not None:
@@ -93,20 +95,23 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
 
 
 async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float, *,
-                      queue_facts: bool = False, live: LiveUsage | None = None) -> JobList:
+                      queue_facts: bool = False, live: LiveUsage | None = None,
+                      forecasts: Mapping[int, float] | None = None) -> JobList:
     """Jobs from the store, finished ones included, read and encoded in a worker thread. With
-    `queue_facts`, pending jobs carry their place and priority (taken here, on the loop); running ones
-    what they use (`live`, copied here)."""
+    `queue_facts`, pending jobs carry their place and priority (taken here, on the loop) and their
+    forecast start (`forecasts`); running ones what they use (`live`, copied here)."""
     places = _positions(engine) if queue_facts else {}
     priorities = {v.id: v.priority for v in engine.views.pending.values()} if queue_facts else {}
     usage = live.snapshot() if live is not None else {}
-    return await asyncio.to_thread(_stored_jobs, store, query, now, places, priorities, usage)
+    starts = (forecasts or {}) if queue_facts else {}
+    return await asyncio.to_thread(_stored_jobs, store, query, now, places, priorities, usage, starts)
 
 
 def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int, int],
-                 priorities: Mapping[int, int], live: Mapping[int, LiveOfJob]) -> JobList:
+                 priorities: Mapping[int, int], live: Mapping[int, LiveOfJob],
+                 forecasts: Mapping[int, float]) -> JobList:
     def job_out(job: Job) -> JobOut:
-        out = views.job_out(job, now, None if job.state.terminal else live.get(job.id))
+        out = views.job_out(job, now, None if job.state.terminal else live.get(job.id), forecasts.get(job.id))
         out.position = places.get(job.id)
         if job.id in priorities:
             out.priority = priorities[job.id]

@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
+from corral.controller.forecasts import WARM_JOBS, Forecasts
 from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.metrics import ControllerMetrics
 from corral.controller.metrics_collector import EngineCollector
@@ -114,6 +115,8 @@ class ControllerService:
         # job's user while the job is active; None: tasks get none.
         self.job_credential: Callable[[Job], str] | None = None
         self._lease_task: asyncio.Task | None = None
+        self.forecasts = Forecasts()
+        self._forecast_task: asyncio.Task | None = None
         if leadership is not None:
             leadership.on_lead = self._take_over
             leadership.on_lose = self._step_down
@@ -138,11 +141,13 @@ class ControllerService:
             await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
             self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
+        self._forecast_task = asyncio.create_task(
+            self.forecasts.run(lambda: self._engine, self.clock, self.recent_ended_jobs), name="corral-forecasts")
 
     async def stop(self) -> None:
         async with self._lock:  # a stimulus being committed finishes first
             self._stopping = True
-            for task in (self._task, self._recovery, self._lease_task):
+            for task in (self._task, self._recovery, self._lease_task, self._forecast_task):
                 if task is not None:
                     task.cancel()
                     try:
@@ -290,6 +295,7 @@ class ControllerService:
             meta = {key: json.dumps(meta_value(engine, key)) for key in result.meta}
             # Encoded here, on the loop, so that the rows are one consistent picture of the engine.
             await self.writer.write(self.store.encode(result.jobs, result.nodes, meta))
+            self.forecasts.learn(result.jobs)
         except LeaseLost as exc:  # another controller leads: this one wrote nothing and must stop
             if self.leadership is not None:
                 self.leadership.step_down(str(exc), exc.leader_url)
@@ -449,6 +455,10 @@ class ControllerService:
         # Read after the commit: a job that ended (a pending one cancelled) is back from the store.
         return views.job_out(self.find_job(job_id), self.clock())
 
+    def recent_ended_jobs(self) -> list[Job]:
+        """The ended jobs among the newest WARM_JOBS (what forecasts learn runtimes from at start)."""
+        return self.store.query_jobs(include_active=False, after_id=max(0, self.store.max_job_id() - WARM_JOBS))
+
     def find_job(self, job_id: int) -> Job | None:
         return self.engine.jobs.get(job_id) or self.store.get_job(job_id)
 
@@ -456,7 +466,8 @@ class ControllerService:
         job = self.find_job(job_id)
         if job is None:
             return None
-        out = views.job_out(job, self.clock(), None if job.state.terminal else self.live_usage.of(job_id))
+        out = views.job_out(job, self.clock(), None if job.state.terminal else self.live_usage.of(job_id),
+                            self.forecasts.starts.get(job_id))
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)

@@ -8,14 +8,19 @@ from corral.controller.usage_views import LiveOfJob, PerNode, job_usage
 from corral.engine.arrays import parse_array
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
-from corral.engine.records import Job, Node
+from corral.engine.records import Job, JobState, Node
 from corral.protocol import LaunchJob, TaskLaunch
 
 
-def job_out(job: Job, now: float, live: LiveOfJob | None = None) -> JobOut:
-    """`live`: the latest samples of the running job's tasks and steps (usage_views.LiveUsage.of)."""
+def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float | None = None) -> JobOut:
+    """`live`: the latest samples of the running job's tasks and steps (usage_views.LiveUsage.of).
+    `forecast`: the job's forecast start (controller/forecasts.py), shown instead of the reservation's
+    estimate while it is pending (never in the past: a job not started yet starts now at the earliest)."""
     live = live or {}
     req = job.spec.request
+    estimate, source = job.estimated_start, "reservation" if job.estimated_start is not None else None
+    if forecast is not None and job.state is JobState.PENDING:
+        estimate, source = max(forecast, now), "forecast"
     if job.start_time is None:
         elapsed = 0.0
     else:
@@ -23,7 +28,8 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None) -> JobOut:
     return JobOut(
         id=job.id, name=job.spec.name, user=job.spec.user, state=job.state.value, reason=job.reason,
         partition=req.partition, priority=job.spec.priority, submit_time=job.submit_time,
-        start_time=job.start_time, end_time=job.end_time, estimated_start=job.estimated_start,
+        start_time=job.start_time, end_time=job.end_time, estimated_start=estimate,
+        estimated_start_source=source,
         time_limit_s=req.time_limit_s, elapsed_s=max(0.0, elapsed), num_nodes=req.num_nodes,
         tasks_per_node=req.tasks_per_node, num_tasks=req.num_nodes * req.tasks_per_node,
         gpus_per_node=req.gpus_per_node, cpus_per_task=req.cpus_per_task, mem_per_node_mib=req.mem_per_node_mib,

@@ -26,6 +26,7 @@ from corral.engine.admission import AdmissionError
 from corral.engine.build import build_engine
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig
+from corral.engine.engine import Engine
 from corral.engine.events import CycleDue, NodeRegistered, SubmissionRequested, TasksFinished, TasksStarted, TimePassed
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
@@ -55,6 +56,7 @@ class SimResult:
     end_s: float = 0.0
     ids: dict[int, int] = field(default_factory=dict)  # submission index -> job id (an array's first task)
     refused: dict[int, str] = field(default_factory=dict)  # submission index -> why the engine refused it
+    first_starts: dict[int, float] = field(default_factory=dict)  # job id -> when it was first launched
 
 
 class _Submitted(dict[int, Job]):
@@ -70,12 +72,31 @@ class Simulation:
                  stop_delay_s: float = 1.0, min_cycle_interval_s: float = 0.0, start_s: float = 0.0) -> None:
         # Every job the simulation created: what dependencies on ended jobs read (the live controller's store).
         self._submitted = _Submitted()
-        self.engine = build_engine(config, SIMULATED, tenancy=tenancy, archive=self._submitted)
-        self.now = start_s
+        engine = build_engine(config, SIMULATED, tenancy=tenancy, archive=self._submitted)
         for node in nodes:
             inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,
                                   node.mem_mib, "127.0.0.1")
-            self.engine.handle(NodeRegistered(node.name, inventory), now=start_s)
+            engine.handle(NodeRegistered(node.name, inventory), now=start_s)
+        self._start(engine, start_s, stop_delay_s, min_cycle_interval_s)
+
+    @classmethod
+    def resume(cls, engine: Engine, now: float, running_ends: dict[int, float], durations: dict[int, float],
+               stop_delay_s: float = 1.0, min_cycle_interval_s: float = 0.0) -> Simulation:
+        """A simulation that goes on from `engine` (built with the SIMULATED profile) as it is at `now`: each
+        running job ends at `running_ends[id]`, each pending job runs `durations[id]` once launched. What
+        start-time forecasts run forward (sim/forecast.py)."""
+        sim = cls.__new__(cls)
+        sim._submitted = _Submitted()
+        sim._start(engine, now, stop_delay_s, min_cycle_interval_s)
+        sim._durations.update(durations)
+        for job_id, at in running_ends.items():
+            sim._end_at(job_id, max(at, now), 0)
+        sim._push(now, "wake", None)  # a first cycle at `now`, as the live loop would run one
+        return sim
+
+    def _start(self, engine: Engine, now: float, stop_delay_s: float, min_cycle_interval_s: float) -> None:
+        self.engine = engine
+        self.now = now
         self.stop_delay_s = stop_delay_s
         self.pacer = CyclePacer.simulated(min_cycle_interval_s)
         self._events: list[tuple[float, int, str, object]] = []
@@ -91,8 +112,12 @@ class Simulation:
     def _push(self, at: float, kind: str, payload: object) -> None:
         heapq.heappush(self._events, (at, next(self._seq), kind, payload))
 
-    def run(self, until_s: float = float("inf"), on_progress: Callable[[float], None] | None = None) -> SimResult:
+    def run(self, until_s: float = float("inf"), on_progress: Callable[[float], None] | None = None,
+            done: Callable[[], bool] | None = None) -> SimResult:
+        """Carry out events up to `until_s`, or until `done()` says so after a batch of simultaneous events."""
         while self._events and self._events[0][0] <= until_s:
+            if done is not None and done():
+                break
             now = self._events[0][0]
             self.now = now
             due = False
@@ -153,6 +178,7 @@ class Simulation:
         for cmd in commands:
             if isinstance(cmd, Launch) and cmd.job_id not in launched:
                 launched.add(cmd.job_id)
+                self.result.first_starts.setdefault(cmd.job_id, now)
                 job = self.engine.jobs[cmd.job_id]
                 self.engine.handle(*(TasksStarted(node, cmd.job_id) for node in job.runs), now=now)
                 self._end_at(cmd.job_id, now + self._durations[cmd.job_id], 0)

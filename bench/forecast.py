@@ -1,0 +1,64 @@
+"""How long one start-time forecast (corral.sim.forecast) takes: the copy taken on the controller's loop
+(`capture`) and the forward run in the worker thread (`forecast`), at 1,000 and 10,000 pending jobs.
+
+The cluster: `nodes` nodes x 8 GPUs, full of running jobs; the queue: jobs of 1, 2, 4 or 8 GPUs with limits
+of 1 to 24 hours, from 50 users whose jobs ran a quarter to all of their limits (the model's history)."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+import time
+
+from corral.api.schemas import JobSubmit
+from corral.core.config import SchedulerConfig
+from corral.engine.config import EngineConfig, PartitionConfig
+from corral.sim.driver import SimNode, SimSubmission, Simulation
+from corral.sim.forecast import RuntimeModel, capture, forecast
+
+SHAPES = (1, 2, 4, 8)
+
+
+def queue(nodes: int, pending: int, seed: int = 1) -> Simulation:
+    rng = random.Random(seed)
+    config = EngineConfig(partitions=(PartitionConfig("gpu", default=True),), scheduler=SchedulerConfig(),
+                          kill_grace_s=0.0)
+    sim = Simulation(config, [SimNode(f"n{i}", 8) for i in range(nodes)])
+    subs = []
+    for i in range(nodes * 2 + pending):  # the first ones fill the cluster, the rest wait
+        limit = rng.choice((3600, 4 * 3600, 12 * 3600, 24 * 3600))
+        request = JobSubmit(name=f"j{i}", user=f"u{i % 50}", argv=["true"], workdir="/", nodes=1,
+                            gpus_per_node=rng.choice(SHAPES), cpus_per_task=1, mem_mib=0, time_limit_s=limit)
+        subs.append(SimSubmission(0.0, request, limit * rng.uniform(0.25, 1.0)))
+    sim.submit(subs)
+    sim.run(until_s=0.0)
+    return sim
+
+
+def measure(pending: int, nodes: int) -> dict:
+    sim = queue(nodes, pending)
+    model = RuntimeModel()
+    rng = random.Random(2)
+    for i in range(500):
+        model.observe(f"u{i % 50}", rng.uniform(0.25, 1.0) * 3600, 3600)
+    t0 = time.perf_counter()
+    state = capture(sim.engine, 0.0)
+    captured = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    starts = forecast(state, model)
+    took = time.perf_counter() - t0
+    return {"bench": "forecast", "nodes": nodes, "gpus": nodes * 8, "pending": len(state.pending),
+            "running": len(state.jobs) - len(state.pending), "forecast_started": len(starts),
+            "capture_s": round(captured, 3), "forecast_s": round(took, 2)}
+
+
+def main(sizes: list[int]) -> list[dict]:
+    results = []
+    for pending in sizes:
+        results.append(measure(pending, nodes=max(16, pending // 10)))
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    main([int(a) for a in sys.argv[1:]] or [1000, 10_000])

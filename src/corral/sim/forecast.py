@@ -1,0 +1,193 @@
+"""Start-time forecasts: when will each pending job start?
+
+A forecast runs the production engine forward in simulated time on a copy of the live state (the
+simulator's driver, sim/driver.py: `Simulation.resume`), so it plans with exactly the policy that will
+decide (priorities, quotas, backfill, preemption, reservations). Each running job ends when the runtime
+model says, each pending job, once started, runs what the model predicts for it; nothing new is submitted
+(a forecast assumes no new arrivals, so a job may start later than forecast when a higher-priority one
+arrives). A job's forecast is its first simulated start; a job that has not started by the horizon gets
+none.
+
+The runtime model (RuntimeModel) predicts a job's runtime from its time limit and its user's history: the
+time limit x the median of the recent ratios actual runtime / time limit of the user's jobs that asked for
+the same limit (users resubmit the same work with the same limit); with too few of those, of all the
+user's jobs; then of everyone's; 1 with no history at all. Never more than the limit; a
+running job ends at the median of those ratios that are longer than it has run so far. The
+Slurm-style estimate (what backfill plans with) is the same forward run with every runtime = the time
+limit: `RuntimeModel.limits_only()`.
+
+`capture` copies what a forecast needs (the active jobs, nodes, tenancy, fair-share usage, reservations)
+cheaply, under the caller's loop; `forecast` then needs nothing else and may run in another thread.
+"""
+from __future__ import annotations
+
+import bisect
+import copy
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from corral.api.tenancy import TenancySpec
+from corral.engine.build import build_engine
+from corral.engine.config import SIMULATED, EngineConfig
+from corral.engine.engine import Engine
+from corral.engine.records import Job, JobState, Node
+from corral.sim.driver import Simulation
+
+DEFAULT_HORIZON_S = 30 * 86400.0
+CYCLE_EVERY_S = 60.0
+
+
+class RuntimeModel:
+    """Predicted runtime = time limit x a ratio actual/limit learnt from finished jobs."""
+
+    def __init__(self, per_user: int = 20, min_user_samples: int = 3, global_window: int = 1000,
+                 use_history: bool = True, quantile: float = 0.5) -> None:
+        if per_user < 1 or min_user_samples < 1 or global_window < 1:
+            raise ValueError("per_user, min_user_samples and global_window must be at least 1")
+        if not 0.0 <= quantile <= 1.0:
+            raise ValueError(f"quantile {quantile}: must be within [0, 1]")
+        self.quantile = quantile
+        self.per_user, self.min_user_samples = per_user, min_user_samples
+        self.use_history = use_history
+        # Recent ratios by (user, limit) and by user; everyone's in _global.
+        self._recent: dict[tuple[str, float] | str, deque[float]] = {}
+        self._global: deque[float] = deque(maxlen=global_window)
+        self._sorted: dict[tuple[str, float] | str | None, list[float]] = {}  # by key (None: everyone)
+
+    @classmethod
+    def limits_only(cls) -> RuntimeModel:
+        """Every job runs its time limit: the Slurm backfill estimate."""
+        return cls(use_history=False)
+
+    def observe(self, user: str, runtime_s: float, limit_s: float) -> None:
+        """A finished job: how long it ran against the limit it asked for."""
+        if limit_s <= 0:
+            return
+        ratio = min(1.0, max(0.0, runtime_s / limit_s))
+        for key in ((user, limit_s), user):
+            self._recent.setdefault(key, deque(maxlen=self.per_user)).append(ratio)
+            self._sorted.pop(key, None)
+        self._global.append(ratio)
+        self._sorted.pop(None, None)
+
+    def _ratios(self, user: str, limit_s: float) -> list[float]:
+        """The ratios predictions use, sorted: those of the user's jobs with this limit, else the user's,
+        else everyone's, else [1.0]."""
+        if not self.use_history:
+            return [1.0]
+        key: tuple[str, float] | str | None = None
+        for candidate in ((user, limit_s), user):
+            if len(self._recent.get(candidate, ())) >= self.min_user_samples:
+                key = candidate
+                break
+        found = self._sorted.get(key)
+        if found is None:
+            found = self._sorted[key] = sorted(self._recent[key] if key is not None else self._global) or [1.0]
+        return found
+
+    def ratio(self, user: str, limit_s: float) -> float:
+        return self._quantile(self._ratios(user, limit_s))
+
+    def _quantile(self, ordered: list[float]) -> float:
+        """The model's quantile of sorted ratios, interpolated (0.5: the median)."""
+        at = self.quantile * (len(ordered) - 1)
+        low = int(at)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+    def runtime(self, job: Job) -> float:
+        limit = limit_of(job)
+        return limit * self.ratio(job.spec.user, limit)
+
+    def end(self, job: Job, now: float) -> float:
+        """When a running job is predicted to end: the median of the ratios longer than what it has run
+        already (the history's conditional median). One that has outlived every ratio is expected to run
+        as long again (a long runner's remaining time grows with its age), never past its limit."""
+        start, limit = job.run_start, limit_of(job)
+        ratios = self._ratios(job.spec.user, limit)
+        longer = ratios[bisect.bisect_right(ratios, (now - start) / limit):]
+        if longer:
+            return start + limit * self._quantile(longer)
+        return min(start + limit, now + (now - start))
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """What a forecast reads: a private copy of the engine's active state at `now`."""
+    now: float
+    config: EngineConfig
+    jobs: tuple[Job, ...]
+    nodes: tuple[Node, ...]
+    tenancy: TenancySpec
+    fairshare: dict[str, Any]
+    reservations: list[dict[str, Any]]
+    ended: dict[int, tuple[JobState, bool]]
+    next_job_id: int
+
+    @property
+    def pending(self) -> list[int]:
+        return [j.id for j in self.jobs if j.state is JobState.PENDING]
+
+
+def capture(engine: Engine, now: float) -> EngineState:
+    """Copy the engine's active state; its records are never shared with the copy (specs, which never
+    change, are)."""
+    jobs = tuple(copy_job(job) for job in engine.jobs.values())
+    fairshare = copy.deepcopy(engine.fairshare.state())
+    return EngineState(now, engine.config, jobs, tuple(copy.copy(n) for n in engine.nodes.values()),
+                       engine.tenancy.spec, fairshare, engine.reservations.to_json(), dict(engine.life.ended),
+                       engine.next_job_id)
+
+
+def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT_HORIZON_S,
+             stop_delay_s: float = 1.0, cycle_every_s: float = CYCLE_EVERY_S) -> dict[int, float]:
+    """Pending job id -> its predicted start; jobs that do not start within `horizon_s` are left out.
+    `cycle_every_s`: simulated cycles at most this often (ends closer together share one), which bounds
+    the forecast's cost by the horizon rather than by the number of jobs, at that much precision."""
+    jobs = [copy_job(job) for job in state.jobs]  # the state stays reusable
+    engine = build_engine(state.config, SIMULATED, jobs=jobs, nodes=[copy.copy(n) for n in state.nodes],
+                          next_job_id=state.next_job_id, tenancy=state.tenancy,
+                          fairshare_state=copy.deepcopy(state.fairshare), reservations=state.reservations)
+    engine.life.ended.update(state.ended)
+    now = state.now
+    running_ends = {j.id: _running_end(j, model, now, stop_delay_s) for j in jobs if j.state is not JobState.PENDING}
+    durations = {j.id: model.runtime(j) for j in jobs}
+    sim = Simulation.resume(engine, now, running_ends, durations, stop_delay_s=stop_delay_s,
+                            min_cycle_interval_s=cycle_every_s)
+    waiting = set(state.pending)
+    starts = sim.result.first_starts
+
+    def all_started() -> bool:  # running jobs preempted and started again count too, hence the subset test
+        return len(starts) >= len(waiting) and waiting <= starts.keys()
+
+    sim.run(until_s=now + horizon_s, done=all_started)
+    return {job_id: starts[job_id] for job_id in state.pending if job_id in starts}
+
+
+def copy_job(job: Job) -> Job:
+    """A copy sharing nothing the engine changes: its spec is replaced, never changed, and so is shared; its
+    slices are immutable; runs, history entries and steps are copied (a deepcopy costs ten times more)."""
+    twin = copy.copy(job)
+    twin.runs = {node: copy.copy(run) for node, run in job.runs.items()}
+    twin.history = [dict(entry) for entry in job.history]
+    twin.steps = copy.deepcopy(job.steps) if job.steps else []
+    return twin
+
+
+def _running_end(job: Job, model: RuntimeModel, now: float, stop_delay_s: float) -> float:
+    if job.state is JobState.COMPLETING:
+        return now + stop_delay_s
+    return model.end(job, now)
+
+
+def limit_of(job: Job) -> float:
+    return float(job.spec.request.time_limit_s)
+
+
+def observe_finished(model: RuntimeModel, jobs: Iterable[Job]) -> None:
+    """Teach the model from ended jobs that ran (their last run: start to end)."""
+    for job in jobs:
+        if job.start_time is not None and job.end_time is not None:
+            model.observe(job.spec.user, job.end_time - job.start_time, limit_of(job))

@@ -1,0 +1,109 @@
+"""The live controller's start-time forecasts (controller/forecasts.py) reach the API and squeue --start."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from corral.controller.app import create_app
+from corral.controller.forecasts import Forecasts
+from corral.controller.restore import restore_engine
+from corral.controller.service import ControllerService
+from corral.core.model import NodeSlice, Request
+from corral.engine import events as ev
+from corral.engine.config import LIVE
+from corral.engine.records import Job, JobSpec, JobState, NodeRun
+from corral.slurm.squeue.main import squeue
+from corral.store import Store
+from tests.cli.standin import ServerThread
+from tests.controller.conftest import CONFIG, SECRET, T0, Api, node
+
+NOW = T0 + 100
+
+
+def whole_node_job(job_id: int, running: bool = False) -> Job:
+    spec = JobSpec(name="work", user="alice", request=Request(gpus_per_node=8, partition="gpu", time_limit_s=1000),
+                   argv=("true",), account="a")
+    job = Job(id=job_id, spec=spec, submit_time=T0 + job_id, reason="Resources")
+    if running:
+        job.state, job.reason, job.start_time = JobState.RUNNING, "None", T0 + 50
+        job.slices = (NodeSlice("n1", tuple(range(8)), 1, 0),)
+        job.runs = {"n1": NodeRun(started=True)}
+    return job
+
+
+def ended_job(job_id: int, ran_s: float) -> Job:
+    job = whole_node_job(job_id)
+    job.state, job.reason, job.start_time, job.end_time = JobState.COMPLETED, "None", T0 - 5000, T0 - 5000 + ran_s
+    return job
+
+
+def service_with_queue(tmp_path, warm: bool = True) -> ControllerService:
+    """n1's 8 GPUs held by job 1 (started at T0 + 50, limit 1,000 s); jobs 2 and 3 each wait for the whole
+    node. alice's earlier jobs (the store has them) ran a quarter of their limits."""
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    history = [ended_job(job_id, 250) for job_id in (11, 12, 13)]
+    store.save(jobs=[whole_node_job(1, running=True), whole_node_job(2), whole_node_job(3), *history],
+               nodes=[node("n1")])
+    service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW), store, clock=lambda: NOW)
+    if warm:
+        asyncio.run(service.forecasts.warm(service.recent_ended_jobs))
+    return service
+
+
+def test_forecasts_learn_from_the_store_at_start_and_from_each_job_that_ends(tmp_path):
+    service = service_with_queue(tmp_path, warm=False)
+    assert service.forecasts.model.ratio("alice", 1000.0) == 1.0  # nothing learnt: the limit
+    asyncio.run(service.forecasts.warm(service.recent_ended_jobs))
+    assert service.forecasts.model.ratio("alice", 1000.0) == 0.25
+    # Job 1 ends at NOW, 50 s after its start: committed, and learnt.
+    asyncio.run(service._handle(ev.TasksFinished("n1", 1, ((0, 0, 0),))))
+    assert service.store.get_job(1).state is JobState.COMPLETED
+    assert sorted(service.forecasts.model._recent["alice"]) == [0.05, 0.25, 0.25, 0.25]
+
+
+def test_pending_jobs_show_their_forecast_start_and_its_source(tmp_path):
+    service = service_with_queue(tmp_path)
+    api = Api(create_app(service, SECRET))
+    before = api.get("/jobs/2").json()
+    assert before["estimated_start_source"] != "forecast"
+    asyncio.run(service.forecasts.make(service.engine, NOW))
+    # Job 1 is expected to end at T0 + 50 + 250; job 2 then runs 250 s.
+    assert service.forecasts.starts == {2: T0 + 300, 3: T0 + 550}
+    one = api.get("/jobs/2").json()
+    assert (one["estimated_start"], one["estimated_start_source"]) == (T0 + 300, "forecast")
+    listed = {j["id"]: j for j in api.get("/jobs").json()}
+    assert (listed[3]["estimated_start"], listed[3]["estimated_start_source"]) == (T0 + 550, "forecast")
+    assert (listed[1]["estimated_start"], listed[1]["estimated_start_source"]) == (None, None)  # running
+    stored = {j["id"]: j for j in api.get("/jobs", params={"all": "true"}).json()}
+    assert stored[2]["estimated_start"] == T0 + 300
+
+
+def test_a_slow_forecast_waits_longer_before_the_next():
+    forecasts = Forecasts(every_s=30.0)
+    assert forecasts.pause_s() == 30.0
+    forecasts.took_s = 5.0
+    assert forecasts.pause_s() == 30.0
+    forecasts.took_s = 100.0
+    assert forecasts.pause_s() == 300.0
+
+
+def test_a_forecast_leaves_the_engine_as_it_was(tmp_path):
+    service = service_with_queue(tmp_path)
+    before = {job_id: repr(job) for job_id, job in service.engine.jobs.items()}
+    asyncio.run(service.forecasts.make(service.engine, NOW))
+    assert {job_id: repr(job) for job_id, job in service.engine.jobs.items()} == before
+
+
+def test_squeue_start_shows_the_forecast(tmp_path):
+    service = service_with_queue(tmp_path)
+    asyncio.run(service.forecasts.make(service.engine, NOW))
+    env = {"CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "etc" / "cluster.json"), "USER": "alice"}
+    with ServerThread(create_app(service, SECRET)) as server:
+        out, err, code = squeue(["--start", "-h", "-o", "%i %S"], {**env, "CORRAL_URL": server.url})
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [f"2 {local(T0 + 300)}", f"3 {local(T0 + 550)}"]
+
+
+def local(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))

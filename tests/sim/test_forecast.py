@@ -1,0 +1,160 @@
+"""Start-time forecasts (sim/forecast.py): the runtime model, forecasts of small hand-made states with known
+answers, and that a forecast never changes the engine it was taken from."""
+from __future__ import annotations
+
+import pytest
+
+from corral.api.schemas import JobSubmit
+from corral.core.config import SchedulerConfig
+from corral.core.model import Request
+from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.records import Job, JobSpec, JobState
+from corral.sim.driver import SimNode, SimSubmission, Simulation
+from corral.sim.forecast import RuntimeModel, capture, forecast
+
+
+def request(user: str = "alice", gpus: int = 4, limit_s: int = 1000) -> JobSubmit:
+    return JobSubmit(name="j", user=user, argv=["true"], workdir="/", nodes=1, gpus_per_node=gpus,
+                     cpus_per_task=1, mem_mib=0, time_limit_s=limit_s)
+
+
+def running_sim(*subs: SimSubmission, backfill: bool = True, until_s: float = 0.0) -> Simulation:
+    config = EngineConfig(partitions=(PartitionConfig("gpu", default=True),),
+                          scheduler=SchedulerConfig(backfill=backfill), kill_grace_s=0.0)
+    sim = Simulation(config, [SimNode("n1", 4)])
+    sim.submit(subs)
+    sim.run(until_s=until_s)
+    return sim
+
+
+# ----- the runtime model
+
+def predicted(model: RuntimeModel, user: str, limit_s: int) -> float:
+    job = Job(id=1, spec=JobSpec(name="j", user=user, request=Request(time_limit_s=limit_s), argv=("true",)),
+              submit_time=0.0)
+    return model.runtime(job)
+
+
+def test_a_user_without_history_gets_the_global_median_and_nobody_with_history_gets_the_limit():
+    model = RuntimeModel(min_user_samples=2)
+    assert predicted(model, "alice", 1000) == 1000  # no history at all: the limit, as backfill assumes
+    for runtime in (100, 200, 900):
+        model.observe("bob", runtime, 1000)
+    assert predicted(model, "bob", 2000) == pytest.approx(400)  # bob's median ratio 0.2
+    assert predicted(model, "alice", 2000) == pytest.approx(400)  # the global median, alice has none
+    model.observe("alice", 500, 1000)
+    assert predicted(model, "alice", 2000) == pytest.approx(700)  # one sample is too few: the global median 0.35
+    model.observe("alice", 700, 1000)
+    assert predicted(model, "alice", 2000) == pytest.approx(1200)  # alice's own median 0.6
+
+
+def test_the_users_jobs_with_the_same_limit_come_first():
+    model = RuntimeModel(min_user_samples=3)
+    for _ in range(3):
+        model.observe("alice", 100, 1000)  # her 1,000 s jobs run a tenth of it
+        model.observe("alice", 3240, 3600)  # her hour-long ones nine tenths
+    assert predicted(model, "alice", 1000) == pytest.approx(100)
+    assert predicted(model, "alice", 3600) == pytest.approx(3240)
+    assert predicted(model, "alice", 7200) == pytest.approx(3600)  # no such jobs: all of hers, median 0.5
+
+
+def test_a_ratio_never_exceeds_one_and_the_recent_history_wins():
+    model = RuntimeModel(per_user=2, min_user_samples=1)
+    model.observe("a", 5000, 1000)  # ran past its limit (grace): counted as the limit
+    assert predicted(model, "a", 100) == 100
+    for runtime in (100, 100):
+        model.observe("a", runtime, 1000)
+    assert predicted(model, "a", 1000) == pytest.approx(100)  # the oldest sample fell out
+    assert predicted(RuntimeModel.limits_only(), "a", 1000) == 1000
+
+
+def test_a_running_job_past_its_prediction_is_expected_to_run_as_long_again_within_its_limit():
+    sim = running_sim(SimSubmission(0, request(limit_s=10_000), 9_000))
+    job = next(iter(sim.engine.jobs.values()))
+    model = RuntimeModel(min_user_samples=1)
+    model.observe("alice", 100, 1000)  # ratio 0.1: predicted 1,000 s
+    assert model.end(job, 500) == 1000
+    assert model.end(job, 3000) == 6000
+    assert model.end(job, 8000) == 10_000
+
+
+def test_a_running_job_is_expected_to_end_at_the_median_of_the_ratios_longer_than_its_age():
+    sim = running_sim(SimSubmission(0, request(limit_s=10_000), 9_000))
+    job = next(iter(sim.engine.jobs.values()))
+    model = RuntimeModel(min_user_samples=1)
+    for ratio in (0.1, 0.5, 0.9):
+        model.observe("alice", ratio * 1000, 1000)
+    assert model.end(job, 100) == pytest.approx(5000)  # every ratio is longer: their median
+    assert model.end(job, 3000) == pytest.approx(7000)  # past 0.1: the median of 0.5 and 0.9
+    assert model.end(job, 9500) == 10_000  # past them all: as long again, within the limit
+    assert RuntimeModel.limits_only().end(job, 3000) == 10_000
+
+
+def test_a_higher_quantile_predicts_longer_runtimes():
+    model = RuntimeModel(min_user_samples=1, quantile=0.75)
+    for ratio in (0.1, 0.5, 0.9):
+        model.observe("alice", ratio * 1000, 1000)
+    assert predicted(model, "alice", 1000) == pytest.approx(700)  # halfway from 0.5 to 0.9
+
+
+def test_bad_model_settings_are_refused():
+    with pytest.raises(ValueError, match="at least 1"):
+        RuntimeModel(per_user=0)
+    with pytest.raises(ValueError, match="quantile 1.5"):
+        RuntimeModel(quantile=1.5)
+
+
+# ----- forecasts of hand-made states
+
+def test_fifo_queue_forecasts_each_job_after_the_predicted_ends_before_it():
+    # One 4-GPU node; a running job and three waiting whole-node jobs. alice's jobs run half their limit.
+    sim = running_sim(SimSubmission(0, request(limit_s=1000), 500), SimSubmission(0, request(limit_s=400), 200),
+                      SimSubmission(0, request(user="bob", limit_s=600), 600),
+                      SimSubmission(0, request(limit_s=800), 400))
+    running, first, second, third = sorted(sim.engine.jobs)
+    assert sim.engine.jobs[running].state is JobState.RUNNING
+    model = RuntimeModel(min_user_samples=1)
+    model.observe("alice", 50, 100)  # alice: 0.5
+    model.observe("bob", 100, 100)  # bob: 1.0 (global median 0.75, unused)
+    assert forecast(capture(sim.engine, 0.0), model) == {first: 500, second: 700, third: 1300}
+    # Slurm's estimate: every job runs its whole limit.
+    assert forecast(capture(sim.engine, 0.0), RuntimeModel.limits_only()) == {first: 1000, second: 1400,
+                                                                              third: 2000}
+
+
+@pytest.mark.parametrize("backfill, want_small", [(True, 100), (False, 2000)])
+def test_the_forecast_plans_with_the_engines_own_policy(backfill, want_small):
+    # The node: 2 GPUs free at 100, the other 2 at 1000. A 4-GPU job waits first; a 2-GPU job of limit 900
+    # behind it fits in the gap from 100 with backfill, and waits its turn (after 1000 + 1000) without.
+    sim = running_sim(SimSubmission(0, request(gpus=2, limit_s=100), 100),
+                      SimSubmission(0, request(gpus=2, limit_s=1000), 1000),
+                      SimSubmission(0, request(gpus=4, limit_s=1000), 1000),
+                      SimSubmission(0, request(gpus=2, limit_s=900), 900), backfill=backfill)
+    *_running, big, small = sorted(sim.engine.jobs)
+    assert forecast(capture(sim.engine, 0.0), RuntimeModel.limits_only()) == {big: 1000, small: want_small}
+
+
+def test_a_job_that_cannot_start_within_the_horizon_gets_no_forecast():
+    sim = running_sim(SimSubmission(0, request(limit_s=1000), 1000), SimSubmission(0, request(limit_s=1000), 1000))
+    _running, waiting = sorted(sim.engine.jobs)
+    model = RuntimeModel.limits_only()
+    assert forecast(capture(sim.engine, 0.0), model, horizon_s=999) == {}
+    assert forecast(capture(sim.engine, 0.0), model, horizon_s=1000) == {waiting: 1000}
+
+
+def test_a_forecast_never_changes_the_engine_it_was_taken_from():
+    sim = running_sim(SimSubmission(0, request(limit_s=1000), 1000), SimSubmission(0, request(limit_s=1000), 1000),
+                      SimSubmission(0, request(user="bob", limit_s=50), 50))
+    before = {job_id: repr(job) for job_id, job in sim.engine.jobs.items()}
+    nodes_before = repr(sim.engine.nodes)
+    fairshare_before = repr(sim.engine.fairshare.state())
+    state = capture(sim.engine, 0.0)
+    assert len(forecast(state, RuntimeModel.limits_only())) == 2
+    assert {job_id: repr(job) for job_id, job in sim.engine.jobs.items()} == before
+    assert repr(sim.engine.nodes) == nodes_before
+    assert repr(sim.engine.fairshare.state()) == fairshare_before
+    # The captured state is reusable: the same forecast again.
+    assert forecast(state, RuntimeModel.limits_only()) == forecast(state, RuntimeModel.limits_only())
+    # And the live simulation goes on exactly as it would have.
+    sim.run()
+    assert sorted((j.id, j.start_time) for j in sim.result.finished) == [(1, 0.0), (2, 1000.0), (3, 2000.0)]
