@@ -72,9 +72,11 @@ class StaleAgent(Exception):
 class ControllerService:
     def __init__(self, engine: Engine | None, store: Store, clock: Callable[[], float] = time.time,
                  heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None,
-                 leadership: Leadership | None = None, config: EngineConfig | None = None) -> None:
+                 leadership: Leadership | None = None, config: EngineConfig | None = None,
+                 fence_after_s: float | None = None) -> None:
         """`restore(now)` builds the engine from the store, as at start (the default: restore_engine with
         this engine's configuration, profile and tenancy, which the store's own tenancy overrides).
+        `fence_after_s`: what agents are told for self-fencing (RegistrationReply; fencing_after_s).
         With `leadership`, the service has no engine (None, and `restore` and `config` given) until it
         takes the lease; without, it always leads."""
         self._engine = engine
@@ -83,6 +85,7 @@ class ControllerService:
         self.store = store
         self.clock = clock
         self.heartbeat_s = heartbeat_s
+        self.fence_after_s = fence_after_s
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.cycles = 0
@@ -502,7 +505,7 @@ class ControllerService:
         kill = (await self._stimulus(change)).reply
         log.info("node %s registered (%d GPUs)", reg.node, len(reg.gpus))
         return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill,
-                                 leader_epoch=self.leader_epoch)
+                                 leader_epoch=self.leader_epoch, fence_after_s=self.fence_after_s)
 
     def check_agent(self, node: str, epoch: str | None) -> None:
         # A contact changes nothing stored (a restarted controller gives every node a full timeout).
@@ -532,10 +535,11 @@ class ControllerService:
 def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished) -> ev.Event:
     """An agent's report as the engine's event."""
     if isinstance(event, NodeStarted):
-        return ev.TasksStarted(node, event.job_id)
+        return ev.TasksStarted(node, event.job_id, event.restart_count)
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
     if isinstance(event, NodeFinished):
-        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed)
+        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, event.fenced,
+                                event.restart_count)
     return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed)
 
 
