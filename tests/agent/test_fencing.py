@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from corral.protocol import NodeStarted
-from tests.agent.test_adoption import agents, alive, sigkill  # noqa: F401 - agents is a fixture
+from tests.agent.test_adoption import agents as agent_processes  # noqa: F401 - a fixture: real agents
+from tests.agent.test_adoption import alive, sigkill
 from tests.agent.test_confinement import cgroup_tree as agent_cgroups  # noqa: F401 - a fixture: a cgroup2 tree
 from tests.agent.test_confinement import gpu_files  # noqa: F401 - the fixture cgroup_tree uses
 
@@ -24,9 +25,9 @@ FENCE_AFTER_S = 2.0
 SLACK_S = 1.0  # a leader looks every fence_after_s / 8; the kill and the test's own polling take the rest
 
 
-def start_job(controller, agents, make_launch, script: str = "exec sleep 300"):
+def start_job(controller, request, make_launch, script: str = "exec sleep 300"):
     controller.fence_after_s = FENCE_AFTER_S
-    agent = agents()
+    agent = request.getfixturevalue("agent_processes")()
     controller.wait(lambda: controller.polls, timeout_s=10)
     controller.send(make_launch(job_id=31, argv=["sh", "-c", script]))
     (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31), timeout_s=10)
@@ -44,8 +45,8 @@ def died_within(pid: int, timeout_s: float) -> float | None:
     return None
 
 
-def test_a_task_runs_on_while_contact_lasts_and_is_fenced_once_it_is_lost(controller, agents, make_launch):
-    agent, task = start_job(controller, agents, make_launch)
+def test_a_task_runs_on_while_contact_lasts_and_is_fenced_once_it_is_lost(controller, request, make_launch):
+    agent, task = start_job(controller, request, make_launch)
     time.sleep(2 * FENCE_AFTER_S)
     assert alive(task), "a healthy agent's contact is never older than fence_after_s"
 
@@ -64,8 +65,8 @@ def test_a_task_runs_on_while_contact_lasts_and_is_fenced_once_it_is_lost(contro
     assert finished.restart_count == 0
 
 
-def test_the_leader_of_a_dead_agent_fences_its_task(controller, agents, make_launch, tmp_path):
-    agent, task = start_job(controller, agents, make_launch)
+def test_the_leader_of_a_dead_agent_fences_its_task(controller, request, make_launch, tmp_path):
+    agent, task = start_job(controller, request, make_launch)
     sigkill(agent)  # and never started again
     killed = time.monotonic()
     assert alive(task), "a task outlives its SIGKILLed agent (decision 0015)"
@@ -76,8 +77,8 @@ def test_the_leader_of_a_dead_agent_fences_its_task(controller, agents, make_lau
     assert died - killed > FENCE_AFTER_S - 0.5 - 0.3
 
 
-def test_without_a_node_timeout_nothing_is_fenced(controller, agents, make_launch):
-    agent, task = start_job(controller, agents, make_launch)
+def test_without_a_node_timeout_nothing_is_fenced(controller, request, make_launch):
+    agent, task = start_job(controller, request, make_launch)
     controller.fence_after_s = None
     controller.stop()
     controller.restart("epoch-2")  # a controller without a node timeout: the agent registers with it
@@ -105,8 +106,8 @@ def test_fencing_kills_what_the_task_left_in_its_cgroup(controller, request, mak
         script = (f"setsid sh -c 'echo $$ > {tmp_path}/escaped; exec sleep 300' </dev/null >/dev/null 2>&1 & "
                   f"exec sleep 300")
         controller.send(make_launch(job_id=31, argv=["sh", "-c", script]))
-        (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31) and (tmp_path / "escaped").exists()
-                                     and controller.events_of(NodeStarted, 31), timeout_s=10)
+        controller.wait(lambda: (tmp_path / "escaped").exists(), timeout_s=10)
+        (started,) = controller.wait(lambda: controller.events_of(NodeStarted, 31), timeout_s=10)
         escaped = int((tmp_path / "escaped").read_text())
         (tmp_path / "pgid").write_text(f"{started.pids[0]} {escaped}")
         sigkill(agent)

@@ -19,7 +19,7 @@ its own, in the task's cgroup) instead of the task itself; it is its own session
 - Meanwhile fence (decision 0017): every fence_after_s / 8 (at most every second) read the agent's contact
   file (the spec's contact_file: {"fence_after_s": F, "contact": T}, T on CLOCK_BOOTTIME); once the contact
   is more than F old, SIGKILL the task's process group and every other process in the task's cgroup leaf
-  (the spec's cgroup_leaf, if any) but the leaders, and record the end as {"returncode": -9, "fenced": why}.
+  (the spec's cgroup_leaf, if any) but the leaders (each fences its own), and record the end as {"returncode": -9, "fenced": why}.
   The controller declares the node down, and gives its jobs away, only after node_timeout_s > F. No file
   (yet) means no fencing; an unreadable one, the last values read.
 
@@ -179,7 +179,7 @@ def _fence(pgid: int, leaf: str | None) -> None:
                 pids = [int(line) for line in file if line.strip()]
         except (OSError, ValueError):
             return
-        others = [pid for pid in pids if pid != me and _cmdline(pid)[:4] != leader]
+        others = [pid for pid in pids if pid != me and not _is_leader(pid, leader)]
         if not others:
             return
         for pid in others:
@@ -188,6 +188,14 @@ def _fence(pgid: int, leaf: str | None) -> None:
             except OSError:
                 pass
         time.sleep(0.01)
+
+
+def _is_leader(pid: int, leader: list[bytes]) -> bool:
+    """Another task's leader: this script, run by this user (a task run as its user cannot pose as one)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid() and _cmdline(pid)[:4] == leader
+    except OSError:
+        return False
 
 
 def _cmdline(pid: int) -> list[bytes]:

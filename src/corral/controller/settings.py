@@ -38,7 +38,7 @@ from corral.engine.config import EngineConfig, PartitionConfig
 
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
-        "partitions", "auth", "expedite_hold_s"} | _TENANCY
+        "partitions", "auth", "expedite_hold_s", "self_fencing"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins"}
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
@@ -126,7 +126,7 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
         except ValueError as exc:
             raise SettingsError(f"{origin} partitions[{i}]: {exc}") from None
     top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
-                                "shards_per_gpu", "expedite_hold_s")
+                                "shards_per_gpu", "expedite_hold_s", "self_fencing")
            if k in data}
     try:
         return EngineConfig(partitions=tuple(partitions), scheduler=SchedulerConfig(**sched), **top)
