@@ -19,9 +19,9 @@ its own, in the task's cgroup) instead of the task itself; it is its own session
 - Meanwhile fence (decision 0017): every fence_after_s / 8 (at most every second) read the agent's contact
   file (the spec's contact_file: {"fence_after_s": F, "contact": T}, T on CLOCK_BOOTTIME); once the contact
   is more than F old, SIGKILL the task's process group and every other process in the task's cgroup leaf
-  (the spec's cgroup_leaf, if any) but the leaders (each fences its own), and record the end as {"returncode": -9, "fenced": why}.
-  The controller declares the node down, and gives its jobs away, only after node_timeout_s > F. No file
-  (yet) means no fencing; an unreadable one, the last values read.
+  (the spec's cgroup_leaf, if any) but the leaders (each fences its own), and record the end as
+  {"returncode": -9, "fenced": why}. The controller declares the node down, and gives its jobs away, only
+  after node_timeout_s > F. No file (yet) means no fencing; an unreadable one, the last values read.
 
 Only the standard library, and as little of it as will do: the agent waits for the reply.
 """
