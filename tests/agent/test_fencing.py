@@ -117,8 +117,11 @@ def test_fencing_kills_what_the_task_left_in_its_cgroup(controller, request, mak
         if agent.poll() is None:
             agent.kill()
             agent.wait()
-        for job in cgroup_tree.root.glob("job_*"):  # whatever a failed run left
+        for job in cgroup_tree.root.glob("job_*"):  # whatever a failed run left, and the leader on its way out
             (job / "cgroup.kill").write_text("1")
+            deadline = time.monotonic() + 5
+            while "populated 1" in (job / "cgroup.events").read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
 
 
 @pytest.fixture(autouse=True)
