@@ -68,6 +68,10 @@ class RegistrationReply(BaseModel):
     leader_epoch: int = 0  # the lease epoch of the controller that answers (0: a controller without a lease)
     # Jobs this agent reported running that the controller wants gone (cancelled or unknown).
     kill_jobs: list[int] = []
+    # Self-fencing (decision 0017): once the agent has had no successful exchange with a leader for this long
+    # (measured from the send time of its last request that got a reply), its task leaders SIGKILL the node's
+    # tasks; the controller declares the node down only later (node_timeout_s). None: never (no node timeout).
+    fence_after_s: float | None = None
 
 
 class TaskLaunch(BaseModel):
@@ -235,6 +239,8 @@ class NodeStarted(BaseModel):
     kind: Literal["started"] = "started"
     job_id: JobId
     pids: list[Pid] = Field([], max_length=limits.LIST_MAX_ITEMS)
+    # The launch's restart count: which run of the job this is (None: an older agent that does not say).
+    restart_count: Amount | None = None
 
 
 class TaskExit(BaseModel):
@@ -253,6 +259,11 @@ class NodeFinished(BaseModel):
     # The kernel killed a process of the job for going over its memory limit (Slurm's OUT_OF_MEMORY).
     oom_killed: bool = False
     usage: Usage | None = None  # what was sampled over the tasks' life (None: never sampled)
+    # The node's task leaders killed the tasks because the agent lost contact with the controller (decision
+    # 0017): why, e.g. "lost contact with the controller for 20 s". The controller treats it as a node failure.
+    fenced: Diagnostic | None = None
+    # The launch's restart count: a late report of an earlier run of the job is ignored (None: not said).
+    restart_count: Amount | None = None
 
 
 class StepFinished(BaseModel):

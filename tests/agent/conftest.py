@@ -115,6 +115,7 @@ class FakeController:
         self.epoch = "epoch-1"
         self.leader_epoch = 0  # the lease epoch its replies carry
         self.heartbeat_s = 0.5
+        self.fence_after_s: float | None = None  # RegistrationReply's: self-fencing (decision 0017)
         self.kill_jobs: list[int] = []
         self.registrations: list[Registration] = []
         self.on_register: Callable[[Registration], None] | None = None  # runs before the reply
@@ -263,7 +264,7 @@ class _Handler(BaseHTTPRequestHandler):
             ctl.registrations.append(registration)
             ctl.auth_headers.append(self.headers["Authorization"])
             reply = RegistrationReply(epoch=ctl.epoch, heartbeat_s=ctl.heartbeat_s, kill_jobs=ctl.kill_jobs,
-                                      leader_epoch=ctl.leader_epoch)
+                                      leader_epoch=ctl.leader_epoch, fence_after_s=ctl.fence_after_s)
         self._reply(200, reply.model_dump_json())
 
     def _events(self) -> None:

@@ -34,7 +34,8 @@ def test_tasks_get_their_own_environment(make_launch, tmp_path, agent_env):
     )
     started, finished = asyncio.run(run_to_end(runner_for(launch, tmp_path, agent_env)))
     assert isinstance(started, NodeStarted) and len(started.pids) == 2
-    assert finished == NodeFinished(job_id=7, tasks=[TaskExit(rank=2, exit_code=0), TaskExit(rank=3, exit_code=0)])
+    assert finished == NodeFinished(job_id=7, tasks=[TaskExit(rank=2, exit_code=0), TaskExit(rank=3, exit_code=0)],
+                                     restart_count=0)
     envs = {rank: read_env(tmp_path / f"env.{rank}") for rank in (2, 3)}
     assert envs[2]["CUDA_VISIBLE_DEVICES"] == "0,1" and envs[3]["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert (envs[2]["SLURM_LOCALID"], envs[3]["SLURM_LOCALID"]) == ("0", "1")

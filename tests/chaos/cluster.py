@@ -107,7 +107,7 @@ class Process:
 
 class ChaosCluster:
     def __init__(self, root: Path, db_url: str, controllers: int = 1, nodes: int = 4, gpus: int = 4,
-                 config: str = "kill_grace_s = 2\nnode_timeout_s = 6\n", net: VirtualNetwork | None = None,
+                 config: str = "kill_grace_s = 2\nnode_timeout_s = 15\n", net: VirtualNetwork | None = None,
                  database: Database | None = None) -> None:
         self.root, self.db_url, self.gpus, self.net, self.database = root, db_url, gpus, net, database
         (root / "secret").write_text(os.urandom(16).hex())

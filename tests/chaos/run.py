@@ -124,7 +124,9 @@ def kill_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
     node = rng.choice(sorted(cluster.agents))
     record = FaultRecord("agent_kill", node, time.time())
     cluster.agents[node].kill()
-    time.sleep(rng.uniform(0.0, 10.0))  # sometimes past the node timeout, its tasks running unwatched
+    # Sometimes past the node timeout (15 s), sometimes past only the fencing (10 s: its leaders kill its
+    # tasks, decision 0017): its tasks run unwatched meanwhile.
+    time.sleep(rng.uniform(0.0, 20.0))
     cluster.agents[node].start()
     record.recovery_s = cluster.wait_nodes_up(60.0, {node})
     return record
@@ -134,7 +136,7 @@ def pause_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
     node = rng.choice(sorted(cluster.agents))
     record = FaultRecord("agent_pause", node, time.time())
     cluster.agents[node].pause()
-    time.sleep(rng.uniform(1.0, 9.0))  # sometimes past the node timeout
+    time.sleep(rng.uniform(1.0, 18.0))  # sometimes past the fencing (10 s) or the node timeout (15 s)
     cluster.agents[node].resume()
     record.recovery_s = cluster.wait_nodes_up(60.0, {node})
     return record

@@ -45,9 +45,12 @@ class JobShape:
 
 
 def random_shapes(rng: random.Random, count: int, max_nodes: int, gpus_per_node: int) -> list[JobShape]:
-    """Mostly one-node jobs of 1..all GPUs, some gangs, lasting 1 to 8 s."""
+    """Mostly one-node jobs of 1..all GPUs, some gangs, lasting 1 to 8 s; one in five lasts 16 to 24 s, longer
+    than the node timeout (tests/chaos/cluster.py), so that a run written off with its node could still be
+    alive when the job runs again (the checker's `twice`, which self-fencing prevents)."""
     shapes = []
     for _ in range(count):
         nodes = 1 if rng.random() < 0.8 else rng.randint(2, max(2, max_nodes // 2))
-        shapes.append(JobShape(min(nodes, max_nodes), rng.choice([1, 1, 2, 4, gpus_per_node]), rng.randint(5, 40)))
+        beats = rng.randint(5, 40) if rng.random() < 0.8 else rng.randint(80, 120)
+        shapes.append(JobShape(min(nodes, max_nodes), rng.choice([1, 1, 2, 4, gpus_per_node]), beats))
     return shapes

@@ -53,3 +53,30 @@ def test_a_batch_job_whose_agent_is_killed_runs_again_elsewhere_with_its_restart
     assert [(h["event"], h.get("node"), h.get("outcome")) for h in record["history"]
             if h["event"] == "node-failed"] == [("node-failed", first, "requeued")]
     assert next(h for h in record["history"] if h["event"] == "requeued")["cause"] == f"node failure {first}"
+
+
+def test_the_old_run_of_a_job_whose_agent_died_is_gone_before_the_new_run_starts(cluster_factory, tmp_path,
+                                                                                 marker) -> None:
+    """Self-fencing (decision 0017): the dead agent's task leader kills the task after fence_after_s (2 s of
+    the 3 s node timeout), so the requeued job never runs twice at once. Each run beats into a file of its
+    own every 0.1 s: the first run's last beat comes before the second run's start."""
+    cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 1\nnode_timeout_s = 3\n")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = (f'#!/bin/bash\nf={marks}/run.${{SLURM_RESTART_COUNT:-0}}\necho "start $$ $EPOCHREALTIME" > $f\n'
+              f'while true; do sleep 0.1; echo "beat $EPOCHREALTIME" >> $f; done\n')
+    job = cluster.submit(script=script, batch=True, gpus_per_node=2, env={"PATH": os.environ["PATH"], MARKER: marker})
+    first = cluster.wait_state(job, "RUNNING")["nodelist"]
+    wait_for(lambda: (marks / "run.0").exists(), message="the first run's start")
+    old_pid = int((marks / "run.0").read_text().split()[1])
+
+    cluster.kill_agent(first)  # and never started again
+
+    wait_for(lambda: (marks / "run.1").exists() and len((marks / "run.1").read_text().split()) >= 3,
+             timeout_s=30, message="the second run's start")
+    new_start = float((marks / "run.1").read_text().split()[2])
+    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE, \
+        "the first run's task is gone"
+    old_last = float((marks / "run.0").read_text().split()[-1])
+    assert old_last < new_start, f"the first run beat at {old_last:.3f}, after the second started at {new_start:.3f}"
+    assert cluster.job(job)["nodelist"] != first

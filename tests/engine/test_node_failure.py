@@ -146,3 +146,42 @@ def test_a_job_ending_on_a_node_that_is_down_gives_its_gpus_back_without_breakin
     engine.register_node("node1", inventory(4), set(), set(), T0 + 1)
     engine.schedule(T0 + 1)
     assert gang.state is JobState.RUNNING and set(gang.node_names) == {"node1", "node2"}
+
+
+def test_a_late_report_of_an_earlier_run_does_not_end_the_run_again_on_the_same_node() -> None:
+    """Self-fencing (decision 0017): a node cut off from the controller is declared down and its job requeued;
+    the node comes back and runs the job again before its agent delivers the end of the first run (killed by
+    its leaders): that report is about run 0 and must not end run 1."""
+    from corral.engine import events as ev
+
+    engine = engine_with_nodes(count=1)
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    engine.node_started("node1", job.id, T0 + 1)
+    engine.node_lost("node1", T0 + 40)
+    assert (job.state, job.restart_count) == (JobState.PENDING, 1)
+    engine.register_node("node1", inventory(), set(), {job.id}, T0 + 50)  # back, its old end unacknowledged
+    assert engine.schedule(T0 + 51) == [Launch(job.id, "node1")]
+    engine.handle(ev.TasksStarted("node1", job.id, restart_count=0), now=T0 + 52)
+    assert job.runs["node1"].started is False, "run 0's start is not run 1's"
+    engine.handle(ev.TasksFinished("node1", job.id, ((0, 0, signal.SIGKILL),), fenced="lost contact",
+                                   restart_count=0), now=T0 + 52)
+    assert (job.state, job.restart_count, job.runs["node1"].finished) == (JobState.RUNNING, 1, False)
+    engine.handle(ev.TasksStarted("node1", job.id, restart_count=1), now=T0 + 53)
+    engine.handle(ev.TasksFinished("node1", job.id, ((0, 0, 0),), restart_count=1), now=T0 + 60)
+    assert (job.state, job.restart_count) == (JobState.COMPLETED, 1)
+
+
+def test_a_run_fenced_before_its_node_was_declared_down_is_requeued_as_after_a_node_failure() -> None:
+    """The agent's leaders killed the tasks (contact lost for fence_after_s) and contact came back before
+    node_timeout_s: the controller never saw the node down, but the run ended for a node failure."""
+    from corral.engine import events as ev
+
+    engine = engine_with_nodes(count=1)
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    engine.node_started("node1", job.id, T0 + 1)
+    engine.handle(ev.TasksFinished("node1", job.id, ((0, 0, signal.SIGKILL),),
+                                   fenced="lost contact with the controller for 20 s", restart_count=0), now=T0 + 30)
+    assert (job.state, job.restart_count) == (JobState.PENDING, 1)
+    assert job.history[-2]["event"] == "node-failed"

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import signal
 from collections import OrderedDict
@@ -45,6 +46,8 @@ from pydantic import ValidationError
 from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.auth_socket import serve_auth_socket
 from corral.agent.cgroups import JobCgroup
+from corral.agent.contact import Contact
+from corral.agent.contact import now as contact_clock
 from corral.agent.discovery import Inventory
 from corral.agent.health import HealthConfig, HealthMonitor
 from corral.agent.identity import agent_user
@@ -159,6 +162,7 @@ class Agent:
         self._inventory = inventory
         self._spool_dir = Path(spool_dir)
         self._task_spool = TaskSpool(self._spool_dir)
+        self._contact = Contact(self._task_spool.contact)  # for self-fencing (contact.py, decision 0017)
         self._unkillable: list[TaskRecord] = []  # leftover tasks that survived the sweep at start
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._max_poll_wait_s = max_poll_wait_s
@@ -359,7 +363,7 @@ class Agent:
         assert self._client is not None
         while True:
             registration = self._registration()
-            asked = self._controller_url
+            asked, sent_at = self._controller_url, contact_clock()
             try:
                 response = await self._client.post(
                     f"{API_PREFIX}/agents/register",
@@ -373,6 +377,7 @@ class Agent:
                     stale = self._stale_leader(reply.leader_epoch)
                     if stale is None:
                         backoff.succeeded()
+                        self._contact.registered(reply.fence_after_s, sent_at)
                         await self._accept_registration(reply, registration)
                         return
                     reason = stale
@@ -413,8 +418,10 @@ class Agent:
             # A new controller numbers its commands afresh.
             self._after_seq = 0
         self._epoch = reply.epoch
-        # Polling at least once per heartbeat is what keeps this node alive in the controller's eyes.
-        self._poll_wait_s = max(0.1, min(self._max_poll_wait_s, reply.heartbeat_s))
+        # Polling at least once per heartbeat is what keeps this node alive in the controller's eyes; and
+        # every fence_after_s / 4, so that a healthy agent's contact is never older than about half of it.
+        fencing = math.inf if reply.fence_after_s is None else reply.fence_after_s / 4
+        self._poll_wait_s = max(0.1, min(self._max_poll_wait_s, reply.heartbeat_s, fencing))
         log.info("registered %s with epoch %s (%d running, %d finished unacknowledged)",
                  self.node, reply.epoch, len(sent.running_jobs), len(sent.finished_jobs))
         self._outbox_ready.set()  # re-send whatever the previous controller did not acknowledge
@@ -443,6 +450,7 @@ class Agent:
         backoff = Backoff("command poll")
         while True:
             epoch, wait_s, asked = self._epoch, self._poll_wait_s, self._controller_url
+            sent_at = contact_clock()
             try:
                 response = await self._client.get(
                     f"{API_PREFIX}/agents/{self.node}/commands",
@@ -470,6 +478,7 @@ class Agent:
                 await backoff.failed(stale)
                 continue
             backoff.succeeded()
+            self._contact.made(sent_at)
             for command in batch.commands:
                 self._handle(command)
 
@@ -559,7 +568,8 @@ class Agent:
             log.exception("job %d: runner failed", runner.job_id)
             self._runners.pop(runner.job_id, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
-            self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}"))
+            self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}",
+                                    restart_count=runner.launch.restart_count))
 
     def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,
                     reason: str | None = None) -> int:
@@ -642,7 +652,7 @@ class Agent:
     async def _send(self, batch: list[Event], backoff: Backoff) -> bool:
         """POST one batch; True when it is done with (accepted, or rejected as malformed)."""
         assert self._client is not None
-        epoch, asked = self._epoch, self._controller_url
+        epoch, asked, sent_at = self._epoch, self._controller_url, contact_clock()
         try:
             response = await self._client.post(
                 f"{API_PREFIX}/agents/{self.node}/events",
@@ -667,6 +677,7 @@ class Agent:
             await backoff.failed(f"HTTP {response.status_code}")
             return False
         backoff.succeeded()
+        self._contact.made(sent_at)
         return True
 
 

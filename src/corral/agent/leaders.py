@@ -49,6 +49,7 @@ class TaskProcess:
     leader: subprocess.Popen[bytes] | None = None  # our child; None for a leader adopted from an earlier agent
     leader_started: float = 0.0  # since boot; how an adopted leader is told from a later process with its pid
     confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
+    fenced: str | None = None  # after `wait`: why the leader killed the task (it lost contact: decision 0017)
 
     def confirm(self, recorded: bool) -> None:
         """Tell the leader whether the task is recorded in the spool; if not, it kills the task."""
@@ -70,8 +71,11 @@ class TaskProcess:
             await _until_gone(self.leader_pid, lambda: leader.poll() is not None)
         else:
             await _until_gone(self.leader_pid, lambda: not same_process(self.leader_pid, self.leader_started))
-        returncode = read_exit(self.exit_file)
-        if returncode is None:
+        record = read_exit_record(self.exit_file)
+        returncode = record.get("returncode")
+        fenced = record.get("fenced")
+        self.fenced = fenced if isinstance(fenced, str) else None
+        if not isinstance(returncode, int):
             log.warning("the leader of task %d ended without recording its exit: it was killed, and the task "
                         "with it", self.pid)
             return -signal.SIGKILL
@@ -95,10 +99,17 @@ def forget_exits(directory: Path, keep: set[int]) -> None:
 
 def read_exit(path: Path) -> int | None:
     """The returncode a leader recorded, or None if it recorded none."""
+    returncode = read_exit_record(path).get("returncode")
+    return returncode if isinstance(returncode, int) else None
+
+
+def read_exit_record(path: Path) -> dict[str, Any]:
+    """What a leader recorded: {"returncode": N} (and "fenced": why, if it fenced), or {} if nothing."""
     try:
-        return int(json.loads(path.read_text())["returncode"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def same_process(pid: int, started: float) -> bool:
@@ -168,9 +179,11 @@ class StartingTask:
 def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int | IO[Any] | None,
                stdout: int | IO[Any] | None, stderr: int | IO[Any] | None, user: tuple[int, int, list[int]] | None,
                exit_dir: Path, placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-               ) -> StartingTask:
+               contact_file: Path | None = None, cgroup_leaf: Path | None = None) -> StartingTask:
     """Start a task's leader and hand it the task's spec. `placement` is held while the leader is forked
-    (the cgroup the leader and its task start in)."""
+    (the cgroup the leader and its task start in). `contact_file`: the agent's contact, which the leader
+    watches to fence (contact.py); `cgroup_leaf`: the task's leaf in the tracking hierarchy, whose
+    processes it kills then."""
     exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
     reply_read, reply_write = os.pipe2(os.O_CLOEXEC)
@@ -189,7 +202,9 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
         os.close(spec_read)
         os.close(reply_write)
     path = exit_file(exit_dir, leader.pid)
-    spec = {"argv": argv, "cwd": cwd, "env": dict(env), "user": user, "exit_file": str(path)}
+    spec = {"argv": argv, "cwd": cwd, "env": dict(env), "user": user, "exit_file": str(path),
+            "contact_file": None if contact_file is None else str(contact_file),
+            "cgroup_leaf": None if cgroup_leaf is None else str(cgroup_leaf)}
     try:
         _write_all(spec_write, json.dumps(spec).encode() + b"\n")
     except OSError:

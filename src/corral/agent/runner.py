@@ -89,7 +89,7 @@ class JobRunner(LocalTasks):
                          self.pids)
             else:
                 log.info("job %d: started %d task(s), pids %s", self.job_id, len(self._procs), self.pids)
-                yield NodeStarted(job_id=self.job_id, pids=self.pids)
+                yield NodeStarted(job_id=self.job_id, pids=self.pids, restart_count=self.launch.restart_count)
             await asyncio.gather(*watchers)
         finally:
             for watcher in watchers:
@@ -98,8 +98,9 @@ class JobRunner(LocalTasks):
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [self._exits[rank] for rank in sorted(self._exits)]
         log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits),
-                 " (out of memory)" if self.oom_killed else "")
-        yield NodeFinished(job_id=self.job_id, tasks=exits, oom_killed=self.oom_killed)
+                 " (out of memory)" if self.oom_killed else f" (fenced: {self.fenced})" if self.fenced else "")
+        yield NodeFinished(job_id=self.job_id, tasks=exits, oom_killed=self.oom_killed, fenced=self.fenced,
+                           restart_count=self.launch.restart_count)
 
     # -- starting
 
@@ -196,5 +197,6 @@ class JobRunner(LocalTasks):
         shutil.rmtree(self._job_dir, ignore_errors=True)
         self._forget_launch()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]
-        return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc))
+        return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc),
+                            restart_count=self.launch.restart_count)
 

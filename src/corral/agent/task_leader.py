@@ -16,6 +16,12 @@ its own, in the task's cgroup) instead of the task itself; it is its own session
   ever know it runs.
 - Wait for the task, and write {"returncode": N} (Popen's: negative for a signal) to the exit file,
   whole or not at all. Then exit.
+- Meanwhile fence (decision 0017): every fence_after_s / 8 (at most every second) read the agent's contact
+  file (the spec's contact_file: {"fence_after_s": F, "contact": T}, T on CLOCK_BOOTTIME); once the contact
+  is more than F old, SIGKILL the task's process group and every other process in the task's cgroup leaf
+  (the spec's cgroup_leaf, if any) but the leaders (each fences its own), and record the end as
+  {"returncode": -9, "fenced": why}. The controller declares the node down, and gives its jobs away, only
+  after node_timeout_s > F. No file (yet) means no fencing; an unreadable one, the last values read.
 
 Only the standard library, and as little of it as will do: the agent waits for the reply.
 """
@@ -24,12 +30,16 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 
 PR_SET_PDEATHSIG = 1
 EXIT_SPAWN_FAILED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 126, 127
+LOOK_EVERY_MAX_S = 1.0
+LEAF_KILL_ROUNDS = 20  # of SIGKILL to what is left in the leaf, 10 ms apart (a process may be forking)
 
 
 def _read_spec(fd: int) -> tuple[dict, bytes]:
@@ -90,11 +100,110 @@ def _release_streams() -> None:
     os.close(null)
 
 
-def _record_exit(path: str, returncode: int) -> None:
+def _record_exit(path: str, record: dict) -> None:
     temporary = f"{path}.tmp"
     with open(temporary, "w") as file:
-        file.write(json.dumps({"returncode": returncode}))
+        file.write(json.dumps(record))
     os.replace(temporary, path)
+
+
+class _Contact:
+    """The agent's last contact with the controller, as its file says (contact.py)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.at = time.clock_gettime(time.CLOCK_BOOTTIME)
+        self.fence_after_s: float | None = None
+        self.read()
+
+    def read(self) -> None:
+        if not self.path:
+            return
+        try:
+            with open(self.path) as file:
+                data = json.loads(file.read())
+            at, after = float(data["contact"]), data["fence_after_s"]
+            self.at, self.fence_after_s = at, None if after is None else float(after)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not written yet (no fencing), or unreadable: the last values read stand
+
+    def look_every_s(self) -> float:
+        return LOOK_EVERY_MAX_S if self.fence_after_s is None else min(LOOK_EVERY_MAX_S, self.fence_after_s / 8)
+
+    def lost_for(self) -> float | None:
+        """How long contact has been lost, once that is past fence_after_s; else None."""
+        self.read()
+        silent = time.clock_gettime(time.CLOCK_BOOTTIME) - self.at
+        return silent if self.fence_after_s is not None and silent > self.fence_after_s else None
+
+
+def _exited_within(task: subprocess.Popen, pidfd: int | None, timeout_s: float) -> bool:
+    if pidfd is None:
+        try:
+            task.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    return bool(select.select([pidfd], [], [], timeout_s)[0])
+
+
+def _await_task(task: subprocess.Popen, spec: dict) -> dict:
+    """The task's exit record, once it has exited or been fenced."""
+    contact = _Contact(spec.get("contact_file"))
+    try:
+        pidfd = os.pidfd_open(task.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    while not _exited_within(task, pidfd, contact.look_every_s()):
+        lost_for = contact.lost_for()
+        if lost_for is not None:
+            _fence(task.pid, spec.get("cgroup_leaf"))
+            return {"returncode": task.wait(), "fenced": f"lost contact with the controller for {lost_for:.0f} s"}
+    return {"returncode": task.wait()}
+
+
+def _fence(pgid: int, leaf: str | None) -> None:
+    """SIGKILL the task's process group, then whatever else runs in its cgroup leaf (setsid or not), but the
+    leaders there (each fences its own task, and records its end)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+    if not leaf:
+        return
+    me = os.getpid()
+    leader = _cmdline(me)[:4]  # python -I -S task_leader.py
+    for _ in range(LEAF_KILL_ROUNDS):
+        try:
+            with open(os.path.join(leaf, "cgroup.procs")) as file:
+                pids = [int(line) for line in file if line.strip()]
+        except (OSError, ValueError):
+            return
+        others = [pid for pid in pids if pid != me and not _is_leader(pid, leader)]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+def _is_leader(pid: int, leader: list[bytes]) -> bool:
+    """Another task's leader: this script, run by this user (a task run as its user cannot pose as one)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == os.getuid() and _cmdline(pid)[:4] == leader
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().split(b"\0")
+    except OSError:
+        return []
 
 
 def main(argv: list[str]) -> int:
@@ -109,7 +218,7 @@ def main(argv: list[str]) -> int:
     _release_streams()
     if not replied or not _confirmed(spec_fd, rest):
         os.killpg(task.pid, signal.SIGKILL)
-    _record_exit(spec["exit_file"], task.wait())
+    _record_exit(spec["exit_file"], _await_task(task, spec))
     return 0
 
 

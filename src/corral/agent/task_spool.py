@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 RECORDS_DIR = "tasks"
 LAUNCHES_DIR = "launches"
+CONTACT_FILE = "contact"
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 SWEEP_GRACE_S = 5.0  # between SIGTERM and SIGKILL
 KILL_WAIT_S = 5.0  # after SIGKILL: how long to wait for the processes to go
@@ -62,6 +63,7 @@ class TaskSpool:
     def __init__(self, spool_dir: Path) -> None:
         self.directory = Path(spool_dir) / RECORDS_DIR
         self.launches = Path(spool_dir) / LAUNCHES_DIR
+        self.contact = Path(spool_dir) / CONTACT_FILE  # the agent's last contact, for self-fencing (contact.py)
 
     def add(self, pid: int, job_id: int, step_id: int | None, gpus: Iterable[int], *, rank: int = 0,
             leader_pid: int = 0) -> TaskRecord | None:

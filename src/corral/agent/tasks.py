@@ -59,15 +59,17 @@ def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
     stderr: StdioTarget, exit_dir: Path, identity: TaskIdentity | None = None,
     placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    contact_file: Path | None = None, cgroup_leaf: Path | None = None,
 ) -> StartingTask:
     """Start one task in its own session and process group, as `identity` (None: as the agent), through a
     leader of its own that outlives the agent (leaders.py; `LocalTasks._take_replies` takes its reply); a
     failure becomes a SpawnError with the exit code a shell would give (127 not found, 126 not
-    executable, 1 anything else)."""
+    executable, 1 anything else). `contact_file`, `cgroup_leaf`: what the leader needs to fence (decision 0017)."""
     user = None if identity is None else (identity.uid, identity.gid, list(identity.groups))
     try:
         return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
-                          exit_dir=exit_dir, placement=placement)
+                          exit_dir=exit_dir, placement=placement, contact_file=contact_file,
+                          cgroup_leaf=cgroup_leaf)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         # ValueError: e.g. a NUL byte in an argument or environment value.
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
@@ -153,6 +155,7 @@ class LocalTasks:
         self._leaf_name = "batch" if step_id is None else f"step_{step_id}"
         self._leaves: list[Path] = []  # one per cgroup hierarchy
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
+        self.fenced: str | None = None  # why their leaders killed tasks: lost contact with the controller
         self.adopted = False  # its tasks were started by an earlier agent on this node
         self._launch_json: str | None = None  # the launch message as saved in the spool
         self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
@@ -274,11 +277,12 @@ class LocalTasks:
     def _spawn_task(self, argv: list[str], **streams: Any) -> StartingTask:
         """spawn_task as the tasks' user, in their cgroups (the leader is in them before it runs any code)."""
         tree, leaves = self._confinement.cgroups, self._leaves
-        exit_dir = self._spool.directory
+        exit_dir, contact = self._spool.directory, self._spool.contact
         if tree is None or not leaves:
-            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir, **streams)
+            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir, contact_file=contact, **streams)
         try:
-            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir,
+            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir, contact_file=contact,
+                              cgroup_leaf=leaves[0],  # the tracking hierarchy's
                               placement=lambda: tree.agent_inside(leaves), **streams)
         except OSError as exc:
             raise SpawnError(f"cannot start the task in cgroup {leaves[0]}: {exc.strerror or exc}") from exc
@@ -345,6 +349,9 @@ class LocalTasks:
     async def _reap(self, rank: int, proc: TaskProcess) -> TaskExit:
         """Wait for a task's main process; kill what it left in its group; record its exit."""
         returncode = await proc.wait()
+        if proc.fenced is not None:
+            log.warning("%s: rank %d was killed by its leader: %s", self._what, rank, proc.fenced)
+            self.fenced = proc.fenced
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         await self._clear_group(proc.pid)
         if len(self._exits) == len(self._procs):

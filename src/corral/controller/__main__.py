@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import sys
 import time
@@ -101,6 +102,17 @@ def default_advertise_url(host: str, port: int, tls: bool) -> str:
     return f"{'https' if tls else 'http'}://{host}:{port}"
 
 
+def fencing_after_s(node_timeout_s: float) -> float | None:
+    """How long an agent may be without contact before its task leaders kill the node's tasks (decision 0017):
+    two thirds of the node timeout, so that the last third is left for the kill (a leader looks every
+    fence_after_s / 8, at most every second, and SIGKILL is immediate) and for clocks running at slightly
+    different rates. None: no fencing, as no node is ever declared down (the setting self_fencing = false
+    turns it off too)."""
+    if not math.isfinite(node_timeout_s):
+        return None
+    return node_timeout_s * 2 / 3
+
+
 def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None,
               ratelimit=None):
     """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
@@ -115,14 +127,17 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
 
     # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
     heartbeat_s = min(5.0, config.node_timeout_s / 3)
+    fence_after_s = fencing_after_s(config.node_timeout_s) if config.self_fencing else None
     # The same function builds the engine now (or on taking the lease) and again after a failed commit.
     if advertise_url is None:
-        service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore)
+        service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore,
+                                    fence_after_s=fence_after_s)
     else:
         from corral.controller.leadership import Leadership
 
         service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
-                                    leadership=Leadership(store, advertise_url), config=config)
+                                    leadership=Leadership(store, advertise_url), config=config,
+                                    fence_after_s=fence_after_s)
     return create_app(service, secret, auth, ratelimit)
 
 

@@ -78,9 +78,11 @@ class StaleAgent(Exception):
 class ControllerService:
     def __init__(self, engine: Engine | None, store: Store, clock: Callable[[], float] = time.time,
                  heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None,
-                 leadership: Leadership | None = None, config: EngineConfig | None = None) -> None:
+                 leadership: Leadership | None = None, config: EngineConfig | None = None,
+                 fence_after_s: float | None = None) -> None:
         """`restore(now)` builds the engine from the store, as at start (the default: restore_engine with
         this engine's configuration, profile and tenancy, which the store's own tenancy overrides).
+        `fence_after_s`: what agents are told for self-fencing (RegistrationReply; fencing_after_s).
         With `leadership`, the service has no engine (None, and `restore` and `config` given) until it
         takes the lease; without, it always leads."""
         self._engine = engine
@@ -89,6 +91,7 @@ class ControllerService:
         self.store = store
         self.clock = clock
         self.heartbeat_s = heartbeat_s
+        self.fence_after_s = fence_after_s
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.live_usage = LiveUsage()
@@ -533,7 +536,7 @@ class ControllerService:
         kill = (await self._stimulus(change)).reply
         log.info("node %s registered (%d GPUs)", reg.node, len(reg.gpus))
         return RegistrationReply(epoch=self.epoch, heartbeat_s=self.heartbeat_s, kill_jobs=kill,
-                                 leader_epoch=self.leader_epoch)
+                                 leader_epoch=self.leader_epoch, fence_after_s=self.fence_after_s)
 
     def check_agent(self, node: str, epoch: str | None) -> None:
         # A contact changes nothing stored (a restarted controller gives every node a full timeout).
@@ -590,13 +593,14 @@ class ControllerService:
 def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished | NodeUnhealthy) -> ev.Event:
     """An agent's report as the engine's event."""
     if isinstance(event, NodeStarted):
-        return ev.TasksStarted(node, event.job_id)
+        return ev.TasksStarted(node, event.job_id, event.restart_count)
     if isinstance(event, NodeUnhealthy):
         return ev.NodeUnhealthy(node, event.reason)
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
     usage = event.usage.model_dump() if event.usage is not None else None
     if isinstance(event, NodeFinished):
-        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage)
+        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage=usage,
+                                fenced=event.fenced, restart_count=event.restart_count)
     return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage)
 
 

@@ -57,6 +57,9 @@ class EngineConfig:
     kill_grace_s: float = 10.0
     # A node not heard from for this long is down; its jobs are requeued (or end NODE_FAIL if they may not be).
     node_timeout_s: float = 30.0
+    # A node without contact with the controller for 2/3 of node_timeout_s kills its jobs' tasks itself, so
+    # that they are gone before the node is declared down and they run elsewhere (decision 0017).
+    self_fencing: bool = True
     # How long the healthy nodes of a job requeued after a node failure with --requeue=expedite are held
     # for it at most (no other job starts there), should it not start again sooner.
     expedite_hold_s: float = 300.0
@@ -88,6 +91,8 @@ class EngineConfig:
         if type(self.gpu_idle_cancel_s) not in (int, float) or not 0 <= self.gpu_idle_cancel_s < float("inf"):
             raise ValueError(f"gpu_idle_cancel_s must be a number of seconds, 0 or more, not "
                              f"{self.gpu_idle_cancel_s!r}")
+        if type(self.self_fencing) is not bool:
+            raise ValueError(f"self_fencing must be true or false, not {self.self_fencing!r}")
         if type(self.shards_per_gpu) is not int or not 1 <= self.shards_per_gpu <= 1000:
             raise ValueError(f"shards_per_gpu must be an integer from 1 to 1000 (milli-GPUs), "
                              f"not {self.shards_per_gpu!r}")

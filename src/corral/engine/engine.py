@@ -12,6 +12,7 @@ hand such requests over one per call.
 """
 from __future__ import annotations
 
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -28,7 +29,7 @@ from corral.engine.fairshare import FairShare
 from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
-from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node
+from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node, NodeRun
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
@@ -265,7 +266,7 @@ class Engine:
 
     def _tasks_started(self, event: ev.TasksStarted, now: float) -> tuple[None, list[Command]]:
         job = self.active.jobs.get(event.job_id)
-        run = job.runs.get(event.node) if job else None
+        run = job.runs.get(event.node) if job and _this_run(job, event.restart_count) else None
         if job is not None and run is not None and not run.started:
             run.started = True
             node = self.nodes.get(event.node)
@@ -280,6 +281,13 @@ class Engine:
         node = event.node
         if job is None or node not in job.runs or job.runs[node].finished:
             return None, []  # a repeat of a report already folded in
+        if not _this_run(job, event.restart_count):
+            return None, []  # a late report of an earlier run (requeued since), maybe on this same node
+        if event.fenced is not None:
+            # The node's leaders killed the run's tasks: it lost contact with the controller (decision 0017).
+            run = job.runs[node]
+            job.runs[node] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
+            return None, life.fail_gang(job, node, now)
         job.runs[node] = node_result(event.tasks, event.error, event.oom_killed, event.usage)
         if event.error is not None:
             job.reason = f"LaunchFailed:{event.error}"[:200]
@@ -388,3 +396,8 @@ class Engine:
         self._dirty_meta.add("reservations")
         return None, []
 
+
+def _this_run(job: Job, restart_count: int | None) -> bool:
+    """Whether an agent's report is about the job's current run: a requeued job may run again on the same
+    node before the report of its earlier run arrives (an agent back from a lost contact sends it late)."""
+    return restart_count is None or restart_count == job.restart_count

@@ -119,11 +119,16 @@ class NodeContacted:
 class TasksStarted:
     node: str
     job_id: int
+    # The run (the job's restart count) the report is about; None: the agent did not say (an older agent).
+    restart_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TasksFinished:
-    """Every task of the job's own part on `node` has exited (or could not start: `error`)."""
+    """Every task of the job's own part on `node` has exited (or could not start: `error`). `fenced`: why the
+    node's task leaders killed them (they lost contact with the controller: decision 0017), which is a node
+    failure of the run. `restart_count`: the run the report is about (None: the agent did not say); a report
+    of an earlier run is ignored."""
 
     node: str
     job_id: int
@@ -131,6 +136,8 @@ class TasksFinished:
     error: str | None = None
     oom_killed: bool = False
     usage: Mapping[str, Any] | None = None  # what the agent sampled (protocol.Usage), kept for sacct
+    fenced: str | None = None
+    restart_count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
