@@ -19,8 +19,8 @@ from corral.cli.timespec import AHEAD_FORMS_HELP, parse_when_ahead
 # The controller's own settings, which its configuration file holds beside the tenancy (see
 # corral.controller.settings): `apply` accepts that file and leaves them out, as they apply at start only.
 CONTROLLER_SETTING_KEYS = frozenset({"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
-                                     "shards_per_gpu", "expedite_hold_s", "self_fencing", "scheduler", "partitions",
-                                     "auth"})
+                                     "shards_per_gpu", "expedite_hold_s", "self_fencing", "gpu_idle_cancel_s",
+                                     "scheduler", "partitions", "auth", "ratelimit"})
 
 tenancy_app = CorralApp(
     help="The tenancy configuration: accounts, users, QOS, quota queues, limits, priority weights.",
