@@ -58,3 +58,13 @@ def test_token_create_keeps_join_and_user_options_apart(cli, isolated):
     assert node_only.exit_code == 1 and "--node is for join tokens: add --join" in node_only.output
     user_join = cli("token", "create", "--join", "--user", "alice")
     assert user_join.exit_code == 1 and "--user is for API tokens" in user_join.output
+
+
+def test_several_controller_urls_are_asked_in_turn_and_a_bad_list_is_refused(cli, isolated):
+    paths = ("--credential-file", str(isolated / "agent.credential"), "--env-file", str(isolated / "agent.env"))
+    both = cli("agent", "join", f"{UNREACHABLE},http://127.0.0.1:7", "--node", "gpu01", "--token", "cjt1.1.x",
+               *paths)
+    assert both.exit_code == 1 and "http://127.0.0.1:9" in both.output and "http://127.0.0.1:7" in both.output
+    empty = cli("agent", "join", f"{UNREACHABLE},", "--node", "gpu01", "--token", "cjt1.1.x", *paths)
+    assert empty.exit_code == 1 and "empty controller URL" in empty.output
+    assert not (isolated / "agent.credential").exists()

@@ -26,7 +26,8 @@ def _default_node() -> str:
 @agent_app.command("join")
 def join(
     url: Annotated[str, typer.Argument(help="The controller's URL as this machine reaches it, e.g. "
-                                            "https://head:6817.", show_default=False)],
+                                            "https://head:6817 (several controllers: every URL, comma-separated).",
+                                       show_default=False)],
     token: Annotated[str | None, typer.Option("--token", envvar="CORRAL_JOIN_TOKEN", show_default=False,
                                               help="The join token (corral token create --join); "
                                                    "or $CORRAL_JOIN_TOKEN.")] = None,
@@ -107,11 +108,17 @@ def _exchange(url: str, token: str, node: str, ca_file: Path | None) -> str:
     from corral.cli.client import Client, ClientError
     from corral.cli.config import check_url
     from corral.controller.credentials import AGENT_PREFIX, JOIN_PREFIX
+    from corral.slurm.common.target import TargetError, parse_urls
 
-    check_url(url, "the command line")
+    try:
+        urls = parse_urls(url, "the command line")
+    except TargetError as exc:
+        raise CliError(str(exc)) from None
+    for one in urls:
+        check_url(one, "the command line")
     if not token.startswith(JOIN_PREFIX):
         raise CliError(f"--token is not a join token (they start with {JOIN_PREFIX}; corral token create --join)")
-    with Client(url, token, ca_file=str(ca_file.absolute()) if ca_file else None) as client:
+    with Client(urls, token, ca_file=str(ca_file.absolute()) if ca_file else None) as client:
         try:
             reply = client.join(node)
         except ClientError as exc:
