@@ -45,7 +45,7 @@ def _model_of(annotation: object) -> tuple[str, type[BaseModel]] | None:
 def accepted_keys() -> set[str]:
     """What the loader accepts: its controller-setting keys, and the tenancy model's fields."""
     nested = {"scheduler": ("[{}]", settings._SCHED), "partitions": ("[[{}]]", settings._PART),
-              "auth": ("[{}]", settings._AUTH)}
+              "auth": ("[{}]", settings._AUTH), "ratelimit": ("[{}]", settings._RATELIMIT)}
     for name, field in TenancySpec.model_fields.items():
         if (found := _model_of(field.annotation)) is not None:
             brackets, model = found

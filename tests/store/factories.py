@@ -54,6 +54,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         allocation=True,
         begin_time=1234.5,
         expedited_requeue=True,
+        acctg_freq_s=15,
     )
 
 
