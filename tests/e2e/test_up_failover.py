@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-from corral.cli.up_postgres import INITDB_GLOB, postgres_data_dir
-from tests.e2e.harness import free_port, wait_for
-from tests.e2e.test_up_controllers import free_port_after
+from tests.e2e.harness import wait_for
+from tests.e2e.up_ha import corral_up
 from tests.slurm.commands import script
 
 pytestmark = pytest.mark.slow
@@ -38,25 +34,8 @@ def _leader(status: dict) -> dict | None:
 
 
 def test_the_leader_killed_mid_run_loses_no_job_and_runs_none_twice():
-    if os.geteuid() != 0 and not __import__("glob").glob(INITDB_GLOB):
-        pytest.skip("PostgreSQL is not installed and only root may install it")
-    root = Path(tempfile.mkdtemp(prefix="corral-up-failover-"))
-    root.chmod(0o755)
-    port = free_port()
-    while not free_port_after(port, 2):
-        port = free_port()
-    state_dir = root / "state"
-    env = {**os.environ, "XDG_CONFIG_HOME": str(root / "config"), "PYTHONUNBUFFERED": "1",
-           "CORRAL_SYSTEM_CLUSTER_FILE": str(root / "etc" / "cluster.json")}
-    for name in ("CORRAL_URL", "CORRAL_SECRET", "CORRAL_SECRET_FILE", "CORRAL_TOKEN"):
-        env.pop(name, None)
-    up = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "up", "--controllers", "2", "--nodes", "4",
-                           "--gpus-per-node", "8", "--port", str(port), "--state-dir", str(state_dir)],
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    data_dir = postgres_data_dir(state_dir, port, os.geteuid())
-    try:
-        banner = up.stdout.readline()
-        assert "is up" in banner, up.stderr.read() if up.poll() is not None else banner
+    with corral_up("--nodes", "4", "--gpus-per-node", "8", prefix="corral-up-failover-") as cluster:
+        up, env, root = cluster.up, cluster.env, cluster.root
         work = root / "work"
         work.mkdir()
         work.chmod(0o777)
@@ -99,11 +78,3 @@ def test_the_leader_killed_mid_run_loses_no_job_and_runs_none_twice():
         wait_for(old_leader_stands_by, timeout_s=60, interval_s=0.5, message="the old leader is back, standing by")
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=120) == 0, up.stderr.read()
-    finally:
-        if up.poll() is None:
-            up.kill()
-            up.wait()
-        subprocess.run(["bash", str(Path(__file__).parents[2] / "src/corral/cli/postgres_server.sh"), "stop",
-                        str(data_dir)], check=False, capture_output=True)
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
