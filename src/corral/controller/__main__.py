@@ -15,11 +15,16 @@ import sys
 import time
 from pathlib import Path
 
+DB_WAIT_S = 60.0
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="corral-controller", description="corral controller daemon")
     p.add_argument("--listen", default="127.0.0.1:6817", help="HOST:PORT to serve the API on")
     p.add_argument("--db", default=None, help="SQLAlchemy URL (default: sqlite in the state dir)")
+    p.add_argument("--db-wait", type=float, default=DB_WAIT_S, metavar="SECONDS",
+                   help=f"how long to keep trying a PostgreSQL server that cannot be reached yet at start (default "
+                        f"{DB_WAIT_S:g}): a standby started while the database restarts waits for it")
     p.add_argument("--secret-file", required=True, help="file holding the cluster secret")
     p.add_argument("--config", default=None, help="TOML configuration (partitions, scheduler)")
     p.add_argument("--auth-socket", default=None, metavar="PATH",
@@ -35,6 +40,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: from --listen, this host's name for a wildcard address)")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
+
+
+def open_store(url: str, wait_s: float):
+    """The store; a PostgreSQL server that refuses or drops connections is tried again for `wait_s` (a
+    database restarting, or not started yet, as when `corral up` or systemd start everything at once).
+    Anything else (a bad URL, a refused login, a SQLite file that cannot be opened) fails at once."""
+    from sqlalchemy.exc import OperationalError
+
+    from corral.store import Store, StoreError
+
+    deadline, said = time.monotonic() + wait_s, False
+    while True:
+        try:
+            return Store.open(url)
+        except StoreError as exc:
+            transient = url.startswith("postgresql") and isinstance(exc.__cause__, OperationalError) and (
+                "connection failed" in str(exc) or "could not connect" in str(exc))
+            if not transient or time.monotonic() >= deadline:
+                raise
+            if not said:
+                logging.getLogger("corral.controller").warning(
+                    "%s; trying again for up to %g s", exc, max(0.0, deadline - time.monotonic()))
+                said = True
+            time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         load_ratelimit_settings,
         load_settings,
     )
-    from corral.store import Store, StoreError
+    from corral.store import StoreError
 
     try:
         config, tenancy = load_settings(args.config)
@@ -74,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     state_dir = Path(args.state_dir or Path.home() / ".local/state/corral")
     url = args.db or f"sqlite:///{state_dir / 'corral.db'}"
     try:
-        store = Store.open(url)
+        store = open_store(url, args.db_wait)
     except StoreError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
