@@ -150,6 +150,13 @@ class ChaosCluster:
             process.stop()
         self.http.close()
 
+    def revive(self) -> None:
+        """A supervisor's work (systemd, `corral up`): start again what died on its own (a controller that
+        could not reach its database for long at start, say); what a fault paused stays paused."""
+        for process in [*self.controllers, *self.agents.values()]:
+            if not process.alive and not process.paused:
+                process.start()
+
     def heal(self) -> None:
         """Plug every cable back, resume what is paused and restart what is dead."""
         if self.net is not None:

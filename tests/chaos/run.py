@@ -271,9 +271,17 @@ def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rn
         submitter = Submitter(cluster, [s.body(marks, workdir, "root") for s in shapes], rng)
         submitter.start()
         records: list[FaultRecord] = []
+        unavailable: list[Violation] = []
         for _ in range(faults):
             time.sleep(rng.uniform(0.3, 2.0))
-            records.append(FAULTS[rng.choice(kinds)](cluster, rng))
+            cluster.revive()
+            kind = rng.choice(kinds)
+            try:
+                records.append(FAULTS[kind](cluster, rng))
+            except TimeoutError as exc:  # no leader, or a node not back, long after the fault: a violation
+                records.append(FaultRecord(kind, "timed out", time.time()))
+                unavailable.append(Violation("unavailable", 0, f"{kind}: {exc}"))
+                cluster.heal()
         submitter.join()
         cluster.heal()
         cluster.wait_nodes_up(60.0)
@@ -288,6 +296,7 @@ def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rn
                    for j, r in final.items() if r["state"] not in FINAL_STATES and j not in submitter.accepted]
     violations += [Violation("orphan", 0, line) for line in _orphans(marks)]
     violations += [Violation("refused", 0, text) for text in submitter.refused]
+    violations += unavailable
     return RoundResult(records, len(submitter.accepted), submitter.ambiguous,
                        Counter(r["state"] for r in final.values()), violations,
                        sum(r.get("restart_count", 0) for r in final.values()), len(redone(incarnations)))
