@@ -386,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
     with _world(args) as (net, database):
-        rounds = _rounds(args, rng, net, database)
-    report = {"seed": seed, "controllers": args.controllers, "db": args.db, "netns": args.netns, **summarize(rounds)}
+        rounds = _rounds(args, rng, net, database, seed)
+    report = {"seed": seed, "controllers": args.controllers, "db": args.db, "netns": args.netns, "complete": True,
+              **summarize(rounds)}
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rounds(args: argparse.Namespace, rng: random.Random, net: VirtualNetwork | None,
-            database: Database | None) -> list[RoundResult]:
+            database: Database | None, seed: int) -> list[RoundResult]:
     rounds: list[RoundResult] = []
     left = args.faults
     while left > 0:
@@ -406,6 +407,10 @@ def _rounds(args: argparse.Namespace, rng: random.Random, net: VirtualNetwork | 
             result = run_round(root, db_url, args, count, rng, net, database)
         rounds.append(result)
         left -= count
+        if args.json:  # the figures so far, should the run be stopped before its end
+            report = {"seed": seed, "controllers": args.controllers, "db": args.db, "netns": args.netns,
+                      "complete": left <= 0, **summarize(rounds)}
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"round {len(rounds)}: {count} faults ({', '.join(f.kind for f in result.faults)}), "
               f"{result.accepted} jobs, {len(result.violations)} violations"
               + ("" if not result.violations else f" — files kept in {root}"), flush=True)
