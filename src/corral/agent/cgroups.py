@@ -43,7 +43,7 @@ import contextlib
 import logging
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -61,7 +61,6 @@ from corral.agent.cgroup_hierarchies import (
     mounts,
     rmdir,
     wait_empty,
-    write,
 )
 from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
@@ -173,23 +172,6 @@ class CgroupTree:
             cpus=self.cpus.take(job_id, cpus) if self.cpuset is not None and cpus > 0 else (),
             denied_devices=tuple(dev for index, dev in sorted(self.gpu_devices.items()) if index not in gpus),
         )
-
-    @contextlib.contextmanager
-    def agent_inside(self, leaves: Sequence[Path]) -> Iterator[None]:
-        """The agent (all its threads) sits in `leaves` (one per hierarchy, as JobCgroup.leaf gives them)
-        while the block runs; children forked then start there."""
-        entered: list[Hierarchy] = []
-        try:
-            for hierarchy, leaf in zip(self.hierarchies, leaves, strict=True):
-                write(leaf / "cgroup.procs", "0")
-                entered.append(hierarchy)
-            yield
-        finally:
-            for hierarchy in entered:
-                try:
-                    write(hierarchy.home / "cgroup.procs", "0")
-                except OSError as exc:  # the task started: only the agent is misplaced, not worth failing it
-                    log.error("cannot move the agent back to %s: %s", hierarchy.home, exc)
 
     def _hold_cpus_of_existing_jobs(self) -> None:
         if not isinstance(self.cpuset, (Unified, V1Cpuset)):

@@ -1,10 +1,12 @@
 """The agent's side of task leaders (task_leader.py): start a task through its leader, and await a task's
 end, whether this agent started its leader or adopted it from an earlier agent (decision 0015).
 
-The leader is the task's parent, so it alone can learn the task's exit status; it writes it to the
-task's exit file in the spool, then exits. The agent therefore awaits the leader (through a pidfd, which
-works for another's process too) and then reads the exit file. A leader gone without an exit file was
-killed, and its task with it (its parent-death signal is SIGKILL).
+Leaders are forked by the agent's leader factory (`LeaderFactory`), not by the agent: a fork of a small
+single-threaded process that has the leader's code loaded costs about a millisecond, where a Python start
+per task cost tens. The leader is the task's parent, so it alone can learn the task's exit status; it
+writes it to the task's exit file in the spool, then exits. The agent therefore awaits the leader (through
+a pidfd, which works for a process that is not its child) and then reads the exit file. A leader gone
+without an exit file was killed, and its task with it (its parent-death signal is SIGKILL).
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +34,9 @@ log = logging.getLogger(__name__)
 LEADER_SCRIPT = Path(__file__).with_name("task_leader.py")
 EXIT_SUFFIX = ".exit"
 POLL_S = 0.1  # without pidfds: how often to look whether a leader is gone
+FACTORY_FLAG = "--factory"  # task_leader.py's
+REPLY_MAX_BYTES = 4096
+FACTORY_EXIT_WAIT_S = 5.0
 
 
 class TaskStartFailed(Exception):
@@ -46,8 +52,7 @@ class TaskProcess:
     pid: int
     leader_pid: int
     exit_file: Path
-    leader: subprocess.Popen[bytes] | None = None  # our child; None for a leader adopted from an earlier agent
-    leader_started: float = 0.0  # since boot; how an adopted leader is told from a later process with its pid
+    leader_started: float = 0.0  # since boot; how the leader is told from a later process with its pid
     confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
     fenced: str | None = None  # after `wait`: why the leader killed the task (it lost contact: decision 0017)
 
@@ -66,11 +71,7 @@ class TaskProcess:
 
     async def wait(self) -> int:
         """The task's exit status as Popen gives it (negative: killed by that signal), once its leader is gone."""
-        leader = self.leader
-        if leader is not None:
-            await _until_gone(self.leader_pid, lambda: leader.poll() is not None)
-        else:
-            await _until_gone(self.leader_pid, lambda: not same_process(self.leader_pid, self.leader_started))
+        await _until_gone(self.leader_pid, lambda: not same_process(self.leader_pid, self.leader_started))
         record = read_exit_record(self.exit_file)
         returncode = record.get("returncode")
         fenced = record.get("fenced")
@@ -155,10 +156,11 @@ def _set_done(future: asyncio.Future[None]) -> None:
 
 @dataclass(eq=False, slots=True)
 class StartingTask:
-    """A leader started, its task's pid not known yet: several leaders start side by side (each takes
-    tens of milliseconds to start Python) before the agent reads their replies."""
+    """A leader started, its task's pid not known yet: several leaders start side by side before the agent
+    reads their replies."""
 
-    leader: subprocess.Popen[bytes]
+    leader_pid: int
+    leader_started: float
     reply_fd: int
     spec_fd: int  # open until the task is confirmed (TaskProcess.confirm)
     exit_file: Path
@@ -168,32 +170,110 @@ class StartingTask:
         runs on while the leader starts."""
         reply = await _read_reply(self.reply_fd)
         if "pid" in reply:
-            return TaskProcess(pid=int(reply["pid"]), leader_pid=self.leader.pid, exit_file=self.exit_file,
-                               leader=self.leader, confirm_fd=self.spec_fd)
-        os.close(self.spec_fd)
-        self.leader.wait()
+            return TaskProcess(pid=int(reply["pid"]), leader_pid=self.leader_pid, exit_file=self.exit_file,
+                               leader_started=self.leader_started, confirm_fd=self.spec_fd)
+        os.close(self.spec_fd)  # the leader exits on its own (the factory reaps it)
         self.exit_file.unlink(missing_ok=True)
         raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)))
 
 
+class LeaderFactory:
+    """The agent's side of the leader factory (task_leader.py): started at the first task, asked for a
+    leader per task; started again if it died. One per agent process (`leader_factory()`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one request and its reply at a time
+        self._process: subprocess.Popen[bytes] | None = None
+        self._socket: socket.socket | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The factory process's pid while it runs (None before the first task)."""
+        return None if self._process is None or self._process.poll() is not None else self._process.pid
+
+    def fork_leader(self, fds: Sequence[int], cgroup_procs: Sequence[Path]) -> tuple[int, float]:
+        """A new leader holding (copies of) `fds`, in the cgroups of `cgroup_procs`: its pid and its start
+        (seconds since boot). OSError if the factory cannot make one."""
+        request = json.dumps({"cgroup_procs": [str(path) for path in cgroup_procs]}).encode()
+        with self._lock:
+            reply = b""
+            for _ in range(2):  # a factory found dead is started again, once
+                sock = self._running()
+                try:
+                    socket.send_fds(sock, [request], list(fds))
+                    reply = sock.recv(REPLY_MAX_BYTES)
+                except OSError:
+                    reply = b""
+                if reply:
+                    break
+                log.warning("the task leader factory is gone: starting another")
+                self.close()
+        if not reply:
+            raise OSError("the task leader factory exits at once (see the agent's log)")
+        answer = json.loads(reply)
+        if "pid" not in answer:
+            raise OSError(str(answer.get("error", "the task leader factory failed")))
+        return int(answer["pid"]), float(answer.get("started", 0.0))
+
+    def _running(self) -> socket.socket:
+        if self._process is not None and self._process.poll() is None and self._socket is not None:
+            return self._socket
+        self.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(LEADER_SCRIPT), FACTORY_FLAG, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), cwd="/",
+                start_new_session=True,  # no signal to the agent's process group reaches it, nor its leaders
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._socket = ours
+        return ours
+
+    def close(self) -> None:
+        """Let the factory go (it exits when its socket closes); its leaders run on."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        if self._process is not None:
+            try:
+                self._process.wait(FACTORY_EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+
+
+_factory: tuple[int, LeaderFactory] | None = None
+
+
+def leader_factory() -> LeaderFactory:
+    """This process's leader factory (a child forked from a process that had one makes its own)."""
+    global _factory
+    if _factory is None or _factory[0] != os.getpid():
+        _factory = (os.getpid(), LeaderFactory())
+    return _factory[1]
+
+
 def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int | IO[Any] | None,
                stdout: int | IO[Any] | None, stderr: int | IO[Any] | None, user: tuple[int, int, list[int]] | None,
-               exit_dir: Path, placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
-               contact_file: Path | None = None, cgroup_leaf: Path | None = None) -> StartingTask:
-    """Start a task's leader and hand it the task's spec. `placement` is held while the leader is forked
-    (the cgroup the leader and its task start in). `contact_file`: the agent's contact, which the leader
-    watches to fence (contact.py); `cgroup_leaf`: the task's leaf in the tracking hierarchy, whose
-    processes it kills then."""
+               exit_dir: Path, cgroup_leaves: Sequence[Path] = (), contact_file: Path | None = None,
+               cgroup_leaf: Path | None = None) -> StartingTask:
+    """Start a task's leader and hand it the task's spec. The leader enters `cgroup_leaves` (one per
+    hierarchy) before anything else, so the task starts there. `contact_file`: the agent's contact, which
+    the leader watches to fence (contact.py); `cgroup_leaf`: the task's leaf in the tracking hierarchy,
+    whose processes it kills then. Streams as Popen takes them (None: the agent's own; DEVNULL)."""
     exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
     reply_read, reply_write = os.pipe2(os.O_CLOEXEC)
     try:
-        with placement():
-            leader = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(LEADER_SCRIPT), str(spec_read), str(reply_write)],
-                stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=(spec_read, reply_write), cwd="/",
-                start_new_session=True,  # outlives the agent, and no signal to the agent's group reaches it
-            )
+        with _stream_fds((stdin, stdout, stderr)) as streams:
+            leader_pid, leader_started = leader_factory().fork_leader(
+                [*streams, spec_read, reply_write], [leaf / "cgroup.procs" for leaf in cgroup_leaves])
     except BaseException:
         os.close(spec_write)
         os.close(reply_read)
@@ -201,7 +281,7 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
     finally:
         os.close(spec_read)
         os.close(reply_write)
-    path = exit_file(exit_dir, leader.pid)
+    path = exit_file(exit_dir, leader_pid)
     spec = {"argv": argv, "cwd": cwd, "env": dict(env), "user": user, "exit_file": str(path),
             "contact_file": None if contact_file is None else str(contact_file),
             "cgroup_leaf": None if cgroup_leaf is None else str(cgroup_leaf)}
@@ -209,7 +289,31 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
         _write_all(spec_write, json.dumps(spec).encode() + b"\n")
     except OSError:
         pass  # the leader died before reading: its missing reply says so
-    return StartingTask(leader, reply_read, spec_write, path)
+    return StartingTask(leader_pid, leader_started, reply_read, spec_write, path)
+
+
+@contextlib.contextmanager
+def _stream_fds(targets: Sequence[int | IO[Any] | None]) -> Iterator[list[int]]:
+    """The fds of Popen-style stream targets, for the duration (DEVNULL opens /dev/null)."""
+    opened: list[int] = []
+    fds = []
+    try:
+        for number, target in enumerate(targets):
+            if target is None:
+                fds.append(number)
+            elif target == subprocess.DEVNULL:
+                opened.append(os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC))
+                fds.append(opened[-1])
+            elif isinstance(target, int):
+                if target < 0:
+                    raise ValueError(f"unsupported stream target {target} for a task")
+                fds.append(target)
+            else:
+                fds.append(target.fileno())
+        yield fds
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

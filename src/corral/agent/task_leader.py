@@ -1,9 +1,14 @@
 """A task's leader: the small process that starts one task, stays its parent and records how it ended.
 
-The agent starts it (`python -I -S task_leader.py SPEC_FD REPLY_FD`, the task's stdin, stdout and stderr as
-its own, in the task's cgroup) instead of the task itself; it is its own session, so it outlives the agent
-(a SIGKILLed agent, or one stopped without --kill-tasks-on-exit), and a restarted agent adopts its task
-(decision 0015). In order:
+The agent starts one leader factory (`python -I -S task_leader.py --factory SOCKET_FD`, a child of the
+agent, single-threaded: it only forks), and asks it for a leader per task, handing over on the socket
+(SCM_RIGHTS) the task's stdin, stdout and stderr, the leader's SPEC_FD and REPLY_FD, and the cgroups the
+task runs in. The factory forks; the child enters those cgroups, takes the streams as its own, becomes
+its own session and runs the leader below (no exec: a fork costs about a millisecond, a Python start
+tens). The factory replies with the leader's pid and start time, and reaps its leaders as they exit. It
+exits when the agent closes the socket (or dies); its leaders do not: being their own session, they
+outlive the agent too (a SIGKILLed agent, or one stopped without --kill-tasks-on-exit), and a restarted
+agent adopts their tasks (decision 0015). A leader, in order:
 
 - Read the spec (one line of JSON on SPEC_FD): argv, cwd, env, the user to run as, the exit file.
 - Start the task as its own session and process group, as that user, with the parent-death signal
@@ -23,7 +28,7 @@ its own, in the task's cgroup) instead of the task itself; it is its own session
   {"returncode": -9, "fenced": why}. The controller declares the node down, and gives its jobs away, only
   after node_timeout_s > F. No file (yet) means no fencing; an unreadable one, the last values read.
 
-Only the standard library, and as little of it as will do: the agent waits for the reply.
+Only the standard library (imported once, by the factory: its leaders are forked with it loaded).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +46,9 @@ PR_SET_PDEATHSIG = 1
 EXIT_SPAWN_FAILED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 126, 127
 LOOK_EVERY_MAX_S = 1.0
 LEAF_KILL_ROUNDS = 20  # of SIGKILL to what is left in the leaf, 10 ms apart (a process may be forking)
+FACTORY_FLAG = "--factory"
+REQUEST_MAX_BYTES = 1 << 16
+LEADER_FDS = 5  # stdin, stdout, stderr, SPEC_FD, REPLY_FD
 
 
 def _read_spec(fd: int) -> tuple[dict, bytes]:
@@ -206,8 +215,7 @@ def _cmdline(pid: int) -> list[bytes]:
         return []
 
 
-def main(argv: list[str]) -> int:
-    spec_fd, reply_fd = int(argv[1]), int(argv[2])
+def lead(spec_fd: int, reply_fd: int) -> int:
     spec, rest = _read_spec(spec_fd)
     try:
         task = _start(spec)
@@ -220,6 +228,93 @@ def main(argv: list[str]) -> int:
         os.killpg(task.pid, signal.SIGKILL)
     _record_exit(spec["exit_file"], _await_task(task, spec))
     return 0
+
+
+def factory(sock: socket.socket) -> int:
+    """Fork a leader for each request on `sock` ({"cgroup_procs": [...]} and the leader's five fds), and
+    reply {"pid": N, "started": S} (S: seconds since boot, as the spool records it) or {"error": ...}.
+    Until the agent closes the socket."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # leaders are reaped as they exit: no zombies
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the agent's terminal is the agent's to handle
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, REQUEST_MAX_BYTES, LEADER_FDS)
+        except InterruptedError:
+            continue
+        except OSError:
+            return 0
+        if not data:
+            return 0  # the agent is gone
+        try:
+            _send(sock, _fork_leader(sock, json.loads(data), fds))
+        except OSError:
+            return 0
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _fork_leader(sock: socket.socket, request: dict, fds: list[int]) -> dict:
+    if len(fds) != LEADER_FDS:
+        return {"error": f"a leader needs {LEADER_FDS} file descriptors, got {len(fds)}"}
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        return {"error": f"cannot fork a task leader: {exc.strerror or exc}"}
+    if pid == 0:
+        code = 1
+        try:
+            sock.close()
+            code = _become_leader(request, fds)
+        finally:
+            os._exit(code)
+    return {"pid": pid, "started": _started(pid)}
+
+
+def _become_leader(request: dict, fds: list[int]) -> int:
+    """In the forked child: what `python -I -S task_leader.py SPEC_FD REPLY_FD` started by the agent in the
+    task's cgroups with the task's streams would be, then lead."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the leader waits for its task; the task inherits this
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.setsid()
+    stdin, stdout, stderr, spec_fd, reply_fd = fds
+    for target, fd in enumerate((stdin, stdout, stderr)):
+        os.dup2(fd, target)  # all received fds are above 2: the factory's own 0, 1, 2 stay open
+    for fd in (stdin, stdout, stderr):
+        if fd not in (spec_fd, reply_fd):
+            os.close(fd)
+    os.chdir("/")
+    for procs in request.get("cgroup_procs") or []:
+        try:
+            with open(procs, "w") as file:
+                file.write("0")
+        except OSError as exc:
+            cgroup = os.path.dirname(procs)
+            _reply(reply_fd, {"error": f"cannot start the task in cgroup {cgroup}: {exc.strerror or exc}",
+                              "exit_code": EXIT_SPAWN_FAILED})
+            return 0
+    return lead(spec_fd, reply_fd)
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+def _started(pid: int) -> float:
+    """A process's start, in seconds since boot (its stat's field 22, in clock ticks); 0.0 if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3 or argv[1] != FACTORY_FLAG:
+        sys.stderr.write(f"usage: {argv[0]} {FACTORY_FLAG} SOCKET_FD (started by the agent)\n")
+        return 2
+    return factory(socket.socket(fileno=int(argv[2])))
 
 
 if __name__ == "__main__":

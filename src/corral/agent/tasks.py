@@ -4,14 +4,12 @@ for why each is so."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -58,7 +56,7 @@ DEVELOPMENT_MODE = Confinement()
 def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
     stderr: StdioTarget, exit_dir: Path, identity: TaskIdentity | None = None,
-    placement: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    cgroup_leaves: Sequence[Path] = (),
     contact_file: Path | None = None, cgroup_leaf: Path | None = None,
 ) -> StartingTask:
     """Start one task in its own session and process group, as `identity` (None: as the agent), through a
@@ -68,7 +66,7 @@ def spawn_task(
     user = None if identity is None else (identity.uid, identity.gid, list(identity.groups))
     try:
         return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
-                          exit_dir=exit_dir, placement=placement, contact_file=contact_file,
+                          exit_dir=exit_dir, cgroup_leaves=cgroup_leaves, contact_file=contact_file,
                           cgroup_leaf=cgroup_leaf)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         # ValueError: e.g. a NUL byte in an argument or environment value.
@@ -275,17 +273,12 @@ class LocalTasks:
         return {} if self._identity is None else self._identity.variables
 
     def _spawn_task(self, argv: list[str], **streams: Any) -> StartingTask:
-        """spawn_task as the tasks' user, in their cgroups (the leader is in them before it runs any code)."""
-        tree, leaves = self._confinement.cgroups, self._leaves
-        exit_dir, contact = self._spool.directory, self._spool.contact
-        if tree is None or not leaves:
-            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir, contact_file=contact, **streams)
-        try:
-            return spawn_task(argv, identity=self._identity, exit_dir=exit_dir, contact_file=contact,
-                              cgroup_leaf=leaves[0],  # the tracking hierarchy's
-                              placement=lambda: tree.agent_inside(leaves), **streams)
-        except OSError as exc:
-            raise SpawnError(f"cannot start the task in cgroup {leaves[0]}: {exc.strerror or exc}") from exc
+        """spawn_task as the tasks' user, in their cgroups (the leader enters them before it starts the task)."""
+        leaves = self._leaves if self._confinement.cgroups is not None else []
+        return spawn_task(argv, identity=self._identity, exit_dir=self._spool.directory,
+                          contact_file=self._spool.contact, cgroup_leaves=leaves,
+                          cgroup_leaf=leaves[0] if leaves else None,  # the tracking hierarchy's
+                          **streams)
 
     async def _end_cgroup(self) -> None:
         """Kill whatever is left in the tasks' cgroup (setsid or not) and remove it; note an OOM kill."""
