@@ -1,0 +1,65 @@
+"""What the dashboard plots over time, kept in the controller's memory (bounded, lost on restart or
+failover: nothing the scheduler reads depends on it, as for usage_views.LiveUsage).
+
+- UtilisationHistory: allocated and total GPUs of the cluster, one sample per `step_s` bucket (the latest
+  state seen in it), for the last `keep` buckets. The service records after every scheduling cycle, where
+  allocations change, and the route once more when read (the loop sleeps while nothing happens).
+- JobSeries: each job's combined usage (usage_views.combine over its nodes) each time an agent reports it,
+  for the newest `jobs` jobs, at most `points` samples each (the oldest go first).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+UTILISATION_STEP_S = 10.0
+UTILISATION_KEEP = 360  # one hour at 10 s
+SERIES_JOBS = 500
+SERIES_POINTS = 360
+SERIES_FIELDS = ("gpu_util_pct", "rss_kib", "cpu_s", "gpus", "nodes")
+
+
+class UtilisationHistory:
+    def __init__(self, step_s: float = UTILISATION_STEP_S, keep: int = UTILISATION_KEEP) -> None:
+        self.step_s = step_s
+        self._samples: deque[dict[str, float]] = deque(maxlen=keep)
+
+    def record(self, now: float, gpus_alloc: int, gpus_total: int) -> None:
+        sample = {"time": now, "gpus_alloc": gpus_alloc, "gpus_total": gpus_total}
+        if self._samples and self._bucket(self._samples[-1]["time"]) == self._bucket(now):
+            self._samples[-1] = sample
+        else:
+            self._samples.append(sample)
+
+    def samples(self) -> list[dict[str, float]]:
+        return list(self._samples)
+
+    def _bucket(self, time_s: float) -> int:
+        return int(time_s // self.step_s)
+
+
+class JobSeries:
+    def __init__(self, jobs: int = SERIES_JOBS, points: int = SERIES_POINTS) -> None:
+        self._jobs = jobs
+        self._points = points
+        self._series: OrderedDict[int, deque[dict[str, Any]]] = OrderedDict()
+
+    def record(self, now: float, usages: Iterable[tuple[int, Mapping[str, Any] | None]]) -> None:
+        """`usages`: (job id, its combined usage now, or None when nothing is sampled)."""
+        for job_id, usage in usages:
+            if usage is None:
+                continue
+            series = self._series.get(job_id)
+            if series is None:
+                series = self._series[job_id] = deque(maxlen=self._points)
+                while len(self._series) > self._jobs:
+                    self._series.popitem(last=False)
+            point = {"time": now, **{name: usage.get(name, 0) for name in SERIES_FIELDS}}
+            if series and series[-1]["time"] == now:  # several nodes reported in one batch
+                series[-1] = point
+            else:
+                series.append(point)
+
+    def of(self, job_id: int) -> list[dict[str, Any]]:
+        return list(self._series.get(job_id, ()))
