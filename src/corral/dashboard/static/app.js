@@ -31,6 +31,10 @@ async function api(path, {allowErrors = false} = {}) {
     toLogin(`Your token was refused: ${body.detail || "not authenticated"}. Paste a valid token.`);
     throw new ApiError(path, 401, body.detail);
   }
+  if (reply.status === 421) {  // a standby: it serves no data, the leader does
+    const leader = body.leader ? ` Open the dashboard of the leader, ${body.leader}.` : " No leader is known yet.";
+    throw new ApiError(path, 421, `this controller is a standby.${leader}`);
+  }
   if (!reply.ok) {
     if (allowErrors) return {error: body.detail || reply.statusText, status: reply.status};
     throw new ApiError(path, reply.status, body.detail || reply.statusText);
@@ -135,25 +139,39 @@ function parseHash() {
 }
 
 let routeSeq = 0;
+let refreshTimer = null;
+const REFRESH_S = 15;
 
-async function route() {
+// Render the page the hash names; `quiet`: a refresh of the same page (no "Loading…" in between).
+async function route(quiet = false) {
   const {page, arg, params} = parseHash();
   const view = document.getElementById("view");
   const seq = ++routeSeq;
+  clearTimeout(refreshTimer);
   setActiveNav(page === "job" ? "jobs" : page);
   if (page === "login") { view.replaceChildren(Corral.pages.login()); return; }
   const render = Corral.pages[page];
   if (!render) { view.replaceChildren(errorBox(new Error(`no page named "${page}"`))); return; }
   if (!token()) { toLogin("Paste an API token to sign in."); return; }
-  view.replaceChildren(h("p", {class: "muted"}, "Loading…"));
+  if (quiet !== true) view.replaceChildren(h("p", {class: "muted"}, "Loading…"));
   try {
     if (!Corral.me) await showIdentity();
     const content = await render(arg, params);
-    if (seq === routeSeq) view.replaceChildren(content);
+    if (seq !== routeSeq) return;
+    view.replaceChildren(content, h("p", {class: "updated"},
+      `Updated ${when(Date.now() / 1000).slice(11)}; refreshed every ${REFRESH_S} s.`));
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return;  // on the login page already
     if (seq === routeSeq) view.replaceChildren(errorBox(err));
   }
+  if (seq === routeSeq) refreshTimer = setTimeout(refresh, REFRESH_S * 1000);
+}
+
+// Not while the user types in a form of the page, nor while the tab is hidden: later.
+function refresh() {
+  const typing = document.activeElement && document.activeElement.closest("#view form");
+  if (typing || document.hidden) refreshTimer = setTimeout(refresh, REFRESH_S * 1000);
+  else route(true);
 }
 
 function logout() {
@@ -169,7 +187,7 @@ async function start() {
   fetch("/health").then((r) => r.json()).then((health) => {
     document.getElementById("cluster").textContent = `${health.cluster} · ${health.role}`;
   }).catch(() => {});
-  window.addEventListener("hashchange", route);
+  window.addEventListener("hashchange", () => route());
   route();
 }
 

@@ -14,21 +14,27 @@ function svg(tag, attrs, ...children) {
   return el;
 }
 
-// A GPU's colour: idle, allocated (darker with the job's sampled utilisation), drained or down.
-function gpuColour(cell) {
-  if (cell.state === "down") return "#d9534f";
-  if (cell.state === "drained" || cell.state === "draining") return cell.job ? "#b9770e" : "#f0ad4e";
-  if (!cell.job) return "#dfe7ef";
-  if (cell.util === null || cell.util === undefined) return "#5b8def";
-  const light = 78 - Math.round(cell.util * 0.45);  // 0 % -> light blue, 100 % -> deep blue
-  return `hsl(217, 80%, ${light}%)`;
+const COLOURS = {free: "#e6ebf1", unsampled: "#94a3b8", drained: "#f0ad4e", down: "#d9534f"};
+
+// An allocated GPU's blue: light at 0 % busy, deep at 100 %.
+function busyColour(pct) {
+  return `hsl(217, 75%, ${80 - Math.round(Math.min(100, Math.max(0, pct)) * 0.45)}%)`;
 }
 
-// rows: [{node, state, cells: [{index, model, job, util, state}]}]
+// A GPU's colour: free, allocated (darker with the job's sampled utilisation), drained or down.
+function gpuColour(cell) {
+  if (cell.state === "down") return COLOURS.down;
+  if (cell.state === "drained" || cell.state === "draining") return COLOURS.drained;
+  if (!cell.job) return COLOURS.free;
+  if (cell.util === null || cell.util === undefined) return COLOURS.unsampled;
+  return busyColour(cell.util);
+}
+
+// rows: [{node, state, note, cells: [{index, model, job, util, state}]}]
 function heatmap(rows) {
-  const cell = 22, gap = 4, label = 90;
+  const cell = 26, gap = 4, label = 90, note = 220;
   const widest = Math.max(1, ...rows.map((r) => r.cells.length));
-  const width = label + widest * (cell + gap) + 10;
+  const width = label + widest * (cell + gap) + note;
   const height = rows.length * (cell + gap) + 4;
   const chart = svg("svg", {class: "heatmap", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
     "aria-label": "GPUs by node"});
@@ -44,6 +50,8 @@ function heatmap(rows) {
         fill: gpuColour(gpu), "data-gpu": `${row.node}:${gpu.index}`, "data-job": gpu.job || ""},
       svg("title", {}, title)));
     });
+    chart.append(svg("text", {x: label + row.cells.length * (cell + gap) + 8, y: top + cell * 0.72, class: "axis"},
+      row.note || ""));
   });
   return chart;
 }
@@ -55,12 +63,22 @@ function niceMax(value) {
   return 10 * step;
 }
 
-function clock(epoch) {
+function clock(epoch, seconds) {
   const d = new Date(epoch * 1000);
-  return `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+  const two = (n) => String(n).padStart(2, "0");
+  return `${two(d.getHours())}:${two(d.getMinutes())}${seconds ? `:${two(d.getSeconds())}` : ""}`;
 }
 
-// series: [{name, colour, points: [[epoch, value], ...]}]; opts: {yMax, unit, step}
+// The y axis: a round step (1, 2, 2.5 or 5 times a power of ten; whole numbers for counts) and a top
+// that is a whole number of steps.
+function yAxis(top, integer) {
+  let step = niceMax(top / 4);
+  if (integer) step = Math.max(1, Math.round(step));
+  return {step, max: Math.max(step, Math.ceil(top / step - 1e-9) * step)};
+}
+
+// series: [{name, colour, points: [[epoch, value], ...]}]; opts: {yMax, unit, step, integer, until (epoch: the
+// time axis reaches it), width, height, label, empty}
 function lineChart(series, opts = {}) {
   const width = opts.width || 640, height = opts.height || 180;
   const left = 52, right = 12, top = 12, bottom = 26;
@@ -72,26 +90,28 @@ function lineChart(series, opts = {}) {
       opts.empty || "no samples yet"));
     return chart;
   }
-  const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
-  const yMax = opts.yMax || niceMax(Math.max(...all.map((p) => p[1])));
+  const t0 = Math.min(...all.map((p) => p[0]));
+  const t1 = Math.max(...all.map((p) => p[0]), opts.until || 0, t0 + 1);
+  const axis = opts.yMax ? {step: opts.yMax / 4, max: opts.yMax} : yAxis(Math.max(...all.map((p) => p[1])), opts.integer);
   const x = (t) => left + (t - t0) / (t1 - t0) * (width - left - right);
-  const y = (v) => top + (1 - v / yMax) * (height - top - bottom);
-  for (let i = 0; i <= 4; i++) {
-    const v = yMax * i / 4;
+  const y = (v) => top + (1 - v / axis.max) * (height - top - bottom);
+  for (let v = 0; v <= axis.max + 1e-9; v += axis.step) {
     chart.append(svg("line", {x1: left, x2: width - right, y1: y(v), y2: y(v), class: "grid-line"}));
     chart.append(svg("text", {x: left - 6, y: y(v) + 4, "text-anchor": "end", class: "axis"},
-      `${Number.isInteger(v) ? v : v.toFixed(1)}${opts.unit || ""}`));
+      `${Number.isInteger(v) ? v : Number(v.toFixed(2))}${opts.unit || ""}`));
   }
-  for (const t of [t0, (t0 + t1) / 2, t1]) {
-    chart.append(svg("text", {x: x(t), y: height - 8, "text-anchor": "middle", class: "axis"}, clock(t)));
+  const seconds = t1 - t0 < 600;
+  for (const [t, anchor] of [[t0, "start"], [(t0 + t1) / 2, "middle"], [t1, "end"]]) {
+    chart.append(svg("text", {x: x(t), y: height - 8, "text-anchor": anchor, class: "axis"}, clock(t, seconds)));
   }
   for (const s of series) {
     if (!s.points.length) continue;
     let d = "";
     s.points.forEach(([t, v], i) => {
-      // A step line: a value holds until the next sample.
+      // A step line: a value holds until the next sample (and the last one until the chart's end).
       d += i === 0 ? `M${x(t)},${y(v)}` : (opts.step ? `H${x(t)}V${y(v)}` : `L${x(t)},${y(v)}`);
     });
+    if (opts.step) d += `H${x(t1)}`;
     chart.append(svg("path", {d, fill: "none", stroke: s.colour, "stroke-width": 2, class: "series"},
       svg("title", {}, s.name)));
   }
@@ -128,4 +148,4 @@ function legend(items) {
   }));
 }
 
-Object.assign(window, {CorralCharts: {heatmap, lineChart, pairedBars, legend, gpuColour}});
+Object.assign(window, {CorralCharts: {heatmap, lineChart, pairedBars, legend, gpuColour, busyColour, COLOURS}});

@@ -52,7 +52,9 @@
 
   function heatmapRows(nodes, jobs) {
     const util = new Map(jobs.filter((j) => j.usage && j.usage.gpus).map((j) => [j.id, j.usage.gpu_util_pct]));
-    return nodes.map((node) => ({node: node.name, state: node.state, cells: node.gpus.map((gpu) => ({
+    return nodes.map((node) => ({node: node.name, state: node.state,
+      note: `${node.state} · ${node.gpus_alloc}/${node.gpus.length} allocated${node.drain_reason ? ` · ${node.drain_reason}` : ""}`,
+      cells: node.gpus.map((gpu) => ({
       index: gpu.index, model: gpu.model, job: gpu.allocated_to, state: node.state,
       util: gpu.allocated_to ? util.get(gpu.allocated_to) : null}))}));
   }
@@ -73,15 +75,17 @@
         stat("jobs pending", count("PENDING"))),
       section("GPUs by node",
         nodes.length ? charts.heatmap(heatmapRows(nodes, jobs)) : h("p", {class: "empty"}, "no nodes have registered"),
-        charts.legend([["free", "#dfe7ef"], ["allocated (darker: busier)", "hsl(217, 80%, 50%)"],
-          ["allocated, not sampled", "#5b8def"], ["drained", "#f0ad4e"], ["down", "#d9534f"]])),
+        charts.legend([["free", charts.COLOURS.free], ["allocated, 10% busy", charts.busyColour(10)],
+          ["allocated, 90% busy", charts.busyColour(90)], ["allocated, not sampled", charts.COLOURS.unsampled],
+          ["drained", charts.COLOURS.drained], ["down", charts.COLOURS.down]]),
+        h("p", {class: "muted"}, "Busy: the GPU utilisation of the job holding the GPU, as its node last sampled it.")),
       section("GPU utilisation over time",
         charts.lineChart([
           {name: "allocated GPUs", colour: "#2c6fd1",
-            points: samples.map((s) => [s.time, s.gpus_alloc]).concat(samples.length ? [[now, allocated]] : [])},
+            points: samples.map((s) => [s.time, s.gpus_alloc])},
           {name: "GPUs on nodes that are up", colour: "#9aa5b1",
             points: samples.map((s) => [s.time, s.gpus_total])}],
-        {step: true, label: "allocated GPUs over time", empty: "no samples yet"}),
+        {step: true, integer: true, until: now, width: 1180, height: 220, label: "allocated GPUs over time", empty: "no samples yet"}),
         charts.legend([["allocated GPUs", "#2c6fd1"], ["GPUs on nodes that are up", "#9aa5b1"]]),
         h("p", {class: "muted"}, `The last hour, one sample per ${history.step_s} s, kept in the controller's memory.`)));
   };
@@ -138,11 +142,22 @@
       .map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
 
+  // What happened, oldest first: submission, start and end from the job's times, and the events of its
+  // history (preemptions, requeues, signals, node failures...).
   function historyRows(job) {
-    return job.history.map((event) => h("tr", {},
-      h("td", {}, when(event.time)), h("td", {}, event.event || ""),
-      h("td", {}, Object.entries(event).filter(([k]) => k !== "time" && k !== "event")
-        .map(([k, v]) => `${k}=${typeof v === "object" ? JSON.stringify(v) : v}`).join(", "))));
+    const events = [{t: job.submit_time, event: "submitted"}];
+    if (job.start_time) events.push({t: job.start_time, event: "started", nodes: job.nodelist});
+    for (const entry of job.history) events.push(entry);
+    if (job.end_time) events.push({t: job.end_time, event: job.state.toLowerCase(), exit: `${job.exit_code}:${job.exit_signal}`});
+    events.sort((a, b) => (a.t ?? 0) - (b.t ?? 0));
+    const detail = ([key, value]) => {
+      const epoch = typeof value === "number" && value > 1e9 && /start|end|time/.test(key);
+      return `${key} ${epoch ? when(value) : (typeof value === "object" ? JSON.stringify(value) : value)}`;
+    };
+    return events.map((event) => h("tr", {},
+      h("td", {}, when(event.t)), h("td", {}, event.event || ""),
+      h("td", {}, Object.entries(event).filter(([k, v]) => k !== "t" && k !== "event" && v !== "" && v !== null)
+        .map(detail).join(", "))));
   }
 
   function stepRows(job) {
@@ -154,6 +169,7 @@
   }
 
   function telemetryCharts(samples) {
+    if (!samples.length) return null;
     const gpu = samples.filter((s) => s.gpus > 0).map((s) => [s.time, s.gpu_util_pct]);
     const rss = samples.map((s) => [s.time, s.rss_kib / 1024]);
     const cpu = [];
@@ -215,7 +231,7 @@
       section("Usage", usageFacts(job.usage), telemetryCharts(telemetry.samples)),
       section("Output (tail)", outputBlock(output)),
       section("Steps", table(["Step", "Name", "State", "Nodes", "Tasks", "Start", "End", "Exit"], stepRows(job), "no steps")),
-      section("History", table(["Time", "Event", "Details"], historyRows(job), "nothing happened to this job yet")));
+      section("History", table(["Time", "Event", "Details"], historyRows(job), "")));
   };
 
   // ----- nodes
@@ -284,6 +300,7 @@
         {name: "shares", value: a.norm_shares, colour: "#9aa5b1"},
         {name: "usage", value: a.norm_usage, colour: "#2c6fd1"}]})), {label: "shares vs usage"}) : null,
       accounts.length ? charts.legend([["normalised shares", "#9aa5b1"], ["normalised usage", "#2c6fd1"]]) : null,
+      accounts.length ? h("p", {class: "muted"}, "An account above its share of the cluster (usage past shares) gets a lower fair share factor, so a lower priority.") : null,
       table(["Account", "Parent", "Shares", "Norm shares", "Raw usage", "Norm usage", "Fair share factor"], rows,
         "no accounts (the tenancy defines none)"));
   };
