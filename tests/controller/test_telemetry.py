@@ -7,13 +7,13 @@ from corral.controller.telemetry import JobSeries, UtilisationHistory
 def test_utilisation_keeps_the_latest_state_of_each_bucket_and_the_newest_buckets() -> None:
     history = UtilisationHistory(step_s=10.0, keep=3)
     history.record(100.0, 1, 8)
-    history.record(105.0, 4, 8)  # the same bucket: replaces
+    history.record(105.0, 4, 8)  # the same bucket: its latest state, from the bucket's first time
     history.record(111.0, 5, 8)
-    assert [(s["time"], s["gpus_alloc"]) for s in history.samples()] == [(105.0, 4), (111.0, 5)]
-    for t in (120.0, 130.0, 140.0):
-        history.record(t, 2, 4)
+    assert [(s["time"], s["gpus_alloc"]) for s in history.samples()] == [(100.0, 4), (111.0, 5)]
+    for t in (120.0, 130.0, 140.0, 141.0):
+        history.record(t, 2, int(t) % 7)
     assert [s["time"] for s in history.samples()] == [120.0, 130.0, 140.0]
-    assert history.samples()[-1] == {"time": 140.0, "gpus_alloc": 2, "gpus_total": 4}
+    assert history.samples()[-1] == {"time": 140.0, "gpus_alloc": 2, "gpus_total": 1}
 
 
 def usage(util: float, rss_kib: int = 2048) -> dict:

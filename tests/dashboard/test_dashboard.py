@@ -17,7 +17,7 @@ from tests.controller.test_identity import UnixUser, unix_users
 from tests.e2e.harness import API, Cluster, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
-NODES, GPUS = 2, 4
+NODES, GPUS = 3, 4
 H100 = "NVIDIA H100 80GB HBM3"
 
 pytestmark = [
@@ -68,6 +68,9 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
             cluster.start()
             alice, bob = users["alice"].name, users["bob"].name
             assert cluster.http.put(f"{API}/tenancy", json=tenancy(alice, bob)).status_code == 200
+            # node3 is drained before any job comes: the jobs run on node1 and node2.
+            drained = cluster.http.post(f"{API}/nodes/node3", json={"drain": True, "reason": "fan failure"})
+            assert drained.status_code == 200, drained.text
             tokens = {role: cluster.http.post(f"{API}/tokens", json={"user": user.name}).json()["token"]
                       for role, user in users.items()}
             jobs = {
@@ -166,7 +169,8 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     held = {scene.jobs["alice-running"]: 2, scene.jobs["bob-running"]: 3, scene.jobs["bob-borrowing"]: 2}
     for job_id, gpus in held.items():
         assert page.locator(f".heatmap rect[data-job='{job_id}']").count() == gpus
-    assert "7 / 8" in page.inner_text(".stats")  # GPUs allocated
+    assert page.locator(".heatmap rect[data-gpu^='node3'][fill='#f0ad4e']").count() == GPUS  # drained
+    assert "7 / 12" in page.inner_text(".stats")  # GPUs allocated
     assert page.locator(".line-chart path.series").count() >= 1
 
     visit(page, scene, "jobs", "table.grid", f"{who}-jobs")
@@ -207,6 +211,8 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     visit(page, scene, "nodes", "tr[data-node='node2']", f"{who}-nodes")
     assert page.locator("tr[data-node]").count() == NODES
     assert H100 in page.inner_text("tr[data-node='node1']")
+    drained = page.inner_text("tr[data-node='node3']")
+    assert "drained" in drained and "fan failure" in drained
 
     visit(page, scene, "queues", "tr[data-queue]", f"{who}-queues")
     cells = {name: page.locator(f"tr[data-queue='{name}'] td").all_inner_texts() for name in ("biology-q", "physics-q")}

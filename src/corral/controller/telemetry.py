@@ -2,8 +2,9 @@
 failover: nothing the scheduler reads depends on it, as for usage_views.LiveUsage).
 
 - UtilisationHistory: allocated and total GPUs of the cluster, one sample per `step_s` bucket (the latest
-  state seen in it), for the last `keep` buckets. The service records after every scheduling cycle, where
-  allocations change, and the route once more when read (the loop sleeps while nothing happens).
+  state seen in it, at the first time seen in it), for the last `keep` buckets. The service records after
+  every scheduling cycle, where allocations change, and the route once more when read (the loop sleeps
+  while nothing happens).
 - JobSeries: each job's combined usage (usage_views.combine over its nodes) each time an agent reports it,
   for the newest `jobs` jobs, at most `points` samples each (the oldest go first).
 """
@@ -28,7 +29,8 @@ class UtilisationHistory:
     def record(self, now: float, gpus_alloc: int, gpus_total: int) -> None:
         sample = {"time": now, "gpus_alloc": gpus_alloc, "gpus_total": gpus_total}
         if self._samples and self._bucket(self._samples[-1]["time"]) == self._bucket(now):
-            self._samples[-1] = sample
+            # The bucket's latest state, from its first time: a plot holds each value until the next sample.
+            self._samples[-1] = {**sample, "time": self._samples[-1]["time"]}
         else:
             self._samples.append(sample)
 

@@ -21,11 +21,13 @@ function busyColour(pct) {
   return `hsl(217, 75%, ${80 - Math.round(Math.min(100, Math.max(0, pct)) * 0.45)}%)`;
 }
 
-// A GPU's colour: free, allocated (darker with the job's sampled utilisation), drained or down.
+function draining(state) { return state === "drained" || state === "draining"; }
+
+// A GPU's colour: on a node that is down, red; held by a job, blue (darker with the job's sampled
+// utilisation; a draining node's keep their jobs until they end); otherwise free, or drained.
 function gpuColour(cell) {
   if (cell.state === "down") return COLOURS.down;
-  if (cell.state === "drained" || cell.state === "draining") return COLOURS.drained;
-  if (!cell.job) return COLOURS.free;
+  if (!cell.job) return draining(cell.state) ? COLOURS.drained : COLOURS.free;
   if (cell.util === null || cell.util === undefined) return COLOURS.unsampled;
   return busyColour(cell.util);
 }
@@ -47,7 +49,8 @@ function heatmap(rows) {
           (gpu.util === null || gpu.util === undefined ? "" : `, ${gpu.util}% busy`)
         : `${row.node} GPU ${gpu.index} (${gpu.model}): ${gpu.state === "idle" || gpu.state === "mixed" || gpu.state === "allocated" ? "free" : gpu.state}`;
       chart.append(svg("rect", {x: label + x * (cell + gap), y: top, width: cell, height: cell, rx: 3,
-        fill: gpuColour(gpu), "data-gpu": `${row.node}:${gpu.index}`, "data-job": gpu.job || ""},
+        fill: gpuColour(gpu), "data-gpu": `${row.node}:${gpu.index}`, "data-job": gpu.job || "",
+        ...(draining(row.state) ? {stroke: "#d97706", "stroke-width": 2} : {})},
       svg("title", {}, title)));
     });
     chart.append(svg("text", {x: label + row.cells.length * (cell + gap) + 8, y: top + cell * 0.72, class: "axis"},
