@@ -37,7 +37,8 @@ def test_browsers_get_the_dashboard_at_the_root_and_other_clients_the_json_index
     assert page.headers["content-security-policy"].startswith("default-src 'self'")
     assert index.json()["links"]["dashboard"] == "/" and index.json()["links"]["api"] == "/api/v1"
     assets = re.findall(r'(?:src|href)="(/dashboard/[^"]+)"', page.text)
-    assert sorted(assets) == [f"/dashboard/{name}" for name in ("app.js", "charts.js", "pages.js", "style.css")]
+    names = ("app.js", "charts.js", "job.js", "pages.js", "style.css")
+    assert sorted(assets) == [f"/dashboard/{name}" for name in names]
     served = requests(app_of(tmp_path), *((path, {}) for path in assets))
     assert [r.status_code for r in served] == [200] * len(assets)
     assert {r.headers["content-type"].split(";")[0] for r in served} == {"text/javascript", "text/css"}
@@ -50,7 +51,8 @@ def test_utilisation_now_and_a_jobs_telemetry_need_a_credential(tmp_path: Path) 
         ("/api/v1/jobs/1/telemetry", bearer(SECRET)), ("/api/v1/jobs/99/telemetry", bearer(SECRET)))
     assert refused.status_code == 401
     # n1 has 8 GPUs; jobs 1 and 2 run on one each (tests/controller/conftest.py).
-    assert history.json() == {"step_s": 10.0, "samples": [{"time": T0 + 100, "gpus_alloc": 2, "gpus_total": 8}]}
+    assert history.json() == {"step_s": 10.0, "samples": [{"time": T0 + 100, "gpus_alloc": 2, "gpus_total": 8}],
+                              "running_jobs": 2, "pending_jobs": 2}
     assert telemetry.json() == {"job_id": 1, "samples": []}  # no agent reported its usage
     assert unknown.status_code == 404
 

@@ -171,6 +171,8 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
         assert page.locator(f".heatmap rect[data-job='{job_id}']").count() == gpus
     assert page.locator(".heatmap rect[data-gpu^='node3'][fill='#f0ad4e']").count() == GPUS  # drained
     assert "7 / 12" in page.inner_text(".stats")  # GPUs allocated
+    assert page.inner_text(".stats a[href='#/jobs?states=RUNNING']") == "3"
+    assert page.inner_text(".stats a[href='#/jobs?states=PENDING']") == "1"
     assert page.locator(".line-chart path.series").count() >= 1
 
     visit(page, scene, "jobs", "table.grid", f"{who}-jobs")
@@ -225,6 +227,9 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
 
     visit(page, scene, "reservations", "tr[data-reservation='maint-node2']", f"{who}-reservations")
     assert "node2" in page.inner_text("tr[data-reservation='maint-node2']")
+
+    visit(page, scene, "job/999999", ".error", f"{who}-job-unknown")  # what failed, in words
+    assert page.inner_text(".error") == "GET /jobs/999999 failed (404): invalid job id specified: 999999"
 
 
 def test_a_revoked_token_sends_the_user_back_to_login(page, scene: Scene) -> None:

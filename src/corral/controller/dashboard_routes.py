@@ -45,9 +45,12 @@ def dashboard_routes(app: FastAPI, service: ControllerService, guard: Guard, ind
     async def utilisation() -> dict:
         """The cluster's allocated and total GPUs (of the nodes that are up) over the last hour: one sample
         per `step_s`, the latest state seen in it. Kept in the controller's memory: a restarted or new
-        leader starts afresh."""
+        leader starts afresh. With the number of running and pending jobs now (counted, not listed: the
+        overview stays small however long the queue)."""
         service.record_utilisation()
-        return {"step_s": service.utilisation.step_s, "samples": service.utilisation.samples()}
+        views = service.engine.views
+        return {"step_s": service.utilisation.step_s, "samples": service.utilisation.samples(),
+                "running_jobs": len(views.running), "pending_jobs": len(views.pending)}
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}/telemetry", dependencies=[Depends(guard.user)], responses=ERRORS)
     async def telemetry(job_id: JobIdPath) -> dict:
