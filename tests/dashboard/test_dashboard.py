@@ -16,6 +16,8 @@ import pytest
 from tests.controller.test_identity import UnixUser, unix_users
 from tests.e2e.harness import API, Cluster, wait_for
 
+playwright = pytest.importorskip("playwright.sync_api", reason="Playwright (pyproject's dev extra) is not installed")
+
 CHROMIUM = "/usr/bin/chromium"
 NODES, GPUS = 3, 4
 H100 = "NVIDIA H100 80GB HBM3"
@@ -80,7 +82,8 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
                                       argv=["sh", "-c", "echo bob was here; sleep 120"]),
                 # Past biology's quota of 3: borrowed from physics (the same cohort), which uses 2 of its 5.
                 "bob-borrowing": submit(cluster, tokens["bob"], bob, name="fold-more", gpus=2, argv=["sleep", "120"]),
-                "bob-done": submit(cluster, tokens["bob"], bob, name="quick", gpus=0, argv=["echo", "done"]),
+                "bob-done": submit(cluster, tokens["bob"], bob, name="quick", gpus=0, batch=True,
+                                   script="#!/bin/sh\necho done\n"),
             }
             for key in ("alice-running", "bob-running", "bob-borrowing"):
                 cluster.wait_state(jobs[key], "RUNNING")
@@ -105,9 +108,7 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
+    with playwright.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield chromium
         chromium.close()
@@ -182,7 +183,12 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     assert pending["reason"] in page.locator(f"tr[data-job='{pending['id']}']").inner_text()
     assert page.locator(f"tr[data-job='{scene.jobs['bob-done']}']").count() == 0  # finished: not by default
 
-    visit(page, scene, f"jobs?user={them}&all=1", "table.grid", f"{who}-jobs-filtered")
+    page.fill("form.filters input[name=user]", them)  # the form, as a person uses it
+    page.check("form.filters input[name=all]")
+    page.click("form.filters button")
+    playwright.expect(page).to_have_url(f"{scene.cluster.url}/#/jobs?user={them}&all=1")
+    playwright.expect(page.locator("table.grid tbody tr")).to_have_count(3 if who == "alice" else 2)
+    page.screenshot(path=str(scene.shots / f"{who}-jobs-filtered.png"), full_page=True)
     users = set(page.locator("table.grid tbody tr td:nth-child(3)").all_inner_texts())
     assert users == {them}
     visit(page, scene, "jobs?states=COMPLETED&all=1", "table.grid", f"{who}-jobs-completed")
@@ -209,6 +215,13 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     assert "PENDING" in page.inner_text(".job-title")
     assert pending["reason"] in page.inner_text("main") and pending["reason_detail"] in page.inner_text("main")
     assert "no output yet" in page.inner_text("main") if who == "alice" else "belongs to" in page.inner_text("main")
+
+    done = scene.jobs["bob-done"]
+    visit(page, scene, f"job/{done}", "table.grid", f"{who}-job-done")
+    assert "COMPLETED" in page.inner_text(".job-title")
+    assert "COMPLETED" in page.locator("tr", has_text=f"{done}.batch").inner_text()  # its batch step
+    assert [row.split("\t")[1] for row in page.locator("section", has_text="History").locator("tbody tr")
+            .all_inner_texts()] == ["submitted", "started", "ran-as-agent-user", "completed"]  # (the harness's agents)
 
     visit(page, scene, "nodes", "tr[data-node='node2']", f"{who}-nodes")
     assert page.locator("tr[data-node]").count() == NODES
