@@ -54,6 +54,13 @@ def submit(cluster: Cluster, token: str, user: str, **fields) -> int:
     return reply.json()["job_id"]
 
 
+def end_jobs(cluster: Cluster) -> None:
+    """Cancel what still runs and wait until it has ended: a stopped agent leaves its tasks running."""
+    for job in cluster.http.get(f"{API}/jobs").json():
+        cluster.http.post(f"{API}/jobs/{job['id']}/cancel")
+    wait_for(lambda: cluster.http.get(f"{API}/jobs").json() == [], timeout_s=30, message="every job ended")
+
+
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory) -> Iterator[Scene]:
     root = tmp_path_factory.mktemp("cluster")
@@ -77,11 +84,11 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
                       for role, user in users.items()}
             jobs = {
                 "alice-running": submit(cluster, tokens["alice"], alice, name="train-resnet", gpus=2,
-                                        argv=["sh", "-c", "echo hello from alice; echo epoch 1 loss 0.42; sleep 120"]),
+                                        argv=["sh", "-c", "echo hello from alice; echo epoch 1 loss 0.42; sleep 600"]),
                 "bob-running": submit(cluster, tokens["bob"], bob, name="fold-proteins", gpus=3,
-                                      argv=["sh", "-c", "echo bob was here; sleep 120"]),
+                                      argv=["sh", "-c", "echo bob was here; sleep 600"]),
                 # Past biology's quota of 3: borrowed from physics (the same cohort), which uses 2 of its 5.
-                "bob-borrowing": submit(cluster, tokens["bob"], bob, name="fold-more", gpus=2, argv=["sleep", "120"]),
+                "bob-borrowing": submit(cluster, tokens["bob"], bob, name="fold-more", gpus=2, argv=["sleep", "600"]),
                 "bob-done": submit(cluster, tokens["bob"], bob, name="quick", gpus=0, batch=True,
                                    script="#!/bin/sh\necho done\n"),
             }
@@ -99,6 +106,8 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
                                  .json()["samples"]) >= 3, message="three usage samples of alice's job")
             yield Scene(cluster, users, tokens, jobs, shots)
     finally:
+        if cluster.controller is not None and cluster.controller.poll() is None:
+            end_jobs(cluster)
         cluster.stop()
         if saved is None:
             os.environ.pop("FAKE_NVML_UTIL", None)
