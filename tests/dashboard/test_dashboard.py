@@ -193,14 +193,14 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     assert page.locator(f"tr[data-job='{scene.jobs['bob-done']}']").count() == 0  # finished: not by default
 
     page.fill("form.filters input[name=user]", them)  # the form, as a person uses it
-    page.check("form.filters input[name=all]")
+    page.select_option("form.filters select[name=ended]", "1d")
     page.click("form.filters button")
-    playwright.expect(page).to_have_url(f"{scene.cluster.url}/#/jobs?user={them}&all=1")
+    playwright.expect(page).to_have_url(f"{scene.cluster.url}/#/jobs?user={them}&ended=1d")
     playwright.expect(page.locator("table.grid tbody tr")).to_have_count(3 if who == "alice" else 2)
     page.screenshot(path=str(scene.shots / f"{who}-jobs-filtered.png"), full_page=True)
     users = set(page.locator("table.grid tbody tr td:nth-child(3)").all_inner_texts())
     assert users == {them}
-    visit(page, scene, "jobs?states=COMPLETED&all=1", "table.grid", f"{who}-jobs-completed")
+    visit(page, scene, "jobs?states=COMPLETED&ended=all", "table.grid", f"{who}-jobs-completed")
     assert page.locator("table.grid tbody tr").count() == 1
     visit(page, scene, "jobs?user=nobody-here", ".empty", f"{who}-jobs-empty")
     assert page.inner_text(".empty") == "no jobs match these filters"

@@ -15,8 +15,9 @@ class ApiError extends Error {
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
-// A 401 sends the user to the login page with the API's reason; anything else throws ApiError.
-async function api(path, {allowErrors = false} = {}) {
+// A 401 sends the user to the login page with the API's reason; anything else throws ApiError, or with
+// `allowErrors` comes back as {error, status}. `withHeaders`: {body, headers}.
+async function api(path, {allowErrors = false, withHeaders = false} = {}) {
   const tok = token();
   if (!tok) { toLogin("Paste an API token to sign in."); throw new ApiError(path, 401, "no token"); }
   let reply;
@@ -39,8 +40,7 @@ async function api(path, {allowErrors = false} = {}) {
     if (allowErrors) return {error: body.detail || reply.statusText, status: reply.status};
     throw new ApiError(path, reply.status, body.detail || reply.statusText);
   }
-  Corral.lastHeaders = reply.headers;
-  return body;
+  return withHeaders ? {body, headers: reply.headers} : body;
 }
 
 function toLogin(message) {

@@ -105,10 +105,28 @@
     }},
     field("user", "User", "any"), field("accounts", "Account", "any"),
     h("label", {}, "State", state),
-    h("label", {class: "check"}, h("input", {type: "checkbox", name: "all", value: "1", checked: params.get("all") === "1"}),
-      "include finished jobs"),
+    h("label", {}, "Finished jobs", h("select", {name: "ended"},
+      Object.entries(ENDED).map(([value, [label]]) => h("option", {value, selected: (params.get("ended") || "") === value}, label)))),
     h("button", {type: "submit"}, "Filter"),
-    Corral.me ? h("a", {href: `#/jobs?user=${encodeURIComponent(Corral.me.name)}&all=1`}, "my jobs") : null);
+    Corral.me ? h("a", {href: `#/jobs?user=${encodeURIComponent(Corral.me.name)}&ended=1d`}, "my jobs") : null);
+  }
+
+  // Which finished jobs the list adds: none (the queue, as squeue), those that ended within a window (as
+  // sacct --starttime; read from the accounting), or all of them.
+  const ENDED = {"": ["none", null], "1h": ["last hour", 3600], "1d": ["last day", 86400],
+    "7d": ["last 7 days", 7 * 86400], "all": ["all", null]};
+
+  function jobsPath(params) {
+    const query = new URLSearchParams({limit: String(JOB_LIMIT)});
+    for (const key of ["user", "accounts", "states"]) if (params.get(key)) query.set(key, params.get(key));
+    const ended = params.get("ended") || "";
+    if (ended === "all") query.set("all", "true");
+    const [, window_] = ENDED[ended] || ENDED[""];
+    if (window_) {
+      query.set("since", String(Math.floor(Date.now() / 1000 - window_)));
+      return `/accounting?${query}`;
+    }
+    return `/jobs?${query}`;
   }
 
   function jobRow(job) {
@@ -122,11 +140,8 @@
   }
 
   Corral.pages.jobs = async (_arg, params) => {
-    const query = new URLSearchParams({limit: String(JOB_LIMIT)});
-    for (const key of ["user", "accounts", "states"]) if (params.get(key)) query.set(key, params.get(key));
-    if (params.get("all") === "1") query.set("all", "true");
-    const jobs = await api(`/jobs?${query}`);
-    const more = Corral.lastHeaders && Corral.lastHeaders.get("x-next-after");
+    const {body: jobs, headers} = await api(jobsPath(params), {withHeaders: true});
+    const more = headers.get("x-next-after");
     jobs.sort((a, b) => b.id - a.id);
     return h("div", {},
       section("Jobs", jobFilters(params),
