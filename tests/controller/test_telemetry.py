@@ -29,8 +29,9 @@ def test_job_series_are_bounded_per_job_and_in_jobs_and_skip_unsampled_jobs() ->
     assert series.of(7)[-1] == {"time": 3.0, "gpu_util_pct": 30, "rss_kib": 2048, "cpu_s": 1.5, "gpus": 2, "nodes": 1}
     assert series.of(8) == []
     series.record(4.0, [(9, usage(1))])
-    series.record(5.0, [(10, usage(1))])  # a third job: the oldest (7) goes
-    assert series.of(7) == [] and len(series.of(9)) == len(series.of(10)) == 1
+    series.record(5.0, [(7, usage(40))])  # 7 reports again: 9 is now the least recently reported
+    series.record(6.0, [(10, usage(1))])  # a third job: 9 goes
+    assert series.of(9) == [] and [p["time"] for p in series.of(7)] == [3.0, 5.0] and len(series.of(10)) == 1
 
 
 def test_two_reports_at_one_time_make_one_point() -> None:

@@ -6,7 +6,7 @@ failover: nothing the scheduler reads depends on it, as for usage_views.LiveUsag
   every scheduling cycle, where allocations change, and the route once more when read (the loop sleeps
   while nothing happens).
 - JobSeries: each job's combined usage (usage_views.combine over its nodes) each time an agent reports it,
-  for the newest `jobs` jobs, at most `points` samples each (the oldest go first).
+  for the `jobs` jobs reported most recently, at most `points` samples each (the oldest go first).
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from typing import Any
 
 UTILISATION_STEP_S = 10.0
 UTILISATION_KEEP = 360  # one hour at 10 s
-SERIES_JOBS = 500
-SERIES_POINTS = 360
+# At most 1,000 jobs' series of 120 points (an hour at the agents' default 30 s interval): 17.5 MiB
+# when every one is full (tracemalloc, floats in every field).
+SERIES_JOBS = 1000
+SERIES_POINTS = 120
 SERIES_FIELDS = ("gpu_util_pct", "rss_kib", "cpu_s", "gpus", "nodes")
 
 
@@ -45,7 +47,9 @@ class JobSeries:
     def __init__(self, jobs: int = SERIES_JOBS, points: int = SERIES_POINTS) -> None:
         self._jobs = jobs
         self._points = points
-        self._series: OrderedDict[int, deque[dict[str, Any]]] = OrderedDict()
+        # Least recently reported first: a job still running keeps its series, one that ended goes first.
+        # Points are tuples in SERIES_FIELDS' order after the time (a dict each would cost three times more).
+        self._series: OrderedDict[int, deque[tuple[float, ...]]] = OrderedDict()
 
     def record(self, now: float, usages: Iterable[tuple[int, Mapping[str, Any] | None]]) -> None:
         """`usages`: (job id, its combined usage now, or None when nothing is sampled)."""
@@ -57,11 +61,13 @@ class JobSeries:
                 series = self._series[job_id] = deque(maxlen=self._points)
                 while len(self._series) > self._jobs:
                     self._series.popitem(last=False)
-            point = {"time": now, **{name: usage.get(name, 0) for name in SERIES_FIELDS}}
-            if series and series[-1]["time"] == now:  # several nodes reported in one batch
+            else:
+                self._series.move_to_end(job_id)
+            point = (now, *(usage.get(name, 0) for name in SERIES_FIELDS))
+            if series and series[-1][0] == now:  # several nodes reported in one batch
                 series[-1] = point
             else:
                 series.append(point)
 
     def of(self, job_id: int) -> list[dict[str, Any]]:
-        return list(self._series.get(job_id, ()))
+        return [dict(zip(("time", *SERIES_FIELDS), point, strict=True)) for point in self._series.get(job_id, ())]
