@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.controller import credentials as cred
 from tests.controller.test_identity import UnixUser, unix_users
 from tests.e2e.harness import API, Cluster, wait_for
 
@@ -164,6 +165,14 @@ def test_a_browser_without_a_token_lands_on_the_login_page(browser, scene) -> No
     page.locator("#login-message", has_text="refused").wait_for()  # (the page's CSP allows no eval)
     assert "token 999 is unknown" in page.inner_text("#login-message")
     page.screenshot(path=str(scene.shots / "login-refused.png"), full_page=True)
+    # A valid credential that is not a user's (a node's agent): refused (403) and not kept.
+    page.fill("#token", cred.issue_agent(cred.signing_key(scene.cluster.secret), "node1"))
+    page.click("form.login button")
+    page.locator("#login-message", has_text="agent credential").wait_for()
+    assert "(403): Access/permission denied" in page.inner_text("#login-message")
+    page.goto("/#/nodes")
+    page.wait_for_selector("form.login")
+    assert "Paste an API token" in page.inner_text("#login-message")
     context.close()
 
 

@@ -32,6 +32,7 @@
         await Corral.showIdentity();
         location.hash = "#/overview";
       } catch (err) {
+        sessionStorage.removeItem(Corral.TOKEN_KEY);  // kept only once the API took it
         if (!(err instanceof Corral.ApiError && err.status === 401)) {
           status.textContent = err.message;
           status.className = "error";
