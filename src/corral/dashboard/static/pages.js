@@ -80,7 +80,7 @@
           ["allocated, 90% busy", charts.busyColour(90)], ["allocated, not sampled", charts.COLOURS.unsampled],
           ["drained", charts.COLOURS.drained], ["down", charts.COLOURS.down]]),
         h("p", {class: "muted"}, "Busy: the GPU utilisation of the job holding the GPU, as its node last sampled it.")),
-      section("GPU utilisation over time",
+      section("GPUs allocated over time",
         charts.lineChart([
           {name: "allocated GPUs", colour: "#2c6fd1",
             points: samples.map((s) => [s.time, s.gpus_alloc])},
