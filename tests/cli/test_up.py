@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +15,15 @@ from corral.agent.task_spool import TaskSpool
 from corral.cli.errors import CliError
 from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited, Supervisor
-from corral.cli.up import Cluster, check_port_free, start_cluster, state_dir_lock, write_agent_credentials, write_secret
+from corral.cli.up import (
+    Cluster,
+    banner,
+    check_port_free,
+    start_cluster,
+    state_dir_lock,
+    write_agent_credentials,
+    write_secret,
+)
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 
@@ -39,6 +48,13 @@ def fake_plan(tmp_path, nodes=2, controller=None, controllers=1):
         controller_argvs=(controller,) if controller else tuple(swap(a, "controller") for a in plan.controller_argvs),
         agent_argvs=tuple(swap(a, "agent") for a in plan.agent_argvs),
     )
+
+
+def test_the_banner_names_the_dashboard(tmp_path):
+    plan = plan_up(UpOptions(state_dir=tmp_path), NO_GPUS, python="py")
+    text = banner(SimpleNamespace(plan=plan, name="lab"), tmp_path / "cluster.json")
+    assert ("  dashboard: http://127.0.0.1:6817/ in a browser (sign in with a token from 'corral token create')\n"
+            in text)
 
 
 def test_plan_simulated_defaults(tmp_path):
@@ -193,6 +209,7 @@ sys.path.insert(0, {tests!r})
 from cli.test_up import fake_plan
 from corral.cli.up import run_up
 from pathlib import Path
+from types import SimpleNamespace
 sys.exit(run_up(fake_plan(Path({tmp!r}))))
 """
 

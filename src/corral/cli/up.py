@@ -250,6 +250,7 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None)
         f"corral: cluster '{cluster.name}' is up: {len(plan.node_names)} node(s), {gpus}\n"
         + (f"  API:       {', '.join(plan.urls)} ({len(plan.urls)} controllers: their leader answers; "
            "'corral status' says which)\n" if several else f"  API:       {plan.url}\n")
+        + f"  dashboard: {plan.url}/ in a browser (sign in with a token from 'corral token create')\n"
         + (f"  database:  PostgreSQL, data in {plan.postgres.data_dir}\n" if plan.postgres else "") +
         f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
         f"  users:     {plan.auth_socket} gives this host's users their credential"

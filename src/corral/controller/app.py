@@ -27,6 +27,7 @@ from corral.controller import listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
+from corral.controller.dashboard_routes import dashboard_routes
 from corral.controller.guard import Guard
 from corral.controller.join_routes import join_routes
 from corral.controller.leadership import NotLeader
@@ -156,7 +157,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         lease and their last word say (`controllers`: url, role, epoch, pid, last_seen)."""
         return await service.status()
 
-    _index_routes(app, service)
+    dashboard_routes(app, service, guard, lambda: _index(service))
     _metrics_route(app, service, guard, settings.public_metrics)
     _user_routes(app, service, guard)
     tenancy_routes(app, service, guard)
@@ -197,14 +198,11 @@ def not_leader_response(exc: NotLeader) -> JSONResponse:
     return JSONResponse({"detail": str(exc), "leader": exc.leader_url}, status_code=421, headers=headers)
 
 
-def _index_routes(app: FastAPI, service: ControllerService) -> None:
-    """`/`: where to go from here (a web dashboard may take this place later)."""
-
-    @app.get("/", include_in_schema=False)
-    async def index() -> dict:
-        return {"name": "corral", "cluster": service.config.cluster_name, "role": service.role,
-                "links": {"api": API_PREFIX, "docs": "/docs", "redoc": "/redoc", "openapi": "/openapi.json",
-                          "metrics": "/metrics", "health": "/health", "status": STATUS_PATH}}
+def _index(service: ControllerService) -> dict:
+    """What `/` answers to clients that do not ask for HTML (browsers get the dashboard)."""
+    return {"name": "corral", "cluster": service.config.cluster_name, "role": service.role,
+            "links": {"dashboard": "/", "api": API_PREFIX, "docs": "/docs", "redoc": "/redoc",
+                      "openapi": "/openapi.json", "metrics": "/metrics", "health": "/health", "status": STATUS_PATH}}
 
 
 def _metrics_route(app: FastAPI, service: ControllerService, guard: Guard, public: bool) -> None:

@@ -36,6 +36,7 @@ from corral.controller.metrics_collector import EngineCollector
 from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
+from corral.controller.telemetry import JobSeries, UtilisationHistory
 from corral.controller.usage_views import GPU_IDLE, LiveUsage, combine
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
@@ -95,6 +96,8 @@ class ControllerService:
         self.outbox = Outbox()
         self.epoch = secrets.token_hex(8)
         self.live_usage = LiveUsage()
+        self.utilisation = UtilisationHistory()  # the dashboard's plots (controller/telemetry.py)
+        self.job_series = JobSeries()
         self.cycles = 0
         self.cycle_s = 0.0  # seconds the loop's cycles took, in all (GET /health shows it with `cycles`)
         # /metrics: the shell's counters (controller/metrics.py), and the gauges read from the engine at
@@ -258,6 +261,7 @@ class ControllerService:
         if engine is not None:  # a cycle that ran no schedule (the cluster is stopping) leaves the plan as it was
             plan = engine.last_plan if engine.last_plan is not before else None
             self.metrics.cycle_ran(time.perf_counter() - started, plan, engine)
+            self.record_utilisation()
 
     # ----- the state-store contract
 
@@ -496,6 +500,13 @@ class ControllerService:
         return [views.node_out(n, usage.get(n.name, (set(), 0, 0)), owners.get(n.name, {}))
                 for n in sorted(self.engine.nodes.values(), key=lambda n: n.name)]
 
+    def record_utilisation(self) -> None:
+        """Allocated and total GPUs of the nodes that are up, now (the dashboard's utilisation plot)."""
+        engine = self.engine
+        up = [node for node in engine.nodes.values() if node.up]
+        allocated = sum(len(engine.active.usage.of(node.name)[0]) for node in up)
+        self.utilisation.record(self.clock(), allocated, sum(len(node.gpus) for node in up))
+
     def partitions(self) -> list[PartitionOut]:
         return views.partition_outs(self.engine.config, list(self.engine.nodes.values()))
 
@@ -559,6 +570,9 @@ class ControllerService:
         else:
             self.check_agent(node, epoch)
         self.live_usage.take(node, batch.events, self.engine.jobs)
+        reported = {e.job_id for e in batch.events if isinstance(e, UsageReport) and e.step_id is None}
+        self.job_series.record(self.clock(), ((job_id, combine(self.live_usage.of(job_id).get(None) or {}))
+                                              for job_id in sorted(reported)))
         await self._cancel_idle(batch.events)
 
     async def _cancel_idle(self, events: Sequence[object]) -> None:
