@@ -86,6 +86,27 @@ def test_the_table_keeps_the_most_recently_seen_users():
     assert limits.retry_after_s("bob") is None  # forgotten: a full bucket again
 
 
+def test_a_long_list_puts_the_bucket_in_debt_and_the_next_request_waits_for_its_repayment():
+    clock = Clock()
+    limits = limiter(clock, bucket_size=4, refill_rate=2, refill_period_s=1, records_per_token=1000)
+    assert limits.retry_after_s("alice") is None  # the list's own token: 3 left
+    limits.charge("alice", 8_999)  # 8 more: 5 in debt
+    assert limits.retry_after_s("alice") == pytest.approx(3.0)  # 6 tokens needed: 3 refills of 2
+    clock.now += 3
+    assert limits.retry_after_s("alice") is None
+    limits.charge("alice", 999)  # under records_per_token: free
+    assert limits.retry_after_s("bob") is None
+
+
+def test_no_charge_with_records_per_token_0():
+    clock = Clock()
+    limits = limiter(clock, bucket_size=1, refill_rate=1, refill_period_s=1, records_per_token=0)
+    assert limits.retry_after_s("alice") is None
+    clock.now += 1
+    limits.charge("alice", 10**6)
+    assert limits.retry_after_s("alice") is None
+
+
 @pytest.mark.parametrize(("section", "message"), [
     ({"enabled": "yes"}, r"\[ratelimit\]: enabled 'yes': true or false"),
     ({"bucket_size": 0}, r"\[ratelimit\]: bucket_size 0: a whole number, 1..1,000,000"),
@@ -94,6 +115,9 @@ def test_the_table_keeps_the_most_recently_seen_users():
     ({"table_size": -1}, r"\[ratelimit\]: table_size -1: a whole number"),
     ({"rl_enable": True}, r"\[ratelimit\]: unknown key\(s\) rl_enable"),
     ([1], r"\[ratelimit\]: a table"),
+    ({"records_per_token": -1}, r"\[ratelimit\]: records_per_token -1: a whole number, 0 \(no charge\)"),
+    ({"records_per_token": True}, r"records_per_token True: a whole number"),
+    ({"records_per_token": 1.5}, r"records_per_token 1.5: a whole number"),
 ])
 def test_bad_ratelimit_settings_are_refused_with_the_key_named(section, message):
     with pytest.raises(SettingsError, match=message):
@@ -102,7 +126,8 @@ def test_bad_ratelimit_settings_are_refused_with_the_key_named(section, message)
 
 def test_ratelimit_settings_default_to_slurms_and_off():
     assert ratelimit_from_dict({}) == RateLimitSettings(enabled=False, bucket_size=30, refill_rate=2,
-                                                        refill_period_s=1, table_size=8192)
+                                                        refill_period_s=1, table_size=8192, records_per_token=1000)
+    assert ratelimit_from_dict({"records_per_token": 0}).records_per_token == 0
     assert ratelimit_from_dict({"enabled": True, "bucket_size": 50, "refill_rate": 10}) == RateLimitSettings(
         enabled=True, bucket_size=50, refill_rate=10)
 
@@ -145,6 +170,24 @@ def test_a_user_over_the_limit_gets_429_with_retry_after_and_others_do_not(tmp_p
         assert refused.json()["detail"].startswith(
             f"{RATE_LIMITED}: user alice sent more than 3 requests at once or more than 1 per 60 s; retry in ")
         assert [bob.get("/jobs/1").status_code for _ in range(3)] == [404, 404, 404]  # bob's own bucket
+
+
+def test_a_user_listing_many_jobs_pays_for_them_and_waits(tmp_path):
+    limits = RateLimitSettings(enabled=True, bucket_size=5, refill_rate=1, refill_period_s=60, records_per_token=2)
+    with limited_controller(tmp_path, limits) as url, client(url, SECRET) as service, \
+            client(url, user_credential("alice", 5001)) as alice, client(url, user_credential("bob", 5002)) as bob:
+        assert service.post("/agents/register", json=NODE).status_code == 200
+        reply = service.post("/jobs", json={"workdir": str(tmp_path), "user": "alice", "uid": 5001,
+                                            "argv": ["true"], "hold": True, "array": "0-5"})
+        assert reply.status_code == 201, reply.text
+        listed = alice.get("/jobs")  # 6 tasks: 1 token + 3
+        assert listed.status_code == 200 and len(listed.json()) == 6
+        assert alice.get("/jobs/1").status_code == 200  # the fifth token
+        refused = alice.get("/jobs/1")
+        assert refused.status_code == 429
+        assert bob.get("/jobs", params={"combine_arrays": True}).status_code == 200  # bob's own bucket
+        assert bob.get("/accounting").status_code == 200  # 6 more: in debt now
+        assert bob.get("/jobs/1").status_code == 429
 
 
 def test_the_service_credential_and_agents_are_not_limited(tmp_path):

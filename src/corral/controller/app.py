@@ -239,11 +239,11 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
         await guard.allow(principal, "submit", f"job {job_id}", f"user {body.user}, account {body.account or '-'}")
         return SubmitReply(job_id=job_id, task_ids=task_ids)
 
-    @app.get(f"{API_PREFIX}/jobs", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
+    @app.get(f"{API_PREFIX}/jobs", response_model=list[JobOut], responses=ERRORS)
     async def list_jobs(states: NameQuery = None, user: NameQuery = None, all: bool = False,
                         ids: str | None = Query(None, description=IDS_HELP), partitions: NameQuery = None,
                         accounts: NameQuery = None, after: AfterQuery = None, limit: LimitQuery = None,
-                        combine_arrays: bool = False) -> Response:
+                        combine_arrays: bool = False, principal: Principal = user_dep) -> Response:
         """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
         list: `user` names, `ids`, `states`, `partitions`, `accounts`. Paging: at most `limit` jobs with
         an id above `after`; the X-Next-After header says where the next page starts. `combine_arrays`:
@@ -258,6 +258,7 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
         else:
             found = await listing.active_jobs(service.engine, query, service.clock(), service.live_usage,
                                               service.forecasts.starts)
+        guard.charge(principal, found.jobs)
         return _json_list(found)
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}", dependencies=[auth], responses=ERRORS)
@@ -322,17 +323,20 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
     async def partitions() -> list[PartitionOut]:
         return service.partitions()
 
-    @app.get(f"{API_PREFIX}/accounting", dependencies=[auth], response_model=list[JobOut], responses=ERRORS)
+    @app.get(f"{API_PREFIX}/accounting", response_model=list[JobOut], responses=ERRORS)
     async def accounting(user: NameQuery = None, states: NameQuery = None, since: EpochQuery = None,
                          until: EpochQuery = None, ids: str | None = Query(None, description=IDS_HELP),
                          partitions: NameQuery = None, accounts: NameQuery = None, after: AfterQuery = None,
-                         limit: LimitQuery = None, combine_arrays: bool = False) -> Response:
+                         limit: LimitQuery = None, combine_arrays: bool = False,
+                         principal: Principal = user_dep) -> Response:
         """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
         by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs."""
         query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
                          since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays)
-        return _json_list(await listing.stored_jobs(service.engine, service.store, query, service.clock()))
+        found = await listing.stored_jobs(service.engine, service.store, query, service.clock())
+        guard.charge(principal, found.jobs)
+        return _json_list(found)
 
 
 async def _submission(guard: Guard, principal: Principal, body: JobSubmit) -> JobSubmit:

@@ -60,6 +60,13 @@ class Guard:
                                      f"{limits.refill_period_s} s; retry in {retry_after} s",
                                 headers={"Retry-After": str(retry_after)})
 
+    def charge(self, principal: Principal, records: int) -> None:
+        """A job list's cost beyond its request's token (ratelimit.py), to the same bucket and with the same
+        exemptions as `_limit`."""
+        if self.limiter is None or principal.kind == "service" or principal.admin and principal.uid == 0:
+            return
+        self.limiter.charge(principal.name, records)
+
     async def agent(self, request: Request,
                     credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
         """An agent (or the service credential): user, job and token credentials are refused here."""

@@ -66,6 +66,7 @@ class JobQuery:
 class JobList:
     body: bytes  # a JSON array of JobOut
     next_after: int | None  # where the next page starts; None: this was the last one
+    jobs: int = 0  # the job records it encoded (what it cost)
 
 
 async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsage | None = None,
@@ -91,7 +92,7 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
             await asyncio.sleep(0)  # let other requests in between slices
     for _ in encoding.finish():
         await asyncio.sleep(0)
-    return JobList(encoding.body(), next_after)
+    return JobList(encoding.body(), next_after, len(jobs))
 
 
 async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float, *,
@@ -130,7 +131,7 @@ def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int,
         count, last_id = count + 1, job.id
     for _ in encoding.finish():
         pass
-    return JobList(encoding.body(), last_id if query.limit is not None and count == query.limit else None)
+    return JobList(encoding.body(), last_id if query.limit is not None and count == query.limit else None, count)
 
 
 def _page(jobs: Mapping[int, Job], query: JobQuery) -> tuple[list[Job], int | None]:

@@ -8,7 +8,13 @@ table holds at most `table_size` users: the least recently seen one gives its pl
 a full bucket if it comes back; Slurm instead stops limiting newcomers once its table is full).
 
 Everything runs on the controller's event loop, which is single-threaded: no lock, O(1) per request (a
-dict lookup and a move to the end of an ordered dict)."""
+dict lookup and a move to the end of an ordered dict).
+
+A request costs one token whatever it asks for, so the load the limit lets through is users x refill rate
+requests, each as costly as it is: a job list of 8,000 records costs the loop a thousand times what one
+job costs. A list therefore also costs a token per `records_per_token` records it encodes (`charge`),
+taken after it was answered: a bucket may go into debt, and the user's next requests wait until the
+refills have repaid it. Slurm has no such charge; 0 turns it off."""
 from __future__ import annotations
 
 import logging
@@ -35,6 +41,7 @@ class RateLimitSettings:
     refill_rate: int = 2
     refill_period_s: int = 1
     table_size: int = 8192
+    records_per_token: int = 1000  # a job list costs a token more per this many records (0: no charge)
 
 
 class _Bucket:
@@ -82,9 +89,18 @@ class RateLimiter:
             bucket.tokens -= 1
             return None
         self._refused(who, now)
-        ahead_periods = bucket.backlog // settings.refill_rate
+        # The refills that repay the debt and make room for those refused before, then for this one.
+        needed = -bucket.tokens + bucket.backlog + 1
         bucket.backlog += 1
-        return (period + 1 + ahead_periods) * settings.refill_period_s - now
+        return (period + math.ceil(needed / settings.refill_rate)) * settings.refill_period_s - now
+
+    def charge(self, who: str, records: int) -> None:
+        """What a list of `records` records costs beyond its request's token (records_per_token each)."""
+        per = self.settings.records_per_token
+        bucket = self._buckets.get(who)
+        if per <= 0 or bucket is None or records < per:
+            return
+        bucket.tokens -= records // per
 
     def _refused(self, who: str, now: float) -> None:
         self._refused_since_log += 1

@@ -28,6 +28,7 @@
     refill_rate = 2        # tokens back ...
     refill_period_s = 1    # ... every this many seconds
     table_size = 8192      # users tracked (the least recently seen make room)
+    records_per_token = 1000   # a job list costs a token more per this many jobs (0: one token, any size)
 """
 from __future__ import annotations
 
@@ -49,10 +50,11 @@ _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s
         "partitions", "auth", "expedite_hold_s", "ratelimit",
         "gpu_idle_cancel_s", "self_fencing"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "public_metrics"}
-_RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size"}
+_RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size", "records_per_token"}
 # The largest value each [ratelimit] number may take (the least is 1).
 _RATELIMIT_MAX = {"bucket_size": 1_000_000, "refill_rate": 1_000_000, "refill_period_s": 3600,
                   "table_size": 10_000_000}
+RECORDS_PER_TOKEN_MAX = 10_000_000
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -108,7 +110,11 @@ def ratelimit_from_dict(section: object, origin: str = "config") -> RateLimitSet
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
             raise SettingsError(f"{where}: {key} {value!r}: a whole number, 1..{most:,}")
         numbers[key] = value
-    return RateLimitSettings(enabled=enabled, **numbers)
+    per = section.get("records_per_token", defaults.records_per_token)
+    if isinstance(per, bool) or not isinstance(per, int) or not 0 <= per <= RECORDS_PER_TOKEN_MAX:
+        raise SettingsError(f"{where}: records_per_token {per!r}: a whole number, 0 (no charge) to "
+                            f"{RECORDS_PER_TOKEN_MAX:,}")
+    return RateLimitSettings(enabled=enabled, records_per_token=per, **numbers)
 
 
 def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:
