@@ -22,7 +22,12 @@ nodes (8 GPUs each, nobody runs their jobs) takes N pending one-GPU jobs as arra
 reports its resident memory before, after the submissions and every 10 of 40 more cycles (each woken by a
 held job's submission), and the mean cycle time with N pending.
 
-    python bench/polling_load.py [--pollers 1000] [--window-s 20] [--pending 100000]
+--raw-lists: the squeue the pollers send is `squeue -r` (GET /jobs without combine_arrays: every pending
+task a record, 8,000 of them); --records-per-token N sets [ratelimit] records_per_token in the limited
+phases (default 1,000; 0: a list costs one token whatever its length).
+
+    python bench/polling_load.py [--pollers 1000] [--window-s 20] [--pending 100000] [--raw-lists]
+                                 [--records-per-token N]
 """
 from __future__ import annotations
 
@@ -82,7 +87,8 @@ async def _client(n: int, config: dict, counts: dict, stop: asyncio.Event) -> No
     credential = config["credentials"][user]
     # What squeue, sacct (the caller's own jobs, since midnight) and scontrol show job send.
     midnight = int(time.mktime(time.localtime()[:3] + (0, 0, 0, 0, 0, -1)))
-    paths = [f"{API}/jobs?combine_arrays=true&limit=10000",
+    combine = "" if config.get("raw_lists") else "combine_arrays=true&"
+    paths = [f"{API}/jobs?{combine}limit=10000",
              f"{API}/accounting?user=poller{user}&since={midnight}&combine_arrays=true&limit=10000",
              f"{API}/jobs/{1 + n % 50}"]
     requests = [f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: application/json\r\nConnection: close\r\n"
@@ -121,12 +127,13 @@ async def _poll(config: dict) -> None:
     print(json.dumps({**counts, "poller_cpu_s": round(usage.ru_utime + usage.ru_stime, 1)}), flush=True)
 
 
-def start_pollers(cluster: Cluster, pollers: int) -> subprocess.Popen:
+def start_pollers(cluster: Cluster, pollers: int, raw_lists: bool = False) -> subprocess.Popen:
     from corral.controller import credentials as cred
 
     key = cred.signing_key(cluster.secret)
     credentials = [cred.issue_user(key, f"poller{u}", 30000 + u, 30000 + u, time.time(), 3600) for u in range(USERS)]
-    config = {"host": "127.0.0.1", "port": cluster.port, "pollers": pollers, "credentials": credentials}
+    config = {"host": "127.0.0.1", "port": cluster.port, "pollers": pollers, "credentials": credentials,
+              "raw_lists": raw_lists}
     return subprocess.Popen([sys.executable, __file__, "poll", json.dumps(config)], stdout=subprocess.PIPE, text=True)
 
 
@@ -155,14 +162,16 @@ def cycle_counters(cluster: Cluster) -> tuple[int, float]:
     return health["cycles"], health["cycle_s"]
 
 
-def phase(limited: bool, pollers: int, window_s: float) -> dict:
+def phase(limited: bool, pollers: int, window_s: float, raw_lists: bool = False,
+          records_per_token: int | None = None) -> dict:
     """A fresh controller and two agents, an array of one-GPU `true` tasks to schedule (more than the window
     can start), with or without the pollers: what the scheduling did during `window_s`."""
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(Path(tmp), nodes=2, gpus=4, config=BASE_CONFIG + (LIMITS if limited else "")).start()
+        limits = LIMITS + (f"records_per_token = {records_per_token}\n" if records_per_token is not None else "")
+        cluster = Cluster(Path(tmp), nodes=2, gpus=4, config=BASE_CONFIG + (limits if limited else "")).start()
         # Without limits, the pollers can keep the controller's answers waiting past the harness's 30 s.
         cluster.http.timeout = httpx.Timeout(600)
-        proc = start_pollers(cluster, pollers) if pollers else None
+        proc = start_pollers(cluster, pollers, raw_lists) if pollers else None
         result: dict = {}
         try:
             array_ids = [cluster.submit(argv=["true"], gpus=1, output="/dev/null", user="root",
@@ -193,9 +202,10 @@ def _window(cluster: Cluster, array_ids: list[int], window_s: float) -> dict:
             "controller_rss_mib": rss_mib(cluster.controller.pid)}
 
 
-def measure(pollers: int = POLLERS, window_s: float = WINDOW_S) -> dict:
+def measure(pollers: int = POLLERS, window_s: float = WINDOW_S, raw_lists: bool = False,
+            records_per_token: int | None = None) -> dict:
     load_before = os.getloadavg()[0]
-    phases = {name: phase(limited, n, window_s) for name, limited, n in (
+    phases = {name: phase(limited, n, window_s, raw_lists, records_per_token) for name, limited, n in (
         ("quiet", False, 0), ("polled_no_limits", False, pollers),
         ("quiet_limits_on", True, 0), ("polled_limits_on", True, pollers))}
 
@@ -204,6 +214,7 @@ def measure(pollers: int = POLLERS, window_s: float = WINDOW_S) -> dict:
                 "cycle_ms": round(phases[polled]["cycle_mean_ms"] / phases[quiet]["cycle_mean_ms"] - 1, 3)}
 
     return {"bench": "polling_load", "pollers": pollers, "users": USERS, "poll_interval_s": POLL_INTERVAL_S,
+            "raw_lists": raw_lists, "records_per_token": records_per_token,
             "window_s": window_s, "cpus": os.cpu_count(), "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2), **phases,
             "slowdown_without_limits": slowdown("polled_no_limits", "quiet"),
@@ -252,10 +263,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--window-s", type=float, default=WINDOW_S)
     parser.add_argument("--pending", type=int, default=100_000, help="0: skip the memory mode")
     parser.add_argument("--no-polling", action="store_true", help="the memory mode alone")
+    parser.add_argument("--raw-lists", action="store_true", help="pollers list jobs as squeue -r does")
+    parser.add_argument("--records-per-token", type=int, default=None, help="[ratelimit] records_per_token")
     args = parser.parse_args(argv)
     results = []
     if not args.no_polling:
-        results.append(measure(args.pollers, args.window_s))
+        results.append(measure(args.pollers, args.window_s, args.raw_lists, args.records_per_token))
         print(json.dumps(results[-1]), flush=True)
     if args.pending:
         results.append(measure_pending(args.pending))
