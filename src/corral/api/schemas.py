@@ -211,6 +211,18 @@ class PartitionOut(BaseModel):
     priority_job_factor: int = 1
 
 
+class SchedulerOut(BaseModel):
+    """The controller's [scheduler] settings (what `corral advise` replays its history under)."""
+
+    placement: str
+    backfill: bool
+    max_reservations: int
+    max_jobs_considered: int | None
+    fgd_cpu_weight: float
+    # fgd's typical tasks: gpus, gpu_milli, cpus, gpu_model and weight each, as the configuration writes them.
+    task_mix: list[dict]
+
+
 class JobUpdate(BaseModel):
     """scontrol update: what may change in an active job (priority only while it waits)."""
 

@@ -46,9 +46,18 @@ def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
-    """The fleet's goodput over these jobs: GPU-seconds used (each job's mean GPU utilisation times the
-    GPU-seconds it held) over GPU-seconds allocated, counting the jobs whose GPUs were sampled; None when
-    no job held a GPU."""
+    """The fleet's goodput over these jobs (see goodput); None when no job held a GPU."""
+    used, held, sampled, unsampled = goodput(jobs)
+    if not sampled and not unsampled:
+        return None
+    figure = f"{_percent(used, held)} of {held:.0f} GPU-seconds used" if sampled else "unknown"
+    return (f"Goodput: {figure} ({sampled} GPU job(s) sampled"
+            + (f", {unsampled} not sampled)" if unsampled else ")"))
+
+
+def goodput(jobs: Sequence[Mapping[str, Any]]) -> tuple[float, float, int, int]:
+    """GPU-seconds used (each job's mean GPU utilisation times the GPU-seconds it held) and GPU-seconds
+    allocated, over the jobs whose GPUs were sampled; how many GPU jobs were sampled, and how many not."""
     used = held = 0.0
     sampled = unsampled = 0
     for job in jobs:
@@ -63,11 +72,7 @@ def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
         used += average / 100 * float(job["gpu_seconds"])
         held += float(job["gpu_seconds"])
         sampled += 1
-    if not sampled and not unsampled:
-        return None
-    figure = f"{_percent(used, held)} of {held:.0f} GPU-seconds used" if sampled else "unknown"
-    return (f"Goodput: {figure} ({sampled} GPU job(s) sampled"
-            + (f", {unsampled} not sampled)" if unsampled else ")"))
+    return used, held, sampled, unsampled
 
 
 def _percent(part: float, whole: float) -> str:
