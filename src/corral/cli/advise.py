@@ -127,7 +127,7 @@ def print_report(report: dict[str, Any]) -> None:
         _echo_block(line)
     evidence = report["whatif"]["evidence"]
     typer.echo(f"\nWhat-ifs: {evidence['jobs']} finished jobs submitted {_when(evidence['from'])} to "
-               f"{_when(evidence['to'])} replayed on {evidence['nodes']} nodes, {evidence['gpus']} GPUs"
+               f"{_when(evidence['to'])} replayed on {evidence['nodes']} node(s), {evidence['gpus']} GPUs"
                + (f"; waits of account {evidence['account']}'s jobs" if evidence["account"] else ""))
     print_table(WHATIF_HEADERS, render_advice.whatif_rows(report["whatif"]["scenarios"]), frozenset({1, 2, 3, 4, 5}))
     for note in evidence["notes"]:

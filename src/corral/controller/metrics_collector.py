@@ -116,11 +116,11 @@ def idle_metrics(engine: Engine, live: LiveUsage) -> Iterator[Metric]:
         for family, n in zip(families, row, strict=True):
             family.add_metric(list(key), n)
     yield from families
-    per_node = GaugeMetricFamily("corral_node_gpus_idle", "Allocated GPUs of the node that its job's samples "
+    by_node = GaugeMetricFamily("corral_node_gpus_idle", "Allocated GPUs of the node that its job's samples "
                                  "there show under 5 % for gpu_idle_flag_s or longer", labels=["node"])
     for node, n in sorted(nodes.items()):
-        per_node.add_metric([node], n)
-    yield per_node
+        by_node.add_metric([node], n)
+    yield by_node
 
 
 def _slurm_job_gauges(counts, gpus, held: int) -> Iterator[Metric]:

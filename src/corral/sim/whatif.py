@@ -117,10 +117,10 @@ def history_jobs(records: Sequence[Mapping[str, Any]], max_jobs: int = MAX_JOBS)
     ran = [r for r in records if r.get("start_time") is not None and r.get("end_time") is not None]
     ran.sort(key=lambda r: (r["submit_time"], r["id"]))
     notes = []
+    skipped = len(records) - len(ran)
     if len(ran) > max_jobs:
         notes.append(f"only the newest {max_jobs} of {len(ran)} finished jobs replayed")
         ran = ran[-max_jobs:]
-    skipped = len(records) - sum(1 for r in records if r.get("start_time") is not None and r.get("end_time") is not None)
     if skipped:
         notes.append(f"{skipped} job(s) not replayed: never started, or still running")
     return [_history_job(r) for r in ran], notes
@@ -160,8 +160,14 @@ def variations(setup: Setup, jobs: Sequence[HistoryJob]) -> list[Variation]:
         found.append(Variation(
             "exact-limits", "time limits as long as each job really ran (plus a minute)",
             "users ask for tighter --time (backfill starts jobs in holes only as long as their limit)",
-            lambda s: s, limits=lambda j: min(j.request.time_limit_s or math.inf, math.ceil(j.runtime_s) + 60)))
+            lambda s: s, limits=_exact_limit))
     return found
+
+
+def _exact_limit(job: HistoryJob) -> int:
+    """The job's runtime and a minute, never more than it asked for."""
+    exact = math.ceil(job.runtime_s) + 60
+    return min(job.request.time_limit_s, exact) if job.request.time_limit_s else exact
 
 
 def _lending(setup: Setup) -> Variation | None:
