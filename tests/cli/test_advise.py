@@ -64,3 +64,18 @@ def test_an_unreachable_controller_and_a_future_since_are_errors(cli, isolated):
     assert "corral: error: cannot reach the controller at http://127.0.0.1:9" in unreachable.output
     ahead = cli("advise", "--since", "2999-01-01")
     assert ahead.exit_code == 1 and "corral: error: --since '2999-01-01' is not in the past" in ahead.output
+
+
+def test_no_what_if_advice_when_the_baseline_replay_does_not_follow_the_cluster():
+    # The records say all 20 jobs started at once: the live configuration (4 GPUs for qa) cannot have run
+    # them so; its replay queues them for hours, and lending would "help" only in the replay.
+    records = [record(i + 1, 0, 0, HOUR) for i in range(20)]
+    report = build_report(records, live_bodies(), T0, T0 + 24 * HOUR, None, 20_000)
+    scenarios = {row["key"]: row for row in report["whatif"]["scenarios"]}
+    assert scenarios["actual"]["mean_wait_s"] == 0 and scenarios["baseline"]["mean_wait_s"] == 9.5 * HOUR
+    assert scenarios["lending"]["mean_wait_s"] == 4.5 * HOUR
+    assert report["recommendations"] == []
+    assert report["whatif"]["fidelity_problem"] == (
+        "the replay of the live configuration waits 9.5 h on average where the jobs really waited 0 s: it does "
+        "not follow this cluster closely enough to advise on (were the configuration, the nodes or the users "
+        "different in this period?)")

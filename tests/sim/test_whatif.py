@@ -114,3 +114,11 @@ def test_with_an_account_only_its_jobs_waits_are_counted():
     assert whatif.real_figures(jobs, 8, "b").jobs == 1 and whatif.real_figures(jobs, 8, "b").mean_wait_s == 0
     mine = whatif.replay(setup, jobs, "a").figures
     assert (mine.jobs, mine.mean_wait_s) == (4, 1.5 * HOUR)
+
+
+def test_a_baseline_is_close_enough_within_half_the_real_wait_or_a_minute():
+    def problem(actual_s: float, baseline_s: float) -> str | None:
+        return whatif.fidelity_problem(whatif.Figures(1, actual_s, 0, 0), whatif.Figures(1, baseline_s, 0, 0))
+
+    assert problem(1000, 1500) is None and problem(1000, 500) is None and problem(0, 60) is None
+    assert problem(1000, 1501) is not None and problem(0, 61) is not None

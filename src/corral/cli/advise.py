@@ -71,13 +71,13 @@ def build_report(records: list[dict], live: dict[str, Any], since: float, now: f
     summary = summarize(mine, since, now, capacity, live["tenancy"].get("queues", []))
     setup = whatif.live_setup(live["partitions"], live["scheduler"], live["tenancy"], live["nodes"])
     jobs, notes = whatif.history_jobs(records, max_jobs)
-    rows, advice = _what_ifs(whatif, setup, jobs, capacity, account, progress)
+    rows, advice, problem = _what_ifs(whatif, setup, jobs, capacity, account, progress)
     advice += _idle_advice(summary)
     evidence = {"jobs": len(jobs), "account": account, "from": jobs[0].submit_time, "to": max(j.end_time for j in jobs),
                 "nodes": len(setup.nodes), "gpus": capacity, "notes": notes + [
                     "replayed from an empty cluster on today's nodes, partitions, tenancy and scheduler settings; "
                     "each job runs as long as it really ran; compare 'actual' with 'baseline' to judge the replay"]}
-    return {"summary": summary, "whatif": {"evidence": evidence, "scenarios": rows},
+    return {"summary": summary, "whatif": {"evidence": evidence, "scenarios": rows, "fidelity_problem": problem},
             "recommendations": advice,
             "thresholds": {"mean_wait_lower_by": whatif.IMPROVEMENT, "min_baseline_mean_wait_s": whatif.MIN_WAIT_S}}
 
@@ -90,14 +90,15 @@ def _what_ifs(whatif, setup, jobs, capacity: int, account: str | None, progress:
     with _status("replaying the live configuration", progress):
         baseline = whatif.replay(setup, jobs, account)
     rows.append(_row("baseline", "the live configuration replayed", None, baseline))
+    problem = whatif.fidelity_problem(actual, baseline.figures)
     for variation in whatif.variations(setup, jobs):
         with _status(f"replaying {variation.title}", progress):
             outcome = whatif.replay(variation.setup(setup), jobs, account, variation.limits)
         rows.append(_row(variation.key, variation.title, variation.change, outcome))
         line = whatif.recommend(baseline, variation, outcome)
-        if line is not None:
+        if line is not None and problem is None:
             advice.append(line)
-    return rows, advice
+    return rows, advice, problem
 
 
 def _row(key: str, title: str, change: str | None, outcome) -> dict[str, Any]:
@@ -133,7 +134,10 @@ def print_report(report: dict[str, Any]) -> None:
     for note in evidence["notes"]:
         typer.echo(f"  note: {note}")
     typer.echo("\nRecommendations:")
-    if not report["recommendations"]:
+    problem = report["whatif"]["fidelity_problem"]
+    if problem is not None:
+        typer.echo(f"  none from the what-ifs: {problem}")
+    elif not report["recommendations"]:
         thresholds = report["thresholds"]
         typer.echo(f"  nothing to change: no variation lowered the mean wait by "
                    f"{100 * thresholds['mean_wait_lower_by']:.0f} % or more (on a baseline mean wait of at "

@@ -30,6 +30,9 @@ MAX_JOBS = 20_000  # the newest finished jobs replayed at most
 IMPROVEMENT = 0.20
 # ... and the baseline's mean wait is at least this long (shorter waits leave nothing worth changing).
 MIN_WAIT_S = 60.0
+# The baseline replay follows the cluster closely enough to advise on when its mean wait is within this
+# share (or MIN_WAIT_S) of the real one.
+FIDELITY = 0.5
 LENDING_COHORT = "advise-cohort"
 TASK_MIX_SHAPES = 8  # the most common job shapes that make the fgd variation's task_mix
 # The exact-limits variation is tried when the jobs' median time limit is this many times their runtime.
@@ -237,6 +240,16 @@ def replay(setup: Setup, jobs: Sequence[HistoryJob], account: str | None = None,
     figures = Figures(len(waits), _mean(waits), quantile(waits, 0.9),
                       _ratio(held, sum(n.gpus for n in setup.nodes) * last_end))
     return Replay(figures, len(result.refused), unfinished, time.perf_counter() - started)
+
+
+def fidelity_problem(actual: Figures, baseline: Figures) -> str | None:
+    """Why the baseline replay is too far from what really happened to advise on (None: it is close)."""
+    gap = abs(baseline.mean_wait_s - actual.mean_wait_s)
+    if gap <= max(MIN_WAIT_S, FIDELITY * actual.mean_wait_s):
+        return None
+    return (f"the replay of the live configuration waits {duration(baseline.mean_wait_s)} on average where the "
+            f"jobs really waited {duration(actual.mean_wait_s)}: it does not follow this cluster closely enough "
+            f"to advise on (were the configuration, the nodes or the users different in this period?)")
 
 
 def recommend(baseline: Replay, variation: Variation, outcome: Replay) -> str | None:
