@@ -79,3 +79,9 @@ def test_no_what_if_advice_when_the_baseline_replay_does_not_follow_the_cluster(
         "the replay of the live configuration waits 9.5 h on average where the jobs really waited 0 s: it does "
         "not follow this cluster closely enough to advise on (were the configuration, the nodes or the users "
         "different in this period?)")
+
+
+def test_a_history_of_which_nothing_can_be_replayed_is_an_error():
+    records = [record(1, 0, 0, 60, gpu_share="shard:99999999")]
+    with pytest.raises(CliError, match="can be replayed: 1 job.s. not replayed: their request is not one"):
+        build_report(records, live_bodies(), T0, T0 + HOUR, None, 20_000)

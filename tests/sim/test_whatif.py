@@ -122,3 +122,10 @@ def test_a_baseline_is_close_enough_within_half_the_real_wait_or_a_minute():
 
     assert problem(1000, 1500) is None and problem(1000, 500) is None and problem(0, 60) is None
     assert problem(1000, 1501) is not None and problem(0, 61) is not None
+
+
+def test_a_record_whose_request_no_submission_takes_is_left_out_and_counted():
+    records = [record(1, 0, 0, 60), record(2, 0, 0, 60, gpu_share="shard:99999999")]
+    jobs, notes = whatif.history_jobs(records)
+    assert [j.id for j in jobs] == [1]
+    assert notes == ["1 job(s) not replayed: their request is not one a submission takes"]

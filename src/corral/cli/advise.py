@@ -71,6 +71,8 @@ def build_report(records: list[dict], live: dict[str, Any], since: float, now: f
     summary = summarize(mine, since, now, capacity, live["tenancy"].get("queues", []))
     setup = whatif.live_setup(live["partitions"], live["scheduler"], live["tenancy"], live["nodes"])
     jobs, notes = whatif.history_jobs(records, max_jobs)
+    if not jobs:
+        raise CliError(f"no finished job since {_when(since)} can be replayed: {'; '.join(notes)}")
     rows, advice, problem = _what_ifs(whatif, setup, jobs, capacity, account, progress)
     advice += _idle_advice(summary)
     evidence = {"jobs": len(jobs), "account": account, "from": jobs[0].submit_time, "to": max(j.end_time for j in jobs),

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from corral import hostlist
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
@@ -126,7 +128,15 @@ def history_jobs(records: Sequence[Mapping[str, Any]], max_jobs: int = MAX_JOBS)
         ran = ran[-max_jobs:]
     if skipped:
         notes.append(f"{skipped} job(s) not replayed: never started, or still running")
-    return [_history_job(r) for r in ran], notes
+    jobs = []
+    for r in ran:
+        try:
+            jobs.append(_history_job(r))
+        except ValidationError:  # a record of an older controller whose request today's schema refuses
+            continue
+    if len(jobs) < len(ran):
+        notes.append(f"{len(ran) - len(jobs)} job(s) not replayed: their request is not one a submission takes")
+    return jobs, notes
 
 
 def _history_job(record: Mapping[str, Any]) -> HistoryJob:
