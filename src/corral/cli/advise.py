@@ -26,7 +26,7 @@ def advise(
                                        help=f"Start of the history to read: {FORMS_HELP}.")] = "7d",
     account: Annotated[str | None, typer.Option("--account", "-A", show_default=False,
                                                 help="Advise for this account's jobs (the replays still run "
-                                                     "every job, as the account's share the cluster).")] = None,
+                                                     "every job: the account shares the cluster).")] = None,
     max_jobs: Annotated[int, typer.Option("--max-jobs", metavar="N", min=1,
                                           help="Replay at most the newest N finished jobs.")] = 20_000,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON: the summary, the what-ifs and "
