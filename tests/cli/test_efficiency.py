@@ -27,9 +27,11 @@ def test_cpu_memory_and_gpu_efficiency_of_a_sampled_job():
     assert "GpuIdle" not in fields
 
 
-def test_a_job_whose_gpus_idle_for_long_is_flagged():
-    job = {**canned_jobs()[1], "usage": {**SAMPLED, "gpu_idle_s": 2400.0}}
+def test_a_job_the_controller_flagged_for_idle_gpus_says_so():
+    job = {**canned_jobs()[1], "usage": {**SAMPLED, "gpu_idle_s": 2400.0}, "gpu_idle_flagged": True}
     assert fields_of(job)["GpuIdle"] == "IDLE: its GPUs have stayed under 5% for 00:40:00"
+    # Idle as long, but not for the controller's gpu_idle_flag_s (say 3600): not flagged.
+    assert "GpuIdle" not in fields_of({**job, "gpu_idle_flagged": False})
 
 
 def test_unsampled_jobs_say_so():

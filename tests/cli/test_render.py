@@ -23,6 +23,7 @@ def test_queue_rows():
         ({"reason": "Resources", "estimated_start": T0 + 60, "estimated_start_source": "forecast"},
          "(Resources) est. start 22:14:20 (forecast)"),
         ({"state": "RUNNING", "nodelist": "node[1-4]"}, "node[1-4]"),
+        ({"state": "RUNNING", "nodelist": "node[1-4]", "gpu_idle_flagged": True}, "node[1-4] (GPUs idle)"),
         ({"state": "CANCELLED", "reason": "None"}, "(None)"),
     ],
 )
@@ -111,7 +112,8 @@ def test_job_fields_of_a_job_with_every_feature():
                "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "history", "position",
                "comment", "wckey",
                "open_mode", "batch", "gpu_share",
-               "cancelled_by_uid", "steps", "array_task_spec", "usage"}
+               "cancelled_by_uid", "steps", "array_task_spec", "usage",
+               "gpu_idle_flagged"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]
 

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from corral.controller.metrics import ControllerMetrics
 from corral.controller.metrics_collector import EngineCollector
+from corral.controller.usage_views import LiveUsage
 from tests.controller.test_metrics_collector import tenancy_engine
 
 DASHBOARD = Path(__file__).parents[2] / "contrib" / "grafana" / "corral.json"
@@ -24,7 +25,7 @@ def exported_names() -> set[str]:
     metrics = ControllerMetrics()
     registry = CollectorRegistry()
     registry.register(metrics.registry)
-    registry.register(EngineCollector(tenancy_engine, metrics))
+    registry.register(EngineCollector(tenancy_engine, metrics, LiveUsage()))
     names = set()
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         names.update(family.name + suffix for suffix in SUFFIXES[family.type])

@@ -8,12 +8,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from corral.api.tenancy import TenancySpec
 from corral.controller.metrics import ControllerMetrics
 from corral.controller.metrics_collector import EngineCollector
+from corral.controller.usage_views import LiveUsage
 from corral.core.model import Gpu, Request
 from corral.engine import events as ev
 from corral.engine.build import build_engine
 from corral.engine.config import LIVE, EngineConfig
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec
+from corral.protocol import Usage, UsageReport
 from tests.engine.builders import T0, engine_with_nodes, spec
 from tests.engine.harness import Harness
 
@@ -26,12 +28,14 @@ TENANCY = TenancySpec(
 )
 
 
-def scrape(engine, metrics: ControllerMetrics | None = None) -> dict[tuple[str, tuple], float]:
+def scrape(engine, metrics: ControllerMetrics | None = None,
+           live: LiveUsage | None = None) -> dict[tuple[str, tuple], float]:
     """The exposition as Prometheus reads it: {(sample name, sorted labels): value}."""
     metrics = metrics or ControllerMetrics()
     registry = CollectorRegistry()
     registry.register(metrics.registry)  # the counters ...
-    registry.register(EngineCollector(lambda: engine, metrics))  # ... and the gauges, as the app serves them
+    # ... and the gauges, as the app serves them
+    registry.register(EngineCollector(lambda: engine, metrics, live or LiveUsage()))
     text = generate_latest(registry).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
@@ -114,6 +118,29 @@ def test_quota_borrowing_lending_and_fair_share() -> None:
     a, b = (value(samples, "corral_fairshare_factor", account=name) for name in ("a", "b"))
     assert 0 < a < b < 1  # a used six times b's GPUs
     assert value(samples, "corral_fairshare_usage_billing_seconds", account="a") > 0
+
+
+def test_running_jobs_whose_gpus_stay_idle_are_counted_by_partition_account_and_node() -> None:
+    engine = engine_with_nodes(2, gpus=4, gpu_idle_flag_s=600)
+    idle, busy = (engine.submit(spec(gpus=4), T0) for _ in range(2))
+    engine.schedule(T0 + 1)
+    idle_node, busy_node = (engine.jobs[j.id].slices[0].node for j in (idle, busy))
+    live = LiveUsage()
+    live.take(idle_node, [UsageReport(job_id=idle.id, usage=Usage(samples=30, gpus=4, gpu_idle_s=601))], engine.jobs)
+    live.take(busy_node, [UsageReport(job_id=busy.id, usage=Usage(samples=30, gpus=4, gpu_idle_s=599))], engine.jobs)
+    samples = scrape(engine, live=live)
+    assert value(samples, "corral_jobs_gpu_idle", partition="gpu", account="") == 1
+    assert value(samples, "corral_jobs_gpu_idle_gpus", partition="gpu", account="") == 4
+    assert value(samples, "corral_node_gpus_idle", node=idle_node) == 4
+    assert value(samples, "corral_node_gpus_idle", node=busy_node) is None
+
+    off = engine_with_nodes(1, gpus=4, gpu_idle_flag_s=0)  # 0: nothing is flagged
+    job = off.submit(spec(gpus=4), T0)
+    off.schedule(T0 + 1)
+    live = LiveUsage()
+    live.take("node1", [UsageReport(job_id=job.id, usage=Usage(samples=30, gpus=4, gpu_idle_s=9999))], off.jobs)
+    samples = scrape(off, live=live)
+    assert not any(name.startswith(("corral_jobs_gpu_idle", "corral_node_gpus_idle")) for name, _ in samples)
 
 
 def test_a_controller_without_engine_exports_its_role_and_no_job_gauges() -> None:

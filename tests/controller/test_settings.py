@@ -25,6 +25,13 @@ def test_gpu_idle_cancel_s_is_read_and_checked() -> None:
         settings_from_dict({"gpu_idle_cancel_s": "x"})
 
 
+def test_gpu_idle_flag_s_is_read_and_checked() -> None:
+    assert settings_from_dict({}).gpu_idle_flag_s == 1800
+    assert settings_from_dict({"gpu_idle_flag_s": 0}).gpu_idle_flag_s == 0
+    with pytest.raises(SettingsError, match="gpu_idle_flag_s must be a number of seconds, 0 or more, not -5"):
+        settings_from_dict({"gpu_idle_flag_s": -5})
+
+
 def test_expedite_hold_s_is_read_and_checked() -> None:
     assert settings_from_dict({"expedite_hold_s": 60}).expedite_hold_s == 60
     with pytest.raises(SettingsError, match="expedite_hold_s must be a number of seconds, 0 or more, not -1"):

@@ -1,7 +1,7 @@
 """A job's usage over its nodes (controller/usage_views.py): stored final figures, else the live samples."""
 from __future__ import annotations
 
-from corral.controller.usage_views import LiveUsage, combine
+from corral.controller.usage_views import LiveUsage, combine, gpu_idle_flagged
 from corral.protocol import NodeFinished, Usage, UsageReport
 
 
@@ -32,3 +32,13 @@ def test_live_samples_are_kept_per_node_until_the_node_reports_the_end():
     assert live.of(8) == {}  # not an active job: not kept
     live.take("n1", [NodeFinished(job_id=7, tasks=[])], active)
     assert sorted(live.of(7)[None]) == ["n2"]
+
+
+def test_a_job_is_flagged_once_its_gpus_stayed_idle_for_the_flag_setting_on_every_node():
+    idle, busy = usage(gpus=2, gpu_idle_s=1800), usage(gpus=2, gpu_idle_s=10)
+    assert gpu_idle_flagged(combine({"n1": idle, "n2": idle}), 1800)
+    assert not gpu_idle_flagged(combine({"n1": idle, "n2": busy}), 1800)  # one node's GPUs work
+    assert not gpu_idle_flagged(combine({"n1": idle}), 1801)
+    assert not gpu_idle_flagged(combine({"n1": idle}), 0)  # 0: never flagged
+    assert not gpu_idle_flagged(combine({"n1": usage(gpus=0, gpu_idle_s=5000)}), 60)  # no GPU sampled
+    assert not gpu_idle_flagged(None, 60)

@@ -105,3 +105,18 @@ def test_a_job_whose_gpus_stay_idle_is_cancelled_when_the_policy_says_so(make_cl
     job = cluster.wait_state(job_id, "CANCELLED", timeout_s=30)
     assert job["history"][-1]["event"] == "cancelled" and job["history"][-1]["reason"] == "gpu-idle", job
     assert 3 <= job["end_time"] - job["start_time"] < 20
+
+
+def test_a_job_whose_gpus_stay_idle_is_flagged_in_the_api_show_and_metrics(make_cluster, tmp_path):
+    cluster = make_cluster(0, "gpu_idle_flag_s = 2\n")
+    cmd = Commands(cluster, tmp_path)
+    job_id = cmd.submit("--gres=gpu:1", "--wrap", "sleep 60")
+    wait_for(lambda: cluster.job(job_id)["gpu_idle_flagged"], 30, interval_s=0.5, message="the job flagged idle")
+    show = cmd("corral", "show", str(job_id))
+    assert "GpuIdle" in show.stdout and "IDLE: its GPUs have stayed under 5% for" in show.stdout, show
+    metrics = cluster.http.get("/metrics").text
+    assert 'corral_jobs_gpu_idle{account="default",partition="gpu"} 1.0' in metrics, metrics
+    assert 'corral_jobs_gpu_idle_gpus{account="default",partition="gpu"} 1.0' in metrics, metrics
+    assert 'corral_node_gpus_idle{node="node1"} 1.0' in metrics, metrics
+    assert cluster.job(job_id)["state"] == "RUNNING"  # flagged, not cancelled (gpu_idle_cancel_s is 0)
+    cmd("scancel", str(job_id))

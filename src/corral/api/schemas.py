@@ -167,6 +167,9 @@ class JobOut(BaseModel):
     # sampled it (cpu_s, max_rss_kib, ave_rss_kib, gpus, max_gpu_util_pct, ...); each step row has its own.
     # None: not sampled (not started, or ended before its first sample).
     usage: dict | None = None
+    # The job's GPUs have stayed idle (under 5 %, every node) for the controller's gpu_idle_flag_s or longer,
+    # as its latest samples (or, once it ended, its last ones) say.
+    gpu_idle_flagged: bool = False
     # Lists asked with combine_arrays: a record standing for an array's pending tasks ("5-9%2"), as
     # squeue and sacct show them; its id is the array's id.
     array_task_spec: str | None = None
@@ -206,6 +209,18 @@ class PartitionOut(BaseModel):
     default_time_s: int
     nodes: list[str]
     priority_job_factor: int = 1
+
+
+class SchedulerOut(BaseModel):
+    """The controller's [scheduler] settings (what `corral advise` replays its history under)."""
+
+    placement: str
+    backfill: bool
+    max_reservations: int
+    max_jobs_considered: int | None
+    fgd_cpu_weight: float
+    # fgd's typical tasks: gpus, gpu_milli, cpus, gpu_model and weight each, as the configuration writes them.
+    task_mix: list[dict]
 
 
 class JobUpdate(BaseModel):

@@ -176,6 +176,9 @@ class Client:
     def put_tenancy(self, spec: dict) -> dict:
         return self._call("PUT", "/tenancy", json=spec)
 
+    def scheduler(self) -> dict:
+        return self._call("GET", "/scheduler")
+
     def reservations(self) -> list[dict]:
         return self._call("GET", "/reservations")
 

@@ -1,15 +1,13 @@
 """seff's efficiency figures for `corral show`, from what the agents sampled (JobOut.usage and its steps'):
 CPU time against the core-walltime the job held, its largest node's memory against its memory per node,
-and the utilisation of its GPUs; a job whose GPUs stay idle for long is flagged."""
+and the utilisation of its GPUs; a job the controller flagged for GPUs idle for long (its gpu_idle_flag_s)
+says so."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral.jobscript.units import format_duration
-
-# The agents count a GPU under 5 % (usage.GPU_IDLE_PCT) as idle; idle this long, a job is flagged.
-GPU_IDLE_FLAG_S = 1800
 
 
 def _parts(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -40,7 +38,7 @@ def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
         idle_s = min(float(u["gpu_idle_s"]) for u in with_gpus)
         fields += [("GpuUtilization", f"{average:.1f}% average, {peak:.1f}% peak"),
                    ("GpuMemUtilized", f"{max(int(u['max_gpu_mem_mib']) for u in with_gpus)} MiB")]
-        if idle_s >= GPU_IDLE_FLAG_S:
+        if job.get("gpu_idle_flagged"):
             fields.append(("GpuIdle", f"IDLE: its GPUs have stayed under 5% for {format_duration(idle_s)}"))
     interval = max(float(u.get("interval_s", 0)) for u in parts)
     fields.append(("Sampled", f"{sum(int(u['samples']) for u in parts)} samples, every {interval:g}s"))
@@ -48,9 +46,18 @@ def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
-    """The fleet's goodput over these jobs: GPU-seconds used (each job's mean GPU utilisation times the
-    GPU-seconds it held) over GPU-seconds allocated, counting the jobs whose GPUs were sampled; None when
-    no job held a GPU."""
+    """The fleet's goodput over these jobs (see goodput); None when no job held a GPU."""
+    used, held, sampled, unsampled = goodput(jobs)
+    if not sampled and not unsampled:
+        return None
+    figure = f"{_percent(used, held)} of {held:.0f} GPU-seconds used" if sampled else "unknown"
+    return (f"Goodput: {figure} ({sampled} GPU job(s) sampled"
+            + (f", {unsampled} not sampled)" if unsampled else ")"))
+
+
+def goodput(jobs: Sequence[Mapping[str, Any]]) -> tuple[float, float, int, int]:
+    """GPU-seconds used (each job's mean GPU utilisation times the GPU-seconds it held) and GPU-seconds
+    allocated, over the jobs whose GPUs were sampled; how many GPU jobs were sampled, and how many not."""
     used = held = 0.0
     sampled = unsampled = 0
     for job in jobs:
@@ -65,11 +72,7 @@ def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
         used += average / 100 * float(job["gpu_seconds"])
         held += float(job["gpu_seconds"])
         sampled += 1
-    if not sampled and not unsampled:
-        return None
-    figure = f"{_percent(used, held)} of {held:.0f} GPU-seconds used" if sampled else "unknown"
-    return (f"Goodput: {figure} ({sampled} GPU job(s) sampled"
-            + (f", {unsampled} not sampled)" if unsampled else ")"))
+    return used, held, sampled, unsampled
 
 
 def _percent(part: float, whole: float) -> str:

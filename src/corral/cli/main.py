@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import jobs, scheduling
+from corral.cli.advise import advise
 from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.helpstyle import CorralApp, CorralCommand
@@ -111,6 +112,7 @@ app.command("prio")(scheduling.prio)
 app.command("share")(scheduling.share)
 app.command("queues")(scheduling.queues)
 app.command("simulate")(simulate)
+app.command("advise")(advise)
 app.add_typer(tenancy_app, name="tenancy")
 app.add_typer(reservation_app, name="reservation")
 app.add_typer(token_app, name="token")

@@ -69,10 +69,12 @@ def or_dash(text: object) -> str:
 
 
 def nodelist_or_reason(job: Mapping[str, Any], now: float) -> str:
-    """squeue's NODELIST(REASON): the nodes once allocated, else `(Reason)` and any estimated start (saying
-    when it is a forecast rather than the start the scheduler has reserved)."""
+    """squeue's NODELIST(REASON): the nodes once allocated (and `(GPUs idle)` for a running job the controller
+    flagged so), else `(Reason)` and any estimated start (saying when it is a forecast rather than the start
+    the scheduler has reserved)."""
     if job["nodelist"]:
-        return job["nodelist"]
+        flagged = job.get("gpu_idle_flagged") and job["state"] == "RUNNING"
+        return f"{job['nodelist']} (GPUs idle)" if flagged else job["nodelist"]
     text = f"({job['reason']})"
     if job.get("estimated_start") is not None:
         text += f" est. start {format_clock(job['estimated_start'], now)}{_forecast_mark(job)}"

@@ -79,7 +79,8 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
     pending = engine.views.pending
 
     def job_out(job: Job) -> JobOut:
-        out = views.job_out(job, now, live.of(job.id) if live is not None else None, forecasts.get(job.id))
+        out = views.job_out(job, now, live.of(job.id) if live is not None else None, forecasts.get(job.id),
+                            gpu_idle_flag_s=engine.config.gpu_idle_flag_s)
         out.position = places.get(job.id)
         view = pending.get(job.id)
         if view is not None:
@@ -105,14 +106,16 @@ async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float,
     priorities = {v.id: v.priority for v in engine.views.pending.values()} if queue_facts else {}
     usage = live.snapshot() if live is not None else {}
     starts = (forecasts or {}) if queue_facts else {}
-    return await asyncio.to_thread(_stored_jobs, store, query, now, places, priorities, usage, starts)
+    return await asyncio.to_thread(_stored_jobs, store, query, now, places, priorities, usage, starts,
+                                   engine.config.gpu_idle_flag_s)
 
 
 def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int, int],
                  priorities: Mapping[int, int], live: Mapping[int, LiveOfJob],
-                 forecasts: Mapping[int, float]) -> JobList:
+                 forecasts: Mapping[int, float], gpu_idle_flag_s: float) -> JobList:
     def job_out(job: Job) -> JobOut:
-        out = views.job_out(job, now, None if job.state.terminal else live.get(job.id), forecasts.get(job.id))
+        out = views.job_out(job, now, None if job.state.terminal else live.get(job.id), forecasts.get(job.id),
+                            gpu_idle_flag_s=gpu_idle_flag_s)
         out.position = places.get(job.id)
         if job.id in priorities:
             out.priority = priorities[job.id]

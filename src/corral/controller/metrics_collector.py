@@ -1,5 +1,6 @@
 """The gauges on /metrics, read from the engine at scrape time: jobs by state, GPUs and nodes, quota,
-borrowing and lending, fair share. Nothing is kept between scrapes, so nothing can drift from what
+borrowing and lending, fair share, and the running jobs the agents' latest samples show with idle GPUs
+(LiveUsage, against gpu_idle_flag_s). Nothing is kept between scrapes, so nothing can drift from what
 squeue, sinfo and the API show. Names follow Slurm 25.11's OpenMetrics endpoint (slurm_*) and Kueue
 (kueue_*) where the meaning matches, corral_* elsewhere; docs/metrics.md has the table.
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from corral.controller.usage_views import LiveUsage, combine, gpu_idle_flagged
 from corral.core.model import QueueQuota
 from corral.core.quota import QuotaBook
 from corral.engine.membership import node_state
@@ -36,11 +38,13 @@ MIB = 1024 * 1024
 
 class EngineCollector(Collector):
     """`engine()` returns the engine, or None on a controller that does not lead (a standby, or one
-    rebuilding its engine): then only corral_controller_leader (0) and the cycle figures are exported."""
+    rebuilding its engine): then only corral_controller_leader (0) and the cycle figures are exported.
+    `live`: the running jobs' latest samples (the service's)."""
 
-    def __init__(self, engine: Callable[[], Engine | None], metrics: ControllerMetrics) -> None:
+    def __init__(self, engine: Callable[[], Engine | None], metrics: ControllerMetrics, live: LiveUsage) -> None:
         self.engine = engine
         self.metrics = metrics
+        self.live = live
 
     def describe(self) -> list[Metric]:
         return []  # the families vary with the engine: no collect() at registration, no fixed list
@@ -53,6 +57,7 @@ class EngineCollector(Collector):
         if engine is None:
             return
         yield from job_metrics(engine)
+        yield from idle_metrics(engine, self.live)
         yield from node_metrics(engine)
         yield from quota_metrics(engine.tenancy.queues, engine.views.running.values())
         yield from fairshare_metrics(engine)
@@ -83,6 +88,39 @@ def job_metrics(engine: Engine) -> Iterator[Metric]:
     yield family
     yield from _slurm_job_gauges(counts, gpus, held)
     yield from _kueue_workload_gauges(counts)
+
+
+def idle_metrics(engine: Engine, live: LiveUsage) -> Iterator[Metric]:
+    """The running jobs flagged for idle GPUs (views.job_out's gpu_idle_flagged) and the GPUs they hold, by
+    partition and account; per node, the allocated GPUs whose job's samples there say idle that long."""
+    flag_s = engine.config.gpu_idle_flag_s
+    jobs: dict[tuple[str, str], list[int]] = {}  # (partition, account) -> [flagged jobs, their GPUs]
+    nodes: dict[str, int] = {}
+    for job_id in live.job_ids():
+        job = engine.jobs.get(job_id)
+        per_node = live.of(job_id).get(None)
+        if job is None or job.state is not JobState.RUNNING or not per_node:
+            continue
+        for node, usage in per_node.items():
+            if gpu_idle_flagged(usage, flag_s):
+                nodes[node] = nodes.get(node, 0) + usage["gpus"]
+        if gpu_idle_flagged(combine(per_node), flag_s):
+            row = jobs.setdefault((job.spec.request.partition, job.spec.account), [0, 0])
+            row[0] += 1
+            row[1] += job.gpu_count
+    families = [GaugeMetricFamily("corral_jobs_gpu_idle", "Running jobs whose GPUs have stayed under 5 % "
+                                  "utilisation for gpu_idle_flag_s or longer", labels=["partition", "account"]),
+                GaugeMetricFamily("corral_jobs_gpu_idle_gpus", "GPUs held by the running jobs flagged idle",
+                                  labels=["partition", "account"])]
+    for key, row in sorted(jobs.items()):
+        for family, n in zip(families, row, strict=True):
+            family.add_metric(list(key), n)
+    yield from families
+    by_node = GaugeMetricFamily("corral_node_gpus_idle", "Allocated GPUs of the node that its job's samples "
+                                 "there show under 5 % for gpu_idle_flag_s or longer", labels=["node"])
+    for node, n in sorted(nodes.items()):
+        by_node.add_metric([node], n)
+    yield by_node
 
 
 def _slurm_job_gauges(counts, gpus, held: int) -> Iterator[Metric]:

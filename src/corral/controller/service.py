@@ -103,7 +103,7 @@ class ControllerService:
         # /metrics: the shell's counters (controller/metrics.py), and the gauges read from the engine at
         # scrape time (controller/metrics_collector.py; none while this controller has no engine).
         self.metrics = ControllerMetrics()
-        self.metrics.registry.register(EngineCollector(lambda: self._engine, self.metrics))
+        self.metrics.registry.register(EngineCollector(lambda: self._engine, self.metrics, self.live_usage))
         self.writer = StoreWriter(store)
         if restore is None:
             assert engine is not None, "a service without an engine needs its restore function"
@@ -439,7 +439,8 @@ class ControllerService:
         kill would otherwise reach before scontrol has heard that its request succeeded."""
         result = await self._stimulus(lambda now: self.engine.handle(ev.RequeueRequested(job_id), now=now),
                                       wake=False, dispatch=False)
-        out = views.job_out(self.find_job(job_id), self.clock())
+        out = views.job_out(self.find_job(job_id), self.clock(),
+                            gpu_idle_flag_s=self.engine.config.gpu_idle_flag_s)
 
         def send() -> None:
             self._dispatch(result.commands)
@@ -460,7 +461,8 @@ class ControllerService:
     async def _job_operation(self, job_id: int, event: ev.Event) -> JobOut:
         await self._handle(event)
         # Read after the commit: a job that ended (a pending one cancelled) is back from the store.
-        return views.job_out(self.find_job(job_id), self.clock())
+        return views.job_out(self.find_job(job_id), self.clock(),
+                             gpu_idle_flag_s=self.engine.config.gpu_idle_flag_s)
 
     def recent_ended_jobs(self) -> list[Job]:
         """The ended jobs among the newest WARM_JOBS (what forecasts learn runtimes from at start)."""
@@ -474,7 +476,7 @@ class ControllerService:
         if job is None:
             return None
         out = views.job_out(job, self.clock(), None if job.state.terminal else self.live_usage.of(job_id),
-                            self.forecasts.starts.get(job_id))
+                            self.forecasts.starts.get(job_id), gpu_idle_flag_s=self.engine.config.gpu_idle_flag_s)
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)

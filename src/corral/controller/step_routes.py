@@ -62,7 +62,8 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
         """The holder of an allocation (salloc, srun outside a job) is done: end it with this exit status."""
         await guard.job_action(principal, service.find_job(job_id), "complete", job_id)
         await _guarded(service.request(AllocationCompleted(job_id, body.exit_code, body.signal)), job_id)
-        return views.job_out(service.find_job(job_id), service.clock())
+        return views.job_out(service.find_job(job_id), service.clock(),
+                             gpu_idle_flag_s=service.engine.config.gpu_idle_flag_s)
 
 
 async def _guarded(action: Awaitable[R], job_id: int) -> R:

@@ -1,8 +1,10 @@
-"""HTTP routes for tenancy: priorities, fair share, queues, the tenancy document and reservations."""
+"""HTTP routes for tenancy: priorities, fair share, queues, the tenancy document and reservations; and the
+scheduler's settings."""
 from __future__ import annotations
 
 from fastapi import Depends, FastAPI, HTTPException, Response
 
+from corral.api.schemas import SchedulerOut
 from corral.api.tenancy import (
     FairShareOut,
     PriorityOut,
@@ -50,6 +52,15 @@ def tenancy_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         await guard.require(principal, "admin", "set tenancy")
         await service.set_tenancy(body)
         return service.engine.tenancy.spec
+
+    @app.get(f"{API_PREFIX}/scheduler", dependencies=[auth])
+    async def scheduler() -> SchedulerOut:
+        sched = service.engine.config.scheduler
+        mix = [{"gpus": shape.gpus, "gpu_milli": shape.gpu_milli, "cpus": shape.cpus, "gpu_model": shape.gpu_model,
+                "weight": weight} for shape, weight in sched.task_mix]
+        return SchedulerOut(placement=sched.placement, backfill=sched.backfill,
+                            max_reservations=sched.max_reservations, max_jobs_considered=sched.max_jobs_considered,
+                            fgd_cpu_weight=sched.fgd_cpu_weight, task_mix=mix)
 
     @app.get(f"{API_PREFIX}/reservations", dependencies=[auth])
     async def reservations() -> list[ReservationOut]:

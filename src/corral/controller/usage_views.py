@@ -43,6 +43,10 @@ class LiveUsage:
             for job_id in [j for j in self._latest if j not in active]:
                 del self._latest[job_id]
 
+    def job_ids(self) -> list[int]:
+        """The jobs with samples kept."""
+        return list(self._latest)
+
     def of(self, job_id: int) -> dict[int | None, dict[str, dict[str, Any]]]:
         """{step id or None: {node: usage}} of one job."""
         return self._latest.get(job_id, {})
@@ -78,6 +82,12 @@ def combine(per_node: PerNode) -> dict[str, Any] | None:
         "ave_gpu_mem_mib": sum(u["ave_gpu_mem_mib"] for u in with_gpus),
         "gpu_idle_s": min((u["gpu_idle_s"] for u in with_gpus), default=0.0),
     }
+
+
+def gpu_idle_flagged(usage: Mapping[str, Any] | None, flag_s: float) -> bool:
+    """Whether a job's combined usage says its GPUs have stayed idle for flag_s (the gpu_idle_flag_s
+    setting; 0: nothing is flagged)."""
+    return bool(flag_s) and usage is not None and usage["gpus"] > 0 and usage["gpu_idle_s"] >= flag_s
 
 
 def job_usage(job: Job, live: PerNode | None = None) -> dict[str, Any] | None:

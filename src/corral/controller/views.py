@@ -4,7 +4,7 @@ from __future__ import annotations
 from corral import hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
 from corral.controller.step_views import share_launch, step_rows
-from corral.controller.usage_views import LiveOfJob, PerNode, job_usage
+from corral.controller.usage_views import LiveOfJob, PerNode, gpu_idle_flagged, job_usage
 from corral.engine.arrays import parse_array
 from corral.engine.config import EngineConfig
 from corral.engine.membership import node_state
@@ -12,11 +12,14 @@ from corral.engine.records import Job, JobState, Node
 from corral.protocol import LaunchJob, TaskLaunch
 
 
-def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float | None = None) -> JobOut:
+def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float | None = None, *,
+            gpu_idle_flag_s: float) -> JobOut:
     """`live`: the latest samples of the running job's tasks and steps (usage_views.LiveUsage.of).
     `forecast`: the job's forecast start (controller/forecasts.py), shown instead of the reservation's
-    estimate while it is pending (never in the past: a job not started yet starts now at the earliest)."""
+    estimate while it is pending (never in the past: a job not started yet starts now at the earliest).
+    `gpu_idle_flag_s`: the config's; a job whose GPUs stayed idle that long is flagged."""
     live = live or {}
+    usage = job_usage(job, live.get(None))
     req = job.spec.request
     estimate, source = job.estimated_start, "reservation" if job.estimated_start is not None else None
     if forecast is not None and job.state is JobState.PENDING:
@@ -49,7 +52,7 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch,
         cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
         steps=batch_steps(job, live.get(None)) + step_rows(job, live),
-        usage=job_usage(job, live.get(None)),
+        usage=usage, gpu_idle_flagged=gpu_idle_flagged(usage, gpu_idle_flag_s),
     )
 
 

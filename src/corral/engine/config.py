@@ -79,6 +79,9 @@ class EngineConfig:
     # The controller cancels a running job whose GPUs the agents saw idle (under 5 %) this long (0: never).
     # A policy of the controller's on the agents' samples: the engine does not read it.
     gpu_idle_cancel_s: float = 0.0
+    # A job whose GPUs the agents saw idle this long is flagged (corral show, the API's gpu_idle_flagged,
+    # /metrics), nothing more (0: never). Also the controller's, read from the samples, not the engine's.
+    gpu_idle_flag_s: float = 1800.0
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.partitions]
@@ -88,9 +91,10 @@ class EngineConfig:
             raise ValueError("more than one default partition")
         if type(self.expedite_hold_s) not in (int, float) or not 0 <= self.expedite_hold_s < float("inf"):
             raise ValueError(f"expedite_hold_s must be a number of seconds, 0 or more, not {self.expedite_hold_s!r}")
-        if type(self.gpu_idle_cancel_s) not in (int, float) or not 0 <= self.gpu_idle_cancel_s < float("inf"):
-            raise ValueError(f"gpu_idle_cancel_s must be a number of seconds, 0 or more, not "
-                             f"{self.gpu_idle_cancel_s!r}")
+        for name in ("gpu_idle_cancel_s", "gpu_idle_flag_s"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0 <= value < float("inf"):
+                raise ValueError(f"{name} must be a number of seconds, 0 or more, not {value!r}")
         if type(self.self_fencing) is not bool:
             raise ValueError(f"self_fencing must be true or false, not {self.self_fencing!r}")
         if type(self.shards_per_gpu) is not int or not 1 <= self.shards_per_gpu <= 1000:
