@@ -71,8 +71,10 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
     # The nodes' GPUs are read through NVML (the test's stand-in), busy as given here: the heatmap and the
     # jobs' telemetry show their utilisation.
     saved = os.environ.get("FAKE_NVML_UTIL")
-    os.environ["FAKE_NVML_UTIL"] = "85,85,40,40"
-    cluster = Cluster(root, nodes=NODES, gpus=GPUS, nvml_names={f"node{i}": [H100] * GPUS for i in range(1, NODES + 1)})
+    # GPUs 2 and 3 of every node are idle: a job on those alone is flagged after gpu_idle_flag_s.
+    os.environ["FAKE_NVML_UTIL"] = "85,85,0,0"
+    cluster = Cluster(root, nodes=NODES, gpus=GPUS, config="gpu_idle_flag_s = 2\n",
+                      nvml_names={f"node{i}": [H100] * GPUS for i in range(1, NODES + 1)})
     try:
         with unix_users("alice", "bob") as users:
             cluster.start()
@@ -105,6 +107,8 @@ def scene(tmp_path_factory) -> Iterator[Scene]:
             wait_for(lambda: cluster.job(jobs["alice-pending"])["reason"] not in ("", "None"), message="a reason")
             wait_for(lambda: len(cluster.http.get(f"{API}/jobs/{jobs['alice-running']}/telemetry")
                                  .json()["samples"]) >= 3, message="three usage samples of alice's job")
+            wait_for(lambda: any(job["gpu_idle_flagged"] for job in cluster.http.get(f"{API}/jobs").json()),
+                     message="a job on idle GPUs flagged")
             yield Scene(cluster, users, tokens, jobs, shots)
     finally:
         if cluster.controller is not None and cluster.controller.poll() is None:
@@ -200,6 +204,11 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     pending = scene.cluster.job(scene.jobs["alice-pending"])
     assert pending["reason"] in page.locator(f"tr[data-job='{pending['id']}']").inner_text()
     assert page.locator(f"tr[data-job='{scene.jobs['bob-done']}']").count() == 0  # finished: not by default
+    flagged = {job["id"] for job in scene.cluster.http.get(f"{API}/jobs").json() if job["gpu_idle_flagged"]}
+    assert flagged  # the scene waited for one
+    badged = {int(row.get_attribute("data-job")) for row in page.locator("tr[data-job]").all()
+              if row.locator(".s-gpuidle").count()}
+    assert badged == flagged
 
     page.fill("form.filters input[name=user]", them)  # the form, as a person uses it
     page.select_option("form.filters select[name=ended]", "1d")

@@ -85,6 +85,12 @@ function badge(state) {
   return h("span", {class: `badge s-${text.replace(/[^a-z]/g, "")}`}, state);
 }
 
+// A running job whose GPUs have stayed idle for the controller's gpu_idle_flag_s (the API's gpu_idle_flagged).
+function idleBadge() {
+  return h("span", {class: "badge s-gpuidle", title: "its GPUs have stayed under 5 % for the configured time"},
+    "GPUs idle");
+}
+
 function pad(n) { return String(n).padStart(2, "0"); }
 
 function when(epoch) {

@@ -72,7 +72,8 @@
     return facts([["samples", usage.samples], ["memory (RSS now / max)", `${mib(Math.round(usage.rss_kib / 1024))} / ${mib(Math.round(usage.max_rss_kib / 1024))}`],
       ["CPU time", duration(usage.cpu_s)], ["GPUs sampled", usage.gpus],
       ["GPU utilisation (now / average / max)", usage.gpus ? `${usage.gpu_util_pct}% / ${usage.ave_gpu_util_pct}% / ${usage.max_gpu_util_pct}%` : "—"],
-      ["GPU memory (max)", usage.gpus ? mib(usage.max_gpu_mem_mib) : "—"]]);
+      ["GPU memory (max)", usage.gpus ? mib(usage.max_gpu_mem_mib) : "—"],
+      ["GPUs idle for", usage.gpus && usage.gpu_idle_s ? duration(usage.gpu_idle_s) : null]]);
   }
 
   Corral.pages.job = async (id) => {
@@ -84,7 +85,8 @@
       ? `${when(job.estimated_start)} (${job.estimated_start_source === "forecast" ? "forecast with predicted runtimes" : "the scheduler's reservation"})`
       : (job.state === "PENDING" ? "none yet (the scheduler has not planned a start)" : null);
     return h("div", {},
-      h("h1", {class: "job-title"}, `Job ${job.id}`, " ", h("span", {class: "job-name"}, job.name), " ", badge(job.state)),
+      h("h1", {class: "job-title"}, `Job ${job.id}`, " ", h("span", {class: "job-name"}, job.name), " ", badge(job.state),
+        job.gpu_idle_flagged ? [" ", idleBadge()] : []),
       h("div", {class: "columns"},
         section("Status", facts([["state", job.state], ["reason", job.reason || "None"],
           ["reason detail", job.reason_detail], ["forecast start", forecast], ["position in queue", job.position],

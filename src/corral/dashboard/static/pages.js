@@ -136,7 +136,8 @@
       : duration(job.elapsed_s);
     return h("tr", {"data-job": job.id},
       h("td", {}, jobLink(job.id)), h("td", {}, job.name), h("td", {}, job.user), h("td", {}, job.account),
-      h("td", {}, job.partition), h("td", {}, badge(job.state)), h("td", {class: "reason"}, job.reason || ""),
+      h("td", {}, job.partition), h("td", {}, badge(job.state), job.gpu_idle_flagged ? [" ", idleBadge()] : []),
+      h("td", {class: "reason"}, job.reason || ""),
       h("td", {class: "num"}, job.total_gpus), h("td", {}, when_), h("td", {}, job.nodelist || ""));
   }
 
