@@ -31,6 +31,9 @@ NEXT_PAGE_HEADER = "X-Next-After"
 # with slices of 500).
 SLICE = 50
 _LIST = TypeAdapter(list[JobOut])
+# Job lists built at once (app.py); the others wait their turn. Each holds its answer while it is built,
+# so this bounds the memory many clients' lists take, whatever their number.
+LISTS_AT_ONCE = 4
 
 
 @dataclass(frozen=True, slots=True)
