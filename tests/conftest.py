@@ -14,3 +14,20 @@ def utc(monkeypatch):
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def standins():
+    """make(role, leader) -> a started controller stand-in (tests/ha_standin.py); all stopped afterwards."""
+    from tests.ha_standin import ControllerStandIn
+
+    started: list[ControllerStandIn] = []
+
+    def make(role: str = "leader", leader: str | None = None) -> ControllerStandIn:
+        standin = ControllerStandIn(role, leader).start()
+        started.append(standin)
+        return standin
+
+    yield make
+    for standin in started:
+        standin.stop()

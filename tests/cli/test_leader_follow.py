@@ -8,23 +8,9 @@ import time
 import pytest
 
 from corral.cli.client import Client, ClientError, ControllerUnreachable
-from tests.ha_standin import ControllerStandIn, nothing_listening
+from tests.ha_standin import nothing_listening
 
 JOB = {"workdir": "/", "user": "u", "argv": ["true"]}
-
-
-@pytest.fixture
-def standins():
-    started: list[ControllerStandIn] = []
-
-    def make(role: str = "leader", leader: str | None = None) -> ControllerStandIn:
-        standin = ControllerStandIn(role, leader).start()
-        started.append(standin)
-        return standin
-
-    yield make
-    for standin in started:
-        standin.stop()
 
 
 def test_a_standby_sends_the_request_to_the_leader_it_names_and_the_leader_is_remembered(standins):

@@ -10,25 +10,11 @@ import pytest
 from corral.slurm.common import http
 from corral.slurm.common.command import connect
 from corral.slurm.common.target import TargetError
-from tests.ha_standin import ControllerStandIn, nothing_listening
+from tests.ha_standin import nothing_listening
 
 from .commands import command_env, run
 
 JOB = {"name": "x", "argv": ["true"]}
-
-
-@pytest.fixture
-def standins():
-    started: list[ControllerStandIn] = []
-
-    def make(role: str = "leader", leader: str | None = None) -> ControllerStandIn:
-        standin = ControllerStandIn(role, leader).start()
-        started.append(standin)
-        return standin
-
-    yield make
-    for standin in started:
-        standin.stop()
 
 
 def test_a_standby_sends_the_request_to_the_leader_it_names_and_the_leader_is_remembered(standins):
