@@ -49,12 +49,13 @@ class Guard:
         bucket (Slurm counts by uid): an array of tasks that poll must not escape the user's limit. Exempt,
         as in Slurm: the service credential and root. Not audited: a refusal that writes to the database
         would cost more than the request it spares."""
-        if self.limiter is None or principal.kind == "service" or principal.admin and principal.uid == 0:
+        limiter = self._limiter_of(principal)
+        if limiter is None:
             return
-        wait_s = self.limiter.retry_after_s(principal.name)
+        wait_s = limiter.retry_after_s(principal.name)
         if wait_s is not None:
             retry_after = max(1, math.ceil(wait_s))
-            limits = self.limiter.settings
+            limits = limiter.settings
             raise HTTPException(429, f"{RATE_LIMITED}: user {principal.name} sent more than {limits.bucket_size} "
                                      f"requests at once or more than {limits.refill_rate} per "
                                      f"{limits.refill_period_s} s; retry in {retry_after} s",
@@ -63,9 +64,16 @@ class Guard:
     def charge(self, principal: Principal, records: int) -> None:
         """A job list's cost beyond its request's token (ratelimit.py), to the same bucket and with the same
         exemptions as `_limit`."""
-        if self.limiter is None or principal.kind == "service" or principal.admin and principal.uid == 0:
-            return
-        self.limiter.charge(principal.name, records)
+        limiter = self._limiter_of(principal)
+        if limiter is not None:
+            limiter.charge(principal.name, records)
+
+    def _limiter_of(self, principal: Principal) -> RateLimiter | None:
+        """The rate limiter that counts this caller; None without limits, or for a caller exempt from them
+        (as in Slurm: the service credential and root)."""
+        if principal.kind == "service" or principal.admin and principal.uid == 0:
+            return None
+        return self.limiter
 
     async def agent(self, request: Request,
                     credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
