@@ -27,10 +27,6 @@ die() { echo "pg-test-server: $*" >&2; exit 1; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/../src/corral/cli/postgres_common.sh"
 
-is_running() {
-    [[ -f "$DATA_DIR/PG_VERSION" ]] && as_owner "$BIN/pg_ctl" status -D "$DATA_DIR" >/dev/null 2>&1
-}
-
 init_cluster() {
     rm -rf "$DATA_DIR"
     mkdir -p "$DATA_DIR"

@@ -1,6 +1,6 @@
 # Shell functions shared by corral's PostgreSQL scripts (sourced, not run): src/corral/cli/postgres_server.sh
 # (a `corral up --controllers N` cluster's server) and scripts/pg-test-server.sh (the tests' throwaway one).
-# The sourcing script defines die().
+# The sourcing script defines die(), and BIN and DATA_DIR before it calls is_running.
 
 find_bin_dir() {
     # Newest installed major version; Debian puts the server binaries outside PATH.
@@ -23,4 +23,8 @@ as_owner() {
     else
         "$@"
     fi
+}
+
+is_running() {
+    [[ -f "$DATA_DIR/PG_VERSION" ]] && as_owner "$BIN/pg_ctl" status -D "$DATA_DIR" >/dev/null 2>&1
 }

@@ -19,10 +19,6 @@ die() { echo "postgres_server: $*" >&2; exit 1; }
 
 source "$(dirname "${BASH_SOURCE[0]}")/postgres_common.sh"
 
-is_running() {
-    [[ -f "$DATA_DIR/PG_VERSION" ]] && as_owner "$BIN/pg_ctl" status -D "$DATA_DIR" >/dev/null 2>&1
-}
-
 init_cluster() {
     mkdir -p "$DATA_DIR"
     if [[ "$(id -u)" -eq 0 ]]; then
