@@ -30,5 +30,15 @@ def test_a_short_philly_replay_reports_both_forecasts(philly_workload, tmp_path)
         assert row[key] is not None and row[key] >= 0
     # Runtimes learnt from the replay beat assuming every job runs its whole limit.
     assert row["p50_err_pct"] < row["baseline_p50_err_pct"]
+    assert row["runtime_p50_err_pct"] is not None and row["runtime_p50_err_pct"] > 0
     (tmp_path / "r.html").write_text(fe.render(row))
     assert "forecast-philly" in (tmp_path / "r.html").read_text()
+
+
+def test_the_runtime_models_own_error_is_relative_to_the_true_runtime():
+    samples = [fe.Sample(0, 1, 0, 0, 0, predicted_runtime_s=150.0),
+               fe.Sample(0, 2, 0, 0, 0, predicted_runtime_s=100.0),
+               fe.Sample(0, 3, 0, 0, 0, predicted_runtime_s=10.0)]  # never started: left out
+    found = fe.ForecastOutcome(samples, {1: 5.0, 2: 5.0}, [0.1], [3], 3, 1.0, "hand-made", (0.0, 0.0, 3600.0),
+                               durations={1: 100.0, 2: 400.0, 3: 10.0})
+    assert fe.runtime_errors(found).tolist() == pytest.approx([0.5, 0.75])

@@ -19,6 +19,10 @@ predicts), floored at MIN_WAIT_S so that jobs starting within a minute (pending 
 divide by ~0. A job the forecast leaves out (not started within its horizon) counts with forecast =
 t + horizon. Forecasts assume no new arrivals; in the replay jobs keep arriving, and higher-priority
 arrivals delay waiting jobs: part of the error measured here.
+
+The runtime model's own error is measured beside: for every forecast pending job, |predicted runtime -
+true runtime| / true runtime. A start forecast is built from the predicted runtimes of the jobs ahead, so
+this bounds what a better forward run could gain without better runtime predictions.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from corral.engine.records import Job
+from corral.engine.records import Job, JobState
 from corral.sim.driver import SimNode, Simulation
 from corral.sim.experiment import Policy, _engine_setup, _submission
 from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, forecast, observe_finished
@@ -59,6 +63,7 @@ class Sample:
     ours_s: float
     baseline_s: float
     oracle_s: float
+    predicted_runtime_s: float | None = None  # ours, for the runtime model's own error
 
 
 @dataclass
@@ -71,6 +76,7 @@ class ForecastOutcome:
     wall_s: float
     source: str  # which jobs were replayed
     sampled: tuple[float, float, float]  # (from, to, every) in simulated seconds
+    durations: dict[int, float] | None = None  # job id -> true runtime
 
 
 class TrueRuntimes(RuntimeModel):
@@ -124,15 +130,17 @@ def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_
         slurm = forecast(state, baseline, HORIZON_S)
         best = forecast(state, oracle, HORIZON_S)
         never = at + HORIZON_S
-        samples.extend(Sample(at, job_id, ours.get(job_id, never), slurm.get(job_id, never), best.get(job_id, never))
-                       for job_id in state.pending)
+        samples.extend(Sample(at, job.id, ours.get(job.id, never), slurm.get(job.id, never), best.get(job.id, never),
+                              model.runtime(job))
+                       for job in state.jobs if job.state is JobState.PENDING)
         if progress is not None:
             progress(f"t={at / 3600:.0f} h: {len(state.pending)} pending, forecast {walls[-1]:.2f} s")
         at += every_s
     sim.run()
     return ForecastOutcome(samples, dict(sim.result.first_starts), walls, counts, len(jobs.jobs),
                            time.perf_counter() - started, f"{jobs.source}; {'; '.join(jobs.notes)}",
-                           (warmup_s, warmup_s + span_s, every_s))
+                           (warmup_s, warmup_s + span_s, every_s),
+                           {job_id: jobs.jobs[i].duration_s for i, job_id in sim.result.ids.items()})
 
 
 def errors(outcome: ForecastOutcome) -> dict[str, np.ndarray]:
@@ -148,6 +156,15 @@ def errors(outcome: ForecastOutcome) -> dict[str, np.ndarray]:
     return {name: np.array(values) for name, values in found.items()}
 
 
+def runtime_errors(outcome: ForecastOutcome) -> np.ndarray:
+    """|predicted runtime - true runtime| / true runtime per sample of a job that ran."""
+    durations = outcome.durations or {}
+    return np.array([abs(s.predicted_runtime_s - durations[s.job_id]) / durations[s.job_id]
+                     for s in outcome.samples
+                     if s.predicted_runtime_s is not None and s.job_id in outcome.actual
+                     and durations.get(s.job_id, 0) > 0])
+
+
 def pct(errors: np.ndarray, q: float) -> float | None:
     return round(float(np.percentile(errors, q)) * 100, 1) if len(errors) else None
 
@@ -155,6 +172,7 @@ def pct(errors: np.ndarray, q: float) -> float | None:
 def summary(outcome: ForecastOutcome) -> dict[str, Any]:
     err = errors(outcome)
     ours, slurm, oracle = err["ours"], err["baseline"], err["oracle"]
+    runtime_err = runtime_errors(outcome)
     first, last, every = outcome.sampled
     return {
         "name": "forecast-philly",
@@ -173,6 +191,10 @@ def summary(outcome: ForecastOutcome) -> dict[str, Any]:
         "oracle_p90_err_pct": pct(oracle, 90),
         "oracle": "the same forward run with every job's true runtime: the error left is that of assuming no "
                   "new arrivals",
+        "runtime_p50_err_pct": pct(runtime_err, 50),
+        "runtime_p90_err_pct": pct(runtime_err, 90),
+        "runtime": "the runtime model alone: |predicted runtime - true runtime| / true runtime of the forecast "
+                   "pending jobs",
         "within_15pct": round(float(np.mean(ours <= 0.15)) * 100, 1) if len(ours) else None,
         "target": "p50 <= 15 %, p90 <= 35 %",
         "forecast_wall_s_median": round(statistics.median(outcome.forecast_wall_s), 3),
@@ -206,6 +228,8 @@ table{{border-collapse:collapse}}</style></head><body>
 <h1>Start-time forecasts on the Philly replay</h1>
 <p>{html.escape(row["setup"])}</p>
 <table><tr><th>forecast</th><th>p50 |error| / wait (%)</th><th>p90 (%)</th></tr>{table}</table>
+<p>The runtime model alone (predicted against true runtime of the same pending jobs): p50
+{row.get("runtime_p50_err_pct")} %, p90 {row.get("runtime_p90_err_pct")} %.</p>
 <p>n = {row["n"]} forecasts (pending jobs x {row["instants"]} instants); {row["within_15pct"]} % of ours within 15 %.
 Target: {html.escape(row["target"])}. One forecast (ours) took {row["forecast_wall_s_median"]} s (median),
 {row["forecast_wall_s_max"]} s at most, with {row["pending_median"]} pending jobs (median; at most
