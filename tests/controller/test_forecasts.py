@@ -2,16 +2,25 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import psutil
+import pytest
 
 from corral.controller.app import create_app
-from corral.controller.forecasts import Forecasts
+from corral.controller.forecasts import ForecastFailed, Forecasts
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import NodeSlice, Request
 from corral.engine import events as ev
 from corral.engine.config import LIVE
 from corral.engine.records import Job, JobSpec, JobState, NodeRun
+from corral.sim.forecast import RuntimeModel, capture
 from corral.slurm.squeue.main import squeue
 from corral.store import Store
 from tests.cli.standin import ServerThread
@@ -37,6 +46,20 @@ def ended_job(job_id: int, ran_s: float) -> Job:
     return job
 
 
+@pytest.fixture
+def queued(tmp_path):
+    """service_with_queue's services, their forecast processes stopped after the test."""
+    made: list[ControllerService] = []
+
+    def make(warm: bool = True) -> ControllerService:
+        made.append(service_with_queue(tmp_path, warm))
+        return made[-1]
+
+    yield make
+    for service in made:
+        service.forecasts.close()
+
+
 def service_with_queue(tmp_path, warm: bool = True) -> ControllerService:
     """n1's 8 GPUs held by job 1 (started at T0 + 50, limit 1,000 s); jobs 2 and 3 each wait for the whole
     node. alice's earlier jobs (the store has them) ran a quarter of their limits."""
@@ -50,8 +73,8 @@ def service_with_queue(tmp_path, warm: bool = True) -> ControllerService:
     return service
 
 
-def test_forecasts_learn_from_the_store_at_start_and_from_each_job_that_ends(tmp_path):
-    service = service_with_queue(tmp_path, warm=False)
+def test_forecasts_learn_from_the_store_at_start_and_from_each_job_that_ends(queued):
+    service = queued(warm=False)
     assert service.forecasts.model.ratio("alice", 1000.0) == 1.0  # nothing learnt: the limit
     asyncio.run(service.forecasts.warm(service.recent_ended_jobs))
     assert service.forecasts.model.ratio("alice", 1000.0) == 0.25
@@ -61,8 +84,8 @@ def test_forecasts_learn_from_the_store_at_start_and_from_each_job_that_ends(tmp
     assert sorted(service.forecasts.model._recent["alice"]) == [0.05, 0.25, 0.25, 0.25]
 
 
-def test_pending_jobs_show_their_forecast_start_and_its_source(tmp_path):
-    service = service_with_queue(tmp_path)
+def test_pending_jobs_show_their_forecast_start_and_its_source(queued, tmp_path):
+    service = queued()
     api = Api(create_app(service, SECRET))
     before = api.get("/jobs/2").json()
     assert before["estimated_start_source"] != "forecast"
@@ -87,15 +110,15 @@ def test_a_slow_forecast_waits_longer_before_the_next():
     assert forecasts.pause_s() == 300.0
 
 
-def test_a_forecast_leaves_the_engine_as_it_was(tmp_path):
-    service = service_with_queue(tmp_path)
+def test_a_forecast_leaves_the_engine_as_it_was(queued, tmp_path):
+    service = queued()
     before = {job_id: repr(job) for job_id, job in service.engine.jobs.items()}
     asyncio.run(service.forecasts.make(service.engine, NOW))
     assert {job_id: repr(job) for job_id, job in service.engine.jobs.items()} == before
 
 
-def test_squeue_start_shows_the_forecast(tmp_path):
-    service = service_with_queue(tmp_path)
+def test_squeue_start_shows_the_forecast(queued, tmp_path):
+    service = queued()
     asyncio.run(service.forecasts.make(service.engine, NOW))
     env = {"CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": str(tmp_path / "config"),
            "CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "etc" / "cluster.json"), "USER": "alice"}
@@ -107,3 +130,79 @@ def test_squeue_start_shows_the_forecast(tmp_path):
 
 def local(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+
+def test_forecasts_run_in_a_child_process_that_is_started_again_if_it_dies(queued):
+    service = queued()
+    forecasts = service.forecasts
+    asyncio.run(forecasts.make(service.engine, NOW))
+    first = forecasts.process.pid
+    assert first is not None and first != os.getpid()
+    assert psutil.Process(first).ppid() == os.getpid()
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while psutil.Process(first).status() != psutil.STATUS_ZOMBIE:  # dead; ours to reap
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    forecasts.starts = {}
+    asyncio.run(forecasts.make(service.engine, NOW))  # a new child
+    assert forecasts.starts == {2: T0 + 300, 3: T0 + 550}
+    assert forecasts.process.pid not in (None, first)
+
+
+class Stalling(RuntimeModel):
+    """A model whose first prediction says so in a file, then takes a minute (in the forecast process)."""
+
+    def __init__(self, marker: Path) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def runtime(self, job: Job) -> float:
+        self.marker.write_text("predicting")
+        time.sleep(60)
+        return 1.0
+
+
+def test_a_child_killed_during_a_forecast_fails_that_forecast_with_its_exit_status(queued, tmp_path):
+    service = queued()
+    process = service.forecasts.process
+    marker = tmp_path / "predicting"
+
+    async def killed_midway() -> None:
+        asking = asyncio.create_task(process.forecast(capture(service.engine, NOW), Stalling(marker), 3600.0))
+        deadline = time.monotonic() + 30
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the forecast never started"
+            await asyncio.sleep(0.02)
+        os.kill(process.pid, signal.SIGKILL)
+        await asking
+
+    with pytest.raises(ForecastFailed, match=r"exit status -9"):
+        asyncio.run(killed_midway())
+    assert process.pid is None
+
+
+def test_the_child_ends_when_the_controller_closes_the_pipe_or_dies(tmp_path):
+    """A controller killed outright leaves no forecast process behind: the child reads end of file."""
+    script = tmp_path / "controller.py"
+    script.write_text(
+        "import asyncio, os, sys\n"
+        "from corral.controller.forecasts import ForecastProcess\n"
+        "from corral.sim.forecast import RuntimeModel\n"
+        "if __name__ == '__main__':\n"
+        "    process = ForecastProcess()\n"
+        "    try:\n"
+        "        asyncio.run(process.forecast(None, RuntimeModel(), 1.0))\n"
+        "    except Exception as exc:\n"
+        "        print(type(exc).__name__, exc, file=sys.stderr)\n"
+        "    print(process.pid, flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL
+    # The forward run of nothing fails in the child, and says why; the child lives on until its parent dies.
+    assert "ForecastFailed AttributeError" in done.stderr
+    child = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the forecast process outlived its controller"
+        time.sleep(0.05)

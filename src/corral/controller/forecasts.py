@@ -1,35 +1,116 @@
 """The live controller's start-time forecasts (corral.sim.forecast). Every `every_s` (longer when forecasts
 take long: PAUSE_PER_FORECAST_S) the state is copied on the loop (`capture`: the active jobs and nodes,
-64 ms at 12,000 jobs) and the engine is run forward on the copy in a worker thread, so a forecast never
-holds the scheduling loop for its length. The runtime model learns from the jobs that ended before (`warm`:
-the store's newest WARM_JOBS jobs) and from those that end (`learn`, called where results are committed).
-Until the first forecast is made, and for a job the forecast leaves out, the core's reservation estimate
-is shown."""
+64 ms at 12,000 jobs) and the engine is run forward on the copy in a process of its own
+(`ForecastProcess`), so a forecast holds neither the scheduling loop nor the controller's interpreter lock
+for its length (100 s with 10,000 pending jobs on 1,000 nodes). The runtime model learns from the jobs that
+ended before (`warm`: the store's newest WARM_JOBS jobs) and from those that end (`learn`, called where
+results are committed). Until the first forecast is made, and for a job the forecast leaves out, the core's
+reservation estimate is shown."""
 from __future__ import annotations
 
 import asyncio
 import copy
 import logging
+import multiprocessing
+import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
 
 from corral.engine.engine import Engine
 from corral.engine.records import Job
-from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, forecast, observe_finished
+from corral.sim.forecast import DEFAULT_HORIZON_S, EngineState, RuntimeModel, capture, forecast, observe_finished
 
 log = logging.getLogger("corral.controller")
 
 FORECAST_EVERY_S = 30.0
-# A forecast runs in a thread of the controller's process, sharing its interpreter lock with the loop: the
-# pause after one is at least this many times as long as it took, so forecasting takes at most a quarter of
-# the process's time (10,000 pending jobs on 1,000 nodes took 100 s: one forecast every 5 minutes).
+# The pause after a forecast is at least this many times as long as it took, so forecasting keeps at most a
+# quarter of a core busy (10,000 pending jobs on 1,000 nodes took 100 s: one forecast every 5 minutes).
 PAUSE_PER_FORECAST_S = 3.0
+CHILD_EXIT_WAIT_S = 5.0
 WARM_JOBS = 5000  # the newest jobs read from the store at start to learn runtimes from
+
+
+class ForecastFailed(Exception):
+    """The forecast process could not make a forecast (it died, or the forward run raised)."""
+
+
+class ForecastProcess:
+    """Runs `forecast` in a child process of its own, started (spawned: a fresh interpreter, none of the
+    controller's threads, sockets or locks) at the first forecast and kept for the next ones. What still
+    shares the controller's interpreter lock is pickling the copy to it, from a worker thread (0.3 s at
+    10,000 jobs, switched with the loop every few milliseconds). A child that died (killed, out of memory)
+    fails the forecast it ran, and the next forecast starts another; a controller that dies, even
+    killed outright, ends its child (it reads end of file on the pipe)."""
+
+    def __init__(self) -> None:
+        self._child: multiprocessing.process.BaseProcess | None = None
+        self._pipe: Connection | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._child is None else self._child.pid
+
+    async def forecast(self, state: EngineState, model: RuntimeModel, horizon_s: float) -> dict[int, float]:
+        if self._child is None or self._pipe is None or not self._child.is_alive():
+            self.close()
+            self._start()
+        assert self._pipe is not None
+        try:
+            return await asyncio.to_thread(_ask, self._pipe, (state, model, horizon_s))
+        except (EOFError, OSError) as exc:
+            code = None if self._child is None else self._child.exitcode
+            self.close()
+            raise ForecastFailed(f"the forecast process ended (exit status {code})") from exc
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        ours, theirs = context.Pipe()
+        child = context.Process(target=_serve_forecasts, args=(theirs,), name="corral-forecasts", daemon=True)
+        child.start()
+        theirs.close()
+        self._child, self._pipe = child, ours
+
+    def close(self) -> None:
+        """Stop the child (a forecast it is running is given up)."""
+        child, pipe, self._child, self._pipe = self._child, self._pipe, None, None
+        if child is not None:
+            child.kill()
+            child.join(CHILD_EXIT_WAIT_S)
+            if child.exitcode is not None:  # else still dying (in the kernel): left to be reaped at exit
+                child.close()
+        if pipe is not None:
+            pipe.close()
+
+
+def _ask(pipe: Connection, question: tuple[EngineState, RuntimeModel, float]) -> dict[int, float]:
+    pipe.send(question)
+    status, answer = pipe.recv()
+    if status != "ok":
+        raise ForecastFailed(answer)
+    return answer
+
+
+def _serve_forecasts(pipe: Connection) -> None:
+    """The child: a forecast for each question, until the controller closes the pipe (or dies)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the terminal is the controller's to handle
+    while True:
+        try:
+            state, model, horizon_s = pipe.recv()
+        except EOFError:
+            return
+        try:
+            reply: tuple[str, Any] = ("ok", forecast(state, model, horizon_s))
+        except Exception as exc:
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        pipe.send(reply)
 
 
 class Forecasts:
     def __init__(self, every_s: float = FORECAST_EVERY_S, horizon_s: float = DEFAULT_HORIZON_S) -> None:
         self.every_s, self.horizon_s = every_s, horizon_s
+        self.process = ForecastProcess()
         self.model = RuntimeModel()
         self.starts: Mapping[int, float] = {}  # pending job id -> forecast start, replaced whole
         self.made_at: float | None = None
@@ -55,9 +136,9 @@ class Forecasts:
     async def make(self, engine: Engine, now: float) -> None:
         """One forecast of `engine` as it is now; its copy is taken before the first await."""
         state = capture(engine, now)
-        model = copy.deepcopy(self.model)  # the loop goes on teaching the live one
+        model = copy.deepcopy(self.model)  # the loop goes on teaching the live one while the copy is pickled
         started = time.perf_counter()
-        self.starts = await asyncio.to_thread(forecast, state, model, self.horizon_s)
+        self.starts = await self.process.forecast(state, model, self.horizon_s)
         self.made_at, self.took_s = now, time.perf_counter() - started
 
     async def run(self, engine_now: Callable[[], Engine | None], clock: Callable[[], float],
@@ -70,8 +151,13 @@ class Forecasts:
             engine = engine_now()
             if engine is None or not engine.views.pending:
                 self.starts = {}
+                if engine is None:  # a standby's child would only hold memory
+                    self.process.close()
                 continue
             try:
                 await self.make(engine, clock())
             except Exception:  # a failed forecast must not stop the next ones
                 log.exception("start-time forecast failed")
+
+    def close(self) -> None:
+        self.process.close()

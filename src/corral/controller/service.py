@@ -165,6 +165,7 @@ class ControllerService:
                     await self._commit(self._engine.handle(now=self.clock()))
                 except (StoreUnavailable, NotLeader) as exc:
                     log.error("last commit before stopping failed: %s", exc)
+        self.forecasts.close()
         if self.leadership is not None:
             await self.leadership.stop()
         self.writer.close()
