@@ -85,6 +85,47 @@ def test_plan_options(tmp_path):
                                         str(spool(tmp_path, 7000, "node1")), "--kill-tasks-on-exit", "--gpus", "0")
 
 
+def test_plan_gives_every_agent_the_health_check(tmp_path):
+    from corral.agent.__main__ import build_parser, health_config
+
+    program = tmp_path / "check.sh"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    options = UpOptions(state_dir=tmp_path, nodes=2, gpus_per_node=1, health_program=program, health_interval_s=30,
+                        health_before_job=True)
+    plan = plan_up(options, NO_GPUS, python="py")
+    for argv in plan.agent_argvs:
+        assert argv[-5:] == ("--health-program", str(program), "--health-interval", "30", "--health-before-job")
+        # The agent takes them as given (argv[3:]: past "py -m corral.agent").
+        health = health_config(build_parser().parse_args(list(argv[3:])))
+        assert (health.program, health.interval_s, health.before_job) == (program, 30.0, True)
+    assert plan.health_check == f"{program} when each agent starts and every 30 s, and before each job; a failure " \
+                               "drains the node"
+    assert f"  health:    {plan.health_check}\n" in banner(SimpleNamespace(plan=plan, name="lab"), tmp_path / "c.json")
+    once = plan_up(dataclasses.replace(options, health_interval_s=0, health_before_job=False), NO_GPUS, python="py")
+    assert once.health_check == f"{program} when each agent starts; a failure drains the node"
+    plain = plan_up(UpOptions(state_dir=tmp_path, gpus_per_node=1), NO_GPUS, python="py")
+    assert not any("--health-program" in argv for argv in plain.agent_argvs) and plain.health_check is None
+
+
+def test_plan_refuses_health_options_without_a_usable_program(tmp_path):
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\n")
+    for options, why in ((UpOptions(state_dir=tmp_path, health_program=script), "not an executable file"),
+                         (UpOptions(state_dir=tmp_path, health_program=tmp_path / "missing"), "not an executable file"),
+                         (UpOptions(state_dir=tmp_path, health_interval_s=60), "need --health-program"),
+                         (UpOptions(state_dir=tmp_path, health_before_job=True), "need --health-program")):
+        with pytest.raises(CliError, match=why):
+            plan_up(options, NO_GPUS, python="py")
+
+
+def test_up_command_refuses_a_health_interval_without_a_program(isolated, cli):
+    result = cli("up", "--health-interval", "60", "--gpus-per-node", "1", "--state-dir", str(isolated / "s"))
+    assert result.exit_code == 1
+    assert result.stderr.startswith("corral: error: --health-interval and --health-before-job need --health-program")
+    assert not (isolated / "s" / "secret").exists()  # nothing was started or written
+
+
 def spool(state_dir: Path, port: int, node: str) -> Path:
     """Root's agents run jobs as their users, who must reach their batch scripts: a world-traversable spool."""
     return Path(f"/var/spool/corral/{port}/{node}") if os.geteuid() == 0 else state_dir / "spool" / node

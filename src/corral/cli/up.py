@@ -256,7 +256,8 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None)
         f"  users:     {plan.auth_socket} gives this host's users their credential"
         + (f" (found through {system_file})\n" if system_file else "\n")
         + (f"  CA:        {plan.ca_file} (clients verify the controller with it; recorded there too)\n"
-           if plan.ca_file else "") +
+           if plan.ca_file else "")
+        + (f"  health:    {plan.health_check}\n" if plan.health_check else "") +
         f"  logs:      {plan.log_dir}\n"
         "Run jobs from another shell, for example:\n"
         f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
@@ -289,6 +290,17 @@ def up(
         help="Controllers to start, on N consecutive ports from --port: one leads, the others stand by to take "
              "over. More than one share a PostgreSQL server started for them (installed if missing, as root) "
              "unless --db names one.")] = 1,
+    health_program: Annotated[Path | None, typer.Option(
+        "--health-program", show_default=False, metavar="PATH",
+        help="The operator's node health check (as Slurm's HealthCheckProgram, e.g. /usr/sbin/nhc), run by every "
+             "agent at its start and every --health-interval: a non-zero exit drains the node with its output "
+             "as the reason, and requeues its jobs.")] = None,
+    health_interval: Annotated[float | None, typer.Option(
+        "--health-interval", min=0, max=7 * 86400, show_default=False, metavar="SECONDS",
+        help="How often the health check runs (0: only when each agent starts, and before jobs with "
+             "--health-before-job). Default: 300.")] = None,
+    health_before_job: Annotated[bool, typer.Option(
+        "--health-before-job", help="Also run the health check before each job starts on a node.")] = False,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
@@ -297,6 +309,7 @@ def up(
     with reported_errors():
         options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
-                            controllers=controllers)
+                            controllers=controllers, health_program=health_program,
+                            health_interval_s=health_interval, health_before_job=health_before_job)
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)

@@ -41,6 +41,10 @@ class UpOptions:
     config: Path | None = None
     tls: bool = False
     controllers: int = 1
+    # The operator's health-check program, given to every agent (corral.agent --health-program ...).
+    health_program: Path | None = None
+    health_interval_s: float | None = None  # None: the agent's default
+    health_before_job: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +61,7 @@ class UpPlan:
     agent_argvs: tuple[tuple[str, ...], ...]
     spool_dirs: tuple[Path, ...]  # one per node, where its agent records its running tasks
     agent_credential_files: tuple[Path, ...] = ()  # one per node (0600): only that node's agent may use it
+    health_check: str | None = None  # what the agents' health check is, in words (for the banner)
     auth_socket: Path | None = None  # where local users get their credential (docs/security.md)
     tls_dir: Path | None = None  # --tls: the CA and the controller's certificate and key live here
     urls: tuple[str, ...] = ()  # every controller's, the first one first
@@ -98,6 +103,7 @@ def tls_files(tls_dir: Path) -> tuple[Path, Path, Path]:
 
 
 def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) -> UpPlan:
+    _check_health_options(options)
     real_gpus = options.gpus_per_node is None and bool(facts.nvml_gpus)
     nodes = options.nodes or (1 if real_gpus else DEFAULT_SIMULATED_NODES)
     if real_gpus and nodes > 1:
@@ -129,10 +135,43 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus, controller_argvs=controllers,
         agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size,
                                       spool_dir(state_dir, name, options.port, os.geteuid()), tls_dir)
+                          + _health_argv(options)
                           for name, credential in zip(names, credentials, strict=True)),
         spool_dirs=tuple(spool_dir(state_dir, name, options.port, os.geteuid()) for name in names),
         agent_credential_files=credentials, auth_socket=sockets[0], tls_dir=tls_dir, urls=urls, postgres=postgres,
+        health_check=_health_words(options),
     )
+
+
+def _check_health_options(options: UpOptions) -> None:
+    program = options.health_program
+    if program is not None and (not program.is_file() or not os.access(program, os.X_OK)):
+        raise CliError(f"--health-program {program}: not an executable file")
+    if program is None and (options.health_before_job or options.health_interval_s is not None):
+        raise CliError("--health-interval and --health-before-job need --health-program: it is the program "
+                       "they run")
+
+
+def _health_words(options: UpOptions) -> str | None:
+    if options.health_program is None:
+        return None
+    from corral.agent.health import HealthConfig
+
+    every = HealthConfig.interval_s if options.health_interval_s is None else options.health_interval_s
+    when = "when each agent starts" + (f" and every {every:g} s" if every else "")
+    before = ", and before each job" if options.health_before_job else ""
+    return f"{options.health_program.absolute()} {when}{before}; a failure drains the node"
+
+
+def _health_argv(options: UpOptions) -> tuple[str, ...]:
+    if options.health_program is None:
+        return ()
+    argv = ["--health-program", str(options.health_program.absolute())]
+    if options.health_interval_s is not None:
+        argv += ["--health-interval", f"{options.health_interval_s:g}"]
+    if options.health_before_job:
+        argv.append("--health-before-job")
+    return tuple(argv)
 
 
 def _controller_ports_and_database(options: UpOptions) -> tuple[tuple[int, ...], PostgresPlan | None, str]:
