@@ -40,9 +40,9 @@ class ForecastProcess:
     """Runs `forecast` in a child process of its own, started (spawned: a fresh interpreter, none of the
     controller's threads, sockets or locks) at the first forecast and kept for the next ones. What still
     shares the controller's interpreter lock is pickling the copy to it, from a worker thread (0.3 s at
-    10,000 jobs, switched with the loop every few milliseconds). A child that died (killed, out of memory)
-    fails the forecast it ran, and the next forecast starts another; a controller that dies, even
-    killed outright, ends its child (it reads end of file on the pipe)."""
+    10,000 jobs, in which the loop waited up to 0.1 s at a time: bench/forecast.py --loop). A child that
+    died (killed, out of memory) fails the forecast it ran, and the next forecast starts another; a
+    controller that dies, even killed outright, ends its child (it reads end of file on the pipe)."""
 
     def __init__(self) -> None:
         self._child: multiprocessing.process.BaseProcess | None = None
