@@ -27,6 +27,7 @@ from typing import IO, Any
 
 import psutil
 
+from corral.agent.task_leader import FACTORY_FLAG
 from corral.agent.task_spool import START_TIME_TOLERANCE_S, since_boot
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 LEADER_SCRIPT = Path(__file__).with_name("task_leader.py")
 EXIT_SUFFIX = ".exit"
 POLL_S = 0.1  # without pidfds: how often to look whether a leader is gone
-FACTORY_FLAG = "--factory"  # task_leader.py's
 REPLY_MAX_BYTES = 4096
 FACTORY_EXIT_WAIT_S = 5.0
 

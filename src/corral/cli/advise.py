@@ -8,7 +8,6 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -158,7 +157,9 @@ def _echo_block(block) -> None:
 
 
 def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M")
+    from corral.cli.render_advice import when  # with the simulator, as the summary loads it: not at start-up
+
+    return when(epoch)
 
 
 @contextmanager

@@ -7,18 +7,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from corral.cli.efficiency import goodput
+from corral.sim.metrics import SIZE_BUCKETS, size_bucket
 from corral.sim.whatif import quantile
 
 Record = Mapping[str, Any]
-# Jobs by total GPUs (the Helios/Philly analyses' grouping), as (name, upper bound).
-SIZES: tuple[tuple[str, float], ...] = (("0", 0), ("1", 1), ("2-4", 4), ("5-8", 8), ("9-32", 32), (">32", float("inf")))
+SIZE_ORDER = [name for name, _ in SIZE_BUCKETS]
 TOP_IDLE = 5  # the idle jobs listed by name
 HOUR = 3600.0
 
 
 def size_of(record: Record) -> str:
-    gpus = record["total_gpus"]
-    return next(name for name, bound in SIZES if gpus <= bound)
+    """The job's size bucket by total GPUs, as the simulator's reports group jobs."""
+    return size_bucket(record["total_gpus"])
 
 
 def queue_of(record: Record) -> str:
@@ -37,12 +37,12 @@ def summarize(records: Sequence[Record], since: float, until: float, capacity_gp
     return {
         "period": {"since": since, "until": until, "jobs": len(records), "finished": len(finished),
                    "gpus": capacity_gpus},
-        "mix": {"by_size": _groups(finished, size_of, _mix_row, order=[name for name, _ in SIZES]),
+        "mix": {"by_size": _groups(finished, size_of, _mix_row, order=SIZE_ORDER),
                 "by_account": _groups(finished, lambda r: r.get("account") or "", _mix_row),
                 "by_queue": _groups(finished, queue_of, _mix_row)},
         "waits": {"overall": wait_figures(records),
                   "by_queue": _groups(records, queue_of, wait_figures),
-                  "by_size": _groups(records, size_of, wait_figures, order=[name for name, _ in SIZES])},
+                  "by_size": _groups(records, size_of, wait_figures, order=SIZE_ORDER)},
         "utilisation": {"gpu_hours": round(held_s / HOUR, 2), "capacity_gpu_hours": round(capacity_s / HOUR, 2),
                         "ratio": round(held_s / capacity_s, 4) if capacity_s else None},
         "idle": idle_figures(records, held_s),

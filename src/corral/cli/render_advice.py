@@ -11,10 +11,15 @@ Table = tuple[Sequence[str], list[list[str]], frozenset[int]]
 RIGHT = frozenset({1, 2, 3, 4, 5, 6})
 
 
+def when(epoch: float) -> str:
+    """A moment as `corral advise` prints it (local time, to the minute)."""
+    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M")
+
+
 def summary_lines(summary: dict[str, Any]) -> Iterator[str | Table]:
     """Lines of text and tables (headers, rows, right-aligned columns), in order."""
     period = summary["period"]
-    since = datetime.fromtimestamp(period["since"]).strftime("%Y-%m-%d %H:%M")
+    since = when(period["since"])
     days = (period["until"] - period["since"]) / 86400
     yield (f"History since {since} ({days:.1f} days): {period['jobs']} jobs, {period['finished']} finished; "
            f"{period['gpus']} GPUs now")

@@ -56,9 +56,10 @@ def dashboard_routes(app: FastAPI, service: ControllerService, guard: Guard, ind
     async def telemetry(job_id: JobIdPath) -> dict:
         """The job's usage over its nodes each time an agent reported it (gpu_util_pct, rss_kib, cpu_s,
         gpus, nodes), oldest first; kept in memory for the newest jobs, lost on restart."""
-        if service.find_job(job_id) is None:
+        samples = service.job_series.of(job_id)
+        if not samples and service.find_job(job_id) is None:  # a job with samples exists: no store read
             raise HTTPException(404, f"invalid job id specified: {job_id}")
-        return {"job_id": job_id, "samples": service.job_series.of(job_id)}
+        return {"job_id": job_id, "samples": samples}
 
     @app.get(f"{API_PREFIX}/jobs/{{job_id}}/output", responses=ERRORS)
     async def output(job_id: JobIdPath,

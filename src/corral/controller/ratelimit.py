@@ -98,9 +98,8 @@ class RateLimiter:
         """What a list of `records` records costs beyond its request's token (records_per_token each)."""
         per = self.settings.records_per_token
         bucket = self._buckets.get(who)
-        if per <= 0 or bucket is None or records < per:
-            return
-        bucket.tokens -= records // per
+        if per > 0 and bucket is not None:
+            bucket.tokens -= records // per
 
     def _refused(self, who: str, now: float) -> None:
         self._refused_since_log += 1

@@ -24,8 +24,8 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
@@ -37,7 +37,7 @@ from corral.controller.outbox import Outbox
 from corral.controller.stall import StallWatch
 from corral.controller.step_views import step_launch_message
 from corral.controller.telemetry import JobSeries, UtilisationHistory
-from corral.controller.usage_views import GPU_IDLE, LiveUsage, combine
+from corral.controller.usage_views import GPU_IDLE, LiveUsage, combine, gpu_idle_flagged
 from corral.controller.writer import Outage, StoreUnavailable, StoreWriter
 from corral.core.model import Gpu
 from corral.engine import events as ev
@@ -573,19 +573,17 @@ class ControllerService:
         else:
             self.check_agent(node, epoch)
         self.live_usage.take(node, batch.events, self.engine.jobs)
-        reported = {e.job_id for e in batch.events if isinstance(e, UsageReport) and e.step_id is None}
-        self.job_series.record(self.clock(), ((job_id, combine(self.live_usage.of(job_id).get(None) or {}))
-                                              for job_id in sorted(reported)))
-        await self._cancel_idle(batch.events)
+        reported = sorted({e.job_id for e in batch.events if isinstance(e, UsageReport) and e.step_id is None})
+        usages = {job_id: combine(self.live_usage.of(job_id).get(None) or {}) for job_id in reported}
+        self.job_series.record(self.clock(), usages.items())
+        await self._cancel_idle(usages)
 
-    async def _cancel_idle(self, events: Sequence[object]) -> None:
-        """The gpu_idle_cancel_s policy: cancel a running job whose GPUs every node saw idle that long."""
+    async def _cancel_idle(self, usages: Mapping[int, dict[str, Any] | None]) -> None:
+        """The gpu_idle_cancel_s policy: cancel a running job whose GPUs every node saw idle that long
+        (`usages`: the combined usage of the jobs just reported, by id)."""
         limit_s = self.engine.config.gpu_idle_cancel_s
-        if not limit_s:
-            return
-        for job_id in sorted({e.job_id for e in events if isinstance(e, UsageReport) and e.step_id is None}):
-            usage = combine(self.live_usage.of(job_id).get(None) or {})
-            if not usage or not usage["gpus"] or usage["gpu_idle_s"] < limit_s:
+        for job_id, usage in usages.items():
+            if not gpu_idle_flagged(usage, limit_s):
                 continue
 
             def change(now: float, job_id: int = job_id) -> Result:
