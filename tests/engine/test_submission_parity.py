@@ -22,17 +22,20 @@ from corral.engine.records import Job, JobSpec, JobState, Node
 from corral.protocol import API_PREFIX
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.store import Store
+from tests.host_users import absent_user
 
 SECRET = "parity-secret"
+# Nobody the host knows: the controller takes a known user's uid from this host, the simulator has no host.
+ALICE, BOB = absent_user("alice"), absent_user("bob")
 T0 = 1_750_000_000.0
 NOW = T0 + 100.0
 CPUS, MEM_MIB = 64, 512_000
 CONFIG = EngineConfig(partitions=(PartitionConfig("gpu", default=True), PartitionConfig("short", max_time_s=600)))
 TENANCY = TenancySpec(
     accounts=[{"name": "a"}, {"name": "b"}],
-    users=[{"name": "alice", "accounts": ["a"]}, {"name": "bob", "accounts": ["b"]}],
-    limits=[{"user": "bob", "max_submit_jobs": 2}])
-RESERVATION = ReservationSpec(name="bobs", start=T0 + 50, end=T0 + 86400, nodes="n1", users=["bob"])
+    users=[{"name": ALICE, "accounts": ["a"]}, {"name": BOB, "accounts": ["b"]}],
+    limits=[{"user": BOB, "max_submit_jobs": 2}])
+RESERVATION = ReservationSpec(name="bobs", start=T0 + 50, end=T0 + 86400, nodes="n1", users=[BOB])
 ENDED_JOB = 1  # both paths start with job 1 ended (COMPLETED); the table's ids start at 2
 
 # (fields beyond a plain command of alice's, accepted?)
@@ -45,7 +48,7 @@ TABLE: list[tuple[dict, bool]] = [
     ({"account": "b"}, False),  # alice may not charge b
     ({"reservation": "nope"}, False),
     ({"reservation": "bobs"}, False),  # bob's only
-    ({"user": "bob", "reservation": "bobs"}, True),  # job 4: bob's first
+    ({"user": BOB, "reservation": "bobs"}, True),  # job 4: bob's first
     ({"dependency": "afterok:999"}, False),
     ({"dependency": "afterok:two"}, False),
     ({"dependency": f"afterok:{ENDED_JOB}"}, True),  # job 5: on an ended job (the store / the sim's archive)
@@ -54,20 +57,20 @@ TABLE: list[tuple[dict, bool]] = [
     ({"array": "0-3%2"}, True),  # jobs 7-10
     ({"dependency": "afterok:7_2"}, True),  # job 11: one task of the array
     ({"dependency": "afterok:2_1"}, False),  # 2 is no array
-    ({"user": "bob", "array": "0-1"}, False),  # 1 + 2 would pass bob's max_submit_jobs 2
-    ({"user": "bob", "hold": True}, True),  # job 12: bob's second
-    ({"user": "bob"}, False),  # a third
+    ({"user": BOB, "array": "0-1"}, False),  # 1 + 2 would pass bob's max_submit_jobs 2
+    ({"user": BOB, "hold": True}, True),  # job 12: bob's second
+    ({"user": BOB}, False),  # a third
     ({"script": "echo no interpreter line", "argv": None}, False),
 ]
 
 
 def submission(fields: dict) -> JobSubmit:
-    return JobSubmit(**{"argv": ["true"], "workdir": "/tmp", "user": "alice", "gpus_per_node": 1, **fields})
+    return JobSubmit(**{"argv": ["true"], "workdir": "/tmp", "user": ALICE, "gpus_per_node": 1, **fields})
 
 
 def outcome_through_the_controller(directory: Path) -> tuple[list[tuple], Engine]:
     store = Store.open(f"sqlite:///{directory / 'corral.db'}")
-    ended = Job(id=ENDED_JOB, spec=JobSpec(name="done", user="alice", request=Request(gpus_per_node=1, partition="gpu"),
+    ended = Job(id=ENDED_JOB, spec=JobSpec(name="done", user=ALICE, request=Request(gpus_per_node=1, partition="gpu"),
                                            argv=("true",), account="a"),
                 submit_time=T0, state=JobState.COMPLETED, start_time=T0 + 1, end_time=T0 + 11)
     node = Node("n1", tuple(Gpu(i, "sim-gpu") for i in range(8)), CPUS, MEM_MIB, up=True,
