@@ -26,7 +26,7 @@ from corral.engine.active import ActiveSet
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.fairshare import FairShare
-from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
+from corral.engine.lifecycle import ACTIVE, REASON_MAX_CHARS, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
 from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node, NodeRun
@@ -288,9 +288,15 @@ class Engine:
             run = job.runs[node]
             job.runs[node] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
             return None, life.fail_gang(job, node, now)
+        if event.infrastructure is not None:
+            # corral's own machinery failed under the tasks there: their exits say nothing of the job's own.
+            run = job.runs[node]
+            job.runs[node] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL,
+                                     usage=dict(event.usage) if event.usage is not None else None)
+            return None, life.fail_gang(job, node, now, event.infrastructure)
         job.runs[node] = node_result(event.tasks, event.error, event.oom_killed, event.usage)
         if event.error is not None:
-            job.reason = f"LaunchFailed:{event.error}"[:200]
+            job.reason = f"LaunchFailed:{event.error}"[:REASON_MAX_CHARS]
         life.touch(job)
         if all(r.finished for r in job.runs.values()):
             return None, life.maybe_end(job, now)
