@@ -55,6 +55,7 @@ class TaskProcess:
     leader_started: float = 0.0  # since boot; how the leader is told from a later process with its pid
     confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
     fenced: str | None = None  # after `wait`: why the leader killed the task (it lost contact: decision 0017)
+    unrecorded: bool = False  # after `wait`: the leader died without recording the task's exit (it was killed)
 
     def confirm(self, recorded: bool) -> None:
         """Tell the leader whether the task is recorded in the spool; if not, it kills the task."""
@@ -76,7 +77,8 @@ class TaskProcess:
         returncode = record.get("returncode")
         fenced = record.get("fenced")
         self.fenced = fenced if isinstance(fenced, str) else None
-        if not isinstance(returncode, int):
+        self.unrecorded = not isinstance(returncode, int)
+        if self.unrecorded:
             log.warning("the leader of task %d ended without recording its exit: it was killed, and the task "
                         "with it", self.pid)
             return -signal.SIGKILL

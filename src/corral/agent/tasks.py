@@ -22,7 +22,7 @@ from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, beg
 from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.usage import Tracked
 from corral.jobref import ascii_number
-from corral.protocol import TaskExit
+from corral.protocol import InfrastructureFailure, TaskExit
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,9 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 OUTPUT_FILE_MODE = 0o644
 LEFTOVER_POLL_S = 0.05
+# A leader died without recording its task's exit: how long its cgroup leaf may take to go, if someone
+# removes it (a sweep kills what is in a cgroup first, then removes it, within milliseconds).
+CGROUP_GONE_WAIT_S = 1.0
 
 StdioTarget = int | IO[Any] | None
 
@@ -154,6 +157,8 @@ class LocalTasks:
         self._leaves: list[Path] = []  # one per cgroup hierarchy
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
         self.fenced: str | None = None  # why their leaders killed tasks: lost contact with the controller
+        # corral's own machinery failed under them (a leader killed, their cgroup removed): not their own end.
+        self.infrastructure: InfrastructureFailure | None = None
         self.adopted = False  # its tasks were started by an earlier agent on this node
         self._launch_json: str | None = None  # the launch message as saved in the spool
         self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
@@ -345,11 +350,32 @@ class LocalTasks:
         if proc.fenced is not None:
             log.warning("%s: rank %d was killed by its leader: %s", self._what, rank, proc.fenced)
             self.fenced = proc.fenced
+        elif proc.unrecorded and self.infrastructure is None:
+            self.infrastructure = await self._leader_lost(rank)
+            log.warning("%s: infrastructure failure (%s): %s", self._what, self.infrastructure.kind,
+                        self.infrastructure.reason)
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         await self._clear_group(proc.pid)
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
+
+    async def _leader_lost(self, rank: int) -> InfrastructureFailure:
+        """A task's leader died without recording the task's exit: someone killed it from outside (the task
+        died with it, by its parent-death signal), or removed the task's cgroup, which kills everything in
+        it first (another cluster's agent sweeping a cgroup of the same name, an operator). The leader is not
+        the agent's child, so the signal that killed it cannot be known."""
+        leaf = None if self._cgroup is None else self._cgroup.path / self._leaf_name
+        if leaf is not None:
+            loop = asyncio.get_running_loop()
+            gives_up = loop.time() + CGROUP_GONE_WAIT_S
+            while leaf.exists() and loop.time() < gives_up:
+                await asyncio.sleep(LEFTOVER_POLL_S)
+            if not leaf.exists():
+                return InfrastructureFailure(kind="cgroup-removed",
+                                             reason=f"cgroup {leaf} removed while task {rank} ran")
+        return InfrastructureFailure(kind="leader-killed",
+                                     reason=f"task leader of rank {rank} killed before it recorded the task's exit")
 
     async def _clear_group(self, pgid: int) -> None:
         """Whatever the task left behind in its group dies with it, as under Slurm's process tracking. While

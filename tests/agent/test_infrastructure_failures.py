@@ -1,0 +1,100 @@
+"""When corral's own machinery fails under a job's tasks, the agent says so on NodeFinished (`infrastructure`),
+never as the tasks' own exit: a task leader killed from outside (the task dies with it), the job's cgroup
+removed under it (another cluster's agent sweeping a cgroup of the same name kills everything in it, then
+removes it). A task killed from outside while its leader lives is the task's own end, as before."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from corral.agent.cgroup_hierarchies import Unified
+from corral.agent.runner import JobRunner
+from corral.agent.task_spool import TaskSpool
+from corral.agent.tasks import DEVELOPMENT_MODE, Confinement
+from corral.protocol import NodeFinished, NodeStarted
+from tests.agent.test_confinement import cgroup_tree, gpu_files, shared_dir  # noqa: F401 - fixtures
+
+
+def run_and_interfere(launch, spool: Path, agent_env, interfere, confinement: Confinement = DEVELOPMENT_MODE
+                      ) -> NodeFinished:
+    """Run the job; once it started, `interfere(the spool's record of its task)` from outside (in a thread:
+    the runner's loop runs on meanwhile); its NodeFinished."""
+    runner = JobRunner(launch, node_name="node1", spool_dir=spool, base_env=agent_env, confinement=confinement)
+
+    async def drive() -> NodeFinished:
+        events = runner.run()
+        started = await anext(events)
+        assert isinstance(started, NodeStarted)
+        (record,) = TaskSpool(spool).records()
+        await asyncio.to_thread(interfere, record)
+        finished = await asyncio.wait_for(anext(events), timeout=10)
+        assert isinstance(finished, NodeFinished)
+        return finished
+
+    return asyncio.run(drive())
+
+
+def gone(pid: int, within_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_a_leader_killed_from_outside_is_an_infrastructure_failure(signum, make_launch, agent_env, tmp_path):
+    launch = make_launch(argv=["sleep", "30"])
+    task: list[int] = []
+
+    def kill_leader(record) -> None:
+        task.append(record.pgid)
+        os.kill(record.leader, signum)
+
+    finished = run_and_interfere(launch, tmp_path / "spool", agent_env, kill_leader)
+    assert finished.infrastructure is not None, finished
+    assert finished.infrastructure.kind == "leader-killed"
+    assert finished.infrastructure.reason == "task leader of rank 0 killed before it recorded the task's exit"
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
+    assert finished.error is None and finished.fenced is None
+    assert gone(task[0]), "the task died with its leader"
+
+
+def test_a_task_killed_from_outside_while_its_leader_lives_is_its_own_end(make_launch, agent_env, tmp_path):
+    finished = run_and_interfere(make_launch(argv=["sleep", "30"]), tmp_path / "spool", agent_env,
+                                 lambda record: os.kill(record.pgid, signal.SIGKILL))
+    assert finished.infrastructure is None
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
+
+
+def test_a_cgroup_removed_under_the_job_is_an_infrastructure_failure(cgroup_tree, shared_dir, make_launch,
+                                                                    agent_env):
+    if not isinstance(cgroup_tree.tracker, Unified):
+        pytest.skip("the sweep below is cgroup v2's (cgroup.kill)")
+    launch = make_launch(user="root", workdir=str(shared_dir), argv=["sleep", "30"])
+    job = cgroup_tree.tracker.root / f"job_{launch.job_id}"
+
+    def sweep(record) -> None:
+        """What another agent with the same cgroup root does to a cgroup it takes for a leftover of its own."""
+        (job / "cgroup.kill").write_text("1")
+        deadline = time.monotonic() + 5
+        while "populated 1" in (job / "cgroup.events").read_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for hierarchy in cgroup_tree.hierarchies:
+            (hierarchy.root / job.name / "batch").rmdir()
+            (hierarchy.root / job.name).rmdir()
+
+    finished = run_and_interfere(launch, shared_dir / "spool", agent_env, sweep,
+                                 Confinement(cgroups=cgroup_tree))
+    assert finished.infrastructure is not None, finished
+    assert finished.infrastructure.kind == "cgroup-removed"
+    assert finished.infrastructure.reason == f"cgroup {job / 'batch'} removed while task 0 ran"
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
