@@ -75,8 +75,8 @@ def test_a_task_killed_from_outside_while_its_leader_lives_is_its_own_end(make_l
     assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
 
 
-def test_a_cgroup_removed_under_the_job_is_an_infrastructure_failure(cgroup_tree, shared_dir, make_launch,
-                                                                    agent_env):
+def test_a_cgroup_removed_under_the_job_is_an_infrastructure_failure(cgroup_tree, shared_dir,  # noqa: F811
+                                                                    make_launch, agent_env):
     if not isinstance(cgroup_tree.tracker, Unified):
         pytest.skip("the sweep below is cgroup v2's (cgroup.kill)")
     launch = make_launch(user="root", workdir=str(shared_dir), argv=["sleep", "30"])
