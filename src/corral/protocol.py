@@ -293,6 +293,8 @@ class StepFinished(BaseModel):
     error: Diagnostic | None = None
     oom_killed: bool = False
     usage: Usage | None = None
+    # The step's tasks here ended because corral's own machinery failed (the step ends NODE_FAIL).
+    infrastructure: InfrastructureFailure | None = None
 
 
 class NodeUnhealthy(BaseModel):

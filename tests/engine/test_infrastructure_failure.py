@@ -96,3 +96,22 @@ def test_a_late_report_of_an_earlier_run_changes_nothing() -> None:
     _infrastructure_failed(engine, "node1", job.id, T0 + 7, run=0)  # re-sent after an agent restart
     assert (job.state, job.restart_count) == (JobState.RUNNING, 1)
     assert [h["event"] for h in job.history].count("infrastructure-failed") == 1
+
+
+def test_a_step_whose_leader_was_killed_ends_node_fail_and_its_other_nodes_are_killed() -> None:
+    """A step's tasks lost to corral's own failure end the step NODE_FAIL (not FAILED 0:9); the job runs on and
+    its batch script decides, as after an srun failed; the job's history names the failure."""
+    from tests.engine.test_steps import batch_job, request
+
+    engine = engine_with_nodes()
+    job = batch_job(engine)
+    step, _ = engine.start_step(job.id, request(ntasks=2), T0 + 1)
+    failed, other = job.node_names
+    commands = engine.handle(ev.StepTasksFinished(failed, job.id, 0, ((0, 0, signal.SIGKILL),),
+                                                  infrastructure=LEADER_KILLED), now=T0 + 2).commands
+    assert [(c.node, c.signal, c.target, c.step_id) for c in commands] == [(other, signal.SIGKILL, "steps", 0)]
+    engine.step_finished(other, job.id, 0, [(1, 0, signal.SIGKILL)], None, T0 + 3)
+    assert (step.state, step.error) == ("NODE_FAIL", f"infrastructure failure on {failed}: {LEADER_KILLED.reason}")
+    assert job.state is JobState.RUNNING
+    assert job.history[-1] == {"t": T0 + 2, "event": "infrastructure-failed", "node": failed, "step": 0,
+                               "kind": "leader-killed", "reason": LEADER_KILLED.reason}

@@ -552,8 +552,9 @@ class Agent:
             log.exception("step %d.%d: runner failed", *runner.key)
             self._steps.pop(runner.key, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
+            failure = InfrastructureFailure(kind="agent-error", reason=f"the agent's step runner failed: {exc}")
             self._post(StepFinished(job_id=runner.job_id, step_id=runner.step_id, tasks=exits,
-                                    error=f"corral agent error: {exc}"))
+                                    infrastructure=failure))
 
     async def _drive(self, runner: JobRunner) -> None:
         """Forward a job's events to the outbox; the job leaves `running_jobs` when its tasks are done. With

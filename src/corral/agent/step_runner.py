@@ -132,7 +132,7 @@ class StepRunner(LocalTasks):
         await self._end_cgroup()
         log.info("%s: all tasks exited: %s", self._what, describe_exits(sorted(exits, key=lambda e: e.rank)))
         return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=sorted(exits, key=lambda e: e.rank),
-                            oom_killed=self.oom_killed)
+                            oom_killed=self.oom_killed, infrastructure=self.infrastructure)
 
     async def _supervise(self) -> StepFinished:
         for pipe in self._stdin.values():
@@ -155,7 +155,7 @@ class StepRunner(LocalTasks):
         log.info("%s: all tasks exited: %s%s", self._what, describe_exits(exits),
                  " (out of memory)" if self.oom_killed else "")
         return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=self._lost,
-                            oom_killed=self.oom_killed)
+                            oom_killed=self.oom_killed, infrastructure=self.infrastructure)
 
     # -- the connection to srun
 

@@ -618,7 +618,10 @@ def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished | N
                                                                                   event.infrastructure.reason)
         return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage=usage,
                                 fenced=event.fenced, restart_count=event.restart_count, infrastructure=failure)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage)
+    failure = None if event.infrastructure is None else InfrastructureFailure(event.infrastructure.kind,
+                                                                              event.infrastructure.reason)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage,
+                                infrastructure=failure)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

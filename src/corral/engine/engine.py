@@ -29,7 +29,7 @@ from corral.engine.fairshare import FairShare
 from corral.engine.lifecycle import ACTIVE, REASON_MAX_CHARS, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
-from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node, NodeRun
+from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, INFRA_FAILED, Job, JobState, Node, NodeRun
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
@@ -310,9 +310,13 @@ class Engine:
         if job is None:
             return None, []
         commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now,
-                                       event.oom_killed, event.usage)
+                                       event.oom_killed, event.usage, event.infrastructure)
         if commands is None:
             return None, []
+        failure = event.infrastructure
+        if failure is not None:
+            job.history.append({"t": now, "event": INFRA_FAILED, "node": event.node, "step": event.step_id,
+                                "kind": failure.kind, "reason": failure.reason})
         self.life.touch(job)
         return None, commands + self.life.maybe_end(job, now)
 

@@ -144,6 +144,9 @@ class TasksFinished:
 
 @dataclass(frozen=True, slots=True)
 class StepTasksFinished:
+    """A step's tasks on `node` are done. `infrastructure`: corral's own machinery failed under them (the
+    step ends NODE_FAIL, its other nodes' tasks are killed; the job runs on, as after its srun failed)."""
+
     node: str
     job_id: int
     step_id: int
@@ -151,6 +154,7 @@ class StepTasksFinished:
     error: str | None = None
     oom_killed: bool = False
     usage: Mapping[str, Any] | None = None
+    infrastructure: InfrastructureFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)

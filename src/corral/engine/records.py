@@ -113,6 +113,8 @@ class Step:
     exit_code: int = 0
     signal: int = 0
     error: str = ""
+    # corral's own machinery failed under its tasks on a node (the agent said so): it ends NODE_FAIL.
+    infrastructure_failed: bool = False
     # Nodes that reported all their tasks ended, with the folded result.
     reported: dict[str, NodeRun] = field(default_factory=dict)
 
