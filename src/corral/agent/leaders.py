@@ -77,8 +77,8 @@ class TaskProcess:
         returncode = record.get("returncode")
         fenced = record.get("fenced")
         self.fenced = fenced if isinstance(fenced, str) else None
-        self.unrecorded = not isinstance(returncode, int)
-        if self.unrecorded:
+        if not isinstance(returncode, int):
+            self.unrecorded = True
             log.warning("the leader of task %d ended without recording its exit: it was killed, and the task "
                         "with it", self.pid)
             return -signal.SIGKILL

@@ -332,10 +332,12 @@ def _cluster_stopped(kind: str, rest: dict) -> str:
 
 
 def _infrastructure_failed(kind: str, rest: dict) -> str:
-    """`infrastructure failure on node3: task leader of rank 0 killed: tasks killed, job requeued`."""
-    node, outcome = rest.pop("node", "?"), rest.pop("outcome", None)
+    """`infrastructure failure on node3: task leader ... killed ...; tasks killed, job requeued`; a step's
+    names the step."""
+    node, outcome, step = rest.pop("node", "?"), rest.pop("outcome", None), rest.pop("step", None)
     rest.pop("kind", None)  # the reason says it in words
-    text = f"infrastructure failure on {node}: {rest.pop('reason', '?')}"
+    where = node if step is None else f"{node} (step {step})"
+    text = f"infrastructure failure on {where}: {rest.pop('reason', '?')}"
     if outcome is None:
         return text
     return text + "; tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")

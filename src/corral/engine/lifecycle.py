@@ -253,7 +253,8 @@ class Lifecycle:
         entry = {"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now}
         job.history.append(entry)
         if job.stop_cause == NODE_FAILED:
-            failure = next((h for h in reversed(job.history) if h.get("event") in (NODE_FAILED, INFRA_FAILED)), {})
+            failure: dict[str, Any] = next((h for h in reversed(job.history)  # the job's own, not a step's
+                                            if h.get("event") in (NODE_FAILED, INFRA_FAILED) and "step" not in h), {})
             failed = failure.get("node", "")
             entry["cause"] = (f"infrastructure failure on {failed}: {failure.get('reason', '')}"
                               if failure.get("event") == INFRA_FAILED else f"node failure {failed}")
