@@ -15,6 +15,7 @@ from corral.agent.task_spool import TaskSpool
 from tests.e2e.harness import Cluster, wait_for
 from tests.e2e.test_confinement import cgroup_root, cgroup_trees, shared_root  # noqa: F401 - fixtures
 from tests.e2e.test_metrics import scrape
+from tests.slurm.commands import Commands
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,8 @@ def test_a_killed_task_leader_requeues_the_job_with_a_history_line_and_counts_it
         "the first run's task died with its leader"
 
 
-def test_a_job_that_may_not_be_requeued_ends_node_fail_with_the_failure_as_its_reason(cluster_factory) -> None:
+def test_a_job_that_may_not_be_requeued_ends_node_fail_with_the_failure_as_its_reason(cluster_factory,
+                                                                                      tmp_path) -> None:
     cluster = cluster_factory(nodes=1, gpus=1, config=CONFIG)
     job = cluster.submit(argv=["sleep", "300"], gpus=1, requeue=False)
     cluster.wait_state(job, "RUNNING")
@@ -66,6 +68,12 @@ def test_a_job_that_may_not_be_requeued_ends_node_fail_with_the_failure_as_its_r
     assert record["reason"] == f"InfrastructureFailure:node1: {LEADER_KILLED}"
     assert record["history"][-1]["outcome"] == "NODE_FAIL"
     assert failures(cluster) == {(("kind", "leader-killed"), ("node", "node1")): 1}
+    cmd = Commands(cluster, tmp_path)
+    show = cmd("scontrol", "show", "job", str(job))
+    assert show.code == 0, show
+    assert f"JobState=NODE_FAIL Reason=InfrastructureFailure:node1: {LEADER_KILLED}" in show.stdout, show.stdout
+    sacct = cmd("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "JobID,State,Reason")
+    assert sacct.stdout.splitlines() == [f"{job}|NODE_FAIL|InfrastructureFailure:node1: {LEADER_KILLED}"], sacct
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount cgroup2")
