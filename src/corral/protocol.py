@@ -251,8 +251,10 @@ class TaskExit(BaseModel):
 
 # corral's own machinery failed under a task (never the task's own exit, nor the user's doing): its leader
 # died without recording the task's exit ("leader-killed"), the task's cgroup was removed while it ran
-# ("cgroup-removed"), or the agent's runner failed and lost track of the tasks ("agent-error").
-InfrastructureKind = Literal["leader-killed", "cgroup-removed", "agent-error"]
+# ("cgroup-removed"), the agent's runner failed and lost track of the tasks ("agent-error"), or the agent
+# could not start them for a reason of its own: its spool, its cgroups, its leader factory ("start-failed";
+# the controller drains the node as well, as Slurm does after a launch failure of slurmd's own).
+InfrastructureKind = Literal["leader-killed", "cgroup-removed", "agent-error", "start-failed"]
 INFRASTRUCTURE_KINDS: tuple[str, ...] = get_args(InfrastructureKind)
 
 

@@ -98,3 +98,32 @@ def test_a_cgroup_removed_under_the_job_is_an_infrastructure_failure(cgroup_tree
     assert finished.infrastructure.kind == "cgroup-removed"
     assert finished.infrastructure.reason == f"cgroup {job / 'batch'} removed while task 0 ran"
     assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
+
+
+def run_to_end(launch, spool: Path, agent_env) -> NodeFinished:
+    runner = JobRunner(launch, node_name="node1", spool_dir=spool, base_env=agent_env)
+
+    async def drive() -> list:
+        return [event async for event in runner.run()]
+
+    *_, finished = asyncio.run(drive())
+    assert isinstance(finished, NodeFinished)
+    return finished
+
+
+def test_a_start_the_agent_fails_for_a_reason_of_its_own_is_an_infrastructure_failure(make_launch, agent_env,
+                                                                                      tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "launches").write_text("not a directory")  # the agent cannot record the launch in its spool
+    finished = run_to_end(make_launch(argv=["true"]), spool, agent_env)
+    assert finished.infrastructure is not None and finished.infrastructure.kind == "start-failed"
+    assert finished.infrastructure.reason.startswith(f"cannot record the launch in {spool / 'launches'}: ")
+    assert finished.error == finished.infrastructure.reason
+
+
+def test_a_start_the_job_itself_prevents_is_not_an_infrastructure_failure(make_launch, agent_env, tmp_path):
+    for launch in (make_launch(argv=["/nonexistent/corral-infra-command"]),
+                   make_launch(argv=["true"], workdir=str(tmp_path / "missing"))):
+        finished = run_to_end(launch, tmp_path / "spool", agent_env)
+        assert finished.error is not None and finished.infrastructure is None, finished

@@ -115,3 +115,26 @@ def test_a_step_whose_leader_was_killed_ends_node_fail_and_its_other_nodes_are_k
     assert job.state is JobState.RUNNING
     assert job.history[-1] == {"t": T0 + 2, "event": "infrastructure-failed", "node": failed, "step": 0,
                                "kind": "leader-killed", "reason": LEADER_KILLED.reason}
+
+
+def test_an_agent_that_cannot_start_tasks_for_its_own_reason_has_its_node_drained_and_the_job_goes_elsewhere() -> None:
+    engine = engine_with_nodes(count=2)
+    job = engine.submit(spec(gpus=4), T0)
+    engine.schedule(T0)
+    (first,) = job.node_names
+    other = "node2" if first == "node1" else "node1"
+    spool = InfrastructureFailure("start-failed", "cannot record the launch in /var/spool/corral/launches: ENOSPC")
+    engine.handle(ev.TasksFinished(first, job.id, ((0, 1, 0),), error=spool.reason, restart_count=0,
+                                   infrastructure=spool), now=T0 + 1)
+    assert (job.state, job.restart_count) == (JobState.PENDING, 1), "requeued, not FAILED"
+    node = engine.nodes[first]
+    assert (node.drain, node.drain_reason) == (True, f"cannot start tasks: {spool.reason}")
+    assert engine.schedule(T0 + 2) == [Launch(job.id, other)], "not again where it cannot start"
+
+
+def test_a_killed_leader_does_not_drain_its_node() -> None:
+    engine = engine_with_nodes(count=1)
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    _infrastructure_failed(engine, "node1", job.id, T0 + 1)
+    assert engine.nodes["node1"].drain is False

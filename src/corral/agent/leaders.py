@@ -40,9 +40,13 @@ FACTORY_EXIT_WAIT_S = 5.0
 
 
 class TaskStartFailed(Exception):
-    def __init__(self, message: str, exit_code: int) -> None:
+    """`own`: the leader failed for a reason of the agent's own (its cgroups, the leader itself), not the
+    task's command."""
+
+    def __init__(self, message: str, exit_code: int, own: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.own = own
 
 
 @dataclass(eq=False, slots=True)
@@ -176,7 +180,8 @@ class StartingTask:
                                leader_started=self.leader_started, confirm_fd=self.spec_fd)
         os.close(self.spec_fd)  # the leader exits on its own (the factory reaps it)
         self.exit_file.unlink(missing_ok=True)
-        raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)))
+        raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)),
+                              own=reply.get("own") is True)
 
 
 class LeaderFactory:
@@ -348,5 +353,7 @@ async def _read_reply(fd: int) -> dict[str, Any]:
     try:
         reply = json.loads(b"".join(chunks))
     except ValueError:
-        return {"error": "the task's leader exited before starting the task (see the agent's log)", "exit_code": 1}
-    return reply if isinstance(reply, dict) else {"error": "the task's leader replied nonsense", "exit_code": 1}
+        return {"error": "the task's leader exited before starting the task (see the agent's log)", "exit_code": 1,
+                "own": True}
+    return reply if isinstance(reply, dict) else {"error": "the task's leader replied nonsense", "exit_code": 1,
+                                                  "own": True}

@@ -143,7 +143,7 @@ class JobRunner(LocalTasks):
                 os.chown(self._job_dir, self._identity.uid, self._identity.gid)
                 os.chown(path, self._identity.uid, self._identity.gid)
         except OSError as exc:
-            raise SpawnError(f"cannot write the batch script to {path}: {exc}") from exc
+            raise SpawnError(f"cannot write the batch script to {path}: {exc}", own=True) from exc
         self._check_readable(path)
         return path
 
@@ -206,6 +206,6 @@ class JobRunner(LocalTasks):
         shutil.rmtree(self._job_dir, ignore_errors=True)
         self._forget_launch()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]
-        return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc),
+        return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc), infrastructure=exc.infrastructure(),
                             restart_count=self.launch.restart_count)
 

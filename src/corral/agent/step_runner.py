@@ -356,7 +356,8 @@ class StepRunner(LocalTasks):
         for exit_ in exits:
             await self._send(stepio.frame(stepio.EXIT, exit_.rank, stepio.exit_payload(exit_.exit_code)))
         await self._send(stepio.frame(stepio.FAILED, stepio.ALL_RANKS, str(exc).encode()))
-        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=str(exc))
+        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=str(exc),
+                            infrastructure=exc.infrastructure())
 
     def _close_pipes(self) -> None:
         for pipe in self._stdin.values():

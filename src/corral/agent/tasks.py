@@ -39,9 +39,16 @@ StdioTarget = int | IO[Any] | None
 
 
 class SpawnError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_SPAWN_FAILED) -> None:
+    """Tasks could not start. `own`: for a reason of the agent's own (its spool, its cgroups, its leader
+    factory), not the job's (its command, user, directories, files): an infrastructure failure."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_SPAWN_FAILED, own: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.own = own
+
+    def infrastructure(self) -> InfrastructureFailure | None:
+        return InfrastructureFailure(kind="start-failed", reason=str(self)) if self.own else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +78,9 @@ def spawn_task(
         return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
                           exit_dir=exit_dir, cgroup_leaves=cgroup_leaves, contact_file=contact_file,
                           cgroup_leaf=cgroup_leaf)
-    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+    except OSError as exc:  # the spool, a pipe, the leader factory: the agent's own
+        raise SpawnError(f"cannot start {argv[0]}: {exc}", own=True) from exc
+    except (ValueError, subprocess.SubprocessError) as exc:
         # ValueError: e.g. a NUL byte in an argument or environment value.
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
 
@@ -232,7 +241,7 @@ class LocalTasks:
             try:
                 self._leaves = self._cgroup.leaf(self._leaf_name, self._mem_mib, self._cpus, self._owner[2])
             except CgroupError as exc:
-                raise SpawnError(str(exc)) from None
+                raise SpawnError(str(exc), own=True) from None
 
     def _save_launch(self, launch_json: str) -> None:
         """Keep the launch message beside the task records while the tasks run: a restarted agent needs it
@@ -240,7 +249,7 @@ class LocalTasks:
         try:
             self._spool.save_launch(self._owner[0], self._owner[1], launch_json)
         except OSError as exc:
-            raise SpawnError(f"cannot record the launch in {self._spool.launches}: {exc}") from exc
+            raise SpawnError(f"cannot record the launch in {self._spool.launches}: {exc}", own=True) from exc
         self._launch_json = launch_json
 
     def _forget_launch(self) -> None:
@@ -309,7 +318,7 @@ class LocalTasks:
             try:
                 proc = await task.result()
             except TaskStartFailed as exc:
-                failure = failure or SpawnError(str(exc), exc.exit_code)
+                failure = failure or SpawnError(str(exc), exc.exit_code, own=exc.own)
                 continue
             try:
                 self._started(rank, proc)
@@ -327,7 +336,7 @@ class LocalTasks:
             self._spool.add(proc.pid, *self._owner, rank=rank, leader_pid=proc.leader_pid)
             self._recorded.add(rank)
         except OSError as exc:
-            raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}") from exc
+            raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}", own=True) from exc
 
     async def _announce(self, reason: str) -> None:
         """slurmstepd's closing line into the first local task's stderr: once, and only while tasks run."""

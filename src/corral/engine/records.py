@@ -134,6 +134,7 @@ NODE_FAILED = "node-failed"  # one of its nodes was lost (timed out, or its agen
 # agent lost track of it): the history names it, the job's Reason says it; it counts as that node's failure.
 INFRA_FAILED = "infrastructure-failed"
 INFRA_REASON = "InfrastructureFailure"  # the Reason's prefix: "InfrastructureFailure:node3: ..."
+START_FAILED = "start-failed"  # the kind of failure whose node is drained: its agent cannot start tasks
 
 
 @dataclass(frozen=True, slots=True)
