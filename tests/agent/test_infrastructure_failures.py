@@ -16,7 +16,7 @@ from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.runner import JobRunner
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import DEVELOPMENT_MODE, Confinement
-from corral.protocol import NodeFinished, NodeStarted
+from corral.protocol import NodeFinished, NodeStarted, TaskLaunch
 from tests.agent.test_confinement import cgroup_tree, gpu_files, shared_dir  # noqa: F401 - fixtures
 
 
@@ -127,3 +127,25 @@ def test_a_start_the_job_itself_prevents_is_not_an_infrastructure_failure(make_l
                    make_launch(argv=["true"], workdir=str(tmp_path / "missing"))):
         finished = run_to_end(launch, tmp_path / "spool", agent_env)
         assert finished.error is not None and finished.infrastructure is None, finished
+
+
+def test_the_other_tasks_of_a_run_whose_leader_was_killed_are_killed_at_once(make_launch, agent_env, tmp_path):
+    """The run is lost: its report does not wait for its other tasks to end by themselves."""
+    launch = make_launch(argv=["sleep", "300"], tasks_per_node=2, num_tasks=2,
+                         tasks=[TaskLaunch(rank=rank, local_rank=rank, gpus=[]) for rank in (0, 1)])
+    spool = tmp_path / "spool"
+    runner = JobRunner(launch, node_name="node1", spool_dir=spool, base_env=agent_env)
+
+    async def drive() -> tuple[NodeFinished, float]:
+        events = runner.run()
+        assert isinstance(await anext(events), NodeStarted)
+        records = {r.rank: r for r in TaskSpool(spool).records()}
+        os.kill(records[0].leader, signal.SIGKILL)
+        killed_at = time.monotonic()
+        finished = await asyncio.wait_for(anext(events), timeout=20)
+        return finished, time.monotonic() - killed_at
+
+    finished, took_s = asyncio.run(drive())
+    assert finished.infrastructure is not None and finished.infrastructure.kind == "leader-killed"
+    assert [(t.rank, t.exit_code, t.signal) for t in finished.tasks] == [(0, 0, 9), (1, 0, 9)]
+    assert took_s < 10, "rank 1 (sleep 300) was killed, not awaited"

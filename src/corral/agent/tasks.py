@@ -361,8 +361,13 @@ class LocalTasks:
             self.fenced = proc.fenced
         elif proc.unrecorded and self.infrastructure is None:
             self.infrastructure = await self._leader_lost(rank)
-            log.warning("%s: infrastructure failure (%s): %s", self._what, self.infrastructure.kind,
-                        self.infrastructure.reason)
+            log.warning("%s: infrastructure failure (%s): %s; killing its other tasks here", self._what,
+                        self.infrastructure.kind, self.infrastructure.reason)
+            # The run is lost (the controller stops the whole gang): its other tasks here need not run on
+            # until they end by themselves before the failure is reported.
+            for other in self._live_ranks():
+                if other != rank:
+                    killpg(self._procs[other].pid, signal.SIGKILL)
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         await self._clear_group(proc.pid)
         if len(self._exits) == len(self._procs):
