@@ -149,3 +149,29 @@ def test_the_other_tasks_of_a_run_whose_leader_was_killed_are_killed_at_once(mak
     assert finished.infrastructure is not None and finished.infrastructure.kind == "leader-killed"
     assert [(t.rank, t.exit_code, t.signal) for t in finished.tasks] == [(0, 0, 9), (1, 0, 9)]
     assert took_s < 10, "rank 1 (sleep 300) was killed, not awaited"
+
+
+def test_a_steps_leader_killed_from_outside_is_an_infrastructure_failure(make_step, agent_env, tmp_path):
+    from corral.agent.step_runner import StepRunner
+    from tests.agent.test_step_runner import Srun
+
+    side = Srun(input="none")
+    try:
+        launch = make_step(argv=["sleep", "300"], **side.io_fields())
+        side.streams.expect({"n1": [0]})
+        spool = tmp_path / "spool"
+        runner = StepRunner(launch, node_name="n1", spool_dir=spool, base_env=agent_env)
+
+        async def scenario():
+            task = asyncio.create_task(anext(runner.run()))
+            while not TaskSpool(spool).records():
+                await asyncio.sleep(0.02)
+            (record,) = TaskSpool(spool).records()
+            os.kill(record.leader, signal.SIGKILL)
+            return await asyncio.wait_for(task, 10)
+
+        finished = asyncio.run(scenario())
+    finally:
+        side.streams.close()
+    assert finished.infrastructure is not None and finished.infrastructure.kind == "leader-killed"
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
