@@ -175,3 +175,28 @@ def test_a_steps_leader_killed_from_outside_is_an_infrastructure_failure(make_st
         side.streams.close()
     assert finished.infrastructure is not None and finished.infrastructure.kind == "leader-killed"
     assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
+
+
+HOG = "x = bytearray(256 << 20); x[::4096] = b'1' * len(x[::4096])"
+
+
+def test_a_leader_lost_after_an_oom_kill_in_its_cgroup_is_the_jobs_own_end(cgroup_tree, shared_dir,  # noqa: F811
+                                                                           make_launch, agent_env):
+    """The leader shares the job's memory limit, so the OOM killer may take it (with memory.oom.group, it
+    does): a leader lost after the kernel killed something of the job for memory is the job's own end,
+    OUT_OF_MEMORY, not an infrastructure failure. Here the task's child is OOM-killed and the task then
+    kills its leader (its parent), which is what the kernel's pick of the leader looks like to the agent."""
+    if "memory" not in cgroup_tree.controllers:
+        pytest.skip(f"no memory controller here ({cgroup_tree.describe()})")
+    task = (f"import os, signal, subprocess, sys, time; subprocess.run([sys.executable, '-c', {HOG!r}]); "
+            f"os.kill(os.getppid(), signal.SIGKILL); time.sleep(30)")
+    launch = make_launch(user="root", workdir=str(shared_dir), mem_per_node_mib=32, argv=["python3", "-c", task])
+    runner = JobRunner(launch, node_name="node1", spool_dir=shared_dir / "spool", base_env=agent_env,
+                       confinement=Confinement(cgroups=cgroup_tree))
+
+    async def drive() -> list:
+        return [event async for event in runner.run()]
+
+    *_, finished = asyncio.run(drive())
+    assert finished.oom_killed and finished.infrastructure is None, finished
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]

@@ -359,7 +359,7 @@ class LocalTasks:
         if proc.fenced is not None:
             log.warning("%s: rank %d was killed by its leader: %s", self._what, rank, proc.fenced)
             self.fenced = proc.fenced
-        elif proc.unrecorded and self.infrastructure is None:
+        elif proc.unrecorded and self.infrastructure is None and not self._went_over_memory():
             self.infrastructure = await self._leader_lost(rank)
             log.warning("%s: infrastructure failure (%s): %s; killing its other tasks here", self._what,
                         self.infrastructure.kind, self.infrastructure.reason)
@@ -373,6 +373,11 @@ class LocalTasks:
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
+
+    def _went_over_memory(self) -> bool:
+        """The kernel killed a process of the tasks' cgroup for memory: a leader lost then was the OOM
+        killer's pick (it shares the job's limit), and the job ends OUT_OF_MEMORY, its own doing."""
+        return self._cgroup is not None and self._cgroup.oom_killed(self._leaf_name)
 
     async def _leader_lost(self, rank: int) -> InfrastructureFailure:
         """A task's leader died without recording the task's exit: someone killed it from outside (the task
