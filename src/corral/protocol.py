@@ -15,7 +15,7 @@ seen and refuses replies and commands with a lower one: they come from a control
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, get_args
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -249,6 +249,23 @@ class TaskExit(BaseModel):
     signal: Signal = 0  # the signal that ended the task, 0 if it exited
 
 
+# corral's own machinery failed under a task (never the task's own exit, nor the user's doing): its leader
+# died without recording the task's exit ("leader-killed"), the task's cgroup was removed while it ran
+# ("cgroup-removed"), the agent's runner failed and lost track of the tasks ("agent-error"), or the agent
+# could not start them for a reason of its own: its spool, its cgroups, its leader factory ("start-failed";
+# the controller drains the node as well, as Slurm does after a launch failure of slurmd's own).
+InfrastructureKind = Literal["leader-killed", "cgroup-removed", "agent-error", "start-failed"]
+INFRASTRUCTURE_KINDS: tuple[str, ...] = get_args(InfrastructureKind)
+
+
+class InfrastructureFailure(BaseModel):
+    """Why a node's part of a job ended through no doing of its tasks: the controller requeues the job as
+    after a node failure (or ends it NODE_FAIL), with `reason` in its history and Reason."""
+
+    kind: InfrastructureKind
+    reason: Annotated[Diagnostic, Field(min_length=1)]
+
+
 class NodeFinished(BaseModel):
     """Every local task of the job has exited (or could not start: then `error` says why)."""
 
@@ -262,6 +279,8 @@ class NodeFinished(BaseModel):
     # The node's task leaders killed the tasks because the agent lost contact with the controller (decision
     # 0017): why, e.g. "lost contact with the controller for 20 s". The controller treats it as a node failure.
     fenced: Diagnostic | None = None
+    # The tasks ended because corral's own machinery failed here (their `tasks` exits are not their own).
+    infrastructure: InfrastructureFailure | None = None
     # The launch's restart count: a late report of an earlier run of the job is ignored (None: not said).
     restart_count: Amount | None = None
 
@@ -276,6 +295,8 @@ class StepFinished(BaseModel):
     error: Diagnostic | None = None
     oom_killed: bool = False
     usage: Usage | None = None
+    # The step's tasks here ended because corral's own machinery failed (the step ends NODE_FAIL).
+    infrastructure: InfrastructureFailure | None = None
 
 
 class NodeUnhealthy(BaseModel):

@@ -148,7 +148,8 @@ def test_an_end_the_controller_never_got_is_reported_by_the_next_agent(controlle
     controller.wait(lambda: TaskSpool(tmp_path / "spool").records() == [], timeout_s=5)
 
 
-def test_a_task_whose_leader_was_killed_is_lost_not_adopted(controller, agents, make_launch, tmp_path):
+def test_a_task_whose_leader_was_killed_is_lost_and_reported_as_an_infrastructure_failure(controller, agents,
+                                                                                          make_launch, tmp_path):
     agent, task = start_job(controller, agents, make_launch, "sleep 30")
     (record,) = TaskSpool(tmp_path / "spool").records()
     sigkill(agent)
@@ -161,10 +162,13 @@ def test_a_task_whose_leader_was_killed_is_lost_not_adopted(controller, agents, 
     seen = len(controller.registrations)
     agents()
     (registration,) = registrations_since(controller, seen)
-    assert registration.running_jobs == [] and registration.finished_jobs == []
+    assert registration.running_jobs == [] and registration.finished_jobs == [31], "its end, not its own"
     assert TaskSpool(tmp_path / "spool").records() == []
-    time.sleep(0.5)
-    assert controller.finished(31) is None, "lost work is the controller's to declare (NODE_FAIL)"
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert finished.infrastructure is not None and finished.infrastructure.kind == "leader-killed"
+    assert finished.infrastructure.reason == \
+        "the leader of task 0 died without recording its end, while no agent watched it"
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, signal.SIGKILL)]
     assert "cannot adopt job 31: the leader of task 0 died without recording its end" in \
         (tmp_path / "agent.log").read_text()
 

@@ -172,3 +172,21 @@ def test_counters_count_starts_preemptions_and_requeues_from_what_the_engine_ret
     assert value(samples, "corral_jobs_requeued_total", partition="gpu", queue="qa", cause="preempted") == 2
     assert value(samples, "corral_scheduler_cycle_duration_seconds_count") == 2
     assert value(samples, "slurm_schedule_cycle_cnt") == 2 and value(samples, "slurm_schedule_cycle_max") == 4000
+
+
+def test_infrastructure_failures_are_counted_once_each_by_kind_and_node() -> None:
+    """From the history entries the committed Result carries: a job's (requeued) and a step's alike; a
+    repeat of the agent's report, which changes nothing, counts nothing."""
+    from corral.engine.records import InfrastructureFailure
+
+    engine = tenancy_engine()
+    metrics = ControllerMetrics()
+    job = engine.submit(tenant_spec("alice", "a", "qa"), T0)
+    engine.schedule(T0 + 1)
+    killed = ev.TasksFinished("n1", job.id, ((0, 0, 9),), restart_count=0,
+                              infrastructure=InfrastructureFailure("leader-killed", "task leader of rank 0 killed"))
+    metrics.committed(engine.handle(killed, now=T0 + 2), T0 + 2)
+    metrics.committed(engine.handle(killed, now=T0 + 3), T0 + 3)
+    samples = scrape(engine, metrics)
+    assert value(samples, "corral_infrastructure_failures_total", kind="leader-killed", node="n1") == 1
+    assert value(samples, "corral_jobs_requeued_total", partition="gpu", queue="qa", cause="node-failed") == 1

@@ -1,5 +1,5 @@
-"""A stateful test of the engine: random stimuli (submit, cancel, schedule, agent reports, time passing,
-nodes lost and re-registering) with the invariants checked after every step."""
+"""A stateful test of the engine: random stimuli (submit, cancel, schedule, agent reports, infrastructure
+failures, time passing, nodes lost and re-registering) with the invariants checked after every step."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -9,8 +9,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from corral.engine import events as ev
 from corral.engine.commands import Launch
-from corral.engine.records import JobState
+from corral.engine.records import InfrastructureFailure, JobState
 from tests.engine.builders import T0, engine_with_nodes, inventory, spec
 
 NODES = ["node1", "node2", "node3"]
@@ -52,6 +53,16 @@ class EngineMachine(RuleBasedStateMachine):
             job_id, node = data.draw(st.sampled_from(sorted(running)))
             self.engine.node_started(node, job_id, self.now)
             self.engine.node_finished(node, job_id, [(0, code, 0)], None, self.now)
+
+    @rule(data=st.data(), kind=st.sampled_from(["leader-killed", "cgroup-removed"]))
+    def corrals_machinery_fails_under_a_run(self, data, kind) -> None:
+        running = [(j.id, n) for j in self.engine.jobs.values() for n, r in j.runs.items() if not r.finished]
+        if running:
+            job_id, node = data.draw(st.sampled_from(sorted(running)))
+            job = self.engine.jobs[job_id]
+            self.engine.handle(ev.TasksFinished(node, job_id, ((0, 0, 9),), restart_count=job.restart_count,
+                                                infrastructure=InfrastructureFailure(kind, "gone")), now=self.now)
+            assert job.state is not JobState.FAILED, "never the job's own failure"
 
     @rule(seconds=st.sampled_from([1, 15, 70]))
     def time_passes(self, seconds) -> None:

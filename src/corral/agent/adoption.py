@@ -5,7 +5,8 @@ A job's (or step's) tasks here are adopted together, when the spool holds its la
 of every local task, each with a leader (task_leader.py) that either still runs or recorded the task's
 end. Everything else is left to the sweep (killed): records without a launch or without a leader (an
 older agent's), and a job or step one of whose tasks' leaders died without recording its end (that work
-truly died, and its job is reported lost). A lost step is also reported finished, with its error.
+truly died, and its job is reported lost). A lost step is also reported finished, with its error; a job
+whose leader died so is reported finished as an infrastructure failure (the agent names the leader).
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from corral.agent.task_spool import TaskRecord, TaskSpool, boot_id
 from corral.protocol import LaunchJob, LaunchStep
 
 log = logging.getLogger(__name__)
+
+LEADER_DIED = "the leader of task"  # how the reason starts when a leader died without recording its task's end
 
 
 @dataclass(slots=True)
@@ -34,6 +37,8 @@ class Findings:
     to_kill: list[TaskRecord] = field(default_factory=list)  # records that cannot be adopted
     lost: list[tuple[int, int | None, str]] = field(default_factory=list)  # (job, step, why) of work that died
     lost_steps: list[LaunchStep] = field(default_factory=list)  # their launches, to report them finished
+    # Jobs whose task leaders were killed while no agent watched (an infrastructure failure), with why.
+    killed_jobs: list[tuple[LaunchJob, str]] = field(default_factory=list)
 
 
 def find_adoptable(spool: TaskSpool) -> Findings:
@@ -55,6 +60,8 @@ def find_adoptable(spool: TaskSpool) -> Findings:
         found.lost.append((key[0], key[1], why))
         if isinstance(launch, LaunchStep):
             found.lost_steps.append(launch)
+        elif isinstance(launch, LaunchJob) and why.startswith(LEADER_DIED):
+            found.killed_jobs.append((launch, why))
         spool.forget_launch(*key)
     return found
 
@@ -82,5 +89,5 @@ def _why_not(launch: LaunchJob | LaunchStep | None, records: list[TaskRecord], s
     for record in records:
         if not same_process(record.leader, record.leader_started) and \
                 read_exit(exit_file(spool.directory, record.leader)) is None:
-            return f"the leader of task {record.rank} died without recording its end"
+            return f"{LEADER_DIED} {record.rank} died without recording its end"
     return None

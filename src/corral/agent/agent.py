@@ -64,6 +64,7 @@ from corral.protocol import (
     CommandBatch,
     Event,
     EventBatch,
+    InfrastructureFailure,
     LaunchJob,
     LaunchStep,
     NodeFinished,
@@ -306,6 +307,11 @@ class Agent:
             self._adopt(adoptable)
         leaders = {record.leader for adoptable in found.adoptable for record in adoptable.records}
         await asyncio.to_thread(forget_exits, self._task_spool.directory, leaders)
+        for launch, why in found.killed_jobs:
+            exits = [TaskExit(rank=t.rank, exit_code=0, signal=signal.SIGKILL) for t in launch.tasks]
+            failure = InfrastructureFailure(kind="leader-killed", reason=f"{why}, while no agent watched it")
+            self._post(NodeFinished(job_id=launch.job_id, tasks=exits, infrastructure=failure,
+                                    restart_count=launch.restart_count))
         for step in found.lost_steps:
             exits = [TaskExit(rank=t.rank, exit_code=0, signal=signal.SIGKILL) for t in step.tasks]
             self._post(StepFinished(job_id=step.job_id, step_id=step.step_id, tasks=exits,
@@ -546,8 +552,9 @@ class Agent:
             log.exception("step %d.%d: runner failed", *runner.key)
             self._steps.pop(runner.key, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
+            failure = InfrastructureFailure(kind="agent-error", reason=f"the agent's step runner failed: {exc}")
             self._post(StepFinished(job_id=runner.job_id, step_id=runner.step_id, tasks=exits,
-                                    error=f"corral agent error: {exc}"))
+                                    infrastructure=failure))
 
     async def _drive(self, runner: JobRunner) -> None:
         """Forward a job's events to the outbox; the job leaves `running_jobs` when its tasks are done. With
@@ -568,7 +575,9 @@ class Agent:
             log.exception("job %d: runner failed", runner.job_id)
             self._runners.pop(runner.job_id, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
-            self._post(NodeFinished(job_id=runner.job_id, tasks=exits, error=f"corral agent error: {exc}",
+            # The agent's own failure, not the job's: the controller requeues it as after a node failure.
+            failure = InfrastructureFailure(kind="agent-error", reason=f"the agent's job runner failed: {exc}")
+            self._post(NodeFinished(job_id=runner.job_id, tasks=exits, infrastructure=failure,
                                     restart_count=runner.launch.restart_count))
 
     def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,

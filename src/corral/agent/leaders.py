@@ -40,9 +40,13 @@ FACTORY_EXIT_WAIT_S = 5.0
 
 
 class TaskStartFailed(Exception):
-    def __init__(self, message: str, exit_code: int) -> None:
+    """`own`: the leader failed for a reason of the agent's own (its cgroups, the leader itself), not the
+    task's command."""
+
+    def __init__(self, message: str, exit_code: int, own: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.own = own
 
 
 @dataclass(eq=False, slots=True)
@@ -55,6 +59,7 @@ class TaskProcess:
     leader_started: float = 0.0  # since boot; how the leader is told from a later process with its pid
     confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
     fenced: str | None = None  # after `wait`: why the leader killed the task (it lost contact: decision 0017)
+    unrecorded: bool = False  # after `wait`: the leader died without recording the task's exit (it was killed)
 
     def confirm(self, recorded: bool) -> None:
         """Tell the leader whether the task is recorded in the spool; if not, it kills the task."""
@@ -77,6 +82,7 @@ class TaskProcess:
         fenced = record.get("fenced")
         self.fenced = fenced if isinstance(fenced, str) else None
         if not isinstance(returncode, int):
+            self.unrecorded = True
             log.warning("the leader of task %d ended without recording its exit: it was killed, and the task "
                         "with it", self.pid)
             return -signal.SIGKILL
@@ -174,7 +180,8 @@ class StartingTask:
                                leader_started=self.leader_started, confirm_fd=self.spec_fd)
         os.close(self.spec_fd)  # the leader exits on its own (the factory reaps it)
         self.exit_file.unlink(missing_ok=True)
-        raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)))
+        raise TaskStartFailed(str(reply.get("error", "the task's leader failed")), int(reply.get("exit_code", 1)),
+                              own=reply.get("own") is True)
 
 
 class LeaderFactory:
@@ -346,5 +353,7 @@ async def _read_reply(fd: int) -> dict[str, Any]:
     try:
         reply = json.loads(b"".join(chunks))
     except ValueError:
-        return {"error": "the task's leader exited before starting the task (see the agent's log)", "exit_code": 1}
-    return reply if isinstance(reply, dict) else {"error": "the task's leader replied nonsense", "exit_code": 1}
+        return {"error": "the task's leader exited before starting the task (see the agent's log)", "exit_code": 1,
+                "own": True}
+    return reply if isinstance(reply, dict) else {"error": "the task's leader replied nonsense", "exit_code": 1,
+                                                  "own": True}

@@ -97,10 +97,19 @@ class JobRunner(LocalTasks):
         await self._end_cgroup()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [self._exits[rank] for rank in sorted(self._exits)]
-        log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits),
-                 " (out of memory)" if self.oom_killed else f" (fenced: {self.fenced})" if self.fenced else "")
+        log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits), self._why_ended())
         yield NodeFinished(job_id=self.job_id, tasks=exits, oom_killed=self.oom_killed, fenced=self.fenced,
-                           restart_count=self.launch.restart_count)
+                           infrastructure=self.infrastructure, restart_count=self.launch.restart_count)
+
+    def _why_ended(self) -> str:
+        """For the log: what ended the tasks, when it was not (only) themselves."""
+        if self.oom_killed:
+            return " (out of memory)"
+        if self.fenced:
+            return f" (fenced: {self.fenced})"
+        if self.infrastructure is not None:
+            return f" (infrastructure failure: {self.infrastructure.reason})"
+        return ""
 
     # -- starting
 
@@ -134,7 +143,7 @@ class JobRunner(LocalTasks):
                 os.chown(self._job_dir, self._identity.uid, self._identity.gid)
                 os.chown(path, self._identity.uid, self._identity.gid)
         except OSError as exc:
-            raise SpawnError(f"cannot write the batch script to {path}: {exc}") from exc
+            raise SpawnError(f"cannot write the batch script to {path}: {exc}", own=True) from exc
         self._check_readable(path)
         return path
 
@@ -197,6 +206,6 @@ class JobRunner(LocalTasks):
         shutil.rmtree(self._job_dir, ignore_errors=True)
         self._forget_launch()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]
-        return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc),
+        return NodeFinished(job_id=self.job_id, tasks=exits, error=str(exc), infrastructure=exc.infrastructure(),
                             restart_count=self.launch.restart_count)
 

@@ -132,7 +132,7 @@ class StepRunner(LocalTasks):
         await self._end_cgroup()
         log.info("%s: all tasks exited: %s", self._what, describe_exits(sorted(exits, key=lambda e: e.rank)))
         return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=sorted(exits, key=lambda e: e.rank),
-                            oom_killed=self.oom_killed)
+                            oom_killed=self.oom_killed, infrastructure=self.infrastructure)
 
     async def _supervise(self) -> StepFinished:
         for pipe in self._stdin.values():
@@ -155,7 +155,7 @@ class StepRunner(LocalTasks):
         log.info("%s: all tasks exited: %s%s", self._what, describe_exits(exits),
                  " (out of memory)" if self.oom_killed else "")
         return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=self._lost,
-                            oom_killed=self.oom_killed)
+                            oom_killed=self.oom_killed, infrastructure=self.infrastructure)
 
     # -- the connection to srun
 
@@ -356,7 +356,8 @@ class StepRunner(LocalTasks):
         for exit_ in exits:
             await self._send(stepio.frame(stepio.EXIT, exit_.rank, stepio.exit_payload(exit_.exit_code)))
         await self._send(stepio.frame(stepio.FAILED, stepio.ALL_RANKS, str(exc).encode()))
-        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=str(exc))
+        return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=str(exc),
+                            infrastructure=exc.infrastructure())
 
     def _close_pipes(self) -> None:
         for pipe in self._stdin.values():

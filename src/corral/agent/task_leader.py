@@ -291,7 +291,7 @@ def _become_leader(request: dict, fds: list[int]) -> int:
         except OSError as exc:
             cgroup = os.path.dirname(procs)
             _reply(reply_fd, {"error": f"cannot start the task in cgroup {cgroup}: {exc.strerror or exc}",
-                              "exit_code": EXIT_SPAWN_FAILED})
+                              "exit_code": EXIT_SPAWN_FAILED, "own": True})  # the agent's failure, not the job's
             return 0
     return lead(spec_fd, reply_fd)
 

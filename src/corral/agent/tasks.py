@@ -22,7 +22,7 @@ from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, beg
 from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.usage import Tracked
 from corral.jobref import ascii_number
-from corral.protocol import TaskExit
+from corral.protocol import InfrastructureFailure, TaskExit
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,24 @@ EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127
 OUTPUT_FILE_MODE = 0o644
 LEFTOVER_POLL_S = 0.05
+# A leader died without recording its task's exit: how long its cgroup leaf may take to go, if someone
+# removes it (a sweep kills what is in a cgroup first, then removes it, within milliseconds).
+CGROUP_GONE_WAIT_S = 1.0
 
 StdioTarget = int | IO[Any] | None
 
 
 class SpawnError(Exception):
-    def __init__(self, message: str, exit_code: int = EXIT_SPAWN_FAILED) -> None:
+    """Tasks could not start. `own`: for a reason of the agent's own (its spool, its cgroups, its leader
+    factory), not the job's (its command, user, directories, files): an infrastructure failure."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_SPAWN_FAILED, own: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.own = own
+
+    def infrastructure(self) -> InfrastructureFailure | None:
+        return InfrastructureFailure(kind="start-failed", reason=str(self)) if self.own else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +78,9 @@ def spawn_task(
         return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
                           exit_dir=exit_dir, cgroup_leaves=cgroup_leaves, contact_file=contact_file,
                           cgroup_leaf=cgroup_leaf)
-    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+    except OSError as exc:  # the spool, a pipe, the leader factory: the agent's own
+        raise SpawnError(f"cannot start {argv[0]}: {exc}", own=True) from exc
+    except (ValueError, subprocess.SubprocessError) as exc:
         # ValueError: e.g. a NUL byte in an argument or environment value.
         raise SpawnError(f"cannot start {argv[0]}: {exc}") from exc
 
@@ -154,6 +166,8 @@ class LocalTasks:
         self._leaves: list[Path] = []  # one per cgroup hierarchy
         self.oom_killed = False  # the kernel killed one of its processes for going over the memory limit
         self.fenced: str | None = None  # why their leaders killed tasks: lost contact with the controller
+        # corral's own machinery failed under them (a leader killed, their cgroup removed): not their own end.
+        self.infrastructure: InfrastructureFailure | None = None
         self.adopted = False  # its tasks were started by an earlier agent on this node
         self._launch_json: str | None = None  # the launch message as saved in the spool
         self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
@@ -227,7 +241,7 @@ class LocalTasks:
             try:
                 self._leaves = self._cgroup.leaf(self._leaf_name, self._mem_mib, self._cpus, self._owner[2])
             except CgroupError as exc:
-                raise SpawnError(str(exc)) from None
+                raise SpawnError(str(exc), own=True) from None
 
     def _save_launch(self, launch_json: str) -> None:
         """Keep the launch message beside the task records while the tasks run: a restarted agent needs it
@@ -235,7 +249,7 @@ class LocalTasks:
         try:
             self._spool.save_launch(self._owner[0], self._owner[1], launch_json)
         except OSError as exc:
-            raise SpawnError(f"cannot record the launch in {self._spool.launches}: {exc}") from exc
+            raise SpawnError(f"cannot record the launch in {self._spool.launches}: {exc}", own=True) from exc
         self._launch_json = launch_json
 
     def _forget_launch(self) -> None:
@@ -304,7 +318,7 @@ class LocalTasks:
             try:
                 proc = await task.result()
             except TaskStartFailed as exc:
-                failure = failure or SpawnError(str(exc), exc.exit_code)
+                failure = failure or SpawnError(str(exc), exc.exit_code, own=exc.own)
                 continue
             try:
                 self._started(rank, proc)
@@ -322,7 +336,7 @@ class LocalTasks:
             self._spool.add(proc.pid, *self._owner, rank=rank, leader_pid=proc.leader_pid)
             self._recorded.add(rank)
         except OSError as exc:
-            raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}") from exc
+            raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}", own=True) from exc
 
     async def _announce(self, reason: str) -> None:
         """slurmstepd's closing line into the first local task's stderr: once, and only while tasks run."""
@@ -345,11 +359,42 @@ class LocalTasks:
         if proc.fenced is not None:
             log.warning("%s: rank %d was killed by its leader: %s", self._what, rank, proc.fenced)
             self.fenced = proc.fenced
+        elif proc.unrecorded and self.infrastructure is None and not self._went_over_memory():
+            self.infrastructure = await self._leader_lost(rank)
+            log.warning("%s: infrastructure failure (%s): %s; killing its other tasks here", self._what,
+                        self.infrastructure.kind, self.infrastructure.reason)
+            # The run is lost (the controller stops the whole gang): its other tasks here need not run on
+            # until they end by themselves before the failure is reported.
+            for other in self._live_ranks():
+                if other != rank:
+                    killpg(self._procs[other].pid, signal.SIGKILL)
         exit_ = self._exits[rank] = task_exit(rank, returncode)
         await self._clear_group(proc.pid)
         if len(self._exits) == len(self._procs):
             self._all_exited.set()
         return exit_
+
+    def _went_over_memory(self) -> bool:
+        """The kernel killed a process of the tasks' cgroup for memory: a leader lost then was the OOM
+        killer's pick (it shares the job's limit), and the job ends OUT_OF_MEMORY, its own doing."""
+        return self._cgroup is not None and self._cgroup.oom_killed(self._leaf_name)
+
+    async def _leader_lost(self, rank: int) -> InfrastructureFailure:
+        """A task's leader died without recording the task's exit: someone killed it from outside (the task
+        died with it, by its parent-death signal), or removed the task's cgroup, which kills everything in
+        it first (another cluster's agent sweeping a cgroup of the same name, an operator). The leader is not
+        the agent's child, so the signal that killed it cannot be known."""
+        leaf = None if self._cgroup is None else self._cgroup.path / self._leaf_name
+        if leaf is not None:
+            loop = asyncio.get_running_loop()
+            gives_up = loop.time() + CGROUP_GONE_WAIT_S
+            while leaf.exists() and loop.time() < gives_up:
+                await asyncio.sleep(LEFTOVER_POLL_S)
+            if not leaf.exists():
+                return InfrastructureFailure(kind="cgroup-removed",
+                                             reason=f"cgroup {leaf} removed while task {rank} ran")
+        return InfrastructureFailure(kind="leader-killed",
+                                     reason=f"task leader of rank {rank} killed before it recorded the task's exit")
 
     async def _clear_group(self, pgid: int) -> None:
         """Whatever the task left behind in its group dies with it, as under Slurm's process tracking. While

@@ -331,6 +331,18 @@ def _cluster_stopped(kind: str, rest: dict) -> str:
     return "cluster stopped: tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")
 
 
+def _infrastructure_failed(kind: str, rest: dict) -> str:
+    """`infrastructure failure on node3: task leader ... killed ...; tasks killed, job requeued`; a step's
+    names the step."""
+    node, outcome, step = rest.pop("node", "?"), rest.pop("outcome", None), rest.pop("step", None)
+    rest.pop("kind", None)  # the reason says it in words
+    where = node if step is None else f"{node} (step {step})"
+    text = f"infrastructure failure on {where}: {rest.pop('reason', '?')}"
+    if outcome is None:
+        return text
+    return text + "; tasks killed, job " + ("requeued" if outcome == "requeued" else f"ended {outcome}")
+
+
 def _node_failed(kind: str, rest: dict) -> str:
     node, outcome = rest.pop("node", "?"), rest.pop("outcome", None)
     text = f"node {node} failed"
@@ -359,4 +371,5 @@ def _in_parens(rest: dict, *keys: str) -> str:
 
 
 _EVENT_PHRASES = {"preempted": _preempted, "requeued": _requeued, "signal": _signal, "signalled": _signal,
-                  "cluster-stopped": _cluster_stopped, "node-failed": _node_failed, "nodes-held": _nodes_held}
+                  "cluster-stopped": _cluster_stopped, "node-failed": _node_failed, "nodes-held": _nodes_held,
+                  "infrastructure-failed": _infrastructure_failed}

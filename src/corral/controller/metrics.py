@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from corral.core.model import CyclePlan
+from corral.engine.records import INFRA_FAILED
 from corral.engine.result import Result
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class ControllerMetrics:
                                  ["partition", "queue", "cause"], registry=r)
         self.requeued = Counter("corral_jobs_requeued", "Jobs that went back to PENDING after a run",
                                 ["partition", "queue", "cause"], registry=r)
+        self.infrastructure_failures = Counter(
+            "corral_infrastructure_failures", "Runs whose tasks on a node ended because corral's own machinery "
+            "failed there (task leader killed, cgroup removed, agent error)", ["kind", "node"], registry=r)
         self.request_seconds = Histogram(
             "corral_http_request_duration_seconds", "API request latency, by route template",
             ["method", "route", "status"], buckets=REQUEST_BUCKETS_S, registry=r)
@@ -67,8 +71,8 @@ class ControllerMetrics:
                 self.preempted.labels(job.spec.request.partition, job.spec.queue, preempt.cause).inc()
 
     def committed(self, result: Result, now: float) -> None:
-        """A Result was committed at engine time `now`: count the requeues it made (the history entry
-        the engine appended at `now` to each job it put back to PENDING)."""
+        """A Result was committed at engine time `now`: count the requeues and infrastructure failures it
+        recorded (the history entries the engine appended at `now`)."""
         for job in result.jobs:
             for entry in reversed(job.history):
                 if entry.get("t") != now:
@@ -76,6 +80,8 @@ class ControllerMetrics:
                 if entry.get("event") == "requeued":
                     self.requeued.labels(job.spec.request.partition, job.spec.queue,
                                          job.stop_cause or "unknown").inc()
+                elif entry.get("event") == INFRA_FAILED:
+                    self.infrastructure_failures.labels(entry.get("kind", "unknown"), entry.get("node", "")).inc()
 
     def request_done(self, method: str, route: str, status: int, seconds: float) -> None:
         self.request_seconds.labels(method, route, str(status)).observe(seconds)

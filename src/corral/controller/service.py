@@ -47,7 +47,7 @@ from corral.engine.engine import Engine
 from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
-from corral.engine.records import Job, JobState
+from corral.engine.records import InfrastructureFailure, Job, JobState
 from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
@@ -614,9 +614,14 @@ def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished | N
     tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
     usage = event.usage.model_dump() if event.usage is not None else None
     if isinstance(event, NodeFinished):
+        failure = None if event.infrastructure is None else InfrastructureFailure(event.infrastructure.kind,
+                                                                                  event.infrastructure.reason)
         return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage=usage,
-                                fenced=event.fenced, restart_count=event.restart_count)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage)
+                                fenced=event.fenced, restart_count=event.restart_count, infrastructure=failure)
+    failure = None if event.infrastructure is None else InfrastructureFailure(event.infrastructure.kind,
+                                                                              event.infrastructure.reason)
+    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage,
+                                infrastructure=failure)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:

@@ -26,10 +26,20 @@ from corral.engine.active import ActiveSet
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.fairshare import FairShare
-from corral.engine.lifecycle import ACTIVE, Lifecycle, UnknownJob, WrongState
+from corral.engine.lifecycle import ACTIVE, REASON_MAX_CHARS, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
-from corral.engine.records import AS_AGENT_USER, CLUSTER_STOPPED, Job, JobState, Node, NodeRun
+from corral.engine.records import (
+    AS_AGENT_USER,
+    CLUSTER_STOPPED,
+    INFRA_FAILED,
+    START_FAILED,
+    InfrastructureFailure,
+    Job,
+    JobState,
+    Node,
+    NodeRun,
+)
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
 from corral.engine.snapshot import build_snapshot
@@ -288,9 +298,16 @@ class Engine:
             run = job.runs[node]
             job.runs[node] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL)
             return None, life.fail_gang(job, node, now)
+        if event.infrastructure is not None:
+            # corral's own machinery failed under the tasks there: their exits say nothing of the job's own.
+            self._drain_if_cannot_start(node, event.infrastructure)
+            run = job.runs[node]
+            job.runs[node] = NodeRun(started=run.started, finished=True, signal=signal.SIGKILL,
+                                     usage=dict(event.usage) if event.usage is not None else None)
+            return None, life.fail_gang(job, node, now, event.infrastructure)
         job.runs[node] = node_result(event.tasks, event.error, event.oom_killed, event.usage)
         if event.error is not None:
-            job.reason = f"LaunchFailed:{event.error}"[:200]
+            job.reason = f"LaunchFailed:{event.error}"[:REASON_MAX_CHARS]
         life.touch(job)
         if all(r.finished for r in job.runs.values()):
             return None, life.maybe_end(job, now)
@@ -299,14 +316,26 @@ class Engine:
             return None, life.begin_kill(job, now, JobState.FAILED)
         return None, []
 
+    def _drain_if_cannot_start(self, node: str, failure: InfrastructureFailure) -> None:
+        """An agent that cannot start tasks for a reason of its own (its spool, its cgroups) would fail every
+        job sent there: its node is drained with the reason, as Slurm drains a node after a launch failure of
+        slurmd's own, until an operator resumes it."""
+        if failure.kind == START_FAILED:
+            self._nodes.drain_for(node, f"cannot start tasks: {failure.reason}"[:REASON_MAX_CHARS])
+
     def _step_tasks_finished(self, event: ev.StepTasksFinished, now: float) -> tuple[None, list[Command]]:
         job = self.active.jobs.get(event.job_id)
         if job is None:
             return None, []
         commands = steps.step_finished(job, event.node, event.step_id, event.tasks, event.error, now,
-                                       event.oom_killed, event.usage)
+                                       event.oom_killed, event.usage, event.infrastructure)
         if commands is None:
             return None, []
+        failure = event.infrastructure
+        if failure is not None:
+            self._drain_if_cannot_start(event.node, failure)
+            job.history.append({"t": now, "event": INFRA_FAILED, "node": event.node, "step": event.step_id,
+                                "kind": failure.kind, "reason": failure.reason})
         self.life.touch(job)
         return None, commands + self.life.maybe_end(job, now)
 

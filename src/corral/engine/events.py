@@ -12,7 +12,7 @@ from typing import Any
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import ReservationSpec, TenancySpec
 from corral.engine.membership import Inventory
-from corral.engine.records import JobSpec
+from corral.engine.records import InfrastructureFailure, JobSpec
 from corral.engine.steps import StepRequest
 
 TaskExits = tuple[tuple[int, int, int], ...]  # (rank, exit code, signal) of each task on one node
@@ -127,8 +127,9 @@ class TasksStarted:
 class TasksFinished:
     """Every task of the job's own part on `node` has exited (or could not start: `error`). `fenced`: why the
     node's task leaders killed them (they lost contact with the controller: decision 0017), which is a node
-    failure of the run. `restart_count`: the run the report is about (None: the agent did not say); a report
-    of an earlier run is ignored."""
+    failure of the run. `infrastructure`: corral's own machinery failed under the tasks (their exits are not their
+    own), also a node failure of the run, which the job's history and Reason name. `restart_count`: the run the
+    report is about (None: the agent did not say); a report of an earlier run is ignored."""
 
     node: str
     job_id: int
@@ -138,10 +139,14 @@ class TasksFinished:
     usage: Mapping[str, Any] | None = None  # what the agent sampled (protocol.Usage), kept for sacct
     fenced: str | None = None
     restart_count: int | None = None
+    infrastructure: InfrastructureFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StepTasksFinished:
+    """A step's tasks on `node` are done. `infrastructure`: corral's own machinery failed under them (the
+    step ends NODE_FAIL, its other nodes' tasks are killed; the job runs on, as after its srun failed)."""
+
     node: str
     job_id: int
     step_id: int
@@ -149,6 +154,7 @@ class StepTasksFinished:
     error: str | None = None
     oom_killed: bool = False
     usage: Mapping[str, Any] | None = None
+    infrastructure: InfrastructureFailure | None = None
 
 
 @dataclass(frozen=True, slots=True)

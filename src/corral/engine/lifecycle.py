@@ -4,6 +4,7 @@ of an active job goes through here, which keeps the ActiveSet in step and collec
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 from corral import kill_reasons
 from corral.core.model import NodeSlice
@@ -14,12 +15,22 @@ from corral.engine.config import EngineConfig
 from corral.engine.deadlines import warn_at
 from corral.engine.fairshare import FairShare
 from corral.engine.outcome import final_state, fold_exit, kill_reason
-from corral.engine.records import NODE_FAILED, PREEMPTED, Job, JobState, NodeRun
+from corral.engine.records import (
+    INFRA_FAILED,
+    INFRA_REASON,
+    NODE_FAILED,
+    PREEMPTED,
+    InfrastructureFailure,
+    Job,
+    JobState,
+    NodeRun,
+)
 from corral.engine.shutdown import may_requeue
 from corral.engine.tenancy import Tenancy
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
 SIGNAL_ONLY = -1.0  # Kill.grace_s: deliver the signal, no SIGKILL after it
+REASON_MAX_CHARS = 200  # a Reason made of an agent's words is cut here (as LaunchFailed's)
 
 
 class UnknownJob(KeyError):
@@ -201,19 +212,26 @@ class Lifecycle:
         self.end_run(job, now)
         return []
 
-    def fail_gang(self, job: Job, node: str, now: float) -> list[Command]:
-        """One node's part of the job is gone (the node was lost, or its agent forgot it). As Slurm does,
-        a running job's whole gang is stopped and the job is then requeued if it may be (same id, restart
-        count up by one), or ends NODE_FAIL (--no-requeue, an allocation). A job already being stopped
-        ends as it was going to."""
+    def fail_gang(self, job: Job, node: str, now: float, failure: InfrastructureFailure | None = None) -> list[Command]:
+        """One node's part of the job is gone (the node was lost, or its agent forgot it; `failure`: corral's
+        own machinery failed there). As Slurm does, a running job's whole gang is stopped and the job is then
+        requeued if it may be (same id, restart count up by one), or ends NODE_FAIL (--no-requeue, an
+        allocation). A job already being stopped ends as it was going to. An infrastructure failure is
+        named in the history either way, and in the Reason of the job it stops."""
         self.touch(job)
+        entry: dict[str, Any] = {"t": now, "event": NODE_FAILED, "node": node}
+        if failure is not None:
+            entry = {"t": now, "event": INFRA_FAILED, "node": node, "kind": failure.kind, "reason": failure.reason}
         if job.state is JobState.RUNNING:
             again = may_requeue(job.spec)
-            job.history.append({"t": now, "event": NODE_FAILED, "node": node,
-                                "outcome": "requeued" if again else JobState.NODE_FAIL.value})
+            job.history.append({**entry, "outcome": "requeued" if again else JobState.NODE_FAIL.value})
             if again:
                 job.stop_cause = NODE_FAILED
+            if failure is not None:
+                job.reason, job.reason_detail = f"{INFRA_REASON}:{node}: {failure.reason}"[:REASON_MAX_CHARS], ""
             return self.begin_kill(job, now, JobState.PENDING if again else JobState.NODE_FAIL)
+        if failure is not None:
+            job.history.append(entry)
         if all(r.finished for r in job.runs.values()) and not steps.live_step_nodes(job):
             if job.final_state is None:
                 job.final_state = JobState.NODE_FAIL
@@ -235,8 +253,11 @@ class Lifecycle:
         entry = {"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now}
         job.history.append(entry)
         if job.stop_cause == NODE_FAILED:
-            failed = next((h["node"] for h in reversed(job.history) if h.get("event") == NODE_FAILED), "")
-            entry["cause"] = f"node failure {failed}"
+            failure: dict[str, Any] = next((h for h in reversed(job.history)  # the job's own, not a step's
+                                            if h.get("event") in (NODE_FAILED, INFRA_FAILED) and "step" not in h), {})
+            failed = failure.get("node", "")
+            entry["cause"] = (f"infrastructure failure on {failed}: {failure.get('reason', '')}"
+                              if failure.get("event") == INFRA_FAILED else f"node failure {failed}")
             if job.spec.expedited_requeue:
                 self._expedite(job, failed, now)
         job.restart_count += 1

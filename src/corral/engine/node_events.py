@@ -84,15 +84,20 @@ class NodeEvents:
         node = self.nodes.get(event.node)
         if node is None or not node.up:
             return None, []
-        if (node.drain, node.drain_reason) != (True, event.reason):
-            node.drain, node.drain_reason = True, event.reason
-            self.dirty.add(node.name)
-            self.active.node_changed(node.name)
+        self.drain_for(node.name, event.reason)
         commands: list[Command] = []
         for job in list(self.active.jobs.values()):
             if job.state is JobState.RUNNING and event.node in job.node_names:
                 commands.extend(self.life.fail_gang(job, event.node, now))
         return None, commands
+
+    def drain_for(self, name: str, reason: str) -> None:
+        """Drain the node for a failure its agent found (kept until an operator resumes it)."""
+        node = self.nodes.get(name)
+        if node is not None and (node.drain, node.drain_reason) != (True, reason):
+            node.drain, node.drain_reason = True, reason
+            self.dirty.add(node.name)
+            self.active.node_changed(node.name)
 
     def lost(self, name: str, now: float) -> list[Command]:
         node = self.nodes[name]

@@ -113,6 +113,8 @@ class Step:
     exit_code: int = 0
     signal: int = 0
     error: str = ""
+    # corral's own machinery failed under its tasks on a node (the agent said so): it ends NODE_FAIL.
+    infrastructure_failed: bool = False
     # Nodes that reported all their tasks ended, with the folded result.
     reported: dict[str, NodeRun] = field(default_factory=dict)
 
@@ -128,6 +130,25 @@ class Step:
 # Why a running job is stopped to go back to PENDING (Job.stop_cause), as its history names the event.
 PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED = "preempted", "requeue-requested", "cluster-stopped"
 NODE_FAILED = "node-failed"  # one of its nodes was lost (timed out, or its agent came back without the job)
+# corral's own machinery failed under the run on a node (its task leader killed, its cgroup removed, the
+# agent lost track of it): the history names it, the job's Reason says it; it counts as that node's failure.
+INFRA_FAILED = "infrastructure-failed"
+INFRA_REASON = "InfrastructureFailure"  # the Reason's prefix: "InfrastructureFailure:node3: ..."
+START_FAILED = "start-failed"  # the kind of failure whose node is drained: its agent cannot start tasks
+
+
+@dataclass(frozen=True, slots=True)
+class InfrastructureFailure:
+    """Why a node's part of a run ended through no doing of its tasks (protocol.InfrastructureFailure):
+    `kind` one of protocol.INFRASTRUCTURE_KINDS, `reason` the agent's words."""
+
+    kind: str
+    reason: str
+
+    def describe(self, node: str) -> str:
+        return f"infrastructure failure on {node}: {self.reason}"
+
+
 # A node in development mode ran the job's tasks as its agent's user, not as the job's.
 AS_AGENT_USER = "ran-as-agent-user"
 STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED, NODE_FAILED)

@@ -15,7 +15,7 @@ from typing import Any
 from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
 from corral.engine.outcome import OOM_EXIT, node_result
-from corral.engine.records import Job, JobState, NodeRun, Step
+from corral.engine.records import InfrastructureFailure, Job, JobState, NodeRun, Step
 
 # What a step that was still running ends as when its job ends for this reason.
 _ENDED_BY_JOB = {JobState.NODE_FAIL: "NODE_FAIL"}
@@ -101,21 +101,28 @@ def live_step_nodes(job: Job) -> set[str]:
 
 
 def step_finished(job: Job, node: str, step_id: int, tasks: Iterable[tuple[int, int, int]], error: str | None,
-                  now: float, oom_killed: bool = False,
-                  usage: Mapping[str, Any] | None = None) -> list[Command] | None:
+                  now: float, oom_killed: bool = False, usage: Mapping[str, Any] | None = None,
+                  failure: InfrastructureFailure | None = None) -> list[Command] | None:
     """Fold one node's report on a step in: the kills it calls for, or None for a report that changes
-    nothing (a repeat, or about a step or node the job does not have)."""
+    nothing (a repeat, or about a step or node the job does not have). `failure`: corral's own machinery
+    failed under the step's tasks there: the step ends NODE_FAIL with it as its error."""
     if step_id >= len(job.steps):
         return None
     step = job.steps[step_id]
     if not step.live or node not in step.nodes or node in step.reported:
         return None  # a repeat of a report already folded in
-    step.reported[node] = node_result(tasks, error, oom_killed, usage)
+    if failure is not None:
+        error, step.infrastructure_failed = failure.describe(node), True
+        step.reported[node] = NodeRun(started=True, finished=True, signal=signal.SIGKILL,
+                                      usage=dict(usage) if usage is not None else None)
+    else:
+        step.reported[node] = node_result(tasks, error, oom_killed, usage)
     if error:
         step.error = error[:200]
     commands: list[Command] = []
     if len(step.reported) == len(step.nodes):
-        _end_step(step, now, killed_by=job.final_state if job.state is JobState.COMPLETING else None)
+        ended_by = JobState.NODE_FAIL if step.infrastructure_failed else None
+        _end_step(step, now, killed_by=job.final_state if job.state is JobState.COMPLETING else ended_by)
     elif error and job.state is JobState.RUNNING:
         # One node could not start its part: the step's other tasks end too (srun kills a failed step).
         commands = [Kill(job.id, n, signal.SIGKILL, 0.0, target="steps", step_id=step.step_id,
