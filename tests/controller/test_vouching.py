@@ -206,6 +206,13 @@ def test_an_admin_who_is_not_root_cannot_submit_as_root(controller):
     assert "a job as root (user root) is accepted only from root on the controller's host" in refused.json()["detail"]
     [entry] = [e for e in controller.audit("submit") if e["target"] == "user root"]
     assert (entry["who"], entry["outcome"]) == (controller.boss.pw_name, "denied")
+    uid0 = controller.submit(token, user=f"identtoor{secrets.token_hex(2)}", uid=0)  # a name unknown here
+    assert uid0.status_code == 403 and ", uid 0) is accepted only from root" in uid0.json()["detail"]
+    with controller.http(token) as http:  # nor by way of root's token
+        refused = http.post("/tokens", json={"user": "root", "expires_s": 60})
+    assert refused.status_code == 403, refused.text
+    assert "a token as root (user root) is accepted only from root" in refused.json()["detail"]
+    assert [e["outcome"] for e in controller.audit("create token") if e["target"] == "user root"] == ["denied"]
     mine = controller.submit(token, user=controller.boss.pw_name)  # for themselves: their own uid, not 0
     assert mine.status_code == 201, mine.text
     with controller.http() as http:

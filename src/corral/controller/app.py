@@ -348,8 +348,9 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
 async def _submission(guard: Guard, principal: Principal, body: JobSubmit) -> JobSubmit:
     """The body as the caller may submit it: their own name and uid (admins: as written, if this host's
     user database agrees; for another user without a uid, that user's uid on this host when it has one).
-    A job as root only from root on this host (identity_rules.root_job_refusal)."""
-    refusal = identity_rules.root_job_refusal(body.user, principal.is_root_on_controller_host)
+    A job as root only from root on this host (identity_rules.root_refusal)."""
+    written_uid = body.uid if principal.admin and "uid" in body.model_fields_set else None
+    refusal = identity_rules.root_refusal("a job", body.user, written_uid, principal.is_root_on_controller_host)
     if refusal:
         await guard.deny(principal, "submit", f"user {body.user}", refusal)
     if principal.admin:

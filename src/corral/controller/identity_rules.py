@@ -85,10 +85,12 @@ def owner_conflict(user: str, uid: int) -> str | None:
     return None
 
 
-def root_job_refusal(user: str, submitter_is_root: bool) -> str | None:
-    """Why a job for `user` may not be accepted from this submitter, or None: a job as root only from
-    root authenticated on the controller's host (never on a node's word)."""
-    if names_root(user, None) and not submitter_is_root:
-        return (f"a job as root (user {user}) is accepted only from root on the controller's host (its auth "
-                "socket, the cluster secret or a token of root's), never through a node's agent")
+def root_refusal(what: str, user: str, uid: int | None, submitter_is_root: bool) -> str | None:
+    """Why `what` (a job, a token) for (user, uid) may not be had by this caller, or None: root's only by
+    root authenticated on the controller's host (never on a node's word, nor by an admin who is not root).
+    `uid`: the one the caller wrote, None where it comes from their own credential."""
+    if names_root(user, uid) and not submitter_is_root:
+        uid_text = "" if uid is None else f", uid {uid}"
+        return (f"{what} as root (user {user}{uid_text}) is accepted only from root on the controller's host "
+                "(its auth socket, the cluster secret or a token of root's), never through a node's agent")
     return None
