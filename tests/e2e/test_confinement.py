@@ -155,7 +155,8 @@ for index in (0, 1):
 
 def test_memory_cpus_and_gpus_are_the_jobs_own(shared_root, cgroup_root, gpu_device_dir):
     root = cgroup_root
-    cluster = start(shared_root, "--allow-root-jobs", "--cgroup-root", str(root), "--gpu-device-dir", str(gpu_device_dir), gpus=2)
+    cluster = start(shared_root, "--allow-root-jobs", "--cgroup-root", str(root), "--gpu-device-dir",
+                    str(gpu_device_dir), gpus=2)
     try:
         [node] = cluster.nodes()
         if "memory" not in node["cgroups"].partition(" (")[0]:

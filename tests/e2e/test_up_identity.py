@@ -1,6 +1,6 @@
 """`corral up` as root serves every user of the host: the system-wide cluster.json and the auth socket
-let a fresh Unix user run sbatch with no set-up of their own, and root its jobs as root; each agent has its own 0600 credential; both
-files go when the cluster stops."""
+let a fresh Unix user run sbatch with no set-up of their own, and root its jobs as root; each agent has
+its own 0600 credential; both files go when the cluster stops."""
 from __future__ import annotations
 
 import json

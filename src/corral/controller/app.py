@@ -23,8 +23,7 @@ from corral.api.schemas import (
     SubmitReply,
 )
 from corral.controller import credentials as cred
-from corral.controller import identity_rules
-from corral.controller import listing
+from corral.controller import identity_rules, listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
