@@ -125,15 +125,17 @@ class Authenticator:
             return Principal("service", "root", 0, "service", admin=True, operator=True)
         raise BadCredential("unknown credential")
 
-    def vouch_refusal(self, name: str, uid: int) -> str | None:
+    def vouch_refusal(self, name: str, uid: int, ask_host: bool = True) -> str | None:
         """Why an agent may not vouch for this user, or None (identity_rules.vouch_refusal)."""
         return vouch_refusal(name, uid, vouch_for_root=self.settings.agents_vouch_for_admins,
-                             min_uid=self.settings.agents_vouch_min_uid)
+                             min_uid=self.settings.agents_vouch_min_uid, ask_host=ask_host)
 
     def _vouched(self, claim: cred.UserClaim) -> Principal:
         """A user an agent vouched for: their own rights; a role only where [auth] lets agents vouch for
         admins, so that root on one node does not become the cluster's admin."""
-        refusal = self.vouch_refusal(claim.user, claim.uid)
+        # The host's user database was asked when the credential was issued; on every request only the
+        # settings' rules again (they may have changed since), without its cost.
+        refusal = self.vouch_refusal(claim.user, claim.uid, ask_host=False)
         if refusal:
             raise BadCredential(refusal)
         admin, operator = self.roles(claim.user, claim.uid) if self.settings.agents_vouch_for_admins else (False, False)

@@ -56,11 +56,13 @@ def pair_conflict(name: str, uid: int) -> str | None:
     return None
 
 
-def vouch_refusal(name: str, uid: int, *, vouch_for_root: bool, min_uid: int) -> str | None:
+def vouch_refusal(name: str, uid: int, *, vouch_for_root: bool, min_uid: int, ask_host: bool = True) -> str | None:
     """Why a node's agent may not vouch for (name, uid), or None. Root (by name or uid, whatever the
     other says) only where `vouch_for_root` ([auth] agents_vouch_for_admins); a system account (uid below
-    `min_uid`, [auth] agents_vouch_min_uid) never; a pair the controller's host contradicts never."""
-    if names_root(name, uid):
+    `min_uid`, [auth] agents_vouch_min_uid) never; a pair the controller's host contradicts never.
+    `ask_host=False`: without the host's user database (a few hundred microseconds a lookup), for a
+    credential already checked with it when it was issued: only what the settings decide."""
+    if name in ("root", ROOT_NAME) or uid == 0 or ask_host and host_uid(name) == 0:
         if not vouch_for_root:
             return (f"an agent cannot vouch for root (user {name}, uid {uid}): a compromised node would be root "
                     "on every node ([auth] agents_vouch_for_admins = true allows it)")
@@ -70,7 +72,7 @@ def vouch_refusal(name: str, uid: int, *, vouch_for_root: bool, min_uid: int) ->
     if uid < min_uid:
         return (f"an agent cannot vouch for uid {uid} (user {name}): uids below {min_uid} are system accounts "
                 "([auth] agents_vouch_min_uid)")
-    return pair_conflict(name, uid)
+    return pair_conflict(name, uid) if ask_host else None
 
 
 def owner_conflict(user: str, uid: int) -> str | None:
