@@ -123,7 +123,10 @@ def test_a_name_whose_uid_is_0_here_is_root_whatever_uid_is_claimed(controller):
     try:
         reply = controller.vouch(alias, 4243)
     finally:
-        subprocess.run(["userdel", alias], check=False)
+        # --force: plain userdel refuses a user whose uid (0) has processes running, and a uid-0 name must
+        # not outlive the test.
+        subprocess.run(["userdel", "--force", alias], check=True, capture_output=True)
+    assert alias not in Path("/etc/passwd").read_text()
     assert_refused(controller, reply, f"user {alias} (uid 4243)", f"cannot vouch for root (user {alias}, uid 4243)")
 
 
