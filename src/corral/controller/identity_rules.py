@@ -4,7 +4,7 @@ A node's agent credential (or a join token, which buys one) is the power of root
 become root on every node: its word is taken only for an ordinary user whose name and uid agree with
 what the controller's host knows, and a root job is accepted only from root authenticated on the
 controller's host. What the controller cannot know (a user its host has never heard of), the agent that
-runs the task checks against its own user database (corral.agent.identity.check_task_user)."""
+runs the task checks against its own user database (corral.agent.identity.task_identity)."""
 from __future__ import annotations
 
 import pwd
@@ -60,7 +60,7 @@ def vouch_refusal(name: str, uid: int, *, vouch_for_root: bool, min_uid: int, as
     """Why a node's agent may not vouch for (name, uid), or None. Root (by name or uid, whatever the
     other says) only where `vouch_for_root` ([auth] agents_vouch_for_admins); a system account (uid below
     `min_uid`, [auth] agents_vouch_min_uid) never; a pair the controller's host contradicts never.
-    `ask_host=False`: without the host's user database (a few hundred microseconds a lookup), for a
+    `ask_host=False`: without the host's user database (up to ~85 us a lookup here, NSS), for a
     credential already checked with it when it was issued: only what the settings decide."""
     if name in ("root", ROOT_NAME) or uid == 0 or ask_host and host_uid(name) == 0:
         if not vouch_for_root:
