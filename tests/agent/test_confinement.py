@@ -96,7 +96,7 @@ def test_supplementary_groups_are_the_users(users, shared_dir, make_launch, agen
     try:
         subprocess.run(["usermod", "-aG", group, alice.pw_name], check=True)
         workdir = workdir_of(alice, shared_dir)
-        launch = make_launch(user=alice.pw_name, workdir=str(workdir), argv=["id", "-Gn"])
+        launch = make_launch(user=alice.pw_name, uid=alice.pw_uid, workdir=str(workdir), argv=["id", "-Gn"])
         _, finished = run(launch, shared_dir / "spool", agent_env)
         assert finished.error is None
         assert group in (workdir / "slurm-7.out").read_text().split()
@@ -111,7 +111,8 @@ def test_output_where_the_user_cannot_write_fails_the_job_and_writes_nothing(use
     private = workdir_of(bob, shared_dir)  # 0700, bob's
     forbidden = Path("/etc") / f"corral-test-{secrets.token_hex(4)}"
     for target in (forbidden, private / "x.out"):
-        launch = make_launch(user=alice.pw_name, workdir=str(workdir), argv=["echo", "written"], output=str(target))
+        launch = make_launch(user=alice.pw_name, uid=alice.pw_uid, workdir=str(workdir), argv=["echo", "written"],
+                             output=str(target))
         [finished] = run(launch, shared_dir / "spool", agent_env)
         assert isinstance(finished, NodeFinished)
         assert finished.error == (f"cannot open output file {target} as user {alice.pw_name}: "
@@ -129,7 +130,8 @@ def test_a_user_unknown_on_the_node_fails_the_job_with_the_reason(shared_dir, ma
 
 def test_a_workdir_the_user_cannot_enter_fails_the_job(users, shared_dir, make_launch, agent_env):
     alice, bob = users(), users()
-    launch = make_launch(user=alice.pw_name, workdir=str(workdir_of(bob, shared_dir)), argv=["true"])
+    launch = make_launch(user=alice.pw_name, uid=alice.pw_uid, workdir=str(workdir_of(bob, shared_dir)),
+                         argv=["true"])
     [finished] = run(launch, shared_dir / "spool", agent_env)
     assert finished.error == f"working directory {shared_dir / bob.pw_name} is not accessible to user {alice.pw_name}"
 
@@ -391,11 +393,13 @@ def run_step(launch, spool: Path, agent_env, confinement: Confinement):
 def test_a_step_runs_as_its_user_and_writes_only_where_the_user_may(users, shared_dir, make_step, agent_env):
     alice = users()
     workdir = workdir_of(alice, shared_dir)
-    ran = run_step(make_step(user=alice.pw_name, workdir=str(workdir), argv=["id", "-un"], output="step.out"),
+    ran = run_step(make_step(user=alice.pw_name, uid=alice.pw_uid, workdir=str(workdir), argv=["id", "-un"],
+                             output="step.out"),
                    shared_dir / "spool", agent_env, AS_USER)
     assert ran.error is None and (workdir / "step.out").read_text() == f"{alice.pw_name}\n"
     assert (workdir / "step.out").stat().st_uid == alice.pw_uid
-    refused = run_step(make_step(user=alice.pw_name, workdir=str(workdir), argv=["true"], output="/etc/x-%j.out"),
+    refused = run_step(make_step(user=alice.pw_name, uid=alice.pw_uid, workdir=str(workdir), argv=["true"],
+                                 output="/etc/x-%j.out"),
                        shared_dir / "spool", agent_env, AS_USER)
     assert refused.error == f"cannot open output file /etc/x-7.out as user {alice.pw_name}: Permission denied"
     assert not Path("/etc/x-7.out").exists()

@@ -70,7 +70,7 @@ def test_plan_simulated_defaults(tmp_path):
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817",
         "--secret-file", str(tmp_path / "agents" / "node2.credential"),
         "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(spool(tmp_path, 6817, "node2")),
-        "--kill-tasks-on-exit", "--gpus", "4")
+        "--kill-tasks-on-exit", "--allow-root-jobs", "--gpus", "4")
     assert plan.spool_dirs == (spool(tmp_path, 6817, "node1"), spool(tmp_path, 6817, "node2"))
 
 
@@ -81,8 +81,9 @@ def test_plan_options(tmp_path):
     assert plan.url == "http://127.0.0.1:7000" and plan.gpus_per_node == 0  # given G wins over NVML
     assert plan.controller_argv[4:7] == ("0.0.0.0:7000", "--db", "postgresql://db/corral")
     assert plan.controller_argv[-2:] == ("--config", "/etc/corral.toml")
-    assert plan.agent_argvs[0][-9:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
-                                        str(spool(tmp_path, 7000, "node1")), "--kill-tasks-on-exit", "--gpus", "0")
+    assert plan.agent_argvs[0][-10:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
+                                         str(spool(tmp_path, 7000, "node1")), "--kill-tasks-on-exit",
+                                         "--allow-root-jobs", "--gpus", "0")
 
 
 def test_plan_gives_every_agent_the_health_check(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import stat
 import subprocess
 import tempfile
@@ -26,7 +27,7 @@ from corral.slurm.common.target import TargetError, socket_credential
 from corral.store import Store
 from tests.cli.standin import ServerThread
 from tests.controller.test_identity import Cluster as UserCluster
-from tests.controller.test_identity import slurm_command, unix_users
+from tests.controller.test_identity import UnixUser, as_user, slurm_command, unix_users
 from tests.e2e.harness import Cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(os.geteuid() != 0, reason="creates Unix users: needs root")]
@@ -110,6 +111,28 @@ def test_the_socket_cannot_give_another_users_credential(host):
     assert (claim.user, claim.uid, claim.gid, claim.vouched_by) == (bob.name, bob.uid, bob.gid, "node1")
 
 
+def test_the_socket_vouches_only_for_the_name_the_node_gives_the_kernels_uid(host):
+    """The agent asks for nobody the kernel did not name: a uid without a name here gets no credential, a
+    system account's is refused by the controller, and every issued one is the node's own (name, uid)."""
+    uid = next(u for u in range(60_000, 65_000) if _no_user(u))
+    with pytest.raises(RuntimeError, match=f"uid {uid} has no user name on node node1"):
+        as_user(UnixUser("identghost", uid, uid), lambda: socket_credential(str(host.socket)))
+    system = min((e for e in pwd.getpwall() if 0 < e.pw_uid < 1000), key=lambda e: e.pw_uid)  # daemon, mostly
+    with pytest.raises(RuntimeError, match=f"an agent cannot vouch for uid {system.pw_uid} .*system accounts"):
+        as_user(UnixUser(system.pw_name, system.pw_uid, system.pw_gid), lambda: socket_credential(str(host.socket)))
+    bob = host.users.users["bob"]
+    claim = cred.verify_user(host.key, host.users.credential_of(bob), time.time())
+    assert (claim.user, claim.uid) == (bob.name, bob.uid)
+
+
+def _no_user(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return True
+    return False
+
+
 def test_the_vouching_route_takes_only_that_nodes_agent_credential(host):
     alice = host.users.users["alice"]
     body = {"user": alice.name, "uid": alice.uid, "gid": alice.gid}
@@ -155,7 +178,7 @@ def test_agents_vouch_for_admins_when_the_config_says_so(tmp_path):
         agent = cred.issue_agent(cred.signing_key("s3cret"), "node1")
         with httpx.Client(base_url=server.url + API_PREFIX, headers={"Authorization": f"Bearer {agent}"}) as http:
             made = {user: http.post("/agents/node1/user-credentials", json={"user": user, "uid": uid, "gid": uid})
-                    for user, uid in (("boss", 1234), ("root", 0))}
+                    for user, uid in (("boss", next(u for u in range(41_234, 50_000) if _no_user(u))), ("root", 0))}
         for user, reply in made.items():
             assert reply.status_code == 200, reply.text
             headers = {"Authorization": f"Bearer {reply.json()['credential']}"}

@@ -103,6 +103,15 @@ def test_jobs_run_as_their_user_and_the_node_says_how(shared_root, alice):
         reason = cluster.wait_state(unknown, "FAILED")["reason"]
         assert reason == "LaunchFailed:user 'nosuchuser-corral' unknown on node1"
 
+        # Root submitted it on the controller's host, so the controller took it; this agent was started
+        # without --allow-root-jobs, so nothing runs as root here.
+        as_root = cluster.submit(argv=["touch", str(shared_root / "root-ran")], user="root", workdir=str(shared_root),
+                                 env=PATH)
+        reason = cluster.wait_state(as_root, "FAILED")["reason"]
+        assert reason == ("LaunchFailed:a job as root (user 'root', uid 0) is refused on node1: its agent runs root "
+                          "jobs only with --allow-root-jobs")
+        assert not (shared_root / "root-ran").exists()
+
         [node] = cluster.nodes()
         assert (node["run_as_user"], node["agent_user"]) == (True, "root")
         assert node["cgroups"] == "cgroups off (--no-cgroups)"
@@ -112,7 +121,7 @@ def test_jobs_run_as_their_user_and_the_node_says_how(shared_root, alice):
 
 def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_root):
     root = cgroup_root
-    cluster = start(shared_root, "--cgroup-root", str(root))
+    cluster = start(shared_root, "--allow-root-jobs", "--cgroup-root", str(root))
     try:
         [node] = cluster.nodes()
         assert node["cgroups"].startswith("cgroup v2 tracking")
@@ -146,7 +155,8 @@ for index in (0, 1):
 
 def test_memory_cpus_and_gpus_are_the_jobs_own(shared_root, cgroup_root, gpu_device_dir):
     root = cgroup_root
-    cluster = start(shared_root, "--cgroup-root", str(root), "--gpu-device-dir", str(gpu_device_dir), gpus=2)
+    cluster = start(shared_root, "--allow-root-jobs", "--cgroup-root", str(root), "--gpu-device-dir",
+                    str(gpu_device_dir), gpus=2)
     try:
         [node] = cluster.nodes()
         if "memory" not in node["cgroups"].partition(" (")[0]:

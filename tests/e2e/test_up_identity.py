@@ -1,6 +1,6 @@
 """`corral up` as root serves every user of the host: the system-wide cluster.json and the auth socket
-let a fresh Unix user run sbatch with no set-up of their own; each agent has its own 0600 credential; both
-files go when the cluster stops."""
+let a fresh Unix user run sbatch with no set-up of their own, and root its jobs as root; each agent has
+its own 0600 credential; both files go when the cluster stops."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.controller.test_identity import Cluster as UserCluster
-from tests.controller.test_identity import slurm_command, unix_users
+from tests.controller.test_identity import UnixUser, slurm_command, unix_users
 from tests.e2e.harness import free_port, wait_for
 from tests.e2e.test_stop import CorralUp
 
@@ -57,6 +57,17 @@ def test_a_fresh_user_submits_through_the_system_file_and_the_socket():
             code, _, err = slurm_command(as_alice, alice, "scontrol", ["update", "NodeName=node1", "State=DRAIN",
                                                                        "Reason=mine"])
             assert (code, err) == (1, "slurm_update error: Invalid user id\n")
+
+            # root on the controller's host submits as root, as the README does: corral up's agents allow
+            # root jobs (--allow-root-jobs), and the controller takes them from root's own socket credential.
+            code, out, err = slurm_command(as_alice, UnixUser("root", 0, 0), "sbatch",
+                                           ["--parsable", "-D", str(root), "--wrap", "id -u"])
+            assert code == 0, err
+            root_job = int(out)
+            wait_for(lambda: up.job(root_job)["state"] not in ("PENDING", "RUNNING", "COMPLETING"), timeout_s=60,
+                     message="root's job ends")
+            assert up.job(root_job)["state"] == "COMPLETED", up.job(root_job)["reason"]
+            assert (root / f"slurm-{root_job}.out").read_text() == "0\n"
 
             code, _ = up.stop(signal.SIGTERM)
             assert code == 0

@@ -80,7 +80,9 @@ class MultiHostCluster(Cluster):
         self.agents[name] = self._spawn_on(name, [
             "-m", "corral.agent", "--controller", self.host_url, *self.credentials.agent_args(name),
             "--node", name, "--gpus", str(self.gpus), "--cpus", "16", "--mem-mib", "64000",
-            "--kill-tasks-on-exit", "--spool", str(self.root / "spool" / name)], f"agent-{name}.log")
+            # The tests submit as root (with the secret), as `corral up`'s own agents allow.
+            "--kill-tasks-on-exit", "--allow-root-jobs", "--spool", str(self.root / "spool" / name)],
+            f"agent-{name}.log")
 
     def client(self, command: str, *args: str, cwd: Path | None = None, stdin: str | None = None,
                timeout_s: float = 120) -> subprocess.CompletedProcess:

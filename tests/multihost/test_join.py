@@ -49,7 +49,7 @@ def test_a_new_host_joins_with_a_token_and_runs_a_job(joining_cluster):
     cluster.agents["gpu3"] = cluster._spawn_on("gpu3", [
         "-m", "corral.agent", "--controller", cluster.host_url, "--secret-file", str(etc / "agent.credential"),
         "--node", "gpu3", "--gpus", "1", "--cpus", "4", "--mem-mib", "4000", "--kill-tasks-on-exit",
-        "--spool", str(cluster.root / "spool-gpu3")], "agent-gpu3.log")
+        "--allow-root-jobs", "--spool", str(cluster.root / "spool-gpu3")], "agent-gpu3.log")
     wait_for(lambda: any(n["name"] == "gpu3" and n["state"] != "down" for n in cluster.nodes()),
              message="gpu3's agent registered")
     assert (etc / "agent.credential").read_text().strip() == cred.issue_agent(

@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tasks-as-agent-user", action="store_true",
                         help="development mode: run every task as the agent's user even when it is root "
                         "(by default a root agent runs each task as the job's user)")
+    parser.add_argument("--allow-root-jobs", action="store_true",
+                        help="run jobs whose user is root (uid 0) here; by default a root agent refuses them "
+                        "(the task fails before it starts, with the reason). `corral up` allows them on its "
+                        "own agents (docs/security.md)")
     parser.add_argument("--auth-socket", default=None, type=Path, metavar="PATH",
                         help="serve this host's users a credential from the controller on this Unix socket: the "
                         "kernel names the caller, the agent vouches for them (docs/security.md); default: none")
@@ -288,7 +292,7 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"
     (log.info if tree is not None else log.warning)("task isolation: %s", status)
-    return Confinement(run_as_user=run_as_user, cgroups=tree), status
+    return Confinement(run_as_user=run_as_user, cgroups=tree, allow_root_jobs=args.allow_root_jobs), status
 
 
 

@@ -1,9 +1,11 @@
 """Who a task runs as, and file access with that user's credentials.
 
-An agent running as root starts every task as the job's user, looked up by name on this node (the uid the
-controller sends is what the submitter had on their host; the name is what both hosts share, as with
-Slurm on hosts that share a user database). A non-root agent cannot switch users: it runs every task as
-itself (development mode), and says so when it registers.
+An agent running as root starts every task as the job's user, looked up by name on this node, and only if
+that user's uid here is the uid the job carries (the uid its submitter was proven to have): hosts that
+share a user database agree on both, as Slurm expects, and a job whose pair this node contradicts (a name
+vouched for with another uid, root's name with a made-up uid) never runs as anybody. A job as root
+(uid 0 here) runs only where the agent was started with --allow-root-jobs (docs/security.md). A non-root
+agent cannot switch users: it runs every task as itself (development mode), and says so when it registers.
 
 Files a task's output goes to are opened by the agent (it needs them for slurmstepd's closing line too),
 so they are opened with the user's file-system credentials: `setfsuid`/`setfsgid` change only the
@@ -54,6 +56,21 @@ def lookup_user(name: str, node: str) -> TaskIdentity:
     groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
     return TaskIdentity(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid, groups=groups,
                         home=entry.pw_dir, shell=entry.pw_shell or "/bin/sh")
+
+
+def task_identity(name: str, uid: int, node: str, allow_root_jobs: bool) -> TaskIdentity:
+    """Who a task of the job's (name, uid) runs as on this node; UnknownUser with the reason, before
+    anything starts, if the node does not know the name, knows it with another uid, or it is root's and
+    root jobs are not allowed here."""
+    identity = lookup_user(name, node)
+    if identity.uid != uid:
+        raise UnknownUser(f"user '{name}' has uid {identity.uid} on {node}, but the job is recorded with uid "
+                          f"{uid}: it runs as nobody (the controller's record and this node's user database "
+                          "must agree)")
+    if identity.uid == 0 and not allow_root_jobs:
+        raise UnknownUser(f"a job as root (user '{name}', uid 0) is refused on {node}: its agent runs root "
+                          "jobs only with --allow-root-jobs")
+    return identity
 
 
 def agent_user() -> str:

@@ -61,7 +61,7 @@ class JobRunner(LocalTasks):
                  refusal: str | None = None, confinement: Confinement = DEVELOPMENT_MODE):
         super().__init__(f"job {launch.job_id}", kill_reasons.job_entity(launch.job_id), node_name,
                          announces=launch.node_index == 0, spool=TaskSpool(spool_dir), job_id=launch.job_id,
-                         step_id=None, gpus=launch.node_gpus, refusal=refusal, user=launch.user,
+                         step_id=None, gpus=launch.node_gpus, refusal=refusal, user=launch.user, uid=launch.uid,
                          confinement=confinement, mem_mib=launch.mem_per_node_mib,
                          cpus=launch.cpus_on_node)
         self.launch = launch

@@ -74,7 +74,7 @@ class StepRunner(LocalTasks):
                          kill_reasons.step_entity(launch.job_id, launch.step_id), node_name,
                          announces=launch.node_index == 0, spool=TaskSpool(spool_dir),
                          job_id=launch.job_id, step_id=launch.step_id, gpus=launch.node_gpus, refusal=refusal,
-                         user=launch.user, confinement=confinement, mem_mib=launch.mem_per_node_mib,
+                         user=launch.user, uid=launch.uid, confinement=confinement, mem_mib=launch.mem_per_node_mib,
                          cpus=launch.cpus_on_node)
         self.launch = launch
         self.job_id = launch.job_id

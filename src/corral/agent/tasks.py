@@ -17,7 +17,7 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
-from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, lookup_user
+from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, task_identity
 from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.usage import Tracked
@@ -54,10 +54,12 @@ class SpawnError(Exception):
 @dataclass(frozen=True, slots=True)
 class Confinement:
     """How this agent confines tasks: as their user (an agent running as root), in cgroups (where the
-    host allows). The default is development mode: tasks run as the agent's user, in its cgroup."""
+    host allows). The default is development mode: tasks run as the agent's user, in its cgroup.
+    `allow_root_jobs` (--allow-root-jobs): whether a job as root runs here, where tasks run as their user."""
 
     run_as_user: bool = False
     cgroups: CgroupTree | None = None
+    allow_root_jobs: bool = False
 
 
 DEVELOPMENT_MODE = Confinement()
@@ -140,7 +142,7 @@ class LocalTasks:
 
     def __init__(self, what: str, entity: str, node_name: str, announces: bool, *, spool: TaskSpool,
                  job_id: int, step_id: int | None, gpus: Sequence[int], refusal: str | None = None,
-                 user: str = "", confinement: Confinement = DEVELOPMENT_MODE, mem_mib: int = 0,
+                 user: str = "", uid: int = -1, confinement: Confinement = DEVELOPMENT_MODE, mem_mib: int = 0,
                  cpus: int = 0) -> None:
         self._what = what  # "job 7", "step 7.0": for the log
         self._entity = entity  # "JOB 7", "STEP 7.0": for slurmstepd's closing line
@@ -157,6 +159,7 @@ class LocalTasks:
         # While a kill's grace runs (loop time it ends): what a dead task left in its group gets until then.
         self._grace_ends: float | None = None
         self._user = user
+        self._uid = uid  # the uid the job carries: the node's user database must give `user` the same
         self._confinement = confinement
         self._mem_mib = mem_mib
         self._cpus = cpus  # how many CPUs the job has on this node (the cgroup's cpuset picks which)
@@ -232,7 +235,7 @@ class LocalTasks:
         self._refuse_if_told()
         if self._confinement.run_as_user:
             try:
-                self._identity = lookup_user(self._user, self._node_name)
+                self._identity = self._task_identity()
             except UnknownUser as exc:
                 raise SpawnError(str(exc)) from None
         tree = self._confinement.cgroups
@@ -242,6 +245,9 @@ class LocalTasks:
                 self._leaves = self._cgroup.leaf(self._leaf_name, self._mem_mib, self._cpus, self._owner[2])
             except CgroupError as exc:
                 raise SpawnError(str(exc), own=True) from None
+
+    def _task_identity(self) -> TaskIdentity:
+        return task_identity(self._user, self._uid, self._node_name, self._confinement.allow_root_jobs)
 
     def _save_launch(self, launch_json: str) -> None:
         """Keep the launch message beside the task records while the tasks run: a restarted agent needs it
@@ -269,7 +275,7 @@ class LocalTasks:
         leaders record how they end, and from now on this agent signals and reports them."""
         if self._confinement.run_as_user:
             try:
-                self._identity = lookup_user(self._user, self._node_name)
+                self._identity = self._task_identity()
             except UnknownUser:
                 self._announce_pending = False  # no closing line: it must be written as the user
         tree = self._confinement.cgroups

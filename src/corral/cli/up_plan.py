@@ -250,7 +250,10 @@ def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int |
             "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool),
             # The agents are the cluster's: when `corral up` goes, even killed outright (its children get
             # SIGTERM then), their tasks go with them.
-            "--kill-tasks-on-exit"]
+            "--kill-tasks-on-exit",
+            # On the controller's host, started by whoever started it: root's jobs (the README's own
+            # `sbatch` as root) run, as Slurm runs them; the controller takes them only from root here.
+            "--allow-root-jobs"]
     if gpus is not None:
         argv += ["--gpus", str(gpus)]
     if tls_dir is not None:

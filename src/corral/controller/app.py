@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import pwd
 from collections.abc import Awaitable
 from contextlib import asynccontextmanager
 from typing import Literal, TypeVar
@@ -24,7 +23,7 @@ from corral.api.schemas import (
     SubmitReply,
 )
 from corral.controller import credentials as cred
-from corral.controller import listing
+from corral.controller import identity_rules, listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
@@ -346,13 +345,22 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
 
 
 async def _submission(guard: Guard, principal: Principal, body: JobSubmit) -> JobSubmit:
-    """The body as the caller may submit it: their own name and uid (admins: as written; for another user
-    without a uid, that user's uid on this host when it has one)."""
+    """The body as the caller may submit it: their own name and uid (admins: as written, if this host's
+    user database agrees; for another user without a uid, that user's uid on this host when it has one).
+    A job as root only from root on this host (identity_rules.root_refusal)."""
+    written_uid = body.uid if principal.admin and "uid" in body.model_fields_set else None
+    refusal = identity_rules.root_refusal("a job", body.user, written_uid, principal.is_root_on_controller_host)
+    if refusal:
+        await guard.deny(principal, "submit", f"user {body.user}", refusal)
     if principal.admin:
-        if body.user != principal.name and "uid" not in body.model_fields_set:
-            uid = _local_uid(body.user)
-            return body if uid is None else body.model_copy(update={"uid": uid})
-        return body
+        if "uid" in body.model_fields_set:
+            conflict = identity_rules.owner_conflict(body.user, body.uid)
+            if conflict:
+                await guard.authn.audit(principal, "submit", f"user {body.user}", "denied", conflict)
+                raise HTTPException(422, f"user and uid disagree: {conflict}")
+            return body
+        uid = principal.uid if body.user == principal.name else identity_rules.host_uid(body.user)
+        return body if uid is None else body.model_copy(update={"uid": uid})
     if body.user != principal.name:
         await guard.deny(principal, "submit", f"user {body.user}",
                          f"{principal.name} cannot submit a job as {body.user} (only an admin can)")
@@ -370,13 +378,6 @@ async def _check_update(guard: Guard, principal: Principal, job, body: JobUpdate
         await guard.deny(principal, "update", target, "only an operator or admin can set a priority")
     if body.time_limit_s is not None and body.time_limit_s > job.spec.request.time_limit_s:
         await guard.deny(principal, "update", target, "only an operator or admin can raise a time limit")
-
-
-def _local_uid(name: str) -> int | None:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except (KeyError, ValueError):
-        return None
 
 
 def _acting_uid(principal: Principal, asked: int | None) -> int | None:
@@ -458,9 +459,10 @@ def _agent_routes(app: FastAPI, service: ControllerService, guard: Guard) -> Non
     async def user_credential(node: NamePath, body: UserCredentialRequest,
                               principal: Principal = agent_dep) -> UserCredentialReply:
         """A user credential for a local user of the node, whom its agent's auth socket found with
-        SO_PEERCRED: the controller takes the agent's word (root on a cluster host is trusted), audited."""
+        SO_PEERCRED: the controller takes the agent's word for an ordinary user whose name and uid agree
+        with its own host's (never root, nor a system account: identity_rules.vouch_refusal), audited."""
         action, target = "issue user credential", f"user {body.user} (uid {body.uid})"
-        refusal = guard.authn.vouch_refusal(body.uid)
+        refusal = guard.authn.vouch_refusal(body.user, body.uid)
         if refusal:
             await guard.deny(principal, action, target, refusal)
         authn, via = guard.authn, f"vouched by agent {node}"

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import pwd
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from corral.controller import credentials as cred
 from corral.controller.credentials import BadCredential
+from corral.controller.identity_rules import DEFAULT_VOUCH_MIN_UID, ROOT_NAME, vouch_refusal
 from corral.engine.records import Job
 from corral.store.auth_store import AuditEntry, AuthStore
 
@@ -23,16 +23,6 @@ log = logging.getLogger("corral.controller.auth")
 
 DEFAULT_CREDENTIAL_TTL_S = 300
 
-
-
-def _root_name() -> str:
-    try:
-        return pwd.getpwuid(0).pw_name
-    except KeyError:
-        return "root"
-
-
-ROOT_NAME = _root_name()
 
 @dataclass(frozen=True, slots=True)
 class AuthSettings:
@@ -44,6 +34,8 @@ class AuthSettings:
     credential_ttl_s: int = DEFAULT_CREDENTIAL_TTL_S
     # A credential an agent vouched for carries the admin/operator role (and may be root's) only with this.
     agents_vouch_for_admins: bool = False
+    # Agents never vouch for a uid below this: the system's own accounts (docs/security.md).
+    agents_vouch_min_uid: int = DEFAULT_VOUCH_MIN_UID
     # GET /metrics without a credential (for a Prometheus that cannot send a bearer token).
     public_metrics: bool = False
 
@@ -57,6 +49,14 @@ class Principal:
     admin: bool = False
     operator: bool = False
     job_id: int | None = None  # the job a "job" credential belongs to
+    vouched_by: str | None = None  # the node whose agent vouched for this user; None: not on a node's word
+
+    @property
+    def is_root_on_controller_host(self) -> bool:
+        """Root, proven on the controller's host (its auth socket, the secret, root's token or root's job),
+        not on a node's word: the only submitter of a job as root."""
+        return self.kind == "service" or (self.uid == 0 and self.name == ROOT_NAME and self.vouched_by is None
+                                          and self.acts_for_users)
 
     @property
     def acts_for_users(self) -> bool:
@@ -125,21 +125,22 @@ class Authenticator:
             return Principal("service", "root", 0, "service", admin=True, operator=True)
         raise BadCredential("unknown credential")
 
-    def vouch_refusal(self, uid: int) -> str | None:
-        """Why an agent may not vouch for this uid, or None."""
-        if uid == 0 and not self.settings.agents_vouch_for_admins:
-            return ("an agent cannot vouch for root (uid 0): a compromised node would be root on every node "
-                    "([auth] agents_vouch_for_admins = true allows it)")
-        return None
+    def vouch_refusal(self, name: str, uid: int, ask_host: bool = True) -> str | None:
+        """Why an agent may not vouch for this user, or None (identity_rules.vouch_refusal)."""
+        return vouch_refusal(name, uid, vouch_for_root=self.settings.agents_vouch_for_admins,
+                             min_uid=self.settings.agents_vouch_min_uid, ask_host=ask_host)
 
     def _vouched(self, claim: cred.UserClaim) -> Principal:
         """A user an agent vouched for: their own rights; a role only where [auth] lets agents vouch for
         admins, so that root on one node does not become the cluster's admin."""
-        refusal = self.vouch_refusal(claim.uid)
+        # The host's user database was asked when the credential was issued; on every request only the
+        # settings' rules again (they may have changed since), without its cost.
+        refusal = self.vouch_refusal(claim.user, claim.uid, ask_host=False)
         if refusal:
             raise BadCredential(refusal)
         admin, operator = self.roles(claim.user, claim.uid) if self.settings.agents_vouch_for_admins else (False, False)
-        return Principal("user", claim.user, claim.uid, f"vouched by agent {claim.vouched_by}", admin, operator)
+        return Principal("user", claim.user, claim.uid, f"vouched by agent {claim.vouched_by}", admin, operator,
+                         vouched_by=claim.vouched_by)
 
     def _job(self, text: str) -> Principal:
         job_id = cred.job_id_of(text)

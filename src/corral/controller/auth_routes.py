@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from corral.api.fields import Comment, Name
 from corral.controller import credentials as cred
+from corral.controller import identity_rules
 from corral.controller.auth import Principal
 from corral.controller.guard import Guard
 from corral.limits import INT32_MAX
@@ -90,6 +91,9 @@ def auth_routes(app: FastAPI, guard: Guard) -> None:  # noqa: C901 (a table of s
         if user != principal.name and not principal.admin:
             await guard.deny(principal, "create token", f"user {user}",
                              f"{principal.name} cannot create a token for {user} (only an admin can)")
+        refusal = identity_rules.root_refusal("a token", user, None, principal.is_root_on_controller_host)
+        if refusal:  # root's token would let an admin who is not root submit jobs as root
+            await guard.deny(principal, "create token", f"user {user}", refusal)
         uid = principal.uid if user == principal.name and principal.uid is not None else _uid_of(user)
         secret, now = secrets.token_urlsafe(24), clock()
         token_id = await asyncio.to_thread(store.add_token, user, uid, cred.token_hash(secret), body.description,

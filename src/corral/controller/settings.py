@@ -21,6 +21,7 @@
     socket = "/run/corral/corral/auth.sock"
     credential_ttl_s = 300
     agents_vouch_for_admins = false  # agents' auth sockets never give root or an admin/operator role
+    agents_vouch_min_uid = 1000  # nor a system account (uid below this)
     public_metrics = false # GET /metrics needs a credential (any valid one)
     [ratelimit]            # per-user request rate limits (Slurm's rl_enable); the defaults are Slurm's
     enabled = false
@@ -40,6 +41,7 @@ from pydantic import ValidationError
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
 from corral.controller.auth import DEFAULT_CREDENTIAL_TTL_S, AuthSettings
+from corral.controller.identity_rules import DEFAULT_VOUCH_MIN_UID
 from corral.controller.ratelimit import RateLimitSettings
 from corral.core.config import PLACEMENTS, SchedulerConfig
 from corral.core.model import GPU_MILLI, TaskShape
@@ -49,7 +51,8 @@ _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
         "partitions", "auth", "expedite_hold_s", "ratelimit",
         "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing"} | _TENANCY
-_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "public_metrics"}
+_AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "agents_vouch_min_uid",
+         "public_metrics"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size", "records_per_token"}
 # The largest value each [ratelimit] number may take (the least is 1).
 _RATELIMIT_MAX = {"bucket_size": 1_000_000, "refill_rate": 1_000_000, "refill_period_s": 3600,
@@ -139,8 +142,12 @@ def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:
         flags[key] = section.get(key, False)
         if not isinstance(flags[key], bool):
             raise SettingsError(f"{where}: {key} {flags[key]!r}: true or false")
+    min_uid = section.get("agents_vouch_min_uid", DEFAULT_VOUCH_MIN_UID)
+    if isinstance(min_uid, bool) or not isinstance(min_uid, int) or not 1 <= min_uid < 2**32:
+        raise SettingsError(f"{where}: agents_vouch_min_uid {min_uid!r}: a uid, 1..4294967295 (root's uid 0 "
+                            "is agents_vouch_for_admins' to allow)")
     return AuthSettings(admins=lists["admins"], operators=lists["operators"], socket=socket_path,
-                        credential_ttl_s=ttl, **flags)
+                        credential_ttl_s=ttl, agents_vouch_min_uid=min_uid, **flags)
 
 
 def tenancy_from_dict(data: dict, origin: str = "config") -> TenancySpec | None:
