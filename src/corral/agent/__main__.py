@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 from corral.agent.agent import Agent
@@ -166,8 +165,14 @@ def read_secret(path: Path) -> str | None:
     return secret or None
 
 
-def _without_credentials(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in ("CORRAL_SECRET", "CORRAL_SECRET_FILE", "CORRAL_TOKEN")}
+def task_variables(controllers: tuple[str, ...], spool: Path, ca_file: str | None) -> dict[str, str]:
+    """What this agent gives every task besides the job's own environment: where the controller is (at
+    the agent's URL, so from this node), the CA that verifies it, and the directory of corral's Slurm
+    commands (put first on the task's PATH). Nothing of the agent's own environment: variables set only
+    for the agent (a proxy password, cloud keys, its credential's file) never reach a job, as slurmd
+    builds a task's environment from the job's alone. Jobs reach the controller with their own credential
+    (the launch's CORRAL_TOKEN, the job's user's while the job is active), never with the agent's."""
+    return {"CORRAL_URL": ",".join(controllers), "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)}
 
 
 async def serve(agent: Agent, kill_tasks_on_exit: bool = False) -> None:
@@ -233,10 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         spool_dir=spool,
         address=address,
         ca_file=ca_file,
-        # Jobs reach the controller at the agent's URL, with their own credential (the launch message's
-        # CORRAL_TOKEN, the job's user's while the job is active), never with the agent's.
-        base_env={**_without_credentials(os.environ), "CORRAL_URL": ",".join(args.controller),
-                  "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)},
+        base_env=task_variables(args.controller, spool, ca_file),
         confinement=confinement,
         cgroups_status=cgroups_status,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
