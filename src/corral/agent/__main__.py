@@ -18,7 +18,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
-from corral.agent.cgroups import CgroupError, CgroupTree, default_root
+from corral.agent.cgroups import CgroupError, CgroupTree, default_pids_max, default_root
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the host mounts for what v2 lacks get one of the same name (default: corral-NODE in "
                         "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified)")
     parser.add_argument("--no-cgroups", action="store_true", help="do not put jobs in cgroups")
+    parser.add_argument("--pids-max", type=int, default=None, metavar="N",
+                        help="how many processes and threads each job may have at once on this node (cgroup "
+                        "pids.max; 0: no limit; default: 15%% of the kernel's pid_max, as systemd's "
+                        "DefaultTasksMax)")
     parser.add_argument("--gpu-device-dir", type=Path, default=None, metavar="DIR",
                         help="with --gpus N: the simulated GPUs' device files are DIR/nvidia0..N-1, denied to "
                         "the jobs not holding them (tests of device confinement; real GPUs' come from NVML)")
@@ -202,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cluster-file needs --auth-socket: the file tells the host's users where the socket is")
     if args.health_before_job and args.health_program is None:
         parser.error("--health-before-job needs --health-program: it is the program that runs before jobs")
+    if args.pids_max is not None and args.pids_max < 0:
+        parser.error("--pids-max must be 0 (no limit) or more")
     if args.health_timeout <= 0:
         parser.error("--health-timeout must be more than 0 seconds")
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
@@ -285,7 +291,8 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
     else:
         try:
             root = args.cgroup_root or default_root(args.node)
-            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files)
+            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files,
+                                   pids_max=default_pids_max() if args.pids_max is None else args.pids_max)
             status = tree.describe()
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"
