@@ -459,6 +459,6 @@ def test_each_job_gets_the_agents_process_limit(cgroup_tree):
     job.leaf("batch")
     try:
         assert (cgroup_tree.pids.root / "job_41" / "pids.max").read_text().strip() == str(cgroup_tree.pids_max)
-        assert f"pids (max {cgroup_tree.pids_max})" in cgroup_tree.describe()
+        assert f"; at most {cgroup_tree.pids_max} processes and threads per job" in cgroup_tree.describe()
     finally:
         job.remove_if_empty()

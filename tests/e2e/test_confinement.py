@@ -190,7 +190,7 @@ def test_a_fork_bomb_stops_at_the_jobs_pids_limit_and_the_node_is_fine(shared_ro
         [node] = cluster.nodes()
         if "pids" not in node["cgroups"].partition(" (")[0]:
             pytest.skip(f"no pids controller here: {node['cgroups']}")
-        assert "pids (max 64)" in node["cgroups"]
+        assert "; at most 64 processes and threads per job" in node["cgroups"]
         bomb = cluster.submit(argv=["python3", "-c", FORK_BOMB], user="root", workdir=str(shared_root), env=PATH,
                               output="bomb.out")
         assert cluster.wait_state(bomb, "COMPLETED", "FAILED")["state"] == "COMPLETED"

@@ -167,11 +167,12 @@ class CgroupTree:
         for what, h in (("tracking", self.tracker), ("memory", self.memory), ("cpuset", self.cpuset),
                         ("devices", self.devices), ("pids", self.pids)):
             if h is not None:
-                what = f"pids (max {self.pids_max})" if what == "pids" else what
                 by_version.setdefault("v2" if isinstance(h, Unified) else "v1", []).append(what)
         enforced = " + ".join(f"{version} {', '.join(whats)}" for version, whats in by_version.items())
         roots = "; ".join(f"{h.label} at {h.root}" for h in self.hierarchies)
         text = f"cgroup {enforced} ({roots})"
+        if self.pids is not None:
+            text += f"; at most {self.pids_max} processes and threads per job"
         for controller, consequence in (("memory", "no memory limit, no OUT_OF_MEMORY"),
                                         ("cpuset", "no CPU binding"), ("devices", "no GPU device limit"),
                                         ("pids", "no process limit")):
