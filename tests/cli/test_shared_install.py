@@ -86,3 +86,4 @@ def test_the_banner_carries_the_warning(tmp_path) -> None:
             "(mode 0700)): their sbatch fails with 'bad interpreter: Permission denied'. Install corral where "
             "every user can read it, e.g. a virtual environment under /opt (docs/adding-a-machine.md, "
             "section 1)\n") in text
+

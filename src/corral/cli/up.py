@@ -312,6 +312,10 @@ def up(
              "--health-before-job). Default: 300.")] = None,
     health_before_job: Annotated[bool, typer.Option(
         "--health-before-job", help="Also run the health check before each job starts on a node.")] = False,
+    pids_max: Annotated[int | None, typer.Option(
+        "--pids-max", min=0, show_default=False, metavar="N",
+        help="How many processes and threads each job may have at once on a node (cgroup pids.max; 0: no "
+             "limit). Default: 15% of the kernel's pid_max.")] = None,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
@@ -321,6 +325,7 @@ def up(
         options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
-                            health_interval_s=health_interval, health_before_job=health_before_job)
+                            health_interval_s=health_interval, health_before_job=health_before_job,
+                            pids_max=pids_max)
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)
