@@ -56,6 +56,14 @@ def lookup_user(name: str, node: str) -> TaskIdentity:
                         home=entry.pw_dir, shell=entry.pw_shell or "/bin/sh")
 
 
+def agent_identity() -> TaskIdentity | None:
+    """The agent's own user as the user database has it (None: its uid has no entry there)."""
+    try:
+        return lookup_user(pwd.getpwuid(os.geteuid()).pw_name, "this node")
+    except (KeyError, UnknownUser):
+        return None
+
+
 def agent_user() -> str:
     """The agent's own user name (for the development-mode flag)."""
     try:
