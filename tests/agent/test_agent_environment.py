@@ -222,3 +222,28 @@ def test_mps_shares_round_down_and_whole_devices_get_no_mps_variables(make_launc
     agent = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
     env = task_environment(whole, whole.tasks[0], "n1", agent)
     assert not any(k.startswith("CUDA_MPS_") or k == "SLURM_SHARDS_ON_NODE" for k in env)
+
+
+def test_the_agents_connection_variables_win_over_the_submitters(make_launch):
+    # A login host's URL (its loopback, say) need not work from the node: the agent's does.
+    launch = make_launch(env={"CORRAL_URL": "http://127.0.0.1:6817", "CORRAL_CA_FILE": "/login/ca.pem",
+                              "KEEP": "1"})
+    agent = {"CORRAL_URL": "https://head:6817", "CORRAL_CA_FILE": "/etc/corral/ca.pem"}
+    env = task_environment(launch, launch.tasks[0], "n1", agent)
+    assert (env["CORRAL_URL"], env["CORRAL_CA_FILE"], env["KEEP"]) == ("https://head:6817", "/etc/corral/ca.pem", "1")
+
+
+def test_a_job_without_a_path_gets_logins_with_corrals_commands_first(make_launch):
+    launch = make_launch(env={})
+    env = task_environment(launch, launch.tasks[0], "n1", {"CORRAL_SLURM_BIN": "/spool/bin"})
+    assert env["PATH"] == "/spool/bin:/usr/local/bin:/usr/bin:/bin"
+    assert task_environment(launch, launch.tasks[0], "n1", {})["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+def test_the_agent_gives_tasks_only_corrals_variables(tmp_path, monkeypatch):
+    from corral.agent.__main__ import task_variables
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "agent-only")
+    given = task_variables(("http://head:6817",), tmp_path / "spool", "/etc/corral/ca.pem")
+    assert set(given) == {"CORRAL_URL", "CORRAL_SLURM_BIN", "CORRAL_CA_FILE"}
+    assert given["CORRAL_URL"] == "http://head:6817"

@@ -223,3 +223,14 @@ def test_task_exit_conversion():
     assert task_exit(3, 0) == TaskExit(rank=3, exit_code=0, signal=0)
     assert task_exit(3, 137) == TaskExit(rank=3, exit_code=137, signal=0)  # a shell reporting its child
     assert task_exit(3, -9) == TaskExit(rank=3, exit_code=0, signal=9)  # Slurm's "0:9"
+
+
+def test_development_mode_tasks_get_the_agent_users_login_variables_not_its_environment(make_launch, tmp_path):
+    import pwd
+
+    me = pwd.getpwuid(os.geteuid())
+    launch = make_launch(env={}, argv=["sh", "-c", 'env > "env.$SLURM_PROCID"'])
+    runner = JobRunner(launch, node_name="n2", spool_dir=tmp_path / "spool", base_env={"PATH": "/usr/bin:/bin"})
+    asyncio.run(run_to_end(runner))
+    env = read_env(tmp_path / "env.0")
+    assert (env["HOME"], env["USER"], env["LOGNAME"]) == (me.pw_dir, me.pw_name, me.pw_name)

@@ -125,4 +125,4 @@ def test_step_that_cannot_reach_srun_is_reported(controller, run_with_agent, mak
 
     run_with_agent(scenario)
     finished = step_finished(controller, 33, 0)
-    assert "cannot connect to srun" in finished.error
+    assert f"cannot connect to srun at 127.0.0.1:{port}: " in finished.error

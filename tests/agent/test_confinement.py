@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from corral.agent.cgroup_hierarchies import Unified, V1Cpuset, V1Devices, V1Memory, v1_mount, v2_mount_of
-from corral.agent.cgroups import CgroupError, CgroupTree
+from corral.agent.cgroups import CgroupError, CgroupTree, default_pids_max
 from corral.agent.cpusets import CpuAllocator, format_cpu_list, parse_cpu_list
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
@@ -153,7 +153,10 @@ def cgroup_tree(gpu_files):
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:
         mount.rmdir()
         pytest.skip(f"cannot mount a cgroup2 hierarchy here: {exc}")
-    tree = CgroupTree.open(mount / f"corral-test-{secrets.token_hex(3)}", gpu_device_files=gpu_files)
+    # With the agent's default process limit, as agents started on this tree open it (and so its pids
+    # hierarchy, a v1 one on a hybrid host, is among those removed afterwards).
+    tree = CgroupTree.open(mount / f"corral-test-{secrets.token_hex(3)}", gpu_device_files=gpu_files,
+                           pids_max=default_pids_max())
     yield tree
     remove_tree(tree)
     subprocess.run(["umount", str(mount)], check=False)
@@ -434,7 +437,7 @@ def test_a_gpu_device_file_that_cannot_be_read_leaves_devices_alone_and_says_why
     for files, why in [({0: shared_dir / "nvidia0"}, f"cannot read the GPU device file {shared_dir}/nvidia0: "
                                                       f"No such file or directory"),
                        ({1: regular}, f"the GPU device file {regular} is not a character device")]:
-        tree = CgroupTree.open(cgroup_tree.root, gpu_device_files=files)
+        tree = CgroupTree.open(cgroup_tree.root, gpu_device_files=files, pids_max=cgroup_tree.pids_max)
         assert tree.devices is None and tree.controllers == cgroup_tree.controllers - {"devices"}
         assert tree.describe().startswith("cgroup v2 tracking")
         assert tree.describe().endswith(f"; no GPU device limit: {why}")
@@ -451,3 +454,15 @@ def test_a_job_cgroup_the_kernel_refuses_to_set_up_is_not_left_half_made(cgroup_
         assert not (cgroup_tree.cpuset.root / "job_7").exists()
     job.remove_if_empty()
     assert not any(path.exists() for path in in_every_hierarchy(cgroup_tree, "job_7"))
+
+
+def test_each_job_gets_the_agents_process_limit(cgroup_tree):
+    if cgroup_tree.pids is None:
+        pytest.skip(f"no pids controller here ({cgroup_tree.describe()})")
+    job = cgroup_tree.for_job(41)
+    job.leaf("batch")
+    try:
+        assert (cgroup_tree.pids.root / "job_41" / "pids.max").read_text().strip() == str(cgroup_tree.pids_max)
+        assert f"; at most {cgroup_tree.pids_max} processes and threads per job" in cgroup_tree.describe()
+    finally:
+        job.remove_if_empty()

@@ -144,3 +144,15 @@ def test_the_openapi_schema_documents_the_refusals_and_the_bounds(api):
     submit = schema["components"]["schemas"]["JobSubmit"]["properties"]
     assert submit["priority"]["maximum"] == limits.PRIORITY_MAX
     assert "4XX" in schema["paths"]["/api/v1/jobs"]["post"]["responses"]
+
+
+def test_a_relative_working_directory_is_refused_for_jobs_and_steps() -> None:
+    from pydantic import ValidationError
+
+    from corral.api.schemas import JobSubmit
+    from corral.api.steps import StepSubmit
+
+    for model, fields in ((JobSubmit, {"user": "alice", "argv": ["true"]}), (StepSubmit, {"argv": ["true"]})):
+        with pytest.raises(ValidationError, match="must be an absolute path, not 'sub/dir'"):
+            model(workdir="sub/dir", **fields)
+        assert model(workdir="/scratch/sub", **fields).workdir == "/scratch/sub"

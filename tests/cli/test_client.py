@@ -94,6 +94,12 @@ def test_unreachable():
         (502, "", "HTTP 502"),
         (422, '{"detail": [{"loc": ["body"], "msg": "Field required"}]}', "Field required"),
         (409, '{"other": 1}', '{"other": 1}'),
+        # A permission refusal is about the user's rights, not their credential: no advice to check it.
+        (403, '{"detail": "Access/permission denied: job 7 belongs to alice"}',
+         "the controller refused the request (Access/permission denied: job 7 belongs to alice)"),
+        (401, '{"detail": "credential expired"}', "the controller refused the request (credential expired); "
+         "check the credential: CORRAL_TOKEN, the cluster secret (CORRAL_SECRET, CORRAL_SECRET_FILE), or the "
+         "cluster.json that 'corral up' writes"),
     ],
 )
 def test_error_message(status, body, message):

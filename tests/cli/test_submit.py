@@ -146,6 +146,10 @@ def test_submit_default_name_and_chdir(standin, cli, tmp_path, monkeypatch):
     path.write_text("#!/bin/sh\necho\n")
     monkeypatch.chdir(tmp_path)
     result = cli("submit", "-D", "sub/dir", "plain.sh")
+    assert result.exit_code == 1 and not standin.state.submissions
+    assert f"corral: error: working directory {tmp_path / 'sub' / 'dir'} does not exist" in result.stderr
+    (tmp_path / "sub" / "dir").mkdir(parents=True)
+    result = cli("submit", "-D", "sub/dir", "plain.sh")
     assert result.exit_code == 0, result.output
     sent = standin.state.submissions[-1]
     assert sent["name"] == "plain.sh" and sent["workdir"] == str(tmp_path / "sub" / "dir")

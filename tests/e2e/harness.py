@@ -110,14 +110,16 @@ class Cluster:
         except httpx.TransportError:
             return False
 
-    def start_agent(self, name: str) -> None:
-        """Start one node's agent; it registers in the background. A node named in `nvml_names` discovers
-        its GPUs through the real NVML code path, over a stand-in pynvml that reports those names."""
-        gpus, env = ["--gpus", str(self.gpus)], None
+    def start_agent(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Start one node's agent, with `env` added to its environment; it registers in the background. A
+        node named in `nvml_names` discovers its GPUs through the real NVML code path, over a stand-in pynvml
+        that reports those names."""
+        gpus, env = ["--gpus", str(self.gpus)], dict(env or {})
         if name in self.nvml_names:
             path = os.pathsep.join(p for p in (str(FAKE_NVML), os.environ.get("PYTHONPATH")) if p)
-            gpus, env = [], {"PYTHONPATH": path, "FAKE_NVML_NAMES": ",".join(self.nvml_names[name]),
-                             "FAKE_NVML_HEALTH": str(self.nvml_faults(name))}
+            gpus = []
+            env.update({"PYTHONPATH": path, "FAKE_NVML_NAMES": ",".join(self.nvml_names[name]),
+                        "FAKE_NVML_HEALTH": str(self.nvml_faults(name))})
         self.agents[name] = self._spawn(
             ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
              "--node", name, *gpus, "--cpus", "16", "--mem-mib", "64000",

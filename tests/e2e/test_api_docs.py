@@ -75,3 +75,23 @@ def test_health_answers_at_the_root_and_under_the_api(controller) -> None:
     for path in sorted(UNSECURED):
         reply = httpx.get(controller.url + path, timeout=30)
         assert reply.status_code == 200 and reply.json()["status"] == "ok", path
+
+
+def test_what_answers_without_a_credential_is_what_docs_security_md_says(controller) -> None:
+    """/openapi.json is public by choice (the docs pages fetch it before "Authorize"), and documented so:
+    every route that answers an anonymous request is in security.md's table, and shows no secret."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    section = text.split("## What answers without a credential", 1)[1].split("\n## ", 1)[0]
+    documented = {path.removesuffix("...").rstrip("/") or "/" for path in re.findall(r"`(/[\w./-]*)`", section)}
+    anonymous = httpx.Client(base_url=controller.url, timeout=30)
+    schema = anonymous.get("/openapi.json")
+    assert schema.status_code == 200 and controller.secret not in schema.text
+    open_operations = {path for path, operations in schema.json()["paths"].items()
+                       for operation in operations.values() if "security" not in operation}
+    pages = {"/openapi.json", "/docs", "/redoc", "/"}
+    assert open_operations | pages <= documented
+    for path in open_operations | pages:
+        assert anonymous.get(path).status_code == 200, path
+    assert anonymous.get(f"{API}/jobs").status_code == 401

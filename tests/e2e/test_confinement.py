@@ -139,7 +139,7 @@ def test_nothing_a_job_started_outlives_it_in_its_cgroup(shared_root, cgroup_roo
 
 def cgroup_trees(name: str) -> list[Path]:
     """The agent's tree in each v1 hierarchy this host mounts (where it takes what cgroup v2 lacks)."""
-    return [mount / name for c in ("memory", "cpuset", "devices", "freezer") if (mount := v1_mount(c))]
+    return [mount / name for c in ("memory", "cpuset", "devices", "freezer", "pids") if (mount := v1_mount(c))]
 
 
 PROBE = """import errno, os
@@ -176,5 +176,42 @@ def test_memory_cpus_and_gpus_are_the_jobs_own(shared_root, cgroup_root, gpu_dev
         assert sorted(opened) == sorted([f"{mine} ENXIO", f"{1 - int(mine)} EPERM"])
         wait_for(lambda: not [p for tree in cgroup_trees(root.name) for p in tree.glob("job_*")], timeout_s=5,
                  message="the jobs' cgroups are removed from every hierarchy")
+    finally:
+        cluster.stop()
+
+
+FORK_BOMB = """import errno, os, time
+started = 0
+try:
+    while started < 100000:
+        if os.fork() == 0:
+            time.sleep(300)
+            os._exit(0)
+        started += 1
+except OSError as exc:
+    print(started, errno.errorcode[exc.errno], flush=True)
+"""
+
+
+def test_a_fork_bomb_stops_at_the_jobs_pids_limit_and_the_node_is_fine(shared_root, cgroup_root):
+    root = cgroup_root
+    cluster = start(shared_root, "--cgroup-root", str(root), "--pids-max", "64")
+    try:
+        [node] = cluster.nodes()
+        if "pids" not in node["cgroups"].partition(" (")[0]:
+            pytest.skip(f"no pids controller here: {node['cgroups']}")
+        assert "; at most 64 processes and threads per job" in node["cgroups"]
+        bomb = cluster.submit(argv=["python3", "-c", FORK_BOMB], user="root", workdir=str(shared_root), env=PATH,
+                              output="bomb.out")
+        assert cluster.wait_state(bomb, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+        started, error = (shared_root / "bomb.out").read_text().split()
+        assert error == "EAGAIN" and 0 < int(started) < 64, (started, error)
+        wait_for(lambda: not [p for tree in [root, *cgroup_trees(root.name)] for p in tree.glob("job_*")],
+                 timeout_s=10, message="the bomb's processes are killed and its cgroups removed")
+        after = cluster.submit(argv=["sh", "-c", "echo fine"], user="root", workdir=str(shared_root), env=PATH,
+                               output="after.out")
+        assert cluster.wait_state(after, "COMPLETED", "FAILED")["state"] == "COMPLETED"
+        assert (shared_root / "after.out").read_text() == "fine\n"
+        assert cluster.nodes()[0]["state"] == "idle"
     finally:
         cluster.stop()

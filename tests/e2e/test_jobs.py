@@ -132,6 +132,9 @@ def test_bad_submissions_are_refused_with_specific_messages(cluster) -> None:
         "partition": ({"partition": "nope"}, "invalid partition"),
         "too many gpus": ({"gpus_per_node": 9}, "requested node configuration is not available"),
         "two commands": ({"script": "#!/bin/sh\n"}, "exactly one"),
+        # Relative to what? The controller (maybe on another host) cannot know; the client resolves it.
+        "relative workdir": ({"workdir": "exp/run1"}, "workdir: the working directory must be an absolute path"),
+        "empty workdir": ({"workdir": ""}, "workdir: String should have at least 1 character"),
     }
     for name, (fields, message) in cases.items():
         body = {"workdir": "/tmp", "user": "t", "argv": ["true"], **fields}

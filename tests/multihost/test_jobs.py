@@ -56,6 +56,24 @@ def test_srun_on_the_login_host_relays_io_and_exit_codes_of_remote_tasks(multiho
     assert "srun: error: gpu2: task 1: Exited with exit code 1" in done.stderr
 
 
+
+def test_srun_names_the_address_a_node_could_not_connect_back_to(multihost):
+    """gpu2 cannot reach `login` (a prohibit route, as a firewall would): srun says so, with the address
+    its agent tried, instead of only `Exited with exit code 1`."""
+    from tests.multihost.netns import _ip
+
+    login, gpu2 = multihost.net.hosts["login"].address, multihost.net.hosts["gpu2"].netns
+    _ip("route", "add", "prohibit", f"{login}/32", netns=gpu2)
+    try:
+        done = multihost.client("srun", "-N2", "--ntasks-per-node=1", "-t", "2", "true")
+    finally:
+        _ip("route", "del", "prohibit", f"{login}/32", netns=gpu2)
+    assert done.returncode == 1, done.stderr
+    assert f"srun: error: gpu2: task 1: cannot connect to srun at {login}:" in done.stderr
+    assert f"srun: error: the nodes' agents must reach this host at {login}:" in done.stderr
+    assert "gpu1" not in done.stderr, "gpu1 reached srun and its task succeeded"
+
+
 TORCH_SCRIPT = """\
 import os, socket
 import torch

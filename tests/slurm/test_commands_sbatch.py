@@ -150,3 +150,20 @@ def test_an_unreachable_controller_is_a_slurm_like_error(tmp_path):
     lines = result.stderr.splitlines()
     assert lines[0] == "sbatch: error: Unable to contact slurm controller (connect failure)"
     assert lines[1].startswith("sbatch: error: corral's controller at http://127.0.0.1:") and len(lines) == 2
+
+
+def test_a_relative_chdir_is_the_submit_dirs_and_a_missing_one_is_refused_at_submission(cmd, slurm_cluster,
+                                                                                       tmp_path):
+    (tmp_path / "sub").mkdir()
+    job_id = cmd.submit("-D", "sub", "-o", "out.txt", "--wrap", "pwd")
+    slurm_cluster.wait_state(job_id, "COMPLETED")
+    assert (tmp_path / "sub" / "out.txt").read_text() == f"{tmp_path / 'sub'}\n"
+    jobs_before = len(slurm_cluster.http.get("/api/v1/jobs", params={"all": "true"}).json())
+    (tmp_path / "file").write_text("")
+    for command, chdir, problem in [("sbatch", "missing", "does not exist"), ("sbatch", "file", "is not a directory"),
+                                    ("srun", "missing", "does not exist"), ("salloc", "missing", "does not exist")]:
+        result = cmd(command, "-D", chdir, *(["--wrap", "true"] if command == "sbatch" else ["true"]))
+        assert result.code == 1 and result.stdout == "", result
+        assert result.stderr == f"{command}: error: working directory {tmp_path / chdir} {problem}\n", result
+    jobs_after = len(slurm_cluster.http.get("/api/v1/jobs", params={"all": "true"}).json())
+    assert jobs_after == jobs_before, "nothing was queued"

@@ -14,12 +14,11 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
-from corral.agent.cgroups import CgroupError, CgroupTree, default_root
+from corral.agent.cgroups import CgroupError, CgroupTree, default_pids_max, default_root
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
@@ -88,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the host mounts for what v2 lacks get one of the same name (default: corral-NODE in "
                         "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified)")
     parser.add_argument("--no-cgroups", action="store_true", help="do not put jobs in cgroups")
+    parser.add_argument("--pids-max", type=int, default=None, metavar="N",
+                        help="how many processes and threads each job may have at once on this node (cgroup "
+                        "pids.max; 0: no limit; default: 15%% of the kernel's pid_max, as systemd's "
+                        "DefaultTasksMax)")
     parser.add_argument("--gpu-device-dir", type=Path, default=None, metavar="DIR",
                         help="with --gpus N: the simulated GPUs' device files are DIR/nvidia0..N-1, denied to "
                         "the jobs not holding them (tests of device confinement; real GPUs' come from NVML)")
@@ -170,8 +173,14 @@ def read_secret(path: Path) -> str | None:
     return secret or None
 
 
-def _without_credentials(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k not in ("CORRAL_SECRET", "CORRAL_SECRET_FILE", "CORRAL_TOKEN")}
+def task_variables(controllers: tuple[str, ...], spool: Path, ca_file: str | None) -> dict[str, str]:
+    """What this agent gives every task besides the job's own environment: where the controller is (at
+    the agent's URL, so from this node), the CA that verifies it, and the directory of corral's Slurm
+    commands (put first on the task's PATH). Nothing of the agent's own environment: variables set only
+    for the agent (a proxy password, cloud keys, its credential's file) never reach a job, as slurmd
+    builds a task's environment from the job's alone. Jobs reach the controller with their own credential
+    (the launch's CORRAL_TOKEN, the job's user's while the job is active), never with the agent's."""
+    return {"CORRAL_URL": ",".join(controllers), "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)}
 
 
 async def serve(agent: Agent, kill_tasks_on_exit: bool = False) -> None:
@@ -201,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--cluster-file needs --auth-socket: the file tells the host's users where the socket is")
     if args.health_before_job and args.health_program is None:
         parser.error("--health-before-job needs --health-program: it is the program that runs before jobs")
+    if args.pids_max is not None and args.pids_max < 0:
+        parser.error("--pids-max must be 0 (no limit) or more")
     if args.health_timeout <= 0:
         parser.error("--health-timeout must be more than 0 seconds")
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
@@ -237,10 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         spool_dir=spool,
         address=address,
         ca_file=ca_file,
-        # Jobs reach the controller at the agent's URL, with their own credential (the launch message's
-        # CORRAL_TOKEN, the job's user's while the job is active), never with the agent's.
-        base_env={**_without_credentials(os.environ), "CORRAL_URL": ",".join(args.controller),
-                  "CORRAL_SLURM_BIN": slurm_commands_dir(spool), **_ca_env(ca_file)},
+        base_env=task_variables(args.controller, spool, ca_file),
         confinement=confinement,
         cgroups_status=cgroups_status,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
@@ -287,7 +295,8 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
     else:
         try:
             root = args.cgroup_root or default_root(args.node)
-            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files)
+            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files,
+                                   pids_max=default_pids_max() if args.pids_max is None else args.pids_max)
             status = tree.describe()
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"

@@ -32,7 +32,6 @@ import asyncio
 import functools
 import logging
 import math
-import os
 import signal
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -165,7 +164,8 @@ class Agent:
         self._task_spool = TaskSpool(self._spool_dir)
         self._contact = Contact(self._task_spool.contact)  # for self-fencing (contact.py, decision 0017)
         self._unkillable: list[TaskRecord] = []  # leftover tasks that survived the sweep at start
-        self._base_env = dict(os.environ if base_env is None else base_env)
+        # What every task gets besides its job's own environment (__main__.task_variables); never os.environ.
+        self._base_env = dict(base_env or {})
         self._max_poll_wait_s = max_poll_wait_s
         self._confinement = confinement
         self._cgroups_status = cgroups_status  # what the registration says about isolation

@@ -35,11 +35,13 @@ class CgroupError(Exception):
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one job's cgroup enforces: its memory (0: none), its CPU ids (empty: all), the devices it may
-    not open (major, minor: the GPUs of this node it does not hold)."""
+    not open (major, minor: the GPUs of this node it does not hold), how many processes and threads its
+    tasks may have at once (0: no limit)."""
 
     mem_mib: int = 0
     cpus: tuple[int, ...] = ()
     denied_devices: tuple[tuple[int, int], ...] = ()
+    pids_max: int = 0
 
 
 def write(path: Path, text: str) -> None:
@@ -212,6 +214,17 @@ class V1Devices(V1Hierarchy):
             write(job / "devices.deny", f"c {major}:{minor} rwm")
 
 
+class V1Pids(V1Hierarchy):
+    """pids.max of the job: a fork bomb stops there (fork fails with EAGAIN) and the node's own processes
+    can still start; leaves count against it."""
+
+    controller = "pids"
+
+    def configure_job(self, job: Path, limits: Limits) -> None:
+        if limits.pids_max > 0:
+            write(job / "pids.max", str(limits.pids_max))
+
+
 class V1Freezer(V1Hierarchy):
     """Process tracking on a host without cgroup v2: freeze the cgroup (nothing can fork any more), SIGKILL
     every process in it, thaw it so the kills are delivered."""
@@ -236,11 +249,11 @@ class V1Freezer(V1Hierarchy):
 
 
 class Unified(Hierarchy):
-    """The cgroup v2 hierarchy: tracking (cgroup.kill, cgroup.events), memory and cpuset where the root's
-    parent delegates them, devices where the agent may load eBPF programs."""
+    """The cgroup v2 hierarchy: tracking (cgroup.kill, cgroup.events), memory, cpuset and pids where the
+    root's parent delegates them, devices where the agent may load eBPF programs."""
 
     label = "v2"
-    OFFERED = ("memory", "cpuset")
+    OFFERED = ("memory", "cpuset", "pids")
 
     def __init__(self, root: Path, home: Path, controllers: frozenset[str]) -> None:
         super().__init__(root, home)
@@ -272,6 +285,8 @@ class Unified(Hierarchy):
                 write(job / "memory.swap.max", "0")
         if limits.cpus and "cpuset" in self.controllers:
             write(job / "cpuset.cpus", format_cpu_list(limits.cpus))
+        if limits.pids_max > 0 and "pids" in self.controllers:
+            write(job / "pids.max", str(limits.pids_max))
         if limits.denied_devices:
             cgroup_bpf.deny(job, limits.denied_devices)
 

@@ -25,6 +25,9 @@ there when the top is not writable (describe() names where).
 - cpuset: the controller says how many CPUs a job has here, the agent picks which (cpusets.py): its
   cpuset.cpus (v1 also cpuset.mems, copied from the parent). On start the agent reads back the CPUs of the
   job cgroups it finds, so that it never hands them out twice.
+- pids: v2 or v1 pids.max, the agent's --pids-max (default: 15% of the kernel's pid_max, systemd's
+  DefaultTasksMax): how many processes and threads the job's tasks may have at once on this node. A fork
+  bomb's fork fails there with EAGAIN, and the node's own processes can still start.
 - devices: the device files of this node's GPUs the job does not hold are denied, as Slurm's
   ConstrainDevices: on cgroup v2 by an eBPF device filter attached to the job's cgroup (cgroup_bpf.py),
   else by v1 devices.deny. The GPUs' device files are NVML's (/dev/nvidia<minor>); without them (simulated
@@ -58,13 +61,14 @@ from corral.agent.cgroup_hierarchies import (
     V1Freezer,
     V1Hierarchy,
     V1Memory,
+    V1Pids,
     mounts,
     rmdir,
     wait_empty,
 )
 from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
-__all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_root"]
+__all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_pids_max", "default_root"]
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +86,32 @@ def default_root(node: str) -> Path | None:
     return None
 
 
+def default_pids_max() -> int:
+    """15% of the kernel's limit on processes and threads (the smaller of pid_max and threads-max), as
+    systemd's DefaultTasksMax: a job's fork bomb stops there, with room left for the node and other jobs."""
+    limits = []
+    for name in ("pid_max", "threads-max"):
+        with contextlib.suppress(OSError, ValueError):
+            limits.append(int(Path(f"/proc/sys/kernel/{name}").read_text()))
+    return max(1, min(limits, default=32768) * 15 // 100)
+
+
 class CgroupTree:
     """The agent's cgroups in every hierarchy it uses. Build with `open()`, which says why not when the host
     does not allow it."""
 
     def __init__(self, name: str, tracker: Tracker, memory: Unified | V1Memory | None,
                  cpuset: Unified | V1Cpuset | None, devices: Unified | V1Devices | None,
-                 gpu_devices: Mapping[int, tuple[int, int]], missing: Mapping[str, str] | None = None) -> None:
+                 gpu_devices: Mapping[int, tuple[int, int]], missing: Mapping[str, str] | None = None,
+                 pids: Unified | V1Pids | None = None, pids_max: int = 0) -> None:
         self.name = name
         self.tracker = tracker
-        self.memory, self.cpuset, self.devices = memory, cpuset, devices
+        self.memory, self.cpuset, self.devices, self.pids = memory, cpuset, devices, pids
         self.gpu_devices = dict(gpu_devices)  # GPU index -> (major, minor) of its device file
+        self.pids_max = pids_max  # each job's limit on processes and threads here (0: none)
         self.missing = dict(missing or {})  # controller -> why it is not used
         self.hierarchies: list[Hierarchy] = list(dict.fromkeys(
-            h for h in (tracker, memory, cpuset, devices) if h is not None))
+            h for h in (tracker, memory, cpuset, devices, pids) if h is not None))
         affinity = os.sched_getaffinity(0)
         self.cpus = CpuAllocator(affinity, host_cores(affinity))
         self._hold_cpus_of_existing_jobs()
@@ -108,14 +124,15 @@ class CgroupTree:
     @property
     def controllers(self) -> frozenset[str]:
         return frozenset(name for name, h in (("memory", self.memory), ("cpuset", self.cpuset),
-                                              ("devices", self.devices)) if h is not None)
+                                              ("devices", self.devices), ("pids", self.pids)) if h is not None)
 
     @classmethod
     def open(cls, root: Path | None, name: str | None = None,
-             gpu_device_files: Mapping[int, Path] | None = None) -> CgroupTree:
+             gpu_device_files: Mapping[int, Path] | None = None, pids_max: int = 0) -> CgroupTree:
         """The tree at the v2 `root` (None: no cgroup v2, track with the v1 freezer), named `name` (default
         the root's name) in the v1 hierarchies that give what v2 lacks. `gpu_device_files`: each GPU's
-        device file, whose access the devices controller limits to the jobs holding the GPU. Without
+        device file, whose access the devices controller limits to the jobs holding the GPU. `pids_max`:
+        each job's limit on its processes and threads (0: none, and no pids controller is used). Without
         tracking there is no tree (CgroupError); a controller that cannot be had is left out, and why is
         in `missing` (and describe())."""
         name = name or (root.name if root is not None else "")
@@ -128,6 +145,9 @@ class CgroupTree:
             raise CgroupError(f"no cgroup v2 file system to track jobs with, and {missing['freezer']}")
         memory = v2 if v2 and "memory" in v2.controllers else _opened(V1Memory, name, missing)
         cpuset = v2 if v2 and "cpuset" in v2.controllers else _opened(V1Cpuset, name, missing)
+        pids: Unified | V1Pids | None = None
+        if pids_max > 0:
+            pids = v2 if v2 and "pids" in v2.controllers else _opened(V1Pids, name, missing)
         devices: Unified | V1Devices | None = None
         try:
             devices_of = {index: _device_number(path) for index, path in (gpu_device_files or {}).items()}
@@ -139,20 +159,23 @@ class CgroupTree:
             devices = v2 if v2 and v2.device_filter_error is None else _opened(V1Devices, name, missing)
             if devices is None and v2:
                 missing["devices"] = f"{v2.device_filter_error}, and {missing['devices']}"
-        return cls(name, tracker, memory, cpuset, devices, devices_of, missing)
+        return cls(name, tracker, memory, cpuset, devices, devices_of, missing, pids, pids_max if pids else 0)
 
     def describe(self) -> str:
         """One line for the log and `corral nodes`: what is enforced, from where, and what is not and why."""
         by_version: dict[str, list[str]] = {}
         for what, h in (("tracking", self.tracker), ("memory", self.memory), ("cpuset", self.cpuset),
-                        ("devices", self.devices)):
+                        ("devices", self.devices), ("pids", self.pids)):
             if h is not None:
                 by_version.setdefault("v2" if isinstance(h, Unified) else "v1", []).append(what)
         enforced = " + ".join(f"{version} {', '.join(whats)}" for version, whats in by_version.items())
         roots = "; ".join(f"{h.label} at {h.root}" for h in self.hierarchies)
         text = f"cgroup {enforced} ({roots})"
+        if self.pids is not None:
+            text += f"; at most {self.pids_max} processes and threads per job"
         for controller, consequence in (("memory", "no memory limit, no OUT_OF_MEMORY"),
-                                        ("cpuset", "no CPU binding"), ("devices", "no GPU device limit")):
+                                        ("cpuset", "no CPU binding"), ("devices", "no GPU device limit"),
+                                        ("pids", "no process limit")):
             if controller in self.missing:
                 text += f"; {consequence}: {self.missing[controller]}"
         return text
@@ -171,6 +194,7 @@ class CgroupTree:
             mem_mib=mem_mib,
             cpus=self.cpus.take(job_id, cpus) if self.cpuset is not None and cpus > 0 else (),
             denied_devices=tuple(dev for index, dev in sorted(self.gpu_devices.items()) if index not in gpus),
+            pids_max=self.pids_max,
         )
 
     def _hold_cpus_of_existing_jobs(self) -> None:

@@ -3,6 +3,11 @@ names). Pure functions, no I/O.
 
 Variable names, values and *presence* follow Slurm 22.05 (see slurm-compat.md section 4): Lightning and
 submitit decide what they are running under from which variables exist, not only from their values.
+
+A task's environment is built, as slurmd builds it, from the job's own environment (what sbatch or srun
+submitted, as --export said) and corral's variables: the job's, the step's and the task's, and what the
+agent deliberately gives every task (`agent_env`: the controller's URL and CA as this node reaches them,
+the directory of corral's Slurm commands). The agent's own process environment contributes nothing.
 """
 from __future__ import annotations
 
@@ -15,13 +20,18 @@ from corral.filename_pattern import expand_pattern
 from corral.protocol import LaunchJob, LaunchStep, TaskLaunch
 from corral.slurm.common.commands_dir import first_on_path
 
-# Anything Slurm-ish in the agent's own environment (e.g. an agent started from inside a Slurm job) must not
-# leak into tasks: a stale SLURM_CPUS_PER_TASK would change what srun and Lightning do.
+# Nothing Slurm-ish that the agent gives must reach tasks: a stale SLURM_CPUS_PER_TASK would change what srun
+# and Lightning do.
 SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_")
 TORCH_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 # Device selection belongs to the allocation; never inherit it.
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
                  "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")
+# How a task reaches the controller from this node: the agent's word wins over what the submitter had (a
+# login host's URL, e.g. its loopback, need not work from here).
+CONNECTION_VARIABLES = ("CORRAL_URL", "CORRAL_CA_FILE")
+# A task whose job submitted no PATH (--export=NONE) finds programs where login(1) would have it look.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def scrub_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -30,17 +40,25 @@ def scrub_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(SCRUBBED_PREFIXES) and k not in dropped}
 
 
+def submitted_environment(launch: LaunchJob | LaunchStep, agent_env: Mapping[str, str]) -> dict[str, str]:
+    """What the agent gives (scrubbed), then the job's submitted variables, then the controller's
+    connection variables as the agent has them."""
+    env = scrub_environment(agent_env)
+    env.update(launch.env)
+    env.update({name: agent_env[name] for name in CONNECTION_VARIABLES if name in agent_env})
+    return env
+
+
 def task_environment(
-    launch: LaunchJob, task: TaskLaunch, node_name: str, base_env: Mapping[str, str]
+    launch: LaunchJob, task: TaskLaunch, node_name: str, agent_env: Mapping[str, str]
 ) -> dict[str, str]:
-    """The full environment of one task: the agent's (scrubbed), then the user's, then the job's.
+    """The full environment of one task: what the agent gives, then the user's, then the job's.
 
     The user's submitted variables pass as they are (the controller may carry job facts the launch
     message has no field for, such as SLURM_ARRAY_TASK_ID, through them); the job's variables override
     them, and device selection is never inherited.
     """
-    env = scrub_environment(base_env)
-    env.update(launch.env)
+    env = submitted_environment(launch, agent_env)
     if launch.batch:
         env.update(batch_variables(launch, node_name))
     else:
@@ -50,15 +68,16 @@ def task_environment(
         env.pop(name, None)  # a task without GPUs must not see the user's or agent's device list
     env.update(gpu_variables(task))
     env.update(share_variables(launch, task))
-    return with_slurm_commands(env, base_env)
+    return with_slurm_commands(env, agent_env)
 
 
-def with_slurm_commands(env: dict[str, str], base_env: Mapping[str, str]) -> dict[str, str]:
+def with_slurm_commands(env: dict[str, str], agent_env: Mapping[str, str]) -> dict[str, str]:
     """Put the agent's directory of corral's Slurm commands (CORRAL_SLURM_BIN) first on PATH: a job's
     `srun` or `scontrol` must be corral's even on a host where real Slurm is installed."""
-    directory = base_env.get("CORRAL_SLURM_BIN")
+    env.setdefault("PATH", DEFAULT_PATH)
+    directory = agent_env.get("CORRAL_SLURM_BIN")
     if directory:
-        env["PATH"] = first_on_path(directory, env.get("PATH", os.defpath))
+        env["PATH"] = first_on_path(directory, env["PATH"])
     return env
 
 
@@ -145,16 +164,15 @@ def optional_job_variables(launch: LaunchJob) -> dict[str, str]:
 
 
 def step_environment(
-    launch: LaunchStep, task: TaskLaunch, node_name: str, base_env: Mapping[str, str]
+    launch: LaunchStep, task: TaskLaunch, node_name: str, agent_env: Mapping[str, str]
 ) -> dict[str, str]:
-    """The full environment of one task of a job step (srun): the agent's (scrubbed), then what srun
+    """The full environment of one task of a job step (srun): what the agent gives, then what srun
     exported (`launch.env`), then the job's, the step's and the task's variables (env_array_for_step).
 
     Presence is srun's to decide for SLURM_NTASKS_PER_NODE, SLURM_CPUS_PER_TASK and SLURM_GPUS_PER_TASK:
     they reach the task only through `launch.env` (given to srun, or inherited from the batch shell).
     """
-    env = scrub_environment(base_env)
-    env.update(launch.env)
+    env = submitted_environment(launch, agent_env)
     env.update(step_variables(launch, node_name))
     env.update(rank_variables(task))
     for name in (*GPU_VARIABLES, "SLURM_STEP_GPUS"):
@@ -163,7 +181,7 @@ def step_environment(
     env.update(share_variables(launch, task))
     if task.gpus:
         env["SLURM_STEP_GPUS"] = ",".join(str(g) for g in task.gpus)
-    return with_slurm_commands(env, base_env)
+    return with_slurm_commands(env, agent_env)
 
 
 def step_variables(launch: LaunchStep, node_name: str) -> dict[str, str]:

@@ -73,6 +73,14 @@ def task_identity(name: str, uid: int, node: str, allow_root_jobs: bool) -> Task
     return identity
 
 
+def agent_identity() -> TaskIdentity | None:
+    """The agent's own user as the user database has it (None: its uid has no entry there)."""
+    try:
+        return lookup_user(pwd.getpwuid(os.geteuid()).pw_name, "this node")
+    except (KeyError, UnknownUser):
+        return None
+
+
 def agent_user() -> str:
     """The agent's own user name (for the development-mode flag)."""
     try:

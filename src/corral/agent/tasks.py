@@ -17,7 +17,7 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
-from corral.agent.identity import TaskIdentity, UnknownUser, file_access_as, task_identity
+from corral.agent.identity import TaskIdentity, UnknownUser, agent_identity, file_access_as, task_identity
 from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.usage import Tracked
@@ -290,7 +290,10 @@ class LocalTasks:
         self._spawn_done.set()
 
     def _identity_variables(self) -> dict[str, str]:
-        return {} if self._identity is None else self._identity.variables
+        """The login variables of whom the tasks run as: the job's user, or in development mode the agent's
+        (from the user database, never from the agent's environment)."""
+        identity = self._identity or agent_identity()
+        return {} if identity is None else identity.variables
 
     def _spawn_task(self, argv: list[str], **streams: Any) -> StartingTask:
         """spawn_task as the tasks' user, in their cgroups (the leader enters them before it starts the task)."""

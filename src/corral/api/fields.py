@@ -45,6 +45,19 @@ Comment = Annotated[str, Field(min_length=0, max_length=limits.COMMENT_MAX_CHARS
                     _text_check(limits.COMMENT_MAX_CHARS)]
 Diagnostic = Annotated[str, BeforeValidator(_diagnostic), Field(max_length=limits.COMMENT_MAX_CHARS)]
 FilePath = Annotated[str, Field(min_length=0, max_length=limits.PATH_MAX_CHARS), _text_check(limits.PATH_MAX_CHARS)]
+
+
+def _absolute_directory(path: str) -> str:
+    """The controller, and an agent on another host, cannot tell what a relative directory is relative
+    to: the submitting client resolves it against its own working directory (sbatch -D's rule)."""
+    if not path.startswith("/"):
+        raise ValueError(f"the working directory must be an absolute path, not '{path}' (a client resolves a "
+                         "relative --chdir against its own working directory)")
+    return path
+
+
+WorkDir = Annotated[str, Field(min_length=1, max_length=limits.PATH_MAX_CHARS), _text_check(limits.PATH_MAX_CHARS),
+                    AfterValidator(_absolute_directory)]
 Script = Annotated[str, Field(max_length=limits.SCRIPT_MAX_BYTES), BeforeValidator(_valid(limits.script_problem, str))]
 Args = Annotated[list[str], Field(max_length=limits.ARGS_MAX_ITEMS), AfterValidator(_valid(limits.args_problem))]
 Env = Annotated[dict[str, str], Field(max_length=limits.ENV_MAX_VARS), AfterValidator(_valid(limits.env_problem))]

@@ -19,6 +19,7 @@ from corral.api.fields import (
     Script,
     TimeLimitS,
     Uid,
+    WorkDir,
 )
 
 
@@ -33,7 +34,7 @@ class JobSubmit(BaseModel):
     script: Script | None = Field(None, description="Script text; runs as every task. Exclusive with argv.")
     argv: Args | None = Field(None, description="Command to run as every task. Exclusive with script.")
     script_args: Args = Field([], description="Arguments given to the script")
-    workdir: FilePath
+    workdir: WorkDir
     env: Env = {}
     user: Name
     uid: Uid = 0

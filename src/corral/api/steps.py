@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from corral.api.fields import Args, Count, Env, FilePath, Name, Names, Port
+from corral.api.fields import Args, Count, Env, FilePath, Name, Names, Port, WorkDir
 
 
 class StepSubmit(BaseModel):
@@ -20,7 +20,7 @@ class StepSubmit(BaseModel):
     exclude: Names = Field([], description="Nodes the step must not use (srun -x)")
     cpus_per_task: Count = 1
     gpus_per_task: Count | None = Field(None, description="Split the node's GPUs between tasks")
-    workdir: FilePath
+    workdir: WorkDir
     env: Env = Field({}, description="The tasks' environment as srun exports it")
     output: FilePath | None = Field(None, description="File pattern for stdout; default: streamed to srun")
     error: FilePath | None = Field(None, description="File pattern for stderr; default: with stdout")

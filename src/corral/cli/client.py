@@ -317,9 +317,11 @@ def retry_wait_s(retry_after: str | None, retry: int) -> float:
 def error_message(status: int, body: str) -> str:
     """The server's `detail`, readable: FastAPI's validation errors are a list of {loc, msg}."""
     detail = _detail(body) or f"HTTP {status}"
-    if status in (401, 403):
-        return (f"the controller refused the request ({detail}); check the cluster secret "
-                "(CORRAL_SECRET, CORRAL_SECRET_FILE, or the cluster.json that 'corral up' writes)")
+    if status == 401:  # no credential, or one the controller does not take: say where one comes from
+        return (f"the controller refused the request ({detail}); check the credential: CORRAL_TOKEN, "
+                "the cluster secret (CORRAL_SECRET, CORRAL_SECRET_FILE), or the cluster.json that 'corral up' writes")
+    if status == 403:  # a valid credential whose user may not do this: no credential would help
+        return f"the controller refused the request ({detail})"
     return detail
 
 

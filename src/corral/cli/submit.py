@@ -30,6 +30,7 @@ from corral.jobscript import (
 )
 from corral.jobscript.submission import COMMAND_LINE_WHERE, SBATCH_OPTIONS
 from corral.slurm.common.getopt import NO_ARG, OPTIONAL, REQUIRED, Opt, ParsedOption
+from corral.slurm.common.workdir import workdir_problem
 from corral.slurm.sbatch import table
 from corral.slurm.sbatch.main import batch_job
 
@@ -137,7 +138,11 @@ def build_body(line: SubmitCommandLine, stdin: TextIO = sys.stdin, environ: Mapp
         program = {"script": source.script}
         if source.argv:
             program["script_args"] = source.argv
-    return batch_job(fields, program, None, environ, cwd or os.getcwd(), source.default_name)
+    body = batch_job(fields, program, None, environ, cwd or os.getcwd(), source.default_name)
+    problem = workdir_problem(body["workdir"])
+    if problem is not None:
+        raise CliError(problem)
+    return body
 
 
 USAGE = """\

@@ -8,7 +8,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,10 +225,12 @@ def run_up(plan: UpPlan) -> int:
             ready = True
             config_path = write_cluster_file(urls, plan.secret_file, auth_socket=plan.auth_socket,
                                              ca_file=plan.ca_file)
-            # Root's cluster serves every user of this host: tell them where it is.
+            # Root's cluster serves every user of this host: tell them where it is, and whether they can run it.
+            warnings: list[str] = []
             if os.geteuid() == 0 and plan.auth_socket is not None:
                 system_file = write_system_cluster_file(urls, plan.auth_socket, ca_file=plan.ca_file)
-            typer.echo(banner(cluster, config_path, system_file))
+                warnings += shared_install_warnings()
+            typer.echo(banner(cluster, config_path, system_file, warnings))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
             typer.echo("\ncorral: stopping the jobs, then the agents and the controller...", err=True)
@@ -242,7 +244,15 @@ def run_up(plan: UpPlan) -> int:
                 cluster.stop(grace_s=0.0, stop_jobs=False)
 
 
-def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None) -> str:
+def shared_install_warnings() -> list[str]:
+    from corral.cli.shared_install import install_warning, unreachable_install
+
+    problem = unreachable_install()
+    return [install_warning(problem)] if problem else []
+
+
+def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None,
+           warnings: Sequence[str] = ()) -> str:
     plan = cluster.plan
     gpus = "real GPUs" if plan.gpus_per_node is None else f"{plan.gpus_per_node} simulated GPUs each"
     several = len(plan.urls) > 1
@@ -259,6 +269,7 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None)
            if plan.ca_file else "")
         + (f"  health:    {plan.health_check}\n" if plan.health_check else "") +
         f"  logs:      {plan.log_dir}\n"
+        + "".join(f"  warning:   {text}\n" for text in warnings) +
         "Run jobs from another shell, for example:\n"
         f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
         "  corral submit job.sh   (a batch script: runs once, its srun lines start the tasks)\n"
@@ -301,6 +312,10 @@ def up(
              "--health-before-job). Default: 300.")] = None,
     health_before_job: Annotated[bool, typer.Option(
         "--health-before-job", help="Also run the health check before each job starts on a node.")] = False,
+    pids_max: Annotated[int | None, typer.Option(
+        "--pids-max", min=0, show_default=False, metavar="N",
+        help="How many processes and threads each job may have at once on a node (cgroup pids.max; 0: no "
+             "limit). Default: 15% of the kernel's pid_max.")] = None,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
@@ -310,6 +325,7 @@ def up(
         options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
-                            health_interval_s=health_interval, health_before_job=health_before_job)
+                            health_interval_s=health_interval, health_before_job=health_before_job,
+                            pids_max=pids_max)
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)

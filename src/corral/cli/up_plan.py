@@ -45,6 +45,7 @@ class UpOptions:
     health_program: Path | None = None
     health_interval_s: float | None = None  # None: the agent's default
     health_before_job: bool = False
+    pids_max: int | None = None  # each job's limit on processes and threads (agent --pids-max); None: its default
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,7 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size,
                                       spool_dir(state_dir, name, options.port, os.geteuid()), tls_dir)
                           + _health_argv(options)
+                          + (("--pids-max", str(options.pids_max)) if options.pids_max is not None else ())
                           for name, credential in zip(names, credentials, strict=True)),
         spool_dirs=tuple(spool_dir(state_dir, name, options.port, os.geteuid()) for name in names),
         agent_credential_files=credentials, auth_socket=sockets[0], tls_dir=tls_dir, urls=urls, postgres=postgres,

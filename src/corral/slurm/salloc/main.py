@@ -11,9 +11,11 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from corral.slurm.common.command import Result, action_text, connect, run
+from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.common.getopt import NO_ARG, Opt
 from corral.slurm.common.http import ApiError, Unreachable
 from corral.slurm.common.optable import CommandSpec
+from corral.slurm.common.workdir import resolve_workdir, workdir_problem
 from corral.slurm.srun.main import (
     _allocate,
     _end_allocation,
@@ -50,7 +52,10 @@ def salloc(argv: Sequence[str], env: Mapping[str, str]) -> Result:
         return action_text("salloc", options.action, USAGE)
     _warn("".join(options.warnings))
     controller = connect(env)
-    workdir = os.path.abspath(options.workdir or os.getcwd())
+    workdir = resolve_workdir(options.workdir, os.getcwd())
+    problem = workdir_problem(workdir)
+    if problem is not None:
+        raise SlurmCommandError(f"salloc: error: {problem}\n", 1)
     body = allocation_body(options.replace(command=()), clean, clean, workdir)
     job_id = _allocate(controller, body, "salloc")
     code = 1

@@ -2,7 +2,7 @@
 
 - ALL (the default): the submitter's environment;
 - NONE: nothing (Slurm then loads the user's login environment on the node; corral's agent gives
-  the job its own variables only);
+  the job its own variables and a default PATH only: agent/environment.py);
 - `ALL,K=V,NAME`: everything, plus K=V; `K=V,NAME` without ALL: only those (NAME: its value in
   the submitter's environment, when set).
 Whatever the mode, the submitter's own Slurm variables (SLURM_*, SLURMD_*, SBATCH_*, SRUN_*) and

@@ -14,6 +14,7 @@ from corral.slurm.common import states
 from corral.slurm.common.command import Result, action_text, connect, emit, run
 from corral.slurm.common.http import ApiError, Controller
 from corral.slurm.common.target import current_user
+from corral.slurm.common.workdir import resolve_workdir, workdir_problem
 from corral.slurm.sbatch.export import job_environment
 from corral.slurm.sbatch.opts import (
     SbatchOptions,
@@ -93,7 +94,11 @@ def submission(options: SbatchOptions, source: ScriptSource, text: str, env: Map
                         "memory they ask for, and nothing keeps other jobs off the rest of the node\n")
     export = fields.pop("export", None)
     program = {"script": text, "script_args": list(source.args)} if source.args else {"script": text}
-    return batch_job(fields, program, export, env, cwd, default_name(source)), warnings
+    body = batch_job(fields, program, export, env, cwd, default_name(source))
+    problem = workdir_problem(body["workdir"])
+    if problem is not None:
+        raise fail(problem, 1)
+    return body, warnings
 
 
 def batch_job(fields: Mapping[str, object], program: Mapping[str, object], export: str | None,
@@ -103,7 +108,7 @@ def batch_job(fields: Mapping[str, object], program: Mapping[str, object], expor
     node, with Slurm's batch environment (`batch`); its srun lines start the tasks. The job gets the
     submitter's environment as --export says, and a relative --chdir is relative to `cwd`."""
     body = {**fields, **program, "batch": True}
-    body["workdir"] = os.path.normpath(os.path.join(cwd, str(body.get("workdir", "."))))
+    body["workdir"] = resolve_workdir(str(body.get("workdir", ".")), cwd)
     body.setdefault("name", default_name)
     body.update(env=job_environment(export, env), user=current_user(env), uid=os.getuid(),
                 submit_host=os.uname().nodename)

@@ -15,6 +15,7 @@ from corral.slurm.common.command import Result, action_text, connect, run
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.common.http import ApiError, Controller
 from corral.slurm.common.target import current_user
+from corral.slurm.common.workdir import resolve_workdir, workdir_problem
 from corral.slurm.srun.opts import StepOptions, fail, parse_srun, resolve_layout
 
 USAGE = """\
@@ -43,7 +44,10 @@ def srun(argv: Sequence[str], env: Mapping[str, str], help_text: str | None = No
         raise SlurmCommandError("srun: fatal: No command given to execute.\n")
     _warn("".join(options.warnings))
     controller = connect(env)
-    workdir = os.path.abspath(options.workdir or os.getcwd())
+    workdir = resolve_workdir(options.workdir, os.getcwd())
+    problem = workdir_problem(workdir)
+    if problem is not None:
+        raise SlurmCommandError(f"srun: error: {problem}\n", 1)
     if options.jobid is not None:
         return "", "", in_allocation(controller, options, env, workdir)
     return "", "", with_new_allocation(controller, options, env, workdir)

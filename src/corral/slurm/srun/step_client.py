@@ -16,6 +16,7 @@ from corral.slurm.srun.opts import StepOptions, fail
 STEP_POLL_S = 2.0  # how often srun asks the controller about a step whose I/O has gone quiet
 DRAIN_GRACE_S = 3.0  # after the controller says the step ended, wait this long for the last exits
 RECORD_WAIT_S = 5.0
+CONNECT_FAILURE = "cannot connect to srun at"  # how an agent reports that it could not reach srun's listener
 
 
 def _step_record(controller: Controller, job_id: int, step_id: int, wait_s: float = 0.0) -> dict | None:
@@ -132,7 +133,7 @@ def _wait(controller: Controller, streams, job_id: int, step: dict, options: Ste
 def _report(streams, step: dict, record: dict | None, options: StepOptions) -> int:
     """srun's closing messages and exit status: the largest exit code, 128+N for a task killed by N."""
     exits = dict(streams.exits)
-    failures = dict(streams.failures)
+    failures = dict(streams.failures) | unreached_nodes(streams, step, record)
     lines: list[str] = []
     worst = 0
     signalled = False
@@ -161,12 +162,32 @@ def _report(streams, step: dict, record: dict | None, options: StepOptions) -> i
             elif code:
                 worst = max(worst, code)
                 lines.append(f"srun: error: {node}: {tasks}: Exited with exit code {code}\n")
+    if any(CONNECT_FAILURE in text for text in failures.values()):
+        lines.append(f"srun: error: the nodes' agents must reach this host at {streams.host}:{streams.port}, the "
+                     "address srun gives them (this host's address on its route to the controller): see "
+                     "docs/adding-a-machine.md, section 7\n")
     if signalled:
         lines.append(f"srun: Force Terminated StepId={step['job_id']}.{step['step_id']}\n")
     if not options.quiet or worst:
         sys.stderr.write("".join(lines))
         sys.stderr.flush()
     return worst
+
+
+def unreached_nodes(streams, step: dict, record: dict | None) -> dict[str, str]:
+    """Why each node that never connected to srun could not: the step's error as its agent reported it
+    (e.g. `cannot connect to srun at 127.0.0.1:40123: ...`), for a node none of whose tasks' exits came."""
+    error = (record or {}).get("error") or ""
+    if not error:
+        return {}
+    connected, exits = set(streams.connected), streams.exits
+    unreached = {}
+    first = 0
+    for node, count in zip(step["nodes"], step["tasks_per_node"], strict=False):
+        if node not in connected and not any(rank in exits for rank in range(first, first + count)):
+            unreached[node] = error
+        first += count
+    return unreached
 
 
 class _forwarded_signals:
