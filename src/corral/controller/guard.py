@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from corral.api.tenancy import TenancySpec
 from corral.controller.auth import Authenticator, Principal, Unauthenticated
+from corral.controller.body_gate import PRINCIPAL_KEY
 from corral.controller.ratelimit import RATE_LIMITED, RateLimiter
 from corral.engine.records import Job
 
@@ -28,6 +29,9 @@ class Guard:
 
     async def principal(self, request: Request,
                         credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
+        checked = request.scope.get(PRINCIPAL_KEY)
+        if checked is not None:  # the body gate authenticated this request before reading its body
+            return checked
         try:
             return await self.authn.authenticate(credentials.credentials if credentials else None)
         except Unauthenticated as exc:
