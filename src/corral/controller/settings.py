@@ -65,6 +65,7 @@ RECORDS_PER_TOKEN_MAX = 10_000_000
 # [http]: each key's least and largest value (sizes in MiB, times in seconds).
 _HTTP_RANGES = {"max_body_mib": (1, 1024), "max_agent_body_mib": (1, 1024), "idle_timeout_s": (1, 3600),
                 "header_timeout_s": (1, 3600), "body_timeout_s": (1, 3600)}
+_HTTP = set(_HTTP_RANGES)
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -138,7 +139,7 @@ def http_from_dict(section: object, origin: str = "config") -> HttpSettings:
     where = f"{origin} [http]"
     if not isinstance(section, dict):
         raise SettingsError(f"{where}: a table")
-    _only(section, set(_HTTP_RANGES), where)
+    _only(section, _HTTP, where)
     for key, (least, most) in _HTTP_RANGES.items():
         value = section.get(key, least)
         whole = key.endswith("_mib")
