@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import h11
 import uvicorn
@@ -93,7 +94,7 @@ def timed_protocol(idle_timeout_s: float, header_timeout_s: float) -> type[Timed
 
 def server_config(app, host: str, port: int, idle_timeout_s: float, header_timeout_s: float,
                   **options) -> uvicorn.Config:
-    """uvicorn's configuration for the controller: h11 with both deadlines; its own keep-alive timeout is
-    the idle one (both close the same idle connection)."""
+    """uvicorn's configuration for the controller: h11 with both deadlines; its own keep-alive timeout (whole
+    seconds) is the idle one rounded up, so the idle deadline closes the connection first."""
     return uvicorn.Config(app, host=host, port=port, http=timed_protocol(idle_timeout_s, header_timeout_s),
-                          timeout_keep_alive=idle_timeout_s, **options)
+                          timeout_keep_alive=math.ceil(idle_timeout_s), **options)
