@@ -217,9 +217,17 @@ def test_a_trickled_body_is_cut_after_the_body_timeout(controller: Controller) -
     assert controller.http.get("/jobs", params={"all": "true"}).json() == jobs_before  # nothing half-applied
 
 
-def test_trickled_headers_are_cut_with_408(controller: Controller) -> None:
+@pytest.mark.parametrize("first", [b"", b"GET /health HTTP/1.1\r\nHost: controller\r\n\r\n"],
+                         ids=["new-connection", "after-a-response"])
+def test_trickled_headers_are_cut_with_408(controller: Controller, first: bytes) -> None:
+    """uvicorn alone: a new connection had no deadline, and after a response every byte cancelled its
+    keep-alive timeout."""
     head = b"GET /health HTTP/1.1\r\nHost: controller\r\nX-Slow: " + b"a" * 200
     sock = controller.connect()
+    if first:
+        sock.sendall(first)
+        answered = sock.recv(65536)
+        assert answered.startswith(b"HTTP/1.1 200 OK\r\n")
     sender = _pour(sock, (head[i:i + 1] for i in range(len(head)) if time.sleep(0.1) is None))
     started = time.monotonic()
     reply = _read_until_closed(sock)
@@ -238,9 +246,11 @@ def test_an_idle_connection_is_closed(controller: Controller) -> None:
     sock.close()
     sock = controller.connect()  # and one idle after a response
     sock.sendall(b"GET /health HTTP/1.1\r\nHost: controller\r\n\r\n")
+    started = time.monotonic()
     reply = _read_until_closed(sock)
     sock.close()
     assert reply.startswith(b"HTTP/1.1 200 OK\r\n") and reply.endswith(b"}")
+    assert IDLE_S - 0.1 < time.monotonic() - started < IDLE_S + 2
 
 
 def test_a_4_mib_script_is_still_submitted(controller: Controller) -> None:
