@@ -9,10 +9,15 @@ connection, and a task of the controller's, for ever by sending nothing, or one 
 - headers: a request whose first byte came must have all its headers `header_timeout_s` after that byte,
   or it gets 408 and the connection closes.
 Once a request's headers are in, the request is the application's: its body has the body gate's deadline
-(controller/body_gate.py) and a long poll (an agent's, up to 60 s) is not cut."""
+(controller/body_gate.py) and a long poll (an agent's, up to 60 s) is not cut.
+
+The subclass leans on H11Protocol's attributes (conn, cycle, transport, on_response_complete) as uvicorn
+0.54 has them (pinned in requirements.lock); tests/controller/test_body_gate.py drives both deadlines
+through a real controller process, so an upgrade that moves them fails there."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 
@@ -22,9 +27,13 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("corral.controller.http")
 
-_TIMEOUT_BODY = b"the request's headers did not arrive in time\n"
-_TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+
+
+def _timeout_response(header_timeout_s: float) -> bytes:
+    """408, with the `{"detail": ...}` body of every refusal."""
+    body = json.dumps({"detail": f"the request's headers did not arrive within {header_timeout_s:g} s"}).encode()
+    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (len(body), body))
 
 
 class TimedH11Protocol(H11Protocol):
@@ -82,7 +91,7 @@ class TimedH11Protocol(H11Protocol):
             client = "%s:%d" % self.client if self.client else "-"
             log.warning("closed a connection from %s: its request's headers did not arrive within %g s",
                         client, self.header_timeout_s)
-            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.write(_timeout_response(self.header_timeout_s))
         self.transport.close()
 
 
