@@ -228,6 +228,7 @@ def test_a_trickled_body_is_cut_after_the_body_timeout(controller: Controller) -
     assert _detail(reply).startswith(f"the request body did not arrive within {BODY_S} s (")
     assert _detail(reply).endswith(f" of {len(body)} bytes came)")
     assert controller.http.get("/jobs", params={"all": "true"}).json() == jobs_before  # nothing half-applied
+    assert any(e["who"] == "root" and e["detail"] == _detail(reply) for e in controller.audit("denied"))
 
 
 @pytest.mark.parametrize("first", [b"", b"GET /health HTTP/1.1\r\nHost: controller\r\n\r\n"],
