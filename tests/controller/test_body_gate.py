@@ -18,6 +18,8 @@ import httpx
 import psutil
 import pytest
 
+from corral.controller import credentials as cred
+from corral.controller.ratelimit import RATE_LIMITED
 from corral.limits import SCRIPT_MAX_BYTES
 from corral.protocol import API_PREFIX, EPOCH_HEADER
 from tests.e2e.harness import free_port
@@ -56,7 +58,9 @@ def controller(tmp_path_factory) -> Iterator[Controller]:
     root = tmp_path_factory.mktemp("bodies-gate")
     (root / "secret").write_text(SECRET + "\n")
     (root / "corral.toml").write_text(
-        f"[http]\nidle_timeout_s = {IDLE_S}\nheader_timeout_s = {HEADER_S}\nbody_timeout_s = {BODY_S}\n")
+        f"[http]\nidle_timeout_s = {IDLE_S}\nheader_timeout_s = {HEADER_S}\nbody_timeout_s = {BODY_S}\n"
+        # Users (not the service credential the other tests use) get 3 requests, and no refill for an hour.
+        "[ratelimit]\nenabled = true\nbucket_size = 3\nrefill_rate = 1\nrefill_period_s = 3600\n")
     port = free_port()
     log = (root / "controller.log").open("w")
     process = subprocess.Popen(
@@ -294,3 +298,20 @@ def test_a_malformed_join_token_is_refused_before_the_body(controller: Controlle
     sock.close()
     assert _status(reply) == 401
     assert _detail(reply) == "not authenticated: malformed join token"
+
+
+def test_a_user_over_the_rate_limit_gets_429_before_the_body(controller: Controller) -> None:
+    alice = cred.issue_user(cred.signing_key(SECRET), "alice", 4242, 4242, time.time(), 300)
+    http = httpx.Client(base_url=controller.url + API_PREFIX, headers={"Authorization": f"Bearer {alice}"},
+                        timeout=30, trust_env=False)
+    with http:
+        statuses = [http.post("/jobs", json={"workdir": "/tmp", "user": "alice", "argv": ["true"]}).status_code
+                    for _ in range(4)]
+    assert statuses[-1] == 429 and 429 not in statuses[:3], statuses  # one token a request, not one each for gate and guard
+    sock = controller.connect()
+    sock.sendall(_head(f"{API_PREFIX}/jobs", 10 * MIB, credential=alice))  # and not a byte of the body
+    reply = _read_until_closed(sock)
+    sock.close()
+    assert _status(reply) == 429
+    assert _detail(reply).startswith(f"{RATE_LIMITED}: user alice sent more than 3 requests at once")
+    assert b"retry-after: " in reply.lower() and b"connection: close" in reply.lower()

@@ -137,7 +137,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     app.add_middleware(StandbyRefusal, service=service)
     # Outside the standby's refusal, so that a refusal that leaves a body unread closes the connection.
     app.add_middleware(BodyGate, authenticator=authenticator, settings=http or HttpSettings(),
-                       ready=lambda: service.ready)
+                       ready=lambda: service.ready, rate_refusal=guard.rate_refusal)
     app.add_middleware(RequestTiming, metrics=service.metrics)  # outermost: it times refusals too
 
     async def health() -> JSONResponse:
