@@ -307,7 +307,8 @@ def test_a_user_over_the_rate_limit_gets_429_before_the_body(controller: Control
     with http:
         statuses = [http.post("/jobs", json={"workdir": "/tmp", "user": "alice", "argv": ["true"]}).status_code
                     for _ in range(4)]
-    assert statuses[-1] == 429 and 429 not in statuses[:3], statuses  # one token a request, not one each for gate and guard
+    # One token a request, not one each for the gate and the guard.
+    assert statuses[-1] == 429 and 429 not in statuses[:3], statuses
     sock = controller.connect()
     sock.sendall(_head(f"{API_PREFIX}/jobs", 10 * MIB, credential=alice))  # and not a byte of the body
     reply = _read_until_closed(sock)
