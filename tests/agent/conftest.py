@@ -123,6 +123,7 @@ class FakeController:
         self.polls: list[tuple[int, str]] = []  # (after, epoch header)
         self.events: list[Any] = []
         self.commands: list[Any] = []
+        self.max_events_bytes: int | None = None  # a larger event batch gets 413, as [http] max_agent_body_mib
         self.cond = threading.Condition()
         # A standby under the HA contract (issue 13): every request answered 421 naming `leader`, if known.
         self.standby = False
@@ -269,7 +270,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _events(self) -> None:
         ctl = self.controller
-        batch = EventBatch.model_validate_json(self._body())
+        body = self._body()
+        if ctl.max_events_bytes is not None and len(body) > ctl.max_events_bytes:
+            self._reply(413, json.dumps({"detail": "the request body is over this route's limit"}))
+            return
+        batch = EventBatch.model_validate_json(body)
         with ctl.cond:
             if self.headers.get(EPOCH_HEADER) != ctl.epoch:
                 self._reply(409, json.dumps({"detail": "epoch changed"}))

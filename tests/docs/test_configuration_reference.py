@@ -45,7 +45,8 @@ def _model_of(annotation: object) -> tuple[str, type[BaseModel]] | None:
 def accepted_keys() -> set[str]:
     """What the loader accepts: its controller-setting keys, and the tenancy model's fields."""
     nested = {"scheduler": ("[{}]", settings._SCHED), "partitions": ("[[{}]]", settings._PART),
-              "auth": ("[{}]", settings._AUTH), "ratelimit": ("[{}]", settings._RATELIMIT)}
+              "auth": ("[{}]", settings._AUTH), "ratelimit": ("[{}]", settings._RATELIMIT),
+              "http": ("[{}]", settings._HTTP)}
     for name, field in TenancySpec.model_fields.items():
         if (found := _model_of(field.annotation)) is not None:
             brackets, model = found
@@ -73,6 +74,7 @@ def load(data: dict) -> None:
     settings.settings_from_dict(data, "example")
     settings.tenancy_from_dict(data, "example")
     settings.auth_from_dict(data.get("auth", {}), "example")
+    settings.http_from_dict(data.get("http", {}), "example")
 
 
 @pytest.mark.parametrize("text", toml_blocks(DOC) + toml_blocks(ROOT / "README.md"))

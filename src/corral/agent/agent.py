@@ -179,6 +179,7 @@ class Agent:
         # (job id, step id, restart count) of the steps launched here, for ignoring re-sent commands.
         self._launched_steps: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._outbox: list[Event] = []
+        self._batch_events = MAX_EVENTS_PER_BATCH  # fewer after the controller refused a batch as too large
         # id(a NodeFinished or StepFinished in the outbox) -> its runner, whose spool records go once the
         # controller has the event: a restarted agent reports an end the controller never got.
         self._releases: dict[int, JobRunner | StepRunner] = {}
@@ -648,8 +649,9 @@ class Agent:
             await self._outbox_ready.wait()
             if not self._outbox:
                 self._outbox_ready.clear()
+                self._batch_events = MAX_EVENTS_PER_BATCH  # what was too large has gone
                 continue
-            batch = self._outbox[:MAX_EVENTS_PER_BATCH]
+            batch = self._outbox[:self._batch_events]
             delivered = await self._send(batch, backoff)
             if delivered:
                 for event in batch:
@@ -678,7 +680,13 @@ class Agent:
         if response.status_code == 409:
             await self._reregister(epoch)
             return False
-        if response.status_code in REJECTED_STATUSES:
+        if response.status_code == 413 and len(batch) > 1:
+            # Over the controller's [http] max_agent_body_mib: the same events go again, in halves.
+            self._batch_events = len(batch) // 2
+            log.warning("controller refused %d event(s) as too large; sending %d at a time",
+                        len(batch), self._batch_events)
+            return False
+        if response.status_code in (*REJECTED_STATUSES, 413):  # 413: one event alone is over the cap
             log.error("controller rejected %d event(s), dropping them: HTTP %d %s",
                       len(batch), response.status_code, response.text[:200])
             return True

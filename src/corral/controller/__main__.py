@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from corral.controller.settings import (
         SettingsError,
         load_auth_settings,
+        load_http_settings,
         load_ratelimit_settings,
         load_settings,
     )
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         config, tenancy = load_settings(args.config)
         auth = load_auth_settings(args.config)
         ratelimit = load_ratelimit_settings(args.config)
+        http = load_http_settings(args.config)
     except SettingsError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
@@ -115,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"),
-                    ratelimit=ratelimit)
-    return _serve(app, host, int(port), args.tls_cert, args.tls_key)
+                    ratelimit=ratelimit, http=http)
+    return _serve(app, host, int(port), http, args.tls_cert, args.tls_key)
 
 
 def default_advertise_url(host: str, port: int, tls: bool) -> str:
@@ -143,7 +145,7 @@ def fencing_after_s(node_timeout_s: float) -> float | None:
 
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None,
-              ratelimit=None):
+              ratelimit=None, http=None):
     """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
     the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now."""
     from corral.controller.app import create_app
@@ -167,7 +169,7 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
         service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
                                     leadership=Leadership(store, advertise_url), config=config,
                                     fence_after_s=fence_after_s)
-    return create_app(service, secret, auth, ratelimit)
+    return create_app(service, secret, auth, ratelimit, http)
 
 
 def _read_secret(path: str) -> str | None:
@@ -199,13 +201,15 @@ def _check_tls(cert: str | None, key: str | None) -> str | None:
     return None
 
 
-def _serve(app, host: str, port: int, tls_cert: str | None = None, tls_key: str | None = None) -> int:
+def _serve(app, host: str, port: int, http, tls_cert: str | None = None, tls_key: str | None = None) -> int:
     import uvicorn
 
+    from corral.controller.http_server import server_config
+
     # Agents hold long polls open: do not wait for them at shutdown (they reconnect and re-register).
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=1, ssl_certfile=tls_cert,
-                                           ssl_keyfile=tls_key))
+    server = uvicorn.Server(server_config(app, host, port, http.idle_timeout_s, http.header_timeout_s,
+                                          log_level="warning", access_log=False, timeout_graceful_shutdown=1,
+                                          ssl_certfile=tls_cert, ssl_keyfile=tls_key))
     server.run()
     return 0 if server.started else 1
 

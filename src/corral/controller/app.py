@@ -27,6 +27,7 @@ from corral.controller import identity_rules, listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
+from corral.controller.body_gate import BodyGate, HttpSettings
 from corral.controller.dashboard_routes import dashboard_routes
 from corral.controller.guard import Guard
 from corral.controller.join_routes import join_routes
@@ -85,9 +86,9 @@ STATUS_PATH = f"{API_PREFIX}/status"
 
 
 def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None,
-               ratelimit: RateLimitSettings | None = None) -> FastAPI:
+               ratelimit: RateLimitSettings | None = None, http: HttpSettings | None = None) -> FastAPI:
     """`secret` is the cluster secret (the service credential); `auth` the config's [auth] section,
-    `ratelimit` its [ratelimit] section."""
+    `ratelimit` its [ratelimit] section, `http` its [http] section (body caps and timeouts)."""
     settings = auth or AuthSettings()
     authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
                                   service.clock)
@@ -133,6 +134,9 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         return not_leader_response(exc)
 
     app.add_middleware(StandbyRefusal, service=service)
+    # Outside the standby's refusal, so that a refusal that leaves a body unread closes the connection.
+    app.add_middleware(BodyGate, authenticator=authenticator, settings=http or HttpSettings(),
+                       ready=lambda: service.ready, rate_refusal=guard.rate_refusal)
     app.add_middleware(RequestTiming, metrics=service.metrics)  # outermost: it times refusals too
 
     async def health() -> JSONResponse:

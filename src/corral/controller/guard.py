@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from corral.api.tenancy import TenancySpec
 from corral.controller.auth import Authenticator, Principal, Unauthenticated
+from corral.controller.body_gate import PRINCIPAL_KEY, RATE_TAKEN_KEY
 from corral.controller.ratelimit import RATE_LIMITED, RateLimiter
 from corral.engine.records import Job
 
@@ -28,6 +29,9 @@ class Guard:
 
     async def principal(self, request: Request,
                         credentials: HTTPAuthorizationCredentials | None = Security(bearer)) -> Principal:
+        checked = request.scope.get(PRINCIPAL_KEY)
+        if checked is not None:  # the body gate authenticated this request before reading its body
+            return checked
         try:
             return await self.authn.authenticate(credentials.credentials if credentials else None)
         except Unauthenticated as exc:
@@ -41,29 +45,33 @@ class Guard:
         if not principal.acts_for_users:
             await self.deny(principal, f"{request.method} {request.url.path}", "",
                             "an agent credential cannot be used on user routes")
-        self._limit(principal)
+        if not request.scope.get(RATE_TAKEN_KEY):  # the body gate takes it before reading a body
+            refusal = self.rate_refusal(principal)
+            if refusal is not None:
+                raise refusal
         return principal
 
-    def _limit(self, principal: Principal) -> None:
-        """Take a token of the user's bucket, or refuse with 429. A job credential takes from its user's
+    def rate_refusal(self, principal: Principal) -> HTTPException | None:
+        """Take a token of the user's bucket; or the 429 to answer. A job credential takes from its user's
         bucket (Slurm counts by uid): an array of tasks that poll must not escape the user's limit. Exempt,
         as in Slurm: the service credential and root. Not audited: a refusal that writes to the database
         would cost more than the request it spares."""
         limiter = self._limiter_of(principal)
         if limiter is None:
-            return
+            return None
         wait_s = limiter.retry_after_s(principal.name)
-        if wait_s is not None:
-            retry_after = max(1, math.ceil(wait_s))
-            limits = limiter.settings
-            raise HTTPException(429, f"{RATE_LIMITED}: user {principal.name} sent more than {limits.bucket_size} "
-                                     f"requests at once or more than {limits.refill_rate} per "
-                                     f"{limits.refill_period_s} s; retry in {retry_after} s",
-                                headers={"Retry-After": str(retry_after)})
+        if wait_s is None:
+            return None
+        retry_after = max(1, math.ceil(wait_s))
+        limits = limiter.settings
+        return HTTPException(429, f"{RATE_LIMITED}: user {principal.name} sent more than {limits.bucket_size} "
+                                  f"requests at once or more than {limits.refill_rate} per "
+                                  f"{limits.refill_period_s} s; retry in {retry_after} s",
+                             headers={"Retry-After": str(retry_after)})
 
     def charge(self, principal: Principal, records: int) -> None:
         """A job list's cost beyond its request's token (ratelimit.py), to the same bucket and with the same
-        exemptions as `_limit`."""
+        exemptions as `rate_refusal`."""
         limiter = self._limiter_of(principal)
         if limiter is not None:
             limiter.charge(principal.name, records)

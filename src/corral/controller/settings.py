@@ -30,6 +30,12 @@
     refill_period_s = 1    # ... every this many seconds
     table_size = 8192      # users tracked (the least recently seen make room)
     records_per_token = 1000   # a job list costs a token more per this many jobs (0: one token, any size)
+    [http]                 # request bodies and slow clients (controller/body_gate.py, http_server.py)
+    max_body_mib = 32      # job submissions, steps and the tenancy document
+    max_agent_body_mib = 32    # agents' registrations and event batches (every other route: 1 MiB)
+    idle_timeout_s = 5     # a connection with no request under way
+    header_timeout_s = 10  # from a request's first byte to the end of its headers
+    body_timeout_s = 60    # from the end of the headers to the end of the body
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ from pydantic import ValidationError
 from corral import hostlist
 from corral.api.tenancy import TenancySpec
 from corral.controller.auth import DEFAULT_CREDENTIAL_TTL_S, AuthSettings
+from corral.controller.body_gate import HttpSettings
 from corral.controller.identity_rules import DEFAULT_VOUCH_MIN_UID
 from corral.controller.ratelimit import RateLimitSettings
 from corral.core.config import PLACEMENTS, SchedulerConfig
@@ -50,7 +57,7 @@ from corral.engine.config import EngineConfig, PartitionConfig
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
         "partitions", "auth", "expedite_hold_s", "ratelimit",
-        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing"} | _TENANCY
+        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "agents_vouch_min_uid",
          "public_metrics"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size", "records_per_token"}
@@ -58,6 +65,10 @@ _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table
 _RATELIMIT_MAX = {"bucket_size": 1_000_000, "refill_rate": 1_000_000, "refill_period_s": 3600,
                   "table_size": 10_000_000}
 RECORDS_PER_TOKEN_MAX = 10_000_000
+# [http]: each key's least and largest value (sizes in MiB, times in seconds).
+_HTTP_RANGES = {"max_body_mib": (1, 1024), "max_agent_body_mib": (1, 1024), "idle_timeout_s": (1, 3600),
+                "header_timeout_s": (1, 3600), "body_timeout_s": (1, 3600)}
+_HTTP = set(_HTTP_RANGES)
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -92,6 +103,13 @@ def load_ratelimit_settings(path: str | Path | None) -> RateLimitSettings:
     return ratelimit_from_dict(_read(path).get("ratelimit", {}), str(path))
 
 
+def load_http_settings(path: str | Path | None) -> HttpSettings:
+    """The [http] section (defaults without a file)."""
+    if path is None:
+        return HttpSettings()
+    return http_from_dict(_read(path).get("http", {}), str(path))
+
+
 def _read(path: str | Path) -> dict:
     try:
         return tomllib.loads(Path(path).read_text())
@@ -118,6 +136,21 @@ def ratelimit_from_dict(section: object, origin: str = "config") -> RateLimitSet
         raise SettingsError(f"{where}: records_per_token {per!r}: a whole number, 0 (no charge) to "
                             f"{RECORDS_PER_TOKEN_MAX:,}")
     return RateLimitSettings(enabled=enabled, records_per_token=per, **numbers)
+
+
+def http_from_dict(section: object, origin: str = "config") -> HttpSettings:
+    where = f"{origin} [http]"
+    if not isinstance(section, dict):
+        raise SettingsError(f"{where}: a table")
+    _only(section, _HTTP, where)
+    for key, (least, most) in _HTTP_RANGES.items():
+        value = section.get(key, least)
+        whole = key.endswith("_mib")
+        kinds = int if whole else int | float
+        if isinstance(value, bool) or not isinstance(value, kinds) or not least <= value <= most:
+            raise SettingsError(f"{where}: {key} {value!r}: {'a whole number' if whole else 'a number'}, "
+                                f"{least}..{most}")
+    return HttpSettings(**section)
 
 
 def auth_from_dict(section: object, origin: str = "config") -> AuthSettings:
