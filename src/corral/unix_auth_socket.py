@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("corral.auth_socket")
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_ACCEPTING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags: the socket listens
 
 
 def peer_ids(sock: socket.socket) -> tuple[int, int]:
@@ -50,3 +51,20 @@ def close(server: asyncio.AbstractServer, path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
         os.rmdir(os.path.dirname(path))
+
+
+def listening(path: str) -> bool:
+    """Whether a server listens on the Unix socket at `path` on this host (its network namespace), read
+    from /proc/net/unix: unlike connecting, asking has no effect on the server (an auth socket answers every
+    connection with a credential)."""
+    target = os.path.abspath(path)
+    try:
+        with open("/proc/net/unix") as table:
+            next(table, None)  # the header
+            for line in table:
+                fields = line.split(maxsplit=7)
+                if len(fields) == 8 and fields[7].rstrip("\n") == target and int(fields[3], 16) & _ACCEPTING:
+                    return True
+    except (OSError, ValueError):
+        return False
+    return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
-from corral.agent.cgroups import CgroupError, CgroupTree, default_root
+from corral.agent.cgroups import CgroupError, CgroupTree, CgroupTreeTaken, check_cluster_id, default_root, tree_name
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
@@ -34,19 +35,47 @@ log = logging.getLogger("corral.agent")
 SYSTEM_SPOOL = Path("/var/spool/corral")
 
 
-def default_spool_dir(node: str, run_as_user: bool = False) -> Path:
+def default_spool_dir(node: str, run_as_user: bool = False, cluster_id: str | None = None) -> Path:
     """Where batch scripts and the task record go: /var/spool/corral for an agent that runs tasks as their
-    users (each user must reach their script, as under slurmd's /var/spool/slurmd), else the agent user's."""
+    users (each user must reach their script, as under slurmd's /var/spool/slurmd), else the agent user's;
+    agent-<cluster>-<node> there, or agent-<node> without a cluster id."""
+    name = f"agent-{cluster_id}-{node}" if cluster_id else f"agent-{node}"
     if run_as_user:
-        return SYSTEM_SPOOL / f"agent-{node}"
+        return SYSTEM_SPOOL / name
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(state_home) / "corral" / f"agent-{node}"
+    return Path(state_home) / "corral" / name
+
+
+class SpoolTaken(Exception):
+    """Another running agent records its tasks in the spool: starting would kill them as leftovers."""
+
+
+def claim_spool(spool: Path) -> int:
+    """Lock the spool for this process's life (flock on SPOOL/agent.lock; the descriptor is returned to be
+    kept open): a starting agent kills the recorded tasks it cannot adopt, so it must be the spool's only
+    agent."""
+    spool.mkdir(parents=True, exist_ok=True)
+    fd = os.open(spool / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpoolTaken(f"the spool {spool} is another running agent's: each agent needs its own "
+                         "(give each cluster its own --cluster-id, or --spool)") from None
+    return fd
 
 
 def _node_name(text: str) -> str:
     try:
         return check_node_name(text)
     except HostlistError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cluster_id(text: str) -> str:
+    try:
+        return check_cluster_id(text)
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -69,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CA certificate(s) that verify an https:// controller (default: the system's CAs); "
                         "its jobs get it as CORRAL_CA_FILE")
     parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
+    parser.add_argument("--cluster-id", type=_cluster_id, default=None, metavar="ID",
+                        help="the cluster's id on this host (lower-case letters and digits), in the names of "
+                        "what the agent makes here (cgroups, spool), so that agents of several clusters on one "
+                        "host, named alike, never touch each other's jobs (`corral up` gives one; default: none)")
     parser.add_argument("--address", default=None,
                         help="address other nodes reach this one at: MASTER_ADDR of the jobs it is the first "
                         "node of (default: this host's address on its route to the controller)")
@@ -79,14 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="memory to offer in MiB (default: all)")
     parser.add_argument("--spool", type=Path, default=None,
                         help="directory for job scripts and the record of running tasks "
-                        "(default: /var/spool/corral/agent-NODE when tasks run as their users, else "
-                        "$XDG_STATE_HOME/corral/agent-NODE)")
+                        "(default: /var/spool/corral/agent-[ID-]NODE when tasks run as their users, else "
+                        "$XDG_STATE_HOME/corral/agent-[ID-]NODE, ID the --cluster-id)")
     parser.add_argument("--kill-tasks-on-exit", action="store_true",
                         help="kill the running tasks when the agent stops (default: leave them running)")
     parser.add_argument("--cgroup-root", type=Path, default=None, metavar="DIR",
                         help="cgroup v2 directory under which each job gets its cgroup; the v1 hierarchies "
-                        "the host mounts for what v2 lacks get one of the same name (default: corral-NODE in "
-                        "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified)")
+                        "the host mounts for what v2 lacks get one of the same name (default: corral-[ID-]NODE in "
+                        "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified, ID the --cluster-id)")
     parser.add_argument("--no-cgroups", action="store_true", help="do not put jobs in cgroups")
     parser.add_argument("--gpu-device-dir", type=Path, default=None, metavar="DIR",
                         help="with --gpus N: the simulated GPUs' device files are DIR/nvidia0..N-1, denied to "
@@ -223,8 +256,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral agent: cannot tell this host's address towards {args.controller[0]} ({exc}): "
               "give it with --address", file=sys.stderr)
         return 1
-    confinement, cgroups_status = confinement_from(args, gpu_device_files(args, inventory))
-    spool = args.spool or default_spool_dir(args.node, confinement.run_as_user)
+    try:
+        confinement, cgroups_status = confinement_from(args, gpu_device_files(args, inventory))
+        spool = args.spool or default_spool_dir(args.node, confinement.run_as_user, args.cluster_id)
+        claim_spool(spool)  # held open until the process exits
+    except (CgroupTreeTaken, SpoolTaken) as exc:
+        print(f"corral agent: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"corral agent: cannot lock the spool: {exc}", file=sys.stderr)
+        return 1
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
@@ -282,9 +323,13 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
         status = "cgroups off (--no-cgroups)"
     else:
         try:
-            root = args.cgroup_root or default_root(args.node)
-            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files)
+            root = args.cgroup_root or default_root(args.node, args.cluster_id)
+            tree = CgroupTree.open(root, tree_name(args.node, args.cluster_id) if root is None else None,
+                                   device_files)
+            tree.claim()
             status = tree.describe()
+        except CgroupTreeTaken:
+            raise  # never to run beside its jobs, killing them as leftovers
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"
     (log.info if tree is not None else log.warning)("task isolation: %s", status)

@@ -1,12 +1,17 @@
 """Per-job and per-step cgroups, as Slurm's proctrack/cgroup and task/cgroup plugins give.
 
 Layout: the agent's tree (one per agent, so that several agents on one host never touch each other's jobs)
-is named like its v2 root (--cgroup-root, default corral-<node> in the cgroup2 mount), and has the same
+is named like its v2 root (--cgroup-root, default corral-<cluster>-<node> in the cgroup2 mount, with the
+cluster's id from --cluster-id: several clusters on one host name their nodes alike), and has the same
 shape in every hierarchy it uses:
 
     <tree>/job_<id>/            the job's limits: memory, CPU set, devices; killing it ends it all
     <tree>/job_<id>/batch/      the job's own tasks (the batch shell, or every task of a non-batch job)
     <tree>/job_<id>/step_<n>/   the tasks of step n (srun inside the allocation)
+
+The running agent holds an exclusive lock (flock) on its tree's tracking directory, taken with claim(): a
+second agent given the same tree refuses to start instead of killing the first one's jobs as leftovers,
+so every job cgroup an agent finds in its claimed tree is provably its own cluster's and node's.
 
 Tasks only ever live in the leaves (cgroup v2's no-internal-process rule). Whatever a task starts stays in
 its cgroups whatever it does (setsid, double fork), so when a job or step ends everything it left is found
@@ -40,8 +45,11 @@ process) it is counted against the job's memory limit and runs on its CPUs.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -64,21 +72,39 @@ from corral.agent.cgroup_hierarchies import (
 )
 from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
-__all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_root"]
+__all__ = ["CgroupError", "CgroupTree", "CgroupTreeTaken", "JobCgroup", "check_cluster_id", "default_root",
+           "tree_name"]
 
 log = logging.getLogger(__name__)
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 V1H = TypeVar("V1H", bound=V1Hierarchy)
+CLUSTER_ID = re.compile(r"[a-z0-9]{1,32}")
 
 
-def default_root(node: str) -> Path | None:
-    """corral-<node> in the host's cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
+class CgroupTreeTaken(CgroupError):
+    """Another running agent holds the tree: starting would kill its jobs as leftovers."""
+
+
+def check_cluster_id(text: str) -> str:
+    """A cluster id as it goes into cgroup, spool and file names: 1 to 32 lower-case letters and digits."""
+    if not CLUSTER_ID.fullmatch(text):
+        raise ValueError(f"cluster id {text!r} is not 1 to 32 lower-case letters and digits")
+    return text
+
+
+def tree_name(node: str, cluster_id: str | None) -> str:
+    """corral-<cluster>-<node>; corral-<node> for an agent told no cluster id (one cluster on the host)."""
+    return f"corral-{cluster_id}-{node}" if cluster_id else f"corral-{node}"
+
+
+def default_root(node: str, cluster_id: str | None = None) -> Path | None:
+    """tree_name() in the host's cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
     host); None on a v1-only host."""
     v2 = [point for point, fstype, _ in mounts() if fstype == "cgroup2"]
     for point in (CGROUP_MOUNT, CGROUP_MOUNT / "unified", *v2):
         if point in v2:
-            return point / f"corral-{node}"
+            return point / tree_name(node, cluster_id)
     return None
 
 
@@ -99,6 +125,26 @@ class CgroupTree:
         affinity = os.sched_getaffinity(0)
         self.cpus = CpuAllocator(affinity, host_cores(affinity))
         self._hold_cpus_of_existing_jobs()
+        self._claim: int | None = None  # the locked tracking directory, while this process holds the tree
+
+    def claim(self) -> None:
+        """Take the tree for this process until it exits (an exclusive flock on the tracking directory), or
+        raise CgroupTreeTaken naming who holds it: an agent kills the job cgroups it finds in its tree, so
+        it must be the only one using the tree."""
+        if self._claim is not None:
+            return
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise CgroupError(f"cannot lock the cgroup tree {self.root}: {exc.strerror or exc}") from exc
+            raise CgroupTreeTaken(
+                f"the cgroup tree {self.root} is held by another running agent{_holders(self.root)}: each "
+                "agent on a host needs its own (give each cluster its own --cluster-id, or --cgroup-root)"
+            ) from None
+        self._claim = fd
 
     @property
     def root(self) -> Path:
@@ -247,6 +293,19 @@ class JobCgroup:
         """Whether the kernel killed a process of the leaf `name` for going over the job's memory limit."""
         memory = self.tree.memory
         return memory is not None and memory.oom_killed(memory.root / f"job_{self.job_id}" / name)
+
+
+def _holders(root: Path) -> str:
+    """" (pid N)" for the processes holding a flock on `root`, from /proc/locks, where it can tell."""
+    try:
+        status = os.stat(root)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return ""
+    file_id = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    pids = sorted({fields[4] for fields in (line.split() for line in lines)
+                   if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == file_id})
+    return f" (pid {', '.join(pids)})" if pids else ""
 
 
 def _opened(kind: type[V1H], name: str, missing: dict[str, str]) -> V1H | None:

@@ -2,6 +2,7 @@
 --controllers N, N controllers sharing a PostgreSQL server started for them, their leader serving."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import secrets
@@ -48,6 +49,7 @@ class Cluster:
     plan: UpPlan
     supervisor: Supervisor
     name: str = "corral"  # as the controller's /health says
+    isolation: str = ""  # how the agents confine jobs, as they registered it (for the banner)
     controller_answered: bool = False
     postgres_started: bool = False
 
@@ -78,6 +80,26 @@ def state_dir_lock(state_dir: Path) -> Iterator[None]:
         except BlockingIOError:
             raise CliError(f"another 'corral up' is running with state dir {state_dir}") from None
         yield
+
+
+def cluster_identity(state_dir: Path) -> str:
+    """The cluster's id on this host: made once per state dir (STATE_DIR/cluster-id) and kept, as its CA
+    is, so that the cluster started again finds what its agents left (their cgroups and spools carry it)."""
+    from corral.agent.cgroups import check_cluster_id
+
+    path = state_dir / "cluster-id"
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():  # made once, whole (a link cannot replace a file), whoever comes first
+        candidate = state_dir / f".cluster-id.{os.getpid()}"
+        candidate.write_text(secrets.token_hex(4) + "\n")
+        with contextlib.suppress(FileExistsError):
+            os.link(candidate, path)
+        candidate.unlink()
+    text = path.read_text().strip()
+    try:
+        return check_cluster_id(text)
+    except ValueError as exc:
+        raise CliError(f"{path}: {exc} (remove the file to have a new one made)") from None
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -138,7 +160,24 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
     with Client(urls, secret, timeout_s=2.0, ca_file=ca_file) as client:
         for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
             supervisor.start(name, argv)
-        _wait_for_nodes(client, supervisor, plan.node_names, deadline)
+        nodes = _wait_for_nodes(client, supervisor, plan.node_names, deadline)
+    cluster.isolation = isolation_words(nodes)
+
+
+def isolation_words(nodes: list[dict]) -> str:
+    """How the agents confine jobs, said once when all say the same, else per node; with the reason when
+    there are no cgroups (a non-root cluster on a host whose cgroups are root's, --no-cgroups...)."""
+    from corral.cli.render import isolation
+
+    said: dict[str, list[str]] = {}
+    for node in nodes:
+        words = isolation(node)
+        if words.endswith("no cgroups") and node.get("cgroups"):
+            words = f"{words.removesuffix('no cgroups')}{node['cgroups']}"
+        said.setdefault(words, []).append(node["name"])
+    if len(said) == 1:
+        return next(iter(said))
+    return "; ".join(f"{', '.join(names)}: {words}" for words, names in said.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,16 +202,18 @@ def _wait_for_health(client: Client, supervisor: Supervisor, deadline: _Deadline
             deadline.sleep_or_fail(f"{what} did not answer")
 
 
-def _wait_for_nodes(client: Client, supervisor: Supervisor, names: tuple[str, ...], deadline: _Deadline) -> None:
+def _wait_for_nodes(client: Client, supervisor: Supervisor, names: tuple[str, ...],
+                    deadline: _Deadline) -> list[dict]:
+    """The nodes `names`, once all are up."""
     while True:
         supervisor.check_alive()  # first: a dead controller is reported as such, not as unreachable
         try:
-            up = {node["name"] for node in client.nodes() if node["state"] != "down"}
+            up = {node["name"]: node for node in client.nodes() if node["state"] != "down"}
         except ControllerUnreachable:
-            up = set()
+            up = {}
         missing = [name for name in names if name not in up]
         if not missing:
-            return
+            return [up[name] for name in names]
         deadline.sleep_or_fail(f"nodes {', '.join(missing)} did not register")
 
 
@@ -223,27 +264,59 @@ def run_up(plan: UpPlan) -> int:
                 start_postgres(plan.postgres)
             start_cluster(cluster)
             ready = True
-            config_path = write_cluster_file(urls, plan.secret_file, auth_socket=plan.auth_socket,
-                                             ca_file=plan.ca_file)
-            # Root's cluster serves every user of this host: tell them where it is.
-            if os.geteuid() == 0 and plan.auth_socket is not None:
-                system_file = write_system_cluster_file(urls, plan.auth_socket, ca_file=plan.ca_file)
-            typer.echo(banner(cluster, config_path, system_file))
+            recorded = record_cluster(plan, urls)
+            system_file = recorded.system_file
+            typer.echo(banner(cluster, recorded))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
             typer.echo("\ncorral: stopping the jobs, then the agents and the controller...", err=True)
             return 0 if ready else 130
         finally:
             if system_file is not None:
-                remove_system_cluster_file(system_file, plan.url)
+                remove_system_cluster_file(system_file, plan.url, plan.cluster_id)
             try:
                 cluster.stop()
             except (KeyboardInterrupt, _Stop):  # asked again: no more waiting
                 cluster.stop(grace_s=0.0, stop_jobs=False)
 
 
-def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None) -> str:
-    plan = cluster.plan
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """Where the cluster's users find it, and which cluster files were kept for another running cluster."""
+
+    config_path: Path | None  # the user's cluster.json; None: it is another running cluster's
+    system_file: Path | None = None  # root's cluster: the host's cluster.json, or this cluster's own copy
+    user_file_owner: str | None = None  # the URL of the running cluster that keeps the user's cluster.json
+    system_file_owner: str | None = None  # ... that keeps /etc/corral/cluster.json
+
+
+def record_cluster(plan: UpPlan, urls: tuple[str, ...]) -> Recorded:
+    """Write the user's cluster.json and, for root's cluster (it serves every user of the host), the host's;
+    a file describing another cluster that still runs here is left to it (its users must keep reaching it),
+    and the banner says how to reach this one instead."""
+    from corral.cli.config import another_running_cluster, cluster_file, system_cluster_file
+
+    ours = {"url": urls[0], "cluster_id": plan.cluster_id}
+    user_owner = another_running_cluster(cluster_file(), ours)  # for the banner; the write checks again
+    config_path = write_cluster_file(urls, plan.secret_file, auth_socket=plan.auth_socket, ca_file=plan.ca_file,
+                                     cluster_id=plan.cluster_id)
+    user_file_owner = None if config_path is not None else _url_of(user_owner)
+    if os.geteuid() != 0 or plan.auth_socket is None:
+        return Recorded(config_path, user_file_owner=user_file_owner)
+    system_owner = another_running_cluster(system_cluster_file(), ours)
+    system_file = write_system_cluster_file(urls, plan.auth_socket, ca_file=plan.ca_file,
+                                            cluster_id=plan.cluster_id,
+                                            instead=plan.auth_socket.with_name("cluster.json"))
+    kept = system_file != system_cluster_file()
+    return Recorded(config_path, system_file, user_file_owner, _url_of(system_owner) if kept else None)
+
+
+def _url_of(cluster: dict | None) -> str:
+    return str(cluster.get("url", "?")) if cluster is not None else "another cluster"
+
+
+def banner(cluster: Cluster, recorded: Recorded) -> str:
+    plan, config_path = cluster.plan, recorded.config_path
     gpus = "real GPUs" if plan.gpus_per_node is None else f"{plan.gpus_per_node} simulated GPUs each"
     several = len(plan.urls) > 1
     return (
@@ -251,10 +324,14 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None)
         + (f"  API:       {', '.join(plan.urls)} ({len(plan.urls)} controllers: their leader answers; "
            "'corral status' says which)\n" if several else f"  API:       {plan.url}\n")
         + f"  dashboard: {plan.url}/ in a browser (sign in with a token from 'corral token create')\n"
-        + (f"  database:  PostgreSQL, data in {plan.postgres.data_dir}\n" if plan.postgres else "") +
-        f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
-        f"  users:     {plan.auth_socket} gives this host's users their credential"
-        + (f" (found through {system_file})\n" if system_file else "\n")
+        + (f"  database:  PostgreSQL, data in {plan.postgres.data_dir}\n" if plan.postgres else "")
+        + f"  secret:    {plan.secret_file} " + (
+            f"(recorded with the URL in {config_path})\n" if config_path is not None else
+            f"({_user_cluster_file()} still serves the cluster at {recorded.user_file_owner}; reach this one with "
+            f"CORRAL_URL={','.join(plan.urls or (plan.url,))} CORRAL_SECRET_FILE={plan.secret_file})\n")
+        + f"  users:     {plan.auth_socket} gives this host's users their credential"
+        + _system_file_words(recorded)
+        + (f"  isolation: {cluster.isolation}\n" if cluster.isolation else "")
         + (f"  CA:        {plan.ca_file} (clients verify the controller with it; recorded there too)\n"
            if plan.ca_file else "")
         + (f"  health:    {plan.health_check}\n" if plan.health_check else "") +
@@ -265,6 +342,23 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None)
         "  corral queue; corral nodes; corral acct\n"
         "Press Ctrl-C to stop the cluster (running jobs are stopped and requeued)."
     )
+
+
+def _user_cluster_file() -> Path:
+    from corral.cli.config import cluster_file
+
+    return cluster_file()
+
+
+def _system_file_words(recorded: Recorded) -> str:
+    if recorded.system_file is None:
+        return "\n"
+    if recorded.system_file_owner is None:
+        return f" (found through {recorded.system_file})\n"
+    from corral.cli.config import system_cluster_file
+
+    return (f"\n             ({system_cluster_file()} still serves the cluster at {recorded.system_file_owner}: "
+            f"this cluster's users set CORRAL_SYSTEM_CLUSTER_FILE={recorded.system_file})\n")
 
 
 def up(
@@ -307,7 +401,8 @@ def up(
     from corral.cli.hostinfo import probe_host
 
     with reported_errors():
-        options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
+        state = (state_dir or default_state_dir()).absolute()
+        options = UpOptions(state_dir=state, cluster_id=cluster_identity(state), nodes=nodes,
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
                             health_interval_s=health_interval, health_before_job=health_before_job)
