@@ -284,11 +284,12 @@ def main(argv: list[str] | None = None) -> int:
         health=health_config(args),
         usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),
     )
-    return run_agent(agent, args, ca_file)
+    return run_agent(agent, args, ca_file, confinement.cgroups)
 
 
-def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None) -> int:
-    """Serve until stopped; the host's cluster.json (--cluster-file) names the agent's socket meanwhile."""
+def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None, tree: CgroupTree | None = None) -> int:
+    """Serve until stopped; the host's cluster.json (--cluster-file) names the agent's socket meanwhile.
+    With --kill-tasks-on-exit the cgroup tree, emptied, goes too."""
     socket_path = str(args.auth_socket.absolute()) if args.auth_socket else None
     cluster_file = args.cluster_file if socket_path else None
     if cluster_file and socket_path:
@@ -299,6 +300,8 @@ def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None) -> in
             return 1
     try:
         asyncio.run(serve(agent, args.kill_tasks_on_exit))
+        if args.kill_tasks_on_exit and tree is not None:
+            tree.release()
     finally:
         if cluster_file and socket_path:
             remove_cluster_file(cluster_file, socket_path)
@@ -332,6 +335,8 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
             raise  # never to run beside its jobs, killing them as leftovers
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"
+            if os.geteuid() != 0 and args.cgroup_root is None:
+                status += " (the agent is not root: give it a cgroup delegated to its user with --cgroup-root)"
     (log.info if tree is not None else log.warning)("task isolation: %s", status)
     return Confinement(run_as_user=run_as_user, cgroups=tree), status
 

@@ -146,6 +146,15 @@ class CgroupTree:
             ) from None
         self._claim = fd
 
+    def release(self) -> None:
+        """Let the tree go, removing it from every hierarchy where it is empty (an agent that killed its
+        tasks on stopping leaves no trace; one that left them running leaves their cgroups, and the tree)."""
+        if self._claim is not None:
+            os.close(self._claim)
+            self._claim = None
+        for hierarchy in self.hierarchies:
+            rmdir(hierarchy.root)
+
     @property
     def root(self) -> Path:
         """The tracking hierarchy's tree (where leftover jobs are found)."""

@@ -165,19 +165,19 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
 
 
 def isolation_words(nodes: list[dict]) -> str:
-    """How the agents confine jobs, said once when all say the same, else per node; with the reason when
-    there are no cgroups (a non-root cluster on a host whose cgroups are root's, --no-cgroups...)."""
+    """How the agents confine jobs (as `corral nodes` says it), once when all say the same, else per node;
+    without cgroups, why (the first such node's reason: a user's cluster on a host whose cgroups are
+    root's, --no-cgroups...)."""
     from corral.cli.render import isolation
 
     said: dict[str, list[str]] = {}
     for node in nodes:
-        words = isolation(node)
-        if words.endswith("no cgroups") and node.get("cgroups"):
-            words = f"{words.removesuffix('no cgroups')}{node['cgroups']}"
-        said.setdefault(words, []).append(node["name"])
-    if len(said) == 1:
-        return next(iter(said))
-    return "; ".join(f"{', '.join(names)}: {words}" for words, names in said.items())
+        said.setdefault(isolation(node), []).append(node["name"])
+    words = next(iter(said)) if len(said) == 1 else "; ".join(
+        f"{', '.join(names)}: {text}" for text, names in said.items())
+    why = next((f"{node['name']}: {node['cgroups'].removeprefix('no cgroups: ')}" for node in nodes
+                if isolation(node).endswith("no cgroups") and node.get("cgroups")), None)
+    return f"{words} ({why})" if why else words
 
 
 @dataclass(frozen=True, slots=True)
