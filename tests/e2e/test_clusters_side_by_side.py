@@ -54,17 +54,10 @@ def test_two_root_clusters_named_alike_never_kill_each_others_jobs_and_the_host_
         first.start()
         long_job = first.submit(["sleep", "300"], marker)
         wait_for(lambda: marked_jobs(marker).get(long_job), timeout_s=60, message="the first cluster's job runs")
-        assert read_json(system_file)["cluster_id"] == first.cluster_id
-
         second.start()  # its agents, named node1 and node2 too, start: they kill what they find as leftovers
+        time.sleep(1)  # such a kill is at once
+        assert marked_jobs(marker).get(long_job), "the first cluster's job survived the second's start"
         assert first.cluster_id != second.cluster_id
-        own_copy = Path(f"/run/corral/{second.port}/cluster.json")
-        assert (f"({system_file} still serves the cluster at http://127.0.0.1:{first.port}: this cluster's users set "
-                f"CORRAL_SYSTEM_CLUSTER_FILE={own_copy})") in second.banner
-        assert f"CORRAL_URL=http://127.0.0.1:{second.port} CORRAL_SECRET_FILE={second.state_dir}/secret" \
-            in second.banner, "the user's own cluster.json stays the first cluster's too"
-        assert read_json(system_file)["cluster_id"] == first.cluster_id
-        assert read_json(own_copy)["url"] == f"http://127.0.0.1:{second.port}"
         trees = {c.cluster_id: {n["name"]: n["cgroups"] for n in c.nodes()} for c in (first, second)}
         for cluster_id, by_node in trees.items():
             if all(text.startswith("cgroup ") for text in by_node.values()):  # where the host gives cgroups
@@ -77,6 +70,14 @@ def test_two_root_clusters_named_alike_never_kill_each_others_jobs_and_the_host_
         time.sleep(1)  # a kill of the cgroup would have been at once
         assert marked_jobs(marker).get(long_job), "the first cluster's job survived the second's"
         assert first.job(long_job)["state"] == "RUNNING"
+
+        own_copy = Path(f"/run/corral/{second.port}/cluster.json")
+        assert (f"({system_file} still serves the cluster at http://127.0.0.1:{first.port}: this cluster's users set "
+                f"CORRAL_SYSTEM_CLUSTER_FILE={own_copy})") in second.banner
+        assert f"CORRAL_URL=http://127.0.0.1:{second.port} CORRAL_SECRET_FILE={second.state_dir}/secret" \
+            in second.banner, "the user's own cluster.json stays the first cluster's too"
+        assert read_json(system_file)["cluster_id"] == first.cluster_id
+        assert read_json(own_copy)["url"] == f"http://127.0.0.1:{second.port}"
 
         code, _ = second.stop()
         assert code == 0

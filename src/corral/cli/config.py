@@ -196,13 +196,16 @@ def _read_cluster_data(path: Path) -> dict | None:
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """Hold .NAME.lock beside `path`: whether a cluster file is another's is read and acted on at once (two
-    `corral up` starting or stopping together)."""
+    """Hold a lock on the directory of `path` (flock: no lock file left behind): whether a cluster file is
+    another's is read and acted on at once (two `corral up` starting or stopping together)."""
     import fcntl
 
-    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def write_private_file(path: Path, text: str) -> None:
