@@ -127,3 +127,44 @@ def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(share
                 cluster.ensure_stopped()
             if (roots.state_dir / "cluster-id").exists():
                 remove_cgroup_trees(roots.cluster_id)
+
+
+JOBS_EACH = 100
+
+
+def test_two_root_clusters_and_a_users_run_100_jobs_each_at_once_and_every_one_completes(shared_root) -> None:
+    """The issue's check. Every cluster numbers its jobs 1..100 on nodes node1 and node2, and runs them at
+    the same time as the others: a job ending in one cluster must kill nothing in another. Took 2-3 min
+    on 2 shared, loaded cores."""
+    root, marker = shared_root
+    env = {"CORRAL_SYSTEM_CLUSTER_FILE": str(root / "etc" / "cluster.json"), "XDG_CONFIG_HOME": str(root / "config")}
+    with clusters_user() as user:
+        clusters = [root_cluster(root, "a", env), root_cluster(root, "b", env),
+                    UpCluster(root / "user", free_port(), {
+                        "HOME": str(root / "user"), "XDG_CONFIG_HOME": str(root / "user" / "config"),
+                        "CORRAL_SYSTEM_CLUSTER_FILE": env["CORRAL_SYSTEM_CLUSTER_FILE"], "USER": user.pw_name,
+                        "LOGNAME": user.pw_name}, user=user)]
+        try:
+            for cluster in clusters:
+                cluster.start()
+            started = time.monotonic()
+            for _ in range(JOBS_EACH):  # interleaved: the clusters' jobs of one number run together
+                for cluster in clusters:
+                    cluster.submit(["sleep", "1"], marker, gpus_per_node=0)
+            for cluster in clusters:
+                wait_for(lambda cluster=cluster: all(job["state"] in FINAL for job in cluster.jobs()),
+                         timeout_s=600, interval_s=1.0, message=f"the jobs of {cluster.root.name} end")
+            took_s = time.monotonic() - started
+            for cluster in clusters:
+                states = {job["id"]: (job["state"], job["reason"]) for job in cluster.jobs()}
+                assert sorted(states) == list(range(1, JOBS_EACH + 1))
+                failed = {job_id: state for job_id, state in states.items() if state[0] != "COMPLETED"}
+                assert not failed, f"{cluster.root.name}: {failed}"
+            print(f"{len(clusters)} clusters x {JOBS_EACH} jobs: all COMPLETED in {took_s:.0f} s")
+            for cluster in clusters:
+                assert cluster.stop()[0] == 0
+        finally:
+            for cluster in clusters:
+                cluster.ensure_stopped()
+                if (cluster.state_dir / "cluster-id").exists():
+                    remove_cgroup_trees(cluster.cluster_id)
