@@ -114,3 +114,21 @@ def test_an_agent_never_opens_another_users_cgroup_tree():
         assert os.waitstatus_to_exitcode(status) == 0
     finally:
         root.rmdir()
+
+
+def test_an_agents_cluster_file_leaves_another_running_clusters_alone(tmp_path):
+    import json
+
+    from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
+    from tests.cli.test_cluster_files import auth_socket
+
+    path = tmp_path / "etc" / "cluster.json"
+    with auth_socket(tmp_path / "other.sock") as other:
+        path.parent.mkdir()
+        path.write_text(json.dumps({"url": "http://127.0.0.1:7001", "auth_socket": str(other)}))
+        assert write_cluster_file(path, ["http://head:6817"], str(tmp_path / "mine.sock"), None) == \
+            "http://127.0.0.1:7001"
+        remove_cluster_file(path, str(tmp_path / "mine.sock"))
+        assert json.loads(path.read_text())["auth_socket"] == str(other)
+    assert write_cluster_file(path, ["http://head:6817"], str(tmp_path / "mine.sock"), None) is None, "stale"
+    assert json.loads(path.read_text())["url"] == "http://head:6817"

@@ -294,7 +294,10 @@ def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None, tree:
     cluster_file = args.cluster_file if socket_path else None
     if cluster_file and socket_path:
         try:
-            write_cluster_file(cluster_file, args.controller, socket_path, ca_file)
+            other = write_cluster_file(cluster_file, args.controller, socket_path, ca_file)
+            if other is not None:
+                log.warning("%s is kept: it serves the cluster at %s, still running here; this node's users find "
+                            "this cluster with CORRAL_URL=%s", cluster_file, other, ",".join(args.controller))
         except OSError as exc:
             print(f"corral agent: cannot write {cluster_file}: {exc}", file=sys.stderr)
             return 1
