@@ -21,6 +21,7 @@ from corral.cli.up import (
     banner,
     check_port_free,
     cluster_identity,
+    keep_cluster_id,
     start_cluster,
     state_dir_lock,
     write_agent_credentials,
@@ -85,12 +86,18 @@ def test_plan_gives_the_agents_the_clusters_id_for_their_cgroups_and_spools(tmp_
 
 
 def test_a_cluster_id_is_made_once_per_state_dir_and_kept(tmp_path):
-    first = cluster_identity(tmp_path / "state")
-    assert first == cluster_identity(tmp_path / "state") != cluster_identity(tmp_path / "other")
-    assert (tmp_path / "state" / "cluster-id").read_text() == first + "\n"
-    (tmp_path / "state" / "cluster-id").write_text("../etc\n")
+    state = tmp_path / "state"
+    plan = plan_up(UpOptions(state_dir=state, cluster_id=cluster_identity(state)), NO_GPUS, python="py")
+    assert not state.exists(), "nothing is written before the cluster starts"
+    state.mkdir()
+    keep_cluster_id(plan)
+    assert (state / "cluster-id").read_text() == f"{plan.cluster_id}\n"
+    assert cluster_identity(state) == plan.cluster_id != cluster_identity(tmp_path / "other")
+    with pytest.raises(CliError, match="cluster-id changed while 'corral up' started"):
+        keep_cluster_id(dataclasses.replace(plan, cluster_id="0ther"))
+    (state / "cluster-id").write_text("../etc\n")
     with pytest.raises(CliError, match="cluster-id: cluster id '../etc' is not 1 to 32 lower-case letters"):
-        cluster_identity(tmp_path / "state")
+        cluster_identity(state)
 
 
 def test_plan_options(tmp_path):

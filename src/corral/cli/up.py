@@ -2,7 +2,6 @@
 --controllers N, N controllers sharing a PostgreSQL server started for them, their leader serving."""
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import secrets
@@ -32,6 +31,7 @@ from corral.cli.supervisor import ChildExited, Supervisor
 from corral.cli.up_plan import UpOptions, UpPlan, plan_up, tls_files
 from corral.cli.up_postgres import check_can_start, start_postgres, stop_postgres
 from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
+from corral.private_file import write_atomic
 
 STARTUP_TIMEOUT_S = 60.0
 POLL_INTERVAL_S = 0.1
@@ -82,24 +82,38 @@ def state_dir_lock(state_dir: Path) -> Iterator[None]:
         yield
 
 
+CLUSTER_ID_FILE = "cluster-id"
+
+
 def cluster_identity(state_dir: Path) -> str:
-    """The cluster's id on this host: made once per state dir (STATE_DIR/cluster-id) and kept, as its CA
-    is, so that the cluster started again finds what its agents left (their cgroups and spools carry it)."""
+    """The cluster's id on this host: the state dir's (STATE_DIR/cluster-id, kept as its CA is, so that the
+    cluster started again finds what its agents left: their cgroups and spools carry it), or a new one that
+    keep_cluster_id() records once the cluster starts."""
     from corral.agent.cgroups import check_cluster_id
 
-    path = state_dir / "cluster-id"
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.exists():  # made once, whole (a link cannot replace a file), whoever comes first
-        candidate = state_dir / f".cluster-id.{os.getpid()}"
-        candidate.write_text(secrets.token_hex(4) + "\n")
-        with contextlib.suppress(FileExistsError):
-            os.link(candidate, path)
-        candidate.unlink()
-    text = path.read_text().strip()
+    path = state_dir / CLUSTER_ID_FILE
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return secrets.token_hex(4)
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
     try:
         return check_cluster_id(text)
     except ValueError as exc:
         raise CliError(f"{path}: {exc} (remove the file to have a new one made)") from None
+
+
+def keep_cluster_id(plan: UpPlan) -> None:
+    """Record the plan's cluster id in the state dir (held by state_dir_lock), unless it is there."""
+    if plan.cluster_id is None:
+        return
+    path = plan.state_dir / CLUSTER_ID_FILE
+    if not path.exists():
+        write_atomic(path, plan.cluster_id + "\n", 0o644)
+    elif path.read_text().strip() != plan.cluster_id:
+        raise CliError(f"{path} changed while 'corral up' started (another one ran with this state dir): "
+                       "run it again")
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -253,6 +267,7 @@ def run_up(plan: UpPlan) -> int:
             check_port_free(plan.host, port)
         if plan.postgres is not None:
             check_can_start()
+        keep_cluster_id(plan)
         write_secret(plan.secret_file)
         write_agent_credentials(plan)
         make_certificates(plan)

@@ -201,7 +201,8 @@ def _controller_ports_and_database(options: UpOptions) -> tuple[tuple[int, ...],
                            "URL (postgresql+psycopg://...), or leave --db out to have one started")
         return ports, None, options.db_url
     user = _user_name()
-    postgres = PostgresPlan(postgres_data_dir(options.state_dir, options.port, os.geteuid()), last_port, user)
+    postgres = PostgresPlan(postgres_data_dir(options.state_dir, options.port, os.geteuid(), options.cluster_id),
+                            last_port, user)
     return ports, postgres, postgres.url
 
 
