@@ -68,6 +68,8 @@ def corral_up(*args: str, controllers: int = 2, prefix: str = "corral-up-ha-") -
         if (state_dir / "cluster-id").exists():
             subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", str(data_dir())], check=False, capture_output=True)
             shutil.rmtree(data_dir(), ignore_errors=True)
+            if data_dir().parent.name.startswith("cluster-"):  # the cluster's own directory, root's
+                shutil.rmtree(data_dir().parent, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 
