@@ -174,6 +174,20 @@ def _uid(proc: psutil.Process) -> int | None:
         return None
 
 
+def forget(cluster: UpCluster) -> None:
+    """Remove what the stopped cluster leaves on the host: root's spools, and whatever a failed run left of
+    its cgroup trees, its copy of the host's cluster.json."""
+    if not (cluster.state_dir / "cluster-id").exists():
+        return
+    remove_cgroup_trees(cluster.cluster_id)
+    if cluster.user is None:
+        shutil.rmtree(f"/var/spool/corral/cluster-{cluster.cluster_id}", ignore_errors=True)
+        own_copy = Path(f"/run/corral/{cluster.port}")
+        for path in (own_copy / "cluster.json", own_copy):
+            with contextlib.suppress(OSError):
+                path.unlink() if path.is_file() else path.rmdir()
+
+
 def remove_cgroup_trees(cluster_id: str) -> None:
     """What a failed run left of the cluster's cgroup trees, in every hierarchy (empty ones only)."""
     for tree in Path("/sys/fs/cgroup").glob(f"**/corral-{cluster_id}-node*"):

@@ -19,10 +19,10 @@ from tests.e2e.side_by_side import (
     FINAL,
     UpCluster,
     clusters_user,
+    forget,
     kill_marked,
     marked_jobs,
     read_json,
-    remove_cgroup_trees,
     remove_tree,
 )
 
@@ -90,8 +90,7 @@ def test_two_root_clusters_named_alike_never_kill_each_others_jobs_and_the_host_
     finally:
         for cluster in (second, first):
             cluster.ensure_stopped()
-            if (cluster.state_dir / "cluster-id").exists():
-                remove_cgroup_trees(cluster.cluster_id)
+            forget(cluster)
 
 
 def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(shared_root) -> None:
@@ -125,8 +124,7 @@ def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(share
         finally:
             for cluster in (users, roots):
                 cluster.ensure_stopped()
-            if (roots.state_dir / "cluster-id").exists():
-                remove_cgroup_trees(roots.cluster_id)
+            forget(roots)
 
 
 JOBS_EACH = 100
@@ -166,5 +164,4 @@ def test_two_root_clusters_and_a_users_run_100_jobs_each_at_once_and_every_one_c
         finally:
             for cluster in clusters:
                 cluster.ensure_stopped()
-                if (cluster.state_dir / "cluster-id").exists():
-                    remove_cgroup_trees(cluster.cluster_id)
+                forget(cluster)
