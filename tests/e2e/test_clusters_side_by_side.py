@@ -7,6 +7,8 @@ second took over /etc/corral/cluster.json and removed it when it stopped."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -111,6 +113,13 @@ def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(share
             assert all(node["cgroups"].startswith("no cgroups: cannot set up ") for node in nodes), nodes
             assert f"  isolation: dev mode: as {user.pw_name}, no cgroups (node1: cannot set up " in users.banner
             assert "(the agent is not root: give it a cgroup delegated to its user with --cgroup-root))" in users.banner
+            listed = subprocess.run([sys.executable, "-m", "corral.cli.main", "nodes"], capture_output=True, text=True,
+                                    env={**os.environ, "CORRAL_URL": f"http://127.0.0.1:{users.port}",
+                                         "CORRAL_SECRET_FILE": str(users.state_dir / "secret")}, timeout=60)
+            assert listed.returncode == 0, listed.stderr
+            assert all(line.endswith("no cgroups") for line in listed.stdout.splitlines()[1:]), listed.stdout
+            assert listed.stderr.startswith("corral: 2 nodes run jobs without cgroups (node1, node2); node1: no "
+                                            "cgroups: cannot set up "), listed.stderr
             ids = [users.submit(["sh", "-c", "id -un"], marker) for _ in range(3)]
             for job_id in ids:
                 wait_for(lambda job_id=job_id: users.job(job_id)["state"] in FINAL, timeout_s=60,
