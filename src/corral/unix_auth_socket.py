@@ -16,17 +16,24 @@ _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _ACCEPTING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags: the socket listens
 
 
+class SocketTaken(OSError):
+    """The socket's path is another running server's."""
+
+
 def peer_ids(sock: socket.socket) -> tuple[int, int]:
     _pid, uid, gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
     return uid, gid
 
 
 async def serve(path: str, answer_for: Callable[[int, int], Awaitable[str]]) -> asyncio.AbstractServer:
-    """Listen on `path` (its directory made world-searchable; a stale socket there replaced); answer each
-    caller with `await answer_for(uid, gid)`."""
+    """Listen on `path` (its directory made world-searchable; a stale socket there replaced, a live one
+    refused: SocketTaken); answer each caller with `await answer_for(uid, gid)`."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
     if os.path.exists(path):
+        if listening(path):  # another cluster's (or server's): taking it over would cut its users off
+            raise SocketTaken(f"the auth socket {path} is served by another running process: give each cluster "
+                              "its own (--auth-socket, or [auth] socket)")
         os.unlink(path)
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

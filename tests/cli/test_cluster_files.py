@@ -2,18 +2,23 @@
 they describe while it runs (its auth socket listens); a cluster removes a file only if it is still its own."""
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from corral.cli.config import (
     remove_system_cluster_file,
     write_cluster_file,
     write_system_cluster_file,
 )
-from corral.unix_auth_socket import listening
+from corral.unix_auth_socket import SocketTaken, listening, serve
 
 
 @contextmanager
@@ -96,3 +101,34 @@ def test_the_users_file_stays_a_running_clusters(tmp_path):
     assert write_cluster_file("http://127.0.0.1:7002", tmp_path / "b" / "secret", env, tmp_path / "b.sock",
                               cluster_id="bbbb") == path
     assert json.loads(path.read_text())["cluster_id"] == "bbbb"
+
+
+def test_an_auth_socket_served_by_another_running_process_is_never_taken_over(tmp_path):
+    async def answer(uid: int, gid: int) -> str:
+        return f"for {uid}"
+
+    async def serve_once(path: Path) -> None:
+        server = await serve(str(path), answer)
+        server.close()
+        await server.wait_closed()
+
+    with auth_socket(tmp_path / "auth.sock") as served:
+        with pytest.raises(SocketTaken, match=f"the auth socket {served} is served by another running process"):
+            asyncio.run(serve_once(served))
+        assert listening(str(served)), "the other server keeps it"
+    stale = tmp_path / "stale.sock"
+    with auth_socket(stale, listen=False):
+        asyncio.run(serve_once(stale))  # bound by nobody listening: replaced
+
+
+def test_a_controller_refuses_an_auth_socket_another_cluster_serves(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-for-the-test\n")
+    with auth_socket(tmp_path / "auth.sock") as served:
+        result = subprocess.run(
+            [sys.executable, "-m", "corral.controller", "--listen", "127.0.0.1:9", "--db",
+             f"sqlite:///{tmp_path / 'corral.db'}", "--secret-file", str(secret), "--auth-socket", str(served)],
+            capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2
+        assert f"corral-controller: error: the auth socket {served} is served by another running process" \
+            in result.stderr

@@ -30,6 +30,7 @@ from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.slurm.common.commands_dir import slurm_commands_dir
 from corral.slurm.common.target import TargetError, parse_urls
+from corral.unix_auth_socket import SocketTaken
 
 log = logging.getLogger("corral.agent")
 SYSTEM_SPOOL = Path("/var/spool/corral")
@@ -305,6 +306,9 @@ def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None, tree:
         asyncio.run(serve(agent, args.kill_tasks_on_exit))
         if args.kill_tasks_on_exit and tree is not None:
             tree.release()
+    except SocketTaken as exc:
+        print(f"corral agent: {exc}", file=sys.stderr)
+        return 1
     finally:
         if cluster_file and socket_path:
             remove_cluster_file(cluster_file, socket_path)

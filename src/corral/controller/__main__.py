@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         load_settings,
     )
     from corral.store import StoreError
+    from corral.unix_auth_socket import listening
 
     try:
         config, tenancy = load_settings(args.config)
@@ -109,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.auth_socket:
         auth = dataclasses.replace(auth, socket=os.path.abspath(args.auth_socket))
+    if auth.socket and listening(auth.socket):  # serving it would cut another cluster's users off
+        print(f"corral-controller: error: the auth socket {auth.socket} is served by another running process: "
+              "give each cluster its own (--auth-socket, or [auth] socket)", file=sys.stderr)
+        return 2
     advertise_url = args.advertise_url or default_advertise_url(host, int(port), tls=args.tls_cert is not None)
     if not advertise_url.startswith(("http://", "https://")):
         print(f"corral-controller: error: --advertise-url must be an http:// or https:// URL, not {advertise_url!r}",
