@@ -17,16 +17,14 @@ from corral.cli.hostinfo import HostFacts
 from corral.cli.supervisor import ChildExited, Supervisor
 from corral.cli.up import (
     Cluster,
-    Recorded,
     banner,
     check_port_free,
-    cluster_identity,
-    keep_cluster_id,
     start_cluster,
     state_dir_lock,
     write_agent_credentials,
     write_secret,
 )
+from corral.cli.up_identity import Recorded, cluster_identity, keep_cluster_id
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 
