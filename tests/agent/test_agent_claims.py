@@ -53,6 +53,22 @@ def test_a_second_claim_of_a_cgroup_tree_is_refused_naming_its_holder(cgroup_tre
     release(again)
 
 
+def test_a_tree_of_the_same_name_elsewhere_in_cgroup_v2_is_refused_its_v1_hierarchies(cgroup_tree):  # noqa: F811
+    if len(cgroup_tree.hierarchies) < 2:
+        pytest.skip(f"no v1 hierarchy beside cgroup v2 here ({cgroup_tree.describe()})")
+    cgroup_tree.claim()
+    elsewhere = cgroup_tree.root.parent / f"clusters-{secrets.token_hex(3)}"
+    elsewhere.mkdir()
+    try:
+        twin = CgroupTree.open(elsewhere / cgroup_tree.root.name)  # its v1 trees are the first one's
+        with pytest.raises(CgroupTreeTaken, match=f"the cgroup tree {cgroup_tree.hierarchies[1].root} is held"):
+            twin.claim()
+        twin.root.rmdir()
+    finally:
+        elsewhere.rmdir()
+        release(cgroup_tree)
+
+
 def release(tree: CgroupTree) -> None:
     """Let the tree go, which removes it (empty) from every hierarchy; made again for the fixture's clean-up."""
     tree.release()

@@ -9,7 +9,7 @@ shape in every hierarchy it uses:
     <tree>/job_<id>/batch/      the job's own tasks (the batch shell, or every task of a non-batch job)
     <tree>/job_<id>/step_<n>/   the tasks of step n (srun inside the allocation)
 
-The running agent holds an exclusive lock (flock) on its tree's tracking directory, taken with claim(): a
+The running agent holds an exclusive lock (flock) on its tree's directory in every hierarchy (claim()): a
 second agent given the same tree refuses to start instead of killing the first one's jobs as leftovers,
 so every job cgroup an agent finds in its claimed tree is provably its own cluster's and node's.
 
@@ -125,35 +125,31 @@ class CgroupTree:
         affinity = os.sched_getaffinity(0)
         self.cpus = CpuAllocator(affinity, host_cores(affinity))
         self._hold_cpus_of_existing_jobs()
-        self._claim: int | None = None  # the locked tracking directory, while this process holds the tree
+        self._claims: list[int] = []  # the locked directories of the tree, while this process holds it
 
     def claim(self) -> None:
-        """Take the tree for this process until it exits (an exclusive flock on the tracking directory), or
-        raise CgroupTreeTaken naming who holds it: an agent kills the job cgroups it finds in its tree, so
-        it must be the only one using the tree."""
-        if self._claim is not None:
+        """Take the tree for this process until it exits (an exclusive flock on its directory in every
+        hierarchy), or raise CgroupTreeTaken naming who holds it: an agent kills the job cgroups it finds in
+        its tree, so it must be the only one using the tree."""
+        if self._claims:
             return
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise CgroupError(f"cannot lock the cgroup tree {self.root}: {exc.strerror or exc}") from exc
-            raise CgroupTreeTaken(
-                f"the cgroup tree {self.root} is held by another running agent{_holders(self.root)}: each "
-                "agent on a host needs its own (give each cluster its own --cluster-id, or --cgroup-root)"
-            ) from None
-        self._claim = fd
+            for hierarchy in self.hierarchies:
+                self._claims.append(_lock_directory(hierarchy.root))
+        except CgroupError:
+            self._unlock()
+            raise
 
     def release(self) -> None:
         """Let the tree go, removing it from every hierarchy where it is empty (an agent that killed its
         tasks on stopping leaves no trace; one that left them running leaves their cgroups, and the tree)."""
-        if self._claim is not None:
-            os.close(self._claim)
-            self._claim = None
+        self._unlock()
         for hierarchy in self.hierarchies:
             rmdir(hierarchy.root)
+
+    def _unlock(self) -> None:
+        while self._claims:
+            os.close(self._claims.pop())
 
     @property
     def root(self) -> Path:
@@ -302,6 +298,21 @@ class JobCgroup:
         """Whether the kernel killed a process of the leaf `name` for going over the job's memory limit."""
         memory = self.tree.memory
         return memory is not None and memory.oom_killed(memory.root / f"job_{self.job_id}" / name)
+
+
+def _lock_directory(path: Path) -> int:
+    """An exclusive flock on the directory `path`, held as long as the returned descriptor is open."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise CgroupError(f"cannot lock the cgroup tree {path}: {exc.strerror or exc}") from exc
+        raise CgroupTreeTaken(
+            f"the cgroup tree {path} is held by another running agent{_holders(path)}: each agent on a host "
+            "needs its own (give each cluster its own --cluster-id, or --cgroup-root)") from None
+    return fd
 
 
 def _holders(root: Path) -> str:
