@@ -77,7 +77,7 @@ def test_plan_simulated_defaults(tmp_path):
 
 def test_plan_gives_the_agents_the_clusters_id_for_their_cgroups_and_spools(tmp_path):
     plan = plan_up(UpOptions(state_dir=tmp_path, cluster_id="5eed1d"), NO_GPUS, python="py")
-    for argv in plan.agent_argvs:
+    for argv in (*plan.agent_argvs, plan.controller_argv):  # the controller tells machines that join it
         assert argv[argv.index("--cluster-id") + 1] == "5eed1d"
     node1 = Path("/var/spool/corral/cluster-5eed1d/node1") if os.geteuid() == 0 else tmp_path / "spool" / "node1"
     assert plan.spool_dirs[0] == node1 and plan.cluster_id == "5eed1d"

@@ -60,6 +60,8 @@ def test_two_root_clusters_named_alike_never_kill_each_others_jobs_and_the_host_
         time.sleep(1)  # such a kill is at once
         assert marked_jobs(marker).get(long_job), "the first cluster's job survived the second's start"
         assert first.cluster_id != second.cluster_id
+        assert [c.http.get("/health").json()["cluster_id"] for c in (first, second)] == \
+            [first.cluster_id, second.cluster_id], "what a machine joining each is told"
         trees = {c.cluster_id: {n["name"]: n["cgroups"] for n in c.nodes()} for c in (first, second)}
         for cluster_id, by_node in trees.items():
             if all(text.startswith("cgroup ") for text in by_node.values()):  # where the host gives cgroups

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
-from corral.agent.cgroups import CgroupError, CgroupTree, CgroupTreeTaken, check_cluster_id, default_root, tree_name
+from corral.agent.cgroups import CgroupError, CgroupTree, CgroupTreeTaken, default_root, tree_name
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
@@ -28,6 +28,7 @@ from corral.agent.tasks import Confinement
 from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
+from corral.protocol import check_cluster_id
 from corral.slurm.common.commands_dir import slurm_commands_dir
 from corral.slurm.common.target import TargetError, parse_urls
 from corral.unix_auth_socket import SocketTaken

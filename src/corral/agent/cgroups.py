@@ -49,7 +49,6 @@ import errno
 import fcntl
 import logging
 import os
-import re
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -72,25 +71,16 @@ from corral.agent.cgroup_hierarchies import (
 )
 from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
-__all__ = ["CgroupError", "CgroupTree", "CgroupTreeTaken", "JobCgroup", "check_cluster_id", "default_root",
-           "tree_name"]
+__all__ = ["CgroupError", "CgroupTree", "CgroupTreeTaken", "JobCgroup", "default_root", "tree_name"]
 
 log = logging.getLogger(__name__)
 
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 V1H = TypeVar("V1H", bound=V1Hierarchy)
-CLUSTER_ID = re.compile(r"[a-z0-9]{1,32}")
 
 
 class CgroupTreeTaken(CgroupError):
     """Another running agent holds the tree: starting would kill its jobs as leftovers."""
-
-
-def check_cluster_id(text: str) -> str:
-    """A cluster id as it goes into cgroup, spool and file names: 1 to 32 lower-case letters and digits."""
-    if not CLUSTER_ID.fullmatch(text):
-        raise ValueError(f"cluster id {text!r} is not 1 to 32 lower-case letters and digits")
-    return text
 
 
 def tree_name(node: str, cluster_id: str | None) -> str:

@@ -25,7 +25,7 @@ def cluster_identity(state_dir: Path) -> str:
     """The cluster's id on this host: the state dir's (STATE_DIR/cluster-id, kept as its CA is, so that the
     cluster started again finds what its agents left: their cgroups and spools carry it), or a new one that
     keep_cluster_id() records once the cluster starts."""
-    from corral.agent.cgroups import check_cluster_id
+    from corral.protocol import check_cluster_id
 
     path = state_dir / CLUSTER_ID_FILE
     try:

@@ -132,6 +132,7 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     sockets = tuple(_auth_socket(state_dir, port, len(ports)) for port in ports)
     controllers = tuple(
         _controller_argv(python, options, port, db_url, secret_file, socket, tls_dir, url if len(ports) > 1 else None)
+        + _cluster_id_argv(options.cluster_id)
         for port, socket, url in zip(ports, sockets, urls, strict=True))
     agent_url = ",".join(urls)
     spools = tuple(spool_dir(state_dir, name, options.port, os.geteuid(), options.cluster_id) for name in names)
