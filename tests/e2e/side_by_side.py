@@ -48,7 +48,8 @@ class UpCluster:
     def cluster_id(self) -> str:
         return (self.state_dir / "cluster-id").read_text().strip()
 
-    def start(self) -> UpCluster:
+    def start(self, cgroup: Path | None = None) -> UpCluster:
+        """`cgroup`: a cgroup v2 directory `corral up` starts in (as `systemd-run --scope` would put it)."""
         self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "corral.toml"
         config.write_text("kill_grace_s = 2\n")
@@ -59,6 +60,8 @@ class UpCluster:
                 os.chown(path, self.user.pw_uid, self.user.pw_gid)
             argv = ["setpriv", f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--init-groups",
                     "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", *argv]
+        if cgroup is not None:
+            argv = ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *argv]
         self.proc = subprocess.Popen(argv, env=self.env, cwd=self.root, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
@@ -207,3 +210,25 @@ def read_json(path: Path) -> dict | None:
 
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def delegated_cgroup(user: pwd.struct_passwd) -> Iterator[Path]:
+    """A cgroup v2 directory delegated to `user` as systemd's Delegate=yes does (the user owns it and its
+    cgroup.procs, cgroup.threads, cgroup.subtree_control), removed afterwards with what was made in it."""
+    from corral.agent.cgroups import default_root
+
+    mount = default_root("x")
+    if mount is None:
+        raise OSError("no cgroup v2 mount here")
+    path = mount.parent / f"clusters-delegated-{secrets.token_hex(3)}"
+    path.mkdir()
+    try:
+        for owned in (path, path / "cgroup.procs", path / "cgroup.threads", path / "cgroup.subtree_control"):
+            os.chown(owned, user.pw_uid, user.pw_gid)
+        yield path
+    finally:
+        end_processes_of(user.pw_uid)
+        for child in sorted((p for p in path.glob("**") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                child.rmdir()

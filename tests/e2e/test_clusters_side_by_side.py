@@ -6,6 +6,7 @@ leftovers when they started, and the end of its job 1 (cgroup.kill of job_1) kil
 second took over /etc/corral/cluster.json and removed it when it stopped."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tests.e2e.side_by_side import (
     FINAL,
     UpCluster,
     clusters_user,
+    delegated_cgroup,
     forget,
     kill_marked,
     marked_jobs,
@@ -112,16 +114,17 @@ def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(share
             wait_for(lambda: marked_jobs(marker).get(long_job), timeout_s=60, message="root's job runs")
             users.start()
             nodes = users.nodes()
-            assert all(node["cgroups"].startswith("no cgroups: cannot set up ") for node in nodes), nodes
-            assert f"  isolation: dev mode: as {user.pw_name}, no cgroups (node1: cannot set up " in users.banner
-            assert "(the agent is not root: give it a cgroup delegated to its user with --cgroup-root))" in users.banner
+            not_delegated = ("the agent is not root, and its own cgroup is not delegated to its user (run it in one "
+                             "that is, e.g. systemd-run --user --scope -p Delegate=yes, or give --cgroup-root)")
+            assert [node["cgroups"] for node in nodes] == [f"no cgroups: {not_delegated}"] * 2
+            assert f"  isolation: dev mode: as {user.pw_name}, no cgroups (node1: {not_delegated})\n" in users.banner
             listed = subprocess.run([sys.executable, "-m", "corral.cli.main", "nodes"], capture_output=True, text=True,
                                     env={**os.environ, "CORRAL_URL": f"http://127.0.0.1:{users.port}",
                                          "CORRAL_SECRET_FILE": str(users.state_dir / "secret")}, timeout=60)
             assert listed.returncode == 0, listed.stderr
             assert all(line.endswith("no cgroups") for line in listed.stdout.splitlines()[1:]), listed.stdout
-            assert listed.stderr.startswith("corral: 2 nodes run jobs without cgroups (node1, node2); node1: no "
-                                            "cgroups: cannot set up "), listed.stderr
+            assert listed.stderr == ("corral: 2 nodes run jobs without cgroups (node1, node2); node1: no cgroups: "
+                                     f"{not_delegated}\n")
             ids = [users.submit(["sh", "-c", "id -un"], marker) for _ in range(3)]
             for job_id in ids:
                 wait_for(lambda job_id=job_id: users.job(job_id)["state"] in FINAL, timeout_s=60,
@@ -136,6 +139,36 @@ def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(share
             for cluster in (users, roots):
                 cluster.ensure_stopped()
             forget(roots)
+
+
+def test_a_users_cluster_in_a_cgroup_delegated_to_it_keeps_its_jobs_there(shared_root) -> None:
+    """As under `systemd-run --user --scope -p Delegate=yes corral up`: the user's agents make their trees in
+    the cgroup the user was given, and track their jobs there, beside root's cgroups."""
+    root, marker = shared_root
+    with clusters_user() as user, contextlib.ExitStack() as stack:
+        try:
+            delegated = stack.enter_context(delegated_cgroup(user))
+        except OSError as exc:
+            pytest.skip(f"cannot make a cgroup v2 directory here: {exc}")
+        users = UpCluster(root / "user", free_port(), {
+            "HOME": str(root / "user"), "XDG_CONFIG_HOME": str(root / "user" / "config"),
+            "CORRAL_SYSTEM_CLUSTER_FILE": str(root / "etc" / "cluster.json"), "USER": user.pw_name}, user=user)
+        try:
+            users.start(cgroup=delegated)
+            tree = delegated / f"corral-{users.cluster_id}-node1"
+            assert f"  isolation: dev mode: as {user.pw_name}, cgroup v2 tracking" in users.banner, users.banner
+            assert f"v2 at {tree}" in users.nodes()[0]["cgroups"]
+            job_id = users.submit(["cat", "/proc/self/cgroup"], marker)
+            wait_for(lambda: users.job(job_id)["state"] in FINAL, timeout_s=60, message="the user's job ends")
+            assert users.job(job_id)["state"] == "COMPLETED", users.job(job_id)
+            lines = (root / "user" / f"slurm-{job_id}.out").read_text().splitlines()
+            node = users.job(job_id)["nodelist"]
+            assert [line for line in lines if line.startswith("0::")] == [
+                f"0::/{delegated.name}/corral-{users.cluster_id}-{node}/job_{job_id}/batch"], lines
+            assert users.stop()[0] == 0
+            assert not tree.exists(), "the agent removed its tree, emptied, as it stopped"
+        finally:
+            users.ensure_stopped()
 
 
 JOBS_EACH = 100

@@ -20,7 +20,14 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
-from corral.agent.cgroups import CgroupError, CgroupTree, CgroupTreeTaken, default_root, tree_name
+from corral.agent.cgroups import (
+    CgroupError,
+    CgroupTree,
+    CgroupTreeTaken,
+    default_root,
+    delegated_root,
+    tree_name,
+)
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
@@ -334,20 +341,31 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
         status = "cgroups off (--no-cgroups)"
     else:
         try:
-            root = args.cgroup_root or default_root(args.node, args.cluster_id)
-            tree = CgroupTree.open(root, tree_name(args.node, args.cluster_id) if root is None else None,
-                                   device_files)
-            tree.claim()
+            tree = _cgroup_tree(args, device_files)
             status = tree.describe()
         except CgroupTreeTaken:
             raise  # never to run beside its jobs, killing them as leftovers
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"
-            if os.geteuid() != 0 and args.cgroup_root is None:
-                status += " (the agent is not root: give it a cgroup delegated to its user with --cgroup-root)"
     (log.info if tree is not None else log.warning)("task isolation: %s", status)
     return Confinement(run_as_user=run_as_user, cgroups=tree), status
 
+
+
+def _cgroup_tree(args: argparse.Namespace, device_files: dict[int, Path]) -> CgroupTree:
+    """The agent's tree, claimed: at --cgroup-root; for root, in the host's cgroup mount; for another user,
+    under its own cgroup where that is delegated to the user (never in root's: CgroupError says why)."""
+    root = args.cgroup_root
+    if root is None and os.geteuid() != 0:
+        root = delegated_root(args.node, args.cluster_id)
+        if root is None:
+            raise CgroupError("the agent is not root, and its own cgroup is not delegated to its user (run it in "
+                              "one that is, e.g. systemd-run --user --scope -p Delegate=yes, or give "
+                              "--cgroup-root)")
+    root = root or default_root(args.node, args.cluster_id)
+    tree = CgroupTree.open(root, tree_name(args.node, args.cluster_id) if root is None else None, device_files)
+    tree.claim()
+    return tree
 
 
 def _ca_env(ca_file: str | None) -> dict[str, str]:

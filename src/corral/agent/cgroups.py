@@ -66,12 +66,14 @@ from corral.agent.cgroup_hierarchies import (
     V1Hierarchy,
     V1Memory,
     mounts,
+    own_cgroup,
     rmdir,
     wait_empty,
 )
 from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
-__all__ = ["CgroupError", "CgroupTree", "CgroupTreeTaken", "JobCgroup", "default_root", "tree_name"]
+__all__ = ["CgroupError", "CgroupTree", "CgroupTreeTaken", "JobCgroup", "default_root", "delegated_root",
+           "tree_name"]
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +93,29 @@ def tree_name(node: str, cluster_id: str | None) -> str:
 def default_root(node: str, cluster_id: str | None = None) -> Path | None:
     """tree_name() in the host's cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
     host); None on a v1-only host."""
+    mount = _v2_mount()
+    return None if mount is None else mount / tree_name(node, cluster_id)
+
+
+def delegated_root(node: str, cluster_id: str | None = None) -> Path | None:
+    """For an agent that is not root: tree_name() under its own cgroup v2 when that cgroup is delegated to
+    its user (the user owns it and its cgroup.procs, as systemd's Delegate=yes leaves them: `systemd-run
+    --user --scope -p Delegate=yes corral up`), else None. Its jobs are tracked there (cgroup.kill); the
+    limits need the controllers the delegation enables."""
+    mount = _v2_mount()
+    if mount is None:
+        return None
+    try:
+        home = own_cgroup(mount, None)
+        delegated = os.stat(home).st_uid == os.geteuid() and os.access(home / "cgroup.procs", os.W_OK)
+    except (CgroupError, OSError):
+        return None
+    return home / tree_name(node, cluster_id) if delegated else None
+
+
+def _v2_mount() -> Path | None:
     v2 = [point for point, fstype, _ in mounts() if fstype == "cgroup2"]
-    for point in (CGROUP_MOUNT, CGROUP_MOUNT / "unified", *v2):
-        if point in v2:
-            return point / tree_name(node, cluster_id)
-    return None
+    return next((point for point in (CGROUP_MOUNT, CGROUP_MOUNT / "unified", *v2) if point in v2), None)
 
 
 class CgroupTree:
