@@ -176,8 +176,8 @@ JOBS_EACH = 100
 
 def test_two_root_clusters_and_a_users_run_100_jobs_each_at_once_and_every_one_completes(shared_root) -> None:
     """The issue's check. Every cluster numbers its jobs 1..100 on nodes node1 and node2, and runs them at
-    the same time as the others: a job ending in one cluster must kill nothing in another. Took 2-3 min
-    on 2 shared, loaded cores."""
+    the same time as the others: a job ending in one cluster must kill nothing in another. Takes about 25 s
+    (the jobs 9 s of it) on 2 cores shared with other test runs, load average 5-6."""
     root, marker = shared_root
     env = {"CORRAL_SYSTEM_CLUSTER_FILE": str(root / "etc" / "cluster.json"), "XDG_CONFIG_HOME": str(root / "config")}
     with clusters_user() as user:
