@@ -15,6 +15,7 @@ seen and refuses replies and commands with a lower one: they come from a control
 """
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Union, get_args
 
 from pydantic import AfterValidator, BaseModel, Field
@@ -29,6 +30,16 @@ EPOCH_HEADER = "X-Corral-Epoch"
 LEADER_HEADER = "X-Corral-Leader"
 # The variable that carries a job's own credential to its tasks (corral.slurm.common.target reads it).
 JOB_CREDENTIAL_ENV = "CORRAL_TOKEN"
+# A cluster's id on a host (`corral up` makes one): its agents carry it in the names of what they make there
+# (cgroups, spools), so that several clusters on one host, their nodes named alike, never touch each other's.
+CLUSTER_ID = re.compile(r"[a-z0-9]{1,32}")
+
+
+def check_cluster_id(text: str) -> str:
+    """`text` if it can be a cluster id (1 to 32 lower-case letters and digits), else ValueError."""
+    if not CLUSTER_ID.fullmatch(text):
+        raise ValueError(f"cluster id {text!r} is not 1 to 32 lower-case letters and digits")
+    return text
 
 
 # What agents send is bounded like every other input (corral.limits): a registration with a value

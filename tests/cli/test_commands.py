@@ -224,6 +224,8 @@ def test_nodes_table_and_json(standin, cli):
                                "cgroup", "v2"]
     assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad", "fan", "dev",
                                "mode:", "as", "bob,", "no", "cgroups"]
+    assert result.stderr == ("corral: 1 node runs jobs without cgroups (node2); node2: no cgroup v2: "
+                             "/sys/fs/cgroup/corral-node2 is not on a cgroup v2 file system\n")
     assert [n["name"] for n in json.loads(cli("nodes", "--json").stdout)] == ["node1", "node2"]
 
 

@@ -24,6 +24,7 @@ from corral.cli.up import (
     write_agent_credentials,
     write_secret,
 )
+from corral.cli.up_identity import Recorded, cluster_identity, keep_cluster_id
 from corral.cli.up_plan import UpOptions, client_url, plan_up
 from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 
@@ -52,7 +53,7 @@ def fake_plan(tmp_path, nodes=2, controller=None, controllers=1):
 
 def test_the_banner_names_the_dashboard(tmp_path):
     plan = plan_up(UpOptions(state_dir=tmp_path), NO_GPUS, python="py")
-    text = banner(SimpleNamespace(plan=plan, name="lab"), tmp_path / "cluster.json")
+    text = banner(SimpleNamespace(plan=plan, name="lab", isolation=""), Recorded(tmp_path / "cluster.json"))
     assert ("  dashboard: http://127.0.0.1:6817/ in a browser (sign in with a token from 'corral token create')\n"
             in text)
 
@@ -72,6 +73,29 @@ def test_plan_simulated_defaults(tmp_path):
         "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(spool(tmp_path, 6817, "node2")),
         "--kill-tasks-on-exit", "--allow-root-jobs", "--gpus", "4")
     assert plan.spool_dirs == (spool(tmp_path, 6817, "node1"), spool(tmp_path, 6817, "node2"))
+
+
+def test_plan_gives_the_agents_the_clusters_id_for_their_cgroups_and_spools(tmp_path):
+    plan = plan_up(UpOptions(state_dir=tmp_path, cluster_id="5eed1d"), NO_GPUS, python="py")
+    for argv in (*plan.agent_argvs, plan.controller_argv):  # the controller tells machines that join it
+        assert argv[argv.index("--cluster-id") + 1] == "5eed1d"
+    node1 = Path("/var/spool/corral/cluster-5eed1d/node1") if os.geteuid() == 0 else tmp_path / "spool" / "node1"
+    assert plan.spool_dirs[0] == node1 and plan.cluster_id == "5eed1d"
+
+
+def test_a_cluster_id_is_made_once_per_state_dir_and_kept(tmp_path):
+    state = tmp_path / "state"
+    plan = plan_up(UpOptions(state_dir=state, cluster_id=cluster_identity(state)), NO_GPUS, python="py")
+    assert not state.exists(), "nothing is written before the cluster starts"
+    state.mkdir()
+    keep_cluster_id(plan)
+    assert (state / "cluster-id").read_text() == f"{plan.cluster_id}\n"
+    assert cluster_identity(state) == plan.cluster_id != cluster_identity(tmp_path / "other")
+    with pytest.raises(CliError, match="cluster-id changed while 'corral up' started"):
+        keep_cluster_id(dataclasses.replace(plan, cluster_id="0ther"))
+    (state / "cluster-id").write_text("../etc\n")
+    with pytest.raises(CliError, match="cluster-id: cluster id '../etc' is not 1 to 32 lower-case letters"):
+        cluster_identity(state)
 
 
 def test_plan_options(tmp_path):
@@ -102,7 +126,8 @@ def test_plan_gives_every_agent_the_health_check(tmp_path):
         assert (health.program, health.interval_s, health.before_job) == (program, 30.0, True)
     assert plan.health_check == f"{program} when each agent starts and every 30 s, and before each job; a failure " \
                                "drains the node"
-    assert f"  health:    {plan.health_check}\n" in banner(SimpleNamespace(plan=plan, name="lab"), tmp_path / "c.json")
+    assert f"  health:    {plan.health_check}\n" in banner(SimpleNamespace(plan=plan, name="lab", isolation=""),
+                                                                   Recorded(tmp_path / "c.json"))
     once = plan_up(dataclasses.replace(options, health_interval_s=0, health_before_job=False), NO_GPUS, python="py")
     assert once.health_check == f"{program} when each agent starts; a failure drains the node"
     plain = plan_up(UpOptions(state_dir=tmp_path, gpus_per_node=1), NO_GPUS, python="py")

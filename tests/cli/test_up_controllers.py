@@ -94,6 +94,8 @@ def test_the_up_command_refuses_zero_controllers_before_starting_anything(isolat
 def test_root_keeps_the_postgresql_data_where_postgres_may_enter(tmp_path):
     assert postgres_data_dir(tmp_path, 6817, 0) == Path("/var/lib/corral/6817/postgresql")
     assert postgres_data_dir(tmp_path, 6817, 1000) == tmp_path / "postgresql"
+    assert postgres_data_dir(tmp_path, 6817, 0, "5eed") == Path("/var/lib/corral/cluster-5eed/postgresql")
+    assert postgres_data_dir(tmp_path, 6817, 1000, "5eed") == tmp_path / "postgresql"
 
 
 def test_start_and_stop_two_controllers(tmp_path, monkeypatch):

@@ -10,9 +10,10 @@ def cluster_factory(tmp_path):
     made: list[Cluster] = []
 
     def make(nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
-             nvml_names: dict[str, list[str]] | None = None, tls_names: tuple[str, ...] | None = None) -> Cluster:
+             nvml_names: dict[str, list[str]] | None = None, tls_names: tuple[str, ...] | None = None,
+             controller_args: tuple[str, ...] = ()) -> Cluster:
         c = Cluster(tmp_path, nodes=nodes, gpus=gpus, config=config, db=db, nvml_names=nvml_names,
-                    tls_names=tls_names)
+                    tls_names=tls_names, controller_args=controller_args)
         made.append(c)
         return c.start()
 

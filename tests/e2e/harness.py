@@ -52,10 +52,11 @@ class Cluster:
     def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
                  nvml_names: dict[str, list[str]] | None = None,
                  agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups"),
-                 tls_names: tuple[str, ...] | None = None) -> None:
+                 tls_names: tuple[str, ...] | None = None, controller_args: tuple[str, ...] = ()) -> None:
         """`tls_names`: the controller serves HTTPS with a certificate for these names, from a CA of the
-        test's own (`ca_file`), which the agents and `http` trust."""
+        test's own (`ca_file`), which the agents and `http` trust. `controller_args`: more of its options."""
         self.root = root
+        self.controller_args = controller_args
         # The tests submit as made-up users (tester, alice) and run side by side: by default their agents
         # run every task as themselves, outside cgroups. Tests of confinement pass their own.
         self.agent_args = agent_args
@@ -98,7 +99,8 @@ class Cluster:
     def start_controller(self, timeout_s: float = 20.0) -> None:
         self.controller = self._spawn(
             ["-m", "corral.controller", "--listen", f"127.0.0.1:{self.port}", "--db", self.db,
-             "--secret-file", str(self.secret_file), "--config", str(self.config_file), *self.tls_args],
+             "--secret-file", str(self.secret_file), "--config", str(self.config_file), *self.tls_args,
+             *self.controller_args],
             "controller.log")
         wait_for(self._healthy, timeout_s, message="controller health")
 

@@ -31,7 +31,9 @@ def corral(cluster, tmp_path: Path, *argv: str, admin: bool = True) -> subproces
 
 
 def test_a_new_machine_joins_with_a_token_and_runs_a_job(cluster_factory, tmp_path):
-    cluster = cluster_factory(nodes=1, gpus=1, tls_names=("127.0.0.1", "localhost"))
+    # A cluster with an id on its hosts, as `corral up` gives it: the new machine's agent carries it too.
+    cluster = cluster_factory(nodes=1, gpus=1, tls_names=("127.0.0.1", "localhost"),
+                              controller_args=("--cluster-id", "j01n"))
     made = corral(cluster, tmp_path, "token", "create", "--join", "--node", "node2", "--expires", "10m")
     assert made.returncode == 0, made.stderr
     token = made.stdout.strip()
@@ -48,7 +50,8 @@ def test_a_new_machine_joins_with_a_token_and_runs_a_job(cluster_factory, tmp_pa
     assert stat.S_IMODE(credential_file.stat().st_mode) == 0o600
     assert credential_file.read_text().strip() == cred.issue_agent(cred.signing_key(cluster.secret), "node2")
     assert env_file.read_text().splitlines()[1:] == [
-        f"CORRAL_CONTROLLER={cluster.url}", "CORRAL_NODE=node2", f"CORRAL_AGENT_ARGS=--ca-file {cluster.ca_file}"]
+        f"CORRAL_CONTROLLER={cluster.url}", "CORRAL_NODE=node2",
+        f"CORRAL_AGENT_ARGS=--ca-file {cluster.ca_file} --cluster-id j01n"]
 
     again = corral(cluster, tmp_path, *join, admin=False)  # a machine that joined needs no token again
     assert again.returncode == 0 and "has joined as node node2" in again.stdout, again.stderr
@@ -56,7 +59,7 @@ def test_a_new_machine_joins_with_a_token_and_runs_a_job(cluster_factory, tmp_pa
     cluster.agents["node2"] = cluster._spawn(
         ["-m", "corral.agent", "--controller", cluster.url, "--secret-file", str(credential_file), "--node", "node2",
          "--gpus", "1", "--cpus", "4", "--mem-mib", "4000", "--spool", str(tmp_path / "spool-node2"),
-         "--ca-file", str(cluster.ca_file), *cluster.agent_args], "agent-node2.log")
+         "--ca-file", str(cluster.ca_file), "--cluster-id", "j01n", *cluster.agent_args], "agent-node2.log")
     wait_for(lambda: any(n["name"] == "node2" and n["state"] != "down" for n in cluster.nodes()),
              message="node2's agent registered")
     job_id = cluster.submit(argv=["hostname"], nodes=2)  # needs node1 and the new node2

@@ -131,7 +131,9 @@ def test_corral_up_tls_end_to_end(tmp_path):
 
     state, port = tmp_path / "state", free_port()
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "CORRAL_"))}
-    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONUNBUFFERED="1")
+    # As root, `corral up` writes the host's cluster.json: the test's own, not the one other clusters here use.
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONUNBUFFERED="1",
+               CORRAL_SYSTEM_CLUSTER_FILE=str(tmp_path / "etc" / "cluster.json"))
     up = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "up", "--tls", "--nodes", "1",
                            "--gpus-per-node", "1", "--port", str(port), "--state-dir", str(state)],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

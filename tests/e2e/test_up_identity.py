@@ -32,7 +32,8 @@ def test_a_fresh_user_submits_through_the_system_file_and_the_socket():
             system_file = root / "etc" / "cluster.json"
             described = json.loads(system_file.read_text())
             socket_path = Path(f"/run/corral/{port}/auth.sock")
-            assert described == {"url": f"http://127.0.0.1:{port}", "auth_socket": str(socket_path)}
+            assert described == {"url": f"http://127.0.0.1:{port}", "auth_socket": str(socket_path),
+                                 "cluster_id": (up.state_dir / "cluster-id").read_text().strip()}
             assert stat.S_IMODE(system_file.stat().st_mode) == 0o644
             credentials = [up.state_dir / "agents" / f"node{i}.credential" for i in (1, 2)]
             assert [stat.S_IMODE(p.stat().st_mode) for p in credentials] == [0o600, 0o600]

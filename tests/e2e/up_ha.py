@@ -55,17 +55,21 @@ def corral_up(*args: str, controllers: int = 2, prefix: str = "corral-up-ha-") -
     up = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "up", "--controllers", str(controllers), *args,
                            "--port", str(port), "--state-dir", str(state_dir)],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    data_dir = postgres_data_dir(state_dir, port, os.geteuid())
+    data_dir = lambda: postgres_data_dir(state_dir, port, os.geteuid(),  # noqa: E731 - once `corral up` made the id
+                                         (state_dir / "cluster-id").read_text().strip())
     try:
         banner = up.stdout.readline()
         assert "is up" in banner, up.stderr.read() if up.poll() is not None else banner
-        yield UpCluster(up, root, env, port, data_dir)
+        yield UpCluster(up, root, env, port, data_dir())
     finally:
         if up.poll() is None:
             up.kill()
             up.wait()
-        subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", str(data_dir)], check=False, capture_output=True)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if (state_dir / "cluster-id").exists():
+            subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", str(data_dir())], check=False, capture_output=True)
+            shutil.rmtree(data_dir(), ignore_errors=True)
+            if data_dir().parent.name.startswith("cluster-"):  # the cluster's own directory, root's
+                shutil.rmtree(data_dir().parent, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

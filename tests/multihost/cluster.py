@@ -60,6 +60,8 @@ class MultiHostCluster(Cluster):
         self.url = f"http://{net.hosts[self.CONTROLLER_HOST].address}:{self.port}"  # from the test process
         self.host_url = f"http://{self.CONTROLLER_HOST}:{self.port}"  # from the hosts, by name
         self.http = httpx.Client(base_url=self.url, headers=self.credentials.http_headers(), timeout=30)
+        # The hosts are namespaces of one kernel, whose cgroups they share with every other test's clusters.
+        self.cluster_id = os.urandom(4).hex()
 
     def _spawn_on(self, host: str, args: list[str], log: str) -> subprocess.Popen:
         out = open(self.root / log, "ab")
@@ -81,7 +83,8 @@ class MultiHostCluster(Cluster):
             "-m", "corral.agent", "--controller", self.host_url, *self.credentials.agent_args(name),
             "--node", name, "--gpus", str(self.gpus), "--cpus", "16", "--mem-mib", "64000",
             # The tests submit as root (with the secret), as `corral up`'s own agents allow.
-            "--kill-tasks-on-exit", "--allow-root-jobs", "--spool", str(self.root / "spool" / name)],
+            "--kill-tasks-on-exit", "--allow-root-jobs", "--spool", str(self.root / "spool" / name),
+            "--cluster-id", self.cluster_id],
             f"agent-{name}.log")
 
     def client(self, command: str, *args: str, cwd: Path | None = None, stdin: str | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -18,7 +19,15 @@ from pathlib import Path
 
 from corral.agent.agent import Agent
 from corral.agent.auth_socket import remove_cluster_file, write_cluster_file
-from corral.agent.cgroups import CgroupError, CgroupTree, default_pids_max, default_root
+from corral.agent.cgroups import (
+    CgroupError,
+    CgroupTree,
+    CgroupTreeTaken,
+    default_pids_max,
+    default_root,
+    delegated_root,
+    tree_name,
+)
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
@@ -26,26 +35,56 @@ from corral.agent.tasks import Confinement
 from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
+from corral.protocol import check_cluster_id
 from corral.slurm.common.commands_dir import slurm_commands_dir
 from corral.slurm.common.target import TargetError, parse_urls
+from corral.unix_auth_socket import SocketTaken
 
 log = logging.getLogger("corral.agent")
 SYSTEM_SPOOL = Path("/var/spool/corral")
 
 
-def default_spool_dir(node: str, run_as_user: bool = False) -> Path:
+def default_spool_dir(node: str, run_as_user: bool = False, cluster_id: str | None = None) -> Path:
     """Where batch scripts and the task record go: /var/spool/corral for an agent that runs tasks as their
-    users (each user must reach their script, as under slurmd's /var/spool/slurmd), else the agent user's."""
+    users (each user must reach their script, as under slurmd's /var/spool/slurmd), else the agent user's;
+    agent-<cluster>-<node> there, or agent-<node> without a cluster id."""
+    name = f"agent-{cluster_id}-{node}" if cluster_id else f"agent-{node}"
     if run_as_user:
-        return SYSTEM_SPOOL / f"agent-{node}"
+        return SYSTEM_SPOOL / name
     state_home = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(state_home) / "corral" / f"agent-{node}"
+    return Path(state_home) / "corral" / name
+
+
+class SpoolTaken(Exception):
+    """Another running agent records its tasks in the spool: starting would kill them as leftovers."""
+
+
+def claim_spool(spool: Path) -> int:
+    """Lock the spool for this process's life (flock on SPOOL/agent.lock; the descriptor is returned to be
+    kept open): a starting agent kills the recorded tasks it cannot adopt, so it must be the spool's only
+    agent."""
+    spool.mkdir(parents=True, exist_ok=True)
+    fd = os.open(spool / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpoolTaken(f"the spool {spool} is another running agent's: each agent needs its own "
+                         "(give each cluster its own --cluster-id, or --spool)") from None
+    return fd
 
 
 def _node_name(text: str) -> str:
     try:
         return check_node_name(text)
     except HostlistError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _cluster_id(text: str) -> str:
+    try:
+        return check_cluster_id(text)
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
@@ -68,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CA certificate(s) that verify an https:// controller (default: the system's CAs); "
                         "its jobs get it as CORRAL_CA_FILE")
     parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
+    parser.add_argument("--cluster-id", type=_cluster_id, default=None, metavar="ID",
+                        help="the cluster's id on this host (lower-case letters and digits), in the names of "
+                        "what the agent makes here (cgroups, spool), so that agents of several clusters on one "
+                        "host, named alike, never touch each other's jobs (`corral up` gives one; default: none)")
     parser.add_argument("--address", default=None,
                         help="address other nodes reach this one at: MASTER_ADDR of the jobs it is the first "
                         "node of (default: this host's address on its route to the controller)")
@@ -78,14 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="memory to offer in MiB (default: all)")
     parser.add_argument("--spool", type=Path, default=None,
                         help="directory for job scripts and the record of running tasks "
-                        "(default: /var/spool/corral/agent-NODE when tasks run as their users, else "
-                        "$XDG_STATE_HOME/corral/agent-NODE)")
+                        "(default: /var/spool/corral/agent-[ID-]NODE when tasks run as their users, else "
+                        "$XDG_STATE_HOME/corral/agent-[ID-]NODE, ID the --cluster-id)")
     parser.add_argument("--kill-tasks-on-exit", action="store_true",
                         help="kill the running tasks when the agent stops (default: leave them running)")
     parser.add_argument("--cgroup-root", type=Path, default=None, metavar="DIR",
                         help="cgroup v2 directory under which each job gets its cgroup; the v1 hierarchies "
-                        "the host mounts for what v2 lacks get one of the same name (default: corral-NODE in "
-                        "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified)")
+                        "the host mounts for what v2 lacks get one of the same name (default: corral-[ID-]NODE in "
+                        "the cgroup2 mount, /sys/fs/cgroup or /sys/fs/cgroup/unified, ID the --cluster-id)")
     parser.add_argument("--no-cgroups", action="store_true", help="do not put jobs in cgroups")
     parser.add_argument("--pids-max", type=int, default=None, metavar="N",
                         help="how many processes and threads each job may have at once on this node (cgroup "
@@ -200,12 +243,8 @@ async def serve(agent: Agent, kill_tasks_on_exit: bool = False) -> None:
         await agent.kill_recorded_tasks("the agent stops (--kill-tasks-on-exit)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    secret = read_secret(args.secret_file)
-    if secret is None:
-        parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
+def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Options that contradict each other or are out of range: the parser's error (exit 2) before anything runs."""
     if args.cluster_file and not args.auth_socket:
         parser.error("--cluster-file needs --auth-socket: the file tells the host's users where the socket is")
     if args.health_before_job and args.health_program is None:
@@ -214,6 +253,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pids-max must be 0 (no limit) or more")
     if args.health_timeout <= 0:
         parser.error("--health-timeout must be more than 0 seconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    secret = read_secret(args.secret_file)
+    if secret is None:
+        parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
+    check_options(parser, args)
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
     if args.controller[0].startswith("https:"):
         from corral.tls_client import TlsConfigError, client_context
@@ -238,8 +286,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral agent: cannot tell this host's address towards {args.controller[0]} ({exc}): "
               "give it with --address", file=sys.stderr)
         return 1
-    confinement, cgroups_status = confinement_from(args, gpu_device_files(args, inventory))
-    spool = args.spool or default_spool_dir(args.node, confinement.run_as_user)
+    try:
+        confinement, cgroups_status = confinement_from(args, gpu_device_files(args, inventory))
+        spool = args.spool or default_spool_dir(args.node, confinement.run_as_user, args.cluster_id)
+        claim_spool(spool)  # held open until the process exits
+    except (CgroupTreeTaken, SpoolTaken) as exc:
+        print(f"corral agent: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"corral agent: cannot lock the spool: {exc}", file=sys.stderr)
+        return 1
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
@@ -255,21 +311,30 @@ def main(argv: list[str] | None = None) -> int:
         health=health_config(args),
         usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),
     )
-    return run_agent(agent, args, ca_file)
+    return run_agent(agent, args, ca_file, confinement.cgroups)
 
 
-def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None) -> int:
-    """Serve until stopped; the host's cluster.json (--cluster-file) names the agent's socket meanwhile."""
+def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None, tree: CgroupTree | None = None) -> int:
+    """Serve until stopped; the host's cluster.json (--cluster-file) names the agent's socket meanwhile.
+    With --kill-tasks-on-exit the cgroup tree, emptied, goes too."""
     socket_path = str(args.auth_socket.absolute()) if args.auth_socket else None
     cluster_file = args.cluster_file if socket_path else None
     if cluster_file and socket_path:
         try:
-            write_cluster_file(cluster_file, args.controller, socket_path, ca_file)
+            other = write_cluster_file(cluster_file, args.controller, socket_path, ca_file)
+            if other is not None:
+                log.warning("%s is kept: it serves the cluster at %s, still running here; this node's users find "
+                            "this cluster with CORRAL_URL=%s", cluster_file, other, ",".join(args.controller))
         except OSError as exc:
             print(f"corral agent: cannot write {cluster_file}: {exc}", file=sys.stderr)
             return 1
     try:
         asyncio.run(serve(agent, args.kill_tasks_on_exit))
+        if args.kill_tasks_on_exit and tree is not None:
+            tree.release()
+    except SocketTaken as exc:
+        print(f"corral agent: {exc}", file=sys.stderr)
+        return 1
     finally:
         if cluster_file and socket_path:
             remove_cluster_file(cluster_file, socket_path)
@@ -294,15 +359,32 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
         status = "cgroups off (--no-cgroups)"
     else:
         try:
-            root = args.cgroup_root or default_root(args.node)
-            tree = CgroupTree.open(root, f"corral-{args.node}" if root is None else None, device_files,
-                                   pids_max=default_pids_max() if args.pids_max is None else args.pids_max)
+            tree = _cgroup_tree(args, device_files)
             status = tree.describe()
+        except CgroupTreeTaken:
+            raise  # never to run beside its jobs, killing them as leftovers
         except (CgroupError, OSError) as exc:
             status = f"no cgroups: {exc}"
     (log.info if tree is not None else log.warning)("task isolation: %s", status)
     return Confinement(run_as_user=run_as_user, cgroups=tree, allow_root_jobs=args.allow_root_jobs), status
 
+
+
+def _cgroup_tree(args: argparse.Namespace, device_files: dict[int, Path]) -> CgroupTree:
+    """The agent's tree, claimed: at --cgroup-root; for root, in the host's cgroup mount; for another user,
+    under its own cgroup where that is delegated to the user (never in root's: CgroupError says why)."""
+    root = args.cgroup_root
+    if root is None and os.geteuid() != 0:
+        root = delegated_root(args.node, args.cluster_id)
+        if root is None:
+            raise CgroupError("the agent is not root, and its own cgroup is not delegated to its user (run it in "
+                              "one that is, e.g. systemd-run --user --scope -p Delegate=yes, or give "
+                              "--cgroup-root)")
+    root = root or default_root(args.node, args.cluster_id)
+    tree = CgroupTree.open(root, tree_name(args.node, args.cluster_id) if root is None else None, device_files,
+                           pids_max=default_pids_max() if args.pids_max is None else args.pids_max)
+    tree.claim()
+    return tree
 
 
 def _ca_env(ca_file: str | None) -> dict[str, str]:

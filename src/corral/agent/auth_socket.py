@@ -61,14 +61,24 @@ def _detail(response: httpx.Response) -> str:
     return detail if isinstance(detail, str) else response.text[:200]
 
 
-def write_cluster_file(path: Path, controller_urls: Sequence[str], auth_socket: str, ca_file: str | None) -> None:
+def write_cluster_file(path: Path, controller_urls: Sequence[str], auth_socket: str, ca_file: str | None) -> str | None:
     """The host's cluster.json (world-readable, no secret): its users' commands find the controllers and
     this agent's socket there with no set-up of their own (corral.slurm.common.target). With several
-    controllers, `urls` lists them; `url`, the first, is for readers older than `urls`."""
+    controllers, `urls` lists them; `url`, the first, is for readers older than `urls`. Where the file
+    describes another cluster still running here (its auth socket listens), it stays that cluster's: the URL
+    it names is returned and nothing is written."""
     urls = {"urls": list(controller_urls)} if len(controller_urls) > 1 else {}
     data = {"url": controller_urls[0], **urls, "auth_socket": auth_socket, **({"ca_file": ca_file} if ca_file else {})}
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    try:
+        present = json.loads(path.read_text())
+    except (OSError, ValueError):
+        present = None
+    if isinstance(present, dict) and isinstance(present.get("auth_socket"), str) and \
+            present["auth_socket"] != auth_socket and unix_auth_socket.listening(present["auth_socket"]):
+        return str(present.get("url", "?"))
     write_atomic(path, json.dumps(data, indent=2) + "\n", 0o644)
+    return None
 
 
 def remove_cluster_file(path: Path, auth_socket: str) -> None:

@@ -139,6 +139,8 @@ class V1Hierarchy(Hierarchy):
                 if exc.errno != errno.EROFS:
                     raise
                 continue
+            if not os.access(parent / name, os.W_OK):  # another user's tree of that name
+                continue
             hierarchy = cls(parent / name, home)
             hierarchy.configure_root()
             return hierarchy
@@ -268,6 +270,8 @@ class Unified(Hierarchy):
             raise CgroupError(f"{root} is not on a cgroup v2 file system")
         try:
             root.mkdir(exist_ok=True)
+            if not os.access(root, os.W_OK):
+                raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (another user's tree)")
             offered = set((root / "cgroup.controllers").read_text().split())
             wanted = [c for c in cls.OFFERED if c in offered]
             if wanted:

@@ -1,12 +1,17 @@
 """Per-job and per-step cgroups, as Slurm's proctrack/cgroup and task/cgroup plugins give.
 
 Layout: the agent's tree (one per agent, so that several agents on one host never touch each other's jobs)
-is named like its v2 root (--cgroup-root, default corral-<node> in the cgroup2 mount), and has the same
+is named like its v2 root (--cgroup-root, default corral-<cluster>-<node> in the cgroup2 mount, with the
+cluster's id from --cluster-id: several clusters on one host name their nodes alike), and has the same
 shape in every hierarchy it uses:
 
     <tree>/job_<id>/            the job's limits: memory, CPU set, devices; killing it ends it all
     <tree>/job_<id>/batch/      the job's own tasks (the batch shell, or every task of a non-batch job)
     <tree>/job_<id>/step_<n>/   the tasks of step n (srun inside the allocation)
+
+The running agent holds an exclusive lock (flock) on its tree's directory in every hierarchy (claim()): a
+second agent given the same tree refuses to start instead of killing the first one's jobs as leftovers,
+so every job cgroup an agent finds in its claimed tree is provably its own cluster's and node's.
 
 Tasks only ever live in the leaves (cgroup v2's no-internal-process rule). Whatever a task starts stays in
 its cgroups whatever it does (setsid, double fork), so when a job or step ends everything it left is found
@@ -43,6 +48,8 @@ process) it is counted against the job's memory limit and runs on its CPUs.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import stat
@@ -63,12 +70,14 @@ from corral.agent.cgroup_hierarchies import (
     V1Memory,
     V1Pids,
     mounts,
+    own_cgroup,
     rmdir,
     wait_empty,
 )
 from corral.agent.cpusets import CpuAllocator, host_cores, parse_cpu_list
 
-__all__ = ["CgroupError", "CgroupTree", "JobCgroup", "default_pids_max", "default_root"]
+__all__ = ["CgroupError", "CgroupTree", "CgroupTreeTaken", "JobCgroup", "default_pids_max", "default_root",
+           "delegated_root", "tree_name"]
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +85,41 @@ CGROUP_MOUNT = Path("/sys/fs/cgroup")
 V1H = TypeVar("V1H", bound=V1Hierarchy)
 
 
-def default_root(node: str) -> Path | None:
-    """corral-<node> in the host's cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
+class CgroupTreeTaken(CgroupError):
+    """Another running agent holds the tree: starting would kill its jobs as leftovers."""
+
+
+def tree_name(node: str, cluster_id: str | None) -> str:
+    """corral-<cluster>-<node>; corral-<node> for an agent told no cluster id (one cluster on the host)."""
+    return f"corral-{cluster_id}-{node}" if cluster_id else f"corral-{node}"
+
+
+def default_root(node: str, cluster_id: str | None = None) -> Path | None:
+    """tree_name() in the host's cgroup2 mount (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid
     host); None on a v1-only host."""
+    mount = _v2_mount()
+    return None if mount is None else mount / tree_name(node, cluster_id)
+
+
+def delegated_root(node: str, cluster_id: str | None = None) -> Path | None:
+    """For an agent that is not root: tree_name() under its own cgroup v2 when that cgroup is delegated to
+    its user (the user owns it and its cgroup.procs, as systemd's Delegate=yes leaves them: `systemd-run
+    --user --scope -p Delegate=yes corral up`), else None. Its jobs are tracked there (cgroup.kill); the
+    limits need the controllers the delegation enables."""
+    mount = _v2_mount()
+    if mount is None:
+        return None
+    try:
+        home = own_cgroup(mount, None)
+        delegated = os.stat(home).st_uid == os.geteuid() and os.access(home / "cgroup.procs", os.W_OK)
+    except (CgroupError, OSError):
+        return None
+    return home / tree_name(node, cluster_id) if delegated else None
+
+
+def _v2_mount() -> Path | None:
     v2 = [point for point, fstype, _ in mounts() if fstype == "cgroup2"]
-    for point in (CGROUP_MOUNT, CGROUP_MOUNT / "unified", *v2):
-        if point in v2:
-            return point / f"corral-{node}"
-    return None
+    return next((point for point in (CGROUP_MOUNT, CGROUP_MOUNT / "unified", *v2) if point in v2), None)
 
 
 def default_pids_max() -> int:
@@ -115,6 +151,31 @@ class CgroupTree:
         affinity = os.sched_getaffinity(0)
         self.cpus = CpuAllocator(affinity, host_cores(affinity))
         self._hold_cpus_of_existing_jobs()
+        self._claims: list[int] = []  # the locked directories of the tree, while this process holds it
+
+    def claim(self) -> None:
+        """Take the tree for this process until it exits (an exclusive flock on its directory in every
+        hierarchy), or raise CgroupTreeTaken naming who holds it: an agent kills the job cgroups it finds in
+        its tree, so it must be the only one using the tree."""
+        if self._claims:
+            return
+        try:
+            for hierarchy in self.hierarchies:
+                self._claims.append(_lock_directory(hierarchy.root))
+        except CgroupError:
+            self._unlock()
+            raise
+
+    def release(self) -> None:
+        """Let the tree go, removing it from every hierarchy where it is empty (an agent that killed its
+        tasks on stopping leaves no trace; one that left them running leaves their cgroups, and the tree)."""
+        self._unlock()
+        for hierarchy in self.hierarchies:
+            rmdir(hierarchy.root)
+
+    def _unlock(self) -> None:
+        while self._claims:
+            os.close(self._claims.pop())
 
     @property
     def root(self) -> Path:
@@ -271,6 +332,34 @@ class JobCgroup:
         """Whether the kernel killed a process of the leaf `name` for going over the job's memory limit."""
         memory = self.tree.memory
         return memory is not None and memory.oom_killed(memory.root / f"job_{self.job_id}" / name)
+
+
+def _lock_directory(path: Path) -> int:
+    """An exclusive flock on the directory `path`, held as long as the returned descriptor is open."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise CgroupError(f"cannot lock the cgroup tree {path}: {exc.strerror or exc}") from exc
+        raise CgroupTreeTaken(
+            f"the cgroup tree {path} is held by another running agent{_holders(path)}: each agent on a host "
+            "needs its own (give each cluster its own --cluster-id, or --cgroup-root)") from None
+    return fd
+
+
+def _holders(root: Path) -> str:
+    """" (pid N)" for the processes holding a flock on `root`, from /proc/locks, where it can tell."""
+    try:
+        status = os.stat(root)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return ""
+    file_id = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    pids = sorted({fields[4] for fields in (line.split() for line in lines)
+                   if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == file_id})
+    return f" (pid {', '.join(pids)})" if pids else ""
 
 
 def _opened(kind: type[V1H], name: str, missing: dict[str, str]) -> V1H | None:

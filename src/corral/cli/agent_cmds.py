@@ -60,8 +60,8 @@ def join(
             raise CliError("a join token is needed: --token TOKEN or $CORRAL_JOIN_TOKEN "
                            "(an admin makes one on the head: corral token create --join --node NAME)")
         _check_writable(credential_file)
-        credential = _exchange(url, token.strip(), name, ca_file)
-        _write_files(credential, credential_file, env_file, url, name, ca_file)
+        credential, cluster_id = _exchange(url, token.strip(), name, ca_file)
+        _write_files(credential, credential_file, env_file, url, name, ca_file, cluster_id)
     typer.echo(f"corral: joined the cluster as node {name}; its credential is in {credential_file}")
     _next_steps(url, name, credential_file, env_file, ca_file)
 
@@ -104,7 +104,9 @@ def _check_writable(path: Path) -> None:
         raise CliError(f"cannot write {path}: {path.parent} is not writable by this user (run as root)")
 
 
-def _exchange(url: str, token: str, node: str, ca_file: Path | None) -> str:
+def _exchange(url: str, token: str, node: str, ca_file: Path | None) -> tuple[str, str | None]:
+    """The node's agent credential, and the cluster's id on its hosts if the controller has one (/health):
+    the agent carries it as its cluster's other agents do."""
     from corral.cli.client import Client, ClientError
     from corral.cli.config import check_url
     from corral.controller.credentials import AGENT_PREFIX, JOIN_PREFIX
@@ -125,20 +127,33 @@ def _exchange(url: str, token: str, node: str, ca_file: Path | None) -> str:
             if exc.status in (401, 403):  # its words, without the hint about the cluster secret
                 raise CliError(f"the controller refused to join node {node}: {exc.detail}") from None
             raise
-    credential = reply.get("credential", "") if isinstance(reply, dict) else ""
-    if not credential.startswith(AGENT_PREFIX):
-        raise CliError(f"the controller at {url} sent no agent credential")
-    return credential
+        credential = reply.get("credential", "") if isinstance(reply, dict) else ""
+        if not credential.startswith(AGENT_PREFIX):
+            raise CliError(f"the controller at {url} sent no agent credential")
+        return credential, _cluster_id(client.health())
+
+
+def _cluster_id(health: dict) -> str | None:
+    from corral.protocol import check_cluster_id
+
+    found = health.get("cluster_id") if isinstance(health, dict) else None
+    if found is None:
+        return None
+    try:
+        return check_cluster_id(str(found))
+    except ValueError as exc:
+        raise CliError(f"the controller's /health names a cluster id this agent cannot take: {exc}") from None
 
 
 def _write_files(credential: str, credential_file: Path, env_file: Path, url: str, node: str,
-                 ca_file: Path | None) -> None:
+                 ca_file: Path | None, cluster_id: str | None = None) -> None:
     from corral.private_file import write_atomic
 
     try:
         write_atomic(credential_file, credential + "\n", 0o600)
         if not env_file.exists():
-            args = f"--ca-file {ca_file.absolute()}" if ca_file else ""
+            args = " ".join(([f"--ca-file {ca_file.absolute()}"] if ca_file else [])
+                            + ([f"--cluster-id {cluster_id}"] if cluster_id else []))
             env_file.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             write_atomic(env_file, f"# Written by corral agent join; see contrib/systemd/agent.env.\n"
                                    f"CORRAL_CONTROLLER={url}\nCORRAL_NODE={node}\nCORRAL_AGENT_ARGS={args}\n", 0o644)

@@ -177,6 +177,9 @@ def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:
         print_json(items)
         return
     print_table(render.NODE_HEADERS, render.node_rows(items), render.NODE_RIGHT, state_column=1)
+    unconfined = render.without_cgroups(items)
+    if unconfined:
+        warn(unconfined)
 
 
 def acct(

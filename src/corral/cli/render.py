@@ -129,6 +129,17 @@ def isolation(node: dict) -> str:
     return f"{users}, {cgroups}"
 
 
+def without_cgroups(nodes: Sequence[dict]) -> str:
+    """Which nodes run jobs without cgroups, and why in the words of the first one's agent; "" if none."""
+    bare = [node for node in nodes if isolation(node).endswith("no cgroups")]
+    if not bare:
+        return ""
+    names = ", ".join(node["name"] for node in bare)
+    why = bare[0].get("cgroups") or "its agent does not say why"
+    return (f"{len(bare)} node{'s run' if len(bare) > 1 else ' runs'} jobs without cgroups ({names}); "
+            f"{bare[0]['name']}: {why}")
+
+
 def gpu_models(node: dict) -> str:
     """Distinct GPU models with counts, each as its Slurm type and full name, e.g.
     `4x h100 (NVIDIA H100 80GB HBM3)`; `-` for a node without GPUs."""

@@ -21,13 +21,19 @@ from corral.cli.config import (
     DEFAULT_PORT,
     default_state_dir,
     remove_system_cluster_file,
-    write_cluster_file,
     write_private_file,
-    write_system_cluster_file,
 )
 from corral.cli.errors import CliError
 from corral.cli.output import reported_errors
 from corral.cli.supervisor import ChildExited, Supervisor
+from corral.cli.up_identity import (
+    Recorded,
+    cluster_identity,
+    keep_cluster_id,
+    record_cluster,
+    system_file_words,
+    user_file_words,
+)
 from corral.cli.up_plan import UpOptions, UpPlan, plan_up, tls_files
 from corral.cli.up_postgres import check_can_start, start_postgres, stop_postgres
 from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
@@ -48,6 +54,7 @@ class Cluster:
     plan: UpPlan
     supervisor: Supervisor
     name: str = "corral"  # as the controller's /health says
+    isolation: str = ""  # how the agents confine jobs, as they registered it (for the banner)
     controller_answered: bool = False
     postgres_started: bool = False
 
@@ -138,7 +145,24 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
     with Client(urls, secret, timeout_s=2.0, ca_file=ca_file) as client:
         for name, argv in zip(plan.node_names, plan.agent_argvs, strict=True):
             supervisor.start(name, argv)
-        _wait_for_nodes(client, supervisor, plan.node_names, deadline)
+        nodes = _wait_for_nodes(client, supervisor, plan.node_names, deadline)
+    cluster.isolation = isolation_words(nodes)
+
+
+def isolation_words(nodes: list[dict]) -> str:
+    """How the agents confine jobs (as `corral nodes` says it), once when all say the same, else per node;
+    without cgroups, why (the first such node's reason: a user's cluster on a host whose cgroups are
+    root's, --no-cgroups...)."""
+    from corral.cli.render import isolation
+
+    said: dict[str, list[str]] = {}
+    for node in nodes:
+        said.setdefault(isolation(node), []).append(node["name"])
+    words = next(iter(said)) if len(said) == 1 else "; ".join(
+        f"{', '.join(names)}: {text}" for text, names in said.items())
+    why = next((f"{node['name']}: {node['cgroups'].removeprefix('no cgroups: ')}" for node in nodes
+                if isolation(node).endswith("no cgroups") and node.get("cgroups")), None)
+    return f"{words} ({why})" if why else words
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,16 +187,18 @@ def _wait_for_health(client: Client, supervisor: Supervisor, deadline: _Deadline
             deadline.sleep_or_fail(f"{what} did not answer")
 
 
-def _wait_for_nodes(client: Client, supervisor: Supervisor, names: tuple[str, ...], deadline: _Deadline) -> None:
+def _wait_for_nodes(client: Client, supervisor: Supervisor, names: tuple[str, ...],
+                    deadline: _Deadline) -> list[dict]:
+    """The nodes `names`, once all are up."""
     while True:
         supervisor.check_alive()  # first: a dead controller is reported as such, not as unreachable
         try:
-            up = {node["name"] for node in client.nodes() if node["state"] != "down"}
+            up = {node["name"]: node for node in client.nodes() if node["state"] != "down"}
         except ControllerUnreachable:
-            up = set()
+            up = {}
         missing = [name for name in names if name not in up]
         if not missing:
-            return
+            return [up[name] for name in names]
         deadline.sleep_or_fail(f"nodes {', '.join(missing)} did not register")
 
 
@@ -212,6 +238,7 @@ def run_up(plan: UpPlan) -> int:
             check_port_free(plan.host, port)
         if plan.postgres is not None:
             check_can_start()
+        keep_cluster_id(plan)
         write_secret(plan.secret_file)
         write_agent_credentials(plan)
         make_certificates(plan)
@@ -223,21 +250,18 @@ def run_up(plan: UpPlan) -> int:
                 start_postgres(plan.postgres)
             start_cluster(cluster)
             ready = True
-            config_path = write_cluster_file(urls, plan.secret_file, auth_socket=plan.auth_socket,
-                                             ca_file=plan.ca_file)
-            # Root's cluster serves every user of this host: tell them where it is, and whether they can run it.
-            warnings: list[str] = []
-            if os.geteuid() == 0 and plan.auth_socket is not None:
-                system_file = write_system_cluster_file(urls, plan.auth_socket, ca_file=plan.ca_file)
-                warnings += shared_install_warnings()
-            typer.echo(banner(cluster, config_path, system_file, warnings))
+            recorded = record_cluster(plan, urls)
+            system_file = recorded.system_file
+            # Root's cluster serves every user of this host: whether they can run its commands.
+            warnings = shared_install_warnings() if os.geteuid() == 0 and plan.auth_socket is not None else []
+            typer.echo(banner(cluster, recorded, warnings))
             return wait_foreground(cluster)
         except (KeyboardInterrupt, _Stop):
             typer.echo("\ncorral: stopping the jobs, then the agents and the controller...", err=True)
             return 0 if ready else 130
         finally:
             if system_file is not None:
-                remove_system_cluster_file(system_file, plan.url)
+                remove_system_cluster_file(system_file, plan.url, plan.cluster_id)
             try:
                 cluster.stop()
             except (KeyboardInterrupt, _Stop):  # asked again: no more waiting
@@ -251,8 +275,7 @@ def shared_install_warnings() -> list[str]:
     return [install_warning(problem)] if problem else []
 
 
-def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None,
-           warnings: Sequence[str] = ()) -> str:
+def banner(cluster: Cluster, recorded: Recorded, warnings: Sequence[str] = ()) -> str:
     plan = cluster.plan
     gpus = "real GPUs" if plan.gpus_per_node is None else f"{plan.gpus_per_node} simulated GPUs each"
     several = len(plan.urls) > 1
@@ -261,10 +284,11 @@ def banner(cluster: Cluster, config_path: Path, system_file: Path | None = None,
         + (f"  API:       {', '.join(plan.urls)} ({len(plan.urls)} controllers: their leader answers; "
            "'corral status' says which)\n" if several else f"  API:       {plan.url}\n")
         + f"  dashboard: {plan.url}/ in a browser (sign in with a token from 'corral token create')\n"
-        + (f"  database:  PostgreSQL, data in {plan.postgres.data_dir}\n" if plan.postgres else "") +
-        f"  secret:    {plan.secret_file} (recorded with the URL in {config_path})\n"
-        f"  users:     {plan.auth_socket} gives this host's users their credential"
-        + (f" (found through {system_file})\n" if system_file else "\n")
+        + (f"  database:  PostgreSQL, data in {plan.postgres.data_dir}\n" if plan.postgres else "")
+        + f"  secret:    {plan.secret_file} {user_file_words(plan, recorded)}\n"
+        + f"  users:     {plan.auth_socket} gives this host's users their credential"
+        + system_file_words(recorded)
+        + (f"  isolation: {cluster.isolation}\n" if cluster.isolation else "")
         + (f"  CA:        {plan.ca_file} (clients verify the controller with it; recorded there too)\n"
            if plan.ca_file else "")
         + (f"  health:    {plan.health_check}\n" if plan.health_check else "") +
@@ -322,7 +346,8 @@ def up(
     from corral.cli.hostinfo import probe_host
 
     with reported_errors():
-        options = UpOptions(state_dir=(state_dir or default_state_dir()).absolute(), nodes=nodes,
+        state = (state_dir or default_state_dir()).absolute()
+        options = UpOptions(state_dir=state, cluster_id=cluster_identity(state), nodes=nodes,
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
                             health_interval_s=health_interval, health_before_job=health_before_job,

@@ -46,6 +46,9 @@ class UpOptions:
     health_interval_s: float | None = None  # None: the agent's default
     health_before_job: bool = False
     pids_max: int | None = None  # each job's limit on processes and threads (agent --pids-max); None: its default
+    # The cluster's id on this host (cluster_identity()): in its agents' cgroup and spool names, so that two
+    # clusters here, their nodes named alike, never touch each other's jobs. None: the agents get none.
+    cluster_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class UpPlan:
     tls_dir: Path | None = None  # --tls: the CA and the controller's certificate and key live here
     urls: tuple[str, ...] = ()  # every controller's, the first one first
     postgres: PostgresPlan | None = None  # the server started for several controllers
+    cluster_id: str | None = None  # as UpOptions'
 
     @property
     def controller_argv(self) -> tuple[str, ...]:
@@ -129,20 +133,24 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     sockets = tuple(_auth_socket(state_dir, port, len(ports)) for port in ports)
     controllers = tuple(
         _controller_argv(python, options, port, db_url, secret_file, socket, tls_dir, url if len(ports) > 1 else None)
+        + _cluster_id_argv(options.cluster_id)
         for port, socket, url in zip(ports, sockets, urls, strict=True))
     agent_url = ",".join(urls)
+    spools = tuple(spool_dir(state_dir, name, options.port, os.geteuid(), options.cluster_id) for name in names)
     return UpPlan(
         url=urls[0], host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus, controller_argvs=controllers,
-        agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size,
-                                      spool_dir(state_dir, name, options.port, os.geteuid()), tls_dir)
-                          + _health_argv(options)
+        agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size, spool, tls_dir)
+                          + _cluster_id_argv(options.cluster_id) + _health_argv(options)
                           + (("--pids-max", str(options.pids_max)) if options.pids_max is not None else ())
-                          for name, credential in zip(names, credentials, strict=True)),
-        spool_dirs=tuple(spool_dir(state_dir, name, options.port, os.geteuid()) for name in names),
-        agent_credential_files=credentials, auth_socket=sockets[0], tls_dir=tls_dir, urls=urls, postgres=postgres,
-        health_check=_health_words(options),
+                          for name, credential, spool in zip(names, credentials, spools, strict=True)),
+        spool_dirs=spools, agent_credential_files=credentials, auth_socket=sockets[0], tls_dir=tls_dir, urls=urls,
+        postgres=postgres, health_check=_health_words(options), cluster_id=options.cluster_id,
     )
+
+
+def _cluster_id_argv(cluster_id: str | None) -> tuple[str, ...]:
+    return () if cluster_id is None else ("--cluster-id", cluster_id)
 
 
 def _check_health_options(options: UpOptions) -> None:
@@ -196,7 +204,8 @@ def _controller_ports_and_database(options: UpOptions) -> tuple[tuple[int, ...],
                            "URL (postgresql+psycopg://...), or leave --db out to have one started")
         return ports, None, options.db_url
     user = _user_name()
-    postgres = PostgresPlan(postgres_data_dir(options.state_dir, options.port, os.geteuid()), last_port, user)
+    postgres = PostgresPlan(postgres_data_dir(options.state_dir, options.port, os.geteuid(), options.cluster_id),
+                            last_port, user)
     return ports, postgres, postgres.url
 
 
@@ -223,11 +232,14 @@ def auth_socket_path(state_dir: Path, port: int, euid: int) -> Path:
     return Path(f"/run/corral/{port}/auth.sock") if euid == 0 else state_dir / "auth.sock"
 
 
-def spool_dir(state_dir: Path, node: str, port: int, euid: int) -> Path:
+def spool_dir(state_dir: Path, node: str, port: int, euid: int, cluster_id: str | None = None) -> Path:
     """Where a node's agent keeps batch scripts and its task record. Root's agents run each job as its
     user, who must reach their own script (as under slurmd's /var/spool/slurmd): a world-traversable
-    directory, one per port; the job directories in it are the users' own and 0700."""
-    return Path(f"/var/spool/corral/{port}/{node}") if euid == 0 else state_dir / "spool" / node
+    directory, one per cluster (by its id; by port for a cluster without one); the job directories in it
+    are the users' own and 0700."""
+    if euid != 0:
+        return state_dir / "spool" / node
+    return Path(f"/var/spool/corral/cluster-{cluster_id}/{node}" if cluster_id else f"/var/spool/corral/{port}/{node}")
 
 
 def _controller_argv(python: str, options: UpOptions, port: int, db_url: str, secret_file: Path, auth_socket: Path,

@@ -29,10 +29,12 @@ class PostgresPlan:
         return f"postgresql+psycopg://{self.user}@/corral?host={self.data_dir}&port={self.port}"
 
 
-def postgres_data_dir(state_dir: Path, port: int, euid: int) -> Path:
+def postgres_data_dir(state_dir: Path, port: int, euid: int, cluster_id: str | None = None) -> Path:
     """Root's server runs as 'postgres', which cannot enter root's private state dir: a directory of its own,
-    one per cluster port (as root's spools and auth sockets are)."""
-    return Path(f"/var/lib/corral/{port}/postgresql") if euid == 0 else state_dir / "postgresql"
+    one per cluster (by its id, as root's spools; by port for a cluster without one)."""
+    if euid != 0:
+        return state_dir / "postgresql"
+    return Path("/var/lib/corral") / (f"cluster-{cluster_id}" if cluster_id else str(port)) / "postgresql"
 
 
 def check_can_start(euid: int = os.geteuid()) -> None:

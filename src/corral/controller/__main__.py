@@ -38,8 +38,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--advertise-url", default=None, metavar="URL",
                    help="the URL clients and agents reach this controller at, which standbys name when it leads "
                         "(default: from --listen, this host's name for a wildcard address)")
+    p.add_argument("--cluster-id", default=None, type=_cluster_id, metavar="ID",
+                   help="the cluster's id on its hosts (`corral up` gives one), which /health tells a machine "
+                        "joining the cluster so that its agent carries it too (docs/security.md)")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
+
+
+def _cluster_id(text: str) -> str:
+    from corral.protocol import check_cluster_id
+
+    try:
+        return check_cluster_id(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def open_store(url: str, wait_s: float):
@@ -93,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         load_settings,
     )
     from corral.store import StoreError
+    from corral.unix_auth_socket import listening
 
     try:
         config, tenancy = load_settings(args.config)
@@ -111,13 +124,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.auth_socket:
         auth = dataclasses.replace(auth, socket=os.path.abspath(args.auth_socket))
+    if auth.socket and listening(auth.socket):  # serving it would cut another cluster's users off
+        print(f"corral-controller: error: the auth socket {auth.socket} is served by another running process: "
+              "give each cluster its own (--auth-socket, or [auth] socket)", file=sys.stderr)
+        return 2
     advertise_url = args.advertise_url or default_advertise_url(host, int(port), tls=args.tls_cert is not None)
     if not advertise_url.startswith(("http://", "https://")):
         print(f"corral-controller: error: --advertise-url must be an http:// or https:// URL, not {advertise_url!r}",
               file=sys.stderr)
         return 2
     app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"),
-                    ratelimit=ratelimit, http=http)
+                    ratelimit=ratelimit, http=http, cluster_id=args.cluster_id)
     return _serve(app, host, int(port), http, args.tls_cert, args.tls_key)
 
 
@@ -145,7 +162,7 @@ def fencing_after_s(node_timeout_s: float) -> float | None:
 
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None,
-              ratelimit=None, http=None):
+              ratelimit=None, http=None, cluster_id: str | None = None):
     """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
     the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now."""
     from corral.controller.app import create_app
@@ -169,7 +186,7 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
         service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
                                     leadership=Leadership(store, advertise_url), config=config,
                                     fence_after_s=fence_after_s)
-    return create_app(service, secret, auth, ratelimit, http)
+    return create_app(service, secret, auth, ratelimit, http, cluster_id)
 
 
 def _read_secret(path: str) -> str | None:

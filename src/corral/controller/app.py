@@ -86,9 +86,11 @@ STATUS_PATH = f"{API_PREFIX}/status"
 
 
 def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None,
-               ratelimit: RateLimitSettings | None = None, http: HttpSettings | None = None) -> FastAPI:
+               ratelimit: RateLimitSettings | None = None, http: HttpSettings | None = None,
+               cluster_id: str | None = None) -> FastAPI:
     """`secret` is the cluster secret (the service credential); `auth` the config's [auth] section,
-    `ratelimit` its [ratelimit] section, `http` its [http] section (body caps and timeouts)."""
+    `ratelimit` its [ratelimit] section, `http` its [http] section (body caps and timeouts); `cluster_id` the
+    cluster's id on its hosts (/health says it)."""
     settings = auth or AuthSettings()
     authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
                                   service.clock)
@@ -145,7 +147,8 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         work) or it is taking over as the leader. `cycles`: the scheduling cycles run since start, `cycle_s`:
         the seconds they took in all (as sdiag's)."""
         body = {"status": "ok", "cluster": service.config.cluster_name, "role": service.role,
-                "cycles": service.cycles, "cycle_s": round(service.cycle_s, 6)}
+                "cycles": service.cycles, "cycle_s": round(service.cycle_s, 6),
+                **({"cluster_id": cluster_id} if cluster_id else {})}
         problem = service.health()
         if problem is None:
             return JSONResponse(body)
