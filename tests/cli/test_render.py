@@ -111,7 +111,7 @@ def test_job_fields_of_a_job_with_every_feature():
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
                "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "history", "position",
                "comment", "wckey",
-               "open_mode", "batch", "gpu_share",
+               "open_mode", "batch", "allocation", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec", "usage",
                "gpu_idle_flagged"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)
     assert covered == set(job)

@@ -197,9 +197,17 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         *efficiency_fields(job),
         ("WorkDir", job["workdir"]),
         ("SubmitHost", or_none(job.get("submit_host"))),
-        ("StdOut", output_file(job, job["output"])),
-        ("StdErr", output_file(job, job["error"] or job["output"])),  # no separate file: stderr goes with stdout
+        *_output_fields(job),
     ]
+
+
+def _output_fields(job: dict) -> list[tuple[str, str]]:
+    """The files the job's own tasks write; an allocation (`corral run`, salloc) has none, and scontrol
+    shows no StdOut for it either."""
+    if job.get("allocation"):
+        return [("Interactive", "yes: no output file; its steps' output went to the srun that ran them")]
+    # No separate error file: stderr goes with stdout.
+    return [("StdOut", output_file(job, job["output"])), ("StdErr", output_file(job, job["error"] or job["output"]))]
 
 
 def output_file(job: dict, pattern: str) -> str:
