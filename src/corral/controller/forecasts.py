@@ -66,6 +66,8 @@ class ForecastProcess:
         try:
             return await asyncio.to_thread(_ask, self._pipe, (state, model, horizon_s))
         except (EOFError, OSError) as exc:
+            if self._child is not None:  # its pipe closed as it died: reap it, so that its status is known
+                await asyncio.to_thread(self._child.join, CHILD_EXIT_WAIT_S)
             code = None if self._child is None else self._child.exitcode
             self.close()
             raise ForecastFailed(f"the forecast process ended (exit status {code})") from exc
