@@ -38,3 +38,16 @@ def test_the_variable_is_set_exactly_when_gpus_per_node_was_requested(make_launc
     assert env_of(["gpus_per_node"])["SLURM_GPUS_PER_NODE"] == "2"
     assert "SLURM_GPUS_PER_NODE" not in env_of([])
     assert "SLURM_GPUS_PER_NODE" not in env_of(["ntasks"])
+
+
+def test_srun_outside_a_job_sets_it_for_its_steps_when_given() -> None:
+    """`corral run --gpus-per-node=N` (srun making its own allocation): srun exports what it was given."""
+    from corral.slurm.srun.opts import parse_srun
+    from corral.slurm.srun.step_client import requested_variables
+
+    def variable(*argv: str) -> str | None:
+        return requested_variables(parse_srun([*argv, "hostname"], {})).get("SLURM_GPUS_PER_NODE")
+
+    assert variable("-N2", "--gpus-per-node=2") == "2"
+    assert variable("--gpus-per-node=a100:2") == "a100:2"
+    assert variable("--gpus=2") is None and variable("-n2") is None
