@@ -1,7 +1,7 @@
 """The live controller's start-time forecasts (corral.sim.forecast). At once when it starts leading, then
 every `every_s`, and sooner (NEW_JOBS_AFTER_S) when jobs began waiting that the last forecast did not see
-(longer when forecasts take long: PAUSE_PER_FORECAST_S), the state is copied on the loop (`capture`: the active jobs and nodes,
-64 ms at 12,000 jobs) and the engine is run forward on the copy in a process of its own
+(longer when forecasts take long: PAUSE_PER_FORECAST_S), the state is copied on the loop (`capture`: the
+active jobs and nodes, 64 ms at 12,000 jobs) and the engine is run forward on the copy in a process of its own
 (`ForecastProcess`), so a forecast holds neither the scheduling loop nor the controller's interpreter lock
 for its length (100 s with 10,000 pending jobs on 1,000 nodes). The runtime model learns from the jobs that
 ended before (`warm`: the store's newest WARM_JOBS jobs) and from those that end (`learn`, called where

@@ -99,8 +99,8 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
         f"QOS={_null(records.get(job, 'qos'))}",
         f"JobState={states.job_state(job)} Reason={records.reason(job)} "
         f"Dependency={_null(records.get(job, 'dependency'))}",
-        f"Requeue={int(bool(records.get(job, 'requeue')))} Restarts={job.get('restart_count', 0)} BatchFlag={batch_flag} "
-        f"Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
+        f"Requeue={int(bool(records.get(job, 'requeue')))} Restarts={job.get('restart_count', 0)} "
+        f"BatchFlag={batch_flag} Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
         *_times(job, now, time_format),
         f"Partition={job.get('partition', '')} AllocNode:Sid={records.get(job, 'submit_host') or '(null)'}:0",
         "ReqNodeList=(null) ExcNodeList=(null)",
