@@ -25,7 +25,7 @@ def test_every_reservation_as_slurm_prints_it():
     assert out == (
         "ReservationName=maint StartTime=2027-01-15T09:00:00 EndTime=2027-01-16T10:00:00 Duration=1-01:00:00\n"
         "   Nodes=n[1-2] NodeCnt=2 CoreCnt=32 Features=(null) PartitionName=(null) Flags=MAINT,SPEC_NODES\n"
-        "   TRES=cpu=32,gres/gpu=16\n"
+        "   TRES=cpu=32\n"
         "   Users=(null) Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE BurstBuffer=(null) Watts=n/a\n"
         "   MaxStartDelay=(null)\n"
         "\n"

@@ -4,7 +4,8 @@ layout (api/reservation_info.c: slurm_sprint_reservation_info; scontrol/info_res
 What corral has no notion of prints as Slurm prints it unset: Features, PartitionName, Groups, Licenses,
 BurstBuffer and MaxStartDelay `(null)`, Watts `n/a`. Flags are the two corral's reservations can carry:
 MAINT (a maintenance window) and SPEC_NODES (the nodes were named, not picked for a GPU count). CoreCnt
-and TRES count the reserved nodes' CPUs (corral's CPUs are Slurm's cores), plus the GPUs reserved."""
+and TRES count the reserved nodes' CPUs (corral's CPUs are Slurm's cores); TRES names GPUs only for a
+reservation of a GPU count, as Slurm's for `TRES=gres/gpu=N` (a reservation of whole nodes shows cpu=)."""
 from __future__ import annotations
 
 from _collections_abc import Mapping, Sequence
@@ -23,8 +24,6 @@ def reservation_lines(reservation: Mapping, nodes: Sequence[Mapping], now: float
     chosen = set(names)
     cpus = sum(int(n.get("cpus", 0)) for n in nodes if n["name"] in chosen)
     gpus = reservation.get("gpus")
-    if gpus is None:
-        gpus = sum(len(n.get("gpus") or ()) for n in nodes if n["name"] in chosen)
     totals = {"cpu": str(cpus), **({"gres/gpu": str(gpus)} if gpus else {})}
     flags = [flag for flag, has in (("MAINT", reservation.get("maintenance")),
                                     ("SPEC_NODES", reservation.get("nodes") is not None)) if has]
