@@ -6,7 +6,6 @@ from __future__ import annotations
 from _collections_abc import Mapping
 
 from corral.jobref import JobRef
-from corral.slurm.common import jobids
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.sacct.fields import FIELDS, AcctView
 from corral.slurm.sacct.format import PARSABLE, PARSABLE2, Layout, header_lines, parse_fields, row_line
@@ -47,9 +46,9 @@ def running_rows(job: Mapping, ref: JobRef, all_steps: bool) -> tuple[list[Mappi
         found = [s for s in steps if str(s.get("step_id")) == ref.step]
         if not found and ref.step == "batch" and running and not job.get("batch"):
             return [None], None
-        return (found, None) if found else ([], f"StepId={jobids.job_id(job)}.{ref.step} not found running.")
+        return (found, None) if found else ([], f"StepId={job_key(ref)}.{ref.step} not found running.")
     if not running:
-        return [], f"No steps running for job {jobids.job_id(job)}"
+        return [], f"No steps running for job {job_key(ref)}"
     rows: list[Mapping | None] = [s for s in steps if all_steps or s.get("step_id") != "batch"]
     if not job.get("batch") and (all_steps or not rows):
         rows.insert(0, None)  # its own tasks: no step of Slurm's stands for them
