@@ -132,7 +132,7 @@ class LaunchJob(BaseModel):
     cluster_name: str = "corral"
     # sbatch's batch step: one task on the first node, with the batch environment (no ranks).
     batch: bool = False
-    # Which of ntasks, ntasks_per_node, cpus_per_task the user gave: Slurm exports them only then.
+    # Which of ntasks, ntasks_per_node, cpus_per_task, gpus_per_node the user gave: Slurm exports them only then.
     explicit: list[str] = []
     open_mode: str = "append"  # "truncate": a batch job's output files start empty
     acctg_freq_s: float | None = None  # --acctg-freq: sample its usage this often (None: the agent's interval)

@@ -52,6 +52,17 @@ def test_an_account_counts_its_own_jobs_and_one_without_finished_jobs_is_told_so
         build_report(records, live_bodies(), T0, T0 + 5 * HOUR, "nobody", 20_000)
 
 
+def test_jobs_todays_configuration_refuses_are_counted_and_stop_the_advice():
+    """Jobs that ran before the tenancy named their user replayed as 0 jobs, and nothing said why."""
+    records = [record(i + 1, i * 60, i * 60 + 1, 30, user="root", account="default", queue="") for i in range(5)]
+    report = build_report(records, live_bodies(), T0, T0 + HOUR, None, 20_000)
+    baseline = next(row for row in report["whatif"]["scenarios"] if row["key"] == "baseline")
+    assert (baseline["jobs"], baseline["refused"], baseline["unfinished"]) == (0, 5, 0)
+    problem = report["whatif"]["fidelity_problem"]
+    assert problem.startswith("the live configuration refuses 5 (e.g. ") and "of the 5 jobs replayed" in problem
+    assert "root" in problem and report["recommendations"] == []
+
+
 def test_the_replay_is_capped_and_says_so():
     report = build_report(overloaded_queue(), live_bodies(), T0, T0 + 24 * HOUR, None, 5)
     assert report["whatif"]["evidence"]["jobs"] == 5

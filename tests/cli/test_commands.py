@@ -174,6 +174,16 @@ def test_show_expands_output_patterns_as_the_agent_names_the_files(standin, cli)
     assert fields["StdErr"] == "/scratch/alice/%j-00041-41.batch.err"
 
 
+def test_show_names_no_output_file_for_a_corral_run_job(standin, cli):
+    """`corral run` (srun outside a job) makes an allocation whose steps' output goes to srun: no file
+    named by its output pattern ever exists, so none is named (scontrol shows no StdOut for it either)."""
+    standin.state.jobs[43] = make_job(43, name="hostname", state="COMPLETED", allocation=True)
+    fields = show_fields(cli, 43)
+    assert "StdOut" not in fields and "StdErr" not in fields
+    assert fields["Interactive"].startswith("yes: no output file")
+    assert "StdOut" in show_fields(cli, 2) and "Interactive" not in show_fields(cli, 2)
+
+
 def test_show_keeps_the_node_pattern_until_the_job_has_a_node(standin, cli):
     standin.state.jobs[2]["output"] = "%N-%j.out"
     assert show_fields(cli, 2)["StdOut"] == "/home/alice/%N-2.out"

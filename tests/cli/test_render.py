@@ -111,7 +111,7 @@ def test_job_fields_of_a_job_with_every_feature():
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
                "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "history", "position",
                "comment", "wckey",
-               "open_mode", "batch", "gpu_share",
+               "open_mode", "batch", "allocation", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec", "usage",
                "gpu_idle_flagged"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)
     assert covered == set(job)
@@ -170,8 +170,10 @@ def test_queue_long_rows():
         ({"t": T0, "event": "infrastructure-failed", "node": "node2", "step": 3, "kind": "agent-error",
           "reason": "the agent's step runner failed: boom"},
          "infrastructure failure on node2 (step 3): the agent's step runner failed: boom"),
-        ({"t": T0, "event": "requeued", "run_start": 1, "run_end": 2, "cause": "node failure node2"},
-         "requeued (node failure node2) run_start=1 run_end=2"),
+        ({"t": T0, "event": "requeued", "run_start": T0 - 100.86, "run_end": T0, "cause": "node failure node2"},
+         "requeued (node failure node2) run_start=2023-11-14T22:11:39 run_end=2023-11-14T22:13:20"),
+        ({"t": T0, "event": "updated", "begin_time": T0 + 60, "time_limit_s": 600},
+         "updated begin_time=2023-11-14T22:14:20 time_limit_s=600"),
         ({"t": T0, "event": "nodes-held", "nodes": ["node1", "node3"], "until": T0 + 300},
          f"nodes node1,node3 held for it (expedited requeue) until {render.format_timestamp(T0 + 300)}"),
         ({"t": T0, "event": "signal", "signal": "USR1"}, "signal USR1 sent"),

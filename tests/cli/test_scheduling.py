@@ -80,7 +80,8 @@ def test_prio_table(standin, cli):
     assert result.exit_code == 0, result.output
     header, *rows = table(result.stdout)
     assert header == ["JOBID", "USER", "ACCOUNT", "PARTITION", "QOS", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE",
-                      "PARTITION", "QOS", "NICE"]
+                      "PARTITION_FACTOR", "QOS_FACTOR", "NICE"]
+    assert len(set(header)) == len(header), "each column is named once"
     assert rows == [
         ["2", "bob", "bio", "gpu", "high", "10450", "250", "9000", "100", "0", "1000", "0"],
         ["7", "alice", "hep", "gpu", "normal", "3100", "1000", "2100", "0", "0", "0", "0"],

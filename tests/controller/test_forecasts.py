@@ -12,8 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from corral.api.schemas import JobSubmit
 from corral.controller.app import create_app
-from corral.controller.forecasts import ForecastFailed, Forecasts
+from corral.controller.forecasts import NEW_JOBS_AFTER_S, ForecastFailed, Forecasts
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
 from corral.core.model import NodeSlice, Request
@@ -108,6 +109,47 @@ def test_a_slow_forecast_waits_longer_before_the_next():
     assert forecasts.pause_s() == 30.0
     forecasts.took_s = 100.0
     assert forecasts.pause_s() == 300.0
+
+
+def test_a_job_that_began_waiting_is_forecast_soon_not_a_whole_pause_later():
+    """The core estimates only jobs waiting on resources: one waiting on quota, a dependency or an array's
+    task limit has a start only from a forecast, so a new job must not wait a whole pause for one."""
+    forecasts = Forecasts(every_s=30.0)
+    assert forecasts.due([2, 3], NOW), "the first forecast: at once"
+    forecasts.made_at, forecasts.took_s, forecasts.seen = NOW, 0.5, frozenset({2, 3})
+    assert not forecasts.due([2, 3], NOW + 10), "the same jobs: the next after the pause"
+    assert forecasts.due([2, 3], NOW + 31)
+    assert not forecasts.due([2, 3, 4], NOW + NEW_JOBS_AFTER_S - 0.1)
+    assert forecasts.due([2, 3, 4], NOW + 0.5 + NEW_JOBS_AFTER_S), "job 4 is new: soon"
+    assert forecasts.due([3, 9], NOW + 0.5 + NEW_JOBS_AFTER_S)
+    forecasts.took_s = 10.0  # a slow forecast keeps its pause (3x) even for new jobs
+    assert not forecasts.due([2, 3, 4], NOW + 35) and forecasts.due([2, 3, 4], NOW + 41)
+
+
+def test_jobs_waiting_on_quota_a_dependency_and_an_array_limit_get_a_forecast(tmp_path):
+    """squeue --start and corral queue showed none for them: the forward run plans them as the engine
+    does (quota, dependencies, throttles)."""
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.save(jobs=[whole_node_job(1, running=True)], nodes=[node("n1")])
+    service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW), store, clock=lambda: NOW)
+    try:
+        def submit(**fields) -> None:
+            asyncio.run(service.submit(JobSubmit(user="alice", argv=["true"], workdir="/", gpus=1,
+                                                 time_limit_s=1000, **fields)))
+        submit(dependency="afterany:1")
+        submit(array="0-2%1")
+        engine = service.engine
+        engine.handle(ev.CycleDue(), now=NOW)
+        waiting = sorted(job_id for job_id, job in engine.jobs.items() if job.state is JobState.PENDING)
+        assert waiting == [2, 3, 4, 5] and engine.jobs[2].reason == "Dependency"
+        assert all(engine.jobs[j].estimated_start is None for j in waiting), "the core estimates none of them"
+        asyncio.run(service.forecasts.make(engine, NOW))
+        # Job 1 ends at T0 + 1050 (its limit: nothing learnt); then 2 and the array's first task start at
+        # once, and its tasks one after the other (%1).
+        assert service.forecasts.starts == {2: T0 + 1050, 3: T0 + 1050, 4: T0 + 2050, 5: T0 + 3050}
+    finally:
+        service.forecasts.close()
+        store.close()
 
 
 def test_a_forecast_leaves_the_engine_as_it_was(queued, tmp_path):

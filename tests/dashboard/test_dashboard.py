@@ -280,3 +280,31 @@ def test_a_revoked_token_sends_the_user_back_to_login(page, scene: Scene) -> Non
     page.goto("/#/nodes")
     page.wait_for_selector("form.login")
     assert f"token {made['id']} was revoked" in page.inner_text("#login-message")
+
+
+def test_array_tasks_are_listed_and_opened_by_their_command_line_ids(page, scene: Scene) -> None:
+    """The job list showed an array task by its raw id, which no command shows, and the job page refused
+    `N_I`; both now use the id squeue and the CLI print."""
+    cluster, alice = scene.cluster, scene.users["alice"].name
+    array = submit(cluster, scene.tokens["alice"], alice, name="sweep", gpus=0, array="0-1", argv=["sleep", "600"])
+    tasks = cluster.http.get(f"{API}/jobs", params={"ids": str(array)}).json()
+    raw = {f"{t['array_job_id']}_{t['array_task_id']}": t["id"] for t in tasks}
+    assert sorted(raw) == [f"{array}_0", f"{array}_1"] and raw[f"{array}_1"] != array
+    try:
+        for job_id in raw.values():
+            cluster.wait_state(job_id, "RUNNING")
+        sign_in(page, scene.tokens["alice"])
+        visit(page, scene, f"jobs?user={alice}", "table.grid", "alice-jobs-array")
+        for text in raw:
+            link = page.locator(f"tr[data-job='{text}'] a")
+            assert (link.inner_text(), link.get_attribute("href")) == (text, f"#/job/{text}")
+        task = f"{array}_1"
+        visit(page, scene, f"job/{task}", ".job-title", "alice-job-array-task")
+        assert page.inner_text(".job-title").startswith(f"Job {task} sweep")
+        visit(page, scene, f"job/{raw[task]}", ".job-title", "alice-job-array-task-raw")  # its own id: the same
+        assert page.inner_text(".job-title").startswith(f"Job {task} sweep")
+        visit(page, scene, f"job/{array}_7", ".error", "alice-job-array-no-task")
+        assert page.inner_text(".error") == f"no job {array}_7: array {array} has no task 7"
+    finally:
+        for job_id in raw.values():
+            cluster.http.post(f"{API}/jobs/{job_id}/cancel")

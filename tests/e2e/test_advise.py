@@ -37,6 +37,14 @@ def test_advise_reports_the_clusters_own_history_and_replays_it(cluster_factory,
     result = cmd("corral", "advise", "--json", "--since", "1h")
     assert result.code == 0, result
     report = json.loads(result.stdout)
+    # The cluster is minutes old: the hour before it began counts for nothing (it once made the
+    # utilisation "0.1 of 1,344 GPU-hours").
+    created_at = cluster.http.get(f"{API}/health").json()["created_at"]
+    assert created_at > time.time() - 600
+    period = report["summary"]["period"]
+    assert period["since"] == created_at
+    assert report["summary"]["utilisation"]["capacity_gpu_hours"] == pytest.approx(
+        2 * (period["until"] - created_at) / 3600, abs=0.006)
 
     records = cluster.http.get(f"{API}/accounting", params={"since": started - 60}).json()
     assert sorted(r["id"] for r in records) == ids

@@ -20,8 +20,8 @@ def test_a_pending_job_gets_a_forecast_made_in_the_controllers_child_process(clu
     running = cluster.submit(argv=["sleep", "300"], gpus=2, time_limit_s=600, output="/dev/null")
     cluster.wait_state(running, "RUNNING")
     waiting = cluster.submit(argv=["true"], gpus=2, time_limit_s=60, output="/dev/null")
-    # The first forecast comes FORECAST_EVERY_S (30 s) after the controller starts.
-    wait_for(lambda: cluster.job(waiting)["estimated_start_source"] == "forecast", timeout_s=60,
+    # A job that began waiting is forecast within seconds (NEW_JOBS_AFTER_S), not a whole pause later.
+    wait_for(lambda: cluster.job(waiting)["estimated_start_source"] == "forecast", timeout_s=15,
              message="a forecast of the waiting job")
     job = cluster.job(waiting)
     # Nothing learnt yet: the running job is expected to run its whole limit.

@@ -68,6 +68,27 @@ def test_scontrol_show_job(cmd, slurm_cluster):
     cmd("scancel", str(job_id))
 
 
+def test_scontrol_show_reservation(cmd, slurm_cluster):
+    """It once answered `invalid entity`; now it reads the controller's reservations."""
+    from tests.e2e.harness import API
+
+    start = int(time.time()) + 7200
+    created = slurm_cluster.http.post(f"{API}/reservations", json={
+        "name": "usergaps-maint", "start": start, "end": start + 3600, "nodes": "node2", "maintenance": True})
+    assert created.status_code == 201, created.text
+    try:
+        result = cmd("scontrol", "show", "reservation", "usergaps-maint")
+        assert (result.stderr, result.code) == ("", 0)
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("ReservationName=usergaps-maint StartTime=") and lines[0].endswith(
+            " Duration=01:00:00")
+        assert lines[1].startswith("   Nodes=node2 NodeCnt=1 CoreCnt=") and lines[1].endswith(" Flags=MAINT,SPEC_NODES")
+        assert " State=INACTIVE " in lines[3]
+    finally:
+        slurm_cluster.http.delete(f"{API}/reservations/usergaps-maint")
+    assert cmd("scontrol", "show", "reservation").stdout == "No reservations in the system\n"
+
+
 def test_scontrol_show_hostnames_needs_no_controller(cmd):
     nowhere = {"CORRAL_URL": "http://127.0.0.1:9", "SLURM_NODELIST": "n[1-2]"}
     result = cmd("scontrol", "show", "hostnames", env=nowhere)

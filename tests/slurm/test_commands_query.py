@@ -101,3 +101,20 @@ def test_dispatcher_runs_the_named_command(cmd):
     assert (result.stdout, result.code) == ("gpu* 2\n", 0)
     assert cmd("corral-slurm", "bogus").code == 1
     assert os.path.basename(cmd("corral-slurm", "squeue", "--version").stdout.split()[0]) == "slurm"
+
+
+def test_sstat_takes_an_array_task_id(cmd, slurm_cluster):
+    """`sstat -j A_I` answered `Invalid job id`; now it shows that task's running steps."""
+    array = cmd.submit("--array=0-1", "-o", "/dev/null", "--wrap", "sleep 30")
+
+    def running_tasks() -> str:
+        return cmd("squeue", "-h", "-t", "R", "-o", "%i", "-j", str(array)).stdout
+
+    wait_for(lambda: running_tasks().split() == [f"{array}_0", f"{array}_1"], message="both tasks running")
+    result = cmd("corral-slurm", "sstat", "-a", "-n", "-P", "-o", "JobID,NTasks", "-j", f"{array}_1")
+    assert (result.stdout, result.stderr, result.code) == (f"{array}_1.batch|1\n", "", 0)
+    step = cmd("corral-slurm", "sstat", "-n", "-P", "-o", "JobID", "-j", f"{array}_0.batch")
+    assert (step.stdout, step.stderr) == (f"{array}_0.batch\n", "")
+    missing = cmd("corral-slurm", "sstat", "-j", f"{array}_7")
+    assert missing.stderr == f"sstat: error: couldn't get steps for job {array}_7\n"
+    cmd("scancel", str(array))

@@ -62,6 +62,15 @@ def test_wrap_runs_in_the_submission_directory(cmd, slurm_cluster, tmp_path):
     assert (tmp_path / f"out-{job_id}.txt").read_text() == f"hello\n{tmp_path}\n"
 
 
+def test_slurm_gpus_per_node_is_set_when_requested(cmd, slurm_cluster, tmp_path):
+    show = "echo ${SLURM_GPUS_PER_NODE:-unset}"
+    asked = cmd.submit("--gpus-per-node=2", "-o", "asked.out", "--wrap", show)
+    total = cmd.submit("--gpus=2", "-o", "total.out", "--wrap", show)
+    for job_id in (asked, total):
+        slurm_cluster.wait_state(job_id, "COMPLETED")
+    assert ((tmp_path / "asked.out").read_text(), (tmp_path / "total.out").read_text()) == ("2\n", "unset\n")
+
+
 def test_script_from_stdin_with_directives(cmd, slurm_cluster, tmp_path):
     script = "#!/bin/sh\n#SBATCH --job-name=fromstdin\n#SBATCH --time=2\n#SBATCH -o stdin.out\necho from stdin\n"
     job_id = submitted_id(cmd("sbatch", stdin=script).stdout)

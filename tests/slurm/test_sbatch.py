@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from corral.slurm.common import jobids
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.sbatch.opts import (
     ScriptSource,
@@ -173,7 +174,8 @@ def test_advisory_options_warn_and_hard_ones_fail():
     (["--exclusive=bogus"], {}, "sbatch: error: Invalid --exclusive specification\n", 255),
     (["--requeue=bogus"], {}, "sbatch: error: Invalid --requeue specification\n", 255),
     (["--array=abc"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification\n", 1),
-    (["--array=0-2000"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification\n", 1),
+    (["--array=0-5000"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification: "
+     "index 5000 is past the limit: task indices go up to 1000 (MaxArraySize=1001)\n", 1),
     (["--dependency=bogus:1"], {}, "sbatch: error: Batch job submission failed: Job dependency problem\n", 1),
     (["--gpus=a100:1", "--gpus-per-task=h100:1"], {}, "sbatch: error: conflicting GPU types: a100, h100\n", 1),
     (["--gpus=x"], {},
@@ -191,6 +193,13 @@ def test_errors(argv, env, stderr, code):
     with pytest.raises(SlurmCommandError) as caught:
         submit(argv, env)
     assert (caught.value.stderr, caught.value.exit_code) == (stderr, code)
+
+
+def test_the_largest_array_passes_and_one_past_it_names_the_limit():
+    assert jobids.parse_task_spec("0-1000")[0][-1] == 1000
+    with pytest.raises(SlurmCommandError) as caught:
+        submit(["--array=1001"])
+    assert "task indices go up to 1000 (MaxArraySize=1001)" in caught.value.stderr
 
 
 def test_unlimited_time_is_refused_with_corrals_reason():

@@ -168,6 +168,14 @@ def test_scontrol_job_block():
     assert one.startswith("JobId=3 JobName=train UserId=ada(1000)") and one.endswith("Power= \n")
 
 
+def test_scontrol_shows_no_files_for_an_allocation():
+    """srun outside a job and salloc make jobs with Slurm's batch_flag 0: no StdErr, StdIn or StdOut."""
+    lines = render_jobs([running(8, allocation=True)], T0).splitlines()
+    assert not any(line.lstrip().startswith(("StdErr=", "StdIn=", "StdOut=")) for line in lines)
+    assert any(" BatchFlag=0 " in line for line in lines) and "   Power=" in lines
+    assert any(" BatchFlag=1 " in line for line in render_jobs([running(9)], T0).splitlines())
+
+
 @pytest.mark.parametrize(("pattern", "record", "path"), [
     ("slurm-%j.out", job(5, workdir="/w"), "/w/slurm-5.out"),
     ("/o/%A_%a.out", job(9, array_job_id=5, array_task_id=2), "/o/5_2.out"),

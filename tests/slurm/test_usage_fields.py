@@ -80,9 +80,22 @@ def test_sstat_errors_for_steps_not_running():
     assert running_rows(ended, parse_job_ref("5", steps=True), False) == ([], "No steps running for job 5")
 
 
+def test_sstat_takes_array_tasks_as_the_other_commands_do():
+    """`sstat -j N_I` was refused as an invalid job id."""
+    options = parse_sstat(["-j", "12_3,12_4.batch,12_9", "-P", "-n", "-o", "JobID,NTasks", "-a"])
+    assert [ref.text for ref in options.job_refs] == ["12_3", "12_4.batch", "12_9"]
+    task = running(14, batch=True, steps=STEPS, array_job_id=12, array_task_id=3)
+    other = running(15, batch=True, steps=STEPS, array_job_id=12, array_task_id=4)
+    out, err, code = sstat_output(options, {"12_3": task, "12_4": other, "12_9": None}, T0)
+    assert (out, err, code) == ("12_3.batch|1\n12_3.0|2\n12_4.batch|1\n",
+                                "sstat: error: couldn't get steps for job 12_9\n", 0)
+    ended = job(14, state="COMPLETED", array_job_id=12, array_task_id=3)
+    assert running_rows(ended, parse_job_ref("12_3", steps=True), False) == ([], "No steps running for job 12_3")
+
+
 def test_sstat_output_and_options():
     options = parse_sstat(["-j", "5.batch,9", "-P", "-o", "JobID,MaxRSS,NTasks"])
-    out, err, code = sstat_output(options, {5: running(5, batch=True, steps=STEPS), 9: None}, T0)
+    out, err, code = sstat_output(options, {"5": running(5, batch=True, steps=STEPS), "9": None}, T0)
     assert (out, err, code) == ("JobID|MaxRSS|NTasks\n5.batch|1104K|1\n",
                                 "sstat: error: couldn't get steps for job 9\n", 0)
     with pytest.raises(SlurmCommandError, match="You didn't give me any jobs to stat"):

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import delete, inspect
 
 from corral.store import Store, StoreError, migrate
-from corral.store.schema import Base
+from corral.store.schema import META, Base
+from corral.store.store import CREATED_AT_KEY
 from tests.store.factories import full_job, full_node
 from tests.store.pg import fresh_pg_schema
 
@@ -47,6 +49,27 @@ def test_reopen_keeps_data_and_migrations_are_idempotent(db_url: str) -> None:
             assert store.load_nodes() == [node]
             assert store.get_meta("cluster_name") == "alpha"
             assert store.max_job_id() == 12
+
+
+def test_the_database_notes_once_when_the_cluster_began(db_url: str) -> None:
+    """Reports over a period (sreport, corral advise) count no time before it."""
+    before = time.time()
+    with Store.open(db_url) as store:
+        created = store.created_at()
+        assert created is not None and before <= created <= time.time()
+    with Store.open(db_url) as store:
+        assert store.created_at() == created  # noted once, not at every start
+
+
+def test_a_database_from_before_the_note_dates_from_its_first_job(db_url: str) -> None:
+    with Store.open(db_url) as store:
+        store.save(jobs=[full_job(3), full_job(4)])
+        first = min(store.get_job(3).submit_time, store.get_job(4).submit_time)
+        with store.engine.begin() as connection:  # as a database of an older corral: no note
+            connection.execute(delete(META).where(META.c.key == CREATED_AT_KEY))
+        assert store.created_at() is None
+    with Store.open(db_url) as store:
+        assert store.created_at() == first
 
 
 def test_downgrade_then_open_upgrades_again(db_url: str) -> None:

@@ -152,6 +152,8 @@ def optional_job_variables(launch: LaunchJob) -> dict[str, str]:
         env["SLURM_CPUS_PER_TASK"] = str(launch.cpus_per_task)
     if launch.gpus_per_task is not None:
         env["SLURM_GPUS_PER_TASK"] = str(launch.gpus_per_task)
+    if "gpus_per_node" in launch.explicit:  # --gpus-per-node: every node of the job holds as many
+        env["SLURM_GPUS_PER_NODE"] = str(len(launch.node_gpus))
     if launch.restart_count > 0:
         env["SLURM_RESTART_COUNT"] = str(launch.restart_count)
     if launch.mem_per_node_mib > 0:

@@ -161,6 +161,9 @@ class JobOut(BaseModel):
     wckey: str = ""
     open_mode: str = "append"
     batch: bool = False
+    # salloc, or srun outside a job (`corral run`): the job runs nothing itself and has no output file;
+    # its steps' output went to the srun that started them.
+    allocation: bool = False
     cancelled_by_uid: int | None = None
     # Job steps (issue 4's srun); a batch job shows its batch step here.
     steps: list[dict] = []

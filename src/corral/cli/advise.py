@@ -17,7 +17,7 @@ from corral.cli.jobs import UrlOption
 from corral.cli.output import print_json, print_table, reported_errors
 from corral.cli.timespec import FORMS_HELP, parse_when
 
-WHATIF_HEADERS = ("SCENARIO", "JOBS", "MEAN-WAIT", "P90-WAIT", "UTILISATION", "REPLAY")
+WHATIF_HEADERS = ("SCENARIO", "JOBS", "NOT-RUN", "MEAN-WAIT", "P90-WAIT", "UTILISATION", "REPLAY")
 
 
 def advise(
@@ -44,6 +44,9 @@ def advise(
         if since_s >= now:
             raise CliError(f"--since {since!r} is not in the past")
         with open_client(url, timeout_s=60.0) as client:
+            # No time before the cluster began counts: its GPUs did not exist then.
+            began = client.health().get("created_at")
+            since_s = max(since_s, began) if began is not None else since_s
             records = client.accounting(since=since_s)
             live = {"nodes": client.nodes(), "partitions": client.partitions(), "tenancy": client.tenancy(),
                     "scheduler": client.scheduler()}
@@ -91,7 +94,7 @@ def _what_ifs(whatif, setup, jobs, capacity: int, account: str | None, progress:
     with _status("replaying the live configuration", progress):
         baseline = whatif.replay(setup, jobs, account)
     rows.append(_row("baseline", "the live configuration replayed", None, baseline))
-    problem = whatif.fidelity_problem(actual, baseline.figures)
+    problem = whatif.coverage_problem(len(jobs), baseline) or whatif.fidelity_problem(actual, baseline.figures)
     for variation in whatif.variations(setup, jobs):
         with _status(f"replaying {variation.title}", progress):
             outcome = whatif.replay(variation.setup(setup), jobs, account, variation.limits)
@@ -131,7 +134,7 @@ def print_report(report: dict[str, Any]) -> None:
     typer.echo(f"\nWhat-ifs: {evidence['jobs']} finished jobs submitted {_when(evidence['from'])} to "
                f"{_when(evidence['to'])} replayed on {evidence['nodes']} node(s), {evidence['gpus']} GPUs"
                + (f"; waits of account {evidence['account']}'s jobs" if evidence["account"] else ""))
-    print_table(WHATIF_HEADERS, render_advice.whatif_rows(report["whatif"]["scenarios"]), frozenset({1, 2, 3, 4, 5}))
+    print_table(WHATIF_HEADERS, render_advice.whatif_rows(report["whatif"]["scenarios"]), frozenset({1, 2, 3, 4, 5, 6}))
     for note in evidence["notes"]:
         typer.echo(f"  note: {note}")
     typer.echo("\nRecommendations:")

@@ -208,9 +208,17 @@ def job_fields(job: dict) -> list[tuple[str, str]]:
         *efficiency_fields(job),
         ("WorkDir", job["workdir"]),
         ("SubmitHost", or_none(job.get("submit_host"))),
-        ("StdOut", output_file(job, job["output"])),
-        ("StdErr", output_file(job, job["error"] or job["output"])),  # no separate file: stderr goes with stdout
+        *_output_fields(job),
     ]
+
+
+def _output_fields(job: dict) -> list[tuple[str, str]]:
+    """The files the job's own tasks write; an allocation (`corral run`, salloc) has none, and scontrol
+    shows no StdOut for it either."""
+    if job.get("allocation"):
+        return [("Interactive", "yes: no output file; its steps' output went to the srun that ran them")]
+    # No separate error file: stderr goes with stdout.
+    return [("StdOut", output_file(job, job["output"])), ("StdErr", output_file(job, job["error"] or job["output"]))]
 
 
 def output_file(job: dict, pattern: str) -> str:
@@ -317,7 +325,19 @@ def describe_event(event: dict) -> str:
     kind = next((str(event[k]) for k in _EVENT_KIND_KEYS if k in event), "event")
     rest = {k: v for k, v in event.items() if k not in _EVENT_TIME_KEYS + _EVENT_KIND_KEYS}
     text = _EVENT_PHRASES.get(kind, _plain_event)(kind, rest)
-    return " ".join([text, *(f"{k}={v}" for k, v in rest.items())])
+    return " ".join([text, *(f"{k}={_detail_text(k, v)}" for k, v in rest.items())])
+
+
+_TIME_KEY_ENDINGS = ("_start", "_end", "_time", "_at")
+
+
+def _detail_text(key: str, value: object) -> str:
+    """An event's detail as a person reads it: times (run_start, run_end, begin_time, ...: epoch seconds as
+    the engine stores them) in local time as Slurm prints times, everything else as it is."""
+    is_time = key.endswith(_TIME_KEY_ENDINGS) or key in ("start", "end", "until")
+    if is_time and isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return format_timestamp(value)
+    return str(value)
 
 
 def _plain_event(kind: str, rest: dict) -> str:

@@ -49,9 +49,16 @@ def summary_lines(summary: dict[str, Any]) -> Iterator[str | Table]:
 
 def whatif_rows(scenarios: Sequence[dict[str, Any]]) -> list[list[str]]:
     return [[f"{row['key']}: {row['title']}",
-             str(row["jobs"]), duration(row["mean_wait_s"]), duration(row["p90_wait_s"]),
+             str(row["jobs"]), _not_run(row), duration(row["mean_wait_s"]), duration(row["p90_wait_s"]),
              f"{100 * row['utilisation']:.1f} %", "-" if row["replay_s"] is None else f"{row['replay_s']:.1f} s"]
             for row in scenarios]
+
+
+def _not_run(row: dict[str, Any]) -> str:
+    """The replayed jobs a scenario refused or never started ("-" for what really happened)."""
+    if row.get("refused") is None:
+        return "-"
+    return str(row["refused"] + row["unfinished"])
 
 
 def _idle(idle: dict[str, Any]) -> Iterator[str | Table]:

@@ -10,9 +10,10 @@ from corral.jobscript.units import format_duration
 
 Rows = list[tuple[str, ...]]
 
-# sprio -l's columns: the priority, then each weighted factor.
+# sprio -l's columns: the priority, then each weighted factor. sprio heads both the partition's name and
+# its factor PARTITION (and QOS likewise); here each column has a name of its own.
 PRIO_HEADERS = ("JOBID", "USER", "ACCOUNT", "PARTITION", "QOS", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE",
-                "PARTITION", "QOS", "NICE")
+                "PARTITION_FACTOR", "QOS_FACTOR", "NICE")
 PRIO_RIGHT = frozenset({0, *range(5, 12)})
 SHARE_HEADERS = ("ACCOUNT", "PARENT", "SHARES", "NORMSHARES", "RAWUSAGE", "NORMUSAGE", "FAIRSHARE")
 SHARE_RIGHT = frozenset(range(2, 7))

@@ -1,11 +1,14 @@
-"""The live controller's start-time forecasts (corral.sim.forecast). Every `every_s` (longer when forecasts
-take long: PAUSE_PER_FORECAST_S) the state is copied on the loop (`capture`: the active jobs and nodes,
-64 ms at 12,000 jobs) and the engine is run forward on the copy in a process of its own
+"""The live controller's start-time forecasts (corral.sim.forecast). At once when it starts leading, then
+every `every_s`, and sooner (NEW_JOBS_AFTER_S) when jobs began waiting that the last forecast did not see
+(longer when forecasts take long: PAUSE_PER_FORECAST_S), the state is copied on the loop (`capture`: the
+active jobs and nodes, 64 ms at 12,000 jobs) and the engine is run forward on the copy in a process of its own
 (`ForecastProcess`), so a forecast holds neither the scheduling loop nor the controller's interpreter lock
 for its length (100 s with 10,000 pending jobs on 1,000 nodes). The runtime model learns from the jobs that
 ended before (`warm`: the store's newest WARM_JOBS jobs) and from those that end (`learn`, called where
 results are committed). Until the first forecast is made, and for a job the forecast leaves out, the core's
-reservation estimate is shown."""
+reservation estimate is shown: it has one for a job waiting on resources only, so a job waiting on its
+queue's quota, a dependency or its array's task limit has an estimated start only from a forecast; hence
+the prompt one for new jobs."""
 from __future__ import annotations
 
 import asyncio
@@ -29,6 +32,9 @@ FORECAST_EVERY_S = 30.0
 # quarter of a core busy (10,000 pending jobs on 1,000 nodes took 100 s: one forecast every 5 minutes).
 PAUSE_PER_FORECAST_S = 3.0
 CHILD_EXIT_WAIT_S = 5.0
+# A job that began waiting since the last forecast is forecast this soon after it (and the pause above).
+NEW_JOBS_AFTER_S = 2.0
+POLL_S = 1.0  # how often the loop looks whether a forecast is due
 WARM_JOBS = 5000  # the newest jobs read from the store at start to learn runtimes from
 
 
@@ -60,6 +66,8 @@ class ForecastProcess:
         try:
             return await asyncio.to_thread(_ask, self._pipe, (state, model, horizon_s))
         except (EOFError, OSError) as exc:
+            if self._child is not None:  # its pipe closed as it died: reap it, so that its status is known
+                await asyncio.to_thread(self._child.join, CHILD_EXIT_WAIT_S)
             code = None if self._child is None else self._child.exitcode
             self.close()
             raise ForecastFailed(f"the forecast process ended (exit status {code})") from exc
@@ -113,12 +121,26 @@ class Forecasts:
         self.process = ForecastProcess()
         self.model = RuntimeModel()
         self.starts: Mapping[int, float] = {}  # pending job id -> forecast start, replaced whole
+        self.seen: frozenset[int] = frozenset()  # the pending jobs the last forecast was made for
         self.made_at: float | None = None
         self.took_s: float | None = None
 
     def pause_s(self) -> float:
         """How long to wait before the next forecast."""
         return max(self.every_s, PAUSE_PER_FORECAST_S * (self.took_s or 0.0))
+
+    def due(self, pending: Iterable[int], now: float) -> bool:
+        """Whether to forecast now, with these jobs pending: the first time at once, then every pause_s(),
+        or once NEW_JOBS_AFTER_S (and the slow-forecast pause) has passed if a job waits that the last
+        forecast did not see (submitted, requeued or released since)."""
+        if self.made_at is None:
+            return True
+        since = now - self.made_at - (self.took_s or 0.0)
+        if since >= self.pause_s():
+            return True
+        if since < max(NEW_JOBS_AFTER_S, PAUSE_PER_FORECAST_S * (self.took_s or 0.0)):
+            return False
+        return any(job_id not in self.seen for job_id in pending)
 
     def learn(self, jobs: Iterable[Job]) -> None:
         observe_finished(self.model, (job for job in jobs if job.state.terminal))
@@ -139,25 +161,29 @@ class Forecasts:
         model = copy.deepcopy(self.model)  # the loop goes on teaching the live one while the copy is pickled
         started = time.perf_counter()
         self.starts = await self.process.forecast(state, model, self.horizon_s)
+        self.seen = frozenset(state.pending)
         self.made_at, self.took_s = now, time.perf_counter() - started
 
     async def run(self, engine_now: Callable[[], Engine | None], clock: Callable[[], float],
                   history: Callable[[], list[Job]]) -> None:
-        """Learn from `history`, then forecast every `every_s` while there is an engine (this controller
-        leads)."""
+        """Learn from `history`, then forecast while there is an engine (this controller leads) and a job
+        waits, when due()."""
         await self.warm(history)
         while True:
-            await asyncio.sleep(self.pause_s())
             engine = engine_now()
             if engine is None or not engine.views.pending:
-                self.starts = {}
+                self.starts, self.seen = {}, frozenset()
                 if engine is None:  # a standby's child would only hold memory
                     self.process.close()
-                continue
-            try:
-                await self.make(engine, clock())
-            except Exception:  # a failed forecast must not stop the next ones
-                log.exception("start-time forecast failed")
+                    self.made_at = None  # when it leads again: a forecast at once
+            elif self.due(engine.views.pending, clock()):
+                try:
+                    await self.make(engine, clock())
+                except Exception:  # a failed forecast must not stop the next ones
+                    log.exception("start-time forecast failed")
+                    # Tried for these jobs: the next try after a whole pause, not at once.
+                    self.made_at, self.took_s, self.seen = clock(), 0.0, frozenset(engine.views.pending)
+            await asyncio.sleep(POLL_S)
 
     def close(self) -> None:
         self.process.close()

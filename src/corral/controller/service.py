@@ -123,6 +123,7 @@ class ControllerService:
         self._lease_task: asyncio.Task | None = None
         self.forecasts = Forecasts()
         self._forecast_task: asyncio.Task | None = None
+        self._created_at: float | None = None
         if leadership is not None:
             leadership.on_lead = self._take_over
             leadership.on_lose = self._step_down
@@ -357,6 +358,16 @@ class ControllerService:
         """Every agent must register again, and nothing queued for the agents before is sent."""
         self.epoch = secrets.token_hex(8)
         self.outbox = Outbox()
+
+    def created_at(self) -> float | None:
+        """When the cluster began (Store.created_at), read once; None while the database cannot say. Reports
+        that span a period (corral advise, sreport) count no time before it."""
+        if self._created_at is None:
+            try:
+                self._created_at = self.store.created_at()
+            except StoreError:
+                return None
+        return self._created_at
 
     def health(self) -> str | None:
         """Why the controller cannot take changes now, or None when it can (a standby that reaches the

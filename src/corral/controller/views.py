@@ -50,6 +50,7 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         uid=job.spec.uid,
         submit_host=job.spec.submit_host, history=list(job.history), comment=job.spec.comment,
         wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch,
+        allocation=job.spec.allocation,
         cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
         steps=batch_steps(job, live.get(None)) + step_rows(job, live),
         usage=usage, gpu_idle_flagged=gpu_idle_flagged(usage, gpu_idle_flag_s),

@@ -134,7 +134,8 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         gpus_per_task=sub.gpus_per_task, batch=sub.batch, comment=sub.comment, wckey=sub.wckey,
         acctg_freq_s=sub.acctg_freq_s,
         open_mode=sub.open_mode or ("truncate" if sub.batch else "append"),
-        explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task") if getattr(sub, k) is not None),
+        explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_node")
+                          if getattr(sub, k) is not None),
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host, gpu_share=sub.gpu_share or "",
     )
 

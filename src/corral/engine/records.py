@@ -64,8 +64,8 @@ class JobSpec:
     reservation: str = ""
     # sbatch semantics: the script runs once, on the first node; steps (srun) use the allocation.
     batch: bool = False
-    # Which of ntasks, ntasks_per_node, cpus_per_task the user gave (comma-separated): Slurm sets
-    # SLURM_NTASKS, SLURM_NTASKS_PER_NODE and SLURM_CPUS_PER_TASK only then.
+    # Which of ntasks, ntasks_per_node, cpus_per_task, gpus_per_node the user gave (comma-separated):
+    # Slurm sets SLURM_NTASKS, SLURM_NTASKS_PER_NODE, SLURM_CPUS_PER_TASK and SLURM_GPUS_PER_NODE only then.
     explicit: str = ""
     # A share of one GPU as Slurm's gres was written ("shard:2", "mps:50"; request.gpu_milli holds the
     # share): shown as gres/shard or gres/mps, and shard jobs get SLURM_SHARDS_ON_NODE.

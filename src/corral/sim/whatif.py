@@ -39,6 +39,8 @@ LENDING_COHORT = "advise-cohort"
 TASK_MIX_SHAPES = 8  # the most common job shapes that make the fgd variation's task_mix
 # The exact-limits variation is tried when the jobs' median time limit is this many times their runtime.
 LOOSE_LIMITS = 2.0
+# The baseline replay is advised on only while it runs all but at most this share of the jobs.
+MAX_NOT_REPLAYED = 0.1
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ class Replay:
     refused: int  # submissions the engine refused (e.g. a user no longer in the tenancy)
     unfinished: int  # replayed jobs that never started
     wall_s: float
+    refusal: str | None = None  # the most common refusal, as the engine words it
 
 
 def live_setup(partitions: Sequence[Mapping[str, Any]], scheduler: Mapping[str, Any], tenancy: Mapping[str, Any],
@@ -249,7 +252,25 @@ def replay(setup: Setup, jobs: Sequence[HistoryJob], account: str | None = None,
             waits.append(first - (job.submit_time - origin))
     figures = Figures(len(waits), _mean(waits), quantile(waits, 0.9),
                       _ratio(held, sum(n.gpus for n in setup.nodes) * last_end))
-    return Replay(figures, len(result.refused), unfinished, time.perf_counter() - started)
+    refusals = Counter(result.refused.values()).most_common(1)
+    return Replay(figures, len(result.refused), unfinished, time.perf_counter() - started,
+                  refusals[0][0] if refusals else None)
+
+
+def coverage_problem(jobs: int, baseline: Replay) -> str | None:
+    """Why the baseline replay left too many of the `jobs` unrun to advise on (None: it ran nearly all).
+    Jobs that ran under another configuration (a user or account added to the tenancy later, a node since
+    removed) are refused or never start in today's."""
+    not_run = baseline.refused + baseline.unfinished
+    if not jobs or not_run <= MAX_NOT_REPLAYED * jobs:
+        return None
+    parts = []
+    if baseline.refused:
+        parts.append(f"refuses {baseline.refused} (e.g. {baseline.refusal})")
+    if baseline.unfinished:
+        parts.append(f"never starts {baseline.unfinished}")
+    return (f"the live configuration {' and '.join(parts)} of the {jobs} jobs replayed: they ran under another "
+            "configuration (were users, accounts, queues or nodes different in this period?)")
 
 
 def fidelity_problem(actual: Figures, baseline: Figures) -> str | None:

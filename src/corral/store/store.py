@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -14,6 +15,7 @@ from sqlalchemy.sql import Select
 from corral.engine.records import Job, JobState, Node
 from corral.store import codec, migrate
 from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
+from corral.store.errors import StoreError
 from corral.store.errors import translated as _translated
 from corral.store.lease import check_fence
 from corral.store.schema import JOBS, META, NODES
@@ -28,6 +30,8 @@ _BATCH_ROWS = 25
 
 # The cluster_meta key check_writable() writes.
 WRITE_CHECK_KEY = "write_checked_at"
+# The cluster_meta key of when the database began (Store.created_at).
+CREATED_AT_KEY = "created_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +79,20 @@ class Store:
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine)
+        store = cls(engine)
+        store._note_creation(time.time())
+        return store
+
+    def _note_creation(self, now: float) -> None:
+        """Note once when this database began: now for a new one; for one from before this was noted, its
+        first job's submission (the earliest the cluster is known to have run)."""
+        if self.get_meta(CREATED_AT_KEY) is not None:
+            return
+        first = self._scalar(select(func.min(JOBS.c.submit_time)))
+        try:
+            self.set_meta(CREATED_AT_KEY, repr(float(first) if first is not None else now))
+        except StoreError:
+            pass  # a database that takes no writes now (the controller starts degraded): noted at a later start
 
     @property
     def url(self) -> str:
@@ -170,6 +187,11 @@ class Store:
 
     def get_meta(self, key: str) -> str | None:
         return self._scalar(select(META.c.value).where(META.c.key == key))
+
+    def created_at(self) -> float | None:
+        """When the cluster began, as its database noted it (Store.open); None if it was never noted."""
+        value = self.get_meta(CREATED_AT_KEY)
+        return float(value) if value is not None else None
 
     def load_nodes(self) -> list[Node]:
         rows = self._rows(select(NODES).order_by(NODES.c.name))

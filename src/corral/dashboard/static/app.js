@@ -113,6 +113,14 @@ function ago(epoch) {
   return `${duration(Date.now() / 1000 - epoch)} ago`;
 }
 
+// A job's id as the command line writes it: N_I for task I of array N (each task has a raw id of its own,
+// which no command shows), else N.
+function jobId(job) {
+  const task = job.array_job_id !== null && job.array_job_id !== undefined &&
+    job.array_task_id !== null && job.array_task_id !== undefined;
+  return task ? `${job.array_job_id}_${job.array_task_id}` : String(job.id);
+}
+
 function mib(value) {
   if (value === null || value === undefined) return "—";
   return value >= 1024 ? `${(value / 1024).toFixed(1)} GiB` : `${value} MiB`;
@@ -197,6 +205,6 @@ async function start() {
   route();
 }
 
-Object.assign(Corral, {api, h, append, table, section, badge, when, duration, ago, mib, errorBox, token,
+Object.assign(Corral, {api, h, append, table, section, badge, when, duration, ago, mib, jobId, errorBox, token,
   TOKEN_KEY, showIdentity, route, ApiError});
 document.addEventListener("DOMContentLoaded", start);

@@ -3,7 +3,7 @@
 // usage now and over time, the tail of its output, its steps and what happened to it.
 
 (() => {
-  const {api, h, table, section, badge, when, duration, mib} = Corral;
+  const {api, h, table, section, badge, when, duration, mib, jobId} = Corral;
   const charts = window.CorralCharts;
 
   function facts(pairs) {
@@ -31,7 +31,7 @@
 
   function stepRows(job) {
     return job.steps.map((step) => h("tr", {},
-      h("td", {}, `${job.id}.${step.step_id}`), h("td", {}, step.name || ""), h("td", {}, badge(step.state)),
+      h("td", {}, `${jobId(job)}.${step.step_id}`), h("td", {}, step.name || ""), h("td", {}, badge(step.state)),
       h("td", {}, step.nodelist || ""), h("td", {class: "num"}, step.num_tasks ?? ""),
       h("td", {}, when(step.start_time)), h("td", {}, when(step.end_time)),
       h("td", {}, `${step.exit_code ?? 0}:${step.exit_signal ?? 0}`)));
@@ -76,16 +76,25 @@
       ["GPUs idle for", usage.gpus && usage.gpu_idle_s ? duration(usage.gpu_idle_s) : null]]);
   }
 
+  // N (a job's own id) or N_I (task I of array N), as the command line takes them; the page shows the job
+  // by the id the command line shows.
+  async function jobNamed(id) {
+    if (/^\d+$/.test(id)) return api(`/jobs/${id}`);
+    if (!/^\d+_\d+$/.test(id)) throw new Error(`"${id}" is not a job id: expected N or N_I (task I of array N)`);
+    const [job] = await api(`/jobs?ids=${id}&all=true`);
+    if (!job) throw new Error(`no job ${id}: array ${id.split("_")[0]} has no task ${id.split("_")[1]}`);
+    return job;
+  }
+
   Corral.pages.job = async (id) => {
-    if (!/^\d+$/.test(id)) throw new Error(`"${id}" is not a job id`);
-    const job = await api(`/jobs/${id}`);  // first: an unknown job is said once, as such
-    const [telemetry, output] = await Promise.all([api(`/jobs/${id}/telemetry`),
-      api(`/jobs/${id}/output?tail_bytes=16384`, {allowErrors: true})]);
+    const job = await jobNamed(id);  // first: an unknown job is said once, as such
+    const [telemetry, output] = await Promise.all([api(`/jobs/${job.id}/telemetry`),
+      api(`/jobs/${job.id}/output?tail_bytes=16384`, {allowErrors: true})]);
     const forecast = job.state === "PENDING" && job.estimated_start
       ? `${when(job.estimated_start)} (${job.estimated_start_source === "forecast" ? "forecast with predicted runtimes" : "the scheduler's reservation"})`
       : (job.state === "PENDING" ? "none yet (the scheduler has not planned a start)" : null);
     return h("div", {},
-      h("h1", {class: "job-title"}, `Job ${job.id}`, " ", h("span", {class: "job-name"}, job.name), " ", badge(job.state),
+      h("h1", {class: "job-title"}, `Job ${jobId(job)}`, " ", h("span", {class: "job-name"}, job.name), " ", badge(job.state),
         job.gpu_idle_flagged ? [" ", idleBadge()] : []),
       h("div", {class: "columns"},
         section("Status", facts([["state", job.state], ["reason", job.reason || "None"],

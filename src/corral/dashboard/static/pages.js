@@ -3,7 +3,7 @@
 // user sees is what the API shows that user: the dashboard adds no rule of its own.
 
 (() => {
-  const {api, h, table, section, badge, when, duration, ago, mib} = Corral;
+  const {api, h, table, section, badge, when, duration, ago, mib, jobId} = Corral;
   const charts = window.CorralCharts;
   const STATES = ["PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
     "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"];
@@ -14,7 +14,7 @@
       note ? h("div", {class: "stat-note"}, note) : null);
   }
 
-  function jobLink(id) { return h("a", {href: `#/job/${id}`}, String(id)); }
+  function jobLink(job) { return h("a", {href: `#/job/${jobId(job)}`}, jobId(job)); }
 
   // ----- login
 
@@ -53,10 +53,12 @@
 
   function heatmapRows(nodes, jobs) {
     const util = new Map(jobs.filter((j) => j.usage && j.usage.gpus).map((j) => [j.id, j.usage.gpu_util_pct]));
+    const ids = new Map(jobs.map((j) => [j.id, jobId(j)]));
     return nodes.map((node) => ({node: node.name, state: node.state,
       note: `${node.state} · ${node.gpus_alloc}/${node.gpus.length} allocated${node.drain_reason ? ` · ${node.drain_reason}` : ""}`,
       cells: node.gpus.map((gpu) => ({
-      index: gpu.index, model: gpu.model, job: gpu.allocated_to, state: node.state,
+      index: gpu.index, model: gpu.model, job: gpu.allocated_to ? ids.get(gpu.allocated_to) || String(gpu.allocated_to) : null,
+      state: node.state,
       util: gpu.allocated_to ? util.get(gpu.allocated_to) : null}))}));
   }
 
@@ -134,8 +136,8 @@
     const when_ = job.state === "PENDING"
       ? (job.estimated_start ? `starts ~${when(job.estimated_start)}` : "—")
       : duration(job.elapsed_s);
-    return h("tr", {"data-job": job.id},
-      h("td", {}, jobLink(job.id)), h("td", {}, job.name), h("td", {}, job.user), h("td", {}, job.account),
+    return h("tr", {"data-job": jobId(job)},
+      h("td", {}, jobLink(job)), h("td", {}, job.name), h("td", {}, job.user), h("td", {}, job.account),
       h("td", {}, job.partition), h("td", {}, badge(job.state), job.gpu_idle_flagged ? [" ", idleBadge()] : []),
       h("td", {class: "reason"}, job.reason || ""),
       h("td", {class: "num"}, job.total_gpus), h("td", {}, when_), h("td", {}, job.nodelist || ""));

@@ -156,6 +156,9 @@ class Controller:
     def nodes(self) -> list[dict]:
         return self.call("GET", "/nodes")
 
+    def reservations(self) -> list[dict]:
+        return self.call("GET", "/reservations")
+
     def partitions(self) -> list[dict]:
         return self.call("GET", "/partitions")
 

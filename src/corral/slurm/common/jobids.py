@@ -70,8 +70,13 @@ def format_task_ranges(task_ids: Iterable[int], throttle: int | None = None) -> 
     return f"{text}%{throttle}" if throttle else text
 
 
+class ArraySizeError(ValueError):
+    """An index past MaxArraySize: the message says the limit."""
+
+
 def parse_task_spec(spec: str) -> tuple[list[int], int | None]:
-    """`0-9%2`, `1,3,5-7`, `0-15:4` -> (sorted task ids, throttle). Raises ValueError."""
+    """`0-9%2`, `1,3,5-7`, `0-15:4` -> (sorted task ids, throttle). Raises ValueError (ArraySizeError for
+    an index past the limit)."""
     body, _, throttle_text = spec.partition("%")
     if throttle_text and ascii_number(throttle_text) is None:
         raise ValueError(f"invalid throttle in {spec!r}")
@@ -79,7 +84,8 @@ def parse_task_spec(spec: str) -> tuple[list[int], int | None]:
     for item in body.split(","):
         first, last, step = _range(item)
         if last >= MAX_ARRAY_SIZE:  # checked before the range is expanded
-            raise ValueError(f"array index above {MAX_ARRAY_SIZE - 1} in {spec!r}")
+            raise ArraySizeError(f"index {last} is past the limit: task indices go up to {MAX_ARRAY_SIZE - 1} "
+                                 f"(MaxArraySize={MAX_ARRAY_SIZE})")
         ids.update(range(first, last + 1, step))
     return sorted(ids), int(throttle_text) if throttle_text else None
 

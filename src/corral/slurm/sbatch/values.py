@@ -168,6 +168,8 @@ def array(value: str, option: str) -> str:
 
     try:
         jobids.parse_task_spec(value)
+    except jobids.ArraySizeError as exc:  # Slurm's text, and corral's reason: the limit
+        raise rejected(f"Invalid job array specification: {exc}") from None
     except ValueError:
         raise rejected("Invalid job array specification") from None
     return value

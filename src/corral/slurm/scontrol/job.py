@@ -91,6 +91,7 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
     """The lines of one block, without indentation."""
     uid, gid = records.get(job, "uid"), records.gid(job)
     output = str(job.get("output") or "slurm-%j.out")
+    batch_flag = 0 if job.get("allocation") else 1  # salloc and srun's own allocations: Slurm's batch_flag 0
     lines = [
         _header(job),
         f"UserId={job.get('user', '')}({uid}) GroupId={records.group_name(job)}({gid}) MCS_label=N/A",
@@ -98,8 +99,8 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
         f"QOS={_null(records.get(job, 'qos'))}",
         f"JobState={states.job_state(job)} Reason={records.reason(job)} "
         f"Dependency={_null(records.get(job, 'dependency'))}",
-        f"Requeue={int(bool(records.get(job, 'requeue')))} Restarts={job.get('restart_count', 0)} BatchFlag=1 "
-        f"Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
+        f"Requeue={int(bool(records.get(job, 'requeue')))} Restarts={job.get('restart_count', 0)} "
+        f"BatchFlag={batch_flag} Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
         *_times(job, now, time_format),
         f"Partition={job.get('partition', '')} AllocNode:Sid={records.get(job, 'submit_host') or '(null)'}:0",
         "ReqNodeList=(null) ExcNodeList=(null)",
@@ -111,8 +112,10 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
     ]
     if records.get(job, "comment"):
         lines.append(f"Comment={records.get(job, 'comment')} ")
-    lines += [f"StdErr={expand_path(str(job.get('error') or output), job)}", f"StdIn={records.get(job, 'stdin')}",
-              f"StdOut={expand_path(output, job)}", "Power="]
+    if batch_flag:  # api/job_info.c prints the files of batch jobs only
+        lines += [f"StdErr={expand_path(str(job.get('error') or output), job)}", f"StdIn={records.get(job, 'stdin')}",
+                  f"StdOut={expand_path(output, job)}"]
+    lines.append("Power=")
     per_node = tres.tres_per_node(job)
     if per_node:
         lines.append(f"TresPerNode={per_node}")

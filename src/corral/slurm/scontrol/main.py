@@ -1,4 +1,4 @@
-"""scontrol: `show job|node|partition|config|hostnames|hostlist`, `requeue`, `hold` and `release`
+"""scontrol: `show job|node|partition|reservation|config|hostnames|hostlist`, `requeue`, `hold` and `release`
 against corral's controller, as Slurm 22.05's scontrol. `show hostnames|hostlist` need no
 controller (jobs call them to split SLURM_JOB_NODELIST)."""
 from __future__ import annotations
@@ -27,7 +27,7 @@ Usage: scontrol [<OPTION>] [<COMMAND>]
     Valid <OPTION> values are: -a, -d, -h, -M, -o, -Q, -v, -V
     Valid <COMMAND> values (in corral) are: show <ENTITY> [<ID>], requeue <job_list>,
     hold <job_list>, release <job_list>, update <SPECIFICATIONS>, version, help
-    <ENTITY> may be config, hostnames, hostlist, hostlistsorted, job, node or partition.
+    <ENTITY> may be config, hostnames, hostlist, hostlistsorted, job, node, partition or reservation.
 """
 _LOCAL_ENTITIES = ("hostnames", "hostlist", "hostlistsorted")
 
@@ -67,8 +67,10 @@ def show(command: ScontrolCommand, env: Mapping[str, str]) -> Result:
     records: dict[str, object] = {}
     if command.entity == "jobs":
         records["jobs"] = jobs_to_show(controller, command.args, now)
-    if command.entity in ("nodes", "partitions"):
+    if command.entity in ("nodes", "partitions", "reservations"):
         records["nodes"] = controller.nodes()
+    if command.entity == "reservations":
+        records["reservations"] = controller.reservations()
     if command.entity == "partitions":
         records["partitions"] = controller.partitions()
     if command.entity == "config":

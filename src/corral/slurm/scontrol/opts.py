@@ -31,7 +31,8 @@ SLURM_ONLY_KEYWORDS = (("abort", 5), ("cancel_reboot", 3), ("create", 2), ("dele
                        ("wait_job", 2), ("write", 2))
 # `show` entities, in scontrol's matching order, with their shortest prefix.
 ENTITIES = (("config", 1), ("hostnames", 5), ("hostlist", 5), ("hostlistsorted", 9), ("jobs", 1),
-            ("nodes", 1), ("partitions", 2))
+            ("nodes", 1), ("partitions", 2), ("reservations", 1), ("reservationname", 1))
+_ENTITY_ALIASES = {"reservationname": "reservations"}
 
 
 class ScontrolCommand(Record):
@@ -77,4 +78,4 @@ def parse_scontrol(argv: Sequence[str]) -> ScontrolCommand:
     entity = _match(rest[0], ENTITIES)
     if entity is None:
         raise SlurmCommandError(f"invalid entity:{rest[0]} for keyword:{word} \n", 1)
-    return ScontrolCommand("show", tuple(rest[1:]), entity=entity, **flags)
+    return ScontrolCommand("show", tuple(rest[1:]), entity=_ENTITY_ALIASES.get(entity, entity), **flags)

@@ -11,6 +11,7 @@ from corral.slurm.common import jobids
 from corral.slurm.scontrol import job as scontrol_job
 from corral.slurm.scontrol import show as scontrol_show
 from corral.slurm.scontrol.opts import ScontrolCommand
+from corral.slurm.scontrol.reservation import show_reservations
 
 Result = tuple[str, str, int]
 
@@ -40,6 +41,7 @@ def _named(kind: str, items: Sequence[Mapping], names: Sequence[str]) -> tuple[l
 
 def scontrol_show_output(command: ScontrolCommand, *, jobs: Sequence[Mapping] = (), nodes: Sequence[Mapping] = (),
                          partitions: Sequence[Mapping] = (), config: Sequence[tuple[str, str]] = (),
+                         reservations: Sequence[Mapping] = (),
                          now: float = 0.0, env: Mapping[str, str] | None = None) -> Result:
     env = env or {}
     time_format = env.get("SLURM_TIME_FORMAT")
@@ -53,6 +55,8 @@ def scontrol_show_output(command: ScontrolCommand, *, jobs: Sequence[Mapping] = 
     if entity == "partitions":
         chosen, failure = _named("Partition", partitions, args)
         return failure or (scontrol_show.render_partitions(chosen, nodes, one_liner=command.one_liner), "", 0)
+    if entity == "reservations":
+        return show_reservations(reservations, nodes, args, now, one_liner=command.one_liner, time_format=time_format)
     if entity == "config":
         return scontrol_show.render_config(config, now, time_format), "", 0
     if entity == "hostnames":

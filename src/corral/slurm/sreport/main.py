@@ -10,7 +10,7 @@ from _collections_abc import Mapping, Sequence
 from corral.slurm.common.command import Result, action_text, connect, run
 from corral.slurm.sreport import output
 from corral.slurm.sreport.opts import USAGE, parse_sreport
-from corral.slurm.sreport.usage import Tree, job_usage, node_tres, report_window
+from corral.slurm.sreport.usage import Tree, job_usage, node_tres, report_window, reported_seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,8 +28,10 @@ def sreport(argv: Sequence[str], env: Mapping[str, str], now: float | None = Non
     jobs = controller.accounting(since=window.start, until=window.end)
     usage = [u for u in job_usage(jobs, window, now)
              if (options.users is None or u.user in options.users)]
-    capacity = {name: amount * window.seconds for name, amount in node_tres(controller.nodes()).items()}
-    cluster = controller.health().get("cluster", "corral")
+    health = controller.health()
+    seconds = reported_seconds(window, health.get("created_at"))
+    capacity = {name: amount * seconds for name, amount in node_tres(controller.nodes()).items()}
+    cluster = health.get("cluster", "corral")
     text = output.banner(options, window)
     if options.report == "Utilization":
         text += output.utilization(options, cluster, usage, capacity)

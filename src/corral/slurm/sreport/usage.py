@@ -2,8 +2,9 @@
 its run inside the report's window (a running job counts up to now), per account and user.
 
 Slurm reads hourly rollups; corral reads the jobs themselves, so it rounds the window as Slurm does
-(whole hours) and gets the same sums. The cluster's capacity is today's nodes over the whole window:
-corral keeps no history of nodes or their down time (Down and PLND Down are 0)."""
+(whole hours) and gets the same sums. The cluster's capacity is today's nodes over the part of the window
+since the cluster began (as Slurm's rollups begin when the cluster registered): corral keeps no history
+of nodes or their down time (Down and PLND Down are 0)."""
 from __future__ import annotations
 
 import time
@@ -51,6 +52,14 @@ def report_window(start_text: str | None, end_text: str | None, now: float) -> W
     if end - start < HOUR_S:
         end = start + HOUR_S
     return Window(start, end)
+
+
+def reported_seconds(window: Window, created_at: float | None) -> int:
+    """The seconds of the window the cluster existed in: none before it began (`created_at`, GET /health's;
+    None: unknown, so the whole window)."""
+    if created_at is None:
+        return window.seconds
+    return max(0, int(window.end - max(window.start, created_at)))
 
 
 def node_tres(nodes: Iterable[Mapping]) -> dict[str, int]:

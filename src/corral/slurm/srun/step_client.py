@@ -65,6 +65,10 @@ def requested_variables(options: StepOptions) -> dict[str, str]:
         env["SLURM_CPUS_PER_TASK"] = str(options.cpus_per_task)
     if options.gpus_per_task is not None:
         env["SLURM_GPUS_PER_TASK"] = str(options.gpus_per_task)
+    per_node = options.job.get("gpus_per_node")  # a new allocation's --gpus-per-node
+    if per_node is not None:
+        model = options.job.get("gpu_model")
+        env["SLURM_GPUS_PER_NODE"] = f"{model}:{per_node}" if model else str(per_node)
     return env
 
 

@@ -65,6 +65,6 @@ def parse_sstat(argv: Sequence[str]) -> SstatOptions:
 
 def _job_ref(item: str) -> JobRef:
     try:
-        return parse_job_ref(item, tasks=False, steps=True)
+        return parse_job_ref(item, steps=True)  # N, N_I (an array task), each with or without .S
     except JobIdError:
         raise SlurmCommandError(f"sstat: error: Invalid job id: {item}\n", 1) from None

@@ -3,7 +3,7 @@ prints out. The rows are the running steps a reference names (sstat's step selec
 as sacct reads a step row (sacct/fields.py), so the two show a step's usage alike."""
 from __future__ import annotations
 
-from _collections_abc import Mapping, Sequence
+from _collections_abc import Mapping
 
 from corral.jobref import JobRef
 from corral.slurm.common.errors import SlurmCommandError
@@ -46,25 +46,26 @@ def running_rows(job: Mapping, ref: JobRef, all_steps: bool) -> tuple[list[Mappi
         found = [s for s in steps if str(s.get("step_id")) == ref.step]
         if not found and ref.step == "batch" and running and not job.get("batch"):
             return [None], None
-        return (found, None) if found else ([], f"StepId={job['id']}.{ref.step} not found running.")
+        return (found, None) if found else ([], f"StepId={job_key(ref)}.{ref.step} not found running.")
     if not running:
-        return [], f"No steps running for job {job['id']}"
+        return [], f"No steps running for job {job_key(ref)}"
     rows: list[Mapping | None] = [s for s in steps if all_steps or s.get("step_id") != "batch"]
     if not job.get("batch") and (all_steps or not rows):
         rows.insert(0, None)  # its own tasks: no step of Slurm's stands for them
     return rows, None
 
 
-def sstat_output(options: SstatOptions, jobs: Mapping[int, Mapping | None], now: float) -> tuple[str, str, int]:
-    """(stdout, stderr, exit status); `jobs`: each named job's record, None if the controller has none."""
+def sstat_output(options: SstatOptions, jobs: Mapping[str, Mapping | None], now: float) -> tuple[str, str, int]:
+    """(stdout, stderr, exit status); `jobs`: the record each reference names by its job_key (`N`, `N_I`),
+    None if the controller has none."""
     chosen = layout(options)
     view = AcctView(now)
     lines = header_lines(chosen) if chosen.header else []
     errors = list(options.warnings)
     for ref in options.job_refs:
-        job = jobs.get(ref.job_id)
+        job = jobs.get(job_key(ref))
         if job is None:
-            errors.append(f"sstat: error: couldn't get steps for job {ref.job_id}\n")
+            errors.append(f"sstat: error: couldn't get steps for job {job_key(ref)}\n")
             continue
         rows, error = running_rows(job, ref, options.all_steps)
         if error:
@@ -73,5 +74,6 @@ def sstat_output(options: SstatOptions, jobs: Mapping[int, Mapping | None], now:
     return "".join(line + "\n" for line in lines), "".join(errors), 0
 
 
-def job_ids(refs: Sequence[JobRef]) -> list[int]:
-    return sorted({ref.job_id for ref in refs})
+def job_key(ref: JobRef) -> str:
+    """The job a reference names, without its step: `N` or `N_I`."""
+    return ref.text.partition(".")[0]
