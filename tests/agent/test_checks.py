@@ -145,16 +145,17 @@ def _gone(pid: int, within_s: float = 2.0) -> bool:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-def test_an_exec_check_inside_a_job_runs_as_its_user_in_its_cgroup(probe_user, cgroup_tree, shared_dir, make_launch,
-                                                                   agent_env, tmp_path):
+def test_an_exec_check_inside_a_job_runs_as_its_user_in_its_cgroup(probe_user, request, make_launch, agent_env,
+                                                                   tmp_path):
     user = probe_user
-    workdir = shared_dir / user.pw_name
+    tree, shared = request.getfixturevalue("cgroup_tree"), request.getfixturevalue("shared_dir")
+    workdir = shared / user.pw_name
     workdir.mkdir(mode=0o700)
     os.chown(workdir, user.pw_uid, user.pw_gid)
     launch = make_launch(job_id=41, user=user.pw_name, uid=user.pw_uid, workdir=str(workdir),
                          argv=["sleep", "30"], output=str(workdir / "out"))
     runner = JobRunner(launch, node_name="n1", spool_dir=tmp_path / "spool", base_env=agent_env,
-                       confinement=Confinement(run_as_user=True, cgroups=cgroup_tree))
+                       confinement=Confinement(run_as_user=True, cgroups=tree))
     seen = workdir / "seen"
 
     async def scenario() -> CheckResult:
