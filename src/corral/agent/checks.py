@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -302,7 +302,7 @@ class TaskLauncher:
 # -- the loop
 
 
-async def every(check: Check, period_s: float, observe: Callable[[CheckResult], Awaitable[bool] | bool], *,
+async def every(check: Check, period_s: float, observe: Callable[[CheckResult], bool], *,
                 initial_delay_s: float = 0.0) -> None:
     """Run `check` after `initial_delay_s`, then every `period_s` (from one start to the next; a check
     that overruns its period is followed at once), handing each result to `observe`, until `observe`
@@ -317,8 +317,7 @@ async def every(check: Check, period_s: float, observe: Callable[[CheckResult], 
         except Exception as exc:  # noqa: BLE001 - a bug in a check must not end the loop that runs it
             log.exception("a check failed unexpectedly")
             result = CheckResult(False, clip(f"the check failed: {exc}"))
-        verdict = observe(result)
-        if not (await verdict if not isinstance(verdict, bool) else verdict):
+        if not observe(result):
             return
         await asyncio.sleep(max(0.0, started + period_s - loop.time()))
 
