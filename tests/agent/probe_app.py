@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,7 +16,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--status", type=Path, default=None)
+    parser.add_argument("--lifetime", type=float, default=120.0)  # a test that failed half-way leaves no server
     options = parser.parse_args()
+    threading.Timer(options.lifetime, os._exit, [0]).start()
     time.sleep(options.delay)
 
     class Handler(BaseHTTPRequestHandler):

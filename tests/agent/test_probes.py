@@ -190,3 +190,24 @@ def test_a_batch_job_has_no_ports_and_no_probes(controller, run_with_agent, make
     env = (tmp_path / "env.txt").read_text()
     assert "CORRAL_PORT_" not in env and "\nPORT=" not in env
     assert [type(e) for e in controller.events] == [NodeStarted, NodeFinished]
+
+
+@pytest.mark.slow
+def test_no_probe_runs_before_its_initial_delay(controller, run_with_agent, make_launch, tmp_path):
+    """The app answers at once; readiness may pass only once its 1 s initial delay is over."""
+    probes = ProbesSpec(readiness=http("/", initial_delay_s=1.0))
+    at: dict[str, float] = {}
+
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(replica(make_launch, tmp_path, 55, probes))
+        await controller.until(lambda: controller.started(55))
+        at["started"] = time.monotonic()
+        await controller.until(lambda: reports(controller, 55), timeout_s=5)
+        at["ready"] = time.monotonic()
+        controller.send(SignalJob(job_id=55, signal=9, grace_s=1))
+        await controller.until(lambda: controller.finished(55), timeout_s=5)
+
+    run_with_agent(scenario)
+    assert at["ready"] - at["started"] >= 0.9, at  # started is seen a little after the agent's clock began
+    assert reports(controller, 55)[0].ready
