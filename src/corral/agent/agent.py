@@ -585,13 +585,15 @@ class Agent:
                     self._replicas.start_probes(runner)
         except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
             log.exception("job %d: runner failed", runner.job_id)
-            self._replicas.finished(runner.job_id)
+            self._replicas.finished(runner.job_id)  # before its end is posted: no probe report after it
             self._runners.pop(runner.job_id, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
             # The agent's own failure, not the job's: the controller requeues it as after a node failure.
             failure = InfrastructureFailure(kind="agent-error", reason=f"the agent's job runner failed: {exc}")
             self._post(NodeFinished(job_id=runner.job_id, tasks=exits, infrastructure=failure,
                                     restart_count=runner.launch.restart_count))
+        finally:
+            self._replicas.finished(runner.job_id)  # also when the agent stops: no probe outlives it
 
     def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,
                     reason: str | None = None) -> int:
