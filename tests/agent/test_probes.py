@@ -92,7 +92,6 @@ def test_a_failed_liveness_or_startup_probe_restarts_a_failed_readiness_probe_do
 # -- through the agent
 
 
-@pytest.mark.slow
 def test_startup_waits_for_a_slow_starter_then_readiness_and_liveness_follow_the_app(controller, run_with_agent,
                                                                                    make_launch, tmp_path):
     """The app listens only after 1.5 s; liveness would fail it after 0.3 s, but it waits for startup."""
@@ -129,7 +128,6 @@ def test_startup_waits_for_a_slow_starter_then_readiness_and_liveness_follow_the
     assert {r.restart_count for r in reports(controller, 51)} == {2}, "each report names the run it is about"
 
 
-@pytest.mark.slow
 def test_a_startup_probe_that_fails_asks_for_a_restart_and_probing_stops(controller, run_with_agent, make_launch,
                                                                         tmp_path):
     probes = ProbesSpec(startup=http("/", failure_threshold=3), liveness=http("/"))
@@ -149,7 +147,6 @@ def test_a_startup_probe_that_fails_asks_for_a_restart_and_probing_stops(control
     assert not report.ready
 
 
-@pytest.mark.slow
 def test_tcp_and_exec_probes_and_a_replica_ready_once_startup_passed(controller, run_with_agent, make_launch,
                                                                      tmp_path):
     """No readiness probe: ready once startup passed. The exec probe runs in the replica's workdir and sees its
@@ -192,7 +189,6 @@ def test_a_batch_job_has_no_ports_and_no_probes(controller, run_with_agent, make
     assert [type(e) for e in controller.events] == [NodeStarted, NodeFinished]
 
 
-@pytest.mark.slow
 def test_no_probe_runs_before_its_initial_delay(controller, run_with_agent, make_launch, tmp_path):
     """The app answers at once; readiness may pass only once its 1 s initial delay is over."""
     probes = ProbesSpec(readiness=http("/", initial_delay_s=1.0))
