@@ -99,6 +99,58 @@ class GpuShareLaunch(BaseModel):
     shards: int = 0  # --gres=shard:N: N (SLURM_SHARDS_ON_NODE); 0 for mps
 
 
+# A service replica's named ports and probes (issue 22; agent/ports.py, agent/probes.py). The controller
+# builds them from a validated service spec; the agent still refuses a launch whose probe names a port the
+# launch does not have, naming both, rather than trusting the sender.
+PortName = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z][A-Za-z0-9_]*$")]
+PortNumber = Annotated[int, Field(ge=0, le=65535)]  # 0: any free port on the node
+
+
+class PortRequest(BaseModel):
+    """A port a replica needs on its node: `port` 0 lets the agent pick a free one; a fixed port that is
+    taken fails the launch, naming it."""
+
+    name: PortName
+    port: PortNumber = 0
+
+
+class HttpCheckSpec(BaseModel):
+    path: Annotated[str, Field(min_length=1, max_length=2048, pattern=r"^/")] = "/"
+    port: PortName  # a name from the launch's `ports`
+
+
+class TcpCheckSpec(BaseModel):
+    port: PortName
+
+
+class ExecCheckSpec(BaseModel):
+    command: list[Name] = Field(min_length=1, max_length=limits.LIST_MAX_ITEMS)
+
+
+class ProbeSpec(BaseModel):
+    """One probe (Kubernetes' semantics): after `initial_delay_s`, a check every `period_s`, each given
+    `timeout_s`; `success_threshold` successes in a row make it pass, `failure_threshold` failures in a row
+    make it fail. Exactly one of `http`, `tcp`, `exec`."""
+
+    http: HttpCheckSpec | None = None
+    tcp: TcpCheckSpec | None = None
+    exec: ExecCheckSpec | None = None
+    initial_delay_s: Annotated[float, Field(ge=0, le=86400)] = 0.0
+    period_s: Annotated[float, Field(gt=0, le=86400)] = 10.0
+    timeout_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    success_threshold: Annotated[int, Field(ge=1, le=1000)] = 1
+    failure_threshold: Annotated[int, Field(ge=1, le=1000)] = 3
+
+
+class ProbesSpec(BaseModel):
+    """A replica's probes: `startup` first (readiness and liveness wait until it passes; failing it is a
+    liveness failure), `readiness` (gates traffic), `liveness` (failing it restarts the replica)."""
+
+    startup: ProbeSpec | None = None
+    readiness: ProbeSpec | None = None
+    liveness: ProbeSpec | None = None
+
+
 class LaunchJob(BaseModel):
     kind: Literal["launch"] = "launch"
     seq: int = 0
@@ -136,6 +188,10 @@ class LaunchJob(BaseModel):
     explicit: list[str] = []
     open_mode: str = "append"  # "truncate": a batch job's output files start empty
     acctg_freq_s: float | None = None  # --acctg-freq: sample its usage this often (None: the agent's interval)
+    # A service replica's ports (each task gets CORRAL_PORT_<NAME> and PORT, the first; NodeStarted.ports
+    # reports them) and probes (run by the agent of the replica's first node). Empty / None for batch work.
+    ports: list[PortRequest] = Field([], max_length=limits.LIST_MAX_ITEMS)
+    probes: ProbesSpec | None = None
 
 
 class LaunchStep(BaseModel):
@@ -252,6 +308,8 @@ class NodeStarted(BaseModel):
     pids: list[Pid] = Field([], max_length=limits.LIST_MAX_ITEMS)
     # The launch's restart count: which run of the job this is (None: an older agent that does not say).
     restart_count: Amount | None = None
+    # The ports the agent gave the replica's tasks on this node, by name (empty for batch work).
+    ports: dict[PortName, Annotated[int, Field(ge=1, le=65535)]] = Field({}, max_length=limits.LIST_MAX_ITEMS)
 
 
 class TaskExit(BaseModel):
@@ -319,7 +377,35 @@ class NodeUnhealthy(BaseModel):
     reason: Annotated[Diagnostic, Field(min_length=1)]
 
 
-Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished, NodeUnhealthy, UsageReport],
+ProbeName = Literal["startup", "readiness", "liveness"]
+
+
+class ProbeStatus(BaseModel):
+    """A probe's state after it flipped: `ok` after `consecutive` successes in a row, failed after
+    `consecutive` failures in a row; `detail` is the last check's ("HTTP 500", "connection refused",
+    "exit 3: disk full", "timed out after 1 s"). The engine can write "liveness probe failed 3 times: HTTP 500"
+    from `probe`, `consecutive` and `detail`."""
+
+    probe: ProbeName
+    ok: bool
+    consecutive: Annotated[int, Field(ge=1, le=limits.COUNT_MAX)]
+    detail: Diagnostic = ""
+    # The replica must be restarted: its liveness probe failed, or its startup probe did (as in Kubernetes).
+    restart: bool = False
+
+
+class ProbesReported(BaseModel):
+    """A replica's probes changed state on its first node (sent only when a probe flips). `ready`: whether it
+    may get traffic now (readiness passed; with no readiness probe, once startup passed)."""
+
+    kind: Literal["probes"] = "probes"
+    job_id: JobId
+    restart_count: Amount | None = None  # which run of the job: a late report of an earlier run is stale
+    ready: bool
+    results: list[ProbeStatus] = Field(min_length=1, max_length=3)
+
+
+Event = Annotated[Union[NodeStarted, NodeFinished, StepFinished, NodeUnhealthy, UsageReport, ProbesReported],
                   Field(discriminator="kind")]
 
 

@@ -51,6 +51,7 @@ from corral.agent.discovery import Inventory
 from corral.agent.health import HealthConfig, HealthMonitor
 from corral.agent.identity import agent_user
 from corral.agent.leaders import forget_exits
+from corral.agent.replicas import Replicas
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
 from corral.agent.task_spool import SWEEP_GRACE_S, TaskRecord, TaskSpool, live_members, sweep
@@ -67,6 +68,7 @@ from corral.protocol import (
     LaunchJob,
     LaunchStep,
     NodeFinished,
+    NodeStarted,
     NodeUnhealthy,
     Registration,
     RegistrationReply,
@@ -190,6 +192,7 @@ class Agent:
         self._health = None if health is None else HealthMonitor(
             health, node, self._report_unhealthy, nvml=inventory.source == "nvml")
         self._usage = usage or UsageMonitor()  # what each job and step uses here (usage.py)
+        self._replicas = Replicas(node, address, self._spool_dir, self._base_env, self._post)  # ports, probes
 
     @property
     def controller_url(self) -> str:
@@ -332,6 +335,7 @@ class Agent:
             job = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
                             confinement=self._confinement)
             job.adopt(records, adoptable.launch_json)
+            self._replicas.adopt(launch)
             self._runners[launch.job_id] = job
             self._launched[(launch.job_id, launch.restart_count)] = None
             self._spawn_background(self._drive(job), f"job-{launch.job_id}")
@@ -520,8 +524,9 @@ class Agent:
         self._launched[key] = None
         while len(self._launched) > REMEMBERED_LAUNCHES:
             self._launched.popitem(last=False)
+        launch, unservable = self._replicas.prepare(launch)
         runner = JobRunner(launch, node_name=self.node, spool_dir=self._spool_dir, base_env=self._base_env,
-                           refusal=self._busy_devices(launch),
+                           refusal=self._busy_devices(launch) or unservable,
                            confinement=self._confinement)
         self._runners[launch.job_id] = runner
         self._spawn_background(self._drive(runner), f"job-{launch.job_id}")
@@ -566,20 +571,30 @@ class Agent:
                 reason = await self._health.check_before_job(runner.job_id)
                 if reason is not None:
                     runner.refuse(f"{self.node} failed its health check: {reason}")
+            if runner.adopted:
+                self._replicas.start_probes(runner)
             async for event in runner.run():
                 if isinstance(event, NodeFinished):
+                    self._replicas.finished(runner.job_id)
                     self._runners.pop(runner.job_id, None)
                     event.usage = self._usage.final(runner.job_id, None)
                     self._releases[id(event)] = runner
+                else:
+                    event.ports = self._replicas.ports(runner.job_id)
                 self._post(event)
+                if isinstance(event, NodeStarted):
+                    self._replicas.start_probes(runner)
         except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
             log.exception("job %d: runner failed", runner.job_id)
+            self._replicas.finished(runner.job_id)  # before its end is posted: no probe report after it
             self._runners.pop(runner.job_id, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
             # The agent's own failure, not the job's: the controller requeues it as after a node failure.
             failure = InfrastructureFailure(kind="agent-error", reason=f"the agent's job runner failed: {exc}")
             self._post(NodeFinished(job_id=runner.job_id, tasks=exits, infrastructure=failure,
                                     restart_count=runner.launch.restart_count))
+        finally:
+            self._replicas.finished(runner.job_id)  # also when the agent stops: no probe outlives it
 
     def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,
                     reason: str | None = None) -> int:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from corral.agent.checks import AgentLauncher, CheckResult, ProgramUnstartable, every, lines_of, run_bounded
 from corral.agent.nvml_health import NvmlHealth
 
 log = logging.getLogger(__name__)
@@ -43,34 +43,36 @@ class HealthConfig:
         return self.before_job and self.program is not None
 
 
+class HealthProgramCheck:
+    """The operator's health-check program as a Check (checks.py): run as the agent, in a session of its
+    own, with the node's name in CORRAL_NODE and SLURMD_NODENAME; NHC's conventions for the verdict (the
+    last line of its output, stdout and stderr together, is the reason)."""
+
+    def __init__(self, program: Path, timeout_s: float, node: str) -> None:
+        self.program, self.timeout_s = program, timeout_s
+        self._launcher = AgentLauncher({**os.environ, "CORRAL_NODE": node, "SLURMD_NODENAME": node})
+
+    async def check(self) -> CheckResult:
+        program = self.program
+        try:
+            run = await run_bounded(self._launcher, [str(program)], self.timeout_s, merge_output=True)
+        except ProgramUnstartable as exc:
+            return CheckResult(False, _clip(f"health check {program} cannot run: {exc}"))
+        if run.returncode is None:
+            return CheckResult(False, _clip(f"health check {program} timed out after {self.timeout_s:g}s"))
+        if run.returncode == 0:
+            return CheckResult(True)
+        lines = lines_of(run.stdout)
+        code = run.returncode
+        status = f"exited {code}" if code > 0 else f"killed by signal {-code}"
+        reason = f"{program.name}: {lines[-1]}" if lines else f"health check {program} {status}"
+        return CheckResult(False, _clip(reason))
+
+
 async def run_program(program: Path, timeout_s: float, node: str) -> str | None:
     """Run the health-check program once: None if it exits 0, else why the node is unhealthy."""
-    env = {**os.environ, "CORRAL_NODE": node, "SLURMD_NODENAME": node}
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            str(program), stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True)
-    except OSError as exc:
-        return _clip(f"health check {program} cannot run: {exc.strerror or exc}")
-    try:
-        output, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
-    except TimeoutError:
-        _kill_group(proc.pid)
-        await proc.wait()
-        return _clip(f"health check {program} timed out after {timeout_s:g}s")
-    code = proc.returncode or 0  # communicate() waited for the exit
-    if code == 0:
-        return None
-    lines = [line.strip() for line in output.decode(errors="replace").splitlines() if line.strip()]
-    status = f"exited {code}" if code > 0 else f"killed by signal {-code}"
-    return _clip(f"{program.name}: {lines[-1]}" if lines else f"health check {program} {status}")
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)  # its own session: whatever it started goes with it
-    except ProcessLookupError:
-        pass
+    result = await HealthProgramCheck(program, timeout_s, node).check()
+    return None if result.ok else result.detail
 
 
 def _clip(reason: str) -> str:
@@ -88,6 +90,7 @@ class HealthMonitor:
         self._report = report
         self._nvml = nvml and config.nvml_interval_s > 0
         self._program_lock = asyncio.Lock()  # one run of the program at a time (NHC is not re-entrant)
+        self._program = None if config.program is None else HealthProgramCheck(config.program, config.timeout_s, node)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -105,26 +108,27 @@ class HealthMonitor:
             log.error("health check before job %d failed: %s", job_id, reason)
         return reason
 
-    async def _run_program(self) -> str | None:
-        assert self.config.program is not None
+    async def check(self) -> CheckResult:
+        """One run of the program (a Check: `every` runs it periodically); a failure is reported."""
+        assert self._program is not None
         async with self._program_lock:
-            reason = await run_program(self.config.program, self.config.timeout_s, self._node)
-        if reason is not None:
-            self._report(reason)
-        return reason
+            result = await self._program.check()
+        if not result.ok:
+            self._report(result.detail)
+        return result
+
+    async def _run_program(self) -> str | None:
+        result = await self.check()
+        return None if result.ok else result.detail
 
     async def _program_loop(self) -> None:
-        while True:
-            try:
-                reason = await self._run_program()
-            except Exception:  # a bug here must not take the agent down with it
-                log.exception("running the health check failed")
-                reason = None
-            if reason is not None:
-                log.error("health check failed: %s", reason)
-            if self.config.interval_s <= 0:
-                return
-            await asyncio.sleep(self.config.interval_s)
+        """At start, then every `interval_s` (never again with 0): the same loop that runs service probes."""
+        def observe(result: CheckResult) -> bool:
+            if not result.ok:
+                log.error("health check failed: %s", result.detail)
+            return self.config.interval_s > 0
+
+        await every(self, self.config.interval_s, observe)
 
     async def _nvml_loop(self) -> None:
         health = NvmlHealth()

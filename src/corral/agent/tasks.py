@@ -181,6 +181,19 @@ class LocalTasks:
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs.values()]
 
+    @property
+    def identity(self) -> TaskIdentity | None:
+        """Who the tasks run as (None: the agent's user), once they started or were adopted."""
+        return self._identity
+
+    def cgroup_leaves(self) -> list[Path]:
+        """The tasks' cgroup leaves, one per hierarchy (none without cgroups): where a program run inside the
+        job goes (a service replica's exec probe)."""
+        tree = self._confinement.cgroups
+        if tree is None:
+            return []
+        return list(self._leaves) or [h.root / f"job_{self._owner[0]}" / self._leaf_name for h in tree.hierarchies]
+
     def tracked(self) -> Tracked:
         """Where its tasks are, for the usage monitor (usage.py)."""
         tree, (job_id, step_id, gpus) = self._confinement.cgroups, self._owner
