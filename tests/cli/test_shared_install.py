@@ -17,6 +17,7 @@ import pytest
 from corral.cli.hostinfo import HostFacts
 from corral.cli.shared_install import install_warning, unreachable_install
 from corral.cli.up import banner
+from corral.cli.up_identity import Recorded
 from corral.cli.up_plan import UpOptions, plan_up
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
@@ -81,7 +82,8 @@ def test_an_interpreter_others_may_not_run_is_named(install) -> None:
 def test_the_banner_carries_the_warning(tmp_path) -> None:
     plan = plan_up(UpOptions(state_dir=tmp_path), HostFacts(cpus=8, mem_mib=64000, nvml_gpus=None), python="py")
     warning = install_warning("/root is not searchable by other users (mode 0700)")
-    text = banner(SimpleNamespace(plan=plan, name="lab"), tmp_path / "cluster.json", warnings=[warning])
+    text = banner(SimpleNamespace(plan=plan, name="lab", isolation=""), Recorded(config_path=tmp_path / "cluster.json"),
+                  warnings=[warning])
     assert ("  warning:   other users cannot run the Slurm commands (/root is not searchable by other users "
             "(mode 0700)): their sbatch fails with 'bad interpreter: Permission denied'. Install corral where "
             "every user can read it, e.g. a virtual environment under /opt (docs/adding-a-machine.md, "

@@ -195,7 +195,7 @@ except OSError as exc:
 
 def test_a_fork_bomb_stops_at_the_jobs_pids_limit_and_the_node_is_fine(shared_root, cgroup_root):
     root = cgroup_root
-    cluster = start(shared_root, "--cgroup-root", str(root), "--pids-max", "64")
+    cluster = start(shared_root, "--allow-root-jobs", "--cgroup-root", str(root), "--pids-max", "64")
     try:
         [node] = cluster.nodes()
         if "pids" not in node["cgroups"].partition(" (")[0]:
