@@ -1,0 +1,95 @@
+"""The route table: each service's ready endpoints, as the last update from an `EndpointSource` gave them, and
+the requests in flight to each endpoint.
+
+Least in-flight: a request goes to the endpoint with the fewest requests in flight from this gateway; among
+equals, the one after the previous pick (so an idle service is served round-robin). An endpoint that leaves
+the set (removed or draining) gets no new request; requests already on it hold their own lease and finish.
+Single-threaded (the gateway's event loop): no locks."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    address: str  # "host:port"
+    replica: int | None = None  # the replica's index, for messages
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceRoute:
+    """What an `EndpointSource` publishes for one service: its ready, non-draining endpoints."""
+
+    name: str
+    endpoints: tuple[Endpoint, ...]
+    public: bool = False  # no credential asked (the spec's `public`)
+    version: int = 0  # the source's version of this set (the controller's long-poll version)
+
+
+@dataclass(slots=True)
+class _Entry:
+    route: ServiceRoute
+    inflight: dict[str, int] = field(default_factory=dict)  # address -> requests in flight
+    turn: int = 0  # where the next tie-break starts
+
+
+class RouteTable:
+    def __init__(self) -> None:
+        self._entries: dict[str, _Entry] = {}
+
+    def publish(self, route: ServiceRoute) -> None:
+        """The service's endpoints are now `route.endpoints`; in-flight counts of endpoints that stay are kept,
+        those of removed endpoints live on until their requests finish."""
+        entry = self._entries.get(route.name)
+        if entry is None:
+            self._entries[route.name] = _Entry(route)
+        else:
+            entry.route = route
+
+    def forget(self, name: str) -> None:
+        """The service is gone: no new request reaches it (in-flight ones finish on their own leases)."""
+        self._entries.pop(name, None)
+
+    def route(self, name: str) -> ServiceRoute | None:
+        entry = self._entries.get(name)
+        return entry.route if entry else None
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def inflight(self, name: str) -> int:
+        entry = self._entries.get(name)
+        return sum(entry.inflight.values()) if entry else 0
+
+    def pick(self, name: str, exclude: frozenset[str] | set[str] = frozenset()) -> Endpoint | None:
+        """The endpoint with the fewest requests in flight, skipping `exclude` (addresses already tried)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        candidates = [e for e in entry.route.endpoints if e.address not in exclude]
+        if not candidates:
+            return None
+        start = entry.turn % len(candidates)
+        rotated = candidates[start:] + candidates[:start]
+        best = min(rotated, key=lambda e: entry.inflight.get(e.address, 0))
+        entry.turn = candidates.index(best) + 1
+        return best
+
+    @contextlib.contextmanager
+    def lease(self, name: str, endpoint: Endpoint) -> Iterator[None]:
+        """Counts a request in flight to `endpoint` while the block runs."""
+        entry = self._entries.get(name)
+        if entry is None:  # forgotten between pick and lease: nothing to count against
+            yield
+            return
+        entry.inflight[endpoint.address] = entry.inflight.get(endpoint.address, 0) + 1
+        try:
+            yield
+        finally:
+            left = entry.inflight.get(endpoint.address, 1) - 1
+            if left > 0:
+                entry.inflight[endpoint.address] = left
+            else:
+                entry.inflight.pop(endpoint.address, None)

@@ -1,0 +1,90 @@
+"""Real pieces for the gateway's tests: replicas as their own processes (tests/gateway/backend.py) and the
+gateway served from an event loop in a thread, on loopback."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from corral.gateway.routes import Endpoint, ServiceRoute
+from corral.gateway.server import Gateway
+from corral.gateway.sources import StaticSource
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Backend:
+    """One replica process; `kill()` SIGKILLs it (a crash: its connections are reset by the kernel)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.process = subprocess.Popen([sys.executable, "-m", "tests.gateway.backend", "--name", name],
+                                        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                        env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.strip():
+            self.process.kill()
+            raise RuntimeError(f"backend {name} did not start (exit {self.process.wait()})")
+        self.port = int(line)
+        self.address = f"127.0.0.1:{self.port}"
+        self.endpoint = Endpoint(self.address)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.kill()
+
+
+def route(name: str, *backends: Backend, public: bool = True, version: int = 0) -> ServiceRoute:
+    return ServiceRoute(name, tuple(b.endpoint for b in backends), public, version)
+
+
+class GatewayThread:
+    """A Gateway on 127.0.0.1 (a free port), its loop in a thread of its own."""
+
+    def __init__(self, build: Callable[[], Gateway]) -> None:
+        self._build = build
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.gateway: Gateway | None = None
+        self.url = ""
+
+    def call(self, coroutine: Coroutine[Any, Any, Any], timeout_s: float = 30) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=timeout_s)
+
+    def __enter__(self) -> GatewayThread:
+        self._thread.start()
+
+        async def start() -> Gateway:
+            gateway = self._build()
+            await gateway.start("127.0.0.1", 0)
+            return gateway
+
+        self.gateway = self.call(start())
+        self.url = f"http://127.0.0.1:{self.gateway.port}"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.gateway is not None:
+            self.call(self.gateway.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+def static_gateway(*routes: ServiceRoute) -> tuple[GatewayThread, StaticSource]:
+    source = StaticSource(*routes)
+    return GatewayThread(lambda: Gateway(source, None)), source
