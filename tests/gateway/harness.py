@@ -12,6 +12,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import aiohttp
+
+from corral.gateway.auth import Authenticator
+from corral.gateway.controller import ControllerClient
 from corral.gateway.routes import Endpoint, ServiceRoute
 from corral.gateway.server import Gateway
 from corral.gateway.sources import StaticSource
@@ -61,6 +65,7 @@ class GatewayThread:
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.gateway: Gateway | None = None
         self.url = ""
+        self.sessions: list[aiohttp.ClientSession] = []  # closed after the gateway stops
 
     def call(self, coroutine: Coroutine[Any, Any, Any], timeout_s: float = 30) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=timeout_s)
@@ -80,6 +85,8 @@ class GatewayThread:
     def __exit__(self, *exc_info: object) -> None:
         if self.gateway is not None:
             self.call(self.gateway.stop())
+        for session in self.sessions:
+            self.call(session.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
@@ -88,3 +95,16 @@ class GatewayThread:
 def static_gateway(*routes: ServiceRoute) -> tuple[GatewayThread, StaticSource]:
     source = StaticSource(*routes)
     return GatewayThread(lambda: Gateway(source, None)), source
+
+
+def authenticating_gateway(source: StaticSource, controller_url: str, credential: str, *, ttl_s: float,
+                           stale_s: float) -> GatewayThread:
+    """A gateway whose credentials are checked by the controller at `controller_url`."""
+    def build() -> Gateway:
+        session = aiohttp.ClientSession()
+        thread.sessions.append(session)
+        client = ControllerClient([controller_url], credential, session)
+        return Gateway(source, Authenticator(client, ttl_s=ttl_s, stale_s=stale_s))
+
+    thread = GatewayThread(build)
+    return thread

@@ -82,9 +82,10 @@ class Forwarder:
                         self._metrics.retries.labels(service).inc()
                         continue
                     self._metrics.errors.labels(service, "replica_failed").inc()
+                    why = "has a body" if request.method in IDEMPOTENT else "is not idempotent"
                     return _refusal(502, f"service {service}: replica {endpoint.address} failed before answering "
-                                         f"({failures[-1]}); not retried: {request.method} with a body is not "
-                                         "safe to send twice")
+                                         f"({failures[-1]}); not retried: this {request.method} {why}, so it "
+                                         "is not safe to send twice")
                 async with upstream:
                     return await self._relay(request, upstream, service)
 
