@@ -12,6 +12,7 @@ replicas known to be ready (the controller failing over must not interrupt it)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 from urllib.parse import quote
@@ -58,6 +59,7 @@ class ControllerSource:
         self._list_every_s = list_every_s
         self._poll_timeout_s = poll_timeout_s  # longer than the controller's own long-poll wait
         self._retry_s = retry_s
+        self._unchanged_pause_s = min(retry_s, 0.5)
         self._watchers: dict[str, asyncio.Task[None]] = {}
 
     async def run(self, table: RouteTable) -> None:
@@ -87,7 +89,12 @@ class ControllerSource:
             self._watchers[name] = asyncio.create_task(self._watch(name, table), name=f"gateway-watch-{name}")
         for name in self._watchers.keys() - names:
             self._watchers.pop(name).cancel()
-            table.forget(name)
+            self._forget(table, name)
+
+    def _forget(self, table: RouteTable, name: str) -> None:
+        table.forget(name)
+        with contextlib.suppress(KeyError):  # never published
+            self._metrics.ready_endpoints.remove(name)
 
     async def _watch(self, name: str, table: RouteTable) -> None:
         version: int | None = None
@@ -113,6 +120,9 @@ class ControllerSource:
                 await asyncio.sleep(self._retry_s)
                 continue
             self._metrics.controller_up.set(1)
+            if route.version == version:  # the controller's wait ran out with no change
+                await asyncio.sleep(self._unchanged_pause_s)  # (a controller that never waits is not hammered)
+                continue
             table.publish(route)
             self._metrics.ready_endpoints.labels(name).set(len(route.endpoints))
             version = route.version

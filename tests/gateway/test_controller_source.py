@@ -1,0 +1,110 @@
+"""`corral gateway` as its own process, on a stand-in of the controller's services API: it learns endpoints
+from the long poll, follows changes, reports load, and keeps serving its last endpoints while no
+controller answers."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from tests.gateway.fake_controller import SECRET, FakeController
+from tests.gateway.harness import Backend
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("not within the time")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def controller():
+    fake = FakeController().start()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def gateway(controller):
+    port = free_port()
+    corral = os.path.join(os.path.dirname(sys.executable), "corral")
+    process = subprocess.Popen([corral, "gateway", "--controller", controller.url, "--port", str(port),
+                                "--report-every-s", "0.5"],
+                               env={**os.environ, "CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": "/nonexistent"},
+                               stderr=subprocess.PIPE, text=True)
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=30)
+    eventually(lambda: _answers(http))
+    yield http
+    http.close()
+    process.terminate()
+    assert process.wait(timeout=15) == 0
+    assert process.stderr is not None
+    process.stderr.close()
+
+
+def _answers(http: httpx.Client) -> bool:
+    try:
+        return http.get("/healthz").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _who(http: httpx.Client, service: str = "web") -> str:
+    reply = http.get(f"/s/{service}/who")
+    return reply.text if reply.status_code == 200 else f"{reply.status_code}"
+
+
+def test_endpoints_follow_the_controller_and_survive_its_absence(controller, gateway):
+    with Backend("a") as a, Backend("b") as b:
+        controller.set_endpoints("web", [a.address])
+        eventually(lambda: _who(gateway) == "a")
+        controller.set_endpoints("web", [a.address, b.address], draining=frozenset({a.address}))
+        eventually(lambda: _who(gateway) == "b")
+        assert {_who(gateway) for _ in range(4)} == {"b"}  # a drains: nothing new reaches it
+        controller.set_endpoints("web", [a.address, b.address])
+        eventually(lambda: {_who(gateway) for _ in range(4)} == {"a", "b"})
+
+        controller.stop()  # no controller answers (a failover under way)
+        time.sleep(1.5)
+        during = [_who(gateway) for _ in range(20)]
+        up = gateway.get("/metrics").text
+        controller.start()
+        controller.set_endpoints("web", [b.address])
+        eventually(lambda: {_who(gateway) for _ in range(4)} == {"b"})
+    assert set(during) == {"a", "b"}
+    assert "corral_gateway_controller_up 0.0" in up
+
+
+def test_load_reports_reach_the_controller(controller, gateway):
+    with Backend("a") as a:
+        controller.set_endpoints("web", [a.address])
+        eventually(lambda: _who(gateway) == "a")
+        for _ in range(10):
+            gateway.get("/s/web/who")
+        eventually(lambda: any(name == "web" and load["rps"] > 0 for name, load in controller.loads))
+    name, load = next((n, x) for n, x in controller.loads if x["rps"] > 0)
+    assert set(load) == {"inflight", "rps"} and load["inflight"] == 0
+
+
+def test_a_deleted_service_is_no_longer_served(controller, gateway):
+    with Backend("a") as a:
+        controller.set_endpoints("web", [a.address])
+        eventually(lambda: _who(gateway) == "a")
+        controller.delete("web")  # the pending long poll answers 404 at once
+        eventually(lambda: _who(gateway) == "404", timeout_s=3)
