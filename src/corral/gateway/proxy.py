@@ -26,6 +26,7 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "t
                         "upgrade", "proxy-authenticate", "proxy-authorization", "host", "expect"})
 USER_HEADER = "X-Corral-User"  # the authenticated user, for the application; a client's own is dropped
 CONNECT_TIMEOUT_S = 5.0
+WHOLE_BODY_MAX = 64 * 1024  # bytes: a response of known length up to this is relayed in one write
 
 
 def upstream_headers(request: web.Request, user: str | None, prefix: str) -> CIMultiDict[str]:
@@ -100,14 +101,22 @@ class Forwarder:
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
                      service: str) -> web.StreamResponse:
+        length = upstream.content_length if "transfer-encoding" not in upstream.headers else None
+        if length is not None and length <= WHOLE_BODY_MAX and request.method != "HEAD":
+            # A small body of known length goes out with its headers in one write (half the system calls
+            # of streaming it); it cannot be a stream that a client waits on piece by piece.
+            try:
+                body = await upstream.read()
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                self._metrics.errors.labels(service, "replica_lost_mid_response").inc()
+                return _refusal(502, f"service {service}: the replica failed mid-response: {exc}")
+            whole = web.Response(status=upstream.status, reason=upstream.reason, body=body)
+            _copy_headers(upstream, whole)
+            return whole
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        named = {h.strip().lower() for h in upstream.headers.get("Connection", "").split(",")}
-        for key, value in upstream.headers.items():
-            lower = key.lower()
-            if lower not in HOP_BY_HOP and lower not in named and lower != "content-length":
-                response.headers.add(key, value)
-        if upstream.content_length is not None and "transfer-encoding" not in upstream.headers:
-            response.content_length = upstream.content_length
+        _copy_headers(upstream, response)
+        if length is not None:
+            response.content_length = length
         await response.prepare(request)
         try:
             async for chunk in upstream.content.iter_any():
@@ -121,6 +130,14 @@ class Forwarder:
             return response
         await response.write_eof()
         return response
+
+
+def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+    named = {h.strip().lower() for h in upstream.headers.get("Connection", "").split(",")}
+    for key, value in upstream.headers.items():
+        lower = key.lower()
+        if lower not in HOP_BY_HOP and lower not in named and lower != "content-length":
+            response.headers.add(key, value)
 
 
 def _refusal(status: int, detail: str) -> web.Response:
