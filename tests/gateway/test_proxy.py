@@ -157,3 +157,18 @@ def test_path_query_and_headers_reach_the_replica(replicas):
     assert "X-Corral-User" not in seen["headers"]  # a client cannot claim to be a user
     assert metric(metrics, "corral_service_requests_total", service="web", code="200") == 1
     assert metric(metrics, "corral_service_request_duration_seconds_count", service="web") == 1
+
+
+def test_a_replica_lost_mid_stream_cuts_the_clients_response(replicas):
+    a, _ = replicas
+    gateway, _ = static_gateway(route("llm", a))
+    received: list[bytes] = []
+    with gateway, client(gateway.url) as http:
+        with pytest.raises(httpx.RemoteProtocolError), http.stream("GET", "/s/llm/sse?n=50&gap=0.1") as stream:
+            for chunk in stream.iter_raw():
+                received.append(chunk)
+                if len(received) == 2:
+                    a.kill()
+        metrics = http.get("/metrics").text
+    assert 2 <= len(received) < 50  # never a complete-looking response
+    assert metric(metrics, "corral_service_errors_total", service="llm", reason="replica_lost_mid_response") == 1
