@@ -164,6 +164,32 @@ async def serve_gateway(backend: str, port: int) -> None:
     await gateway.stop()
 
 
+def serve_httpx_candidate(backend: str, port: int) -> None:
+    """The other Python candidate weighed in decision 0018, at its most favourable: uvicorn + Starlette
+    receiving, httpx forwarding, the body read whole (no streaming, no headers copied, no metrics)."""
+    import httpx
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    client = httpx.AsyncClient(base_url=f"http://{backend}", limits=httpx.Limits(max_keepalive_connections=64))
+
+    async def forward(request: Request) -> Response:
+        reply = await client.get("/" + request.path_params["tail"])
+        return Response(reply.content, status_code=reply.status_code)
+
+    app = Starlette(routes=[Route("/s/web/{tail:path}", forward)])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def start_httpx_candidate(backend: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen([sys.executable, __file__, "--serve-httpx", backend, "--port", str(port)], cwd=ROOT)
+    return process, f"http://127.0.0.1:{port}/s/web/hello"
+
+
 def stop(process: subprocess.Popen | None) -> None:
     if process is not None and process.poll() is None:
         process.terminate()
@@ -181,20 +207,29 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--httpx-candidate", action="store_true",
+                        help="also measure a minimal uvicorn + Starlette + httpx proxy (decision 0018)")
     parser.add_argument("--serve-gateway", metavar="BACKEND", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-httpx", metavar="BACKEND", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
         asyncio.run(serve_gateway(args.serve_gateway, args.port))
         return
+    if args.serve_httpx:
+        serve_httpx_candidate(args.serve_httpx, args.port)
+        return
     with Backend("bench") as backend, tempfile.TemporaryDirectory(prefix="gateway-bench-nginx-") as tmp:
         nginx, nginx_url, nginx_note = start_nginx(Path(tmp), backend.address)
         gateway, gateway_url = start_gateway(backend.address)
+        candidate, candidate_url = start_httpx_candidate(backend.address) if args.httpx_candidate else (None, None)
         try:
             targets = [("direct", f"http://{backend.address}/hello")]
             if nginx_url:
                 targets.append(("nginx", nginx_url))
             targets.append(("corral-gateway", gateway_url))
+            if candidate_url:
+                targets.append(("uvicorn+httpx", candidate_url))
             for _, url in targets:
                 asyncio.run(wait_answering(url))
             rounds: dict[str, list[dict]] = {name: [] for name, _ in targets}
@@ -206,6 +241,7 @@ def main() -> None:
                 print(json.dumps(result), flush=True)
         finally:
             stop(gateway)
+            stop(candidate)
             stop(nginx)
     if not nginx_url:
         print(nginx_note)
