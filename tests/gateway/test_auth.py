@@ -44,7 +44,7 @@ def test_no_or_a_bad_credential_gets_401(setup):
     assert http.get("/s/private/who", headers={"Authorization": "Basic dTpw"}).status_code == 401
     assert http.get("/s/private/who", headers=bearer("ct1.999.forged")).status_code == 401
     agent = http.get("/s/private/who", headers=bearer(cred.issue_agent(cred.signing_key(SECRET), "node1")))
-    assert agent.status_code in (401, 403)
+    assert agent.status_code == 403 and "agent credential" in agent.json()["detail"]
 
 
 def test_a_valid_token_passes_and_the_application_sees_the_user_not_the_credential(setup):

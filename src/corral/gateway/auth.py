@@ -43,7 +43,7 @@ class Authenticator:
         self._pending: dict[str, asyncio.Future[str]] = {}
 
     async def authenticate(self, authorization: str | None) -> str:
-        """The user the credential acts as; AuthRefused (401, 403 or 503) otherwise."""
+        """The user the credential acts as; AuthRefused (401, 403, 429 or 503) otherwise."""
         credential = _bearer(authorization)
         key = hashlib.sha256(credential.encode()).hexdigest()
         hit = self._cache.get(key)
@@ -77,7 +77,7 @@ class Authenticator:
             self._remember(key, reply.body["name"])
             return str(reply.body["name"])
         self._cache.pop(key, None)
-        if reply.status in (401, 403):
+        if reply.status in (401, 403, 429):  # refused, or over the user's request rate (passed on as such)
             raise AuthRefused(reply.status, reply.detail())
         raise AuthRefused(503, f"cannot check the credential: the controller answered {reply.status}")
 
