@@ -19,61 +19,66 @@ import sys
 from aiohttp import WSMsgType, web
 
 
-def build(name: str) -> web.Application:
-    async def who(request: web.Request) -> web.Response:
-        return web.Response(text=name)
+class Replica:
+    """The handlers of one replica named `name`."""
 
-    async def hello(request: web.Request) -> web.Response:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def who(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.name)
+
+    async def hello(self, request: web.Request) -> web.Response:
         return web.Response(text="hello, world\n")
 
-    async def slow(request: web.Request) -> web.Response:
+    async def slow(self, request: web.Request) -> web.Response:
         await asyncio.sleep(float(request.query.get("s", "1")))
-        return web.Response(text=name)
+        return web.Response(text=self.name)
 
-    async def stream(request: web.Request, content_type: str, frame: str) -> web.StreamResponse:
-        count, gap = int(request.query.get("n", "5")), float(request.query.get("gap", "0.2"))
-        response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        for i in range(count):
-            if i:
-                await asyncio.sleep(gap)
-            await response.write(frame.format(i=i).encode())
-        await response.write_eof()
-        return response
+    async def sse(self, request: web.Request) -> web.StreamResponse:
+        return await _stream(request, "text/event-stream", "data: token-{i}\n\n")
 
-    async def sse(request: web.Request) -> web.StreamResponse:
-        return await stream(request, "text/event-stream", "data: token-{i}\n\n")
+    async def chunks(self, request: web.Request) -> web.StreamResponse:
+        return await _stream(request, "text/plain", "chunk-{i};")
 
-    async def chunks(request: web.Request) -> web.StreamResponse:
-        return await stream(request, "text/plain", "chunk-{i};")
-
-    async def echo(request: web.Request) -> web.Response:
+    async def echo(self, request: web.Request) -> web.Response:
         body = await request.read()
-        return web.json_response({"name": name, "method": request.method, "path": request.raw_path,
+        return web.json_response({"name": self.name, "method": request.method, "path": request.raw_path,
                                   "headers": dict(request.headers), "body": body.decode(errors="replace")})
 
-    async def ws(request: web.Request) -> web.WebSocketResponse:
+    async def ws(self, request: web.Request) -> web.WebSocketResponse:
         socket_ = web.WebSocketResponse(protocols=("echo",))
         await socket_.prepare(request)
         async for message in socket_:
-            if message.type == WSMsgType.TEXT:
-                if message.data == "close":
-                    await socket_.close(code=4001)
-                else:
-                    await socket_.send_str(f"{name}:{message.data}")
+            if message.type == WSMsgType.TEXT and message.data == "close":
+                await socket_.close(code=4001)
+            elif message.type == WSMsgType.TEXT:
+                await socket_.send_str(f"{self.name}:{message.data}")
             elif message.type == WSMsgType.BINARY:
                 await socket_.send_bytes(message.data)
         return socket_
 
+
+async def _stream(request: web.Request, content_type: str, frame: str) -> web.StreamResponse:
+    count, gap = int(request.query.get("n", "5")), float(request.query.get("gap", "0.2"))
+    response = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    for i in range(count):
+        if i:
+            await asyncio.sleep(gap)
+        await response.write(frame.format(i=i).encode())
+    await response.write_eof()
+    return response
+
+
+def build(name: str) -> web.Application:
+    replica = Replica(name)
     app = web.Application()
-    app.router.add_get("/who", who)
-    app.router.add_get("/hello", hello)
-    app.router.add_get("/slow", slow)
-    app.router.add_get("/sse", sse)
-    app.router.add_get("/chunks", chunks)
-    app.router.add_route("*", "/echo", echo)
-    app.router.add_route("*", "/echo/{tail:.*}", echo)
-    app.router.add_get("/ws", ws)
+    for path, handler in (("/who", replica.who), ("/hello", replica.hello), ("/slow", replica.slow),
+                          ("/sse", replica.sse), ("/chunks", replica.chunks), ("/ws", replica.ws)):
+        app.router.add_get(path, handler)
+    app.router.add_route("*", "/echo", replica.echo)
+    app.router.add_route("*", "/echo/{tail:.*}", replica.echo)
     return app
 
 

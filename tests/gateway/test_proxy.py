@@ -89,7 +89,8 @@ def test_server_sent_events_arrive_as_they_are_produced(replicas):
     a, _ = replicas
     gateway, _ = static_gateway(route("llm", a))
     with gateway, client(gateway.url) as http:
-        for path, first in (("/s/llm/sse?n=5&gap=0.4", b"data: token-0\n\n"), ("/s/llm/chunks?n=5&gap=0.4", b"chunk-0;")):
+        for path, first in (("/s/llm/sse?n=5&gap=0.4", b"data: token-0\n\n"),
+                            ("/s/llm/chunks?n=5&gap=0.4", b"chunk-0;")):
             start = time.monotonic()
             with http.stream("GET", path) as stream:
                 assert stream.headers.get("content-length") is None
