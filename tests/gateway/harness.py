@@ -92,9 +92,9 @@ class GatewayThread:
         self.loop.close()
 
 
-def static_gateway(*routes: ServiceRoute) -> tuple[GatewayThread, StaticSource]:
+def static_gateway(*routes: ServiceRoute, hold_s: float = 0.0) -> tuple[GatewayThread, StaticSource]:
     source = StaticSource(*routes)
-    return GatewayThread(lambda: Gateway(source, None)), source
+    return GatewayThread(lambda: Gateway(source, None, hold_s=hold_s)), source
 
 
 def authenticating_gateway(source: StaticSource, controller_url: str, credential: str, *, ttl_s: float,

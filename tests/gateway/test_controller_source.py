@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -41,11 +42,16 @@ def controller():
 
 
 @pytest.fixture
-def gateway(controller):
+def gateway_args():
+    return ["--report-every-s", "0.5"]
+
+
+@pytest.fixture
+def gateway(controller, gateway_args):
     port = free_port()
     corral = os.path.join(os.path.dirname(sys.executable), "corral")
     process = subprocess.Popen([corral, "gateway", "--controller", controller.url, "--port", str(port),
-                                "--report-every-s", "0.5"],
+                                *gateway_args],
                                env={**os.environ, "CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": "/nonexistent"},
                                stderr=subprocess.PIPE, text=True)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=30)
@@ -108,3 +114,22 @@ def test_a_deleted_service_is_no_longer_served(controller, gateway):
         eventually(lambda: _who(gateway) == "a")
         controller.delete("web")  # the pending long poll answers 404 at once
         eventually(lambda: _who(gateway) == "404", timeout_s=3)
+
+
+@pytest.mark.parametrize("gateway_args", [["--report-every-s", "60", "--hold-s", "5"]])
+def test_a_request_held_for_a_service_without_replicas_is_reported_at_once(controller, gateway):
+    controller.set_endpoints("cold", [])
+    eventually(lambda: "corral_service_ready_endpoints{service=\"cold\"} 0.0" in gateway.get("/metrics").text)
+    with Backend("a") as a:
+        start = time.monotonic()
+        with httpx.Client(base_url=str(gateway.base_url), trust_env=False, timeout=30) as other:
+            answer: list[httpx.Response] = []
+            waiter = threading.Thread(target=lambda: answer.append(other.get("/s/cold/who")))
+            waiter.start()
+            eventually(lambda: any(name == "cold" and load["inflight"] == 1 for name, load in controller.loads),
+                       timeout_s=3)  # not at the next round, 60 s away
+            reported_s = time.monotonic() - start
+            controller.set_endpoints("cold", [a.address])  # the autoscaler brought a replica up
+            waiter.join(timeout=10)
+    assert reported_s < 3
+    assert [(r.status_code, r.text) for r in answer] == [(200, "a")]

@@ -146,6 +146,24 @@ def test_a_service_without_ready_replicas_answers_503(replicas):
     assert reply.json()["detail"] == "service empty has no ready replica"
 
 
+def test_a_request_to_a_service_without_replicas_waits_for_one_up_to_the_hold(replicas):
+    a, _ = replicas
+    gateway, source = static_gateway(route("cold"), route("dead"), hold_s=3)
+    with gateway, client(gateway.url) as http, ThreadPoolExecutor(1) as pool:
+        start = time.monotonic()
+        waiting = pool.submit(http.get, "/s/cold/who")
+        time.sleep(0.8)
+        assert not waiting.done()
+        source.publish(route("cold", a, version=1))  # a replica became ready (scaled up from zero)
+        cold = waiting.result()
+        cold_s = time.monotonic() - start
+        start = time.monotonic()
+        dead = http.get("/s/dead/who")
+        dead_s = time.monotonic() - start
+    assert (cold.status_code, cold.text) == (200, "a") and 0.8 <= cold_s < 2.5
+    assert dead.status_code == 503 and "waited 3 s" in dead.json()["detail"] and 3 <= dead_s < 5
+
+
 def test_path_query_and_headers_reach_the_replica(replicas):
     a, _ = replicas
     gateway, _ = static_gateway(route("web", a))

@@ -23,6 +23,9 @@ def gateway(
                               "is still accepted.")] = 60.0,
     report_every_s: Annotated[float, typer.Option(
         min=0.5, max=300, help="How often each service's load goes to the controller (its autoscaler).")] = 5.0,
+    hold_s: Annotated[float, typer.Option(
+        min=0, max=3600, help="How long a request to a service with no ready replica (starting, or scaled to "
+                              "zero) waits for one before its 503.")] = 10.0,
 ) -> None:
     """Serve every service at http://HOST:PORT/s/<service>/: ready replicas only, least in-flight first."""
     from corral.gateway.main import GatewaySettings, serve
@@ -41,7 +44,7 @@ def gateway(
                                  param_hint="--auth-stale-s")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s corral gateway: %(message)s")
     settings = GatewaySettings(tuple(target.urls), target.secret, host, port, target.ca_file, auth_cache_s,
-                               auth_stale_s, report_every_s)
+                               auth_stale_s, report_every_s, hold_s=hold_s)
     try:
         asyncio.run(serve(settings))
     except OSError as exc:

@@ -61,6 +61,14 @@ class ControllerSource:
         self._retry_s = retry_s
         self._unchanged_pause_s = min(retry_s, 0.5)
         self._watchers: dict[str, asyncio.Task[None]] = {}
+        self._said: str | None = None  # the listing's problem last logged: each is logged once, not every round
+
+    def _problem(self, message: str) -> None:
+        self._metrics.controller_up.set(0)
+        kind = message.split(":", 1)[0]
+        if self._said != kind:
+            log.warning("%s", message)
+            self._said = kind
 
     async def run(self, table: RouteTable) -> None:
         try:
@@ -76,13 +84,15 @@ class ControllerSource:
         try:
             reply = await self._client.request("GET", "/services")
         except ControllerUnreachable as exc:
-            self._metrics.controller_up.set(0)
-            log.warning("controller unreachable, serving the last known endpoints: %s", exc)
+            self._problem(f"controller unreachable, serving the last known endpoints: {exc}")
             return
         if reply.status != 200 or not isinstance(reply.body, list):
-            self._metrics.controller_up.set(0)
-            log.warning("GET /api/v1/services answered %s: %s", reply.status, reply.detail())
+            self._problem(f"GET /api/v1/services answered {reply.status}: {reply.detail()}; "
+                          "serving the last known endpoints")
             return
+        if self._said is not None:
+            log.warning("the controller answers again")
+            self._said = None
         self._metrics.controller_up.set(1)
         names = {item["name"] for item in reply.body if isinstance(item, dict) and isinstance(item.get("name"), str)}
         for name in names - self._watchers.keys():

@@ -45,17 +45,26 @@ class LoadReporter:
         self.every_s = every_s
         self._clock = clock
         self._started: Counter[str] = Counter()
+        self._wake = asyncio.Event()
 
     def request_started(self, service: str) -> None:
         self._started[service] += 1
 
+    def demand(self, service: str) -> None:
+        """A request waits for a service without a ready replica: report now, not at the next round."""
+        self._wake.set()
+
     async def run(self) -> None:
         since = self._clock()
         while True:
-            await asyncio.sleep(self.every_s)
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.every_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
             now = self._clock()
             started, self._started = self._started, Counter()
             elapsed = max(now - since, 1e-9)
             since = now
-            for name in self._table.names():
-                await self._sink.report(name, self._table.inflight(name), started[name] / elapsed)
+            await asyncio.gather(*(self._sink.report(name, self._table.inflight(name), started[name] / elapsed)
+                                   for name in self._table.names()))

@@ -31,6 +31,7 @@ class GatewaySettings:
     auth_stale_s: float = 60.0
     report_every_s: float = 5.0
     list_every_s: float = 5.0
+    hold_s: float = 10.0
 
 
 async def serve(settings: GatewaySettings) -> None:
@@ -41,7 +42,7 @@ async def serve(settings: GatewaySettings) -> None:
         source = ControllerSource(controller, metrics, list_every_s=settings.list_every_s)
         auth = Authenticator(controller, ttl_s=settings.auth_cache_s, stale_s=settings.auth_stale_s)
         gateway = Gateway(source, auth, load_sink=ControllerLoadSink(controller),
-                          report_every_s=settings.report_every_s, metrics=metrics)
+                          report_every_s=settings.report_every_s, metrics=metrics, hold_s=settings.hold_s)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

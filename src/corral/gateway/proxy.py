@@ -9,6 +9,7 @@ is visibly incomplete) and the error counted."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import aiohttp
 from aiohttp import web
@@ -55,18 +56,30 @@ def upstream_url(endpoint: Endpoint, path_and_query: str) -> URL:
 
 
 class Forwarder:
-    def __init__(self, table: RouteTable, session: aiohttp.ClientSession, metrics: GatewayMetrics) -> None:
+    def __init__(self, table: RouteTable, session: aiohttp.ClientSession, metrics: GatewayMetrics, *,
+                 hold_s: float = 0.0, on_hold: Callable[[str], None] | None = None) -> None:
+        """`hold_s`: how long a request to a service without a ready replica waits for one before its 503
+        (`on_hold(service)` is told at once: the autoscaler must learn of the demand)."""
         self._table = table
         self._session = session
         self._metrics = metrics
+        self._hold_s = hold_s
+        self._on_hold = on_hold
 
     async def forward(self, request: web.Request, service: str, path_and_query: str,
                       headers: CIMultiDict[str]) -> web.StreamResponse:
         retryable = request.method in IDEMPOTENT and not request.body_exists
         tried: set[str] = set()
         failures: list[str] = []
+        held = False
         while True:
             endpoint = self._table.pick(service, tried)
+            if endpoint is None and not tried and not held and self._hold_s > 0:
+                held = True
+                if self._on_hold is not None:
+                    self._on_hold(service)
+                if await self._table.wait_ready(service, self._hold_s):
+                    continue
             if endpoint is None:
                 return self._unavailable(service, failures)
             tried.add(endpoint.address)
@@ -95,7 +108,8 @@ class Forwarder:
             self._metrics.errors.labels(service, "all_replicas_failed").inc()
             return _refusal(502, f"service {service}: every ready replica failed: {'; '.join(failures)}")
         self._metrics.errors.labels(service, "no_ready_replica").inc()
-        response = _refusal(503, f"service {service} has no ready replica")
+        response = _refusal(503, f"service {service} has no ready replica" +
+                            (f" (waited {self._hold_s:g} s)" if self._hold_s > 0 else ""))
         response.headers["Retry-After"] = "1"
         return response
 

@@ -7,6 +7,7 @@ the set (removed or draining) gets no new request; requests already on it hold t
 Single-threaded (the gateway's event loop): no locks."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class _Entry:
 class RouteTable:
     def __init__(self) -> None:
         self._entries: dict[str, _Entry] = {}
+        self._waiting: dict[str, list[asyncio.Future[None]]] = {}  # service -> requests held for an endpoint
 
     def publish(self, route: ServiceRoute) -> None:
         """The service's endpoints are now `route.endpoints`; in-flight counts of endpoints that stay are kept,
@@ -47,6 +49,30 @@ class RouteTable:
             self._entries[route.name] = _Entry(route)
         else:
             entry.route = route
+        if route.endpoints:
+            for waiter in self._waiting.pop(route.name, []):
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    async def wait_ready(self, name: str, timeout_s: float) -> bool:
+        """Waits up to `timeout_s` for the service to have an endpoint (a replica starting, a service scaled
+        to zero coming back); whether it has one."""
+        entry = self._entries.get(name)
+        if entry is not None and entry.route.endpoints:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(name, []).append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiters = self._waiting.get(name)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._waiting[name]
 
     def forget(self, name: str) -> None:
         """The service is gone: no new request reaches it (in-flight ones finish on their own leases)."""
@@ -60,8 +86,9 @@ class RouteTable:
         return list(self._entries)
 
     def inflight(self, name: str) -> int:
+        """Requests on the service's endpoints, and those held waiting for one (demand, to the autoscaler)."""
         entry = self._entries.get(name)
-        return sum(entry.inflight.values()) if entry else 0
+        return (sum(entry.inflight.values()) if entry else 0) + len(self._waiting.get(name, ()))
 
     def pick(self, name: str, exclude: frozenset[str] | set[str] = frozenset()) -> Endpoint | None:
         """The endpoint with the fewest requests in flight, skipping `exclude` (addresses already tried)."""

@@ -21,18 +21,21 @@ from corral.gateway.sources import EndpointSource
 from corral.gateway.websocket import is_websocket, proxy_websocket
 
 PREFIX = "/s/"
+UPSTREAM_KEEPALIVE_S = 4.0
 
 
 class Gateway:
     def __init__(self, source: EndpointSource, authenticator: Authenticator | None, *,
                  load_sink: LoadSink | None = None, report_every_s: float = 5.0,
-                 metrics: GatewayMetrics | None = None) -> None:
-        """`authenticator` None: every service is served without a credential (tests, the benchmark)."""
+                 metrics: GatewayMetrics | None = None, hold_s: float = 0.0) -> None:
+        """`authenticator` None: every service is served without a credential (tests, the benchmark).
+        `hold_s`: how long a request waits for a service without a ready replica to get one."""
         self.table = RouteTable()
         self.metrics = metrics or GatewayMetrics()
         self._source = source
         self._auth = authenticator
         self._load = LoadReporter(self.table, load_sink, every_s=report_every_s) if load_sink else None
+        self._hold_s = hold_s
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -41,9 +44,13 @@ class Gateway:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve on host:port (0: a free port); returns the port."""
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False,
-                                              trust_env=False, cookie_jar=aiohttp.DummyCookieJar())
-        self._forwarder = Forwarder(self.table, self._session, self.metrics)
+        # Idle connections to replicas are closed after 4 s, before the usual app servers close theirs
+        # (uvicorn: 5 s): a POST is never sent on a connection the replica is closing (it cannot be retried).
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=False,
+                                              cookie_jar=aiohttp.DummyCookieJar())
+        self._forwarder = Forwarder(self.table, self._session, self.metrics, hold_s=self._hold_s,
+                                    on_hold=self._load.demand if self._load is not None else None)
         app = web.Application(handler_args={"max_field_size": 16384})
         app.router.add_get("/metrics", self._metrics_page)
         app.router.add_get("/healthz", self._health)
