@@ -17,7 +17,9 @@ LONG_POLL_S = 5.0
 
 
 class FakeController:
-    def __init__(self) -> None:
+    def __init__(self, standby_for: str | None = None) -> None:
+        """`standby_for`: a standby that answers every request 421 naming that leader."""
+        self.standby_for = standby_for
         self.services: dict[str, dict[str, Any]] = {}  # name -> endpoints reply
         self.loads: list[tuple[str, dict[str, Any]]] = []
         self.loop = asyncio.new_event_loop()
@@ -72,7 +74,7 @@ class FakeController:
 
     async def _serve(self) -> None:
         self._changed = self._changed or asyncio.Condition()
-        app = web.Application(middlewares=[_authenticated])
+        app = web.Application(middlewares=[self._standby, _authenticated])
         app.router.add_get("/api/v1/services", self._list)
         app.router.add_get("/api/v1/services/{name}/endpoints", self._endpoints)
         app.router.add_post("/api/v1/services/{name}/load", self._load)
@@ -80,6 +82,14 @@ class FakeController:
         self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.1)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True).start()
+
+    @web.middleware
+    async def _standby(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.standby_for is not None:
+            return web.json_response({"detail": "not the leader"}, status=421,
+                                     headers={"X-Corral-Leader": self.standby_for})
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def _list(self, request: web.Request) -> web.Response:
         return web.json_response([{"name": name} for name in self.services])

@@ -3,13 +3,15 @@ from the long poll, follows changes, reports load, and keeps serving its last en
 controller answers."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -46,22 +48,30 @@ def gateway_args():
     return ["--report-every-s", "0.5"]
 
 
-@pytest.fixture
-def gateway(controller, gateway_args):
+@contextlib.contextmanager
+def running_gateway(controller_urls: str, args: list[str]) -> Iterator[httpx.Client]:
+    """`corral gateway` as its own process; its HTTP client once it answers."""
     port = free_port()
     corral = os.path.join(os.path.dirname(sys.executable), "corral")
-    process = subprocess.Popen([corral, "gateway", "--controller", controller.url, "--port", str(port),
-                                *gateway_args],
+    log = tempfile.TemporaryFile()
+    process = subprocess.Popen([corral, "gateway", "--controller", controller_urls, "--port", str(port), *args],
                                env={**os.environ, "CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": "/nonexistent"},
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=log)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False, timeout=30)
-    eventually(lambda: _answers(http))
-    yield http
-    http.close()
-    process.terminate()
-    assert process.wait(timeout=15) == 0
-    assert process.stderr is not None
-    process.stderr.close()
+    try:
+        eventually(lambda: _answers(http))
+        yield http
+    finally:
+        http.close()
+        process.terminate()
+        assert process.wait(timeout=15) == 0
+        log.close()
+
+
+@pytest.fixture
+def gateway(controller, gateway_args):
+    with running_gateway(controller.url, gateway_args) as http:
+        yield http
 
 
 def _answers(http: httpx.Client) -> bool:
@@ -104,8 +114,8 @@ def test_load_reports_reach_the_controller(controller, gateway):
         for _ in range(10):
             gateway.get("/s/web/who")
         eventually(lambda: any(name == "web" and load["rps"] > 0 for name, load in controller.loads))
-    name, load = next((n, x) for n, x in controller.loads if x["rps"] > 0)
-    assert set(load) == {"inflight", "rps"} and load["inflight"] == 0
+    assert all(set(load) == {"inflight", "rps"} for _, load in controller.loads)
+    assert {load["inflight"] for _, load in controller.loads} <= {0, 1}  # one client, one request at a time
 
 
 def test_a_deleted_service_is_no_longer_served(controller, gateway):
@@ -133,3 +143,14 @@ def test_a_request_held_for_a_service_without_replicas_is_reported_at_once(contr
             waiter.join(timeout=10)
     assert reported_s < 3
     assert [(r.status_code, r.text) for r in answer] == [(200, "a")]
+
+
+
+def test_a_standby_named_first_sends_the_gateway_to_the_leader(controller):
+    standby = FakeController(standby_for=controller.url).start()
+    try:
+        with Backend("a") as a, running_gateway(f"{standby.url},{controller.url}", []) as gateway:
+            controller.set_endpoints("web", [a.address])
+            eventually(lambda: _who(gateway) == "a")
+    finally:
+        standby.close()

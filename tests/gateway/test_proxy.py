@@ -170,12 +170,14 @@ def test_path_query_and_headers_reach_the_replica(replicas):
     with gateway, client(gateway.url) as http:
         seen = http.put("/s/web/echo/x%2Fy?q=1&q=2", content=b"body",
                         headers={"X-Corral-User": "mallory", "X-App": "1"}).json()
+        head = http.head("/s/web/hello")
         metrics = http.get("/metrics").text
+    assert (head.status_code, head.headers["content-length"], head.content) == (200, "13", b"")
     assert (seen["method"], seen["path"], seen["body"]) == ("PUT", "/echo/x%2Fy?q=1&q=2", "body")
     assert seen["headers"]["X-App"] == "1" and seen["headers"]["X-Forwarded-Prefix"] == "/s/web"
     assert "X-Corral-User" not in seen["headers"]  # a client cannot claim to be a user
-    assert metric(metrics, "corral_service_requests_total", service="web", code="200") == 1
-    assert metric(metrics, "corral_service_request_duration_seconds_count", service="web") == 1
+    assert metric(metrics, "corral_service_requests_total", service="web", code="200") == 2
+    assert metric(metrics, "corral_service_request_duration_seconds_count", service="web") == 2
 
 
 def test_a_replica_lost_mid_stream_cuts_the_clients_response(replicas):
