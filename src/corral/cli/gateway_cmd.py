@@ -1,4 +1,4 @@
-"""`corral gateway`: the services' stable endpoint, http://HOST:PORT/s/<service>/ (docs/services.md)."""
+"""`corral gateway`: the services' stable endpoint, http://HOST:PORT/s/SERVICE/ (decision 0018)."""
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +27,7 @@ def gateway(
         min=0, max=3600, help="How long a request to a service with no ready replica (starting, or scaled to "
                               "zero) waits for one before its 503.")] = 10.0,
 ) -> None:
-    """Serve every service at http://HOST:PORT/s/<service>/: ready replicas only, least in-flight first."""
+    """Serve each service at http://HOST:PORT/s/SERVICE/: ready replicas only, least in-flight first."""
     from corral.gateway.main import GatewaySettings, serve
     from corral.slurm.common.target import TargetError, resolve_target
 
