@@ -22,6 +22,7 @@ class FakeController:
         self.standby_for = standby_for
         self.services: dict[str, dict[str, Any]] = {}  # name -> endpoints reply
         self.loads: list[tuple[str, dict[str, Any]]] = []
+        self.whoami_calls = 0
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._changed: asyncio.Condition | None = None
@@ -115,6 +116,8 @@ class FakeController:
         return web.json_response({}, status=202)
 
     async def _whoami(self, request: web.Request) -> web.Response:
+        self.whoami_calls += 1
+        await asyncio.sleep(0.2)  # a controller under load: concurrent checks overlap
         return web.json_response({"kind": "service", "name": "root", "uid": 0, "credential": "secret",
                                   "roles": ["admin"]})
 

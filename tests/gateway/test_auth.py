@@ -5,6 +5,7 @@ away only recently verified credentials pass."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from corral.controller import credentials as cred
 from corral.gateway.sources import StaticSource
 from tests.controller.live import SECRET, live_controller
+from tests.gateway.fake_controller import SECRET as FAKE_SECRET
+from tests.gateway.fake_controller import FakeController
 from tests.gateway.harness import Backend, authenticating_gateway, route
 
 TTL_S = 0.5
@@ -93,3 +96,19 @@ def test_while_the_controller_is_away_only_recently_verified_credentials_pass(tm
                 controller_context.__exit__(None, None, None)
     assert (stale.status_code, stale.text) == (200, "a")
     assert unknown.status_code == 503 and "no controller answers" in unknown.json()["detail"]
+
+
+def test_concurrent_requests_with_one_new_credential_ask_the_controller_once():
+    controller = FakeController().start()
+    try:
+        with Backend("a") as a, ThreadPoolExecutor(16) as pool:
+            gateway = authenticating_gateway(StaticSource(route("private", a, public=False)), controller.url,
+                                             FAKE_SECRET, ttl_s=30, stale_s=60)
+            with gateway, httpx.Client(base_url=gateway.url, trust_env=False, timeout=30) as http:
+                codes = list(pool.map(lambda _: http.get("/s/private/who", headers=bearer(FAKE_SECRET)).status_code,
+                                      range(16)))
+                again = http.get("/s/private/who", headers=bearer(FAKE_SECRET)).status_code
+    finally:
+        controller.close()
+    assert codes == [200] * 16 and again == 200
+    assert controller.whoami_calls == 1
