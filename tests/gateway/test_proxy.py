@@ -71,7 +71,8 @@ def test_a_replica_killed_under_load_fails_no_idempotent_request(replicas):
     assert failures == []
     assert "a" in answered[:killed_at] and len(answered) > killed_at + 20
     assert set(answered[killed_at + 8:]) == {"b"}
-    assert metric(metrics, "corral_service_retries_total", service="web") >= 1
+    retries = metric(metrics, "corral_service_retries_total", service="web")
+    assert 1 <= retries <= 12  # the dead replica is passed over, not tried by every other request
 
 
 def test_a_request_with_a_body_is_not_sent_twice(replicas):

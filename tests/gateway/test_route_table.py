@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral.gateway.routes import Endpoint, RouteTable, ServiceRoute
+from corral.gateway.routes import EJECT_S, Endpoint, RouteTable, ServiceRoute
 
 A, B, C = Endpoint("10.0.0.1:80"), Endpoint("10.0.0.2:80"), Endpoint("10.0.0.3:80")
 
@@ -48,3 +48,14 @@ def test_an_unknown_or_forgotten_service_has_no_endpoint():
     assert routes.pick("other") is None
     routes.forget("web")
     assert routes.route("web") is None and routes.pick("web") is None
+
+
+def test_an_endpoint_that_failed_is_passed_over_for_a_while_unless_it_is_the_last():
+    now = [100.0]
+    routes = RouteTable(clock=lambda: now[0])
+    routes.publish(ServiceRoute("web", (A, B)))
+    routes.failed(A)
+    assert {routes.pick("web") for _ in range(4)} == {B}
+    assert routes.pick("web", {B.address}) == A  # every other one tried: the failed one gets its chance
+    now[0] += EJECT_S
+    assert {routes.pick("web") for _ in range(4)} == {A, B}

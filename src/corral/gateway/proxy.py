@@ -92,6 +92,7 @@ class Forwarder:
                         timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S))
                 except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                     failures.append(f"{endpoint.address}: {exc or type(exc).__name__}")
+                    self._table.failed(endpoint)
                     if retryable:
                         self._metrics.retries.labels(service).inc()
                         continue

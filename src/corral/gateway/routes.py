@@ -2,15 +2,20 @@
 the requests in flight to each endpoint.
 
 Least in-flight: a request goes to the endpoint with the fewest requests in flight from this gateway; among
-equals, the one after the previous pick (so an idle service is served round-robin). An endpoint that leaves
+equals, the one after the previous pick (so an idle service is served round-robin). An endpoint that failed
+a connection is passed over for `EJECT_S` (a dead replica answers nothing, so it would look the least busy
+and take every other request until the controller removes it), unless every endpoint has failed. An endpoint that leaves
 the set (removed or draining) gets no new request; requests already on it hold their own lease and finish.
 Single-threaded (the gateway's event loop): no locks."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+EJECT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +42,10 @@ class _Entry:
 
 
 class RouteTable:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._entries: dict[str, _Entry] = {}
+        self._ejected: dict[str, float] = {}  # address -> until when it is passed over
         self._waiting: dict[str, list[asyncio.Future[None]]] = {}  # service -> requests held for an endpoint
 
     def publish(self, route: ServiceRoute) -> None:
@@ -95,7 +102,9 @@ class RouteTable:
         entry = self._entries.get(name)
         if entry is None:
             return None
-        candidates = [e for e in entry.route.endpoints if e.address not in exclude]
+        untried = [e for e in entry.route.endpoints if e.address not in exclude]
+        now = self._clock()
+        candidates = [e for e in untried if self._ejected.get(e.address, 0.0) <= now] or untried
         if not candidates:
             return None
         start = entry.turn % len(candidates)
@@ -103,6 +112,12 @@ class RouteTable:
         best = min(rotated, key=lambda e: entry.inflight.get(e.address, 0))
         entry.turn = candidates.index(best) + 1
         return best
+
+    def failed(self, endpoint: Endpoint) -> None:
+        """A connection to `endpoint` failed: pass it over for EJECT_S."""
+        now = self._clock()
+        self._ejected = {a: until for a, until in self._ejected.items() if until > now}
+        self._ejected[endpoint.address] = now + EJECT_S
 
     @contextlib.contextmanager
     def lease(self, name: str, endpoint: Endpoint) -> Iterator[None]:

@@ -40,6 +40,7 @@ async def proxy_websocket(request: web.Request, table: RouteTable, session: aioh
                 return web.json_response({"detail": f"service {service}: the replica refused the WebSocket: "
                                                     f"{exc.status} {exc.message}"}, status=502)
             except (aiohttp.ClientConnectionError, TimeoutError):
+                table.failed(endpoint)
                 metrics.retries.labels(service).inc()
                 continue
             async with upstream:
