@@ -10,6 +10,7 @@ from corral.cli import jobs, scheduling
 from corral.cli.advise import advise
 from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
+from corral.cli.gateway_cmd import gateway
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.logs import logs
 from corral.cli.simulate import simulate
@@ -119,6 +120,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(agent_app, name="agent")
 app.command("audit")(audit)
 app.command("status")(status)
+app.command("gateway")(gateway)
 
 
 def main() -> None:
