@@ -80,3 +80,28 @@ def test_no_output_before_the_start_nor_where_the_file_is_not_here(tmp_path: Pat
 def test_the_path_is_the_first_tasks_on_the_first_node(tmp_path: Path) -> None:
     assert output_path(job(tmp_path, output="%x-%u-%j-%N-%t.log")) == str(tmp_path / "train-alice-12-n1-0.log")
     assert output_path(job(tmp_path, output="/abs/%j.out")) == "/abs/12.out"
+
+
+@needs_root
+def test_a_follower_gets_only_what_is_new_and_never_half_a_character(tmp_path: Path) -> None:
+    """The dashboard's job page follows a running job's output: each read starts at the last one's `end`."""
+    path, record = tmp_path / "slurm-12.out", job(tmp_path)
+    write(path, b"epoch 1\n", ALICE_UID)
+    first = read_tail(record, node(), 1000)
+    assert (first.text, first.start, first.end) == ("epoch 1\n", 0, 8)
+    assert read_tail(record, node(), 1000, from_byte=first.end).text == ""  # nothing new
+    with path.open("ab") as stream:
+        stream.write("epoch 2 \N{GREEK SMALL LETTER ALPHA}".encode()[:-1])  # the last character cut in two
+    cut = read_tail(record, node(), 1000, from_byte=first.end)
+    assert (cut.text, cut.start, cut.end) == ("epoch 2 ", 8, 16)  # its first byte is kept for the next read
+    with path.open("ab") as stream:
+        stream.write("\N{GREEK SMALL LETTER ALPHA}".encode()[-1:] + b"\n" + b"y" * 50)
+    rest = read_tail(record, node(), 1000, from_byte=cut.end)
+    assert (rest.text, rest.start) == ("\N{GREEK SMALL LETTER ALPHA}\n" + "y" * 50, 16)
+    # More came than one read holds: the newest `tail_bytes` of it, and `start` says what was skipped.
+    skipped = read_tail(record, node(), 10, from_byte=first.end)
+    assert (skipped.text, skipped.start, skipped.end) == ("y" * 10, rest.end - 10, rest.end)
+    # The file was rewritten, shorter than what the follower saw: its tail again, from where it is.
+    write(path, b"new run\n", ALICE_UID)
+    again = read_tail(record, node(), 1000, from_byte=rest.end)
+    assert (again.text, again.start, again.end) == ("new run\n", 0, 8)

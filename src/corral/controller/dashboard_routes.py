@@ -65,6 +65,9 @@ def dashboard_routes(app: FastAPI, service: ControllerService, guard: Guard, ind
     async def output(job_id: JobIdPath,
                      tail_bytes: int = Query(DEFAULT_TAIL_BYTES, ge=1, le=MAX_TAIL_BYTES),
                      error: bool = Query(False, description="The --error file instead of the output"),
+                     from_byte: int | None = Query(None, ge=0, description=(
+                         "Follow the file: only what comes after this offset (the previous reply's `end`), "
+                         "at most `tail_bytes` of it; past the file's end, its tail as without it")),
                      principal: Principal = Depends(guard.user)) -> dict:
         """The last `tail_bytes` of the job's output file (its first task's, on its first node), read from
         the filesystem the controller shares with the nodes, as `corral logs` reads it: the job's owner,
@@ -77,8 +80,8 @@ def dashboard_routes(app: FastAPI, service: ControllerService, guard: Guard, ind
             await guard.deny(principal, "read output", f"job {job_id}", refusal)
         node = service.engine.nodes.get(job.slices[0].node) if job.slices else None
         try:
-            tail = await asyncio.to_thread(read_tail, job, node, tail_bytes, error)
+            tail = await asyncio.to_thread(read_tail, job, node, tail_bytes, error, from_byte)
         except OutputUnavailable as exc:
             raise HTTPException(exc.status, str(exc)) from None
         return {"job_id": job_id, "path": tail.path, "node": tail.node, "size": tail.size, "text": tail.text,
-                "truncated": tail.truncated}
+                "truncated": tail.truncated, "start": tail.start, "end": tail.end}

@@ -9,6 +9,7 @@ not be able to point it at a file they could not read themselves (a symlink to /
 by the owner check made on the opened file)."""
 from __future__ import annotations
 
+import codecs
 import os
 import pwd
 import stat
@@ -36,6 +37,8 @@ class OutputTail:
     size: int  # the file's size in bytes
     text: str  # its last bytes, decoded as UTF-8 (undecodable bytes replaced)
     truncated: bool  # True when the file is longer than what `text` holds
+    start: int  # the byte offset in the file where `text` begins
+    end: int  # the byte offset after `text`: where a reader following the file asks from next
 
 
 def output_path(job: Job, error: bool = False) -> str:
@@ -47,8 +50,12 @@ def output_path(job: Job, error: bool = False) -> str:
     return os.path.join(job.spec.workdir, name)
 
 
-def read_tail(job: Job, node: Node | None, tail_bytes: int, error: bool = False) -> OutputTail:
-    """Blocking (a shared filesystem may be slow): call it in a worker thread."""
+def read_tail(job: Job, node: Node | None, tail_bytes: int, error: bool = False,
+              from_byte: int | None = None) -> OutputTail:
+    """Blocking (a shared filesystem may be slow): call it in a worker thread. `from_byte`: what a reader
+    following the file has not seen yet (the `end` of its last read), at most `tail_bytes` of it (the
+    newest); past the file's end (the file was rewritten), its tail as without it. A multi-byte character
+    cut at the end is left for the next read, so that a follower never shows it broken."""
     if not job.slices:
         raise OutputUnavailable(409, f"job {job.id} has not started: it has no output yet")
     where = job.slices[0].node
@@ -69,10 +76,15 @@ def read_tail(job: Job, node: Node | None, tail_bytes: int, error: bool = False)
         if info.st_uid not in _owners(job, node):
             raise OutputUnavailable(403, f"{path} is not owned by {job.spec.user}, the job's user: it is not shown")
         start = max(0, info.st_size - tail_bytes)
+        if from_byte is not None and from_byte <= info.st_size:
+            start = max(start, from_byte)
         stream.seek(start)
-        data = stream.read(tail_bytes)
-    return OutputTail(path=path, node=where, size=info.st_size, text=data.decode("utf-8", "replace"),
-                      truncated=start > 0)
+        data = stream.read(info.st_size - start)  # not what was written since fstat: `end` is exact
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(data, final=False)
+    held_back = len(decoder.getstate()[0])
+    return OutputTail(path=path, node=where, size=info.st_size, text=text, truncated=start > 0, start=start,
+                      end=start + len(data) - held_back)
 
 
 def _owners(job: Job, node: Node | None) -> set[int]:
