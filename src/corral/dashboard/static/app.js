@@ -7,40 +7,50 @@ const TOKEN_KEY = "corral.token";
 const Corral = {pages: {}};
 
 class ApiError extends Error {
-  constructor(path, status, detail) {
-    super(`GET ${path} failed (${status}): ${detail}`);
+  constructor(path, status, detail, method = "GET") {
+    super(`${method} ${path} failed (${status}): ${detail}`);
     this.status = status;
+    this.detail = detail;
   }
 }
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
 // A 401 sends the user to the login page with the API's reason; anything else throws ApiError, or with
-// `allowErrors` comes back as {error, status}. `withHeaders`: {body, headers}.
-async function api(path, {allowErrors = false, withHeaders = false} = {}) {
+// `allowErrors` comes back as {error, status}. `withHeaders`: {body, headers}. `method` and `body` (sent as
+// JSON): the actions (actions.js) go through the same routes and roles as the command line.
+async function api(path, {allowErrors = false, withHeaders = false, method = "GET", body = undefined} = {}) {
   const tok = token();
-  if (!tok) { toLogin("Paste an API token to sign in."); throw new ApiError(path, 401, "no token"); }
+  if (!tok) { toLogin("Paste an API token to sign in."); throw new ApiError(path, 401, "no token", method); }
+  const headers = {Authorization: `Bearer ${tok}`, Accept: "application/json"};
+  if (body !== undefined) headers["Content-Type"] = "application/json";
   let reply;
   try {
-    reply = await fetch(API + path, {headers: {Authorization: `Bearer ${tok}`, Accept: "application/json"}});
+    reply = await fetch(API + path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
   } catch (err) {
-    throw new ApiError(path, 0, `the controller cannot be reached (${err.message})`);
+    throw new ApiError(path, 0, `the controller cannot be reached (${err.message})`, method);
   }
-  const body = await reply.json().catch(() => ({detail: reply.statusText}));
+  const answer = await reply.json().catch(() => ({detail: reply.statusText}));
   if (reply.status === 401) {
     sessionStorage.removeItem(TOKEN_KEY);
-    toLogin(`Your token was refused: ${body.detail || "not authenticated"}. Paste a valid token.`);
-    throw new ApiError(path, 401, body.detail);
+    toLogin(`Your token was refused: ${answer.detail || "not authenticated"}. Paste a valid token.`);
+    throw new ApiError(path, 401, answer.detail, method);
   }
   if (reply.status === 421) {  // a standby: it serves no data, the leader does
-    const leader = body.leader ? ` Open the dashboard of the leader, ${body.leader}.` : " No leader is known yet.";
-    throw new ApiError(path, 421, `this controller is a standby.${leader}`);
+    const leader = answer.leader ? ` Open the dashboard of the leader, ${answer.leader}.` : " No leader is known yet.";
+    throw new ApiError(path, 421, `this controller is a standby.${leader}`, method);
   }
   if (!reply.ok) {
-    if (allowErrors) return {error: body.detail || reply.statusText, status: reply.status};
-    throw new ApiError(path, reply.status, body.detail || reply.statusText);
+    if (allowErrors) return {error: answer.detail || reply.statusText, status: reply.status};
+    throw new ApiError(path, reply.status, detailText(answer.detail) || reply.statusText, method);
   }
-  return withHeaders ? {body, headers: reply.headers} : body;
+  return withHeaders ? {body: answer, headers: reply.headers} : answer;
+}
+
+// FastAPI's 422 detail is a list of {loc, msg}: said as "field: message".
+function detailText(detail) {
+  if (!Array.isArray(detail)) return detail;
+  return detail.map((item) => `${(item.loc || []).slice(1).join(".")}: ${item.msg}`).join("; ");
 }
 
 function toLogin(message) {

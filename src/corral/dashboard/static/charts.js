@@ -32,7 +32,7 @@ function gpuColour(cell) {
   return busyColour(cell.util);
 }
 
-// rows: [{node, state, note, cells: [{index, model, job, util, state}]}]
+// rows: [{node, state, note, cells: [{index, model, job, user, util, state}]}]
 function heatmap(rows) {
   const cell = 26, gap = 4, label = 90, note = 220;
   const widest = Math.max(1, ...rows.map((r) => r.cells.length));
@@ -45,7 +45,7 @@ function heatmap(rows) {
     chart.append(svg("text", {x: 0, y: top + cell * 0.72, class: "label"}, row.node));
     row.cells.forEach((gpu, x) => {
       const title = gpu.job
-        ? `${row.node} GPU ${gpu.index} (${gpu.model}): job ${gpu.job}` +
+        ? `${row.node} GPU ${gpu.index} (${gpu.model}): job ${gpu.job}${gpu.user ? ` of ${gpu.user}` : ""}` +
           (gpu.util === null || gpu.util === undefined ? "" : `, ${gpu.util}% busy`)
         : `${row.node} GPU ${gpu.index} (${gpu.model}): ${gpu.state === "idle" || gpu.state === "mixed" || gpu.state === "allocated" ? "free" : gpu.state}`;
       chart.append(svg("rect", {x: label + x * (cell + gap), y: top, width: cell, height: cell, rx: 3,

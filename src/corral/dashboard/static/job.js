@@ -59,12 +59,14 @@
           {...small, unit: "%", label: "CPU", empty: "fewer than two samples"})));
   }
 
-  function outputBlock(output) {
+  // A running job's output grows on the page (actions.js follows it).
+  function outputBlock(output, job) {
     if (output.error) return h("p", {class: "note", id: "output-unavailable"}, output.error);
+    const pre = h("pre", {class: "output", id: "output"}, output.text || "(empty)");
     return h("div", {},
       h("p", {class: "muted"}, `${output.path} on ${output.node}, ${output.size} bytes` +
         (output.truncated ? " (the end of it)" : "")),
-      h("pre", {class: "output", id: "output"}, output.text || "(empty)"));
+      pre, Corral.actions.followOutput(job, output, pre));
   }
 
   function usageFacts(usage) {
@@ -96,6 +98,7 @@
     return h("div", {},
       h("h1", {class: "job-title"}, `Job ${jobId(job)}`, " ", h("span", {class: "job-name"}, job.name), " ", badge(job.state),
         job.gpu_idle_flagged ? [" ", idleBadge()] : []),
+      Corral.actions.jobControls(job),
       h("div", {class: "columns"},
         section("Status", facts([["state", job.state], ["reason", job.reason || "None"],
           ["reason detail", job.reason_detail], ["forecast start", forecast], ["position in queue", job.position],
@@ -110,7 +113,7 @@
           ["dependency", job.dependency], ["reservation", job.reservation], ["workdir", job.workdir],
           ["GPU-hours", (job.gpu_seconds / 3600).toFixed(2)]]))),
       section("Usage", usageFacts(job.usage), telemetryCharts(telemetry.samples)),
-      section("Output (tail)", outputBlock(output)),
+      section("Output (tail)", outputBlock(output, job)),
       section("Steps", table(["Step", "Name", "State", "Nodes", "Tasks", "Start", "End", "Exit"], stepRows(job), "no steps")),
       section("History", table(["Time", "Event", "Details"], historyRows(job), "")));
   };

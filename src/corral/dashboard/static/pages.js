@@ -54,12 +54,38 @@
   function heatmapRows(nodes, jobs) {
     const util = new Map(jobs.filter((j) => j.usage && j.usage.gpus).map((j) => [j.id, j.usage.gpu_util_pct]));
     const ids = new Map(jobs.map((j) => [j.id, jobId(j)]));
+    const users = new Map(jobs.map((j) => [j.id, j.user]));
     return nodes.map((node) => ({node: node.name, state: node.state,
       note: `${node.state} · ${node.gpus_alloc}/${node.gpus.length} allocated${node.drain_reason ? ` · ${node.drain_reason}` : ""}`,
       cells: node.gpus.map((gpu) => ({
       index: gpu.index, model: gpu.model, job: gpu.allocated_to ? ids.get(gpu.allocated_to) || String(gpu.allocated_to) : null,
+      user: gpu.allocated_to ? users.get(gpu.allocated_to) || null : null,
       state: node.state,
       util: gpu.allocated_to ? util.get(gpu.allocated_to) : null}))}));
+  }
+
+  // Who holds each GPU, a row per job: the heatmap's legend of holders.
+  function gpuHolders(nodes, jobs) {
+    const held = new Map();
+    for (const node of nodes) {
+      for (const gpu of node.gpus) {
+        if (!gpu.allocated_to) continue;
+        if (!held.has(gpu.allocated_to)) held.set(gpu.allocated_to, new Map());
+        const onNode = held.get(gpu.allocated_to);
+        if (!onNode.has(node.name)) onNode.set(node.name, []);
+        onNode.get(node.name).push(gpu.index);
+      }
+    }
+    const byId = new Map(jobs.map((j) => [j.id, j]));
+    const rows = [...held.entries()].sort(([a], [b]) => a - b).map(([id, onNode]) => {
+      const job = byId.get(id);
+      const where = [...onNode.entries()].map(([node, indexes]) => `${node}: ${indexes.join(",")}`).join("; ");
+      return h("tr", {"data-holder": job ? jobId(job) : String(id)},
+        h("td", {}, job ? jobLink(job) : String(id)), h("td", {}, job ? job.user : "—"),
+        h("td", {}, job ? job.name : ""), h("td", {}, job ? job.account : ""), h("td", {}, where));
+    });
+    return h("div", {class: "holders"}, h("h3", {}, "Who holds the GPUs"),
+      table(["Job", "User", "Name", "Account", "GPUs"], rows, "no GPU is allocated"));
   }
 
   Corral.pages.overview = async () => {
@@ -81,7 +107,9 @@
         charts.legend([["free", charts.COLOURS.free], ["allocated, 10% busy", charts.busyColour(10)],
           ["allocated, 90% busy", charts.busyColour(90)], ["allocated, not sampled", charts.COLOURS.unsampled],
           ["drained", charts.COLOURS.drained], ["down", charts.COLOURS.down]]),
-        h("p", {class: "muted"}, "Busy: the GPU utilisation of the job holding the GPU, as its node last sampled it.")),
+        h("p", {class: "muted"}, "Busy: the GPU utilisation of the job holding the GPU, as its node last sampled it. " +
+          "Point at a GPU to see its job and user."),
+        gpuHolders(nodes, jobs)),
       section("GPUs allocated over time",
         charts.lineChart([
           {name: "allocated GPUs", colour: "#2c6fd1",
@@ -158,14 +186,17 @@
 
   Corral.pages.nodes = async () => {
     const nodes = await api("/nodes");
+    const operator = Corral.actions.canOperate();  // the API's roles (whoami); the API still decides
     const rows = nodes.map((n) => h("tr", {"data-node": n.name},
       h("td", {}, n.name), h("td", {}, badge(n.state)), h("td", {class: "reason"}, n.drain_reason || ""),
       h("td", {class: "num"}, `${n.gpus_alloc} / ${n.gpus.length}`),
       h("td", {}, [...new Set(n.gpus.map((g) => g.model))].join(", ") || "—"),
       h("td", {class: "num"}, `${n.cpus_alloc} / ${n.cpus}`), h("td", {class: "num"}, `${mib(n.mem_alloc_mib)} / ${mib(n.mem_mib)}`),
-      h("td", {}, n.partitions.join(", ")), h("td", {}, ago(n.last_seen)), h("td", {class: "small"}, n.cgroups || "")));
+      h("td", {}, n.partitions.join(", ")), h("td", {}, ago(n.last_seen)), h("td", {class: "small"}, n.cgroups || ""),
+      operator ? h("td", {}, Corral.actions.nodeControls(n)) : null));
     return section("Nodes", table(["Node", "State", "Reason", "GPUs alloc", "GPU model", "CPUs alloc", "Memory alloc",
-      "Partitions", "Last heard", "Isolation"], rows, "no nodes have registered"));
+      "Partitions", "Last heard", "Isolation", operator ? "Drain / resume" : null].filter(Boolean), rows,
+    "no nodes have registered"));
   };
 
   // ----- queues
