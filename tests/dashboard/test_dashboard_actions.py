@@ -216,6 +216,11 @@ def test_the_owner_requeues_a_running_job_and_it_starts_again(page, scene: Scene
     open_job(page, running)
     assert "requeue" in page.locator("section", has_text="History").inner_text()
     scene.cluster.http.post(f"{API}/jobs/{running}/cancel")
+    kept = scene.submit(name="no-requeue", gpus=1, argv=["sleep", "600"], requeue=False)
+    scene.cluster.wait_state(kept, "RUNNING")
+    open_job(page, kept)
+    assert buttons(page) == ["Cancel"]  # submitted with --no-requeue: no Requeue to offer
+    scene.cluster.http.post(f"{API}/jobs/{kept}/cancel")
 
 
 def test_a_running_jobs_output_grows_on_its_page(page, scene: Scene) -> None:
@@ -263,6 +268,10 @@ def test_an_operator_drains_and_resumes_a_node_and_others_get_no_controls(page, 
     page.goto("/#/nodes")
     row = page.locator("tr[data-node='node2']")
     row.wait_for()
+    row.locator("input[name=reason]").fill("   ")  # no reason: the form does not send it
+    row.locator("button[data-action='drain']").click()
+    assert row.locator("input[name=reason]:invalid").count() == 1
+    assert next(n for n in scene.cluster.nodes() if n["name"] == "node2")["state"] == "idle"
     row.locator("input[name=reason]").fill("swap the fan")
     asked: list[str] = []
     page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))

@@ -82,7 +82,8 @@
       "Resume");
       return h("div", {class: "node-actions"}, button, slot);
     }
-    const reason = h("input", {name: "reason", placeholder: "reason", required: true, size: 14, maxlength: 256});
+    const reason = h("input", {name: "reason", placeholder: "reason", required: true, pattern: ".*\\S.*", size: 14,
+      maxlength: 256, title: "Why the node is drained (Slurm asks for a reason); shown on the nodes page"});
     const button = h("button", {type: "submit", "data-action": "drain", class: "danger"}, "Drain");
     const form = h("form", {class: "node-actions", onsubmit: (event) => {
       event.preventDefault();
@@ -131,6 +132,7 @@
         empty = true;
       }
       end = reply.end;
+      status.textContent = `Following live: new output every ${FOLLOW_S} s; the file has ${reply.size} bytes.`;
       setTimeout(poll, FOLLOW_S * 1000);
     };
     setTimeout(poll, FOLLOW_S * 1000);

@@ -42,15 +42,9 @@ async function api(path, {allowErrors = false, withHeaders = false, method = "GE
   }
   if (!reply.ok) {
     if (allowErrors) return {error: answer.detail || reply.statusText, status: reply.status};
-    throw new ApiError(path, reply.status, detailText(answer.detail) || reply.statusText, method);
+    throw new ApiError(path, reply.status, answer.detail || reply.statusText, method);
   }
   return withHeaders ? {body: answer, headers: reply.headers} : answer;
-}
-
-// FastAPI's 422 detail is a list of {loc, msg}: said as "field: message".
-function detailText(detail) {
-  if (!Array.isArray(detail)) return detail;
-  return detail.map((item) => `${(item.loc || []).slice(1).join(".")}: ${item.msg}`).join("; ");
 }
 
 function toLogin(message) {
