@@ -6,6 +6,7 @@ from enum import Enum
 from typing import Any
 
 from corral.core.model import Gpu, NodeSlice, Request
+from corral.engine.kinds import JobKind, kind_from_flags
 
 
 class JobState(str, Enum):
@@ -81,6 +82,11 @@ class JobSpec:
     # sbatch --requeue=expedite (Slurm 25.11): requeued after a node failure, the job goes first and the
     # healthy nodes it ran on are held for it (Job.expedited, Job.hold_nodes).
     expedited_requeue: bool = False
+
+    @property
+    def kind(self) -> JobKind:
+        """Its row of the behaviour table (engine/kinds.py), derived from the stored flags."""
+        return kind_from_flags(self.batch, self.allocation)
 
 
 @dataclass(slots=True)
