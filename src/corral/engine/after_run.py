@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.api.services import RestartPolicy
 from corral.engine.outcome import final_state
 from corral.engine.records import CLUSTER_STOPPED, NODE_FAILED, PREEMPTED, REQUEUE_REQUESTED, Job, JobSpec, JobState
 
@@ -32,9 +33,11 @@ class Requeue:
 
 @dataclass(frozen=True, slots=True)
 class RestartInPlace:
-    """Run again after `delay_s`, preferably where it ran."""
+    """Run again after `delay_s` (the run ended by itself: a replica that exited or failed its liveness
+    probe); `streak`: its restarts in a row, this one included (CrashLoop)."""
 
     delay_s: float
+    streak: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,22 @@ class RequeueBackoff:
         return min(self.max_s, self.initial_s * 2.0 ** (preemptions - 2))
 
 
+@dataclass(frozen=True, slots=True)
+class CrashLoop:
+    """A restarting kind's backoff (Kubernetes' CrashLoopBackOff): `policy.backoff_initial_s` doubling per
+    restart in a row, at most `policy.backoff_max_s`; a run that lasted `policy.reset_after_s` was healthy,
+    and the row starts again. `streak`: the restarts in a row before this run."""
+
+    policy: RestartPolicy
+    streak: int = 0
+
+    def restart(self, ran_s: float) -> RestartInPlace:
+        policy = self.policy
+        streak = 0 if ran_s >= policy.reset_after_s else self.streak
+        delay = min(policy.backoff_max_s, policy.backoff_initial_s * 2.0 ** min(streak, 64))
+        return RestartInPlace(delay, streak + 1)
+
+
 def may_requeue(spec: JobSpec) -> bool:
     """Whether a run stopped by a node failure or the cluster stopping may run again (not --no-requeue,
     and a kind that may be requeued: an allocation's holder goes away with its run)."""
@@ -68,6 +87,8 @@ def may_requeue(spec: JobSpec) -> bool:
 def stop_towards(spec: JobSpec, cause: str, preempt_mode: str = "requeue") -> JobState:
     """The state a running job stopped for `cause` (records.STOP_CAUSES) ends in once its processes are
     gone: PENDING to run again, else the final state. `preempt_mode`: the victim's QOS's, for PREEMPTED."""
+    if spec.kind.restarts:
+        return JobState.PENDING  # a replica comes back, whatever stopped it (a cancel is no stop cause)
     if cause == PREEMPTED:
         # The QOS decides, and --no-requeue; as Slurm, the kind does not (a preempted salloc is requeued).
         return JobState.PENDING if preempt_mode == "requeue" and spec.requeue else JobState.PREEMPTED
@@ -78,9 +99,24 @@ def stop_towards(spec: JobSpec, cause: str, preempt_mode: str = "requeue") -> Jo
     raise ValueError(f"unknown stop cause {cause!r}")
 
 
-def after_run(job: Job, backoff: RequeueBackoff) -> AfterRun:
+def after_run(job: Job, backoff: RequeueBackoff, now: float = 0.0, crash_loop: CrashLoop | None = None) -> AfterRun:
     """What becomes of `job` now that every process of its run is gone (its final_state was set when it
-    was stopped; None for a run that ended by itself)."""
+    was stopped; None for a run that ended by itself). `crash_loop`: a restarting kind's backoff (its
+    service's policy and the replica's restarts in a row)."""
+    if crash_loop is not None and job.spec.kind.restarts:
+        return _after_replica_run(job, now, crash_loop)
     if job.final_state is JobState.PENDING:
         return Requeue(backoff.delay_s(job.preemptions) if job.stop_cause == PREEMPTED else None)
     return Finish(final_state(job))
+
+
+def _after_replica_run(job: Job, now: float, crash_loop: CrashLoop) -> AfterRun:
+    """A replica: a cancel ends it; a replica stopped from outside comes back (at once and anywhere when its
+    node failed; when capacity returns when preempted); one that ended by itself (exited, failed its
+    liveness probe, ran out of time) is restarted after its backoff."""
+    if job.final_state is JobState.CANCELLED:
+        return Finish(JobState.CANCELLED)
+    if job.final_state is JobState.PENDING:
+        return Reschedule() if job.stop_cause == NODE_FAILED else Requeue(None)
+    ran_s = now - job.start_time if job.start_time is not None else 0.0
+    return crash_loop.restart(ran_s)

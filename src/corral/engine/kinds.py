@@ -36,6 +36,9 @@ class JobKind:
     batch_step: bool
     # The job's name when the user gave none, if the kind fixes one ("": its script's or command's).
     default_name: str
+    # Its runs come back by themselves (a service's replicas): a run that ends is restarted with its
+    # service's backoff, a stopped one rescheduled; only a cancel ends it (after_run.py).
+    restarts: bool = False
 
     @property
     def launches_tasks(self) -> bool:
@@ -61,11 +64,17 @@ ALLOCATION = JobKind("allocation", launches="nothing", requeueable=False, comple
                      own_scope="steps", warn_target="all", default_open_mode="append", batch_step=False,
                      default_name="interactive")
 
-KINDS: dict[str, JobKind] = {kind.name: kind for kind in (BATCH, COMMAND, ALLOCATION)}
+# A replica of a service (engine/services.py): a gang of its command on every node, run until cancelled.
+SERVICE = JobKind("service", launches="every-node", requeueable=True, completed_by_holder=False, own_scope="steps",
+                  warn_target="all", default_open_mode="append", batch_step=False, default_name="", restarts=True)
+
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (BATCH, COMMAND, ALLOCATION, SERVICE)}
 
 
-def kind_from_flags(batch: bool, allocation: bool) -> JobKind:
-    """The kind a spec's stored flags say (JobSpec.kind)."""
+def kind_from_flags(batch: bool, allocation: bool, service: str = "") -> JobKind:
+    """The kind a spec's stored fields say (JobSpec.kind)."""
+    if service:
+        return SERVICE
     if allocation:
         return ALLOCATION
     return BATCH if batch else COMMAND

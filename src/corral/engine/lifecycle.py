@@ -4,13 +4,21 @@ of an active job goes through here, which keeps the ActiveSet in step and collec
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Protocol
 
 from corral import kill_reasons
 from corral.core.model import NodeSlice
 from corral.engine import steps
 from corral.engine.active import ActiveSet
-from corral.engine.after_run import Finish, RequeueBackoff, Reschedule, after_run, stop_towards
+from corral.engine.after_run import (
+    CrashLoop,
+    Finish,
+    RequeueBackoff,
+    Reschedule,
+    RestartInPlace,
+    after_run,
+    stop_towards,
+)
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.deadlines import warn_at
@@ -41,6 +49,15 @@ class WrongState(ValueError):
     """The job's state does not allow the operation (the message says why)."""
 
 
+class Restarts(Protocol):
+    """Where restarting kinds' policies live (the engine's services): a replica's backoff, and being told
+    of a restart decided."""
+
+    def crash_loop(self, job: Job) -> CrashLoop | None: ...
+
+    def restarting(self, job: Job, decision: RestartInPlace, now: float) -> None: ...
+
+
 class Lifecycle:
     def __init__(self, config: EngineConfig, active: ActiveSet, fairshare: FairShare, tenancy: Tenancy) -> None:
         self.config = config
@@ -51,6 +68,7 @@ class Lifecycle:
         # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
         self.ended: dict[int, tuple[JobState, bool]] = {}
         self.backoff = RequeueBackoff(config.requeue_backoff_s, config.requeue_backoff_max_s)
+        self.restarts: Restarts | None = None  # set by the engine's services
 
     # ----- bookkeeping
 
@@ -111,7 +129,7 @@ class Lifecycle:
         job.end_time = None
         job.expedited, job.hold_nodes, job.hold_until = False, (), None
         job.reason, job.reason_detail, job.estimated_start = "None", "", None
-        job.warned = False
+        job.warned, job.ready, job.endpoints = False, False, {}
         # A batch job's script runs on its first node only; the other nodes wait for its steps. An
         # allocation runs nothing: its first node's part stands for the holder until it completes.
         kind = job.spec.kind
@@ -247,12 +265,16 @@ class Lifecycle:
         steps.close_steps(job, now)
         self.fairshare.charge_job(job, now)
         self.active.release(job)
-        decision = after_run(job, self.backoff)
+        restarts = self.restarts
+        crash_loop = restarts.crash_loop(job) if restarts is not None and job.spec.kind.restarts else None
+        decision = after_run(job, self.backoff, now, crash_loop)
         if isinstance(decision, Finish):
             self.finish(job, now, decision.state)
         elif isinstance(decision, Reschedule):
             self._requeue(job, None, now)
         else:
+            if isinstance(decision, RestartInPlace) and restarts is not None:
+                restarts.restarting(job, decision, now)
             self._requeue(job, decision.delay_s, now)
 
     def _requeue(self, job: Job, delay_s: float | None, now: float) -> None:
@@ -274,6 +296,7 @@ class Lifecycle:
         job.state, job.final_state, job.kill_deadline = JobState.PENDING, None, None
         job.start_time = job.end_time = None
         job.slices, job.runs = (), {}
+        job.ready, job.endpoints = False, {}
         job.exit_code = job.exit_signal = 0
         job.reason, job.reason_detail = "None", ""
         self.active.views.forget(job.id)
@@ -298,7 +321,7 @@ class Lifecycle:
             job.exit_code, job.exit_signal = 0, 0
         else:
             job.exit_code, job.exit_signal = fold_exit(job)
-        job.estimated_start = None
+        job.estimated_start, job.ready = None, False
         self.touch(job)
         self.active.drop(job)
         self.ended[job.id] = (state, job.start_time is not None)
