@@ -40,11 +40,12 @@ class ServicePlan:
 
 
 def present(job: Job) -> bool:
-    """A replica that is, or will be again: waiting, running, or being stopped to come back (preempted,
-    its node failed). One being stopped for good (cancelled, scaled down, replaced) is not."""
+    """A replica that is, or will be again: waiting, running, or being stopped to come back (preempted, its
+    node failed, its liveness probe failed: after_run restarts every replica that is not cancelled). One
+    being stopped for good (cancelled: scaled down, replaced, deleted) is not."""
     if job.state in (JobState.PENDING, JobState.RUNNING):
         return True
-    return job.state is JobState.COMPLETING and job.final_state is JobState.PENDING
+    return job.state is JobState.COMPLETING and job.final_state is not JobState.CANCELLED
 
 
 def reconcile(service: Service, replicas: Iterable[Job], now: float) -> ServicePlan:
