@@ -241,3 +241,32 @@ def test_the_autoscaler_follows_the_gateways_in_flight_requests() -> None:
     assert service.desired_replicas == 3, "at most max_replicas"
     engine.report_load("web", inflight=0, rps=0, now=T0 + 3)
     assert service.desired_replicas == 1, "at least min_replicas"
+
+
+def _preempting_engine(overrides: bool) -> Harness:
+    tenancy = TenancySpec(qos=[{"name": "low"}, {"name": "normal"},
+                               {"name": "high", "priority": 10, "preempts": ["low"]},
+                               {"name": "urgent", "priority": 20, "preempts": ["low"],
+                                "overrides_min_ready": overrides}])
+    engine = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=tenancy))
+    engine.register_node("n1", Inventory(tuple(Gpu(i) for i in range(3)), 64, 512_000, "x"), set(), set(), T0)
+    return engine
+
+
+@pytest.mark.parametrize(("qos", "gpus", "min_ready", "want_victims"), [
+    ("high", 1, 2, 1),  # 3 ready, min_ready 2: one may go
+    ("high", 2, 2, 0),  # two would take it below min_ready: none is taken
+    ("high", 2, 0, 2),  # no min_ready: no budget
+    ("high", 1, 3, 0),  # at its min_ready
+    ("urgent", 2, 3, 2),  # a QOS that overrides min_ready
+])
+def test_preemption_takes_replicas_only_above_min_ready(qos: str, gpus: int, min_ready: int,
+                                                        want_victims: int) -> None:
+    engine = _preempting_engine(overrides=True)
+    engine.apply_service(web(replicas=3, qos="low", min_ready=min_ready), T0)
+    engine.schedule(T0)
+    for job in replicas(engine):
+        run(engine, job, T0 + 1)
+    engine.submit(dataclasses.replace(spec(gpus=gpus), qos=qos), T0 + 2)
+    kills = [c for c in engine.schedule(T0 + 2) if isinstance(c, Kill)]
+    assert len(kills) == want_victims

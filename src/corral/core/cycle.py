@@ -59,6 +59,7 @@ class Cycle:
         self.waiting: list[Waiting] = []
         self.preemptions: list[Preempt] = []
         self.preempted: set[int] = set()
+        self.budgets = dict(snapshot.disruption_budgets)  # spent as victims are taken
         self.reservations = 0
         self.preemption_attempts = 0
         self.blocked_partitions: set[str] = set()
@@ -188,7 +189,7 @@ class Cycle:
         if not job.preempts_qos and not job.queue:
             return False
         req = job.request
-        memo_key = (req.shape, job.queue, job.qos, job.preempts_qos, model)
+        memo_key = (req.shape, job.queue, job.qos, job.preempts_qos, model, job.ignores_budgets)
         if memo_key in self.memo.no_victims or self.preemption_attempts >= self.config.max_preemption_attempts:
             return False
         if self._static(job, model) is not None:
@@ -206,13 +207,16 @@ class Cycle:
         if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
             self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
             return True
-        options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted)
-        victims = preemption.choose_victims(options, what_if, fits) if options else None
+        budgets = None if job.ignores_budgets else self.budgets
+        options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted, budgets)
+        victims = preemption.choose_victims(options, what_if, fits, budgets) if options else None
         if not victims:
             self.memo.no_victims.add(memo_key)
             return False
         for victim in victims:
             self.preempted.add(victim.job.id)
+            if victim.job.budget_group in self.budgets:
+                self.budgets[victim.job.budget_group] -= 1
             self.preemptions.append(Preempt(victim.job.id, job.id, victim.cause))
         self.running = [r for r in self.running if r.id not in self.preempted] + [
             _stopping(v.job) for v in victims]

@@ -277,7 +277,8 @@ class Engine:
         gated.update(self._too_fresh(now))
         held = tuple(hold_reservation(self.active.jobs[job_id]) for job_id in self.active.holds)
         snapshot = build_snapshot(self.active, self.nodes, self.config, self.tenancy.queues,
-                                  self.reservations.core() + held, now, exclude=gated)
+                                  self.reservations.core() + held, now, exclude=gated,
+                                  budgets=self._services.disruption_budgets())
         plan = schedule(snapshot, self.config.scheduler)
         self.last_plan = plan
         jobs = self.active.jobs

@@ -68,6 +68,16 @@ class ServiceEvents:
             raise UnknownService(name)
         return service
 
+    def disruption_budgets(self) -> dict[str, int]:
+        """Per service with a min_ready: how many of its replicas preemption may still take (its ready,
+        running replicas above min_ready)."""
+        budgets: dict[str, int] = {}
+        for service in self.services.values():
+            if service.spec.min_ready > 0:
+                ready = sum(1 for j in self.replicas(service.name) if j.state is JobState.RUNNING and j.ready)
+                budgets[service.name] = max(0, ready - service.spec.min_ready)
+        return budgets
+
     def next_deadline(self, now: float | None) -> float | None:
         times = [services.reconcile(s, self.replicas(s.name), now if now is not None else 0.0).next_at
                  for s in self.services.values() if s.update_started is not None]
