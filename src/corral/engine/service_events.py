@@ -55,12 +55,24 @@ class ServiceEvents:
         self.dirty: dict[str, Service] = {}
         self.forgotten: set[str] = set()  # deleted services whose last replica is gone: the store drops them
         self.touched: set[str] = set()  # to reconcile before the Result leaves
+        # Each service's active replicas by id, kept up to date from the changed jobs of every Result (a
+        # replica is created, changes and ends through the Lifecycle, which marks it changed).
+        self._replica_ids: dict[str, set[int]] = {}
+        for job in life.active.jobs.values():
+            if job.spec.service:
+                self._replica_ids.setdefault(job.spec.service, set()).add(job.id)
         life.restarts = self
 
     # ----- reads
 
     def replicas(self, name: str) -> list[Job]:
-        return [j for j in self.life.active.jobs.values() if j.spec.service == name]
+        """The service's active replicas, by id (ended ones are dropped from the index here)."""
+        jobs = self.life.active.jobs
+        ids = self._replica_ids.get(name)
+        if not ids:
+            return []
+        ids.intersection_update(jobs)
+        return [jobs[job_id] for job_id in sorted(ids)]
 
     def get(self, name: str) -> Service:
         service = self.services.get(name)
@@ -196,7 +208,7 @@ class ServiceEvents:
         """Reconcile every service touched by the events just handled, or whose replicas changed."""
         for job in changed:
             if job.spec.service:
-                self.touched.add(job.spec.service)
+                self._note(job)
         commands: list[Command] = []
         while self.touched:
             name = self.touched.pop()
@@ -204,6 +216,14 @@ class ServiceEvents:
             if service is not None:
                 commands += self._carry_out(service, now)
         return commands
+
+    def _note(self, job: Job) -> None:
+        ids = self._replica_ids.setdefault(job.spec.service, set())
+        if job.state.terminal:
+            ids.discard(job.id)
+        else:
+            ids.add(job.id)
+        self.touched.add(job.spec.service)
 
     def due(self, now: float) -> None:
         """A deadline rang (an update's ready timeout): look at every updating service again."""
@@ -247,7 +267,8 @@ class ServiceEvents:
             return dataclasses.replace(spec, service=service.name, service_revision=revision, replica=index)
 
         try:
-            self.submit(self._submission(service.spec, service.uid, index), mark, now)
+            job = self.submit(self._submission(service.spec, service.uid, index), mark, now)
+            self._replica_ids.setdefault(service.name, set()).add(job.id)
         except (ValueError, KeyError) as exc:
             return f"replica {index} not admitted: {exc}"
         return ""
