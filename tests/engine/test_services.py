@@ -270,3 +270,13 @@ def test_preemption_takes_replicas_only_above_min_ready(qos: str, gpus: int, min
     engine.submit(dataclasses.replace(spec(gpus=gpus), qos=qos), T0 + 2)
     kills = [c for c in engine.schedule(T0 + 2) if isinstance(c, Kill)]
     assert len(kills) == want_victims
+
+
+def test_applying_a_new_replica_count_scales_without_a_rolling_update() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(), T0)
+    engine.schedule(T0)
+    service = engine.apply_service(web(replicas=3, min_ready=1), T0 + 1)
+    assert (service.revision, service.desired_replicas, service.update_started) == (1, 3, None)
+    assert sorted((j.spec.replica, j.spec.service_revision) for j in replicas(engine)) == [(0, 1), (1, 1), (2, 1)]
+    assert engine.apply_service(web(replicas=3, min_ready=1, env={"V": "2"}), T0 + 2).revision == 2

@@ -24,6 +24,8 @@ from corral.limits import TIME_LIMIT_S_MAX
 Submit = Callable[[JobSubmit, Callable[[JobSpec], JobSpec], float], Job]
 Admit = Callable[[JobSubmit], object]  # the same decision, creating nothing (AdmissionError when refused)
 LIVENESS_FAILED = "liveness-failed"
+# Spec fields that change no replica: a change of only these applies at once, without a new revision.
+IN_PLACE_FIELDS = frozenset({"replicas", "autoscale", "min_ready", "public", "update", "restart", "placement"})
 
 
 class UnknownService(KeyError):
@@ -109,9 +111,12 @@ class ServiceEvents:
             service.history.append({"t": now, "event": "applied", "revision": 1})
         elif service.spec.user != event.user:
             raise WrongState(f"service {spec.name!r} belongs to {service.spec.user}")
-        elif spec != service.spec:
+        elif _replica_template(spec) != _replica_template(service.spec):
             self._new_revision(service, spec, now, "applied")
             service.desired_replicas, service.uid = replicas, event.uid
+        elif spec != service.spec:
+            service.spec, service.desired_replicas = spec, replicas
+            service.history.append({"t": now, "event": "applied", "revision": service.revision})
         self._touch(service)
         return service, []
 
@@ -302,6 +307,11 @@ class ServiceEvents:
     def _touch_by_name(self, name: str) -> None:
         if name in self.services:
             self._touch(self.services[name])
+
+
+def _replica_template(spec: ServiceSpec) -> dict[str, Any]:
+    """What of a spec its replicas are made of (a change there is a new revision: a rolling update)."""
+    return spec.model_dump(exclude=set(IN_PLACE_FIELDS))
 
 
 def _why_ended(job: Job) -> str:
