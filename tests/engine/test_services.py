@@ -280,3 +280,13 @@ def test_applying_a_new_replica_count_scales_without_a_rolling_update() -> None:
     assert (service.revision, service.desired_replicas, service.update_started) == (1, 3, None)
     assert sorted((j.spec.replica, j.spec.service_revision) for j in replicas(engine)) == [(0, 1), (1, 1), (2, 1)]
     assert engine.apply_service(web(replicas=3, min_ready=1, env={"V": "2"}), T0 + 2).revision == 2
+
+
+def test_a_service_whose_replica_is_refused_later_waits_with_the_reason() -> None:
+    tenancy = TenancySpec(accounts=[{"name": "a"}], users=[{"name": "alice", "accounts": ["a"]}],
+                          limits=[{"user": "alice", "max_submit_jobs": 2}])
+    engine = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=tenancy))
+    engine.register_node("n1", Inventory(tuple(Gpu(i) for i in range(4)), 64, 512_000, "x"), set(), set(), T0)
+    service = engine.apply_service(web(replicas=3, account="a"), T0)
+    assert len(replicas(engine)) == 2
+    assert service.reason.startswith("replica 2 not admitted: ") and "2" in service.reason, service.reason

@@ -25,6 +25,7 @@ Submit = Callable[[JobSubmit, Callable[[JobSpec], JobSpec], float], Job]
 Admit = Callable[[JobSubmit], object]  # the same decision, creating nothing (AdmissionError when refused)
 LIVENESS_FAILED = "liveness-failed"
 # Spec fields that change no replica: a change of only these applies at once, without a new revision.
+HISTORY_MAX = 200  # a Service keeps its latest history lines (a crash loop adds one per restart)
 IN_PLACE_FIELDS = frozenset({"replicas", "autoscale", "min_ready", "public", "update", "restart", "placement"})
 
 
@@ -204,6 +205,7 @@ class ServiceEvents:
         line = services.crash_loop_line(job.spec.replica, why, decision.delay_s)
         service.history.append({"t": now, "event": "restarted", "replica": job.spec.replica, "job": job.id,
                                 "detail": line})
+        del service.history[:-HISTORY_MAX]
         job.history.append({"t": now, "event": "restarting", "detail": line, "delay_s": decision.delay_s})
         self._touch(service)
 
@@ -274,7 +276,7 @@ class ServiceEvents:
         try:
             job = self.submit(self._submission(service.spec, service.uid, index), mark, now)
             self._replica_ids.setdefault(service.name, set()).add(job.id)
-        except (ValueError, KeyError) as exc:
+        except ValueError as exc:  # AdmissionError, TenancyError: the same words a user's sbatch would get
             return f"replica {index} not admitted: {exc}"
         return ""
 
