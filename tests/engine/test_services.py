@@ -290,3 +290,29 @@ def test_a_service_whose_replica_is_refused_later_waits_with_the_reason() -> Non
     service = engine.apply_service(web(replicas=3, account="a"), T0)
     assert len(replicas(engine)) == 2
     assert service.reason.startswith("replica 2 not admitted: ") and "2" in service.reason, service.reason
+
+
+@pytest.mark.parametrize(("placement", "nodes", "want_per_node"), [
+    ({"max_per_node": 1}, 3, [1, 1, 1]),
+    ({"spread": True}, 3, [1, 1, 1]),
+    ({"max_per_node": 2}, 3, [2, 1]),  # best fit packs, up to the limit
+    ({}, 3, [3]),
+])
+def test_placement_spreads_replicas_over_nodes(placement: dict, nodes: int, want_per_node: list[int]) -> None:
+    engine = engine_with_nodes(count=nodes, gpus=4)
+    engine.apply_service(web(replicas=3, placement=placement), T0)
+    engine.schedule(T0)
+    per_node: dict[str, int] = {}
+    for job in replicas(engine):
+        assert job.state is JobState.RUNNING
+        per_node[job.node_names[0]] = per_node.get(job.node_names[0], 0) + 1
+    assert sorted(per_node.values(), reverse=True) == want_per_node
+
+
+def test_a_replica_with_no_node_left_under_max_per_node_waits() -> None:
+    engine = engine_with_nodes(count=2, gpus=4)
+    engine.apply_service(web(replicas=3, placement={"max_per_node": 1}), T0)
+    engine.schedule(T0)
+    states = sorted(j.state.value for j in replicas(engine))
+    assert states == ["PENDING", "RUNNING", "RUNNING"]
+    assert sorted(j.node_names[0] for j in replicas(engine) if j.slices) == ["node1", "node2"]

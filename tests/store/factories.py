@@ -57,6 +57,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         service="web",
         service_revision=3,
         replica=2,
+        max_per_node=1,
         acctg_freq_s=15,
     )
 

@@ -87,6 +87,8 @@ class JobSpec:
     service: str = ""
     service_revision: int = 0
     replica: int = -1
+    # At most this many replicas of its service on one node (the service's placement; 0: no limit).
+    max_per_node: int = 0
 
     @property
     def kind(self) -> JobKind:

@@ -48,7 +48,8 @@ class Views:
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
                           preempts_qos=tenancy.preempts(spec), reservation=reservation, claim=claim,
-                          expedited=job.expedited, ignores_budgets=tenancy.overrides_min_ready(spec))
+                          expedited=job.expedited, ignores_budgets=tenancy.overrides_min_ready(spec),
+                          group=spec.service, max_per_node=spec.max_per_node)
         self.pending[job.id] = view
         return view
 
