@@ -10,7 +10,7 @@ from typing import Any
 
 from corral.engine import events as ev
 from corral.engine.engine import Engine
-from corral.engine.records import Job, Node
+from corral.engine.records import Job, Node, Service
 from corral.engine.result import Result
 
 
@@ -20,6 +20,8 @@ class Harness:
         self.dirty_jobs: dict[int, Job] = {}
         self.dirty_nodes: dict[str, Node] = {}
         self.meta_dirty: set[str] = set()
+        self.dirty_services: dict[str, Service] = {}
+        self.forgotten_services: set[str] = set()
         self.results: list[Result] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -30,6 +32,8 @@ class Harness:
         self.dirty_jobs.update((job.id, job) for job in result.jobs)
         self.dirty_nodes.update((node.name, node) for node in result.nodes)
         self.meta_dirty |= result.meta
+        self.dirty_services.update((service.name, service) for service in result.services)
+        self.forgotten_services.update(result.services_forgotten)
         return result
 
     def take_dirty(self) -> tuple[list[Job], list[Node]]:
@@ -97,6 +101,26 @@ class Harness:
 
     def node_unhealthy(self, name: str, reason: str, now: float) -> list:
         return self._commands(ev.NodeUnhealthy(name, reason), now)
+
+    # ----- services
+
+    def apply_service(self, spec, now: float, user: str = "alice") -> Service:
+        return self._reply(ev.ServiceApplied(spec, user), now)
+
+    def scale_service(self, name: str, replicas: int, now: float) -> Service:
+        return self._reply(ev.ServiceScaled(name, replicas), now)
+
+    def restart_service(self, name: str, now: float) -> Service:
+        return self._reply(ev.ServiceRestartRequested(name), now)
+
+    def delete_service(self, name: str, now: float) -> list:
+        return self._commands(ev.ServiceDeleted(name), now)
+
+    def report_probes(self, job_id: int, node: str, now: float, **results: ev.ProbeResult) -> list:
+        return self._commands(ev.ProbesReported(job_id, node, results), now)
+
+    def report_load(self, name: str, inflight: float, rps: float, now: float) -> None:
+        self.handle(ev.ServiceLoadReported(name, inflight, rps, now), now=now)
 
     # ----- operators, the controller and time
 

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from corral.api.schemas import JobSubmit
+from corral.api.services import ServiceSpec
 from corral.api.tenancy import TenancySpec
 from corral.controller.app import create_app
 from corral.controller.restore import restore_engine
@@ -34,9 +35,10 @@ from corral.controller.service import ControllerService
 from corral.core.config import SchedulerConfig
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig, PartitionConfig
+from corral.engine.events import ServiceApplied, ServiceDeleted
 from corral.engine.pacer import CyclePacer
 from corral.protocol import API_PREFIX, EPOCH_HEADER
-from corral.sim.driver import SimNode, SimSubmission, Simulation
+from corral.sim.driver import SimNode, SimService, SimSubmission, Simulation
 from corral.store import Store
 
 WORKLOAD = Path(__file__).parent / "fixtures" / "replay_workload.csv"
@@ -89,15 +91,20 @@ class RecordingSimulation(Simulation):
         super()._carry_out(commands, now)
 
 
-def run_simulator(workload) -> tuple[list[tuple], dict[int, dict]]:
+def run_simulator(workload, services: tuple[SimService, ...] = (),
+                  replica_ids: set[int] | None = None) -> tuple[list[tuple], dict[int, dict]]:
+    """`replica_ids`: filled with the ids of the services' replicas."""
     sim = RecordingSimulation(CONFIG, [SimNode(n, GPUS, CPUS, MEM_MIB) for n in NODES], TENANCY,
                               stop_delay_s=STOP_DELAY_S, start_s=T0)
     sim.submit(SimSubmission(at, JobSubmit(**body), duration) for at, body, duration in workload)
+    sim.apply_services(services)
     result = sim.run()
     assert not result.refused
     finals = {job.id: {"state": job.state.value, "start": job.start_time, "end": job.end_time,
                        "slices": [(s.node, tuple(s.gpus)) for s in job.slices], "restarts": job.restart_count}
               for job in result.finished}
+    if replica_ids is not None:
+        replica_ids.update(job.id for job in result.finished if job.spec.service)
     return sim.log, finals
 
 
@@ -144,7 +151,8 @@ class FakeAgent:
         assert reply.status_code == 200, reply.text
 
 
-async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dict]]:  # noqa: C901 (the driver's loop, step by step)
+async def run_live(workload, tmp_path: Path,  # noqa: C901 (the driver's loop, step by step)
+                   services: tuple[SimService, ...] = ()) -> tuple[list[tuple], dict[int, dict]]:
     clock = FakeClock(T0)
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     service = ControllerService(restore_engine(CONFIG, SIMULATED, store, clock(), TENANCY), store, clock)
@@ -161,6 +169,11 @@ async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dic
             await agent.register()
         for index, (at, body, duration) in enumerate(workload):
             heapq.heappush(events, (at, next(seq), "submit", (index, body, duration)))
+        replica_runs = {svc.spec.name: svc.run_s for svc in services}
+        for svc in services:
+            heapq.heappush(events, (svc.at_s, next(seq), "service", svc))
+            if svc.delete_at_s is not None:
+                heapq.heappush(events, (svc.delete_at_s, next(seq), "service-delete", svc.spec.name))
         pacer = CyclePacer.simulated()
 
         async def deliver(now: float) -> None:
@@ -171,9 +184,13 @@ async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dic
                 job_id = cmd["job_id"]
                 if cmd["kind"] == "launch":
                     log.append((now, "launch", job_id, agent.name, tuple(cmd["node_gpus"])))
-                    agent.runs[job_id] = (now + durations[job_id], 0)
+                    service_name = cmd["env"].get("CORRAL_SERVICE")
+                    run_s = replica_runs[service_name] if service_name else durations[job_id]
+                    end = now + run_s if run_s is not None else float("inf")  # a replica may run until stopped
+                    agent.runs[job_id] = (end, 0)
                     agent.ranks[job_id] = [t["rank"] for t in cmd["tasks"]]
-                    heapq.heappush(events, (now + durations[job_id], next(seq), "exit", (agent.name, job_id)))
+                    if run_s is not None:
+                        heapq.heappush(events, (end, next(seq), "exit", (agent.name, job_id)))
                     await agent.post([{"kind": "started", "job_id": job_id}])
                 elif cmd["kind"] == "kill":
                     log.append((now, "kill", job_id, agent.name, cmd["signal"], float(cmd["grace_s"])))
@@ -203,6 +220,12 @@ async def run_live(workload, tmp_path: Path) -> tuple[list[tuple], dict[int, dic
                     _, sig = agent.runs.pop(job_id)
                     tasks = [{"rank": r, "exit_code": 0, "signal": sig} for r in agent.ranks.pop(job_id)]
                     await agent.post([{"kind": "finished", "job_id": job_id, "tasks": tasks}])
+                elif kind == "service":
+                    await service.request(ServiceApplied(payload.spec, payload.user))
+                    poked.set()
+                elif kind == "service-delete":
+                    await service.request(ServiceDeleted(payload))
+                    poked.set()
                 elif kind == "wake" and pacer.rings(payload):
                     poked.set()  # the loop's timer
             # The controller loop: a cycle whenever it was poked, until nothing pokes it at this instant.
@@ -235,5 +258,30 @@ def test_simulator_and_live_controller_make_the_same_decisions(tmp_path: Path) -
     assert sum(f["restarts"] for f in sim_finals.values()) > 0, "no preemption happened"
     assert any(len(f["slices"]) > 1 for f in sim_finals.values()), "no multi-node gang"
 
+    assert sorted(live_log) == sorted(sim_log)
+    assert live_finals == sim_finals
+
+
+# Two services beside the recorded batch load: one that serves until it is deleted, one whose replicas crash
+# every 900 s and come back with their backoff; both in the cohort's queues, preemptible by QOS "high".
+SERVICES = (
+    SimService(T0 + 100, ServiceSpec(name="api", command=["serve"], replicas=3, gpus_per_node=2, account="a",
+                                     queue="qa", qos="normal", min_ready=1), "ua", delete_at_s=T0 + 30_000),
+    SimService(T0 + 2_000, ServiceSpec(name="flaky", command=["serve"], replicas=2, gpus_per_node=1, account="b",
+                                       queue="qb", qos="normal"), "ub", run_s=900.0, delete_at_s=T0 + 25_000),
+)
+
+
+@pytest.mark.slow  # ~40 s: the replay above, plus the services' replicas
+def test_a_replay_with_services_decides_the_same_live_and_simulated(tmp_path: Path) -> None:
+    workload = recorded()
+    replica_ids: set[int] = set()
+    sim_log, sim_finals = run_simulator(workload, SERVICES, replica_ids)
+    live_log, live_finals = asyncio.run(run_live(workload, tmp_path, SERVICES))
+
+    replicas = {job_id: f for job_id, f in sim_finals.items() if job_id in replica_ids}
+    assert len(sim_finals) == len(workload) + len(replicas) and len(replicas) >= 5, "replicas ended (deleted)"
+    assert all(f["state"] == "CANCELLED" for f in replicas.values()), replicas
+    assert sum(f["restarts"] for f in replicas.values()) > 3, "the flaky service's replicas restarted"
     assert sorted(live_log) == sorted(sim_log)
     assert live_finals == sim_finals

@@ -54,6 +54,10 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         allocation=True,
         begin_time=1234.5,
         expedited_requeue=True,
+        service="web",
+        service_revision=3,
+        replica=2,
+        max_per_node=1,
         acctg_freq_s=15,
     )
 
@@ -96,6 +100,8 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
         expedited=True,
         hold_nodes=("gpu002",),
         hold_until=BASE_TIME + job_id + 300.0,
+        ready=True,
+        endpoints={"gpu001": {"http": 41000 + job_id}},
     )
 
 

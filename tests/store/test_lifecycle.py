@@ -24,7 +24,7 @@ def _revision(store: Store) -> str | None:
 
 
 def test_new_database_is_at_head(store: Store) -> None:
-    assert migrate.head_revision() == "0006"
+    assert migrate.head_revision() == "0007"
     assert _revision(store) == migrate.head_revision()
     tables = set(inspect(store.engine).get_table_names())
     assert {"jobs", "nodes", "cluster_meta", "alembic_version", "leader_lease", "controllers"} <= tables

@@ -44,6 +44,8 @@ class QosSpec(_Strict):
     preempt_mode: Literal["requeue", "cancel"] = "requeue"  # what happens to this QOS's jobs when preempted
     grace_s: DurationS = 60.0  # SIGTERM, then SIGKILL after this long
     min_runtime_s: DurationS = 0.0  # never preempted before running this long
+    # May preempt a service's replicas below its min_ready (its disruption budget); else never.
+    overrides_min_ready: bool = False
     max_wall_s: TimeLimitS | None = None
 
 

@@ -38,4 +38,4 @@ def restore_engine(config: EngineConfig, profile: EngineProfile, store: Store, n
     unsaved = ("tenancy",) if tenancy is not None and not stored else ()
     return build_engine(config, profile, jobs=jobs, nodes=nodes, next_job_id=store.max_job_id() + 1,
                         tenancy=tenancy, fairshare_state=fairshare, reservations=reservations, ended=ended,
-                        unsaved_meta=unsaved, archive=store)
+                        unsaved_meta=unsaved, archive=store, services=store.load_services())

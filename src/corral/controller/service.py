@@ -303,7 +303,8 @@ class ControllerService:
         try:
             meta = {key: json.dumps(meta_value(engine, key)) for key in result.meta}
             # Encoded here, on the loop, so that the rows are one consistent picture of the engine.
-            await self.writer.write(self.store.encode(result.jobs, result.nodes, meta))
+            await self.writer.write(self.store.encode(result.jobs, result.nodes, meta, result.services,
+                                                      result.services_forgotten))
             self.forecasts.learn(result.jobs)
         except LeaseLost as exc:  # another controller leads: this one wrote nothing and must stop
             if self.leadership is not None:

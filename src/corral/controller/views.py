@@ -59,7 +59,7 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
 
 def batch_steps(job: Job, live: PerNode | None = None) -> list[dict]:
     """The batch step of a batch job, as sacct shows it (`N.batch`)."""
-    if not job.spec.batch or job.start_time is None:
+    if not job.spec.kind.batch_step or job.start_time is None:
         return []
     first = job.slices[0].node if job.slices else ""
     run = job.runs.get(first)
@@ -99,10 +99,11 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
     index = names.index(node_name)
     node_slice = job.slices[index]
     per_task = job.spec.gpus_per_task
+    kind = job.spec.kind
     tasks = []
     # The batch step is one task that sees all of the first node's devices.
-    for local in range(1 if job.spec.batch else req.tasks_per_node):
-        if per_task and not job.spec.batch:
+    for local in range(kind.tasks_on_node(req.tasks_per_node)):
+        if per_task and not kind.batch_step:
             devices = list(node_slice.gpus[local * per_task:(local + 1) * per_task])
         else:
             devices = list(node_slice.gpus)
@@ -118,7 +119,7 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         script=job.spec.script, argv=list(job.spec.argv),
         workdir=job.spec.workdir, env={**job.spec.env, **job_facts(job)}, output=job.spec.output,
         error=job.spec.error, time_limit_s=req.time_limit_s, restart_count=job.restart_count,
-        submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=job.spec.batch,
+        submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=kind.batch_step,
         explicit=[k for k in job.spec.explicit.split(",") if k], open_mode=job.spec.open_mode,
         acctg_freq_s=job.spec.acctg_freq_s,
     )

@@ -59,6 +59,9 @@ class Cycle:
         self.waiting: list[Waiting] = []
         self.preemptions: list[Preempt] = []
         self.preempted: set[int] = set()
+        self.budgets = dict(snapshot.disruption_budgets)  # spent as victims are taken
+        # Per group with a max_per_node: how many of its running jobs each node holds (built when first asked).
+        self.group_nodes: dict[str, dict[str, int]] = {}
         self.reservations = 0
         self.preemption_attempts = 0
         self.blocked_partitions: set[str] = set()
@@ -116,7 +119,7 @@ class Cycle:
     def _place(self, job: PendingJob, model: str, amounts: dict[str, float] | None) -> None:
         """Start the job now on nodes of `model` ("" = any), or preempt for it, or reserve, or say why not."""
         req = job.request
-        key = (req.shape, job.reservation, model)
+        key = (req.shape, job.reservation, model, self._crowded(job) if job.max_per_node else _NO_NODES)
         failed = self.memo.failed_limit.get(key)
         if failed is not None and req.time_limit_s >= failed and self.reservations >= self.config.max_reservations \
                 and not job.preempts_qos and not job.queue:
@@ -177,6 +180,10 @@ class Cycle:
         # Ranks follow Slurm's node order, the order of the job's hostlist.
         nodes.sort(key=lambda n: sort_key(n.name))
         self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
+        if job.max_per_node:
+            counts = self._group_counts(job.group)
+            for node in nodes:
+                counts[node.name] = counts.get(node.name, 0) + 1
         self.book.charge(job.queue, amounts)
         for cap in job.caps:
             self.used[cap.key] = self.used.get(cap.key, 0) + cap.amount
@@ -188,7 +195,8 @@ class Cycle:
         if not job.preempts_qos and not job.queue:
             return False
         req = job.request
-        memo_key = (req.shape, job.queue, job.qos, job.preempts_qos, model)
+        memo_key = (req.shape, job.queue, job.qos, job.preempts_qos, model, job.ignores_budgets,
+                    self._crowded(job) if job.max_per_node else _NO_NODES)
         if memo_key in self.memo.no_victims or self.preemption_attempts >= self.config.max_preemption_attempts:
             return False
         if self._static(job, model) is not None:
@@ -206,13 +214,16 @@ class Cycle:
         if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
             self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
             return True
-        options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted)
-        victims = preemption.choose_victims(options, what_if, fits) if options else None
+        budgets = None if job.ignores_budgets else self.budgets
+        options = preemption.candidates(job, amounts, self.running, self.book, self.now, self.preempted, budgets)
+        victims = preemption.choose_victims(options, what_if, fits, budgets) if options else None
         if not victims:
             self.memo.no_victims.add(memo_key)
             return False
         for victim in victims:
             self.preempted.add(victim.job.id)
+            if victim.job.budget_group in self.budgets:
+                self.budgets[victim.job.budget_group] -= 1
             self.preemptions.append(Preempt(victim.job.id, job.id, victim.cause))
         self.running = [r for r in self.running if r.id not in self.preempted] + [
             _stopping(v.job) for v in victims]
@@ -257,7 +268,34 @@ class Cycle:
         return static
 
     def _advance_of(self, job: PendingJob) -> tuple[str, frozenset[str] | None] | None:
-        """The reservation the job may use, and the nodes it is confined to (None: any node)."""
+        """The reservation the job may use, and the nodes it is confined to (None: any node), less the nodes
+        that hold max_per_node of its group already."""
+        advance = self._reservation_of(job)
+        if not job.max_per_node:
+            return advance
+        crowded = self._crowded(job)
+        if not crowded:
+            return advance
+        name, allowed = advance if advance is not None else ("", None)
+        if allowed is None:
+            allowed = frozenset(n.name for n in self.pool.members.get(job.request.partition, ()))
+        return (name, allowed - crowded)
+
+    def _group_counts(self, group: str) -> dict[str, int]:
+        counts = self.group_nodes.get(group)
+        if counts is None:
+            counts = self.group_nodes[group] = {}
+            for running in self.running:
+                if running.budget_group == group and not running.completing:
+                    for piece in running.slices:
+                        counts[piece.node] = counts.get(piece.node, 0) + 1
+        return counts
+
+    def _crowded(self, job: PendingJob) -> frozenset[str]:
+        """The nodes the job (with a max_per_node) may not use for its group's anti-affinity."""
+        return frozenset(n for n, c in self._group_counts(job.group).items() if c >= job.max_per_node)
+
+    def _reservation_of(self, job: PendingJob) -> tuple[str, frozenset[str] | None] | None:
         if not job.reservation:
             return None
         resv = self.advance[job.reservation]
@@ -282,6 +320,7 @@ class Cycle:
         return Reason.PRIORITY if cached[1] else Reason.RESOURCES
 
 
+_NO_NODES: frozenset[str] = frozenset()
 _flavor_memo: dict[tuple[str, str], str | None] = {}
 
 

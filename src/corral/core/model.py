@@ -153,6 +153,12 @@ class PendingJob:
     # Requeued after a node failure with --requeue=expedite: it goes before everything, claims included
     # (Slurm's expedited requeue: the highest priority job in the system).
     expedited: bool = False
+    # Its QOS may take running jobs past their group's disruption budget (Snapshot.disruption_budgets).
+    ignores_budgets: bool = False
+    # At most this many running jobs of its group (RunningJob.budget_group: a service's replicas) on one
+    # node, itself included (0: no limit): the placement's anti-affinity.
+    group: str = ""
+    max_per_node: int = 0
     # Order: expedited jobs first, then claims, then higher priority, then earlier submission, then lower id.
     order: tuple[int, int, float, int] = field(init=False, repr=False, compare=False)
 
@@ -179,6 +185,9 @@ class RunningJob:
     # Already being stopped (COMPLETING): its resources are about to come back.
     completing: bool = False
     gpu_model: str = ""  # the model of the GPUs it holds (its quota flavor)
+    # Its group (a service's replicas): the disruption budget it counts against (Snapshot.disruption_budgets)
+    # and whose jobs a node holds at most PendingJob.max_per_node of. "": none.
+    budget_group: str = ""
     # What it holds, per quota resource; derived once (every cycle charges it to its queue).
     resources: dict[str, float] = field(init=False, repr=False, compare=False)
 

@@ -12,7 +12,7 @@ is preempted. Victims are always whole jobs, so no gang is ever preempted in par
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from corral.core.model import PendingJob, RunningJob
@@ -27,12 +27,14 @@ class Victim:
 
 
 def candidates(job: PendingJob, amounts: dict[str, float], running: list[RunningJob], book: QuotaBook,
-               now: float, taken: set[int]) -> list[Victim]:
+               now: float, taken: set[int], budgets: Mapping[str, int] | None = None) -> list[Victim]:
     reclaim = bool(job.queue) and book.within_nominal(job.queue, amounts)
     found: list[Victim] = []
     for victim in running:
         if victim.completing or victim.id in taken:
             continue
+        if budgets and not job.ignores_budgets and budgets.get(victim.budget_group, 1) <= 0:
+            continue  # its group (a service at its min_ready) may lose no more
         if victim.preemptible_from is None or victim.preemptible_from > now:
             continue
         if reclaim and victim.queue != job.queue and book.same_cohort(victim.queue, job.queue) \
@@ -71,12 +73,20 @@ class WhatIf:
         self.book.charge(job.queue, job.resources, +1)
 
 
-def choose_victims(options: list[Victim], what_if: WhatIf, fits: Callable[[], bool]) -> list[Victim] | None:
-    """A set of victims whose removal makes `fits()` true, or None. Leaves the pool as it found it."""
+def choose_victims(options: list[Victim], what_if: WhatIf, fits: Callable[[], bool],
+                   budgets: Mapping[str, int] | None = None) -> list[Victim] | None:
+    """A set of victims whose removal makes `fits()` true, or None. Leaves the pool as it found it. With
+    `budgets`, no more of a group is taken than its budget allows."""
     chosen: list[Victim] = []
+    spent: dict[str, int] = {}
     for victim in options:
         if victim.cause == "reclaim" and not what_if.book.borrowing(victim.job.queue):
             continue  # reclaim takes back what a queue borrowed, never its own nominal quota
+        group = victim.job.budget_group
+        if budgets and group in budgets:
+            if spent.get(group, 0) >= budgets[group]:
+                continue
+            spent[group] = spent.get(group, 0) + 1
         what_if.remove(victim.job)
         chosen.append(victim)
         if fits():

@@ -14,6 +14,7 @@ from corral.core.model import GPU_MILLI, Request
 from corral.engine.arrays import ArrayError, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.dependencies import DependencyError, parse_dependency
+from corral.engine.kinds import kind_from_flags
 from corral.engine.records import JobSpec, Node
 from corral.engine.tenancy import Tenancy, TenancyError
 from corral.ranges import compress_ranges
@@ -93,7 +94,8 @@ def parse_signal(text: str) -> tuple[int, int]:
 
 
 def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | PartitionMembers) -> JobSpec:
-    if sub.allocation:
+    kind = kind_from_flags(sub.batch, sub.allocation)
+    if not kind.launches_tasks:
         if sub.script is not None or sub.argv is not None or sub.batch or sub.array:
             raise AdmissionError("an allocation (salloc) runs no script or command of its own and is no array")
     elif (sub.script is None) == (sub.argv is None):
@@ -104,7 +106,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         raise AdmissionError("the command is empty")
     if sub.script_args and sub.script is None:
         raise AdmissionError("script arguments given without a script")
-    if sub.expedited_requeue and (not sub.requeue or sub.allocation):
+    if sub.expedited_requeue and (not sub.requeue or not kind.requeueable):
         raise AdmissionError("expedited requeue (--requeue=expedite) is for jobs that may be requeued: not with "
                              "--no-requeue, nor for an allocation (salloc), which is never requeued")
     sub = _with_share(sub, config)
@@ -119,8 +121,8 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
                                  f"(models: {', '.join(models) or 'none'})")
         max_gpus = max(len(n.gpus) for n in members)
     request = _request(sub, partition, members, max_gpus)
-    if sub.allocation:
-        name = sub.name or "interactive"
+    if kind.default_name:
+        name = sub.name or kind.default_name
     elif sub.script is not None:
         name = sub.name or "script"
     else:
@@ -133,7 +135,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         output=sub.output or ("slurm-%A_%a.out" if sub.array else "slurm-%j.out"), error=sub.error,
         gpus_per_task=sub.gpus_per_task, batch=sub.batch, comment=sub.comment, wckey=sub.wckey,
         acctg_freq_s=sub.acctg_freq_s,
-        open_mode=sub.open_mode or ("truncate" if sub.batch else "append"),
+        open_mode=sub.open_mode or kind.default_open_mode,
         explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_node")
                           if getattr(sub, k) is not None),
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host, gpu_share=sub.gpu_share or "",

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
 from corral.core.model import CyclePlan, PendingJob
 from corral.core.scheduler import schedule
@@ -36,12 +37,15 @@ from corral.engine.records import (
     START_FAILED,
     InfrastructureFailure,
     Job,
+    JobSpec,
     JobState,
     Node,
     NodeRun,
+    Service,
 )
 from corral.engine.reservations import Reservations
 from corral.engine.result import Result
+from corral.engine.service_events import ServiceEvents
 from corral.engine.snapshot import build_snapshot
 from corral.engine.tenancy import Tenancy
 from corral.engine.user_requests import UserRequests
@@ -61,7 +65,8 @@ class Engine:
                  nodes: Iterable[Node] = (), next_job_id: int = 1, tenancy: TenancySpec | None = None,
                  fairshare_state: dict[str, Any] | None = None,
                  reservations: list[dict[str, Any]] | None = None, ended: Iterable[Job] = (),
-                 unsaved_meta: Iterable[str] = (), archive: submission.JobArchive | None = None) -> None:
+                 unsaved_meta: Iterable[str] = (), archive: submission.JobArchive | None = None,
+                 services: Iterable[Service] = ()) -> None:
         """`ended`: jobs that ended before, which dependencies of active jobs name; `unsaved_meta`:
         metadata keys the store does not have yet (the next Result names them); `archive`: the jobs the
         engine no longer holds, read by id (the controller's store), for new dependencies on ended jobs."""
@@ -94,10 +99,12 @@ class Engine:
                 self.life.track(job, 0.0)
         self._requests = UserRequests(config, self.life)
         self._nodes = NodeEvents(config, self.nodes, self.active, self.life)
+        self._services = ServiceEvents(self.life, self._submit_replica, self._admit_replica, self._max_time_s,
+                                       self._partition_size, services)
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[type, Handler]:
-        requests, nodes = self._requests, self._nodes
+        requests, nodes, services = self._requests, self._nodes, self._services
         return {
             ev.SubmissionRequested: self._submission_requested,
             ev.JobSubmitted: self._submitted,
@@ -124,6 +131,12 @@ class Engine:
             ev.TimePassed: lambda event, now: (None, self._tick(now)),
             ev.CycleDue: lambda event, now: (self.last_plan, self._schedule(now)),
             ev.UsageAccrualDue: self._usage_accrual_due,
+            ev.ServiceApplied: services.applied,
+            ev.ServiceScaled: services.scaled,
+            ev.ServiceRestartRequested: services.restart_requested,
+            ev.ServiceDeleted: services.deleted,
+            ev.ProbesReported: services.probes_reported,
+            ev.ServiceLoadReported: services.load_reported,
         }
 
     # ----- the one entry
@@ -135,7 +148,14 @@ class Engine:
             reply, commands = self._handlers[type(event)](event, now)
             result.replies.append(reply)
             result.commands.extend(commands)
-        life = self.life
+        life, services = self.life, self._services
+        if services.services:
+            result.commands.extend(services.settle(list(life.dirty.values()), now))
+            result.services = list(services.dirty.values())
+            services.dirty.clear()
+        if services.forgotten:
+            result.services_forgotten = sorted(services.forgotten)
+            services.forgotten.clear()
         result.jobs = list(life.dirty.values())
         life.dirty.clear()
         result.nodes = [self.nodes[n] for n in self._nodes.dirty if n in self.nodes]
@@ -170,6 +190,11 @@ class Engine:
     def job_state(self, job_id: int) -> tuple[JobState | None, bool]:
         return self.life.job_state(job_id)
 
+    @property
+    def services(self) -> dict[str, Service]:
+        """The services (read only), deleted ones included until their last replica is gone."""
+        return self._services.services
+
     def next_deadline(self, now: float | None = None) -> float | None:
         """When the engine must look again with nothing else happening. Past times are due now: each
         is acted on by TimePassed or CycleDue and so goes away, except the two kinds filtered by `now`
@@ -196,6 +221,7 @@ class Engine:
                              if v.preemptible_from is not None and not v.completing)
             else:
                 later.append(active.deadlines.next_preemptible(active.views.running, now))
+        later.append(self._services.next_deadline(now))
         times.extend(t for t in later if t is not None and (now is None or t > now))
         return min(times, default=None)
 
@@ -206,13 +232,32 @@ class Engine:
         """A submission as a user states it, decided by corral.engine.submission (or refused with an
         AdmissionError, having changed nothing). Reply: its first job id, and every array task's id ([] for
         a plain job)."""
-        cluster = submission.ClusterView(self.config, self._nodes.partition_members(), self.tenancy, self.reservations,
-                                         self.active.jobs, self.next_job_id)
-        accepted = submission.decide(event.request, cluster, self.archive)
+        accepted = submission.decide(event.request, self._cluster_view(), self.archive)
         for target in accepted.dependency_targets:
             self.life.remember(target)
         ids = [self._submitted(ev.JobSubmitted(spec, accepted.held), now)[0].id for spec in accepted.specs]
         return (ids[0], ids if accepted.array else []), []
+
+    def _cluster_view(self) -> submission.ClusterView:
+        return submission.ClusterView(self.config, self._nodes.partition_members(), self.tenancy, self.reservations,
+                                      self.active.jobs, self.next_job_id)
+
+    def _admit_replica(self, request: JobSubmit) -> submission.Accepted:
+        return submission.decide(request, self._cluster_view())
+
+    def _submit_replica(self, request: JobSubmit, mark: Callable[[JobSpec], JobSpec], now: float) -> Job:
+        """A service's replica, decided as any submission (quota, limits, partitions) and marked as the
+        replica it is."""
+        spec = self._admit_replica(request).specs[0]
+        return self._submitted(ev.JobSubmitted(mark(spec)), now)[0]
+
+    def _partition_size(self, partition: str) -> int:
+        config = self.config.partition(partition)
+        return len(self._nodes.partition_members().of(config)[0]) if config is not None else 0
+
+    def _max_time_s(self, partition: str | None) -> int | None:
+        config = self.config.partition(partition) if partition else self.config.default_partition
+        return config.max_time_s if config is not None else None
 
     def _submitted(self, event: ev.JobSubmitted, now: float) -> tuple[Job, list[Command]]:
         job = Job(id=self.next_job_id, spec=event.spec, submit_time=now, held=event.held)
@@ -237,7 +282,8 @@ class Engine:
         gated.update(self._too_fresh(now))
         held = tuple(hold_reservation(self.active.jobs[job_id]) for job_id in self.active.holds)
         snapshot = build_snapshot(self.active, self.nodes, self.config, self.tenancy.queues,
-                                  self.reservations.core() + held, now, exclude=gated)
+                                  self.reservations.core() + held, now, exclude=gated,
+                                  budgets=self._services.disruption_budgets())
         plan = schedule(snapshot, self.config.scheduler)
         self.last_plan = plan
         jobs = self.active.jobs
@@ -279,6 +325,8 @@ class Engine:
         run = job.runs.get(event.node) if job and _this_run(job, event.restart_count) else None
         if job is not None and run is not None and not run.started:
             run.started = True
+            if job.spec.service:
+                self._services.started(job, event.node, dict(event.ports) if event.ports else None)
             node = self.nodes.get(event.node)
             if node is not None and not node.run_as_user:  # the job record says its tasks were not its user's
                 job.history.append({"t": now, "event": AS_AGENT_USER, "node": node.name, "user": node.agent_user})
@@ -372,6 +420,7 @@ class Engine:
         if self.reservations.expire(now):
             self._dirty_meta.add("reservations")
         self._release_holds(now)
+        self._services.due(now)
         return commands
 
     def _release_holds(self, now: float) -> None:

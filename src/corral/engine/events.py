@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.api.schemas import JobSubmit
+from corral.api.services import ServiceSpec
 from corral.api.tenancy import ReservationSpec, TenancySpec
 from corral.engine.membership import Inventory
 from corral.engine.records import InfrastructureFailure, JobSpec
@@ -121,6 +122,8 @@ class TasksStarted:
     job_id: int
     # The run (the job's restart count) the report is about; None: the agent did not say (an older agent).
     restart_count: int | None = None
+    # The ports the agent chose for a service replica's named ports on this node (NodeStarted.ports).
+    ports: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +234,69 @@ class UsageAccrualDue:
     """Charge running jobs' fair-share usage up to now (TimePassed does it every ACCRUE_EVERY_S)."""
 
 
+# ----- services (engine/service_events.py)
+
+@dataclass(frozen=True, slots=True)
+class ServiceApplied:
+    """Create a service, or change its spec (a new revision: a rolling update). Reply: the Service; refused
+    (AdmissionError naming what) when one replica of it could never be admitted."""
+
+    spec: ServiceSpec
+    user: str
+    uid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceScaled:
+    name: str
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceRestartRequested:
+    """Replace every replica, one after the other as in a rolling update (same spec, a new revision)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceDeleted:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One probe's state on a replica's node, as the agent's ProbeRunner sees it: `ok`, how many results in
+    a row say so, and the last check's words ("HTTP 500", "connection refused")."""
+
+    ok: bool
+    consecutive: int = 1
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbesReported:
+    """A replica's probes changed on `node`: per probe kind ("startup", "readiness", "liveness")."""
+
+    job_id: int
+    node: str
+    results: Mapping[str, ProbeResult]
+    restart_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLoadReported:
+    """The gateway's counts for a service (the autoscaler's input): requests in flight, requests/s, when."""
+
+    name: str
+    inflight: float
+    rps: float
+    at: float
+
+
 Event = (SubmissionRequested | JobSubmitted | CancelRequested | SignalRequested | RequeueRequested
          | UpdateRequested | HoldRequested | StepRequested | AllocationCompleted | NodeRegistered | NodeContacted
          | TasksStarted | TasksFinished | StepTasksFinished | NodeLost | NodeUnhealthy | DrainRequested | TenancyChanged
          | ReservationAdded | ReservationRemoved | ClusterStopRequested | ListenerStalled | TimePassed | CycleDue
-         | UsageAccrualDue)
+         | UsageAccrualDue | ServiceApplied | ServiceScaled | ServiceRestartRequested | ServiceDeleted | ProbesReported
+         | ServiceLoadReported)

@@ -4,17 +4,26 @@ of an active job goes through here, which keeps the ActiveSet in step and collec
 from __future__ import annotations
 
 import signal
-from typing import Any
+from typing import Any, Protocol
 
 from corral import kill_reasons
 from corral.core.model import NodeSlice
 from corral.engine import steps
 from corral.engine.active import ActiveSet
+from corral.engine.after_run import (
+    CrashLoop,
+    Finish,
+    RequeueBackoff,
+    Reschedule,
+    RestartInPlace,
+    after_run,
+    stop_towards,
+)
 from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.deadlines import warn_at
 from corral.engine.fairshare import FairShare
-from corral.engine.outcome import final_state, fold_exit, kill_reason
+from corral.engine.outcome import fold_exit, kill_reason
 from corral.engine.records import (
     INFRA_FAILED,
     INFRA_REASON,
@@ -25,7 +34,6 @@ from corral.engine.records import (
     JobState,
     NodeRun,
 )
-from corral.engine.shutdown import may_requeue
 from corral.engine.tenancy import Tenancy
 
 ACTIVE = (JobState.PENDING, JobState.RUNNING, JobState.COMPLETING)
@@ -41,6 +49,15 @@ class WrongState(ValueError):
     """The job's state does not allow the operation (the message says why)."""
 
 
+class Restarts(Protocol):
+    """Where restarting kinds' policies live (the engine's services): a replica's backoff, and being told
+    of a restart decided."""
+
+    def crash_loop(self, job: Job) -> CrashLoop | None: ...
+
+    def restarting(self, job: Job, decision: RestartInPlace, now: float) -> None: ...
+
+
 class Lifecycle:
     def __init__(self, config: EngineConfig, active: ActiveSet, fairshare: FairShare, tenancy: Tenancy) -> None:
         self.config = config
@@ -50,6 +67,8 @@ class Lifecycle:
         self.dirty: dict[int, Job] = {}  # changed since the last Result
         # Final states of ended jobs that dependencies may ask about: id -> (state, had started).
         self.ended: dict[int, tuple[JobState, bool]] = {}
+        self.backoff = RequeueBackoff(config.requeue_backoff_s, config.requeue_backoff_max_s)
+        self.restarts: Restarts | None = None  # set by the engine's services
 
     # ----- bookkeeping
 
@@ -110,15 +129,16 @@ class Lifecycle:
         job.end_time = None
         job.expedited, job.hold_nodes, job.hold_until = False, (), None
         job.reason, job.reason_detail, job.estimated_start = "None", "", None
-        job.warned = False
+        job.warned, job.ready, job.endpoints = False, False, {}
         # A batch job's script runs on its first node only; the other nodes wait for its steps. An
         # allocation runs nothing: its first node's part stands for the holder until it completes.
-        launched = slices[:1] if job.spec.batch or job.spec.allocation else slices
-        job.runs = {s.node: NodeRun(started=job.spec.allocation) for s in launched}
+        kind = job.spec.kind
+        launched = kind.launched(slices)
+        job.runs = {s.node: NodeRun(started=not kind.launches_tasks) for s in launched}
         job.steps = []
         self.active.occupy(job, self.tenancy)
         self.touch(job)
-        if job.spec.allocation:
+        if not kind.launches_tasks:
             return []
         return [Launch(job.id, s.node) for s in launched]
 
@@ -134,8 +154,7 @@ class Lifecycle:
             self.active.claims.setdefault(preemptor_id, set()).add(victim_id)
             self.reprioritize(preemptor, now)
             self.touch(preemptor)
-        requeue = qos.preempt_mode == "requeue" and victim.spec.requeue
-        return self.begin_kill(victim, now, JobState.PENDING if requeue else JobState.PREEMPTED,
+        return self.begin_kill(victim, now, stop_towards(victim.spec, PREEMPTED, qos.preempt_mode),
                                grace_s=qos.grace_s)
 
     # ----- signals and deadlines
@@ -143,8 +162,9 @@ class Lifecycle:
     def signal_commands(self, job: Job, signum: int, target: str) -> list[Command]:
         """Signal-only Kills. A batch job's own process is its batch shell ("batch"); a job started with
         a command has its tasks, which scancel treats as steps; srun steps are "steps"."""
-        own = [n for n, r in job.runs.items() if not r.finished and not job.spec.allocation]
-        own_scopes = ("all", "batch") if job.spec.batch else ("all", "steps")
+        kind = job.spec.kind
+        own = [n for n, r in job.runs.items() if not r.finished and kind.launches_tasks]
+        own_scopes = ("all", kind.own_scope)
         # slurmstepd announces a SIGTERM or SIGKILL as a cancel, whoever sends it.
         reason = kill_reasons.CANCELLED if signum in (signal.SIGTERM, signal.SIGKILL) else None
         commands: list[Command] = []
@@ -164,7 +184,7 @@ class Lifecycle:
             job.warned = True
             self.touch(job)
             # --signal=B:SIG warns the batch shell only; plain --signal=SIG, every step (Slurm's rule).
-            target = "batch" if job.spec.warn_batch else "steps" if job.spec.batch else "all"
+            target = "batch" if job.spec.warn_batch else job.spec.kind.warn_target
             return self.signal_commands(job, job.spec.warn_signal, target)
         return []
 
@@ -175,7 +195,7 @@ class Lifecycle:
         job.state, job.final_state = JobState.COMPLETING, final
         grace = self.config.kill_grace_s if grace_s is None else grace_s
         job.kill_deadline = now + grace + self.config.kill_report_timeout_s
-        if job.spec.allocation:
+        if not job.spec.kind.launches_tasks:
             # Nothing of the holder's runs on the nodes: its part is over at once; steps get the signal.
             for node, run in job.runs.items():
                 if not run.finished:
@@ -207,7 +227,9 @@ class Lifecycle:
         if steps.live_step_nodes(job):
             if job.state is JobState.COMPLETING:
                 return []
-            job.final_state = final_state(job)
+            decision = after_run(job, self.backoff)
+            assert isinstance(decision, Finish), decision  # a run that ended by itself has no stop cause
+            job.final_state = decision.state
             return self.begin_kill(job, now, job.final_state)
         self.end_run(job, now)
         return []
@@ -223,13 +245,14 @@ class Lifecycle:
         if failure is not None:
             entry = {"t": now, "event": INFRA_FAILED, "node": node, "kind": failure.kind, "reason": failure.reason}
         if job.state is JobState.RUNNING:
-            again = may_requeue(job.spec)
-            job.history.append({**entry, "outcome": "requeued" if again else JobState.NODE_FAIL.value})
+            towards = stop_towards(job.spec, NODE_FAILED)
+            again = towards is JobState.PENDING
+            job.history.append({**entry, "outcome": "requeued" if again else towards.value})
             if again:
                 job.stop_cause = NODE_FAILED
             if failure is not None:
                 job.reason, job.reason_detail = f"{INFRA_REASON}:{node}: {failure.reason}"[:REASON_MAX_CHARS], ""
-            return self.begin_kill(job, now, JobState.PENDING if again else JobState.NODE_FAIL)
+            return self.begin_kill(job, now, towards)
         if failure is not None:
             job.history.append(entry)
         if all(r.finished for r in job.runs.values()) and not steps.live_step_nodes(job):
@@ -242,13 +265,22 @@ class Lifecycle:
         steps.close_steps(job, now)
         self.fairshare.charge_job(job, now)
         self.active.release(job)
-        if job.final_state is JobState.PENDING:
-            self._requeue(job, now)
+        restarts = self.restarts
+        crash_loop = restarts.crash_loop(job) if restarts is not None and job.spec.kind.restarts else None
+        decision = after_run(job, self.backoff, now, crash_loop)
+        if isinstance(decision, Finish):
+            self.finish(job, now, decision.state)
+        elif isinstance(decision, Reschedule):
+            self._requeue(job, None, now)
         else:
-            self.finish(job, now, final_state(job))
+            if isinstance(decision, RestartInPlace) and restarts is not None:
+                restarts.restarting(job, decision, now)
+            self._requeue(job, decision.delay_s, now)
 
-    def _requeue(self, job: Job, now: float) -> None:
-        self._requeue_backoff(job, now)
+    def _requeue(self, job: Job, delay_s: float | None, now: float) -> None:
+        if delay_s is not None:
+            job.eligible_at = now + delay_s
+            self.active.deadlines.push_eligible(job)
         job.prior_gpu_seconds += job.run_gpu_seconds(now)
         entry = {"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now}
         job.history.append(entry)
@@ -264,6 +296,7 @@ class Lifecycle:
         job.state, job.final_state, job.kill_deadline = JobState.PENDING, None, None
         job.start_time = job.end_time = None
         job.slices, job.runs = (), {}
+        job.ready, job.endpoints = False, {}
         job.exit_code = job.exit_signal = 0
         job.reason, job.reason_detail = "None", ""
         self.active.views.forget(job.id)
@@ -282,21 +315,13 @@ class Lifecycle:
             self.active.holds[job.id] = job.hold_until
             job.history.append({"t": now, "event": "nodes-held", "nodes": list(healthy), "until": job.hold_until})
 
-    def _requeue_backoff(self, job: Job, now: float) -> None:
-        """A job preempted again and again waits longer each time before it may start again."""
-        if job.stop_cause == PREEMPTED and job.preemptions >= 2:
-            config = self.config
-            delay = min(config.requeue_backoff_max_s, config.requeue_backoff_s * 2 ** (job.preemptions - 2))
-            job.eligible_at = now + delay
-            self.active.deadlines.push_eligible(job)
-
     def finish(self, job: Job, now: float, state: JobState) -> None:
         job.state, job.end_time, job.kill_deadline = state, now, None
         if state is JobState.CANCELLED and job.start_time is None:
             job.exit_code, job.exit_signal = 0, 0
         else:
             job.exit_code, job.exit_signal = fold_exit(job)
-        job.estimated_start = None
+        job.estimated_start, job.ready = None, False
         self.touch(job)
         self.active.drop(job)
         self.ended[job.id] = (state, job.start_time is not None)

@@ -5,7 +5,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from corral.api.services import ServiceSpec
 from corral.core.model import Gpu, NodeSlice, Request
+from corral.engine.kinds import JobKind, kind_from_flags
 
 
 class JobState(str, Enum):
@@ -81,6 +83,17 @@ class JobSpec:
     # sbatch --requeue=expedite (Slurm 25.11): requeued after a node failure, the job goes first and the
     # healthy nodes it ran on are held for it (Job.expedited, Job.hold_nodes).
     expedited_requeue: bool = False
+    # A replica of a service: the service's name, the revision of its spec, the replica's index.
+    service: str = ""
+    service_revision: int = 0
+    replica: int = -1
+    # At most this many replicas of its service on one node (the service's placement; 0: no limit).
+    max_per_node: int = 0
+
+    @property
+    def kind(self) -> JobKind:
+        """Its row of the behaviour table (engine/kinds.py), derived from the stored fields."""
+        return kind_from_flags(self.batch, self.allocation, self.service)
 
 
 @dataclass(slots=True)
@@ -193,6 +206,10 @@ class Job:
     expedited: bool = False
     hold_nodes: tuple[str, ...] = ()
     hold_until: float | None = None
+    # A service replica's: ready for traffic (its readiness probe passed; none: once started), and the
+    # ports its agents chose, per node ({"node1": {"http": 41234}}).
+    ready: bool = False
+    endpoints: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def gpu_count(self) -> int:
@@ -237,3 +254,42 @@ class Node:
     run_as_user: bool = True  # False: development mode, every task runs as `agent_user`
     agent_user: str = ""
     cgroups: str = ""  # "cgroup v2 at ...", or why there are none
+
+
+@dataclass(slots=True)
+class ReplicaRestarts:
+    """One replica index's restarts (CrashLoopBackOff): how many in all, and how many in a row without a
+    healthy period between them (the backoff doubles with it)."""
+
+    count: int = 0
+    streak: int = 0
+
+
+@dataclass(slots=True)
+class Service:
+    """A declared service: its spec, `revision` (+1 per changed spec), how many replicas it wants now
+    (the spec's, or what it was scaled to), and per replica index its restarts. Every replica is a Job
+    (JobSpec.service = name)."""
+
+    spec: ServiceSpec
+    revision: int
+    desired_replicas: int
+    created: float
+    # The revision being replaced while a rolling update runs (0: none), and when the update began.
+    previous_revision: int = 0
+    previous_spec: ServiceSpec | None = None
+    update_started: float | None = None
+    deleted: bool = False  # being deleted: its replicas are stopped, then it is forgotten
+    restarts: dict[int, ReplicaRestarts] = field(default_factory=dict)
+    # Why it has fewer replicas than it wants (a replica could not be admitted), in words; "" when none.
+    reason: str = ""
+    # Events worth explaining: {"t": time, "event": "applied"|"scaled"|"restarted"|..., ...}.
+    history: list[dict[str, Any]] = field(default_factory=list)
+    # The gateway's last load report (the autoscaler's input): in-flight requests, requests/s, when.
+    load: tuple[float, float, float] | None = None
+    last_busy: float = 0.0  # when a load report last counted a request
+    uid: int = 0  # its user's, for its replicas
+
+    @property
+    def name(self) -> str:
+        return self.spec.name

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.engine.commands import Command
-from corral.engine.records import Job, Node
+from corral.engine.records import Job, Node, Service
 
 # The cluster metadata the store keeps beside jobs and nodes (Result.meta names those that changed).
 META_KEYS = ("tenancy", "fairshare", "reservations")
@@ -21,6 +21,9 @@ class Result:
     nodes: list[Node] = field(default_factory=list)
     meta: frozenset[str] = frozenset()
     replies: list[Any] = field(default_factory=list)
+    # Services whose records changed (to commit with the jobs), and deleted ones whose last replica is gone.
+    services: list[Service] = field(default_factory=list)
+    services_forgotten: list[str] = field(default_factory=list)
 
     @property
     def reply(self) -> Any:

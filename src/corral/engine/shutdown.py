@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from corral.engine.after_run import stop_towards
 from corral.engine.commands import Command
-from corral.engine.records import CLUSTER_STOPPED, Job, JobSpec, JobState
+from corral.engine.records import CLUSTER_STOPPED, Job, JobState
 
 STOPPED_EVENT = CLUSTER_STOPPED
 
@@ -35,12 +36,6 @@ class ClusterStop:
         return self.requeue + self.end + self.already_stopping
 
 
-def may_requeue(spec: JobSpec) -> bool:
-    # An allocation's holder (salloc, srun outside a job) goes away with the cluster: requeued, the
-    # allocation would wait for a holder that never comes back.
-    return spec.requeue and not spec.allocation
-
-
 def plan_stop(running: Iterable[Job], pending: int) -> ClusterStop:
     """What becomes of each running and completing job (the engine then stops them; `commands` empty)."""
     requeue: list[int] = []
@@ -50,5 +45,6 @@ def plan_stop(running: Iterable[Job], pending: int) -> ClusterStop:
         if job.state is not JobState.RUNNING:
             already.append(job.id)
         else:
-            (requeue if may_requeue(job.spec) else end).append(job.id)
+            towards = stop_towards(job.spec, CLUSTER_STOPPED)
+            (requeue if towards is JobState.PENDING else end).append(job.id)
     return ClusterStop(tuple(requeue), tuple(end), tuple(already), pending)

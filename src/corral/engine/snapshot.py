@@ -18,7 +18,7 @@ def node_usage(active: ActiveSet, nodes: Mapping[str, Node]) -> dict[str, tuple[
 
 def build_snapshot(active: ActiveSet, nodes: Mapping[str, Node], config: EngineConfig,
                    queues: tuple[QueueQuota, ...], reservations: tuple[AdvanceReservation, ...], now: float,
-                   exclude: AbstractSet[int] = frozenset()) -> Snapshot:
+                   exclude: AbstractSet[int] = frozenset(), budgets: Mapping[str, int] | None = None) -> Snapshot:
     node_views = active.usage.views(nodes.values())
     pending = active.views.pending
     if exclude:
@@ -30,4 +30,5 @@ def build_snapshot(active: ActiveSet, nodes: Mapping[str, Node], config: EngineC
     return Snapshot(
         now=now, nodes=node_views, partitions=tuple(p.core() for p in config.partitions),
         running=running, pending=waiting, queues=queues, reservations=reservations, base=base,
+        disruption_budgets=budgets or {},
     )

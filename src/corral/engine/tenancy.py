@@ -138,6 +138,9 @@ class Tenancy:
     def preempts(self, spec: JobSpec) -> frozenset[str]:
         return frozenset(self.qos_of(spec).preempts)
 
+    def overrides_min_ready(self, spec: JobSpec) -> bool:
+        return self.qos_of(spec).overrides_min_ready
+
     def submit_limits(self, user: str, account: str) -> list[tuple[str, str, int]]:
         """(kind, name, limit) of every max_submit_jobs that applies: the user's, its account's and the
         account's ancestors'."""

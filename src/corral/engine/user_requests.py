@@ -8,6 +8,7 @@ from typing import Any
 
 from corral.engine import events as ev
 from corral.engine import steps
+from corral.engine.after_run import stop_towards
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig
 from corral.engine.lifecycle import Lifecycle, WrongState
@@ -43,7 +44,7 @@ class UserRequests:
             raise WrongState(f"job {job.id} is {job.state.value}: only a running job can be requeued")
         job.history.append({"t": now, "event": REQUEUE_REQUESTED})
         job.stop_cause = REQUEUE_REQUESTED
-        return None, self.life.begin_kill(job, now, JobState.PENDING)
+        return None, self.life.begin_kill(job, now, stop_towards(job.spec, REQUEUE_REQUESTED))
 
     def signal(self, event: ev.SignalRequested, now: float) -> NoReply:
         """Deliver a signal without ending the job (scancel --signal). Its scope, as scancel's: "steps"
@@ -103,7 +104,7 @@ class UserRequests:
     def complete(self, event: ev.AllocationCompleted, now: float) -> NoReply:
         """An allocation's holder (salloc, or srun outside a job) is done with it."""
         job = self.life.get(event.job_id)
-        if not job.spec.allocation:
+        if not job.spec.kind.completed_by_holder:
             raise WrongState(f"job {job.id} is not an allocation (salloc): it ends when its tasks do")
         if job.state is not JobState.RUNNING:
             raise WrongState(f"job {job.id} is {job.state.value}: only a running allocation can be completed")

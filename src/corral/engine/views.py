@@ -48,7 +48,8 @@ class Views:
         view = PendingJob(job.id, factors.total, job.submit_time, spec.request, held=job.held, user=spec.user,
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
                           preempts_qos=tenancy.preempts(spec), reservation=reservation, claim=claim,
-                          expedited=job.expedited)
+                          expedited=job.expedited, ignores_budgets=tenancy.overrides_min_ready(spec),
+                          group=spec.service, max_per_node=spec.max_per_node)
         self.pending[job.id] = view
         return view
 
@@ -77,7 +78,7 @@ class Views:
         view = RunningJob(job.id, expected_end(job), job.slices, priority=factors.total if factors else 0,
                           queue=job.spec.queue, qos=job.spec.qos, start_time=job.run_start,
                           preemptible_from=tenancy.preemptible_from(job), charges=tenancy.charges(job),
-                          completing=completing, gpu_model=model)
+                          completing=completing, gpu_model=model, budget_group=job.spec.service)
         self.running[job.id] = view
         return view
 

@@ -10,7 +10,9 @@ never go silent, and jobs start as soon as the policy allows. tests/sim/test_rep
 that the live controller, driven by fake agents and a fake clock, makes the same decisions. The engine's
 commands are carried out by a stand-in for the agents: a Launch schedules the job's natural end (its real
 duration from the trace), a Kill ends it after a short, configurable stopping delay, and a signal-only
-Kill changes nothing.
+Kill changes nothing. Services (SimService) are applied and deleted at their times through the same engine
+events as the live controller's; their replicas run until stopped, or each run ends after `run_s` (a
+crashing service, restarted by the engine with its backoff).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from corral.api.schemas import JobSubmit
+from corral.api.services import ServiceSpec
 from corral.api.tenancy import TenancySpec
 from corral.core.model import Gpu
 from corral.engine.admission import AdmissionError
@@ -27,7 +30,16 @@ from corral.engine.build import build_engine
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import Engine
-from corral.engine.events import CycleDue, NodeRegistered, SubmissionRequested, TasksFinished, TasksStarted, TimePassed
+from corral.engine.events import (
+    CycleDue,
+    NodeRegistered,
+    ServiceApplied,
+    ServiceDeleted,
+    SubmissionRequested,
+    TasksFinished,
+    TasksStarted,
+    TimePassed,
+)
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
 from corral.engine.records import Job, JobState
@@ -47,6 +59,18 @@ class SimSubmission:
     at_s: float
     request: JobSubmit  # decided as the live controller decides it (a SubmissionRequested event)
     duration_s: float  # how long the job (each task of an array) would run if nothing stopped it
+
+
+@dataclass(frozen=True, slots=True)
+class SimService:
+    """A service applied at `at_s` by `user` (deleted at `delete_at_s` if given); each run of its replicas
+    ends by itself after `run_s` (None: never)."""
+
+    at_s: float
+    spec: ServiceSpec
+    user: str
+    run_s: float | None = None
+    delete_at_s: float | None = None
 
 
 @dataclass
@@ -103,11 +127,18 @@ class Simulation:
         self._seq = itertools.count()
         self._durations: dict[int, float] = {}
         self._ends: dict[int, float] = {}  # job id -> the end event that counts for its current run
+        self._replica_runs: dict[str, float | None] = {}  # service name -> how long each replica run lasts
         self.result = SimResult()
 
     def submit(self, submissions: Iterable[SimSubmission]) -> None:
         for index, sub in enumerate(submissions):
             self._push(sub.at_s, "submit", (index, sub))
+
+    def apply_services(self, services: Iterable[SimService]) -> None:
+        for service in services:
+            self._push(service.at_s, "service", service)
+            if service.delete_at_s is not None:
+                self._push(service.delete_at_s, "service-delete", service.spec.name)
 
     def _push(self, at: float, kind: str, payload: object) -> None:
         heapq.heappush(self._events, (at, next(self._seq), kind, payload))
@@ -146,12 +177,21 @@ class Simulation:
                 self._submitted[job_id] = engine.jobs[job_id]
             self.result.ids[index] = first
             return True
+        if kind == "service":
+            self._replica_runs[payload.spec.name] = payload.run_s
+            self._carry_out(engine.handle(ServiceApplied(payload.spec, payload.user), now=now).commands, now)
+            return True
+        if kind == "service-delete":
+            self._carry_out(engine.handle(ServiceDeleted(payload), now=now).commands, now)
+            return True
         if kind == "end":
             job_id, at, sig = payload
             ended = engine.jobs.get(job_id)
             if ended is None or self._ends.get(job_id) != at:
                 return False  # a stale end: the run it belonged to was stopped earlier
-            engine.handle(*(TasksFinished(node, job_id, ((0, 0, sig),)) for node in list(ended.runs)), now=now)
+            # Its end may stop others (a service's old replica, replaced): carried out as the live controller does.
+            result = engine.handle(*(TasksFinished(node, job_id, ((0, 0, sig),)) for node in list(ended.runs)), now=now)
+            self._carry_out(result.commands, now)
             if ended.state.terminal:
                 self.result.finished.append(ended)
             return True
@@ -181,7 +221,9 @@ class Simulation:
                 self.result.first_starts.setdefault(cmd.job_id, now)
                 job = self.engine.jobs[cmd.job_id]
                 self.engine.handle(*(TasksStarted(node, cmd.job_id) for node in job.runs), now=now)
-                self._end_at(cmd.job_id, now + self._durations[cmd.job_id], 0)
+                duration = self._replica_runs[job.spec.service] if job.spec.service else self._durations[cmd.job_id]
+                if duration is not None:  # a replica that never ends by itself has no end event
+                    self._end_at(cmd.job_id, now + duration, 0)
             elif isinstance(cmd, Kill) and cmd.grace_s >= 0:
                 self._end_at(cmd.job_id, now + min(self.stop_delay_s, cmd.grace_s), int(cmd.signal))
 

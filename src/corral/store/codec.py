@@ -16,8 +16,20 @@ from operator import attrgetter
 from typing import Any
 
 from corral import hostlist
+from corral.api.services import ServiceSpec
 from corral.core.model import Gpu, NodeSlice, Request
-from corral.engine.records import PREEMPTED, STOP_CAUSES, Job, JobSpec, JobState, Node, NodeRun, Step
+from corral.engine.records import (
+    PREEMPTED,
+    STOP_CAUSES,
+    Job,
+    JobSpec,
+    JobState,
+    Node,
+    NodeRun,
+    ReplicaRestarts,
+    Service,
+    Step,
+)
 
 Json = dict[str, Any]
 
@@ -137,7 +149,8 @@ def job_to_row(job: Job) -> Json:
                   "reason_detail": job.reason_detail, "history": job.history,
                   "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at,
                   "preemptions": job.preemptions, "warned": job.warned, "stop_cause": job.stop_cause,
-                  "expedited": job.expedited, "hold_nodes": list(job.hold_nodes), "hold_until": job.hold_until},
+                  "expedited": job.expedited, "hold_nodes": list(job.hold_nodes), "hold_until": job.hold_until,
+                  **({"ready": job.ready, "endpoints": job.endpoints} if job.spec.service else {})},
     }
 
 
@@ -170,6 +183,8 @@ def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
         expedited=extra.get("expedited", False),
         hold_nodes=tuple(extra.get("hold_nodes", ())),
         hold_until=extra.get("hold_until"),
+        ready=extra.get("ready", False),
+        endpoints=extra.get("endpoints", {}),
         **_engine_facts(extra, row.start_time),
     )
 
@@ -232,4 +247,48 @@ def node_from_row(row: Any) -> Node:
         last_seen=row.last_seen,
         partitions=frozenset(row.partitions),
         **(row.isolation or {}),
+    )
+
+
+def service_to_row(service: Service) -> Json:
+    """Every column of the services table. The spec is stored as its JSON dump (pydantic's own)."""
+    previous = service.previous_spec
+    return {
+        "name": service.name,
+        "user": service.spec.user,
+        "revision": service.revision,
+        "desired_replicas": service.desired_replicas,
+        "created": service.created,
+        "deleted": service.deleted,
+        "spec": service.spec.model_dump(mode="json"),
+        "extra": {"previous_revision": service.previous_revision,
+                  "previous_spec": previous.model_dump(mode="json") if previous is not None else None,
+                  "update_started": service.update_started,
+                  "restarts": {str(index): [r.count, r.streak] for index, r in sorted(service.restarts.items())},
+                  "reason": service.reason, "history": service.history,
+                  "load": list(service.load) if service.load is not None else None,
+                  "last_busy": service.last_busy, "uid": service.uid},
+    }
+
+
+def service_from_row(row: Any) -> Service:
+    extra = row.extra or {}
+    previous = extra.get("previous_spec")
+    load = extra.get("load")
+    return Service(
+        spec=ServiceSpec.model_validate(row.spec),
+        revision=row.revision,
+        desired_replicas=row.desired_replicas,
+        created=row.created,
+        deleted=bool(row.deleted),
+        previous_revision=extra.get("previous_revision", 0),
+        previous_spec=ServiceSpec.model_validate(previous) if previous is not None else None,
+        update_started=extra.get("update_started"),
+        restarts={int(index): ReplicaRestarts(count, streak)
+                  for index, (count, streak) in extra.get("restarts", {}).items()},
+        reason=extra.get("reason", ""),
+        history=list(extra.get("history", [])),
+        load=(load[0], load[1], load[2]) if load is not None else None,
+        last_busy=extra.get("last_busy", 0.0),
+        uid=extra.get("uid", 0),
     )

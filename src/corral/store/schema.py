@@ -185,3 +185,23 @@ class ControllerRow(Base):
 
 LEASE = Base.metadata.tables["leader_lease"]
 CONTROLLERS = Base.metadata.tables["controllers"]
+
+
+class ServiceRow(Base):
+    """A service (engine/records.py Service): its spec and what the engine keeps of it. Its replicas are
+    jobs (their spec's `service`). Added by 0007."""
+
+    __tablename__ = "services"
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    user: Mapped[str] = mapped_column(index=True)
+    revision: Mapped[int]
+    desired_replicas: Mapped[int]
+    created: Mapped[float]
+    deleted: Mapped[bool]
+    spec: Mapped[dict[str, Any]]
+    # The rest of the record (rolling update, restarts per replica, reason, history, load, uid).
+    extra: Mapped[dict[str, Any]]
+
+
+SERVICES = Base.metadata.tables["services"]

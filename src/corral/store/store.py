@@ -12,13 +12,13 @@ from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import Select
 
-from corral.engine.records import Job, JobState, Node
+from corral.engine.records import Job, JobState, Node, Service
 from corral.store import codec, migrate
 from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
 from corral.store.errors import StoreError
 from corral.store.errors import translated as _translated
 from corral.store.lease import check_fence
-from corral.store.schema import JOBS, META, NODES
+from corral.store.schema import JOBS, META, NODES, SERVICES
 from corral.store.upsert import BulkUpsert
 
 ACTIVE_STATES = tuple(state for state in JobState if not state.terminal)
@@ -41,6 +41,11 @@ class Changes:
     jobs: list[Any] = field(default_factory=list)
     nodes: list[Any] = field(default_factory=list)
     meta: list[Any] = field(default_factory=list)
+    services: list[Any] = field(default_factory=list)
+    services_forgotten: list[str] = field(default_factory=list)  # deleted services whose rows go
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.nodes or self.meta or self.services or self.services_forgotten)
 
 
 def _unique(records: Iterable[R], key: Callable[[R], Any]) -> list[R]:
@@ -65,6 +70,7 @@ class Store:
         self._upsert_jobs = BulkUpsert(engine.dialect, JOBS)
         self._upsert_nodes = BulkUpsert(engine.dialect, NODES)
         self._upsert_meta = BulkUpsert(engine.dialect, META)
+        self._upsert_services = BulkUpsert(engine.dialect, SERVICES)
         # The leader lease epoch every write must still find (store.lease), or None: writes unfenced
         # (a store outside a controller that takes part in leadership, such as tests and tools).
         self._fence: int | None = None
@@ -124,28 +130,40 @@ class Store:
         if fence is not None:
             check_fence(connection, fence)
 
-    def save(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (), meta: Mapping[str, str] | None = None) -> None:
-        """Insert or update every job, node and cluster_meta entry, all in one transaction."""
-        self.write(self.encode(jobs, nodes, meta))
+    def save(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (), meta: Mapping[str, str] | None = None,
+             services: Iterable[Service] = (), services_forgotten: Iterable[str] = ()) -> None:
+        """Insert or update every job, node, service and cluster_meta entry (and delete forgotten services),
+        all in one transaction."""
+        self.write(self.encode(jobs, nodes, meta, services, services_forgotten))
 
     def encode(self, jobs: Iterable[Job] = (), nodes: Iterable[Node] = (),
-               meta: Mapping[str, str] | None = None) -> Changes:
+               meta: Mapping[str, str] | None = None, services: Iterable[Service] = (),
+               services_forgotten: Iterable[str] = ()) -> Changes:
         """The rows save() would write, encoded now: the records may change once this returns (the
         controller encodes on its event loop and writes from a thread)."""
         return Changes(
             jobs=[self._upsert_jobs.bind(codec.job_to_row(job)) for job in _unique(jobs, attrgetter("id"))],
             nodes=[self._upsert_nodes.bind(codec.node_to_row(node)) for node in _unique(nodes, attrgetter("name"))],
-            meta=[self._upsert_meta.bind({"key": key, "value": value}) for key, value in sorted((meta or {}).items())])
+            meta=[self._upsert_meta.bind({"key": key, "value": value}) for key, value in sorted((meta or {}).items())],
+            services=[self._upsert_services.bind(codec.service_to_row(service))
+                      for service in _unique(services, attrgetter("name"))],
+            services_forgotten=sorted(set(services_forgotten)))
 
     def write(self, changes: Changes) -> None:
         """Write encoded changes in one transaction: all of them, or none (StoreError)."""
-        if not (changes.jobs or changes.nodes or changes.meta):
+        if not changes:
             return
         with _translated("saving"), self._writer.begin() as connection:
             self._check_fence(connection)
-            self._upsert_jobs.execute(connection, changes.jobs)
-            self._upsert_nodes.execute(connection, changes.nodes)
-            self._upsert_meta.execute(connection, changes.meta)
+            self._apply(connection, changes)
+
+    def _apply(self, connection: Connection, changes: Changes) -> None:
+        self._upsert_jobs.execute(connection, changes.jobs)
+        self._upsert_nodes.execute(connection, changes.nodes)
+        self._upsert_meta.execute(connection, changes.meta)
+        self._upsert_services.execute(connection, changes.services)
+        if changes.services_forgotten:
+            connection.execute(SERVICES.delete().where(SERVICES.c.name.in_(changes.services_forgotten)))
 
     def try_write(self, changes: Changes) -> bool:
         """write() if that needs no waiting, else write nothing and return False: on SQLite, when another
@@ -153,7 +171,7 @@ class Store:
         a caller that must not wait (an event loop), and writes in another thread when this says False."""
         if self._engine.dialect.name != "sqlite":
             return False
-        if not (changes.jobs or changes.nodes or changes.meta):
+        if not changes:
             return True
         with _translated("saving"), self._writer.connect() as connection:
             sqlite = connection.connection.driver_connection
@@ -162,9 +180,7 @@ class Store:
             try:
                 with connection.begin():
                     self._check_fence(connection)
-                    self._upsert_jobs.execute(connection, changes.jobs)
-                    self._upsert_nodes.execute(connection, changes.nodes)
-                    self._upsert_meta.execute(connection, changes.meta)
+                    self._apply(connection, changes)
             except OperationalError as exc:
                 if getattr(exc.orig, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
                     return False  # rolled back: nothing written
@@ -196,6 +212,9 @@ class Store:
     def load_nodes(self) -> list[Node]:
         rows = self._rows(select(NODES).order_by(NODES.c.name))
         return [codec.node_from_row(row) for row in rows]
+
+    def load_services(self) -> list[Service]:
+        return [codec.service_from_row(row) for row in self._rows(select(SERVICES).order_by(SERVICES.c.name))]
 
     def load_active_jobs(self) -> list[Job]:
         """Jobs the controller must resume after a restart: pending, running, completing."""

@@ -1,0 +1,346 @@
+"""The engine's services: the Service records, their events, and carrying out the reconciler's plans
+(engine/services.py) through the same submission and kill paths as users' jobs, so quota, limits,
+fair share and preemption treat replicas exactly as jobs. Also the restart policy the after-run decision
+asks for (Lifecycle.restarts): a replica's CrashLoopBackOff lives on its Service, per replica index.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from corral.api.schemas import JobSubmit
+from corral.api.services import ServiceSpec
+from corral.engine import events as ev
+from corral.engine import services
+from corral.engine.after_run import CrashLoop, RestartInPlace
+from corral.engine.commands import Command
+from corral.engine.lifecycle import Lifecycle, UnknownJob, WrongState
+from corral.engine.records import Job, JobSpec, JobState, ReplicaRestarts, Service
+from corral.limits import TIME_LIMIT_S_MAX
+
+# Submits one replica: its JobSubmit, and how to mark the admitted spec as the replica; returns the Job (or
+# raises AdmissionError, having changed nothing).
+Submit = Callable[[JobSubmit, Callable[[JobSpec], JobSpec], float], Job]
+Admit = Callable[[JobSubmit], object]  # the same decision, creating nothing (AdmissionError when refused)
+LIVENESS_FAILED = "liveness-failed"
+# Spec fields that change no replica: a change of only these applies at once, without a new revision.
+HISTORY_MAX = 200  # a Service keeps its latest history lines (a crash loop adds one per restart)
+IN_PLACE_FIELDS = frozenset({"replicas", "autoscale", "min_ready", "public", "update", "restart", "placement"})
+
+
+class UnknownService(KeyError):
+    pass
+
+
+def replica_submission(spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
+    """What one replica asks for, as a user's submission would: one task per node, the service's
+    resources, account, QOS and queue; no time limit of its own unless the spec sets one (the partition's
+    maximum then bounds it, as any job's)."""
+    env = {**spec.env, "CORRAL_SERVICE": spec.name, "CORRAL_REPLICA": str(index)}
+    return JobSubmit(
+        name=spec.name, user=spec.user, uid=uid, argv=list(spec.command) if spec.command is not None else None,
+        script=spec.script, workdir=spec.workdir, env=env, partition=spec.partition, nodes=spec.nodes,
+        ntasks_per_node=1, gpus_per_node=spec.gpus_per_node, cpus_per_task=spec.cpus_per_task,
+        mem_mib=spec.mem_per_node_mib, gpu_model=spec.gpu_model, time_limit_s=spec.time_limit_s,
+        account=spec.account, qos=spec.qos, queue=spec.queue, output=f"{spec.name}-%j.out",
+    )
+
+
+class ServiceEvents:
+    def __init__(self, life: Lifecycle, submit: Submit, admit: Admit, max_time_s: Callable[[str | None], int | None],
+                 partition_size: Callable[[str], int], records: Iterable[Service] = ()) -> None:
+        self.life = life
+        self.submit = submit
+        self.admit = admit
+        self.max_time_s = max_time_s
+        self.partition_size = partition_size
+        self.services: dict[str, Service] = {s.name: s for s in records}
+        self.dirty: dict[str, Service] = {}
+        self.forgotten: set[str] = set()  # deleted services whose last replica is gone: the store drops them
+        self.touched: set[str] = set()  # to reconcile before the Result leaves
+        # Each service's active replicas by id, kept up to date from the changed jobs of every Result (a
+        # replica is created, changes and ends through the Lifecycle, which marks it changed).
+        self._replica_ids: dict[str, set[int]] = {}
+        for job in life.active.jobs.values():
+            if job.spec.service:
+                self._replica_ids.setdefault(job.spec.service, set()).add(job.id)
+        life.restarts = self
+
+    # ----- reads
+
+    def replicas(self, name: str) -> list[Job]:
+        """The service's active replicas, by id (ended ones are dropped from the index here)."""
+        jobs = self.life.active.jobs
+        ids = self._replica_ids.get(name)
+        if not ids:
+            return []
+        ids.intersection_update(jobs)
+        return [jobs[job_id] for job_id in sorted(ids)]
+
+    def get(self, name: str) -> Service:
+        service = self.services.get(name)
+        if service is None or service.deleted:
+            raise UnknownService(name)
+        return service
+
+    def disruption_budgets(self) -> dict[str, int]:
+        """Per service with a min_ready: how many of its replicas preemption may still take (its ready,
+        running replicas above min_ready)."""
+        budgets: dict[str, int] = {}
+        for service in self.services.values():
+            if service.spec.min_ready > 0:
+                ready = sum(1 for j in self.replicas(service.name) if j.state is JobState.RUNNING and j.ready)
+                budgets[service.name] = max(0, ready - service.spec.min_ready)
+        return budgets
+
+    def next_deadline(self, now: float | None) -> float | None:
+        times = [services.reconcile(s, self.replicas(s.name), now if now is not None else 0.0).next_at
+                 for s in self.services.values() if s.update_started is not None]
+        return min((t for t in times if t is not None and (now is None or t > now)), default=None)
+
+    # ----- events
+
+    def applied(self, event: ev.ServiceApplied, now: float) -> tuple[Service, list[Command]]:
+        spec = event.spec.model_copy(update={"user": event.user})
+        self.admit(self._submission(spec, event.uid, 0))
+        service = self.services.get(spec.name)
+        replicas = spec.autoscale.min_replicas if spec.autoscale is not None else spec.replicas
+        if service is None or service.deleted:
+            service = Service(spec=spec, revision=1, desired_replicas=replicas, created=now, uid=event.uid)
+            self.services[spec.name] = service
+            self.forgotten.discard(spec.name)
+            service.history.append({"t": now, "event": "applied", "revision": 1})
+        elif service.spec.user != event.user:
+            raise WrongState(f"service {spec.name!r} belongs to {service.spec.user}")
+        elif _replica_template(spec) != _replica_template(service.spec):
+            self._new_revision(service, spec, now, "applied")
+            service.desired_replicas, service.uid = replicas, event.uid
+        elif spec != service.spec:
+            service.spec, service.desired_replicas = spec, replicas
+            service.history.append({"t": now, "event": "applied", "revision": service.revision})
+        self._touch(service)
+        return service, []
+
+    def scaled(self, event: ev.ServiceScaled, now: float) -> tuple[Service, list[Command]]:
+        service = self.get(event.name)
+        service.desired_replicas = event.replicas
+        service.history.append({"t": now, "event": "scaled", "replicas": event.replicas})
+        self._touch(service)
+        return service, []
+
+    def restart_requested(self, event: ev.ServiceRestartRequested, now: float) -> tuple[Service, list[Command]]:
+        service = self.get(event.name)
+        self._new_revision(service, service.spec, now, "restart-requested")
+        self._touch(service)
+        return service, []
+
+    def deleted(self, event: ev.ServiceDeleted, now: float) -> tuple[Service, list[Command]]:
+        service = self.get(event.name)
+        service.deleted = True
+        service.history.append({"t": now, "event": "deleted"})
+        self._touch(service)
+        return service, []
+
+    def probes_reported(self, event: ev.ProbesReported, now: float) -> tuple[None, list[Command]]:
+        job = self.life.active.jobs.get(event.job_id)
+        if job is None or job.state is not JobState.RUNNING or event.node not in job.runs:
+            return None, []  # ended, or being stopped: its probes no longer matter
+        if event.restart_count is not None and event.restart_count != job.restart_count:
+            return None, []  # about an earlier run
+        liveness = event.results.get("liveness")
+        if liveness is not None and not liveness.ok:
+            why = f"liveness probe failed {liveness.consecutive} times: {liveness.detail}".rstrip(": ")
+            job.history.append({"t": now, "event": LIVENESS_FAILED, "node": event.node, "detail": why})
+            job.ready = False
+            self.life.touch(job)
+            self._touch_by_name(job.spec.service)
+            return None, self.life.begin_kill(job, now, JobState.FAILED)
+        readiness = event.results.get("readiness")
+        if readiness is not None and readiness.ok != job.ready:
+            job.ready = readiness.ok
+            self.life.touch(job)
+            self._touch_by_name(job.spec.service)
+        return None, []
+
+    def load_reported(self, event: ev.ServiceLoadReported, now: float) -> tuple[None, list[Command]]:
+        service = self.get(event.name)
+        service.load = (event.inflight, event.rps, event.at)
+        if event.inflight or event.rps:
+            service.last_busy = event.at
+        want = services.autoscaled(service, now)
+        if want is not None and want != service.desired_replicas:
+            service.history.append({"t": now, "event": "autoscaled", "from": service.desired_replicas, "to": want})
+            service.desired_replicas = want
+            self._touch(service)
+        self.dirty[service.name] = service
+        return None, []
+
+    # ----- agents' reports that concern replicas
+
+    def started(self, job: Job, node: str, ports: dict[str, int] | None) -> None:
+        """A replica's tasks started on `node`: its ports, and readiness when it has no readiness probe."""
+        if ports:
+            job.endpoints = {**job.endpoints, node: dict(ports)}
+        service = self.services.get(job.spec.service)
+        if service is not None and service.spec.probes.readiness is None and all(
+                r.started for r in job.runs.values()):
+            job.ready = True
+        self._touch_by_name(job.spec.service)
+
+    # ----- restarts (Lifecycle.restarts)
+
+    def crash_loop(self, job: Job) -> CrashLoop | None:
+        service = self.services.get(job.spec.service)
+        if service is None or service.deleted:
+            return None
+        restarts = service.restarts.get(job.spec.replica, ReplicaRestarts())
+        return CrashLoop(service.spec.restart, restarts.streak)
+
+    def restarting(self, job: Job, decision: RestartInPlace, now: float) -> None:
+        service = self.services[job.spec.service]
+        restarts = service.restarts.setdefault(job.spec.replica, ReplicaRestarts())
+        restarts.count += 1
+        restarts.streak = decision.streak
+        why = _why_ended(job)
+        line = services.crash_loop_line(job.spec.replica, why, decision.delay_s)
+        service.history.append({"t": now, "event": "restarted", "replica": job.spec.replica, "job": job.id,
+                                "detail": line})
+        del service.history[:-HISTORY_MAX]
+        job.history.append({"t": now, "event": "restarting", "detail": line, "delay_s": decision.delay_s})
+        self._touch(service)
+
+    # ----- reconciling
+
+    def settle(self, changed: Iterable[Job], now: float) -> list[Command]:
+        """Reconcile every service touched by the events just handled, or whose replicas changed."""
+        for job in changed:
+            if job.spec.service:
+                self._note(job)
+        commands: list[Command] = []
+        while self.touched:
+            name = self.touched.pop()
+            service = self.services.get(name)
+            if service is not None:
+                commands += self._carry_out(service, now)
+        return commands
+
+    def _note(self, job: Job) -> None:
+        ids = self._replica_ids.setdefault(job.spec.service, set())
+        if job.state.terminal:
+            ids.discard(job.id)
+        else:
+            ids.add(job.id)
+        self.touched.add(job.spec.service)
+
+    def due(self, now: float) -> None:
+        """A deadline rang (an update's ready timeout): look at every updating service again."""
+        self.touched.update(s.name for s in self.services.values() if s.update_started is not None)
+
+    def _carry_out(self, service: Service, now: float) -> list[Command]:
+        plan = services.reconcile(service, self.replicas(service.name), now)
+        if plan.rollback:
+            self._roll_back(service, now)
+            plan = services.reconcile(service, self.replicas(service.name), now)
+        commands: list[Command] = []
+        for stop in plan.stop:
+            job = self.life.active.jobs[stop.job_id]
+            job.history.append({"t": now, "event": "replica-stopped", "reason": stop.reason})
+            if job.state is JobState.PENDING:
+                self.life.finish(job, now, JobState.CANCELLED)
+            elif job.state is JobState.RUNNING:
+                commands += self.life.begin_kill(job, now, JobState.CANCELLED)
+            else:
+                job.final_state = JobState.CANCELLED
+                self.life.touch(job)
+        reason = ""
+        for start in plan.submit:
+            reason = reason or self._submit_replica(service, start.index, now)
+        if plan.update_done:
+            service.update_started, service.previous_revision, service.previous_spec = None, 0, None
+            service.history.append({"t": now, "event": "updated", "revision": service.revision})
+        if reason != service.reason:
+            service.reason = reason
+        if service.deleted and not self.replicas(service.name):
+            del self.services[service.name]
+            self.forgotten.add(service.name)
+        self.dirty[service.name] = service
+        return commands
+
+    def _submit_replica(self, service: Service, index: int, now: float) -> str:
+        """Submits replica `index`; "" or why it could not be admitted (the service waits with it)."""
+        revision = service.revision
+
+        def mark(spec: JobSpec) -> JobSpec:
+            per_node = self._max_per_node(service, spec.request.partition)
+            return dataclasses.replace(spec, service=service.name, service_revision=revision, replica=index,
+                                       max_per_node=per_node)
+
+        try:
+            job = self.submit(self._submission(service.spec, service.uid, index), mark, now)
+            self._replica_ids.setdefault(service.name, set()).add(job.id)
+        except ValueError as exc:  # AdmissionError, TenancyError: the same words a user's sbatch would get
+            return f"replica {index} not admitted: {exc}"
+        return ""
+
+    def _max_per_node(self, service: Service, partition: str) -> int:
+        """The replicas one node may hold: placement.max_per_node, and with spread as few as the partition's
+        nodes allow (ceil(replicas / nodes)); 0: no limit."""
+        placement = service.spec.placement
+        limit = placement.max_per_node or 0
+        if placement.spread:
+            nodes = max(1, self.partition_size(partition))
+            even = -(-max(1, service.desired_replicas) // nodes)
+            limit = min(limit, even) if limit else even
+        return limit
+
+    def _submission(self, spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
+        sub = replica_submission(spec, uid, index)
+        if sub.time_limit_s is None:
+            sub = sub.model_copy(update={"time_limit_s": self.max_time_s(spec.partition) or TIME_LIMIT_S_MAX})
+        return sub
+
+    def _new_revision(self, service: Service, spec: ServiceSpec, now: float, event: str) -> None:
+        if service.update_started is None:
+            service.previous_revision, service.previous_spec = service.revision, service.spec
+        service.spec, service.revision, service.update_started = spec, service.revision + 1, now
+        service.history.append({"t": now, "event": event, "revision": service.revision})
+
+    def _roll_back(self, service: Service, now: float) -> None:
+        """Back to the revision before the update: its replicas are current again, the new ones are replaced."""
+        previous = service.previous_spec or service.spec
+        failed = service.revision
+        service.spec, service.revision = previous, service.previous_revision or service.revision
+        service.update_started, service.previous_revision, service.previous_spec = None, 0, None
+        service.history.append({"t": now, "event": "rolled-back", "failed_revision": failed,
+                                "revision": service.revision,
+                                "detail": f"revision {failed} not ready within {previous.update.ready_timeout_s:g} s"})
+
+    def _touch(self, service: Service) -> None:
+        self.touched.add(service.name)
+        self.dirty[service.name] = service
+
+    def _touch_by_name(self, name: str) -> None:
+        if name in self.services:
+            self._touch(self.services[name])
+
+
+def _replica_template(spec: ServiceSpec) -> dict[str, Any]:
+    """What of a spec its replicas are made of (a change there is a new revision: a rolling update)."""
+    return spec.model_dump(exclude=set(IN_PLACE_FIELDS))
+
+
+def _why_ended(job: Job) -> str:
+    last: dict[str, Any] = job.history[-1] if job.history else {}
+    if last.get("event") == LIVENESS_FAILED:
+        return str(last["detail"])
+    if any(r.oom_killed for r in job.runs.values()):
+        return "out of memory"
+    if job.final_state is JobState.TIMEOUT:
+        return "time limit"
+    code = max((r.exit_code for r in job.runs.values()), default=0)
+    sig = next((r.signal for r in job.runs.values() if r.signal), 0)
+    return f"killed by signal {sig}" if sig else f"exited with {code}"
+
+
+__all__ = ["ServiceEvents", "UnknownJob", "UnknownService", "replica_submission"]

@@ -1,0 +1,318 @@
+"""Services through the engine: replicas are jobs, submitted, restarted with CrashLoopBackOff, rescheduled,
+preempted and brought back, scaled, updated and deleted by the reconciler."""
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+import pytest
+
+from corral.api.services import ServiceSpec
+from corral.api.tenancy import TenancySpec
+from corral.core.model import Gpu
+from corral.engine import events as ev
+from corral.engine.admission import AdmissionError
+from corral.engine.build import build_engine
+from corral.engine.commands import Kill, Launch
+from corral.engine.config import SIMULATED, EngineConfig
+from corral.engine.events import ProbeResult
+from corral.engine.membership import Inventory
+from corral.engine.records import JobState
+from tests.engine.builders import T0, engine_with_nodes, spec
+from tests.engine.harness import Harness
+
+
+def web(**more) -> ServiceSpec:
+    return ServiceSpec(**{"name": "web", "command": ["serve"], "replicas": 2, "gpus_per_node": 1, **more})
+
+
+def replicas(engine, name: str = "web") -> list:
+    return sorted((j for j in engine.jobs.values() if j.spec.service == name), key=lambda j: (j.spec.replica, j.id))
+
+
+def run(engine, job, now: float) -> None:
+    for node in job.runs:
+        engine.node_started(node, job.id, now)
+
+
+def exit_(engine, job, code: int, now: float) -> list:
+    return [c for node in list(job.runs) for c in engine.node_finished(node, job.id, [(0, code, 0)], None, now)]
+
+
+def test_applying_a_service_submits_its_replicas_as_jobs_of_kind_service() -> None:
+    engine = engine_with_nodes(count=2)
+    service = engine.apply_service(web(), T0)
+    assert (service.revision, service.desired_replicas, service.spec.user) == (1, 2, "alice")
+    jobs = replicas(engine)
+    assert [(j.spec.replica, j.spec.kind.name, j.spec.name, j.spec.service_revision) for j in jobs] == [
+        (0, "service", "web", 1), (1, "service", "web", 1)]
+    assert jobs[0].spec.env["CORRAL_SERVICE"] == "web" and jobs[1].spec.env["CORRAL_REPLICA"] == "1"
+    assert jobs[0].spec.request.time_limit_s == 2**31 - 1, "no time limit of its own"
+    assert engine.dirty_services == {"web": service}
+    assert sorted(c.job_id for c in engine.schedule(T0 + 1)) == [j.id for j in jobs]
+
+
+def test_a_replica_that_could_never_be_admitted_refuses_the_service_and_creates_nothing() -> None:
+    engine = engine_with_nodes(count=2, gpus=4)
+    with pytest.raises(AdmissionError, match="GPU"):
+        engine.apply_service(web(gpus_per_node=9), T0)
+    assert engine.services == {} and engine.jobs == {}
+
+
+def test_a_crashing_replica_backs_off_doubling_to_the_cap_and_resets_after_a_healthy_run() -> None:
+    engine = engine_with_nodes(count=1)
+    service = engine.apply_service(web(replicas=1, restart={"backoff_initial_s": 10, "backoff_max_s": 40,
+                                                            "reset_after_s": 600}), T0)
+    job = replicas(engine)[0]
+    now, delays = T0, []
+    for _ in range(5):
+        engine.schedule(now)
+        assert job.state is JobState.RUNNING
+        run(engine, job, now)
+        exit_(engine, job, 1, now + 1)
+        assert job.state is JobState.PENDING, "the same job comes back"
+        delays.append(job.eligible_at - (now + 1))
+        assert engine.schedule(job.eligible_at - 0.5) == [], "not before its backoff"
+        now = job.eligible_at
+    assert delays == [10, 20, 40, 40, 40]
+    assert (job.restart_count, service.restarts[0].count, service.restarts[0].streak) == (5, 5, 5)
+    assert service.history[-1]["detail"] == "replica 0 restarted: exited with 1 (in 40 s)"
+    engine.schedule(now)
+    run(engine, job, now)
+    exit_(engine, job, 0, now + 600)  # ran healthy for reset_after_s: the row starts again
+    assert job.eligible_at - (now + 600) == 10 and service.restarts[0].streak == 1
+
+
+def test_a_crash_looping_replica_waits_off_its_gpus_so_batch_work_runs() -> None:
+    engine = engine_with_nodes(count=1, gpus=4)
+    engine.apply_service(web(replicas=1, gpus_per_node=4), T0)
+    replica = replicas(engine)[0]
+    engine.schedule(T0)
+    exit_(engine, replica, 1, T0 + 1)
+    batch = engine.submit(spec(gpus=4), T0 + 2)
+    assert engine.schedule(T0 + 2) == [Launch(batch.id, "node1")], "the replica in backoff holds nothing"
+    assert replica.state is JobState.PENDING
+
+
+def test_a_replica_on_a_lost_node_is_rescheduled_at_once_elsewhere() -> None:
+    engine = engine_with_nodes(count=2, gpus=1)
+    service = engine.apply_service(web(replicas=1), T0)
+    job = replicas(engine)[0]
+    engine.schedule(T0)
+    first = job.node_names[0]
+    run(engine, job, T0 + 1)
+    engine.node_lost(first, T0 + 5)
+    assert (job.state, job.eligible_at, job.ready) == (JobState.PENDING, None, False)
+    other = "node2" if first == "node1" else "node1"
+    assert engine.schedule(T0 + 5) == [Launch(job.id, other)]
+    assert service.restarts == {}, "a node failure is no crash: no backoff"
+
+
+def test_a_preempted_replica_comes_back_when_capacity_returns_even_in_cancel_mode() -> None:
+    tenancy = TenancySpec(qos=[{"name": "low", "preempt_mode": "cancel"}, {"name": "normal"},
+                               {"name": "high", "priority": 10, "preempts": ["low"]}])
+    engine = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=tenancy))
+    engine.register_node("n1", Inventory(tuple(Gpu(i) for i in range(4)), 64, 512_000, "x"), set(), set(), T0)
+    engine.apply_service(web(replicas=1, gpus_per_node=4, qos="low"), T0)
+    replica = replicas(engine)[0]
+    engine.schedule(T0)
+    urgent = engine.submit(dataclasses.replace(spec(gpus=4), qos="high"), T0 + 1)
+    assert [(c.job_id, c.reason) for c in engine.schedule(T0 + 1) if isinstance(c, Kill)] == [
+        (replica.id, "preemption")]
+    exit_(engine, replica, 0, T0 + 2)
+    assert replica.state is JobState.PENDING
+    assert engine.schedule(T0 + 2) == [Launch(urgent.id, "n1")]
+    exit_(engine, urgent, 0, T0 + 3)
+    assert engine.schedule(T0 + 3) == [Launch(replica.id, "n1")]
+
+
+def test_a_failing_liveness_probe_restarts_the_replica_and_says_why() -> None:
+    engine = engine_with_nodes(count=1)
+    service = engine.apply_service(web(replicas=1, ports=[{"name": "http"}],
+                                       probes={"liveness": {"http": {"port": "http"}}}), T0)
+    job = replicas(engine)[0]
+    engine.schedule(T0)
+    run(engine, job, T0 + 1)
+    kills = engine.report_probes(job.id, "node1", T0 + 30, liveness=ProbeResult(False, 3, "HTTP 500"))
+    assert [(k.signal, k.reason) for k in kills] == [(signal.SIGTERM, "failure")]
+    exit_(engine, job, 0, T0 + 31)
+    assert job.state is JobState.PENDING and job.eligible_at == T0 + 41
+    assert service.history[-1]["detail"] == (
+        "replica 0 restarted: liveness probe failed 3 times: HTTP 500 (in 10 s)")
+
+
+def test_readiness_comes_from_the_probe_and_without_one_from_the_start() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(replicas=1, ports=[{"name": "http"}], probes={"readiness": {"tcp": {"port": "http"}}}),
+                         T0)
+    engine.apply_service(web(name="plain", replicas=1), T0)
+    probed, plain = replicas(engine)[0], replicas(engine, "plain")[0]
+    engine.schedule(T0)
+    engine.handle(*[ev.TasksStarted(
+        j.node_names[0], j.id, ports={"http": 41000 + j.id}) for j in (probed, plain)], now=T0 + 1)
+    assert (probed.ready, plain.ready) == (False, True)
+    assert probed.endpoints == {probed.node_names[0]: {"http": 41000 + probed.id}}
+    engine.report_probes(probed.id, probed.node_names[0], T0 + 2, readiness=ProbeResult(True))
+    assert probed.ready
+    engine.report_probes(probed.id, probed.node_names[0], T0 + 3, readiness=ProbeResult(False, 3, "refused"))
+    assert not probed.ready and probed.state is JobState.RUNNING, "not ready is no restart"
+
+
+def test_scaling_down_stops_the_highest_indexes_and_up_submits_new_ones() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(replicas=3), T0)
+    engine.schedule(T0)
+    third = replicas(engine)[2]
+    kills = engine.handle(ev.ServiceScaled("web", 2),
+                          now=T0 + 1).commands
+    assert [k.job_id for k in kills] == [third.id] and third.final_state is JobState.CANCELLED
+    assert third.history[-1]["reason"] == "scaled down to 2"
+    engine.scale_service("web", 4, T0 + 2)
+    assert sorted(j.spec.replica for j in replicas(engine) if j.state is JobState.PENDING) == [2, 3]
+
+
+def test_deleting_a_service_stops_its_replicas_then_forgets_it() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(), T0)
+    engine.schedule(T0)
+    running = replicas(engine)
+    assert sorted(k.job_id for k in engine.delete_service("web", T0 + 1)) == sorted(j.id for j in running)
+    assert "web" in engine.services and not engine.forgotten_services
+    for job in running:
+        exit_(engine, job, 0, T0 + 2)
+    assert [j.state for j in running] == [JobState.CANCELLED, JobState.CANCELLED]
+    assert "web" not in engine.services and engine.forgotten_services == {"web"}
+
+
+def test_a_rolling_update_surges_waits_for_ready_then_drains_the_old_replica() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(), T0)
+    engine.schedule(T0)
+    old = replicas(engine)
+    for job in old:
+        run(engine, job, T0 + 1)
+    service = engine.apply_service(web(command=["serve", "--v2"]), T0 + 10)
+    assert service.revision == 2
+    new = [j for j in replicas(engine) if j.spec.service_revision == 2]
+    assert [j.spec.replica for j in new] == [0], "max_surge 1: one new replica at a time"
+    engine.schedule(T0 + 11)
+    run(engine, new[0], T0 + 12)  # no readiness probe: ready once started; the old replica 0 is stopped
+    assert old[0].final_state is JobState.CANCELLED and old[0].history[-1]["reason"] == "replaced by revision 2"
+    exit_(engine, old[0], 0, T0 + 13)
+    second = [j for j in replicas(engine) if j.spec.service_revision == 2 and j.spec.replica == 1]
+    assert len(second) == 1
+    engine.schedule(T0 + 14)
+    run(engine, second[0], T0 + 15)
+    exit_(engine, old[1], 0, T0 + 16)
+    assert {j.spec.service_revision for j in replicas(engine)} == {2}
+    assert service.update_started is None and service.history[-1]["event"] == "updated"
+
+
+def test_an_update_whose_replicas_never_get_ready_is_rolled_back() -> None:
+    engine = Harness(build_engine(EngineConfig(), SIMULATED))  # no node timeouts: only the update's deadline
+    for name in ("node1", "node2"):
+        engine.register_node(name, Inventory(tuple(Gpu(i) for i in range(4)), 64, 512_000, "x"), set(), set(), T0)
+    probes = {"readiness": {"tcp": {"port": "http"}}}
+    engine.apply_service(web(replicas=1, ports=[{"name": "http"}], probes=probes), T0)
+    engine.schedule(T0)
+    old = replicas(engine)[0]
+    run(engine, old, T0 + 1)
+    engine.report_probes(old.id, old.node_names[0], T0 + 2, readiness=ProbeResult(True))
+    service = engine.apply_service(web(replicas=1, ports=[{"name": "http"}], probes=probes, command=["broken"],
+                                       update={"ready_timeout_s": 60}), T0 + 10)
+    new = [j for j in replicas(engine) if j.spec.service_revision == 2][0]
+    engine.schedule(T0 + 11)
+    run(engine, new, T0 + 12)
+    assert engine.next_deadline(T0 + 12) == T0 + 70
+    assert engine.tick(T0 + 69) == [] and service.revision == 2
+    kills = engine.tick(T0 + 70)
+    assert [k.job_id for k in kills] == [new.id], "the new replica goes, the old one stays"
+    assert (service.revision, service.spec.command, old.state) == (1, ["serve"], JobState.RUNNING)
+    assert service.history[-1]["event"] == "rolled-back"
+
+
+def test_the_autoscaler_follows_the_gateways_in_flight_requests() -> None:
+    engine = engine_with_nodes(count=2)
+    service = engine.apply_service(web(replicas=1, autoscale={"min_replicas": 1, "max_replicas": 3,
+                                                              "target_inflight": 4}), T0)
+    engine.report_load("web", inflight=10, rps=50, now=T0 + 1)
+    assert service.desired_replicas == 3 and len(replicas(engine)) == 3
+    engine.report_load("web", inflight=100, rps=50, now=T0 + 2)
+    assert service.desired_replicas == 3, "at most max_replicas"
+    engine.report_load("web", inflight=0, rps=0, now=T0 + 3)
+    assert service.desired_replicas == 1, "at least min_replicas"
+
+
+def _preempting_engine(overrides: bool) -> Harness:
+    tenancy = TenancySpec(qos=[{"name": "low"}, {"name": "normal"},
+                               {"name": "high", "priority": 10, "preempts": ["low"]},
+                               {"name": "urgent", "priority": 20, "preempts": ["low"],
+                                "overrides_min_ready": overrides}])
+    engine = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=tenancy))
+    engine.register_node("n1", Inventory(tuple(Gpu(i) for i in range(3)), 64, 512_000, "x"), set(), set(), T0)
+    return engine
+
+
+@pytest.mark.parametrize(("qos", "gpus", "min_ready", "want_victims"), [
+    ("high", 1, 2, 1),  # 3 ready, min_ready 2: one may go
+    ("high", 2, 2, 0),  # two would take it below min_ready: none is taken
+    ("high", 2, 0, 2),  # no min_ready: no budget
+    ("high", 1, 3, 0),  # at its min_ready
+    ("urgent", 2, 3, 2),  # a QOS that overrides min_ready
+])
+def test_preemption_takes_replicas_only_above_min_ready(qos: str, gpus: int, min_ready: int,
+                                                        want_victims: int) -> None:
+    engine = _preempting_engine(overrides=True)
+    engine.apply_service(web(replicas=3, qos="low", min_ready=min_ready), T0)
+    engine.schedule(T0)
+    for job in replicas(engine):
+        run(engine, job, T0 + 1)
+    engine.submit(dataclasses.replace(spec(gpus=gpus), qos=qos), T0 + 2)
+    kills = [c for c in engine.schedule(T0 + 2) if isinstance(c, Kill)]
+    assert len(kills) == want_victims
+
+
+def test_applying_a_new_replica_count_scales_without_a_rolling_update() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(), T0)
+    engine.schedule(T0)
+    service = engine.apply_service(web(replicas=3, min_ready=1), T0 + 1)
+    assert (service.revision, service.desired_replicas, service.update_started) == (1, 3, None)
+    assert sorted((j.spec.replica, j.spec.service_revision) for j in replicas(engine)) == [(0, 1), (1, 1), (2, 1)]
+    assert engine.apply_service(web(replicas=3, min_ready=1, env={"V": "2"}), T0 + 2).revision == 2
+
+
+def test_a_service_whose_replica_is_refused_later_waits_with_the_reason() -> None:
+    tenancy = TenancySpec(accounts=[{"name": "a"}], users=[{"name": "alice", "accounts": ["a"]}],
+                          limits=[{"user": "alice", "max_submit_jobs": 2}])
+    engine = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=tenancy))
+    engine.register_node("n1", Inventory(tuple(Gpu(i) for i in range(4)), 64, 512_000, "x"), set(), set(), T0)
+    service = engine.apply_service(web(replicas=3, account="a"), T0)
+    assert len(replicas(engine)) == 2
+    assert service.reason.startswith("replica 2 not admitted: ") and "2" in service.reason, service.reason
+
+
+@pytest.mark.parametrize(("placement", "nodes", "want_per_node"), [
+    ({"max_per_node": 1}, 3, [1, 1, 1]),
+    ({"spread": True}, 3, [1, 1, 1]),
+    ({"max_per_node": 2}, 3, [2, 1]),  # best fit packs, up to the limit
+    ({}, 3, [3]),
+])
+def test_placement_spreads_replicas_over_nodes(placement: dict, nodes: int, want_per_node: list[int]) -> None:
+    engine = engine_with_nodes(count=nodes, gpus=4)
+    engine.apply_service(web(replicas=3, placement=placement), T0)
+    engine.schedule(T0)
+    per_node: dict[str, int] = {}
+    for job in replicas(engine):
+        assert job.state is JobState.RUNNING
+        per_node[job.node_names[0]] = per_node.get(job.node_names[0], 0) + 1
+    assert sorted(per_node.values(), reverse=True) == want_per_node
+
+
+def test_a_replica_with_no_node_left_under_max_per_node_waits() -> None:
+    engine = engine_with_nodes(count=2, gpus=4)
+    engine.apply_service(web(replicas=3, placement={"max_per_node": 1}), T0)
+    engine.schedule(T0)
+    states = sorted(j.state.value for j in replicas(engine))
+    assert states == ["PENDING", "RUNNING", "RUNNING"]
+    assert sorted(j.node_names[0] for j in replicas(engine) if j.slices) == ["node1", "node2"]
