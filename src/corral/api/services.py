@@ -8,7 +8,8 @@ problem, `ports[1].port: 70000 is not a port (1-65535, or 0: any free port on th
 REST API, the CLI and the TOML loader all print."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -288,8 +289,8 @@ class ServiceLoad(_Strict):
 
     inflight: Amount
     rps: float = Field(ge=0, le=1e9, allow_inf_nan=False)
-    at: float = Field(ge=0, le=limits.TIME_MAX_S, allow_inf_nan=False, description="When it was measured "
-                                                                                   "(epoch seconds)")
+    at: float | None = Field(None, ge=0, le=limits.TIME_MAX_S, allow_inf_nan=False, description=(
+        "When it was measured (epoch seconds); none: when the controller receives it"))
 
 
 class ServiceApplyReply(BaseModel):
@@ -357,15 +358,22 @@ def location(loc: tuple[int | str, ...]) -> str:
     return path
 
 
-def problems(error: ValidationError, model: type[BaseModel] = ServiceSpec) -> list[str]:
-    """One line per problem, each naming its field: `ports[1].port: 70000 is not a port (...)`.
-    A cross-field check names its field itself (`probes.readiness.http.port: ...`)."""
+def problems(error: ValidationError, model: type[BaseModel] | None = ServiceSpec) -> list[str]:
+    """One line per problem, each naming its field: `ports[1].port: 70000 is not a port (...)`."""
+    return error_lines(error.errors(), model)
+
+
+def error_lines(errors: Sequence[Any], model: type[BaseModel] | None, skip: int = 0) -> list[str]:
+    """`problems` for pydantic's error dicts, whose locations start after `skip` parts (FastAPI's
+    "body"); `model` is the body's, to list the known fields beside an unknown one."""
     lines = []
-    for item in error.errors():
-        where = location(tuple(item["loc"]))
+    for item in errors:
+        loc = tuple(item["loc"])[skip:]
+        where = location(loc)
         message = str(item["msg"]).removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = f"unknown field (the known ones: {', '.join(_known_fields(model, item['loc']))})"
+            known = _known_fields(model, loc) if model is not None else []
+            message = f"unknown field (the known ones: {', '.join(known)})" if known else "unknown field"
         elif item["type"] == "missing":
             message = "required, and missing"
         elif item["type"] == "field_problem":

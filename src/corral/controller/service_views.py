@@ -1,0 +1,145 @@
+"""What the REST API shows of services (docs/services.md): a service with its replicas, and the ready
+endpoints the gateway routes to, with a version to long-poll on.
+
+The engine holds each service as a record (`engine/records.py: Service`) and each replica as a Job whose
+spec names the service (`JobSpec.service`, `service_revision`, `replica`) and which carries its
+`endpoints` (port name -> port on its first node) and `ready` (from its readiness probe). This module
+reads them through the small protocols below: the fields the design fixes, nothing else."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from corral.api.services import EndpointOut, EndpointsOut, ProbeStatusOut, ReplicaOut, ServiceOut, ServiceSpec
+from corral.engine.records import Job
+
+PROBE_KINDS = ("startup", "readiness", "liveness")
+
+
+class ServiceRecord(Protocol):
+    """The engine's record of a service, as the design names its fields."""
+
+    spec: ServiceSpec
+    revision: int
+    desired_replicas: int
+    created: float
+    history: Sequence[Any]
+
+
+class ServicesUnavailable(Exception):
+    """This controller's engine does not run services (it lacks the service events or records)."""
+
+
+def replicas_of(name: str, jobs: Iterable[Job]) -> list[Job]:
+    """The active jobs that are replicas of service `name`, by replica index, then newest first (during a
+    rolling update two jobs can hold one index: the old revision's and the new one's)."""
+    found = [job for job in jobs if getattr(job.spec, "service", None) == name]
+    return sorted(found, key=lambda job: (_replica_index(job), -job.id))
+
+
+def _replica_index(job: Job) -> int:
+    return int(getattr(job.spec, "replica", 0) or 0)
+
+
+def is_ready(job: Job) -> bool:
+    return job.state.value == "RUNNING" and bool(getattr(job, "ready", False))
+
+
+def endpoint_ports(job: Job, addresses: Mapping[str, str]) -> dict[str, str]:
+    """`host:port` per port name, on the replica's first node (where its ports were chosen)."""
+    ports: Mapping[str, int] = getattr(job, "endpoints", None) or {}
+    if not job.slices or not ports:
+        return {}
+    host = addresses.get(job.slices[0].node, job.slices[0].node)
+    return {name: f"{host}:{port}" for name, port in sorted(ports.items())}
+
+
+def probe_status(job: Job) -> list[ProbeStatusOut]:
+    """The replica's latest probe results, as the agent reported them (ProbesReported)."""
+    results: Mapping[str, Any] = getattr(job, "probes", None) or {}
+    shown = []
+    for kind in PROBE_KINDS:
+        result = results.get(kind)
+        if result is None:
+            continue
+        if isinstance(result, Mapping):
+            result = dict(result)
+        else:
+            result = {key: getattr(result, key, None) for key in ("ok", "consecutive", "detail")}
+        shown.append(ProbeStatusOut(kind=kind, ok=bool(result.get("ok")),
+                                    consecutive=int(result.get("consecutive") or 0),
+                                    detail=str(result.get("detail") or "")))
+    return shown
+
+
+def replica_out(job: Job, addresses: Mapping[str, str]) -> ReplicaOut:
+    return ReplicaOut(
+        index=_replica_index(job), job_id=job.id, revision=int(getattr(job.spec, "service_revision", 0) or 0),
+        node=job.slices[0].node if job.slices else "", state=job.state.value, ready=is_ready(job),
+        restarts=job.restart_count, probes=probe_status(job), endpoints=endpoint_ports(job, addresses),
+        reason=job.reason if job.state.value == "PENDING" else "")
+
+
+def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> ServiceOut:
+    spec = record.spec
+    replicas = [replica_out(job, addresses) for job in replicas_of(spec.name, jobs)]
+    ready = sum(1 for replica in replicas if replica.ready)
+    return ServiceOut(
+        name=spec.name, user=spec.user or "", account=spec.account or "", revision=record.revision,
+        desired_replicas=record.desired_replicas, ready_replicas=ready, created=record.created, spec=spec,
+        replicas=replicas, reason=_waiting_reason(record, replicas), history=[_history_line(h) for h in record.history])
+
+
+def _waiting_reason(record: ServiceRecord, replicas: list[ReplicaOut]) -> str:
+    """Why the service has fewer ready replicas than it wants: the reasons its pending replicas wait."""
+    if sum(1 for replica in replicas if replica.ready) >= record.desired_replicas:
+        return ""
+    reasons = sorted({replica.reason for replica in replicas if replica.reason and replica.reason != "None"})
+    return "; ".join(reasons)
+
+
+def _history_line(entry: Any) -> str:
+    if isinstance(entry, str):
+        return entry
+    text = getattr(entry, "text", None)
+    if isinstance(text, str):
+        return text
+    return str(entry)
+
+
+def endpoint_set(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
+    """The ready replicas' endpoints: what the gateway may route to."""
+    found = []
+    for job in replicas_of(record.spec.name, jobs):
+        ports = endpoint_ports(job, addresses)
+        if is_ready(job) and ports:
+            found.append(EndpointOut(replica=_replica_index(job), job_id=job.id, node=job.slices[0].node,
+                                     ports=ports))
+    return found
+
+
+class EndpointVersions:
+    """A version per service's endpoint set, raised whenever a read finds the set changed, for
+    `GET /services/{name}/endpoints?after=V` (answer once the version is not V). Versions start at the
+    controller's start time in milliseconds, so a gateway that long-polls across a controller restart or
+    a failover sees a new version at once rather than one it already had."""
+
+    def __init__(self, start_ms: int) -> None:
+        self._next = start_ms
+        self._seen: dict[str, tuple[int, list[EndpointOut]]] = {}
+
+    def current(self, name: str, endpoints: list[EndpointOut]) -> int:
+        seen = self._seen.get(name)
+        if seen is not None and seen[1] == endpoints:
+            return seen[0]
+        self._next += 1
+        self._seen[name] = (self._next, endpoints)
+        return self._next
+
+    def forget(self, names: Iterable[str]) -> None:
+        for name in list(names):
+            self._seen.pop(name, None)
+
+
+def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
+    return EndpointsOut(name=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)
