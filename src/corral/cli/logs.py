@@ -1,4 +1,5 @@
-"""`corral logs JOB [-f]`: a job's output file, as its first task on its first node writes it.
+"""`corral logs JOB [-f]`: a job's output file, as its first task on its first node writes it; `corral logs
+SERVICE[/REPLICA] [-f]`: a service's replicas' (cli/services.py).
 
 The controller knows the node and the path (the job's --output / --error pattern expanded as the agent
 expands it: render.output_file); the bytes are read where this command runs. corral, like Slurm, expects
@@ -17,10 +18,10 @@ import typer
 from corral.cli import render
 from corral.cli.client import Client
 from corral.cli.connect import open_client
-from corral.cli.job_refs import JobRefArgument, jobs_named
+from corral.cli.job_refs import jobs_named
 from corral.cli.jobs import UrlOption
 from corral.cli.output import fail, reported_errors
-from corral.jobref import JobRef
+from corral.jobref import JobIdError, JobRef, parse_job_ref
 
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
 POLL_S = 0.5  # how often -f looks for new bytes
@@ -29,7 +30,10 @@ CHUNK = 1 << 16
 
 
 def logs(
-    job_id: JobRefArgument,
+    target: Annotated[str, typer.Argument(
+        metavar="JOB|SERVICE[/REPLICA]", show_default=False,
+        help="A job (N, or N_I for task I of array N), or a service's replicas: NAME (all of them) or "
+             "NAME/REPLICA (one). A name that is also a job id is the job: use 'corral service logs' for it.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing what the job writes until it "
                                          "ends (as tail -f).")] = False,
     error: Annotated[bool, typer.Option("--error", "-e", help="The job's --error file instead of its output "
@@ -37,20 +41,31 @@ def logs(
     url: UrlOption = None,
 ) -> None:
     """Print a job's output file (its first task's, on its first node), read from the filesystem the nodes
-    share; -f follows it until the job ends."""
+    share; -f follows it until the job ends. For a service, its replicas' (as tail does several files)."""
+    try:
+        job_ref = parse_job_ref(target)
+    except JobIdError:
+        from corral.cli.services import service_logs
+
+        service_logs(target, follow, error, url)
+        return
     with reported_errors(), open_client(url) as client:
-        job = _one_job(client, job_id)
-        if follow:
-            while job["state"] == "PENDING":  # its file is named once it has a node (%N)
-                time.sleep(STATE_EVERY_S)
-                job = client.job(job["id"])
-        path = _path(job, error)
-        stream = _open(job, path, follow, client)
-        with stream:
-            try:
-                _copy(stream, client, job, follow)
-            except KeyboardInterrupt:
-                raise typer.Exit(130) from None
+        show_output(client, _one_job(client, job_ref), follow, error)
+
+
+def show_output(client: Client, job: dict, follow: bool, error: bool) -> None:
+    """Print one job's output file, following it while the job runs when `follow`."""
+    if follow:
+        while job["state"] == "PENDING":  # its file is named once it has a node (%N)
+            time.sleep(STATE_EVERY_S)
+            job = client.job(job["id"])
+    path = output_path(job, error)
+    stream = _open(job, path, follow, client)
+    with stream:
+        try:
+            _copy(stream, client, job, follow)
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
 
 
 def _one_job(client: Client, job_id: JobRef) -> dict:
@@ -62,7 +77,7 @@ def _one_job(client: Client, job_id: JobRef) -> dict:
     return jobs[0]
 
 
-def _path(job: dict, error: bool) -> str:
+def output_path(job: dict, error: bool) -> str:
     pattern = job["error"] if error and job.get("error") else job["output"]
     return render.output_file(job, pattern)
 
