@@ -138,7 +138,7 @@ def test_apply_show_scale_restart_delete(api):
     assert api.post("/services/web/load", json={"inflight": 1, "rps": 1.0}).status_code == 204  # the secret
 
     endpoints = api.get("/services/web/endpoints", headers=owner).json()
-    assert endpoints["name"] == "web" and endpoints["endpoints"] == []  # no agent runs them here
+    assert endpoints["service"] == "web" and endpoints["endpoints"] == []  # no agent runs them here
     waited = api.get("/services/web/endpoints", params={"after": endpoints["version"], "wait_s": 0.3},
                      headers=owner).json()
     assert waited["version"] == endpoints["version"]

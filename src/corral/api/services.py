@@ -337,11 +337,14 @@ class EndpointOut(BaseModel):
     replica: int
     job_id: int
     node: str
-    ports: dict[str, str]  # port name -> host:port
+    ports: dict[str, str]  # port name -> host:port, the spec's first port first (the one the gateway routes to)
+    draining: bool = False  # being replaced: the gateway sends it no new request (its own finish)
 
 
 class EndpointsOut(BaseModel):
-    name: str
+    """The wire contract with the gateway (docs/decisions/0018-service-gateway.md)."""
+
+    service: str
     version: int = Field(description="Changes whenever the set changes; pass it as ?after= to wait for a change")
     public: bool
     endpoints: list[EndpointOut]

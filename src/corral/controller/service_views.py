@@ -45,13 +45,16 @@ def is_ready(job: Job) -> bool:
     return job.state.value == "RUNNING" and bool(getattr(job, "ready", False))
 
 
-def endpoint_ports(job: Job, addresses: Mapping[str, str]) -> dict[str, str]:
-    """`host:port` per port name, on the replica's first node (where its ports were chosen)."""
+def endpoint_ports(job: Job, addresses: Mapping[str, str], order: Sequence[str] = ()) -> dict[str, str]:
+    """`host:port` per port name, on the replica's first node (where its ports were chosen), in the spec's
+    order of ports (`order`): the gateway routes to the first."""
     ports: Mapping[str, int] = getattr(job, "endpoints", None) or {}
     if not job.slices or not ports:
         return {}
     host = addresses.get(job.slices[0].node, job.slices[0].node)
-    return {name: f"{host}:{port}" for name, port in sorted(ports.items())}
+    rank = {name: index for index, name in enumerate(order)}
+    names = sorted(ports, key=lambda name: (rank.get(name, len(rank)), name))
+    return {name: f"{host}:{ports[name]}" for name in names}
 
 
 def probe_status(job: Job) -> list[ProbeStatusOut]:
@@ -72,17 +75,18 @@ def probe_status(job: Job) -> list[ProbeStatusOut]:
     return shown
 
 
-def replica_out(job: Job, addresses: Mapping[str, str]) -> ReplicaOut:
+def replica_out(job: Job, addresses: Mapping[str, str], order: Sequence[str] = ()) -> ReplicaOut:
     return ReplicaOut(
         index=_replica_index(job), job_id=job.id, revision=int(getattr(job.spec, "service_revision", 0) or 0),
         node=job.slices[0].node if job.slices else "", state=job.state.value, ready=is_ready(job),
-        restarts=job.restart_count, probes=probe_status(job), endpoints=endpoint_ports(job, addresses),
+        restarts=job.restart_count, probes=probe_status(job), endpoints=endpoint_ports(job, addresses, order),
         reason=job.reason if job.state.value == "PENDING" else "")
 
 
 def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> ServiceOut:
     spec = record.spec
-    replicas = [replica_out(job, addresses) for job in replicas_of(spec.name, jobs)]
+    order = [port.name for port in spec.ports]
+    replicas = [replica_out(job, addresses, order) for job in replicas_of(spec.name, jobs)]
     ready = sum(1 for replica in replicas if replica.ready)
     return ServiceOut(
         name=spec.name, user=spec.user or "", account=spec.account or "", revision=record.revision,
@@ -109,12 +113,13 @@ def _history_line(entry: Any) -> str:
 
 def endpoint_set(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
     """The ready replicas' endpoints: what the gateway may route to."""
+    order = [port.name for port in record.spec.ports]
     found = []
     for job in replicas_of(record.spec.name, jobs):
-        ports = endpoint_ports(job, addresses)
+        ports = endpoint_ports(job, addresses, order)
         if is_ready(job) and ports:
             found.append(EndpointOut(replica=_replica_index(job), job_id=job.id, node=job.slices[0].node,
-                                     ports=ports))
+                                     ports=ports, draining=bool(getattr(job, "draining", False))))
     return found
 
 
@@ -142,4 +147,4 @@ class EndpointVersions:
 
 
 def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
-    return EndpointsOut(name=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)
+    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)

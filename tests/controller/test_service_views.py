@@ -1,0 +1,102 @@
+"""What the API shows of a service and its endpoints (controller/service_views.py), from records shaped as
+the design fixes them (engine/records.py's Service, and a replica Job's `spec.service`, `spec.replica`,
+`endpoints`, `ready`, `draining`, `probes`). The engine's own records are issue 22's `kinds` part; these
+stand-ins carry exactly the design's fields, so the views are checked before and after it lands."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.api.services import ServiceSpec
+from corral.controller.service_views import EndpointVersions, endpoint_set, service_out
+from corral.core.model import NodeSlice
+from corral.engine.records import JobState
+
+SPEC = ServiceSpec.model_validate({"name": "web", "user": "alice", "uid": 1000, "command": ["serve"],
+                                   "workdir": "/srv", "replicas": 3,
+                                   "ports": [{"name": "http"}, {"name": "admin", "port": 9000}]})
+
+
+@dataclass
+class ReplicaSpec:
+    service: str
+    replica: int
+    service_revision: int = 1
+
+
+@dataclass
+class Replica:
+    id: int
+    spec: ReplicaSpec
+    state: JobState = JobState.RUNNING
+    reason: str = "None"
+    slices: tuple[NodeSlice, ...] = ()
+    restart_count: int = 0
+    endpoints: dict[str, int] = field(default_factory=dict)
+    ready: bool = False
+    draining: bool = False
+    probes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Service:
+    spec: ServiceSpec
+    revision: int = 1
+    desired_replicas: int = 3
+    created: float = 1_700_000_000.0
+    history: list[str] = field(default_factory=list)
+
+
+def on(node: str) -> tuple[NodeSlice, ...]:
+    return (NodeSlice(node, (), 1, 0),)
+
+
+ADDRESSES = {"node1": "10.0.0.1", "node2": "10.0.0.2"}
+
+
+def replicas() -> list[Replica]:
+    return [
+        Replica(11, ReplicaSpec("web", 1), slices=on("node2"), ready=True, restart_count=2,
+                endpoints={"http": 31002, "admin": 9000},
+                probes={"liveness": {"ok": False, "consecutive": 2, "detail": "HTTP 500"},
+                        "readiness": {"ok": True, "consecutive": 5, "detail": ""}}),
+        Replica(10, ReplicaSpec("web", 0), slices=on("node1"), ready=True, endpoints={"admin": 9000, "http": 31001}),
+        Replica(12, ReplicaSpec("web", 2), state=JobState.PENDING, reason="QuotaExceeded"),
+        Replica(13, ReplicaSpec("other", 0), slices=on("node1"), ready=True, endpoints={"http": 1}),
+        Replica(14, ReplicaSpec("web", 0, 2), slices=on("node2"), ready=False, endpoints={"http": 31003}),
+    ]
+
+
+def test_a_service_shows_its_replicas_by_index_with_node_state_probes_and_endpoints():
+    out = service_out(Service(SPEC, history=["replica 1 restarted: liveness probe failed 3 times: HTTP 500"]),
+                      replicas(), ADDRESSES)
+    assert [(r.index, r.job_id, r.revision) for r in out.replicas] == [(0, 14, 2), (0, 10, 1), (1, 11, 1), (2, 12, 1)]
+    assert (out.desired_replicas, out.ready_replicas, out.reason) == (3, 2, "QuotaExceeded")
+    second = out.replicas[2]
+    assert (second.node, second.state, second.ready, second.restarts) == ("node2", "RUNNING", True, 2)
+    assert list(second.endpoints.items()) == [("http", "10.0.0.2:31002"), ("admin", "10.0.0.2:9000")]
+    assert [(p.kind, p.ok, p.consecutive, p.detail) for p in second.probes] == [
+        ("readiness", True, 5, ""), ("liveness", False, 2, "HTTP 500")]
+    assert out.history == ["replica 1 restarted: liveness probe failed 3 times: HTTP 500"]
+
+
+def test_endpoints_are_the_ready_replicas_first_port_first_draining_marked():
+    jobs = replicas()
+    jobs[1].draining = True
+    found = endpoint_set(Service(SPEC), jobs, ADDRESSES)
+    assert [(e.replica, e.job_id, e.draining) for e in found] == [(0, 10, True), (1, 11, False)]
+    assert next(iter(found[0].ports)) == "http"  # the gateway routes to the spec's first port
+
+
+def test_the_version_moves_only_when_the_set_changes_and_starts_past_a_restart():
+    versions = EndpointVersions(start_ms=5_000)
+    service = Service(SPEC)
+    jobs = replicas()
+    first = versions.current("web", endpoint_set(service, jobs, ADDRESSES))
+    assert first > 5_000
+    assert versions.current("web", endpoint_set(service, jobs, ADDRESSES)) == first
+    jobs[0].ready = False
+    second = versions.current("web", endpoint_set(service, jobs, ADDRESSES))
+    assert second > first
+    restarted = EndpointVersions(start_ms=second + 1_000)  # a controller started later
+    assert restarted.current("web", endpoint_set(service, jobs, ADDRESSES)) > second
