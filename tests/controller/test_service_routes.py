@@ -136,6 +136,7 @@ def test_apply_show_scale_restart_delete(api):
     assert scaled.status_code == 200 and scaled.json()["desired_replicas"] == 3
     assert api.post("/services/web/restart", headers=owner).status_code == 200
     assert api.post("/services/web/load", json={"inflight": 1, "rps": 1.0}).status_code == 204  # the secret
+    assert api.get("/services/web", headers=owner).json()["load"]["rps"] == 1.0
 
     endpoints = api.get("/services/web/endpoints", headers=owner).json()
     assert endpoints["service"] == "web" and endpoints["endpoints"] == []  # no agent runs them here

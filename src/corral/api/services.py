@@ -319,6 +319,14 @@ class ReplicaOut(BaseModel):
     reason: str = ""
 
 
+class LoadOut(BaseModel):
+    """The gateway's last report of the service's load."""
+
+    inflight: int
+    rps: float
+    at: float
+
+
 class ServiceOut(BaseModel):
     name: str
     user: str
@@ -331,6 +339,7 @@ class ServiceOut(BaseModel):
     replicas: list[ReplicaOut] = []
     reason: str = ""  # why it has fewer replicas than desired (a refusal, quota, backoff)
     history: list[str] = []
+    load: LoadOut | None = None  # none: no gateway has reported since this controller started
 
 
 class EndpointOut(BaseModel):

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 
 from corral.api.services import (
     EndpointsOut,
+    LoadOut,
     ServiceApplyReply,
     ServiceLoad,
     ServiceOut,
@@ -55,6 +56,9 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     auth = Depends(guard.user)
     user_dep = Depends(guard.user)
     versions = EndpointVersions(int(service.clock() * 1000))
+    # The gateway's last report per service, for the API and the dashboard: kept in memory like the
+    # agents' usage reports (a new leader shows none until the gateway's next report, seconds later).
+    loads: dict[str, LoadOut] = {}
     # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
 
     @app.exception_handler(ServicesUnavailable)
@@ -78,7 +82,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         return {name: node.address for name, node in service.engine.nodes.items()}
 
     def show(record: ServiceRecord) -> ServiceOut:
-        return service_out(record, service.engine.jobs.values(), addresses())
+        return service_out(record, service.engine.jobs.values(), addresses(), loads.get(record.spec.name))
 
     async def change(principal: Principal, action: str, name: str, event: Any) -> Any:
         """Hand the engine one service event; a refusal is audited and answered 422 with its reason."""
@@ -131,6 +135,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         await _may_manage(guard, principal, record.spec, "delete service", service.engine.tenancy.spec)
         await change(principal, "delete service", name, _event("ServiceDeleted", name=name))
         versions.forget([name])
+        loads.pop(name, None)
         return Response(status_code=204)
 
     @app.post(f"{SERVICES}/{{name}}/scale", responses=ERRORS)
@@ -185,6 +190,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         at = body.at if body.at is not None else service.clock()
         # Routine traffic every few seconds, like an agent's reports: not audited.
         await service.request(_event("ServiceLoadReported", name=name, inflight=body.inflight, rps=body.rps, at=at))
+        loads[name] = LoadOut(inflight=body.inflight, rps=body.rps, at=at)
         return Response(status_code=204)
 
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from corral.api.services import EndpointOut, EndpointsOut, ProbeStatusOut, ReplicaOut, ServiceOut, ServiceSpec
+from corral.api.services import (
+    EndpointOut,
+    EndpointsOut,
+    LoadOut,
+    ProbeStatusOut,
+    ReplicaOut,
+    ServiceOut,
+    ServiceSpec,
+)
 from corral.engine.records import Job
 
 PROBE_KINDS = ("startup", "readiness", "liveness")
@@ -83,7 +91,8 @@ def replica_out(job: Job, addresses: Mapping[str, str], order: Sequence[str] = (
         reason=job.reason if job.state.value == "PENDING" else "")
 
 
-def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> ServiceOut:
+def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str],
+                load: LoadOut | None = None) -> ServiceOut:
     spec = record.spec
     order = [port.name for port in spec.ports]
     replicas = [replica_out(job, addresses, order) for job in replicas_of(spec.name, jobs)]
@@ -91,7 +100,8 @@ def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[s
     return ServiceOut(
         name=spec.name, user=spec.user or "", account=spec.account or "", revision=record.revision,
         desired_replicas=record.desired_replicas, ready_replicas=ready, created=record.created, spec=spec,
-        replicas=replicas, reason=_waiting_reason(record, replicas), history=[_history_line(h) for h in record.history])
+        replicas=replicas, reason=_waiting_reason(record, replicas), history=[_history_line(h) for h in record.history],
+        load=load)
 
 
 def _waiting_reason(record: ServiceRecord, replicas: list[ReplicaOut]) -> str:
