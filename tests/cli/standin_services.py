@@ -11,7 +11,7 @@ SERVICES = API_PREFIX + "/services"
 
 
 def service_out(spec: ServiceSpec, revision: int = 1, replicas: list[dict] | None = None, **fields) -> dict:
-    spec = spec.model_copy(update={"user": spec.user or "alice", "uid": spec.uid or 1000})
+    spec = spec.model_copy(update={"user": spec.user or "alice"})
     out = {"name": spec.name, "user": spec.user, "account": spec.account or "", "revision": revision,
            "desired_replicas": spec.replicas, "ready_replicas": sum(1 for r in replicas or [] if r["ready"]),
            "created": 1_700_000_000.0, "spec": spec, "replicas": replicas or [], **fields}
@@ -32,7 +32,7 @@ def add_service_routes(app: FastAPI, state, authed) -> None:
             state.services[body.name] = service_out(body)
             response.status_code = 201
             return ServiceApplyReply(name=body.name, outcome="created", revision=1)
-        spec = body.model_copy(update={"user": before["user"], "uid": before["spec"]["uid"]})
+        spec = body.model_copy(update={"user": before["user"]})
         if ServiceSpec.model_validate(before["spec"]) == spec:
             return ServiceApplyReply(name=body.name, outcome="unchanged", revision=before["revision"])
         state.services[body.name] = service_out(spec, before["revision"] + 1, before["replicas"])

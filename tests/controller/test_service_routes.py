@@ -129,7 +129,10 @@ def test_apply_show_scale_restart_delete(api):
 
     shown = api.get("/services/web", headers=user(*BOB)).json()  # anyone may read, as the queue
     assert (shown["user"], shown["desired_replicas"], shown["spec"]["env"]) == (ALICE[0], 2, {"VERSION": "2"})
-    assert [replica["index"] for replica in shown["replicas"]][:2] == [0, 1]
+    # Replicas are jobs (during the update to revision 2, an index may have its old and its new one).
+    assert {replica["index"] for replica in shown["replicas"]} == {0, 1}
+    jobs = {job["id"]: job for job in api.get("/jobs", headers=owner).json()}
+    assert all(jobs[replica["job_id"]]["name"] == "web" for replica in shown["replicas"])
 
     assert api.post("/services/web/scale", json={"replicas": 3}, headers=user(*BOB)).status_code == 403
     scaled = api.post("/services/web/scale", json={"replicas": 3}, headers=owner)
@@ -143,6 +146,12 @@ def test_apply_show_scale_restart_delete(api):
     waited = api.get("/services/web/endpoints", params={"after": endpoints["version"], "wait_s": 0.3},
                      headers=owner).json()
     assert waited["version"] == endpoints["version"]
+
+    never_fits = api.post("/services", json={**SPEC, "name": "huge", "gpus_per_node": 64}, headers=owner)
+    assert never_fits.status_code == 422 and "GPU" in never_fits.json()["detail"], never_fits.text
+    assert api.get("/services/huge", headers=owner).status_code == 404  # nothing half-applied
+    taken = api.post("/services", json=SPEC, headers=user(*BOB))
+    assert taken.status_code == 403 and f"belongs to {ALICE[0]}" in taken.json()["detail"]
 
     assert api.request("DELETE", "/services/web", headers=user(*BOB)).status_code == 403
     assert api.request("DELETE", "/services/web", headers=owner).status_code == 204

@@ -12,9 +12,10 @@ from corral.controller.service_views import EndpointVersions, endpoint_set, serv
 from corral.core.model import NodeSlice
 from corral.engine.records import JobState
 
-SPEC = ServiceSpec.model_validate({"name": "web", "user": "alice", "uid": 1000, "command": ["serve"],
-                                   "workdir": "/srv", "replicas": 3,
-                                   "ports": [{"name": "http"}, {"name": "admin", "port": 9000}]})
+SPEC = ServiceSpec.model_validate({"name": "web", "user": "alice", "command": ["serve"], "workdir": "/srv",
+                                   "replicas": 3, "ports": [{"name": "http"}, {"name": "admin", "port": 9000}],
+                                   "probes": {"readiness": {"tcp": {"port": "http"}}}})
+T0 = 1_700_000_000.0
 
 
 @dataclass
@@ -32,10 +33,11 @@ class Replica:
     reason: str = "None"
     slices: tuple[NodeSlice, ...] = ()
     restart_count: int = 0
+    start_time: float | None = T0
+    history: list[dict[str, Any]] = field(default_factory=list)
     endpoints: dict[str, int] = field(default_factory=dict)
     ready: bool = False
     draining: bool = False
-    probes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,8 +45,12 @@ class Service:
     spec: ServiceSpec
     revision: int = 1
     desired_replicas: int = 3
-    created: float = 1_700_000_000.0
-    history: list[str] = field(default_factory=list)
+    created: float = T0
+    uid: int = 1000
+    deleted: bool = False
+    reason: str = ""
+    load: tuple[float, float, float] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
 
 
 def on(node: str) -> tuple[NodeSlice, ...]:
@@ -58,8 +64,9 @@ def replicas() -> list[Replica]:
     return [
         Replica(11, ReplicaSpec("web", 1), slices=on("node2"), ready=True, restart_count=2,
                 endpoints={"http": 31002, "admin": 9000},
-                probes={"liveness": {"ok": False, "consecutive": 2, "detail": "HTTP 500"},
-                        "readiness": {"ok": True, "consecutive": 5, "detail": ""}}),
+                history=[{"t": T0 - 100, "event": "liveness-failed", "detail": "an earlier run's"},
+                         {"t": T0 + 5, "event": "liveness-failed", "node": "node2",
+                          "detail": "liveness probe failed 3 times: HTTP 500"}]),
         Replica(10, ReplicaSpec("web", 0), slices=on("node1"), ready=True, endpoints={"admin": 9000, "http": 31001}),
         Replica(12, ReplicaSpec("web", 2), state=JobState.PENDING, reason="QuotaExceeded"),
         Replica(13, ReplicaSpec("other", 0), slices=on("node1"), ready=True, endpoints={"http": 1}),
@@ -68,16 +75,24 @@ def replicas() -> list[Replica]:
 
 
 def test_a_service_shows_its_replicas_by_index_with_node_state_probes_and_endpoints():
-    out = service_out(Service(SPEC, history=["replica 1 restarted: liveness probe failed 3 times: HTTP 500"]),
-                      replicas(), ADDRESSES)
+    history = [{"t": T0, "event": "applied", "revision": 1}, {"t": T0 + 60, "event": "scaled", "replicas": 3}]
+    out = service_out(Service(SPEC, history=history, load=(4.0, 12.5, T0 + 61)), replicas(), ADDRESSES)
     assert [(r.index, r.job_id, r.revision) for r in out.replicas] == [(0, 14, 2), (0, 10, 1), (1, 11, 1), (2, 12, 1)]
     assert (out.desired_replicas, out.ready_replicas, out.reason) == (3, 2, "QuotaExceeded")
     second = out.replicas[2]
     assert (second.node, second.state, second.ready, second.restarts) == ("node2", "RUNNING", True, 2)
     assert list(second.endpoints.items()) == [("http", "10.0.0.2:31002"), ("admin", "10.0.0.2:9000")]
     assert [(p.kind, p.ok, p.consecutive, p.detail) for p in second.probes] == [
-        ("readiness", True, 5, ""), ("liveness", False, 2, "HTTP 500")]
-    assert out.history == ["replica 1 restarted: liveness probe failed 3 times: HTTP 500"]
+        ("readiness", True, 0, ""), ("liveness", False, 3, "liveness probe failed 3 times: HTTP 500")]
+    assert [(p.kind, p.ok) for p in out.replicas[1].probes] == [("readiness", True)]  # no failure in this run
+    assert out.replicas[3].probes == []  # pending: no probe runs
+    assert out.history == ["2023-11-14T22:13:20Z applied revision=1", "2023-11-14T22:14:20Z scaled replicas=3"]
+    assert out.load is not None and (out.load.inflight, out.load.rps) == (4.0, 12.5)
+
+
+def test_the_engines_reason_says_why_it_waits():
+    out = service_out(Service(SPEC, reason="replica 2: QOS normal's GPU limit is reached"), replicas(), ADDRESSES)
+    assert out.reason == "replica 2: QOS normal's GPU limit is reached"
 
 
 def test_endpoints_are_the_ready_replicas_first_port_first_draining_marked():

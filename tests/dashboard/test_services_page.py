@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Deb
 
 
 def services() -> dict[str, dict]:
-    web = ServiceSpec.model_validate({"name": "web", "user": "alice", "uid": 1000, "account": "physics",
+    web = ServiceSpec.model_validate({"name": "web", "user": "alice", "account": "physics",
                                       "command": ["python3", "-m", "http.server"], "workdir": "/srv",
                                       "replicas": 3, "ports": [{"name": "http"}]})
     replicas = [
@@ -46,7 +46,7 @@ def services() -> dict[str, dict]:
         {"index": 2, "job_id": 23, "revision": 2, "node": "", "state": "PENDING", "ready": False, "restarts": 0,
          "reason": "QuotaExceeded"},
     ]
-    db = ServiceSpec.model_validate({"name": "vector-db", "user": "bob", "uid": 1001, "command": ["db"],
+    db = ServiceSpec.model_validate({"name": "vector-db", "user": "bob", "command": ["db"],
                                      "workdir": "/srv", "ports": [{"name": "grpc", "port": 7000}]})
     return {
         "web": service_out(web, 2, replicas, reason="QuotaExceeded",

@@ -25,7 +25,6 @@ from corral.api.fields import (
     Name,
     Script,
     TimeLimitS,
-    Uid,
     WorkDir,
 )
 
@@ -52,11 +51,12 @@ def field_problem(field: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("field_problem", "{field}: {message}", {"field": field, "message": message})
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Strict(BaseModel):
+    # Frozen: the engine keeps specs on its records and compares them (a changed spec is a new revision).
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class PortSpec(_Strict):
+class PortSpec(Strict):
     name: PortName
     port: int = Field(0, description="0: any free port on the replica's node (the default); else that port")
 
@@ -68,22 +68,22 @@ class PortSpec(_Strict):
         return port
 
 
-class HttpCheck(_Strict):
+class HttpCheck(Strict):
     path: str = Field("/", max_length=limits.PATH_MAX_CHARS, pattern=r"^/[\x21-\x7e]*$",
                       description="The path to GET, from '/' (printable ASCII, no spaces); 2xx and 3xx pass")
     port: PortName = Field(description="The name of one of the service's ports")
 
 
-class TcpCheck(_Strict):
+class TcpCheck(Strict):
     port: PortName = Field(description="The name of one of the service's ports")
 
 
-class ExecCheck(_Strict):
+class ExecCheck(Strict):
     command: Args = Field(min_length=1, description="Run on the replica's node as the service's user; exit 0 "
                                                     "passes")
 
 
-class Probe(_Strict):
+class ProbeSpec(Strict):
     """Exactly one of `http`, `tcp` or `exec`, and when and how often (Kubernetes' probe fields)."""
 
     http: HttpCheck | None = None
@@ -110,12 +110,12 @@ class Probe(_Strict):
         return check.port if check is not None else None
 
 
-class Probes(_Strict):
-    startup: Probe | None = Field(None, description="Until it passes, the other probes wait and a slow start is "
+class Probes(Strict):
+    startup: ProbeSpec | None = Field(None, description="Until it passes, the other probes wait and a slow start is "
                                                     "not killed; failing failure_threshold times restarts")
-    readiness: Probe | None = Field(None, description="Gates traffic: the gateway routes only to ready replicas "
+    readiness: ProbeSpec | None = Field(None, description="Gates traffic: the gateway routes only to ready replicas "
                                                       "(none: ready once started)")
-    liveness: Probe | None = Field(None, description="failure_threshold failures in a row restart the replica")
+    liveness: ProbeSpec | None = Field(None, description="failure_threshold failures in a row restart the replica")
 
     @model_validator(mode="after")
     def _one_success_restarts(self) -> Self:
@@ -126,12 +126,12 @@ class Probes(_Strict):
                                     f"Kubernetes): one success is what it waits for, not {probe.success_threshold}")
         return self
 
-    def named(self) -> list[tuple[str, Probe]]:
+    def named(self) -> list[tuple[str, ProbeSpec]]:
         return [(kind, probe) for kind in ("startup", "readiness", "liveness")
                 if (probe := getattr(self, kind)) is not None]
 
 
-class RestartPolicy(_Strict):
+class RestartPolicy(Strict):
     """CrashLoopBackOff: a replica that ends or fails liveness is restarted after a delay that starts at
     `backoff_initial_s`, doubles each time up to `backoff_max_s`, and resets after `reset_after_s` healthy."""
 
@@ -147,7 +147,7 @@ class RestartPolicy(_Strict):
         return self
 
 
-class UpdateStrategy(_Strict):
+class UpdatePolicy(Strict):
     """A rolling update: at most `max_surge` replicas above the desired count and at most `max_unavailable`
     below it at any time; new replicas not ready within `ready_timeout_s` roll the update back."""
 
@@ -163,12 +163,12 @@ class UpdateStrategy(_Strict):
         return self
 
 
-class Placement(_Strict):
+class Placement(Strict):
     spread: bool = Field(False, description="Prefer nodes that run fewer of the service's replicas")
     max_per_node: Count | None = Field(None, description="At most this many replicas on one node")
 
 
-class Autoscale(_Strict):
+class Autoscale(Strict):
     """desired = clamp(ceil(load / target), min_replicas, max_replicas), from the gateway's counts."""
 
     min_replicas: Replicas = 1
@@ -193,14 +193,13 @@ class Autoscale(_Strict):
         return self
 
 
-class ServiceSpec(_Strict):
+class ServiceSpec(Strict):
     """A service: `replicas` copies of one command, each a job (kind "service") charged to the account and
-    counted in its queue's quota like any job. `user` and `uid` are the caller's (an admin may name
-    another user), as for jobs."""
+    counted in its queue's quota like any job. `user` is the caller (an admin may name another user), as
+    for jobs; the uid its replicas run as comes with the event (ServiceApplied.uid), from the credential."""
 
     name: ServiceName
-    user: Name | None = Field(None, description="Default: the caller")
-    uid: Uid | None = Field(None, description="Taken from the caller's credential")
+    user: Name = Field("", description="Whose service it is; empty: the caller (only an admin may name another)")
     account: Name | None = None
     partition: Name | None = None
     qos: Name | None = None
@@ -218,7 +217,7 @@ class ServiceSpec(_Strict):
     ports: list[PortSpec] = Field([], max_length=PORTS_MAX)
     probes: Probes = Probes()
     restart: RestartPolicy = RestartPolicy()
-    update: UpdateStrategy = UpdateStrategy()
+    update: UpdatePolicy = UpdatePolicy()
     placement: Placement = Placement()
     min_ready: Replicas = Field(0, description="Preemption never takes the service below this many ready "
                                                "replicas unless the preempting QOS may")
@@ -280,11 +279,11 @@ def _replica_problem(spec: ServiceSpec) -> tuple[str, str] | None:
     return None
 
 
-class ServiceScale(_Strict):
+class ServiceScale(Strict):
     replicas: Replicas
 
 
-class ServiceLoad(_Strict):
+class ServiceLoad(Strict):
     """What the gateway saw of one service (`POST /api/v1/services/{name}/load`), for the autoscaler."""
 
     inflight: Amount
@@ -322,7 +321,7 @@ class ReplicaOut(BaseModel):
 class LoadOut(BaseModel):
     """The gateway's last report of the service's load."""
 
-    inflight: int
+    inflight: float
     rps: float
     at: float
 
@@ -416,3 +415,9 @@ def _model_in(annotation: object) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+__all__ = ["Autoscale", "EndpointOut", "EndpointsOut", "ExecCheck", "HttpCheck", "LoadOut", "Placement", "PortSpec",
+           "ProbeSpec", "ProbeStatusOut", "Probes", "ReplicaOut", "RestartPolicy", "ServiceApplyReply", "ServiceLoad",
+           "ServiceOut", "ServiceScale", "ServiceSpec", "Strict", "TcpCheck", "UpdatePolicy", "error_lines",
+           "field_problem", "location", "problems"]

@@ -18,7 +18,6 @@ from fastapi.responses import JSONResponse
 
 from corral.api.services import (
     EndpointsOut,
-    LoadOut,
     ServiceApplyReply,
     ServiceLoad,
     ServiceOut,
@@ -40,11 +39,13 @@ from corral.controller.service_views import (
 )
 from corral.engine import events as engine_events
 from corral.engine.admission import AdmissionError
+from corral.engine.engine import WrongState
 from corral.protocol import API_PREFIX
 
 SERVICES = f"{API_PREFIX}/services"
 ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"description": "unknown service"}, 422: {"description": "invalid, naming the field"},
+    404: {"description": "unknown service"}, 409: {"description": "another user's service of that name"},
+    422: {"description": "invalid, naming the field"},
     501: {"description": "this controller's engine does not run services"},
     503: {"description": "the database cannot be written: nothing was changed"}}
 # How often a long-polling endpoints request looks again, and for how long at most.
@@ -56,9 +57,6 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     auth = Depends(guard.user)
     user_dep = Depends(guard.user)
     versions = EndpointVersions(int(service.clock() * 1000))
-    # The gateway's last report per service, for the API and the dashboard: kept in memory like the
-    # agents' usage reports (a new leader shows none until the gateway's next report, seconds later).
-    loads: dict[str, LoadOut] = {}
     # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
 
     @app.exception_handler(ServicesUnavailable)
@@ -72,8 +70,12 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
                                       "services need issue 22's engine part")
         return found
 
+    def current() -> dict[str, ServiceRecord]:
+        """The services, less those being deleted (their replicas stopping): those are gone to users."""
+        return {name: record for name, record in records().items() if not record.deleted}
+
     def record_of(name: str) -> ServiceRecord:
-        record = records().get(name)
+        record = current().get(name)
         if record is None:
             raise HTTPException(404, f"unknown service {name!r}")
         return record
@@ -82,7 +84,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         return {name: node.address for name, node in service.engine.nodes.items()}
 
     def show(record: ServiceRecord) -> ServiceOut:
-        return service_out(record, service.engine.jobs.values(), addresses(), loads.get(record.spec.name))
+        return service_out(record, service.engine.jobs.values(), addresses())
 
     async def change(principal: Principal, action: str, name: str, event: Any) -> Any:
         """Hand the engine one service event; a refusal is audited and answered 422 with its reason."""
@@ -91,6 +93,11 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         except (AdmissionError, ValueError) as exc:
             await guard.authn.audit(principal, action, f"service {name}", "denied", str(exc))
             raise HTTPException(422, str(exc)) from None
+        except WrongState as exc:  # e.g. another user's service of that name, created meanwhile
+            await guard.authn.audit(principal, action, f"service {name}", "denied", str(exc))
+            raise HTTPException(409, str(exc)) from None
+        except KeyError:  # deleted meanwhile (the engine's UnknownService)
+            raise HTTPException(404, f"unknown service {name!r}") from None
         return reply
 
     @app.post(SERVICES, responses=ERRORS)
@@ -98,29 +105,31 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         """Create the service, or update it to this spec (a new revision, rolled out replica by replica).
         `outcome` says which, or `unchanged` when the spec is the one it runs. `user` is the caller (an
         admin may name another), `uid` the caller's."""
-        spec = await _owned_spec(guard, principal, body)
-        before = records().get(spec.name)
+        spec, uid = await _owned_spec(guard, principal, body)
+        before = current().get(spec.name)
         if before is not None:
-            await _may_manage(guard, principal, before.spec, "apply service", service.engine.tenancy.spec)
+            await _may_manage(guard, principal, before, "apply service", service.engine.tenancy.spec)
             if before.spec.user != spec.user:
                 await guard.deny(principal, "apply service", f"service {spec.name}",
                                  f"service {spec.name} belongs to {before.spec.user}; {spec.user} cannot take it over")
             if before.spec == spec:
                 return ServiceApplyReply(name=spec.name, outcome="unchanged", revision=before.revision)
+        # Read now: the engine changes its record in place.
+        revision_before = before.revision if before is not None else None
         record = await change(principal, "apply service", spec.name,
-                              _event("ServiceApplied", spec=spec, user=principal.name))
-        if before is None:
+                              _event("ServiceApplied", spec=spec, user=spec.user, uid=uid))
+        if revision_before is None:
             outcome = "created"
             response.status_code = 201
         else:
-            outcome = "updated" if record.revision != before.revision else "unchanged"
+            outcome = "updated" if record.revision != revision_before else "unchanged"
         await guard.allow(principal, "apply service", f"service {spec.name}",
                           f"{outcome}, revision {record.revision}, user {spec.user}, account {spec.account or '-'}")
         return ServiceApplyReply(name=spec.name, outcome=outcome, revision=record.revision)
 
     @app.get(SERVICES, dependencies=[auth], responses=ERRORS)
     async def list_services() -> list[ServiceOut]:
-        return [show(record) for _name, record in sorted(records().items())]
+        return [show(record) for _name, record in sorted(current().items())]
 
     @app.get(f"{SERVICES}/{{name}}", dependencies=[auth], responses=ERRORS)
     async def get_service(name: NamePath) -> ServiceOut:
@@ -132,16 +141,16 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     async def delete_service(name: NamePath, principal: Principal = user_dep) -> Response:
         """Stop every replica (SIGTERM, then SIGKILL after the grace period) and forget the service."""
         record = record_of(name)
-        await _may_manage(guard, principal, record.spec, "delete service", service.engine.tenancy.spec)
+        await _may_manage(guard, principal, record, "delete service", service.engine.tenancy.spec)
         await change(principal, "delete service", name, _event("ServiceDeleted", name=name))
+        await guard.allow(principal, "delete service", f"service {name}")
         versions.forget([name])
-        loads.pop(name, None)
         return Response(status_code=204)
 
     @app.post(f"{SERVICES}/{{name}}/scale", responses=ERRORS)
     async def scale(name: NamePath, body: ServiceScale, principal: Principal = user_dep) -> ServiceOut:
         record = record_of(name)
-        await _may_manage(guard, principal, record.spec, "scale service", service.engine.tenancy.spec)
+        await _may_manage(guard, principal, record, "scale service", service.engine.tenancy.spec)
         autoscale = record.spec.autoscale
         if autoscale is not None and not autoscale.min_replicas <= body.replicas <= autoscale.max_replicas:
             reason = (f"replicas: {body.replicas} is outside autoscale's range ({autoscale.min_replicas} to "
@@ -156,7 +165,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     async def restart(name: NamePath, principal: Principal = user_dep) -> ServiceOut:
         """Replace every replica, as a rolling update does (the spec and revision stay)."""
         record = record_of(name)
-        await _may_manage(guard, principal, record.spec, "restart service", service.engine.tenancy.spec)
+        await _may_manage(guard, principal, record, "restart service", service.engine.tenancy.spec)
         await change(principal, "restart service", name, _event("ServiceRestartRequested", name=name))
         await guard.allow(principal, "restart service", f"service {name}")
         return show(record_of(name))
@@ -190,7 +199,6 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         at = body.at if body.at is not None else service.clock()
         # Routine traffic every few seconds, like an agent's reports: not audited.
         await service.request(_event("ServiceLoadReported", name=name, inflight=body.inflight, rps=body.rps, at=at))
-        loads[name] = LoadOut(inflight=body.inflight, rps=body.rps, at=at)
         return Response(status_code=204)
 
 
@@ -203,22 +211,25 @@ def _event(kind: str, **fields: Any) -> Any:
     return event_type(**fields)
 
 
-async def _owned_spec(guard: Guard, principal: Principal, body: ServiceSpec) -> ServiceSpec:
-    """The spec as the caller may apply it: as themselves, with their uid (admins may name another user,
-    whose uid is then this host's; a service as root only from root on this host, as a job)."""
+async def _owned_spec(guard: Guard, principal: Principal, body: ServiceSpec) -> tuple[ServiceSpec, int]:
+    """The spec as the caller may apply it, and the uid its replicas run as: the caller's own (admins may
+    name another user, whose uid is then this host's; a service as root only from root on this host, as
+    a job)."""
     user = body.user or principal.name
     refusal = identity_rules.root_refusal("a service", user, None, principal.is_root_on_controller_host)
     if refusal:
         await guard.deny(principal, "apply service", f"service {body.name}", refusal)
+    uid: int | None
     if user == principal.name:
-        return body.model_copy(update={"user": user, "uid": principal.uid})
-    if not principal.admin:
+        uid = principal.uid if principal.uid is not None else identity_rules.host_uid(user)
+    elif not principal.admin:
         await guard.deny(principal, "apply service", f"service {body.name}",
                          f"{principal.name} cannot apply a service as {user} (only an admin can)")
-    uid = identity_rules.host_uid(user)
+    else:
+        uid = identity_rules.host_uid(user)
     if uid is None:
         await _refuse(guard, principal, body.name, f"user: {user!r} is not a user on the controller's host")
-    return body.model_copy(update={"user": user, "uid": uid})
+    return body.model_copy(update={"user": user}), uid
 
 
 async def _refuse(guard: Guard, principal: Principal, name: str, reason: str) -> NoReturn:
@@ -226,9 +237,10 @@ async def _refuse(guard: Guard, principal: Principal, name: str, reason: str) ->
     raise HTTPException(422, reason)
 
 
-async def _may_manage(guard: Guard, principal: Principal, spec: ServiceSpec, action: str, tenancy) -> None:
+async def _may_manage(guard: Guard, principal: Principal, record: ServiceRecord, action: str, tenancy) -> None:
     """As for jobs: its owner, a coordinator of its account, or an operator."""
-    if principal.operator or principal.name == spec.user and principal.uid == spec.uid:
+    spec = record.spec
+    if principal.operator or principal.name == spec.user and principal.uid == record.uid:
         return
     if principal.kind == "user" and spec.account and spec.account in coordinated_accounts(tenancy, principal.name):
         return

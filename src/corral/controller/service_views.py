@@ -7,6 +7,7 @@ spec names the service (`JobSpec.service`, `service_revision`, `replica`) and wh
 reads them through the small protocols below: the fields the design fixes, nothing else."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -21,16 +22,21 @@ from corral.api.services import (
 )
 from corral.engine.records import Job
 
-PROBE_KINDS = ("startup", "readiness", "liveness")
+# The history event the engine records on a replica its liveness probe stopped (engine/service_events.py).
+LIVENESS_FAILED = "liveness-failed"
 
 
 class ServiceRecord(Protocol):
-    """The engine's record of a service, as the design names its fields."""
+    """The engine's record of a service (engine/records.py: Service), the fields shown here."""
 
     spec: ServiceSpec
     revision: int
     desired_replicas: int
     created: float
+    uid: int
+    deleted: bool
+    reason: str
+    load: tuple[float, float, float] | None  # the gateway's last report: in flight, requests/s, when
     history: Sequence[Any]
 
 
@@ -65,60 +71,67 @@ def endpoint_ports(job: Job, addresses: Mapping[str, str], order: Sequence[str] 
     return {name: f"{host}:{ports[name]}" for name in names}
 
 
-def probe_status(job: Job) -> list[ProbeStatusOut]:
-    """The replica's latest probe results, as the agent reported them (ProbesReported)."""
-    results: Mapping[str, Any] = getattr(job, "probes", None) or {}
+def probe_status(job: Job, spec: ServiceSpec) -> list[ProbeStatusOut]:
+    """What the engine knows of the replica's probes: readiness as its `ready` flag (while it runs), and
+    the liveness failure that stopped its current run, in the engine's words ("liveness probe failed 3
+    times: HTTP 500")."""
     shown = []
-    for kind in PROBE_KINDS:
-        result = results.get(kind)
-        if result is None:
-            continue
-        if isinstance(result, Mapping):
-            result = dict(result)
-        else:
-            result = {key: getattr(result, key, None) for key in ("ok", "consecutive", "detail")}
-        shown.append(ProbeStatusOut(kind=kind, ok=bool(result.get("ok")),
-                                    consecutive=int(result.get("consecutive") or 0),
-                                    detail=str(result.get("detail") or "")))
+    if spec.probes.readiness is not None and job.state.value == "RUNNING":
+        shown.append(ProbeStatusOut(kind="readiness", ok=is_ready(job)))
+    started = job.start_time if job.start_time is not None else float("inf")
+    failures = [entry for entry in job.history
+                if entry.get("event") == LIVENESS_FAILED and entry.get("t", 0) >= started]
+    if failures:
+        detail = str(failures[-1].get("detail", ""))
+        count = _failure_count(detail)
+        shown.append(ProbeStatusOut(kind="liveness", ok=False, consecutive=count, detail=detail))
     return shown
 
 
-def replica_out(job: Job, addresses: Mapping[str, str], order: Sequence[str] = ()) -> ReplicaOut:
+def _failure_count(detail: str) -> int:
+    """3 from "liveness probe failed 3 times: ..."; 0 when the words say no number."""
+    words = detail.split()
+    return next((int(word) for word in words if word.isdigit()), 0)
+
+
+def replica_out(job: Job, spec: ServiceSpec, addresses: Mapping[str, str]) -> ReplicaOut:
+    order = [port.name for port in spec.ports]
     return ReplicaOut(
         index=_replica_index(job), job_id=job.id, revision=int(getattr(job.spec, "service_revision", 0) or 0),
         node=job.slices[0].node if job.slices else "", state=job.state.value, ready=is_ready(job),
-        restarts=job.restart_count, probes=probe_status(job), endpoints=endpoint_ports(job, addresses, order),
+        restarts=job.restart_count, probes=probe_status(job, spec), endpoints=endpoint_ports(job, addresses, order),
         reason=job.reason if job.state.value == "PENDING" else "")
 
 
-def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str],
-                load: LoadOut | None = None) -> ServiceOut:
+def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> ServiceOut:
     spec = record.spec
-    order = [port.name for port in spec.ports]
-    replicas = [replica_out(job, addresses, order) for job in replicas_of(spec.name, jobs)]
+    replicas = [replica_out(job, spec, addresses) for job in replicas_of(spec.name, jobs)]
     ready = sum(1 for replica in replicas if replica.ready)
+    load = LoadOut(inflight=record.load[0], rps=record.load[1], at=record.load[2]) if record.load else None
     return ServiceOut(
-        name=spec.name, user=spec.user or "", account=spec.account or "", revision=record.revision,
+        name=spec.name, user=spec.user, account=spec.account or "", revision=record.revision,
         desired_replicas=record.desired_replicas, ready_replicas=ready, created=record.created, spec=spec,
-        replicas=replicas, reason=_waiting_reason(record, replicas), history=[_history_line(h) for h in record.history],
+        replicas=replicas, reason=_waiting_reason(record, replicas), history=[history_line(h) for h in record.history],
         load=load)
 
 
 def _waiting_reason(record: ServiceRecord, replicas: list[ReplicaOut]) -> str:
-    """Why the service has fewer ready replicas than it wants: the reasons its pending replicas wait."""
+    """Why the service has fewer ready replicas than it wants: the engine's reason (a replica it could not
+    admit), else the reasons its pending replicas wait."""
     if sum(1 for replica in replicas if replica.ready) >= record.desired_replicas:
         return ""
     reasons = sorted({replica.reason for replica in replicas if replica.reason and replica.reason != "None"})
-    return "; ".join(reasons)
+    return "; ".join([record.reason] if record.reason else reasons)
 
 
-def _history_line(entry: Any) -> str:
-    if isinstance(entry, str):
-        return entry
-    text = getattr(entry, "text", None)
-    if isinstance(text, str):
-        return text
-    return str(entry)
+def history_line(entry: Any) -> str:
+    """One line of a service's history ({"t", "event", ...}): `2026-11-28T05:30:00Z scaled replicas=3`."""
+    if not isinstance(entry, Mapping):
+        return str(entry)
+    when = entry.get("t")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)) if isinstance(when, int | float) else ""
+    details = " ".join(f"{key}={value}" for key, value in entry.items() if key not in ("t", "event"))
+    return " ".join(part for part in (stamp, str(entry.get("event", "")), details) if part)
 
 
 def endpoint_set(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
