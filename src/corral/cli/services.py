@@ -5,24 +5,16 @@ key path, before anything is sent), then the controller checks it against the cl
 imported by `apply` only: the other commands start as fast as `corral queue`."""
 from __future__ import annotations
 
-import sys
-import time
-from typing import Annotated, BinaryIO
+from typing import Annotated
 
 import typer
 
 from corral.cli import render_services
-from corral.cli.client import Client
 from corral.cli.connect import open_client
-from corral.cli.errors import CliError
 from corral.cli.helpstyle import CorralApp
 from corral.cli.jobs import UrlOption
-from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors
+from corral.cli.output import print_json, print_lines, print_table, reported_errors
 from corral.cli.scheduling import ApiJsonOption
-
-ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
-POLL_S = 0.5
-CHUNK = 1 << 16
 
 service_app = CorralApp(
     help="Long-running services: replicas of a command kept running, each a job in the service's account and "
@@ -138,86 +130,6 @@ def logs(
 ) -> None:
     """Print a service's replicas' output (each replica's first task's), read from the filesystem the
     nodes share; several replicas as tail prints several files."""
+    from corral.cli.logs import service_logs
+
     service_logs(target, follow, error, url)
-
-
-def service_logs(target: str, follow: bool, error: bool, url: str | None) -> None:
-    from corral.cli.logs import show_output
-
-    try:
-        name, index = render_services.parse_service_ref(target)
-    except ValueError as exc:
-        fail(str(exc), code=2)
-    with reported_errors(), open_client(url) as client:
-        found = replica_jobs(client, name, index)
-        if len(found) == 1:
-            show_output(client, found[0][1], follow, error)
-            return
-        try:
-            _tail_many(client, found, follow, error)
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-
-
-def replica_jobs(client: Client, name: str, index: int | None) -> list[tuple[str, dict]]:
-    """Each replica's label (`web/1`) and job (of one replica: its newest job), or CliError saying why
-    there is none."""
-    replicas = [r for r in client.service(name)["replicas"] if r.get("job_id") is not None]
-    if index is not None:
-        chosen = [r for r in replicas if r["index"] == index][:1]  # newest first: the current revision's
-        if not chosen:
-            known = ", ".join(str(i) for i in sorted({r["index"] for r in replicas})) or "none"
-            raise CliError(f"service {name} has no replica {index} (its replicas: {known})")
-        replicas = chosen
-    if not replicas:
-        raise CliError(f"service {name} has no replicas running or waiting: no output to show")
-    return [(f"{name}/{r['index']}", client.job(r["job_id"])) for r in replicas]
-
-
-def _tail_many(client: Client, replicas: list[tuple[str, dict]], follow: bool, error: bool) -> None:
-    """Several replicas' files: each new piece under a `==> web/1 (job N) <==` header, as tail prints
-    several files; those not readable here are named and left out."""
-    streams = _open_outputs(replicas, error)
-    try:
-        last: list[str] = []
-        while True:
-            wrote = [_copy_new(label, stream, last) for label, stream in streams]
-            if any(wrote):
-                continue
-            if not follow or not any(client.job(job["id"])["state"] in ACTIVE for _name, job in replicas):
-                return
-            time.sleep(POLL_S)
-    finally:
-        for _label, stream in streams:
-            stream.close()
-
-
-def _open_outputs(replicas: list[tuple[str, dict]], error: bool) -> list[tuple[str, BinaryIO]]:
-    from corral.cli.logs import output_path
-
-    streams: list[tuple[str, BinaryIO]] = []
-    for name, job in replicas:
-        label = f"{name} (job {job['id']})"
-        path = output_path(job, error)
-        try:
-            streams.append((label, open(path, "rb")))
-        except OSError as exc:
-            node = job["slices"][0]["node"] if job.get("slices") else "no node yet"
-            typer.echo(f"corral: {label}: cannot read {path} ({exc.strerror}); it is written on {node}", err=True)
-    if not streams:
-        fail("none of the replicas' output files can be read here")
-    return streams
-
-
-def _copy_new(label: str, stream: BinaryIO, last: list[str]) -> bool:
-    """Copy what `stream` has new, under its header when another file's came last; whether it had any."""
-    data = stream.read(CHUNK)
-    if not data:
-        return False
-    out = sys.stdout.buffer
-    if last[-1:] != [label]:
-        out.write(f"{chr(10) if last else ''}==> {label} <==\n".encode())
-        last[:] = [label]
-    out.write(data)
-    out.flush()
-    return True
