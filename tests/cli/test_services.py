@@ -141,3 +141,28 @@ def test_the_service_commands_start_without_pydantic():
             "print('pydantic' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_logs_follow_every_replica_until_they_end(standin, cli, tmp_path):
+    import threading
+    import time
+
+    standin.state.services["web"] = web(tmp_path)
+    for job_id in (10, 11):
+        standin.state.jobs[job_id] = running_job(tmp_path, job_id)
+        (tmp_path / f"out-{job_id}.txt").write_bytes(f"start {job_id}\n".encode())
+
+    def write_then_end() -> None:
+        time.sleep(1.0)
+        with open(tmp_path / "out-11.txt", "ab") as out:
+            out.write(b"request 11\n")
+        time.sleep(0.5)
+        for job_id in (10, 11):
+            standin.state.jobs[job_id]["state"] = "COMPLETED"
+
+    writer = threading.Thread(target=write_then_end)
+    writer.start()
+    result = cli("logs", "web", "-f")
+    writer.join()
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ("==> web/0 (job 10) <==\nstart 10\n\n==> web/1 (job 11) <==\nstart 11\nrequest 11\n")
