@@ -8,8 +8,10 @@ The engine's side of services (the design's ServiceApplied, ... events and engin
 them, and where it does not, the routes are shown to answer 501 saying so, not to pretend."""
 from __future__ import annotations
 
+import asyncio
 import time
 
+import httpx
 import pytest
 
 from corral.controller import credentials as cred
@@ -35,6 +37,16 @@ def user(name: str, uid: int) -> dict[str, str]:
 
 ALICE = ("alice-svcedge", 42001)
 BOB = ("bob-svcedge", 42002)
+
+
+def outside_api(api: InProcessController, path: str) -> httpx.Response:
+    """A GET of a path outside /api/v1 (InProcessController prefixes it), with the cluster secret."""
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=api.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://controller") as client:
+            return await client.get(path, headers={"Authorization": f"Bearer {SECRET}"})
+
+    return asyncio.run(send())
 
 
 def audit(api: InProcessController, action: str) -> list[dict]:
@@ -140,6 +152,9 @@ def test_apply_show_scale_restart_delete(api):
     assert api.post("/services/web/restart", headers=owner).status_code == 200
     assert api.post("/services/web/load", json={"inflight": 1, "rps": 1.0}).status_code == 204  # the secret
     assert api.get("/services/web", headers=owner).json()["load"]["rps"] == 1.0
+    metrics = outside_api(api, "/metrics").text
+    assert 'corral_service_replicas_desired{service="web"} 3.0' in metrics
+    assert 'corral_service_revision{service="web"}' in metrics
 
     endpoints = api.get("/services/web/endpoints", headers=owner).json()
     assert endpoints["service"] == "web" and endpoints["endpoints"] == []  # no agent runs them here

@@ -115,3 +115,21 @@ def test_the_version_moves_only_when_the_set_changes_and_starts_past_a_restart()
     assert second > first
     restarted = EndpointVersions(start_ms=second + 1_000)  # a controller started later
     assert restarted.current("web", endpoint_set(service, jobs, ADDRESSES)) > second
+
+
+def test_the_gauges_per_service():
+    from corral.controller.service_metrics import service_metrics
+
+    records = {"web": Service(SPEC, revision=2, desired_replicas=3),
+               "gone": Service(SPEC.model_copy(update={"name": "gone"}), deleted=True)}
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in service_metrics(records, replicas()) for s in family.samples}
+    web = (("service", "web"),)
+    assert samples[("corral_service_replicas_desired", web)] == 3
+    assert samples[("corral_service_replicas_ready", web)] == 2  # jobs 10 and 11; 14 runs, not ready
+    assert samples[("corral_service_replicas", (("service", "web"), ("state", "RUNNING")))] == 3
+    assert samples[("corral_service_replicas", (("service", "web"), ("state", "PENDING")))] == 1
+    assert samples[("corral_service_replica_restarts", web)] == 2
+    assert samples[("corral_service_revision", web)] == 2
+    assert not any(labels == (("service", "gone"),) for _name, labels in samples)  # deleted: no series
+    assert list(service_metrics({}, replicas())) == []
