@@ -35,7 +35,7 @@ class Replica:
     restart_count: int = 0
     start_time: float | None = T0
     history: list[dict[str, Any]] = field(default_factory=list)
-    endpoints: dict[str, int] = field(default_factory=dict)
+    endpoints: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> port name -> port
     ready: bool = False
     draining: bool = False
 
@@ -63,14 +63,16 @@ ADDRESSES = {"node1": "10.0.0.1", "node2": "10.0.0.2"}
 def replicas() -> list[Replica]:
     return [
         Replica(11, ReplicaSpec("web", 1), slices=on("node2"), ready=True, restart_count=2,
-                endpoints={"http": 31002, "admin": 9000},
+                endpoints={"node2": {"http": 31002, "admin": 9000}},
                 history=[{"t": T0 - 100, "event": "liveness-failed", "detail": "an earlier run's"},
                          {"t": T0 + 5, "event": "liveness-failed", "node": "node2",
                           "detail": "liveness probe failed 3 times: HTTP 500"}]),
-        Replica(10, ReplicaSpec("web", 0), slices=on("node1"), ready=True, endpoints={"admin": 9000, "http": 31001}),
+        Replica(10, ReplicaSpec("web", 0), slices=on("node1"), ready=True,
+                endpoints={"node1": {"admin": 9000, "http": 31001}}),
         Replica(12, ReplicaSpec("web", 2), state=JobState.PENDING, reason="QuotaExceeded"),
-        Replica(13, ReplicaSpec("other", 0), slices=on("node1"), ready=True, endpoints={"http": 1}),
-        Replica(14, ReplicaSpec("web", 0, 2), slices=on("node2"), ready=False, endpoints={"http": 31003}),
+        Replica(13, ReplicaSpec("other", 0), slices=on("node1"), ready=True, endpoints={"node1": {"http": 1}}),
+        Replica(14, ReplicaSpec("web", 0, 2), slices=on("node2"), ready=False,
+                endpoints={"node2": {"http": 31003}}),
     ]
 
 

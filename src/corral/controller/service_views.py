@@ -3,7 +3,8 @@ endpoints the gateway routes to, with a version to long-poll on.
 
 The engine holds each service as a record (`engine/records.py: Service`) and each replica as a Job whose
 spec names the service (`JobSpec.service`, `service_revision`, `replica`) and which carries its
-`endpoints` (port name -> port on its first node) and `ready` (from its readiness probe). This module
+`endpoints` (per node, port name -> port, as the agents reported them) and `ready` (from its readiness
+probe). This module
 reads them through the small protocols below: the fields the design fixes, nothing else."""
 from __future__ import annotations
 
@@ -62,10 +63,14 @@ def is_ready(job: Job) -> bool:
 def endpoint_ports(job: Job, addresses: Mapping[str, str], order: Sequence[str] = ()) -> dict[str, str]:
     """`host:port` per port name, on the replica's first node (where its ports were chosen), in the spec's
     order of ports (`order`): the gateway routes to the first."""
-    ports: Mapping[str, int] = getattr(job, "endpoints", None) or {}
-    if not job.slices or not ports:
+    if not job.slices:
         return {}
-    host = addresses.get(job.slices[0].node, job.slices[0].node)
+    first = job.slices[0].node
+    by_node: Mapping[str, Mapping[str, int]] = getattr(job, "endpoints", None) or {}  # node -> name -> port
+    ports = by_node.get(first) or {}
+    if not ports:
+        return {}
+    host = addresses.get(first, first)
     rank = {name: index for index, name in enumerate(order)}
     names = sorted(ports, key=lambda name: (rank.get(name, len(rank)), name))
     return {name: f"{host}:{ports[name]}" for name in names}
