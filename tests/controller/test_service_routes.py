@@ -139,8 +139,9 @@ def test_apply_show_scale_restart_delete(api):
     changed = api.post("/services", json={**SPEC, "env": {"VERSION": "2"}}, headers=owner)
     assert changed.json()["outcome"] == "updated" and changed.json()["revision"] == revision + 1
 
-    shown = api.get("/services/web", headers=user(*BOB)).json()  # anyone may read, as the queue
-    assert (shown["user"], shown["desired_replicas"], shown["spec"]["env"]) == (ALICE[0], 2, {"VERSION": "2"})
+    shown = api.get("/services/web", headers=user(*BOB)).json()  # anyone may read, as the queue ...
+    assert (shown["user"], shown["desired_replicas"], shown["spec"]["env"]) == (ALICE[0], 2, {"VERSION": "(hidden)"})
+    assert api.get("/services", headers=owner).json()[0]["spec"]["env"] == {"VERSION": "2"}  # ... its owner all
     # Replicas are jobs (during the update to revision 2, an index may have its old and its new one).
     assert {replica["index"] for replica in shown["replicas"]} == {0, 1}
     jobs = {job["id"]: job for job in api.get("/jobs", headers=owner).json()}

@@ -135,3 +135,12 @@ def test_the_gauges_per_service():
     assert samples[("corral_service_revision", web)] == 2
     assert not any(labels == (("service", "gone"),) for _name, labels in samples)  # deleted: no series
     assert list(service_metrics({}, replicas())) == []
+
+
+def test_others_see_the_names_of_its_variables_not_their_values_nor_its_script():
+    spec = SPEC.model_copy(update={"env": {"API_KEY": "s3cret"}})
+    assert service_out(Service(spec), [], ADDRESSES).spec.env == {"API_KEY": "s3cret"}
+    hidden = service_out(Service(spec), [], ADDRESSES, reveal=False).spec
+    assert hidden.env == {"API_KEY": "(hidden)"} and hidden.command == ["serve"]
+    scripted = SPEC.model_copy(update={"command": None, "script": "#!/bin/sh\nexport TOKEN=x\n"})
+    assert service_out(Service(scripted), [], ADDRESSES, reveal=False).spec.script == "(hidden)"

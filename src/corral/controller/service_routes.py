@@ -83,8 +83,11 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     def addresses() -> dict[str, str]:
         return {name: node.address for name, node in service.engine.nodes.items()}
 
-    def show(record: ServiceRecord) -> ServiceOut:
-        return service_out(record, service.engine.jobs.values(), addresses())
+    def show(record: ServiceRecord, principal: Principal) -> ServiceOut:
+        """Its environment and script only to whoever may manage it (they may hold a model server's keys):
+        others see its variables' names, as a job's environment is its owner's alone."""
+        reveal = manages(principal, record, service.engine.tenancy.spec)
+        return service_out(record, service.engine.jobs.values(), addresses(), reveal=reveal)
 
     async def change(principal: Principal, action: str, name: str, event: Any) -> Any:
         """Hand the engine one service event; a refusal is audited and answered 422 with its reason."""
@@ -127,15 +130,15 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
                           f"{outcome}, revision {record.revision}, user {spec.user}, account {spec.account or '-'}")
         return ServiceApplyReply(name=spec.name, outcome=outcome, revision=record.revision)
 
-    @app.get(SERVICES, dependencies=[auth], responses=ERRORS)
-    async def list_services() -> list[ServiceOut]:
-        return [show(record) for _name, record in sorted(current().items())]
+    @app.get(SERVICES, responses=ERRORS)
+    async def list_services(principal: Principal = user_dep) -> list[ServiceOut]:
+        return [show(record, principal) for _name, record in sorted(current().items())]
 
-    @app.get(f"{SERVICES}/{{name}}", dependencies=[auth], responses=ERRORS)
-    async def get_service(name: NamePath) -> ServiceOut:
+    @app.get(f"{SERVICES}/{{name}}", responses=ERRORS)
+    async def get_service(name: NamePath, principal: Principal = user_dep) -> ServiceOut:
         """The spec, revision, desired and ready replicas, and each replica's job, node, state, restarts,
         probe status and endpoints."""
-        return show(record_of(name))
+        return show(record_of(name), principal)
 
     @app.delete(f"{SERVICES}/{{name}}", status_code=204, responses=ERRORS)
     async def delete_service(name: NamePath, principal: Principal = user_dep) -> Response:
@@ -159,7 +162,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
             raise HTTPException(422, reason)
         await change(principal, "scale service", name, _event("ServiceScaled", name=name, replicas=body.replicas))
         await guard.allow(principal, "scale service", f"service {name}", f"replicas {body.replicas}")
-        return show(record_of(name))
+        return show(record_of(name), principal)
 
     @app.post(f"{SERVICES}/{{name}}/restart", responses=ERRORS)
     async def restart(name: NamePath, principal: Principal = user_dep) -> ServiceOut:
@@ -168,7 +171,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         await _may_manage(guard, principal, record, "restart service", service.engine.tenancy.spec)
         await change(principal, "restart service", name, _event("ServiceRestartRequested", name=name))
         await guard.allow(principal, "restart service", f"service {name}")
-        return show(record_of(name))
+        return show(record_of(name), principal)
 
     @app.get(f"{SERVICES}/{{name}}/endpoints", dependencies=[auth], responses=ERRORS)
     async def endpoints(name: NamePath,
@@ -237,13 +240,19 @@ async def _refuse(guard: Guard, principal: Principal, name: str, reason: str) ->
     raise HTTPException(422, reason)
 
 
-async def _may_manage(guard: Guard, principal: Principal, record: ServiceRecord, action: str, tenancy) -> None:
+def manages(principal: Principal, record: ServiceRecord, tenancy) -> bool:
     """As for jobs: its owner, a coordinator of its account, or an operator."""
     spec = record.spec
     if principal.operator or principal.name == spec.user and principal.uid == record.uid:
+        return True
+    return principal.kind == "user" and bool(spec.account) and spec.account in coordinated_accounts(
+        tenancy, principal.name)
+
+
+async def _may_manage(guard: Guard, principal: Principal, record: ServiceRecord, action: str, tenancy) -> None:
+    if manages(principal, record, tenancy):
         return
-    if principal.kind == "user" and spec.account and spec.account in coordinated_accounts(tenancy, principal.name):
-        return
+    spec = record.spec
     await guard.deny(principal, action, f"service {spec.name}",
                      f"service {spec.name} belongs to {spec.user} (account {spec.account or '-'}); "
                      f"{principal.name} is neither its owner, a coordinator of its account, nor an operator")

@@ -108,8 +108,13 @@ def replica_out(job: Job, spec: ServiceSpec, addresses: Mapping[str, str]) -> Re
         reason=job.reason if job.state.value == "PENDING" else "")
 
 
-def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> ServiceOut:
-    spec = record.spec
+HIDDEN = "(hidden)"
+
+
+def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str],
+                reveal: bool = True) -> ServiceOut:
+    """`reveal`: with the spec's environment values and script; else those read HIDDEN."""
+    spec = record.spec if reveal else _redacted(record.spec)
     replicas = [replica_out(job, spec, addresses) for job in replicas_of(spec.name, jobs)]
     ready = sum(1 for replica in replicas if replica.ready)
     load = LoadOut(inflight=record.load[0], rps=record.load[1], at=record.load[2]) if record.load else None
@@ -118,6 +123,11 @@ def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[s
         desired_replicas=record.desired_replicas, ready_replicas=ready, created=record.created, spec=spec,
         replicas=replicas, reason=_waiting_reason(record, replicas), history=[history_line(h) for h in record.history],
         load=load)
+
+
+def _redacted(spec: ServiceSpec) -> ServiceSpec:
+    return spec.model_copy(update={"env": {name: HIDDEN for name in spec.env},
+                                   "script": HIDDEN if spec.script is not None else None})
 
 
 def _waiting_reason(record: ServiceRecord, replicas: list[ReplicaOut]) -> str:
