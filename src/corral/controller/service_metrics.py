@@ -16,8 +16,6 @@ REPLICA_STATES = ("PENDING", "RUNNING", "COMPLETING")
 
 def service_metrics(services: Mapping[str, ServiceRecord], jobs: Iterable[Job]) -> Iterator[Metric]:
     current = {name: record for name, record in services.items() if not record.deleted}
-    if not current:
-        return
     desired = GaugeMetricFamily("corral_service_replicas_desired", "Replicas the service wants now (its spec, "
                                 "a scale or the autoscaler)", labels=["service"])
     ready = GaugeMetricFamily("corral_service_replicas_ready", "Replicas running and ready (the gateway routes "
@@ -37,4 +35,4 @@ def service_metrics(services: Mapping[str, ServiceRecord], jobs: Iterable[Job]) 
             by_state.add_metric([name, state], sum(1 for job in replicas if job.state.value == state))
         restarts.add_metric([name], sum(job.restart_count for job in replicas))
         revision.add_metric([name], record.revision)
-    yield from (desired, ready, by_state, restarts, revision)
+    yield from (desired, ready, by_state, restarts, revision)  # with no service: the families, empty
