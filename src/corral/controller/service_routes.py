@@ -99,7 +99,9 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         except WrongState as exc:  # e.g. another user's service of that name, created meanwhile
             await guard.authn.audit(principal, action, f"service {name}", "denied", str(exc))
             raise HTTPException(409, str(exc)) from None
-        except KeyError:  # deleted meanwhile (the engine's UnknownService)
+        except KeyError as exc:
+            if type(exc).__name__ != "UnknownService":  # the engine's, for a service deleted meanwhile
+                raise
             raise HTTPException(404, f"unknown service {name!r}") from None
         return reply
 
