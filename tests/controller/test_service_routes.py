@@ -138,6 +138,10 @@ def test_apply_show_scale_restart_delete(api):
     assert again.status_code == 200 and again.json() == {"name": "web", "outcome": "unchanged", "revision": revision}
     changed = api.post("/services", json={**SPEC, "env": {"VERSION": "2"}}, headers=owner)
     assert changed.json()["outcome"] == "updated" and changed.json()["revision"] == revision + 1
+    # A new replica count scales: an update, but no new revision (no replica is replaced).
+    scaled_by_apply = api.post("/services", json={**SPEC, "env": {"VERSION": "2"}, "replicas": 3}, headers=owner)
+    assert scaled_by_apply.json()["outcome"] == "updated" and scaled_by_apply.json()["revision"] == revision + 1
+    assert api.post("/services", json={**SPEC, "env": {"VERSION": "2"}}, headers=owner).json()["outcome"] == "updated"
 
     shown = api.get("/services/web", headers=user(*BOB)).json()  # anyone may read, as the queue ...
     assert (shown["user"], shown["desired_replicas"], shown["spec"]["env"]) == (ALICE[0], 2, {"VERSION": "(hidden)"})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -107,8 +107,9 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
 
     @app.post(SERVICES, responses=ERRORS)
     async def apply(body: ServiceSpec, response: Response, principal: Principal = user_dep) -> ServiceApplyReply:
-        """Create the service, or update it to this spec (a new revision, rolled out replica by replica).
-        `outcome` says which, or `unchanged` when the spec is the one it runs. `user` is the caller (an
+        """Create the service, or update it to this spec (a new revision rolled out replica by replica, unless
+        no replica changes: a new replica count scales). `outcome` says which, or `unchanged` when the spec
+        is the one it runs; `revision` is the one it runs now. `user` is the caller (an
         admin may name another), `uid` the caller's."""
         spec, uid = await _owned_spec(guard, principal, body)
         before = current().get(spec.name)
@@ -119,15 +120,13 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
                                  f"service {spec.name} belongs to {before.spec.user}; {spec.user} cannot take it over")
             if before.spec == spec:
                 return ServiceApplyReply(name=spec.name, outcome="unchanged", revision=before.revision)
-        # Read now: the engine changes its record in place.
-        revision_before = before.revision if before is not None else None
         record = await change(principal, "apply service", spec.name,
                               _event("ServiceApplied", spec=spec, user=spec.user, uid=uid))
-        if revision_before is None:
-            outcome = "created"
+        # A changed spec is an update; the engine decides whether it is a new revision (a rolling update) or,
+        # when no replica would change (a scale, a new min_ready), the same one.
+        outcome: Literal["created", "updated"] = "created" if before is None else "updated"
+        if before is None:
             response.status_code = 201
-        else:
-            outcome = "updated" if record.revision != revision_before else "unchanged"
         await guard.allow(principal, "apply service", f"service {spec.name}",
                           f"{outcome}, revision {record.revision}, user {spec.user}, account {spec.account or '-'}")
         return ServiceApplyReply(name=spec.name, outcome=outcome, revision=record.revision)
