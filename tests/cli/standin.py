@@ -28,6 +28,8 @@ from corral.jobref import JobIdError, parse_job_list
 from corral.jobscript.specs import parse_array_spec
 from corral.protocol import API_PREFIX
 
+from .standin_services import add_service_routes
+
 SECRET = "standin-secret"
 T0 = 1_700_000_000.0  # a fixed "now"-ish epoch for canned jobs
 ACTIVE = ("PENDING", "RUNNING", "COMPLETING")
@@ -133,6 +135,8 @@ class StandinState:
     tenancy_puts: list[dict] = field(default_factory=list)
     reservations: dict[str, dict] = field(default_factory=canned_reservations)
     reservation_posts: list[dict] = field(default_factory=list)
+    services: dict[str, dict] = field(default_factory=dict)  # ServiceOut dicts (tests/cli/standin_services.py)
+    service_posts: list[dict] = field(default_factory=list)
 
     def reset(self) -> None:
         self.__init__()
@@ -160,6 +164,7 @@ def make_app(state: StandinState) -> FastAPI:
     _add_cluster_routes(app, state)
     _add_policy_routes(app, state)
     _add_reservation_routes(app, state)
+    add_service_routes(app, state, Depends(_check_auth))
     return app
 
 

@@ -10,7 +10,7 @@ from corral.engine.records import Job, JobState, Service
 from corral.engine.services import ReplicaStart, ReplicaStop, autoscaled, reconcile
 from tests.engine.builders import spec
 
-SPEC = ServiceSpec(name="web", command=["serve"], replicas=3)
+SPEC = ServiceSpec(name="web", command=["serve"], replicas=3, workdir="/srv")
 
 
 def service(revision: int = 1, wanted: int = 3, updating: bool = False, deleted: bool = False, **update) -> Service:

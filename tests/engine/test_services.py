@@ -23,7 +23,8 @@ from tests.engine.harness import Harness
 
 
 def web(**more) -> ServiceSpec:
-    return ServiceSpec(**{"name": "web", "command": ["serve"], "replicas": 2, "gpus_per_node": 1, **more})
+    return ServiceSpec(**{"name": "web", "command": ["serve"], "replicas": 2, "gpus_per_node": 1,
+                          "workdir": "/srv", **more})
 
 
 def replicas(engine, name: str = "web") -> list:

@@ -48,7 +48,8 @@ def make_engine() -> Harness:
 
 def web(revision_tag: int = 0, **more) -> ServiceSpec:
     probes = {"readiness": {"tcp": {"port": "http"}}}
-    return ServiceSpec(name="web", command=["serve", str(revision_tag)], replicas=3, gpus_per_node=1, account="svc",
+    return ServiceSpec(name="web", command=["serve", str(revision_tag)], replicas=3,
+                       workdir="/srv", gpus_per_node=1, account="svc",
                        queue="qs", ports=[{"name": "http"}], probes=probes, **more)
 
 

@@ -265,9 +265,11 @@ def test_simulator_and_live_controller_make_the_same_decisions(tmp_path: Path) -
 # Two services beside the recorded batch load: one that serves until it is deleted, one whose replicas crash
 # every 900 s and come back with their backoff; both in the cohort's queues, preemptible by QOS "high".
 SERVICES = (
-    SimService(T0 + 100, ServiceSpec(name="api", command=["serve"], replicas=3, gpus_per_node=2, account="a",
+    SimService(T0 + 100, ServiceSpec(name="api", command=["serve"], replicas=3,
+                                     workdir="/srv", gpus_per_node=2, account="a",
                                      queue="qa", qos="normal", min_ready=1), "ua", delete_at_s=T0 + 30_000),
-    SimService(T0 + 2_000, ServiceSpec(name="flaky", command=["serve"], replicas=2, gpus_per_node=1, account="b",
+    SimService(T0 + 2_000, ServiceSpec(name="flaky", command=["serve"], replicas=2,
+                                       workdir="/srv", gpus_per_node=1, account="b",
                                        queue="qb", qos="normal"), "ub", run_s=900.0, delete_at_s=T0 + 25_000),
 )
 

@@ -15,7 +15,8 @@ from tests.store.factories import pending_job
 
 
 def full_service(name: str = "web") -> Service:
-    spec = ServiceSpec(name=name, user="alice", command=["serve", "--port", "8000"], replicas=3, gpus_per_node=1,
+    spec = ServiceSpec(name=name, user="alice",
+                       workdir="/srv", command=["serve", "--port", "8000"], replicas=3, gpus_per_node=1,
                        ports=[{"name": "http", "port": 0}], probes={"readiness": {"http": {"path": "/ok",
                                                                                           "port": "http"}}},
                        env={"A": "1"}, placement={"spread": True, "max_per_node": 1}, min_ready=1,
@@ -52,7 +53,7 @@ def test_a_job_row_without_service_fields_reads_as_its_old_kind(store: Store) ->
 
 def test_a_restored_engine_has_its_services_and_replicas_and_submits_no_duplicates(store: Store) -> None:
     engine = engine_with_nodes(count=2)
-    spec = ServiceSpec(name="web", command=["serve"], replicas=2, gpus_per_node=1)
+    spec = ServiceSpec(name="web", command=["serve"], replicas=2, gpus_per_node=1, workdir="/srv")
     results = [engine.handle(ev.ServiceApplied(spec, "alice"), now=T0),
                engine.handle(ev.CycleDue(), now=T0 + 1)]
     for result in results:

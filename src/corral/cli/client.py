@@ -190,6 +190,24 @@ class Client:
 
         self._call("DELETE", f"/reservations/{quote(name, safe='')}")
 
+    def apply_service(self, spec: dict) -> dict:
+        return self._call("POST", "/services", json=spec)
+
+    def services(self) -> list[dict]:
+        return self._call("GET", "/services")
+
+    def service(self, name: str) -> dict:
+        return self._call("GET", _service_path(name))
+
+    def scale_service(self, name: str, replicas: int) -> dict:
+        return self._call("POST", f"{_service_path(name)}/scale", json={"replicas": replicas})
+
+    def restart_service(self, name: str) -> dict:
+        return self._call("POST", f"{_service_path(name)}/restart")
+
+    def delete_service(self, name: str) -> None:
+        self._call("DELETE", _service_path(name))
+
     def _pages(self, path: str, params: dict[str, str]) -> list[dict]:
         """Every record of a paged list (the controller says where the next page starts)."""
         found: list[dict] = []
@@ -362,6 +380,12 @@ def _validation_item(item: Any) -> str:
         return str(item)
     where = ".".join(str(p) for p in item.get("loc", ()) if p != "body")
     return f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", item))
+
+
+def _service_path(name: str) -> str:
+    from urllib.parse import quote
+
+    return f"/services/{quote(name, safe='')}"
 
 
 def _csv(items: Iterable[object]) -> str | None:

@@ -13,6 +13,7 @@ from corral.cli.auth_cmds import audit, token_app
 from corral.cli.gateway_cmd import gateway
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.logs import logs
+from corral.cli.services import service_app
 from corral.cli.simulate import simulate
 from corral.cli.status import status
 from corral.cli.tenancy import reservation_app, tenancy_app
@@ -116,6 +117,7 @@ app.command("simulate")(simulate)
 app.command("advise")(advise)
 app.add_typer(tenancy_app, name="tenancy")
 app.add_typer(reservation_app, name="reservation")
+app.add_typer(service_app, name="service")
 app.add_typer(token_app, name="token")
 app.add_typer(agent_app, name="agent")
 app.command("audit")(audit)

@@ -22,6 +22,8 @@ from corral.api.schemas import (
     PartitionOut,
     SubmitReply,
 )
+from corral.api.services import ServiceSpec
+from corral.api.services import error_lines as service_error_lines
 from corral.controller import credentials as cred
 from corral.controller import identity_rules, listing
 from corral.controller.auth import Authenticator, AuthSettings, Principal
@@ -46,6 +48,7 @@ from corral.controller.params import (
 )
 from corral.controller.ratelimit import RateLimiter, RateLimitSettings
 from corral.controller.service import ControllerService, StaleAgent
+from corral.controller.service_routes import SERVICES, service_routes
 from corral.controller.step_routes import step_routes
 from corral.controller.stop_routes import stop_routes
 from corral.controller.tenancy_routes import tenancy_routes
@@ -115,13 +118,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        # One readable sentence per problem, instead of pydantic's nested structure.
-        problems = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"][1:])
-            message = error["msg"].removeprefix("Value error, ")
-            problems.append(f"{where}: {message}" if where else message)
-        return JSONResponse({"detail": "; ".join(problems)}, status_code=422)
+        return JSONResponse({"detail": "; ".join(_problems(_req.url.path, exc))}, status_code=422)
 
     @app.exception_handler(StaleAgent)
     async def _stale(_req: Request, exc: StaleAgent) -> JSONResponse:
@@ -169,12 +166,26 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     _metrics_route(app, service, guard, settings.public_metrics)
     _user_routes(app, service, guard)
     tenancy_routes(app, service, guard)
+    service_routes(app, service, guard)
     step_routes(app, service, guard)
     stop_routes(app, service, guard)
     auth_routes(app, guard)
     join_routes(app, guard, lambda node: node in service.engine.nodes)
     _agent_routes(app, service, guard)
     return app
+
+
+def _problems(path: str, exc: RequestValidationError) -> list[str]:
+    """One readable sentence per problem, instead of pydantic's nested structure."""
+    if path.startswith(SERVICES):
+        # A service's spec names its fields as its TOML file does: ports[1].port.
+        return service_error_lines(exc.errors(), ServiceSpec if path == SERVICES else None, skip=1)
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"][1:])
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return problems
 
 
 class StandbyRefusal:

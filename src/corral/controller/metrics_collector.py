@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from corral.controller.service_metrics import service_metrics
 from corral.controller.usage_views import LiveUsage, combine, gpu_idle_flagged
 from corral.core.model import QueueQuota
 from corral.core.quota import QuotaBook
@@ -61,6 +62,8 @@ class EngineCollector(Collector):
         yield from node_metrics(engine)
         yield from quota_metrics(engine.tenancy.queues, engine.views.running.values())
         yield from fairshare_metrics(engine)
+        # The engine's services (issue 22's engine part); an engine without them exports none.
+        yield from service_metrics(getattr(engine, "services", {}), engine.jobs.values())
 
     def _cycle_figures(self) -> Iterator[Metric]:
         m = self.metrics

@@ -166,7 +166,7 @@ async function route(quiet = false) {
   const view = document.getElementById("view");
   const seq = ++routeSeq;
   clearTimeout(refreshTimer);
-  setActiveNav(page === "job" ? "jobs" : page);
+  setActiveNav({job: "jobs", service: "services"}[page] || page);
   if (page === "login") { view.replaceChildren(Corral.pages.login()); return; }
   const render = Corral.pages[page];
   if (!render) { view.replaceChildren(errorBox(new Error(`no page named "${page}"`))); return; }

@@ -182,6 +182,72 @@
         more ? h("p", {class: "muted"}, `Showing the first ${JOB_LIMIT} jobs by id; narrow the filters to see others.`) : null));
   };
 
+  // ----- services
+
+  function serviceLink(name) { return h("a", {href: `#/service/${encodeURIComponent(name)}`}, name); }
+
+  function ports(spec) {
+    return spec.ports.map((p) => `${p.name}:${p.port || "any"}`).join(", ") || "—";
+  }
+
+  function rate(load) {
+    return load ? `${load.rps.toFixed(1)} req/s, ${load.inflight} in flight` : "—";
+  }
+
+  Corral.pages.services = async () => {
+    const services = await api("/services");
+    const rows = services.map((s) => h("tr", {"data-service": s.name},
+      h("td", {}, serviceLink(s.name)), h("td", {}, s.user), h("td", {}, s.account || "—"),
+      h("td", {class: "num"}, `${s.ready_replicas} / ${s.desired_replicas}`), h("td", {class: "num"}, s.revision),
+      h("td", {}, ports(s.spec)), h("td", {}, rate(s.load)), h("td", {class: "reason"}, s.reason || "")));
+    return section("Services", table(["Service", "User", "Account", "Ready", "Revision", "Ports", "Requests",
+      "Waiting because"], rows, "no services"),
+    h("p", {class: "muted"}, "Each replica is a job in the service's account and quota. Apply one with ",
+      h("code", {}, "corral service apply -f svc.toml"), "."));
+  };
+
+  function probeCell(replica) {
+    if (!replica.probes.length) return "—";
+    return replica.probes.map((p) => h("span", {class: `probe ${p.ok ? "ok" : "failed"}`,
+      title: p.detail || (p.ok ? "passing" : "failing")},
+    `${p.kind} ${p.ok ? "ok" : `failed${p.consecutive ? ` ×${p.consecutive}` : ""}`}${!p.ok && p.detail ? ` (${p.detail})` : ""}`));
+  }
+
+  function replicaRow(r) {
+    return h("tr", {"data-replica": r.index, "data-job": r.job_id},
+      h("td", {class: "num"}, r.index), h("td", {}, r.job_id ? jobLink(r.job_id) : "—"),
+      h("td", {class: "num"}, r.revision), h("td", {}, r.node || "—"), h("td", {}, badge(r.state)),
+      h("td", {}, r.ready ? badge("ready") : badge("not ready")), h("td", {class: "num"}, r.restarts),
+      h("td", {}, probeCell(r)),
+      h("td", {}, Object.entries(r.endpoints).map(([name, where]) => `${name} ${where}`).join(", ") || "—"),
+      h("td", {class: "reason"}, r.reason || ""));
+  }
+
+  Corral.pages.service = async (name) => {
+    const s = await api(`/services/${encodeURIComponent(decodeURIComponent(name))}`);
+    const spec = s.spec;
+    const command = spec.command ? spec.command.join(" ") : "(script)";
+    return h("div", {},
+      h("div", {class: "stats"},
+        h("div", {class: "stat"}, h("div", {class: "stat-value"}, `${s.ready_replicas} / ${s.desired_replicas}`),
+          h("div", {class: "stat-label"}, "replicas ready")),
+        h("div", {class: "stat"}, h("div", {class: "stat-value"}, String(s.revision)), h("div", {class: "stat-label"}, "revision")),
+        h("div", {class: "stat"}, h("div", {class: "stat-value", id: "service-rate"}, rate(s.load)),
+          h("div", {class: "stat-label"}, "requests (the gateway's last report)"))),
+      section(`Service ${s.name}`,
+        h("dl", {class: "facts"},
+          h("dt", {}, "User"), h("dd", {}, s.user), h("dt", {}, "Account"), h("dd", {}, s.account || "—"),
+          h("dt", {}, "Command"), h("dd", {}, h("code", {}, command)),
+          h("dt", {}, "Per replica"), h("dd", {}, `${spec.nodes} node(s) × ${spec.gpus_per_node} GPU(s), ${spec.cpus_per_task} CPU(s)`),
+          h("dt", {}, "Ports"), h("dd", {}, ports(spec)),
+          h("dt", {}, "Gateway"), h("dd", {}, spec.public ? "public: no credential needed" : "a credential of the cluster"),
+          s.reason ? [h("dt", {}, "Waiting because"), h("dd", {class: "reason"}, s.reason)] : null)),
+      section("Replicas", table(["Replica", "Job", "Rev", "Node", "State", "Ready", "Restarts", "Probes", "Endpoint",
+        "Reason"], s.replicas.map(replicaRow), "no replicas")),
+      section("History", s.history.length ? h("ul", {class: "history"}, s.history.map((line) => h("li", {}, line)))
+        : h("p", {class: "empty"}, "nothing yet")));
+  };
+
   // ----- nodes
 
   Corral.pages.nodes = async () => {

@@ -1,0 +1,188 @@
+"""What the REST API shows of services (docs/services.md): a service with its replicas, and the ready
+endpoints the gateway routes to, with a version to long-poll on.
+
+The engine holds each service as a record (`engine/records.py: Service`) and each replica as a Job whose
+spec names the service (`JobSpec.service`, `service_revision`, `replica`) and which carries its
+`endpoints` (per node, port name -> port, as the agents reported them) and `ready` (from its readiness
+probe). This module
+reads them through the small protocols below: the fields the design fixes, nothing else."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from corral.api.services import (
+    EndpointOut,
+    EndpointsOut,
+    LoadOut,
+    ProbeStatusOut,
+    ReplicaOut,
+    ServiceOut,
+    ServiceSpec,
+)
+from corral.engine.records import Job
+
+# The history event the engine records on a replica its liveness probe stopped (engine/service_events.py).
+LIVENESS_FAILED = "liveness-failed"
+
+
+class ServiceRecord(Protocol):
+    """The engine's record of a service (engine/records.py: Service), the fields shown here."""
+
+    spec: ServiceSpec
+    revision: int
+    desired_replicas: int
+    created: float
+    uid: int
+    deleted: bool
+    reason: str
+    load: tuple[float, float, float] | None  # the gateway's last report: in flight, requests/s, when
+    history: Sequence[Any]
+
+
+class ServicesUnavailable(Exception):
+    """This controller's engine does not run services (it lacks the service events or records)."""
+
+
+def replicas_of(name: str, jobs: Iterable[Job]) -> list[Job]:
+    """The active jobs that are replicas of service `name`, by replica index, then newest first (during a
+    rolling update two jobs can hold one index: the old revision's and the new one's)."""
+    found = [job for job in jobs if getattr(job.spec, "service", None) == name]
+    return sorted(found, key=lambda job: (_replica_index(job), -job.id))
+
+
+def _replica_index(job: Job) -> int:
+    return int(getattr(job.spec, "replica", 0) or 0)
+
+
+def is_ready(job: Job) -> bool:
+    return job.state.value == "RUNNING" and bool(getattr(job, "ready", False))
+
+
+def endpoint_ports(job: Job, addresses: Mapping[str, str], order: Sequence[str] = ()) -> dict[str, str]:
+    """`host:port` per port name, on the replica's first node (where its ports were chosen), in the spec's
+    order of ports (`order`): the gateway routes to the first."""
+    if not job.slices:
+        return {}
+    first = job.slices[0].node
+    by_node: Mapping[str, Mapping[str, int]] = getattr(job, "endpoints", None) or {}  # node -> name -> port
+    ports = by_node.get(first) or {}
+    if not ports:
+        return {}
+    host = addresses.get(first, first)
+    rank = {name: index for index, name in enumerate(order)}
+    names = sorted(ports, key=lambda name: (rank.get(name, len(rank)), name))
+    return {name: f"{host}:{ports[name]}" for name in names}
+
+
+def probe_status(job: Job, spec: ServiceSpec) -> list[ProbeStatusOut]:
+    """What the engine knows of the replica's probes: readiness as its `ready` flag (while it runs), and
+    the liveness failure that stopped its current run, in the engine's words ("liveness probe failed 3
+    times: HTTP 500")."""
+    shown = []
+    if spec.probes.readiness is not None and job.state.value == "RUNNING":
+        shown.append(ProbeStatusOut(kind="readiness", ok=is_ready(job)))
+    started = job.start_time if job.start_time is not None else float("inf")
+    failures = [entry for entry in job.history
+                if entry.get("event") == LIVENESS_FAILED and entry.get("t", 0) >= started]
+    if failures:
+        detail = str(failures[-1].get("detail", ""))
+        count = _failure_count(detail)
+        shown.append(ProbeStatusOut(kind="liveness", ok=False, consecutive=count, detail=detail))
+    return shown
+
+
+def _failure_count(detail: str) -> int:
+    """3 from "liveness probe failed 3 times: ..."; 0 when the words say no number."""
+    words = detail.split()
+    return next((int(word) for word in words if word.isdigit()), 0)
+
+
+def replica_out(job: Job, spec: ServiceSpec, addresses: Mapping[str, str]) -> ReplicaOut:
+    order = [port.name for port in spec.ports]
+    return ReplicaOut(
+        index=_replica_index(job), job_id=job.id, revision=int(getattr(job.spec, "service_revision", 0) or 0),
+        node=job.slices[0].node if job.slices else "", state=job.state.value, ready=is_ready(job),
+        restarts=job.restart_count, probes=probe_status(job, spec), endpoints=endpoint_ports(job, addresses, order),
+        reason=job.reason if job.state.value == "PENDING" else "")
+
+
+HIDDEN = "(hidden)"
+
+
+def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str],
+                reveal: bool = True) -> ServiceOut:
+    """`reveal`: with the spec's environment values and script; else those read HIDDEN."""
+    spec = record.spec if reveal else _redacted(record.spec)
+    replicas = [replica_out(job, spec, addresses) for job in replicas_of(spec.name, jobs)]
+    ready = sum(1 for replica in replicas if replica.ready)
+    load = LoadOut(inflight=record.load[0], rps=record.load[1], at=record.load[2]) if record.load else None
+    return ServiceOut(
+        name=spec.name, user=spec.user, account=spec.account or "", revision=record.revision,
+        desired_replicas=record.desired_replicas, ready_replicas=ready, created=record.created, spec=spec,
+        replicas=replicas, reason=_waiting_reason(record, replicas), history=[history_line(h) for h in record.history],
+        load=load)
+
+
+def _redacted(spec: ServiceSpec) -> ServiceSpec:
+    return spec.model_copy(update={"env": {name: HIDDEN for name in spec.env},
+                                   "script": HIDDEN if spec.script is not None else None})
+
+
+def _waiting_reason(record: ServiceRecord, replicas: list[ReplicaOut]) -> str:
+    """Why the service has fewer ready replicas than it wants: the engine's reason (a replica it could not
+    admit), else the reasons its pending replicas wait."""
+    if sum(1 for replica in replicas if replica.ready) >= record.desired_replicas:
+        return ""
+    reasons = sorted({replica.reason for replica in replicas if replica.reason and replica.reason != "None"})
+    return "; ".join([record.reason] if record.reason else reasons)
+
+
+def history_line(entry: Any) -> str:
+    """One line of a service's history ({"t", "event", ...}): `2026-11-28T05:30:00Z scaled replicas=3`."""
+    if not isinstance(entry, Mapping):
+        return str(entry)
+    when = entry.get("t")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)) if isinstance(when, int | float) else ""
+    details = " ".join(f"{key}={value}" for key, value in entry.items() if key not in ("t", "event"))
+    return " ".join(part for part in (stamp, str(entry.get("event", "")), details) if part)
+
+
+def endpoint_set(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
+    """The ready replicas' endpoints: what the gateway may route to."""
+    order = [port.name for port in record.spec.ports]
+    found = []
+    for job in replicas_of(record.spec.name, jobs):
+        ports = endpoint_ports(job, addresses, order)
+        if is_ready(job) and ports:
+            found.append(EndpointOut(replica=_replica_index(job), job_id=job.id, node=job.slices[0].node,
+                                     ports=ports, draining=bool(getattr(job, "draining", False))))
+    return found
+
+
+class EndpointVersions:
+    """A version per service's endpoint set, raised whenever a read finds the set changed, for
+    `GET /services/{name}/endpoints?after=V` (answer once the version is not V). Versions start at the
+    controller's start time in milliseconds, so a gateway that long-polls across a controller restart or
+    a failover sees a new version at once rather than one it already had."""
+
+    def __init__(self, start_ms: int) -> None:
+        self._next = start_ms
+        self._seen: dict[str, tuple[int, list[EndpointOut]]] = {}
+
+    def current(self, name: str, endpoints: list[EndpointOut]) -> int:
+        seen = self._seen.get(name)
+        if seen is not None and seen[1] == endpoints:
+            return seen[0]
+        self._next += 1
+        self._seen[name] = (self._next, endpoints)
+        return self._next
+
+    def forget(self, names: Iterable[str]) -> None:
+        for name in list(names):
+            self._seen.pop(name, None)
+
+
+def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
+    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)
