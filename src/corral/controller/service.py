@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
 from corral.controller import views
+from corral.controller.agent_events import engine_event, replica_launch
 from corral.controller.forecasts import WARM_JOBS, Forecasts
 from corral.controller.leadership import Leadership, NotLeader
 from corral.controller.metrics import ControllerMetrics
@@ -47,7 +48,7 @@ from corral.engine.engine import Engine
 from corral.engine.job_refs import UnknownRef, named_job_ids
 from corral.engine.membership import Inventory
 from corral.engine.pacer import CyclePacer
-from corral.engine.records import InfrastructureFailure, Job, JobState
+from corral.engine.records import Job, JobState
 from corral.engine.result import Result
 from corral.engine.snapshot import node_usage
 from corral.jobref import JobRef
@@ -55,13 +56,10 @@ from corral.protocol import (
     JOB_CREDENTIAL_ENV,
     EventBatch,
     LaunchJob,
-    NodeFinished,
     NodeStarted,
-    NodeUnhealthy,
     Registration,
     RegistrationReply,
     SignalJob,
-    StepFinished,
     UsageReport,
 )
 from corral.store import Store, StoreError
@@ -409,6 +407,8 @@ class ControllerService:
                 if job is None:
                     continue
                 msg = views.launch_message(job, cmd.node, self.engine.nodes, self.engine.config.cluster_name)
+                if job.spec.service:
+                    msg = replica_launch(msg, self.engine.services[job.spec.service].spec)
                 self._add_job_credential(job, msg.env)
                 self.outbox.put(cmd.node, msg)
             elif isinstance(cmd, LaunchStep):
@@ -615,25 +615,6 @@ class ControllerService:
             # Decided by an engine that is gone (a failed commit, or this controller stopped leading).
             raise self.refusal() or StaleAgent(node)
         return commands
-
-
-def engine_event(node: str, event: NodeStarted | NodeFinished | StepFinished | NodeUnhealthy) -> ev.Event:
-    """An agent's report as the engine's event."""
-    if isinstance(event, NodeStarted):
-        return ev.TasksStarted(node, event.job_id, event.restart_count)
-    if isinstance(event, NodeUnhealthy):
-        return ev.NodeUnhealthy(node, event.reason)
-    tasks = tuple((t.rank, t.exit_code, t.signal) for t in event.tasks)
-    usage = event.usage.model_dump() if event.usage is not None else None
-    if isinstance(event, NodeFinished):
-        failure = None if event.infrastructure is None else InfrastructureFailure(event.infrastructure.kind,
-                                                                                  event.infrastructure.reason)
-        return ev.TasksFinished(node, event.job_id, tasks, event.error, event.oom_killed, usage=usage,
-                                fenced=event.fenced, restart_count=event.restart_count, infrastructure=failure)
-    failure = None if event.infrastructure is None else InfrastructureFailure(event.infrastructure.kind,
-                                                                              event.infrastructure.reason)
-    return ev.StepTasksFinished(node, event.job_id, event.step_id, tasks, event.error, event.oom_killed, usage,
-                                infrastructure=failure)
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:
