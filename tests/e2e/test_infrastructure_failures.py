@@ -79,7 +79,8 @@ def test_a_job_that_may_not_be_requeued_ends_node_fail_with_the_failure_as_its_r
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("mount") is None, reason="needs root to mount cgroup2")
 def test_a_cgroup_removed_under_a_job_requeues_it_with_the_reason(shared_root, cgroup_root) -> None:  # noqa: F811
     root = cgroup_root
-    cluster = Cluster(shared_root, nodes=1, gpus=0, config=CONFIG, agent_args=("--cgroup-root", str(root))).start()
+    cluster = Cluster(shared_root, nodes=1, gpus=0, config=CONFIG,
+                      agent_args=("--allow-root-jobs", "--cgroup-root", str(root))).start()
     try:
         job = cluster.submit(argv=["sleep", "300"], user="root", workdir=str(shared_root),
                              env={"PATH": os.environ["PATH"]})
