@@ -241,6 +241,11 @@ class LaunchStep(BaseModel):
     io_host: str | None = None
     io_port: int | None = None
     io_token: str = ""
+    # srun --pty: task 0's stdin, stdout and stderr are a pseudo-terminal (its controlling terminal) of this
+    # window size, relayed to srun as its stdout; the other tasks' streams are /dev/null.
+    pty: bool = False
+    pty_rows: int = 24
+    pty_cols: int = 80
     acctg_freq_s: float | None = None  # --acctg-freq (None: the job's, else the agent's interval)
 
 

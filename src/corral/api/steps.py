@@ -28,6 +28,9 @@ class StepSubmit(BaseModel):
     io_host: Name | None = Field(None, description="srun's listener for the tasks' I/O (corral.stepio)")
     io_port: Port | None = None
     io_token: Name = ""
+    pty: bool = Field(False, description="srun --pty: task 0 runs on a pseudo-terminal; the others get /dev/null")
+    pty_rows: int = Field(24, ge=1, le=65535, description="The pseudo-terminal's first window size")
+    pty_cols: int = Field(80, ge=1, le=65535)
 
 
 class StepOut(BaseModel):

@@ -36,7 +36,8 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
     async def create_step(job_id: JobIdPath, body: StepSubmit, principal: Principal = user_dep) -> StepOut:
         await guard.job_action(principal, service.find_job(job_id), "step", job_id)
         launch = body.model_dump(include={"argv", "workdir", "env", "output", "error", "input", "io_host",
-                                          "io_port", "io_token", "cpus_per_task"})
+                                          "io_port", "io_token", "cpus_per_task", "pty", "pty_rows",
+                                          "pty_cols"})
         request = StepRequest(
             name=body.name or body.argv[0].rsplit("/", 1)[-1], nodes=body.nodes, ntasks=body.ntasks,
             ntasks_per_node=body.ntasks_per_node, nodelist=tuple(body.nodelist), exclude=tuple(body.exclude),

@@ -32,7 +32,7 @@ Usage: salloc [-N numnodes|[min nodes]-[max nodes]] [-n num-processors] [-c cpus
 """
 # srun's step-only options mean nothing to salloc: it launches no tasks itself.
 _STEP_ONLY = {"label", "output", "error", "input", "unbuffered", "jobid", "kill-on-bad-exit", "mpi", "overlap",
-              "disable-status", "quit-on-interrupt", "distribution", "export"}
+              "disable-status", "quit-on-interrupt", "distribution", "export", "pty"}
 SALLOC = CommandSpec(
     "salloc", tuple(o for o in SRUN.options if o.key not in _STEP_ONLY) + (Opt("no-shell", None, NO_ARG),),
     getopt_exit=255, permute=False, ignored=SRUN.ignored, unsupported=SRUN.unsupported | {"no-shell"})
