@@ -1,0 +1,103 @@
+"""srun --pty end to end: a real controller and agent, srun typed into a real terminal (tmux), bash on a
+pseudo-terminal on the node. The window size follows a resize, Ctrl-C and Ctrl-Z reach the remote
+foreground job and leave the shell alive, Ctrl-D ends the shell, its exit status is srun's, full-screen
+programs draw; as a new allocation and inside one (salloc); and without a terminal, Slurm's words."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import Cluster
+from tests.e2e.terminal_driver import Terminal
+from tests.slurm.commands import SCRIPTS, Commands, command_env
+
+pytestmark = pytest.mark.slow
+
+REMOTE_SHELL = "srun --pty bash --norc --noprofile"
+
+
+@pytest.fixture(scope="module")
+def pty_cluster(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("corral-pty"), nodes=2, gpus=1).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def terminal(pty_cluster, tmp_path):
+    env = command_env(pty_cluster.url, pty_cluster.secret_file)
+    env["PATH"] = f"{SCRIPTS}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', os.defpath)}"
+    env["SHELL"] = "/bin/bash"
+    env["TERM"] = "xterm"
+    env = {k: v for k, v in env.items() if not k.startswith(("TMUX", "PYTEST", "COLUMNS", "LINES"))}
+    term = Terminal(tmp_path, env, cols=100, rows=30)
+    term.type(f"cd {tmp_path}")
+    yield term
+    term.close()
+
+
+def remote_prompt(term: Terminal, marker: str) -> None:
+    """Wait until the remote shell answers (it runs as step N.0 on a node)."""
+    term.type(f'echo "{marker}=$SLURM_STEP_ID@$SLURMD_NODENAME"')
+    term.wait_for(rf"^{marker}=0@node1$")
+
+
+def test_srun_pty_bash_as_a_new_allocation(terminal):
+    terminal.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
+    remote_prompt(terminal, "hello")
+    terminal.type('echo "tty=$(tty) size=$(stty size)"')
+    terminal.wait_for(r"^tty=/dev/pts/\d+ size=30 100$")
+
+    terminal.resize(120, 40)
+    terminal.type('echo "resized=$(stty size)"')
+    terminal.wait_for(r"^resized=40 120$")
+
+    terminal.type("sleep 100")
+    terminal.wait_for(r"^\$ sleep 100$")
+    terminal.key("C-c")
+    terminal.type('echo "after-interrupt=$?"')
+    terminal.wait_for(r"^after-interrupt=130$", timeout_s=10)  # killed by SIGINT, and the shell lives on
+
+    terminal.type("sleep 101")
+    terminal.wait_for(r"^\$ sleep 101$")
+    terminal.key("C-z")
+    terminal.wait_for(r"Stopped\s+sleep 101", timeout_s=10)
+    terminal.type('kill -9 %1; echo "suspended-killed"')
+    terminal.wait_for(r"^suspended-killed$")
+
+    terminal.type("exit 3")
+    terminal.wait_for(r"^srun-exit=3$")
+    assert "srun: error: node1: task 0: Exited with exit code 3" in terminal.screen()
+    terminal.type('echo "local=$(stty -a | grep -o -- "-icanon\\|icanon" | head -1)"')
+    terminal.wait_for(r"^local=icanon$")  # the local terminal is cooked again
+
+
+def test_full_screen_program_and_ctrl_d_inside_salloc(terminal):
+    terminal.type('salloc -N1; echo "salloc-exit=$?"')
+    terminal.wait_for(r"salloc: Granted job allocation \d+")
+    terminal.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
+    remote_prompt(terminal, "inside")
+
+    terminal.type("vi -u NONE")  # full screen: its tildes fill every row but the last
+    terminal.wait_for(r"(^~.*\n){25,}")
+    terminal.type(":q!")
+    terminal.type('echo "vi-done"')
+    terminal.wait_for(r"^vi-done$")
+
+    terminal.key("C-d")  # end of file to the remote shell: it exits 0
+    terminal.wait_for(r"^srun-exit=0$")
+    terminal.type("exit 4")  # the salloc shell, on this host
+    terminal.wait_for(r"^salloc-exit=4$")
+    terminal.wait_for(r"salloc: Relinquishing job allocation \d+")
+
+
+def test_pty_without_a_terminal_prints_slurms_error_and_runs_without_one(pty_cluster, tmp_path):
+    result = Commands(pty_cluster, tmp_path)("srun", "--pty", "sh", "-c", "tty; echo done")
+    assert result.stderr.splitlines()[:2] == [
+        "srun: error: ioctl(TIOCGWINSZ): Inappropriate ioctl for device",
+        "srun: error: Not using a pseudo-terminal, disregarding --pty option"], result
+    assert result.stdout == "not a tty\ndone\n", result
+    assert result.code == 0, result
