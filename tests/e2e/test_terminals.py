@@ -101,3 +101,24 @@ def test_pty_without_a_terminal_prints_slurms_error_and_runs_without_one(pty_clu
         "srun: error: Not using a pseudo-terminal, disregarding --pty option"], result
     assert result.stdout == "not a tty\ndone\n", result
     assert result.code == 0, result
+
+
+def test_salloc_runs_the_shell_on_the_first_node_with_use_interactive_step(tmp_path_factory, tmp_path):
+    config = 'kill_grace_s = 2\nnode_timeout_s = 15\nlaunch_parameters = ["use_interactive_step"]\n'
+    cluster = Cluster(tmp_path_factory.mktemp("corral-pty-step"), nodes=2, gpus=1, config=config).start()
+    term = None
+    try:
+        env = command_env(cluster.url, cluster.secret_file)
+        env["PATH"] = f"{SCRIPTS}{os.pathsep}{env.get('PATH', os.defpath)}"
+        env |= {"SHELL": "/bin/bash", "TERM": "xterm"}
+        term = Terminal(tmp_path, {k: v for k, v in env.items() if not k.startswith(("TMUX", "PYTEST"))})
+        term.type('salloc -N2; echo "salloc-exit=$?"')
+        term.wait_for(r"salloc: Granted job allocation \d+")
+        term.type('echo "where=$SLURMD_NODENAME step=$SLURM_STEP_ID nodes=$SLURM_JOB_NODELIST tty=$(tty)"')
+        term.wait_for(r"^where=node1 step=0 nodes=node\[1-2\] tty=/dev/pts/\d+$")
+        term.type("exit 5")
+        term.wait_for(r"^salloc-exit=5$")
+    finally:
+        if term is not None:
+            term.close()
+        cluster.stop()

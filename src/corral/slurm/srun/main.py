@@ -44,7 +44,7 @@ def srun(argv: Sequence[str], env: Mapping[str, str], help_text: str | None = No
         raise SlurmCommandError("srun: fatal: No command given to execute.\n")
     _warn("".join(options.warnings))
     if options.pty:
-        options = _with_terminal(options)
+        options = with_terminal(options)
     controller = connect(env)
     workdir = resolve_workdir(options.workdir, os.getcwd())
     problem = workdir_problem(workdir)
@@ -55,7 +55,7 @@ def srun(argv: Sequence[str], env: Mapping[str, str], help_text: str | None = No
     return "", "", with_new_allocation(controller, options, env, workdir)
 
 
-def _with_terminal(options: StepOptions) -> StepOptions:
+def with_terminal(options: StepOptions) -> StepOptions:
     """--pty: task 0 alone takes srun's stdin (Slurm's --pty implies --input=0); without a terminal here,
     Slurm's error lines, and the step runs as if --pty had not been given (as Slurm's srun does)."""
     from corral.slurm.srun.terminal import terminal_problem

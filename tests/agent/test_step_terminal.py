@@ -1,0 +1,57 @@
+"""srun --pty's agent end (StepRunner with `pty`) against srun's end (StepStreams): a real pseudo-terminal,
+real processes, real loopback sockets. The tmux tests (tests/e2e/test_terminals.py) drive the whole path."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+from corral.protocol import TaskExit
+from tests.agent.test_step_runner import finish, runner_for, srun, two_tasks  # noqa: F401  # srun: a fixture
+
+RANK0_THEN_WAIT = """
+if [ "$SLURM_PROCID" != 0 ]; then echo rank1-output; echo rank1-error >&2; exit 0; fi
+tty; stty size; [ -t 0 ] && echo stdin-is-a-terminal
+trap 'stty size; exit 7' WINCH
+touch {ready}
+while :; do sleep 0.05; done
+"""
+
+
+def run_with(launch, tmp_path, agent_env, side, until_ready, then):
+    async def scenario():
+        side.streams.expect({"n1": [t.rank for t in launch.tasks]})
+        task = asyncio.create_task(finish(runner_for(launch, tmp_path, agent_env)))
+        while not until_ready.exists():
+            await asyncio.sleep(0.02)
+        then()
+        return await asyncio.wait_for(task, 10)
+
+    finished = asyncio.run(scenario())
+    assert side.streams.wait(5)
+    return finished
+
+
+def test_task_0_has_a_terminal_of_srun_s_size_that_follows_a_resize(make_step, tmp_path, agent_env, srun):
+    side = srun(input="0")
+    ready = tmp_path / "ready"
+    launch = make_step(argv=["sh", "-c", RANK0_THEN_WAIT.format(ready=ready)], pty=True, pty_rows=33,
+                       pty_cols=111, **two_tasks(), **side.io_fields())
+    finished = run_with(launch, tmp_path, agent_env, side, ready, lambda: side.streams.resize(50, 132))
+    assert finished.tasks == [TaskExit(rank=0, exit_code=7), TaskExit(rank=1, exit_code=0)]
+    lines = side.stdout.split("\r\n")  # the terminal's own line ends (onlcr)
+    assert lines[0].startswith("/dev/pts/") and lines[1:4] == ["33 111", "stdin-is-a-terminal", "50 132"]
+    assert "rank1" not in side.stdout + side.stderr  # the other tasks' streams are /dev/null, as in Slurm
+
+
+def test_ctrl_c_typed_at_srun_interrupts_the_foreground_job(make_step, tmp_path, agent_env, srun):
+    keys_read, keys_write = os.pipe()
+    side = srun(input="0", stdin=os.fdopen(keys_read, "rb", buffering=0))
+    ready = tmp_path / "ready"
+    script = f"trap 'echo interrupted; exit 9' INT; touch {ready}; while :; do sleep 0.05; done"
+    launch = make_step(argv=["sh", "-c", script], pty=True, **side.io_fields())
+    try:
+        finished = run_with(launch, tmp_path, agent_env, side, ready, lambda: os.write(keys_write, b"\x03"))
+    finally:
+        os.close(keys_write)
+    assert finished.tasks == [TaskExit(rank=0, exit_code=9)]
+    assert side.stdout.endswith("interrupted\r\n")
