@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
+import pytest
+
+from corral.agent.step_runner import StepRunner
+from corral.agent.tasks import Confinement
 from corral.protocol import TaskExit
 from tests.agent.test_step_runner import finish, runner_for, srun, two_tasks  # noqa: F401  # srun: a fixture
 
@@ -55,3 +65,38 @@ def test_ctrl_c_typed_at_srun_interrupts_the_foreground_job(make_step, tmp_path,
         os.close(keys_write)
     assert finished.tasks == [TaskExit(rank=0, exit_code=9)]
     assert side.stdout.endswith("interrupted\r\n")
+
+
+@pytest.fixture
+def pty_user():
+    """A real Unix user (named with pty, removed afterwards), and a directory it may work in."""
+    name = f"ptyu{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True)
+    workdir = Path(tempfile.mkdtemp(prefix="corral-pty-"))
+    try:
+        user = pwd.getpwnam(name)
+        os.chown(workdir, user.pw_uid, user.pw_gid)
+        yield user, workdir
+    finally:
+        subprocess.run(["userdel", name], check=False)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None, reason="needs root and useradd")
+def test_a_root_agent_hands_the_terminal_to_the_task_s_user_as_its_controlling_terminal(
+        make_step, tmp_path, agent_env, srun, pty_user):
+    user, workdir = pty_user
+    side = srun(input="0")
+    script = ('id -un; stat -c %U "$(tty)"; echo via-dev-tty > /dev/tty; '
+              'ps -o tpgid= -p $$ | tr -d " "; echo $$')
+    launch = make_step(argv=["sh", "-c", script], pty=True, user=user.pw_name, uid=user.pw_uid,
+                       workdir=str(workdir), **side.io_fields())
+    side.streams.expect({"n1": [0]})
+    runner = StepRunner(launch, node_name="n1", spool_dir=tmp_path / "spool", base_env=agent_env,
+                        confinement=Confinement(run_as_user=True))
+    finished = asyncio.run(asyncio.wait_for(finish(runner), 20))
+    assert side.streams.wait(5)
+    assert finished.tasks == [TaskExit(rank=0, exit_code=0)], side.stdout
+    name, owner, via_tty, foreground, shell = side.stdout.split("\r\n")[:5]
+    assert (name, owner, via_tty) == (user.pw_name, user.pw_name, "via-dev-tty")
+    assert foreground == shell  # its process group is the terminal's foreground group
