@@ -268,7 +268,21 @@ class SignalJob(BaseModel):
     reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
 
 
-Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator="kind")]
+class AttachStep(BaseModel):
+    """sattach: connect to another listener (`io_host:io_port`, token `io_token`) for a running step's I/O,
+    as to srun's (corral.stepio): its tasks' output and exits go there too from now on, and its stdin,
+    signal and window frames are obeyed; its end detaches it and kills nothing."""
+
+    kind: Literal["attach"] = "attach"
+    seq: int = 0
+    job_id: int
+    step_id: int
+    io_host: str
+    io_port: int
+    io_token: str
+
+
+Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob, AttachStep], Field(discriminator="kind")]
 
 
 class CommandBatch(BaseModel):

@@ -16,7 +16,21 @@ import pytest
 from corral.agent.step_runner import StepRunner
 from corral.agent.tasks import Confinement
 from corral.protocol import TaskExit
-from tests.agent.test_step_runner import finish, runner_for, srun, two_tasks  # noqa: F401  # srun: a fixture
+from tests.agent.test_step_runner import Srun, finish, runner_for, two_tasks
+
+
+@pytest.fixture
+def srun():
+    made: list[Srun] = []
+
+    def make(**kwargs) -> Srun:
+        made.append(Srun(**kwargs))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.streams.close()
+
 
 RANK0_THEN_WAIT = """
 if [ "$SLURM_PROCID" != 0 ]; then echo rank1-output; echo rank1-error >&2; exit 0; fi

@@ -5,12 +5,14 @@ programs draw; as a new allocation and inside one (salloc); and without a termin
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Cluster
+from corral.protocol import API_PREFIX as API
+from tests.e2e.harness import Cluster, wait_for
 from tests.e2e.terminal_driver import Terminal
 from tests.slurm.commands import SCRIPTS, Commands, command_env
 
@@ -122,3 +124,24 @@ def test_salloc_runs_the_shell_on_the_first_node_with_use_interactive_step(tmp_p
         if term is not None:
             term.close()
         cluster.stop()
+
+
+def test_sattach_gets_a_running_step_s_output_sends_it_stdin_and_ends_with_it(pty_cluster, tmp_path):
+    cmd = Commands(pty_cluster, tmp_path)
+    ready = tmp_path / "ready"
+    script = f"touch {ready}; read line; echo \"got $line\"; exit 6"
+    srun = subprocess.Popen([str(SCRIPTS / "srun"), "-N1", "sh", "-c", script], env=cmd.env, cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(ready.exists, 30, message="the step started")
+        job_id = next(j["id"] for j in pty_cluster.http.get(f"{API}/jobs").json()
+                      if j["state"] == "RUNNING")
+        attached = cmd("sattach", f"{job_id}.0", stdin="hello\n")
+        assert (attached.code, attached.stdout) == (6, "got hello\n"), attached
+        out, err = srun.communicate(timeout=30)
+    finally:
+        srun.kill()
+    assert (srun.returncode, out) == (6, b"got hello\n"), err  # srun saw the same, and the same end
+    late = cmd("sattach", f"{job_id}.0")
+    assert (late.code, late.stderr) == (1, "sattach: error: Could not get job step info: Job/step already "
+                                           "completing or completed\n"), late

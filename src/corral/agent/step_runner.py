@@ -20,6 +20,8 @@ The wire protocol is corral.stepio's. In order:
   frames set its window size. The other tasks get /dev/null, as in Slurm. An agent restarted while such a
   step runs cannot relay it any more: the master end closed with the earlier agent, so the terminal hung
   up and its shell got SIGHUP (the step ends, its exit reported as for any adopted step).
+- sattach: `attach()` connects to one more listener, which gets the output from then on and every exit,
+  and may send stdin, signals and window sizes; its end only detaches it (step_attachments.py).
 - If srun's connection drops while tasks run, the tasks get SIGTERM, then SIGKILL after
   LOST_SRUN_GRACE_S (Slurm kills a step whose srun is gone), and StepFinished carries the error.
 - Unlike a batch job's, a step's tasks depend on the agent while their output flows through it.
@@ -39,8 +41,8 @@ from pathlib import Path
 from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.leaders import StartingTask, TaskProcess
+from corral.agent.step_attachments import Attachments
 from corral.agent.task_spool import TaskSpool
-from corral.agent.terminals import open_terminal, set_window
 from corral.agent.tasks import (
     DEVELOPMENT_MODE,
     EXIT_SPAWN_FAILED,
@@ -54,6 +56,7 @@ from corral.agent.tasks import (
     open_output,
     set_done,
 )
+from corral.agent.terminals import open_terminal, set_window
 from corral.protocol import LaunchStep, StepFinished, TaskExit, TaskLaunch
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,7 @@ class StepRunner(LocalTasks):
         self._outputs: dict[int, list[tuple[bytes, int]]] = {}  # rank -> (frame type, read end)
         self._pumps: dict[int, list[asyncio.Task[None]]] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._attachments = Attachments(self._what, node_name, [t.rank for t in launch.tasks], self._handle)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -128,7 +132,17 @@ class StepRunner(LocalTasks):
             return await self._supervise()
         finally:
             self._close_pipes()
+            await self._attachments.close()
             await self._close_connection()
+
+    async def attach(self, host: str, port: int, token: str) -> None:
+        """sattach: the step's I/O to this listener too (step_attachments.py), once its tasks started; not
+        for an adopted step, whose streams ended with the earlier agent."""
+        await self._spawn_done.wait()
+        if self.adopted or self._all_exited.is_set():
+            log.info("%s: nothing to attach to (%s)", self._what, "adopted" if self.adopted else "ended")
+            return
+        await self._attachments.attach(host, port, token)
 
     async def _run_on(self) -> StepFinished:
         """An adopted step: its tasks run on, but their stream to srun ended with the earlier agent (output
@@ -192,6 +206,11 @@ class StepRunner(LocalTasks):
             raise
 
     async def _send(self, data: bytes) -> None:
+        """One frame to srun and to every attachment (sattach)."""
+        await self._send_to_srun(data)
+        await self._attachments.send(data)
+
+    async def _send_to_srun(self, data: bytes) -> None:
         """One frame to srun; dropped once the connection is lost (the tasks are being killed then)."""
         if self._writer is None or self._lost is not None:
             return

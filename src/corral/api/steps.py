@@ -33,6 +33,14 @@ class StepSubmit(BaseModel):
     pty_cols: int = Field(80, ge=1, le=65535)
 
 
+class StepAttach(BaseModel):
+    """sattach: where the step's nodes connect for its I/O from now on (corral.stepio, as for srun)."""
+
+    io_host: Name
+    io_port: Port
+    io_token: Name = Field(min_length=16)
+
+
 class StepOut(BaseModel):
     job_id: int
     step_id: int

@@ -142,7 +142,8 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         export=line.last("export", env.get("SLURM_EXPORT_ENV")), workdir=line.last("chdir"),
         name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid", _job_id),
         kill_on_bad_exit=line.has("kill-on-bad-exit") and line.last("kill-on-bad-exit") != "0",
-        pty=line.has("pty"), quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job), warnings=warnings)
+        pty=line.has("pty"), quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job),
+        warnings=warnings)
     return with_environment(options, env)
 
 
