@@ -5,6 +5,7 @@ programs draw; as a new allocation and inside one (salloc); and without a termin
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,8 @@ def test_sattach_gets_a_running_step_s_output_sends_it_stdin_and_ends_with_it(pt
         wait_for(ready.exists, 30, message="the step started")
         job_id = next(j["id"] for j in pty_cluster.http.get(f"{API}/jobs").json()
                       if j["state"] == "RUNNING")
+        if os.geteuid() == 0:
+            assert_others_may_not_attach(pty_cluster, job_id)
         attached = cmd("sattach", f"{job_id}.0", stdin="hello\n")
         assert (attached.code, attached.stdout) == (6, "got hello\n"), attached
         out, err = srun.communicate(timeout=30)
@@ -145,3 +148,17 @@ def test_sattach_gets_a_running_step_s_output_sends_it_stdin_and_ends_with_it(pt
     late = cmd("sattach", f"{job_id}.0")
     assert (late.code, late.stderr) == (1, "sattach: error: Could not get job step info: Job/step already "
                                            "completing or completed\n"), late
+
+
+def assert_others_may_not_attach(cluster: Cluster, job_id: int) -> None:
+    """Another real user (useradd, named with pty, removed afterwards) with a token of their own."""
+    name = f"ptyo{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "-M", "-d", "/nonexistent", "-s", "/bin/sh", name], check=True)
+    try:
+        token = cluster.http.post(f"{API}/tokens", json={"user": name, "expires_s": 600}).json()["token"]
+        reply = cluster.http.post(f"{API}/jobs/{job_id}/steps/0/attach", headers={"Authorization": f"Bearer {token}"},
+                                  json={"io_host": "127.0.0.1", "io_port": 9, "io_token": "x" * 32})
+        assert reply.status_code == 403, reply.text
+        assert "only its owner may attach" in reply.json()["detail"]
+    finally:
+        subprocess.run(["userdel", name], check=False)
