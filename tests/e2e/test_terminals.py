@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -162,3 +163,31 @@ def assert_others_may_not_attach(cluster: Cluster, job_id: int) -> None:
         assert "only its owner may attach" in reply.json()["detail"]
     finally:
         subprocess.run(["userdel", name], check=False)
+
+
+def test_an_agent_restart_hangs_the_terminal_up_and_the_adopted_step_ends(tmp_path_factory, tmp_path):
+    """The terminal's master end dies with the agent: the remote shell gets SIGHUP, srun loses the node,
+    and the restarted agent reports the adopted step's end (decision 0012)."""
+    cluster = Cluster(tmp_path_factory.mktemp("corral-pty-adopt"), nodes=1, gpus=1).start()
+    term = None
+    try:
+        env = command_env(cluster.url, cluster.secret_file)
+        env["PATH"] = f"{SCRIPTS}{os.pathsep}{env.get('PATH', os.defpath)}"
+        term = Terminal(tmp_path, {k: v for k, v in env.items() if not k.startswith(("TMUX", "PYTEST"))}
+                        | {"SHELL": "/bin/bash", "TERM": "xterm"})
+        term.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
+        remote_prompt(term, "before")
+        job_id = next(j["id"] for j in cluster.http.get(f"{API}/jobs").json() if j["state"] == "RUNNING")
+        cluster.kill_agent("node1")
+        term.wait_for(r"^srun-exit=1$")
+        assert "srun: error: node1: task 0: connection lost" in term.screen()
+        cluster.start_agent("node1")
+        job = cluster.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout_s=30)
+        (step,) = [s for s in job["steps"] if s["step_id"] == "0"]
+        # srun, having lost the node, gave the allocation back, which cancels its live steps; the restarted
+        # agent's report of the adopted task still says how it ended: by the terminal's hang-up.
+        assert (step["state"], step["exit_code"], step["exit_signal"]) == ("CANCELLED", 0, signal.SIGHUP), step
+    finally:
+        if term is not None:
+            term.close()
+        cluster.stop()
