@@ -9,6 +9,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,7 @@ def terminal(pty_cluster, tmp_path):
 def remote_prompt(term: Terminal, marker: str) -> None:
     """Wait until the remote shell answers (it runs as step N.0 on a node)."""
     term.type(f'echo "{marker}=$SLURM_STEP_ID@$SLURMD_NODENAME"')
-    term.wait_for(rf"^{marker}=0@node1$")
+    term.wait_for(rf"^{marker}=0@node\d+$")
 
 
 def test_srun_pty_bash_as_a_new_allocation(terminal):
@@ -191,3 +192,25 @@ def test_an_agent_restart_hangs_the_terminal_up_and_the_adopted_step_ends(tmp_pa
         if term is not None:
             term.close()
         cluster.stop()
+
+
+def test_sattach_pty_types_into_a_running_srun_pty_shell(pty_cluster, terminal, tmp_path):
+    terminal.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
+    remote_prompt(terminal, "first")
+    job_id = next(j["id"] for j in pty_cluster.http.get(f"{API}/jobs").json() if j["state"] == "RUNNING")
+    second_dir = tmp_path / "second"
+    second_dir.mkdir()
+    env = command_env(pty_cluster.url, pty_cluster.secret_file)
+    env["PATH"] = f"{SCRIPTS}{os.pathsep}{env.get('PATH', os.defpath)}"
+    second = Terminal(second_dir, {k: v for k, v in env.items() if not k.startswith(("TMUX", "PYTEST"))})
+    try:
+        second.type(f'sattach --pty {job_id}.0; echo "sattach-exit=$?"')
+        time.sleep(1)  # attached once the agent connects: what is typed before goes nowhere
+        second.type('echo "typed-in-$((6 * 7))"')
+        for screen in (second, terminal):
+            screen.wait_for(r"^typed-in-42$")
+        terminal.type("exit 3")
+        terminal.wait_for(r"^srun-exit=3$")
+        second.wait_for(r"^sattach-exit=3$")
+    finally:
+        second.close()
