@@ -47,3 +47,12 @@ def test_launch_parameters_are_read_and_checked() -> None:
         settings_from_dict({"launch_parameters": ["use_interactive_step", "enable_nss_slurm"]})
     with pytest.raises(SettingsError, match="launch_parameters must be a list of strings"):
         settings_from_dict({"launch_parameters": "use_interactive_step"})
+
+
+def test_salloc_asks_for_the_interactive_step_by_the_config_s_name() -> None:
+    import inspect
+
+    from corral.engine.config import USE_INTERACTIVE_STEP
+    from corral.slurm.salloc import main as salloc
+
+    assert f'"{USE_INTERACTIVE_STEP}"' in inspect.getsource(salloc._uses_interactive_step)
