@@ -137,10 +137,10 @@ def window_payload(rows: int, cols: int) -> bytes:
 
 
 def parse_window(payload: bytes) -> tuple[int, int]:
-    """A `w` frame's payload as (rows, cols), each 1..65535; ProtocolError if it is not one."""
+    """A `w` frame's payload as (rows, cols), each 0..65535 (0: unknown); ProtocolError if it is not one."""
     parts = payload.split()
     numbers = [ascii_number(p.decode("ascii", "replace")) for p in parts]
-    if len(numbers) != 2 or any(n is None or not 0 < n <= 0xFFFF for n in numbers):
+    if len(numbers) != 2 or any(n is None or not 0 <= n <= 0xFFFF for n in numbers):
         raise ProtocolError(f"bad window size {payload[:40]!r}")
     return numbers[0], numbers[1]  # type: ignore[return-value]  # checked above
 

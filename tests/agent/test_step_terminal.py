@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from corral import stepio
 from corral.agent.step_runner import StepRunner
 from corral.agent.tasks import Confinement
+from corral.api.steps import StepSubmit
 from corral.protocol import TaskExit
 from tests.agent.test_step_runner import Srun, finish, runner_for, two_tasks
 
@@ -114,3 +116,26 @@ def test_a_root_agent_hands_the_terminal_to_the_task_s_user_as_its_controlling_t
     name, owner, via_tty, foreground, shell = side.stdout.split("\r\n")[:5]
     assert (name, owner, via_tty) == (user.pw_name, user.pw_name, "via-dev-tty")
     assert foreground == shell  # its process group is the terminal's foreground group
+
+
+def test_a_terminal_without_a_size_is_taken_as_it_is(make_step, tmp_path, agent_env, srun):
+    """A terminal that never had a size says 0 0 (a fresh pty, some serial consoles): srun passes that on;
+    the API refused it once (422), so srun --pty failed on such terminals."""
+    StepSubmit(argv=["bash"], workdir="/", pty=True, pty_rows=0, pty_cols=0)
+    side = srun(input="0")
+    launch = make_step(argv=["stty", "size"], pty=True, pty_rows=0, pty_cols=0, **side.io_fields())
+    side.streams.expect({"n1": [0]})
+    finished = asyncio.run(asyncio.wait_for(finish(runner_for(launch, tmp_path, agent_env)), 20))
+    assert side.streams.wait(5)
+    assert finished.tasks == [TaskExit(rank=0, exit_code=0)] and side.stdout == "0 0\r\n"
+
+
+@pytest.mark.parametrize("payload,parsed", [(b"24 80", (24, 80)), (b"0 0", (0, 0)), (b"65535 1", (65535, 1))])
+def test_window_frames_carry_rows_and_columns(payload, parsed):
+    assert stepio.parse_window(payload) == parsed == stepio.parse_window(stepio.window_payload(*parsed))
+
+
+@pytest.mark.parametrize("payload", [b"", b"24", b"24 80 1", b"-1 80", b"65536 80", b"24 x", "٢ 80".encode()])
+def test_a_bad_window_frame_is_a_protocol_error(payload):
+    with pytest.raises(stepio.ProtocolError):
+        stepio.parse_window(payload)

@@ -29,8 +29,9 @@ class StepSubmit(BaseModel):
     io_port: Port | None = None
     io_token: Name = ""
     pty: bool = Field(False, description="srun --pty: task 0 runs on a pseudo-terminal; the others get /dev/null")
-    pty_rows: int = Field(24, ge=1, le=65535, description="The pseudo-terminal's first window size")
-    pty_cols: int = Field(80, ge=1, le=65535)
+    pty_rows: int = Field(24, ge=0, le=65535, description="The pseudo-terminal's first window size (0: unknown, "
+                          "as a terminal that never had one says)")
+    pty_cols: int = Field(80, ge=0, le=65535)
 
 
 class StepAttach(BaseModel):
