@@ -58,5 +58,13 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"{pattern!r} not on the screen after {timeout_s}s:\n{screen}")
 
+    def wait_gone(self, pattern: str, timeout_s: float = 30.0) -> None:
+        """Until the screen no longer shows `pattern` (a full-screen program has left it)."""
+        deadline = time.monotonic() + timeout_s
+        while re.search(pattern, self.screen(), re.MULTILINE):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{pattern!r} still on the screen after {timeout_s}s:\n{self.screen()}")
+            time.sleep(0.1)
+
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True, timeout=10, check=False)

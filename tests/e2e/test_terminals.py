@@ -50,6 +50,11 @@ def remote_prompt(term: Terminal, marker: str) -> None:
     term.wait_for(rf"^{marker}=0@node\d+$")
 
 
+def newest_running(cluster: Cluster) -> int:
+    """The job just started (an earlier test's allocation may still be ending)."""
+    return max(j["id"] for j in cluster.http.get(f"{API}/jobs").json() if j["state"] == "RUNNING")
+
+
 def test_srun_pty_bash_as_a_new_allocation(terminal):
     terminal.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
     remote_prompt(terminal, "hello")
@@ -75,7 +80,7 @@ def test_srun_pty_bash_as_a_new_allocation(terminal):
 
     terminal.type("exit 3")
     terminal.wait_for(r"^srun-exit=3$")
-    assert "srun: error: node1: task 0: Exited with exit code 3" in terminal.screen()
+    terminal.wait_for(r"^srun: error: node\d: task 0: Exited with exit code 3$")
     terminal.type('echo "local=$(stty -a | grep -o -- "-icanon\\|icanon" | head -1)"')
     terminal.wait_for(r"^local=icanon$")  # the local terminal is cooked again
 
@@ -89,6 +94,7 @@ def test_full_screen_program_and_ctrl_d_inside_salloc(terminal):
     terminal.type("vi -u NONE")  # full screen: its tildes fill every row but the last
     terminal.wait_for(r"(^~.*\n){25,}")
     terminal.type(":q!")
+    terminal.wait_gone(r"(^~.*\n){25,}")  # vi flushes what is typed before it has left (TCSAFLUSH)
     terminal.type('echo "vi-done"')
     terminal.wait_for(r"^vi-done$")
 
@@ -137,8 +143,7 @@ def test_sattach_gets_a_running_step_s_output_sends_it_stdin_and_ends_with_it(pt
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(ready.exists, 30, message="the step started")
-        job_id = next(j["id"] for j in pty_cluster.http.get(f"{API}/jobs").json()
-                      if j["state"] == "RUNNING")
+        job_id = newest_running(pty_cluster)
         if os.geteuid() == 0:
             assert_others_may_not_attach(pty_cluster, job_id)
         attached = cmd("sattach", f"{job_id}.0", stdin="hello\n")
@@ -178,7 +183,7 @@ def test_an_agent_restart_hangs_the_terminal_up_and_the_adopted_step_ends(tmp_pa
                         | {"SHELL": "/bin/bash", "TERM": "xterm"})
         term.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
         remote_prompt(term, "before")
-        job_id = next(j["id"] for j in cluster.http.get(f"{API}/jobs").json() if j["state"] == "RUNNING")
+        job_id = newest_running(cluster)
         cluster.kill_agent("node1")
         term.wait_for(r"^srun-exit=1$")
         assert "srun: error: node1: task 0: connection lost" in term.screen()
@@ -197,7 +202,7 @@ def test_an_agent_restart_hangs_the_terminal_up_and_the_adopted_step_ends(tmp_pa
 def test_sattach_pty_types_into_a_running_srun_pty_shell(pty_cluster, terminal, tmp_path):
     terminal.type(f'{REMOTE_SHELL}; echo "srun-exit=$?"')
     remote_prompt(terminal, "first")
-    job_id = next(j["id"] for j in pty_cluster.http.get(f"{API}/jobs").json() if j["state"] == "RUNNING")
+    job_id = newest_running(pty_cluster)
     second_dir = tmp_path / "second"
     second_dir.mkdir()
     env = command_env(pty_cluster.url, pty_cluster.secret_file)
