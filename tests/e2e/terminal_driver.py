@@ -23,8 +23,12 @@ class Terminal:
         exports = "".join(f"export {k}='{v}'\n" for k, v in env.items() if "'" not in v and k.isidentifier())
         rc.write_text(f"{exports}export PS1='$ '\nexec bash --norc --noprofile -i\n")
         self._tmux("new-session", "-d", "-s", self.target, "-x", str(cols), "-y", str(rows), f"bash {rc}")
-        self._tmux("set-option", "-t", self.target, "window-size", "manual")
-        self.wait_for(r"^\$ ?$", timeout_s=10)  # capture-pane drops trailing blanks
+        try:
+            self._tmux("set-option", "-t", self.target, "window-size", "manual")
+            self.wait_for(r"^\$ ?$", timeout_s=10)  # capture-pane drops trailing blanks
+        except BaseException:
+            self.close()  # no test holds it yet to close it
+            raise
 
     def _tmux(self, *args: str) -> str:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True,
