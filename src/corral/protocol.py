@@ -241,6 +241,11 @@ class LaunchStep(BaseModel):
     io_host: str | None = None
     io_port: int | None = None
     io_token: str = ""
+    # srun --pty: task 0's stdin, stdout and stderr are a pseudo-terminal (its controlling terminal) of this
+    # window size, relayed to srun as its stdout; the other tasks' streams are /dev/null.
+    pty: bool = False
+    pty_rows: int = 24
+    pty_cols: int = 80
     acctg_freq_s: float | None = None  # --acctg-freq (None: the job's, else the agent's interval)
 
 
@@ -263,7 +268,21 @@ class SignalJob(BaseModel):
     reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
 
 
-Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob], Field(discriminator="kind")]
+class AttachStep(BaseModel):
+    """sattach: connect to another listener (`io_host:io_port`, token `io_token`) for a running step's I/O,
+    as to srun's (corral.stepio): its tasks' output and exits go there too from now on, and its stdin,
+    signal and window frames are obeyed; its end detaches it and kills nothing."""
+
+    kind: Literal["attach"] = "attach"
+    seq: int = 0
+    job_id: int
+    step_id: int
+    io_host: str
+    io_port: int
+    io_token: str
+
+
+Command = Annotated[Union[LaunchJob, LaunchStep, SignalJob, AttachStep], Field(discriminator="kind")]
 
 
 class CommandBatch(BaseModel):

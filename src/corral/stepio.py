@@ -22,6 +22,8 @@ Everything after the hello line is binary frames, both ways:
     `i` stdin bytes for task `rank` (ALL_RANKS: every task of the node that takes stdin)
     `c` stdin closed (end of file) for task `rank` (or ALL_RANKS)
     `k` send a signal to the step's tasks on the node (rank ALL_RANKS, payload = the number as text)
+    `w` the terminal's window size changed (srun --pty: rank 0; payload = "ROWS COLS" as text): the agent
+        sets it on task 0's pseudo-terminal, whose foreground process group gets SIGWINCH
 - end: the agent closes the connection after its last `x` (or `f`). A node is done when its connection
   ends; if some of its ranks have no exit by then (and no `f` came), the node failed with
   "connection lost". srun closing the connection while tasks run makes the agent kill them.
@@ -55,6 +57,7 @@ FAILED = b"f"
 STDIN = b"i"
 STDIN_CLOSED = b"c"
 SIGNAL = b"k"
+WINDOW = b"w"
 
 CONNECTION_LOST = "connection lost"
 
@@ -127,6 +130,19 @@ class FrameDecoder:
     @property
     def pending(self) -> int:
         return len(self._buffer)
+
+
+def window_payload(rows: int, cols: int) -> bytes:
+    return f"{rows} {cols}".encode()
+
+
+def parse_window(payload: bytes) -> tuple[int, int]:
+    """A `w` frame's payload as (rows, cols), each 0..65535 (0: unknown); ProtocolError if it is not one."""
+    parts = payload.split()
+    numbers = [ascii_number(p.decode("ascii", "replace")) for p in parts]
+    if len(numbers) != 2 or any(n is None or not 0 <= n <= 0xFFFF for n in numbers):
+        raise ProtocolError(f"bad window size {payload[:40]!r}")
+    return numbers[0], numbers[1]  # type: ignore[return-value]  # checked above
 
 
 def parse_input(mode: str) -> int | None:

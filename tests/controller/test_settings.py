@@ -36,3 +36,23 @@ def test_expedite_hold_s_is_read_and_checked() -> None:
     assert settings_from_dict({"expedite_hold_s": 60}).expedite_hold_s == 60
     with pytest.raises(SettingsError, match="expedite_hold_s must be a number of seconds, 0 or more, not -1"):
         settings_from_dict({"expedite_hold_s": -1})
+
+
+def test_launch_parameters_are_read_and_checked() -> None:
+    assert settings_from_dict({}).launch_parameters == ()
+    assert settings_from_dict({"launch_parameters": ["use_interactive_step"]}).launch_parameters == (
+        "use_interactive_step",)
+    with pytest.raises(SettingsError, match="launch_parameters: unknown 'enable_nss_slurm'; corral knows "
+                                            "use_interactive_step"):
+        settings_from_dict({"launch_parameters": ["use_interactive_step", "enable_nss_slurm"]})
+    with pytest.raises(SettingsError, match="launch_parameters must be a list of strings"):
+        settings_from_dict({"launch_parameters": "use_interactive_step"})
+
+
+def test_salloc_asks_for_the_interactive_step_by_the_config_s_name() -> None:
+    import inspect
+
+    from corral.engine.config import USE_INTERACTIVE_STEP
+    from corral.slurm.salloc import main as salloc
+
+    assert f'"{USE_INTERACTIVE_STEP}"' in inspect.getsource(salloc._uses_interactive_step)

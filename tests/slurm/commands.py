@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
-COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio", "srun", "salloc", "corral-slurm")
+COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio", "srun", "salloc", "sattach",
+            "corral-slurm")
 
 
 class Result:

@@ -57,7 +57,7 @@ NETWORK = {"json", "http.client", "email", "ssl", "socket", "urllib.request"}
 
 
 @pytest.mark.parametrize("command", ["sbatch", "squeue", "sacct", "scancel", "scontrol", "sinfo", "sprio", "sshare",
-                                     "sreport", "sacctmgr", "sstat"])
+                                     "sreport", "sacctmgr", "sstat", "sattach"])
 def test_commands_import_no_heavy_libraries(command):
     loaded = imported_by([f"corral.slurm.{command}.main"])
     assert not (NEVER | NETWORK) & loaded

@@ -56,7 +56,7 @@ def test_explicit_nodes_without_tasks_ignore_the_inherited_task_count() -> None:
 @pytest.mark.parametrize("argv,message", [
     (["--mpi=pmi2", "true"], "--mpi=pmi2 is not supported by corral"),
     (["--mpi=bogus", "true"], "Invalid MPI type 'bogus', --mpi=list for acceptable types"),  # as real srun
-    (["--pty", "bash"], "--pty is not supported by corral"),
+    (["--multi-prog", "tasks.conf"], "--multi-prog is not supported by corral"),
     (["-n", "zero", "true"], 'Invalid numeric value "zero" for --ntasks'),
     (["--input=file.txt", "cat"], "--input=file.txt is not supported"),
     (["--distribution=cyclic", "true"], "--distribution=cyclic is not supported"),
@@ -65,6 +65,12 @@ def test_what_corral_cannot_do_is_an_error_naming_it(argv, message) -> None:
     with pytest.raises(SlurmCommandError) as error:
         parse_srun(argv, {})
     assert message in error.value.stderr and error.value.stderr.startswith("srun: error: ")
+
+
+def test_pty_is_a_step_option() -> None:
+    assert parse_srun(["--pty", "bash", "-l"], {}).pty is True
+    assert parse_srun(["bash", "--pty"], {}).command == ("bash", "--pty")  # the command's own, after it
+    assert parse_srun(["bash"], {}).pty is False
 
 
 def test_advisory_options_warn() -> None:

@@ -60,6 +60,7 @@ from corral.agent.usage import UsageMonitor
 from corral.protocol import (
     API_PREFIX,
     EPOCH_HEADER,
+    AttachStep,
     Command,
     CommandBatch,
     Event,
@@ -503,6 +504,17 @@ class Agent:
             self._launch_step(command)
         elif isinstance(command, SignalJob):
             self._signal(command)
+        elif isinstance(command, AttachStep):
+            self._attach(command)
+
+    def _attach(self, command: AttachStep) -> None:
+        """sattach: the step's I/O goes to one more listener too (while the step runs here)."""
+        step = self._steps.get((command.job_id, command.step_id))
+        if step is None:
+            log.info("sattach for step %d.%d, which does not run here: ignored", command.job_id, command.step_id)
+            return
+        self._spawn_background(step.attach(command.io_host, command.io_port, command.io_token),
+                               f"attach-{command.job_id}.{command.step_id}")
 
     def _signal(self, command: SignalJob) -> None:
         """A job's signal: to its own tasks ("batch"), its steps ("steps", maybe only `step_id`), or both."""

@@ -269,11 +269,12 @@ def leader_factory() -> LeaderFactory:
 def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int | IO[Any] | None,
                stdout: int | IO[Any] | None, stderr: int | IO[Any] | None, user: tuple[int, int, list[int]] | None,
                exit_dir: Path, cgroup_leaves: Sequence[Path] = (), contact_file: Path | None = None,
-               cgroup_leaf: Path | None = None) -> StartingTask:
+               cgroup_leaf: Path | None = None, controlling_terminal: bool = False) -> StartingTask:
     """Start a task's leader and hand it the task's spec. The leader enters `cgroup_leaves` (one per
     hierarchy) before anything else, so the task starts there. `contact_file`: the agent's contact, which
     the leader watches to fence (contact.py); `cgroup_leaf`: the task's leaf in the tracking hierarchy,
-    whose processes it kills then. Streams as Popen takes them (None: the agent's own; DEVNULL)."""
+    whose processes it kills then. Streams as Popen takes them (None: the agent's own; DEVNULL).
+    `controlling_terminal`: stdin is a pseudo-terminal that becomes the task's controlling terminal."""
     exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
     reply_read, reply_write = os.pipe2(os.O_CLOEXEC)
@@ -291,7 +292,8 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
     path = exit_file(exit_dir, leader_pid)
     spec = {"argv": argv, "cwd": cwd, "env": dict(env), "user": user, "exit_file": str(path),
             "contact_file": None if contact_file is None else str(contact_file),
-            "cgroup_leaf": None if cgroup_leaf is None else str(cgroup_leaf)}
+            "cgroup_leaf": None if cgroup_leaf is None else str(cgroup_leaf),
+            "controlling_terminal": controlling_terminal}
     try:
         _write_all(spec_write, json.dumps(spec).encode() + b"\n")
     except OSError:

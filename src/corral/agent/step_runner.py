@@ -15,6 +15,13 @@ The wire protocol is corral.stepio's. In order:
   output is ahead of it (the wait for end of file is bounded: something that escaped the task's process
   group may hold a pipe open for ever). After the last one the agent half-closes the connection, lets
   srun close its end, and the runner yields StepFinished.
+- srun --pty: task 0's stdin, stdout and stderr are one pseudo-terminal, its controlling terminal
+  (terminals.py); its master end is read as task 0's stdout and written with srun's `i` frames, and `w`
+  frames set its window size. The other tasks get /dev/null, as in Slurm. An agent restarted while such a
+  step runs cannot relay it any more: the master end closed with the earlier agent, so the terminal hung
+  up and its shell got SIGHUP (the step ends, its exit reported as for any adopted step).
+- sattach: `attach()` connects to one more listener, which gets the output from then on and every exit,
+  and may send stdin, signals and window sizes; its end only detaches it (step_attachments.py).
 - If srun's connection drops while tasks run, the tasks get SIGTERM, then SIGKILL after
   LOST_SRUN_GRACE_S (Slurm kills a step whose srun is gone), and StepFinished carries the error.
 - Unlike a batch job's, a step's tasks depend on the agent while their output flows through it.
@@ -34,6 +41,7 @@ from pathlib import Path
 from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.leaders import StartingTask, TaskProcess
+from corral.agent.step_attachments import Attachments
 from corral.agent.task_spool import TaskSpool
 from corral.agent.tasks import (
     DEVELOPMENT_MODE,
@@ -48,6 +56,7 @@ from corral.agent.tasks import (
     open_output,
     set_done,
 )
+from corral.agent.terminals import open_terminal, set_window
 from corral.protocol import LaunchStep, StepFinished, TaskExit, TaskLaunch
 
 log = logging.getLogger(__name__)
@@ -86,9 +95,11 @@ class StepRunner(LocalTasks):
         self._send_lock = asyncio.Lock()
         self._lost: str | None = None  # why the connection to srun ended early
         self._stdin: dict[int, _StdinPipe] = {}  # rank -> its stdin pipe (tasks that take stdin)
+        self._terminal: int | None = None  # srun --pty: task 0's pseudo-terminal (master end)
         self._outputs: dict[int, list[tuple[bytes, int]]] = {}  # rank -> (frame type, read end)
         self._pumps: dict[int, list[asyncio.Task[None]]] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._attachments = Attachments(self._what, node_name, [t.rank for t in launch.tasks], self._handle)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -121,7 +132,17 @@ class StepRunner(LocalTasks):
             return await self._supervise()
         finally:
             self._close_pipes()
+            await self._attachments.close()
             await self._close_connection()
+
+    async def attach(self, host: str, port: int, token: str) -> None:
+        """sattach: the step's I/O to this listener too (step_attachments.py), once its tasks started; not
+        for an adopted step, whose streams ended with the earlier agent."""
+        await self._spawn_done.wait()
+        if self.adopted or self._all_exited.is_set():
+            log.info("%s: nothing to attach to (%s)", self._what, "adopted" if self.adopted else "ended")
+            return
+        await self._attachments.attach(host, port, token)
 
     async def _run_on(self) -> StepFinished:
         """An adopted step: its tasks run on, but their stream to srun ended with the earlier agent (output
@@ -185,6 +206,11 @@ class StepRunner(LocalTasks):
             raise
 
     async def _send(self, data: bytes) -> None:
+        """One frame to srun and to every attachment (sattach)."""
+        await self._send_to_srun(data)
+        await self._attachments.send(data)
+
+    async def _send_to_srun(self, data: bytes) -> None:
         """One frame to srun; dropped once the connection is lost (the tasks are being killed then)."""
         if self._writer is None or self._lost is not None:
             return
@@ -232,6 +258,9 @@ class StepRunner(LocalTasks):
             signum = int(payload)
             log.info("%s: srun sends signal %d to %d task group(s)", self._what, signum, len(self._live_ranks()))
             self._signal_live(signum)
+        elif kind == stepio.WINDOW:
+            if self._terminal is not None:
+                set_window(self._terminal, *stepio.parse_window(payload))
         elif kind in (stepio.STDIN, stepio.STDIN_CLOSED):
             pipes = list(self._stdin.values()) if rank == stepio.ALL_RANKS else [self._stdin.get(rank)]
             for pipe in pipes:
@@ -285,6 +314,8 @@ class StepRunner(LocalTasks):
             for task in launch.tasks)
 
     def _spawn(self, task: TaskLaunch, argv: list[str], takes_stdin: bool) -> StartingTask:
+        if self.launch.pty:
+            return self._spawn_on_terminal(task, argv) if task.rank == 0 else self._spawn_silent(task, argv)
         child_fds: list[int] = []  # the child's ends: closed here whatever happens
         parent_fds: list[int] = []  # ours: kept only if the task starts
         outputs: list[tuple[bytes, int]] = []  # (frame type, read end) of the pipes to srun
@@ -316,6 +347,41 @@ class StepRunner(LocalTasks):
             self._stdin[task.rank] = _StdinPipe(stdin_pipe)
         self._outputs[task.rank] = outputs
         return proc
+
+    def _spawn_on_terminal(self, task: TaskLaunch, argv: list[str]) -> StartingTask:
+        """srun --pty's task 0: a pseudo-terminal is its stdin, stdout, stderr and controlling terminal; the
+        master end carries srun's keystrokes in and everything the task writes out (as stdout)."""
+        owner = self._identity.uid if self._identity is not None else None
+        try:
+            master, slave = open_terminal(self.launch.pty_rows, self.launch.pty_cols, owner)
+        except OSError as exc:
+            raise SpawnError(f"cannot open a pseudo-terminal: {exc.strerror or exc}", own=True) from exc
+        parent_fds = [master]
+        try:
+            parent_fds.append(os.dup(master))  # stdin's writer closes its own copy
+            parent_fds.append(os.dup(master))  # for window size changes
+            env = step_environment(self.launch, task, self._node_name, self._base_env)
+            env.update(self._identity_variables())
+            env.setdefault("TERM", self.launch.env.get("TERM") or "xterm")
+            proc = self._spawn_task(argv, cwd=self.launch.workdir, env=env, stdin=slave, stdout=slave,
+                                    stderr=slave, controlling_terminal=True)
+        except BaseException:
+            for fd in parent_fds:
+                os.close(fd)
+            raise
+        finally:
+            os.close(slave)
+        self._outputs[task.rank] = [(stepio.STDOUT, master)]
+        self._stdin[task.rank] = _StdinPipe(parent_fds[1])
+        self._terminal = parent_fds[2]
+        return proc
+
+    def _spawn_silent(self, task: TaskLaunch, argv: list[str]) -> StartingTask:
+        """srun --pty's other tasks: /dev/null for all three streams, as in Slurm."""
+        env = step_environment(self.launch, task, self._node_name, self._base_env)
+        env.update(self._identity_variables())
+        return self._spawn_task(argv, cwd=self.launch.workdir, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _stream_target(self, task: TaskLaunch, pattern: str | None, kind: bytes, child_fds: list[int],
                        parent_fds: list[int], outputs: list[tuple[bytes, int]]) -> StdioTarget:
@@ -360,6 +426,9 @@ class StepRunner(LocalTasks):
                             infrastructure=exc.infrastructure())
 
     def _close_pipes(self) -> None:
+        if self._terminal is not None:
+            os.close(self._terminal)
+            self._terminal = None
         for pipe in self._stdin.values():
             pipe.close()
         self._stdin.clear()

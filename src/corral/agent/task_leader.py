@@ -13,6 +13,7 @@ agent adopts their tasks (decision 0015). A leader, in order:
 - Read the spec (one line of JSON on SPEC_FD): argv, cwd, env, the user to run as, the exit file.
 - Start the task as its own session and process group, as that user, with the parent-death signal
   SIGKILL: whoever kills the leader kills the task, so a task never runs on without a record of its end.
+  With "controlling_terminal" (srun --pty), its stdin, a pseudo-terminal, becomes its controlling terminal.
 - Reply on REPLY_FD {"pid": N}, or {"error": ..., "exit_code": 127|126|1} if it could not start (the
   exit codes a shell gives).
 - Let go of the task's streams (a step's pipes reach end of file when the task's own ends close).
@@ -33,6 +34,7 @@ Only the standard library (imported once, by the factory: its leaders are forked
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import select
@@ -40,6 +42,7 @@ import signal
 import socket
 import subprocess
 import sys
+import termios
 import time
 
 PR_SET_PDEATHSIG = 1
@@ -75,13 +78,21 @@ def _die_with_leader() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
+def _take_terminal() -> None:
+    """In the task, after setsid and the change of user: its stdin, a pseudo-terminal (srun --pty), becomes
+    its controlling terminal, with its process group in the foreground."""
+    _die_with_leader()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def _start(spec: dict) -> subprocess.Popen:
     as_user = {}
     if spec.get("user") is not None:
         uid, gid, groups = spec["user"]
         as_user = dict(user=uid, group=gid, extra_groups=groups)
+    preexec = _take_terminal if spec.get("controlling_terminal") else _die_with_leader
     return subprocess.Popen(spec["argv"], cwd=spec["cwd"], env=spec["env"], stdin=0, stdout=1, stderr=2,
-                            close_fds=True, start_new_session=True, preexec_fn=_die_with_leader, **as_user)
+                            close_fds=True, start_new_session=True, preexec_fn=preexec, **as_user)
 
 
 def _spawn_failure(spec: dict, exc: BaseException) -> dict:

@@ -69,7 +69,7 @@ def spawn_task(
     argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: StdioTarget, stdout: StdioTarget,
     stderr: StdioTarget, exit_dir: Path, identity: TaskIdentity | None = None,
     cgroup_leaves: Sequence[Path] = (),
-    contact_file: Path | None = None, cgroup_leaf: Path | None = None,
+    contact_file: Path | None = None, cgroup_leaf: Path | None = None, controlling_terminal: bool = False,
 ) -> StartingTask:
     """Start one task in its own session and process group, as `identity` (None: as the agent), through a
     leader of its own that outlives the agent (leaders.py; `LocalTasks._take_replies` takes its reply); a
@@ -79,7 +79,7 @@ def spawn_task(
     try:
         return begin_task(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, user=user,
                           exit_dir=exit_dir, cgroup_leaves=cgroup_leaves, contact_file=contact_file,
-                          cgroup_leaf=cgroup_leaf)
+                          cgroup_leaf=cgroup_leaf, controlling_terminal=controlling_terminal)
     except OSError as exc:  # the spool, a pipe, the leader factory: the agent's own
         raise SpawnError(f"cannot start {argv[0]}: {exc}", own=True) from exc
     except (ValueError, subprocess.SubprocessError) as exc:

@@ -28,6 +28,18 @@ class StepSubmit(BaseModel):
     io_host: Name | None = Field(None, description="srun's listener for the tasks' I/O (corral.stepio)")
     io_port: Port | None = None
     io_token: Name = ""
+    pty: bool = Field(False, description="srun --pty: task 0 runs on a pseudo-terminal; the others get /dev/null")
+    pty_rows: int = Field(24, ge=0, le=65535, description="The pseudo-terminal's first window size (0: unknown, "
+                          "as a terminal that never had one says)")
+    pty_cols: int = Field(80, ge=0, le=65535)
+
+
+class StepAttach(BaseModel):
+    """sattach: where the step's nodes connect for its I/O from now on (corral.stepio, as for srun)."""
+
+    io_host: Name
+    io_port: Port
+    io_token: Name = Field(min_length=16)
 
 
 class StepOut(BaseModel):

@@ -143,9 +143,11 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         its database cannot be written (requests that change something are refused then; reads still
         work) or it is taking over as the leader. `cycles`: the scheduling cycles run since start, `cycle_s`:
         the seconds they took in all (as sdiag's). `created_at`: when the cluster began (its database was
-        created; null if unknown): reports over a period count no time before it."""
+        created; null if unknown): reports over a period count no time before it. `launch_parameters`: the
+        config's (Slurm's LaunchParameters that the commands obey, such as salloc's use_interactive_step)."""
         body = {"status": "ok", "cluster": service.config.cluster_name, "role": service.role,
                 "cycles": service.cycles, "cycle_s": round(service.cycle_s, 6), "created_at": service.created_at(),
+                "launch_parameters": list(service.config.launch_parameters),
                 **({"cluster_id": cluster_id} if cluster_id else {})}
         problem = service.health()
         if problem is None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from corral.protocol import LaunchJob, SignalJob
+from corral.protocol import Command
 
 
 @dataclass
 class _Queue:
-    items: list[LaunchJob | SignalJob] = field(default_factory=list)
+    items: list[Command] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -21,7 +21,7 @@ class Outbox:
     def _queue(self, node: str) -> _Queue:
         return self._queues.setdefault(node, _Queue())
 
-    def put(self, node: str, command: LaunchJob | SignalJob) -> None:
+    def put(self, node: str, command: Command) -> None:
         self._seq += 1
         command.seq = self._seq
         q = self._queue(node)
@@ -32,7 +32,7 @@ class Outbox:
         q = self._queue(node)
         q.items = [c for c in q.items if c.seq > after]
 
-    async def wait(self, node: str, after: int, wait_s: float) -> list[LaunchJob | SignalJob]:
+    async def wait(self, node: str, after: int, wait_s: float) -> list[Command]:
         """Commands newer than `after`, waiting up to `wait_s` for one to arrive."""
         self.ack(node, after)
         q = self._queue(node)

@@ -57,7 +57,7 @@ from corral.engine.config import EngineConfig, PartitionConfig
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
         "partitions", "auth", "expedite_hold_s", "ratelimit",
-        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http"} | _TENANCY
+        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http", "launch_parameters"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "agents_vouch_min_uid",
          "public_metrics"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size", "records_per_token"}
@@ -217,6 +217,12 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
                                 "shards_per_gpu", "expedite_hold_s", "gpu_idle_cancel_s",
                                 "gpu_idle_flag_s", "self_fencing")
            if k in data}
+    if "launch_parameters" in data:
+        parameters = data["launch_parameters"]
+        if not isinstance(parameters, list) or not all(isinstance(p, str) for p in parameters):
+            raise SettingsError(f"{origin}: launch_parameters must be a list of strings, such as "
+                                f"[\"use_interactive_step\"], not {parameters!r}")
+        top["launch_parameters"] = tuple(parameters)
     try:
         return EngineConfig(partitions=tuple(partitions), scheduler=SchedulerConfig(**sched), **top)
     except (TypeError, ValueError) as exc:

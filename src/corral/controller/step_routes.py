@@ -8,7 +8,7 @@ from typing import TypeVar
 from fastapi import Depends, FastAPI, HTTPException, Query
 
 from corral.api.schemas import JobOut
-from corral.api.steps import CompleteBody, StepOut, StepSubmit
+from corral.api.steps import CompleteBody, StepAttach, StepOut, StepSubmit
 from corral.controller import views
 from corral.controller.auth import Principal
 from corral.controller.guard import Guard
@@ -18,7 +18,7 @@ from corral.controller.step_views import step_out
 from corral.engine.engine import UnknownJob, WrongState
 from corral.engine.events import AllocationCompleted, StepRequested
 from corral.engine.steps import JobNotRunning, StepRefused, StepRequest
-from corral.protocol import API_PREFIX
+from corral.protocol import API_PREFIX, AttachStep
 
 ERRORS = {404: {"description": "unknown job or step"}, 409: {"description": "wrong state"},
           422: {"description": "the step does not fit the allocation"},
@@ -36,7 +36,8 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
     async def create_step(job_id: JobIdPath, body: StepSubmit, principal: Principal = user_dep) -> StepOut:
         await guard.job_action(principal, service.find_job(job_id), "step", job_id)
         launch = body.model_dump(include={"argv", "workdir", "env", "output", "error", "input", "io_host",
-                                          "io_port", "io_token", "cpus_per_task"})
+                                          "io_port", "io_token", "cpus_per_task", "pty", "pty_rows",
+                                          "pty_cols"})
         request = StepRequest(
             name=body.name or body.argv[0].rsplit("/", 1)[-1], nodes=body.nodes, ntasks=body.ntasks,
             ntasks_per_node=body.ntasks_per_node, nodelist=tuple(body.nodelist), exclude=tuple(body.exclude),
@@ -56,6 +57,27 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
             if not step.live or asyncio.get_running_loop().time() >= deadline:
                 return step_out(job, step)
             await asyncio.sleep(STEP_POLL_S)
+
+    @app.post(f"{API_PREFIX}/jobs/{{job_id}}/steps/{{step_id}}/attach", responses=ERRORS)
+    async def attach_step(job_id: JobIdPath, step_id: StepIdPath, body: StepAttach,
+                          principal: Principal = user_dep) -> StepOut:
+        """sattach: the running step's nodes connect to this listener too. Only the job's owner (or an
+        admin) may: what the step reads and writes is theirs, keystrokes included (Slurm: owner or root)."""
+        job = service.find_job(job_id)
+        if job is not None and not principal.admin and (principal.uid, principal.name) != (job.spec.uid,
+                                                                                            job.spec.user):
+            await guard.deny(principal, "attach", f"step {job_id}.{step_id}",
+                             f"step {job_id}.{step_id} belongs to {job.spec.user}; only its owner may attach")
+        if job is None or step_id >= len(job.steps):
+            raise HTTPException(404, f"job {job_id} has no step {step_id}")
+        step = job.steps[step_id]
+        if not step.live:
+            raise HTTPException(409, "Job/step already completing or completed")
+        await guard.allow(principal, "attach", f"step {job_id}.{step_id}")
+        for node in step.nodes:
+            service.outbox.put(node, AttachStep(job_id=job_id, step_id=step_id, io_host=body.io_host,
+                                                io_port=body.io_port, io_token=body.io_token))
+        return step_out(job, step)
 
     @app.post(f"{API_PREFIX}/jobs/{{job_id}}/complete", responses=ERRORS)
     async def complete(job_id: JobIdPath, body: CompleteBody, principal: Principal = user_dep) -> JobOut:

@@ -60,5 +60,6 @@ def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, N
         master_addr=first.address if first else "127.0.0.1", master_port=20000 + (job.id * 7 + step.step_id) % 40000,
         output=launch.get("output"), error=launch.get("error"), input=launch.get("input", "all"),
         io_host=launch.get("io_host"), io_port=launch.get("io_port"), io_token=launch.get("io_token", ""),
+        pty=launch.get("pty", False), pty_rows=launch.get("pty_rows", 24), pty_cols=launch.get("pty_cols", 80),
         acctg_freq_s=job.spec.acctg_freq_s,
     )

@@ -48,6 +48,12 @@ class PartitionConfig:
         return Partition(self.name, self.max_time_s, self.default, self.up)
 
 
+# salloc without a command runs the user's shell as a step on the allocation's first node, on a
+# pseudo-terminal (srun --pty), instead of on the submit host: Slurm's LaunchParameters=use_interactive_step.
+USE_INTERACTIVE_STEP = "use_interactive_step"
+LAUNCH_PARAMETERS = (USE_INTERACTIVE_STEP,)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     cluster_name: str = "corral"
@@ -82,8 +88,15 @@ class EngineConfig:
     # A job whose GPUs the agents saw idle this long is flagged (corral show, the API's gpu_idle_flagged,
     # /metrics), nothing more (0: never). Also the controller's, read from the samples, not the engine's.
     gpu_idle_flag_s: float = 1800.0
+    # Slurm's LaunchParameters that corral knows (LAUNCH_PARAMETERS): for the commands, which read them from
+    # /health (salloc's use_interactive_step); the engine does not read them.
+    launch_parameters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        unknown = [p for p in self.launch_parameters if p not in LAUNCH_PARAMETERS]
+        if unknown:
+            raise ValueError(f"launch_parameters: unknown {', '.join(map(repr, unknown))}; corral knows "
+                             f"{', '.join(LAUNCH_PARAMETERS)}")
         names = [p.name for p in self.partitions]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate partition names in {names}")

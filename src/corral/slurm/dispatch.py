@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from _collections_abc import Sequence
 
-COMMANDS = ("sacct", "sacctmgr", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "sreport",
-            "srun", "sshare", "sstat")
+COMMANDS = ("sacct", "sacctmgr", "salloc", "sattach", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue",
+            "sreport", "srun", "sshare", "sstat")
 USAGE = f"Usage: corral-slurm {{{','.join(COMMANDS)}}} [ARGS...]\n"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sysconfig
 
-SLURM_COMMANDS = ("sacct", "salloc", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun",
+SLURM_COMMANDS = ("sacct", "salloc", "sattach", "sbatch", "scancel", "scontrol", "sinfo", "sprio", "squeue", "srun",
                   "sstat")
 
 

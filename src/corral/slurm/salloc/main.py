@@ -1,6 +1,8 @@
 """salloc: get an allocation, run a command (default: the user's shell) on this host inside it, and give
 the allocation back when the command ends, as Slurm 22.05's salloc does. The command sees the
-allocation's SLURM_* variables, so `srun` inside it starts steps on the allocated nodes."""
+allocation's SLURM_* variables, so `srun` inside it starts steps on the allocated nodes. Where the
+cluster's config has `launch_parameters = ["use_interactive_step"]` (Slurm's LaunchParameters), salloc
+without a command runs the shell as a step on the first allocated node instead, on a pseudo-terminal."""
 from __future__ import annotations
 
 import os
@@ -32,7 +34,7 @@ Usage: salloc [-N numnodes|[min nodes]-[max nodes]] [-n num-processors] [-c cpus
 """
 # srun's step-only options mean nothing to salloc: it launches no tasks itself.
 _STEP_ONLY = {"label", "output", "error", "input", "unbuffered", "jobid", "kill-on-bad-exit", "mpi", "overlap",
-              "disable-status", "quit-on-interrupt", "distribution", "export"}
+              "disable-status", "quit-on-interrupt", "distribution", "export", "pty"}
 SALLOC = CommandSpec(
     "salloc", tuple(o for o in SRUN.options if o.key not in _STEP_ONLY) + (Opt("no-shell", None, NO_ARG),),
     getopt_exit=255, permute=False, ignored=SRUN.ignored, unsupported=SRUN.unsupported | {"no-shell"})
@@ -63,7 +65,11 @@ def salloc(argv: Sequence[str], env: Mapping[str, str]) -> Result:
         job = _wait_until_running(controller, job_id, "salloc", quiet=options.quiet)
         _warn(f"salloc: Granted job allocation {job_id}\n")
         command = list(options.command) or [env.get("SHELL") or "/bin/sh"]
-        code = _run_inside(controller, job, command, allocation_environment(job, options, env, workdir))
+        environment = allocation_environment(job, options, env, workdir)
+        if not options.command and _uses_interactive_step(controller):
+            code = _interactive_step(controller, job, command[0], environment, workdir)
+        else:
+            code = _run_inside(controller, job, command, environment)
         return "", "", code
     finally:
         _warn(f"salloc: Relinquishing job allocation {job_id}\n")
@@ -96,6 +102,29 @@ def allocation_environment(job: dict, options, env: Mapping[str, str], workdir: 
     if job.get("gpus_per_node"):
         out["SLURM_GPUS_PER_NODE"] = str(job["gpus_per_node"])
     return out
+
+
+def _uses_interactive_step(controller) -> bool:
+    """Whether the cluster's config has Slurm's LaunchParameters=use_interactive_step (its /health says).
+    The name is corral.engine.config.USE_INTERACTIVE_STEP's, written out: importing the engine's config
+    would cost salloc a sixth of a second (decision 0011)."""
+    return "use_interactive_step" in (controller.health().get("launch_parameters") or ())
+
+
+def _interactive_step(controller, job: dict, shell: str, environment: dict[str, str], workdir: str) -> int:
+    """The shell as a step on the allocation's first node, on a pseudo-terminal driven by this terminal: what
+    Slurm's salloc runs then (`srun --interactive --preserve-env --pty $SHELL`). Without a terminal here,
+    srun's error lines, and the shell runs on the node without one, as with Slurm."""
+    from corral import hostlist
+    from corral.slurm.srun.main import step_environment, with_terminal
+    from corral.slurm.srun.opts import StepOptions
+    from corral.slurm.srun.step_client import run_step, step_variables
+
+    first = hostlist.expand(job["nodelist"])[0]
+    options = with_terminal(StepOptions(command=(shell,), nodes=1, ntasks=1, nodelist=(first,), pty=True,
+                                        jobid=int(job["id"]), name="interactive"))
+    return run_step(controller, int(job["id"]), options,
+                    step_environment(None, environment) | step_variables(options), workdir)
 
 
 def _run_inside(controller, job: dict, command: list[str], environment: dict[str, str]) -> int:

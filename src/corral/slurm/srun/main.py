@@ -22,7 +22,7 @@ USAGE = """\
 Usage: srun [-N nnodes] [-n ntasks] [-c ncpus] [--ntasks-per-node=n] [-w hosts] [-x hosts] [-l]
             [-o out] [-e err] [-i in] [--export=env_vars|NONE] [-D path] [-J jobname] [--jobid=id]
             [-p partition] [-t minutes] [-A account] [-q qos] [--gpus=n] [--gpus-per-node=n]
-            [--gpus-per-task=n] [--mem=MB] [-K] [-u] [--mpi=none] executable [args...]
+            [--gpus-per-task=n] [--mem=MB] [-K] [-u] [--mpi=none] [--pty] executable [args...]
 """
 PENDING_NOTICE_AFTER_S = 0.5
 POLL_MAX_S = 1.0
@@ -43,6 +43,8 @@ def srun(argv: Sequence[str], env: Mapping[str, str], help_text: str | None = No
     if not options.command:
         raise SlurmCommandError("srun: fatal: No command given to execute.\n")
     _warn("".join(options.warnings))
+    if options.pty:
+        options = with_terminal(options)
     controller = connect(env)
     workdir = resolve_workdir(options.workdir, os.getcwd())
     problem = workdir_problem(workdir)
@@ -51,6 +53,18 @@ def srun(argv: Sequence[str], env: Mapping[str, str], help_text: str | None = No
     if options.jobid is not None:
         return "", "", in_allocation(controller, options, env, workdir)
     return "", "", with_new_allocation(controller, options, env, workdir)
+
+
+def with_terminal(options: StepOptions) -> StepOptions:
+    """--pty: task 0 alone takes srun's stdin (Slurm's --pty implies --input=0); without a terminal here,
+    Slurm's error lines, and the step runs as if --pty had not been given (as Slurm's srun does)."""
+    from corral.slurm.srun.terminal import terminal_problem
+
+    problem = terminal_problem()
+    if problem is not None:
+        _warn(problem)
+        return options.replace(pty=False)
+    return options.replace(input="0")
 
 
 def in_allocation(controller: Controller, options: StepOptions, env: Mapping[str, str], workdir: str) -> int:

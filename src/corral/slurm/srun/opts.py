@@ -26,7 +26,7 @@ STEP: Mapping[str, tuple[str | None, int]] = {
     "job-name": ("J", REQUIRED), "jobid": (None, REQUIRED), "kill-on-bad-exit": ("K", OPTIONAL),
     "mpi": (None, REQUIRED), "overlap": (None, NO_ARG), "quiet": ("Q", NO_ARG), "verbose": ("v", NO_ARG),
     "help": ("h", NO_ARG), "usage": (None, NO_ARG), "version": ("V", NO_ARG), "disable-status": ("X", NO_ARG),
-    "quit-on-interrupt": (None, NO_ARG), "distribution": ("m", REQUIRED),
+    "quit-on-interrupt": (None, NO_ARG), "distribution": ("m", REQUIRED), "pty": (None, NO_ARG),
 }
 # Options that only shape a new allocation (srun outside a job, salloc): sbatch's fields.
 JOB_KEYS = ("account", "comment", "dependency", "gpus", "gpus-per-node", "gres", "mem", "mem-per-cpu",
@@ -54,7 +54,7 @@ UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "constraint": ("C", REQUIRED), "container": (None, REQUIRED), "cpus-per-gpu": (None, REQUIRED),
     "deadline": (None, REQUIRED), "epilog": (None, REQUIRED), "het-group": (None, REQUIRED),
     "hold": ("H", NO_ARG), "immediate": ("I", OPTIONAL), "licenses": ("L", REQUIRED), "multi-prog": (None, NO_ARG),
-    "no-allocate": ("Z", NO_ARG), "preserve-env": ("E", NO_ARG), "prolog": (None, REQUIRED), "pty": (None, NO_ARG),
+    "no-allocate": ("Z", NO_ARG), "preserve-env": ("E", NO_ARG), "prolog": (None, REQUIRED),
     "relative": ("r", REQUIRED), "task-epilog": (None, REQUIRED), "task-prolog": (None, REQUIRED),
 }
 
@@ -90,6 +90,7 @@ class StepOptions(Record):
     name: str | None = None
     jobid: int | None = None
     kill_on_bad_exit: bool = False
+    pty: bool = False  # task 0 runs on a pseudo-terminal that srun's own terminal drives (--pty)
     quiet: bool = False
     verbose: int = 0
     action: str | None = None  # "help", "usage" or "version"
@@ -141,7 +142,8 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         export=line.last("export", env.get("SLURM_EXPORT_ENV")), workdir=line.last("chdir"),
         name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid", _job_id),
         kill_on_bad_exit=line.has("kill-on-bad-exit") and line.last("kill-on-bad-exit") != "0",
-        quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job), warnings=warnings)
+        pty=line.has("pty"), quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job),
+        warnings=warnings)
     return with_environment(options, env)
 
 

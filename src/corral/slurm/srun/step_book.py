@@ -18,11 +18,13 @@ from corral.stepio import (
     STDIN,
     STDIN_CLOSED,
     STDOUT,
+    WINDOW,
     FrameDecoder,
     ProtocolError,
     frame,
     parse_exit,
     same_token,
+    window_payload,
 )
 
 # srun stops reading its stdin while a node has this much of it queued and unsent.
@@ -214,6 +216,14 @@ class StepBook:
         with self.lock:
             for node in self.nodes.values():
                 if not node.done:
+                    node.urgent.append(data)
+
+    def queue_window(self, rows: int, cols: int) -> None:
+        """The new window size, for the node of task 0 (the one with the pseudo-terminal)."""
+        data = frame(WINDOW, 0, window_payload(rows, cols))
+        with self.lock:
+            for node in self.nodes.values():
+                if not node.done and 0 in node.ranks:
                     node.urgent.append(data)
 
     def next_to_send(self, node: StepNode) -> bool:

@@ -3,6 +3,7 @@ the step, relay the tasks' output and srun's stdin, forward signals, and report 
 Slurm's words (`srun: error: n1: tasks 0-1: Exited with exit code 3`)."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
@@ -48,6 +49,11 @@ def step_body(options: StepOptions, environment: dict[str, str], io: tuple[str, 
         body["nodelist"] = list(options.nodelist)
     if options.exclude:
         body["exclude"] = list(options.exclude)
+    if options.pty:
+        from corral.slurm.srun.terminal import window_size
+
+        body["pty"] = True
+        body["pty_rows"], body["pty_cols"] = window_size(1)
     return body
 
 
@@ -99,13 +105,22 @@ def run_step(controller: Controller, job_id: int, options: StepOptions, environm
             expected[node] = list(range(first, first + count))
             first += count
         streams.expect(expected)
-        with _forwarded_signals(streams):
+        with _forwarded_signals(streams), _terminal(options, streams):
             final = _wait(controller, streams, job_id, step, options)
         if final is None and wait_for_record:
             final = _step_record(controller, job_id, step["step_id"], wait_s=RECORD_WAIT_S)
         return _report(streams, step, final, options)
     finally:
         streams.close()
+
+
+def _terminal(options: StepOptions, streams):
+    """srun --pty: the local terminal raw, and its size changes sent on, while the step runs."""
+    if not options.pty:
+        return contextlib.nullcontext()
+    from corral.slurm.srun.terminal import RawTerminal
+
+    return RawTerminal(streams.resize)
 
 
 def _stdin(options: StepOptions):

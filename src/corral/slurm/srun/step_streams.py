@@ -48,6 +48,7 @@ class StepStreams:
         self._sock_of: dict[str, socket.socket] = {}  # node name -> its connection
         self._hellos: dict[socket.socket, tuple[bytearray, float]] = {}  # not yet identified
         self._signals: deque[int] = deque()  # from signal(), for the I/O thread to queue per node
+        self._windows: deque[tuple[int, int]] = deque()  # from resize(), likewise
         self._listener: socket.socket | None = None
         self._wake_r = self._wake_w = -1
         self._selector: selectors.BaseSelector | None = None
@@ -101,6 +102,16 @@ class StepStreams:
         self._signals.append(int(signum))  # deque.append is atomic; the I/O thread hands it out
         if threading.current_thread() is threading.main_thread():
             self._wake()  # maybe in a handler that interrupted the lock's holder: no lock here
+        else:
+            with self._lock:
+                self._wake()
+
+    def resize(self, rows: int, cols: int) -> None:
+        """The terminal's new window size, for task 0's pseudo-terminal (srun --pty). Takes no lock: safe
+        to call from a SIGWINCH handler."""
+        self._windows.append((rows, cols))
+        if threading.current_thread() is threading.main_thread():
+            self._wake()
         else:
             with self._lock:
                 self._wake()
@@ -199,6 +210,8 @@ class StepStreams:
                 self._close_done_nodes(interest)
                 while self._signals:
                     self._book.queue_signal(self._signals.popleft())
+                while self._windows:
+                    self._book.queue_window(*self._windows.popleft())
                 self._update_interest(interest)
                 timeout = self._hello_timeout()
             for node, data in self._book.take_early():
