@@ -15,6 +15,7 @@ from corral.cli.connect import open_client
 from corral.cli.efficiency import goodput_line
 from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
+from corral.cli.render import empty_queue_text
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
 from corral.jobref import JobIdError, JobRef, parse_job_list
 from corral.slurm.squeue.select import combine_pending_array_tasks
@@ -100,14 +101,6 @@ def _print_queue(jobs: list[dict], all_jobs: bool, filtered: bool, long_format: 
     else:
         print_table(render.QUEUE_HEADERS, render.queue_rows(shown, time.time()), render.QUEUE_RIGHT,
                     state_column=render.QUEUE_STATE_COLUMN)
-
-
-def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
-    """What an empty queue prints; without --all it says where finished jobs are."""
-    if all_jobs:
-        return "No jobs match." if filtered else "No jobs."
-    match = " match" if filtered else ""
-    return f"No pending or running jobs{match} (finished jobs: corral queue --all or corral acct)."
 
 
 def show(

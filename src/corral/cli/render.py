@@ -171,6 +171,14 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     return lines
 
 
+def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
+    """What an empty queue prints; without --all it says where finished jobs are."""
+    if all_jobs:
+        return "No jobs match." if filtered else "No jobs."
+    match = " match" if filtered else ""
+    return f"No pending or running jobs{match} (finished jobs: corral queue --all or corral acct)."
+
+
 def job_fields(job: dict) -> list[tuple[str, str]]:
     """(label, text) pairs in scontrol's spirit: identity, state, times, shape, placement, files."""
     return [

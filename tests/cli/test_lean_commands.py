@@ -1,0 +1,117 @@
+"""The lean `corral queue` and `corral show` (corral.cli.lean_commands): the same bytes as the Typer
+commands they stand in for, against the same stand-in controller; everything they do not handle is handed
+to the Typer app untouched; and they load neither Typer, click nor httpx."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from corral.cli import lean_commands
+from corral.cli.client import PAGE_JOBS
+
+from .test_commands import add_array_tasks
+
+FIXED_NOW = 1_800_000_000.0  # both paths render TIME and est. start from the same instant
+
+
+@pytest.fixture
+def frozen_clock(monkeypatch):
+    monkeypatch.setattr(time, "time", lambda: FIXED_NOW)
+
+
+@pytest.mark.parametrize("argv", [
+    ["queue"],
+    ["queue", "--all"],
+    ["queue", "-a", "-l"],
+    ["queue", "--long"],
+    ["queue", "--json"],
+    ["queue", "--all", "--json"],
+    ["queue", "-u", "bob"],
+    ["queue", "--user=bob", "-t", "failed,pending", "--all"],
+    ["queue", "-tpending"],
+    ["queue", "--states", "COMPLETED"],  # nothing matches: the empty-queue sentence
+    ["queue", "--all", "--user", "nobody"],
+    ["show", "1"],
+    ["show", "--json", "2"],
+    ["show", "20"],  # an array's id: every task
+    ["show", "20", "--json"],
+    ["show", "20_1"],
+    ["show", "20_1", "--json"],
+])
+def test_lean_output_is_the_typer_commands_byte_for_byte(standin, cli, capsys, frozen_clock, argv):
+    add_array_tasks(standin.state)
+    status = lean_commands.run(argv)
+    lean = capsys.readouterr()
+    full = cli(*argv)
+    assert status == 0 == full.exit_code, full.output
+    assert lean.out == full.stdout
+    assert lean.err == "" == full.stderr
+
+
+def test_lean_queue_sends_the_typer_commands_query(standin, cli):
+    assert lean_commands.run(["queue", "--all", "--user", "bob", "-t", "failed,pending"]) == 0
+    lean_query = standin.state.queries[-1]
+    cli("queue", "--all", "--user", "bob", "-t", "failed,pending")
+    assert lean_query == standin.state.queries[-1] == (
+        "/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING", "combine_arrays": "true",
+                  "limit": str(PAGE_JOBS)})
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["nodes"],
+    ["queue", "--help"],
+    ["queue", "--watch"],
+    ["queue", "-al"],  # clustered flags: click's rules
+    ["queue", "--json=yes"],
+    ["queue", "--user"],  # a missing value: click's error
+    ["queue", "extra"],
+    ["queue", "--bogus"],
+    ["show"],
+    ["show", "1", "2"],
+    ["show", "abc"],  # not a job id: click's usage error
+    ["show", "99"],  # no such job: the Typer command's message
+])
+def test_lean_commands_hand_on_what_they_do_not_handle(standin, capsys, argv):
+    before = len(standin.state.queries)
+    assert lean_commands.run(argv) is None
+    assert capsys.readouterr().out == ""
+    if argv != ["show", "99"]:  # nothing asked of the controller before the form was known to be handled
+        assert len(standin.state.queries) == before
+
+
+def test_a_failed_read_is_handed_on_and_the_typer_command_reports_it(standin, cli, capsys, monkeypatch):
+    monkeypatch.setenv("CORRAL_SECRET", "wrong")
+    assert lean_commands.run(["queue"]) is None
+    assert capsys.readouterr() == ("", "")
+    assert "the controller refused the request" in cli("queue").stderr
+
+
+def test_an_unreachable_controller_is_handed_on(isolated, capsys, monkeypatch):
+    monkeypatch.setenv("CORRAL_URL", "http://127.0.0.1:9")  # discard: nothing listens
+    assert lean_commands.run(["queue"]) is None
+    assert lean_commands.run(["show", "1"]) is None
+    assert capsys.readouterr() == ("", "")
+
+
+def test_corral_queue_loads_no_typer_click_or_httpx(standin):
+    code = ("import sys\nfrom corral.cli.main import main\nsys.argv = ['corral', 'queue']\n"
+            "try:\n    main()\nexcept SystemExit as exc:\n    status = exc.code\n"
+            "heavy = sorted(m for m in ('typer', 'click', 'httpx', 'rich', 'pydantic') if m in sys.modules)\n"
+            "print('HEAVY', heavy, status)")
+    env = {**os.environ, "CORRAL_URL": standin.url}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert "JOBID" in out
+    assert out.splitlines()[-1] == "HEAVY [] 0"
+
+
+def test_corral_main_still_runs_the_typer_app_for_other_commands(standin):
+    env = {**os.environ, "CORRAL_URL": standin.url}
+    proc = subprocess.run([sys.executable, "-m", "corral.cli.main", "queue", "--help"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "--watch" in proc.stdout
