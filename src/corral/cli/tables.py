@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from _collections_abc import Sequence
 
 from corral.cli.render import format_table
 
