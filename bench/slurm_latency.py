@@ -8,7 +8,8 @@ in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and
 and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
 process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
-also times this Python starting and doing nothing (`python -c pass`), and it
+also times this Python starting and doing nothing (`python -c pass`); it times `corral queue` (the lean
+command), the same through the full Typer app (how it ran before) and `corral submit --hold`; and it
 records the load average before and after, since other work on the machine moves every figure.
 
 corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by
@@ -101,9 +102,28 @@ def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
             timed_calls([str(Path(sysconfig.get_path("scripts")) / "sbatch"), "--version"], 1, env)
             figures = measure(Path(sysconfig.get_path("scripts")), env, sbatch_calls, squeue_calls)
             figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
+            figures |= measure_corral_cli(Path(sysconfig.get_path("scripts")), env, squeue_calls)
             return figures
         finally:
             cluster.stop()
+
+
+# `corral queue` through the full Typer app, as every `corral` command ran before the lean commands
+# (docs/decisions/0019-fast-commands.md): the "before" figure, measured in the same run.
+TYPER_APP = "import sys; from corral.cli.app import app; sys.argv[0] = 'corral'; app()"
+TYPER_CALLS_MAX = 30  # each takes hundreds of milliseconds
+
+
+def measure_corral_cli(scripts: Path, env: dict[str, str], calls: int) -> dict:
+    """`corral queue` (the lean command), the same through the Typer app, and `corral submit` (Typer)."""
+    corral = str(scripts / "corral")
+    typer_calls = min(calls, TYPER_CALLS_MAX)
+    timed_calls([corral, "queue"], 1, env)  # warm-up: bytecode of the lean path
+    figures = {"corral_queue": summary(timed_calls([corral, "queue"], calls, env)),
+               "corral_queue_typer": summary(timed_calls([sys.executable, "-c", TYPER_APP, "queue"], typer_calls, env)),
+               "corral_submit": summary(timed_calls([corral, "submit", "-o", "/dev/null", "--hold", "--wrap", "true"],
+                                                    typer_calls, env))}
+    return figures
 
 
 def slurm_available() -> bool:

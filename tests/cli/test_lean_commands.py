@@ -98,10 +98,13 @@ def test_an_unreachable_controller_is_handed_on(isolated, capsys, monkeypatch):
     assert capsys.readouterr() == ("", "")
 
 
+HEAVY = ("typer", "click", "httpx", "rich", "pydantic", "typing", "re")
+
+
 def test_corral_queue_loads_no_typer_click_httpx_typing_or_re(standin):
     code = ("import sys\nfrom corral.cli.main import main\nsys.argv = ['corral', 'queue']\n"
             "try:\n    main()\nexcept SystemExit as exc:\n    status = exc.code\n"
-            "heavy = sorted(m for m in ('typer', 'click', 'httpx', 'rich', 'pydantic', 'typing', 're') if m in sys.modules)\n"
+            f"heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
             "print('HEAVY', heavy, status)")
     env = {**os.environ, "CORRAL_URL": standin.url}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
