@@ -7,6 +7,10 @@ calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` an
 in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
 and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
 process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
+corral's sbatch and squeue are timed twice: each call in its own process (the default:
+`sbatch_own_process`, `squeue_own_process`), then through the user's command helper
+(CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
+figure of a call through the helper counts the calling process only, not the helper's child that does the work.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
 also times this Python starting and doing nothing (`python -c pass`); it times `corral queue` (the lean
 command), the same through the full Typer app (how it ran before) and `corral submit --hold`; and it
@@ -24,6 +28,8 @@ import json
 import os
 import platform
 import resource
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.e2e.harness import Cluster  # noqa: E402
+
+from corral.slurm.front import HELPER_SWITCH, socket_path  # noqa: E402
 
 SBATCH_ARGS = ("-o", "/dev/null", "--gres=gpu:1", "--wrap", "true")
 SLURM_BIN = Path("/usr/bin")
@@ -97,15 +105,58 @@ def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
         try:
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("CORRAL_", "SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"}
+            runtime = Path(tmp) / "run"  # the command helper's private directory, this run's own
+            runtime.mkdir(mode=0o700)
             env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
-                    "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache")}
-            timed_calls([str(Path(sysconfig.get_path("scripts")) / "sbatch"), "--version"], 1, env)
-            figures = measure(Path(sysconfig.get_path("scripts")), env, sbatch_calls, squeue_calls)
+                    "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "XDG_RUNTIME_DIR": str(runtime)}
+            scripts = Path(sysconfig.get_path("scripts"))
+            # Each call in its own process, as before the command helper (the "before" figures).
+            own = dict(env)
+            timed_calls([str(scripts / "sbatch"), "--version"], 1, own)
+            figures = {f"{name}_own_process": value
+                       for name, value in measure(scripts, own, sbatch_calls, squeue_calls).items()}
+            env[HELPER_SWITCH] = "1"
+            helper_socket = start_helper(scripts, env)
+            try:
+                figures |= measure(scripts, env, sbatch_calls, squeue_calls)
+            finally:
+                stop_helper(helper_socket)
             figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
             figures |= measure_corral_cli(Path(sysconfig.get_path("scripts")), env, squeue_calls)
             return figures
         finally:
             cluster.stop()
+
+
+def start_helper(scripts: Path, env: dict[str, str], timeout_s: float = 30.0) -> str:
+    """Start the user's command helper with a first call and wait until it serves; its socket."""
+    path = socket_path(env)
+    if path is None:
+        raise SystemExit("no private directory for the command helper")
+    timed_calls([str(scripts / "squeue"), "--version"], 1, env)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            probe.connect(path)
+            return path
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise SystemExit(f"the command helper did not start on {path}")
+
+
+def stop_helper(path: str) -> None:
+    """End the helper serving `path` (it would end by itself after its idle time)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"corral.slurm.helper" in args and path.encode() in args:
+                os.kill(int(entry.name), signal.SIGTERM)
 
 
 # `corral queue` through the full Typer app, as every `corral` command ran before the lean commands
@@ -147,8 +198,10 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
     result["loadavg_after"] = os.getloadavg()[0]
     if result["slurm"]:
         result["ratio_corral_over_slurm"] = {
-            f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"] / result["slurm"][cmd][f"{stat}_ms"], 2)
-            for cmd in ("sbatch", "squeue") for stat in ("median", "p95", "cpu_median")}
+            f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"]
+                                   / result["slurm"][cmd.removesuffix("_own_process")][f"{stat}_ms"], 2)
+            for cmd in ("sbatch", "squeue", "sbatch_own_process", "squeue_own_process")
+            for stat in ("median", "p95", "cpu_median")}
     else:
         result["slurm_skipped"] = NO_SLURM
     return result

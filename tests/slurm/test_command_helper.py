@@ -62,7 +62,8 @@ def _wait_for_helper(path: str) -> None:
 
 
 def _env(slurm_cluster, runtime_dir, **extra):
-    return command_env(slurm_cluster.url, slurm_cluster.secret_file, XDG_RUNTIME_DIR=str(runtime_dir), **extra)
+    return command_env(slurm_cluster.url, slurm_cluster.secret_file, XDG_RUNTIME_DIR=str(runtime_dir),
+                       **{front.HELPER_SWITCH: "1"}, **extra)
 
 
 def _call(name, *args, env, stdin=None, cwd=None):
@@ -83,7 +84,7 @@ def _started_helper(env) -> str:
 def test_the_helper_answers_as_the_command_itself(slurm_cluster, runtime_dir, tmp_path):
     env = _env(slurm_cluster, runtime_dir)
     path = _started_helper(env)
-    alone = {**env, front.HELPER_SWITCH: "0"}
+    alone = {key: value for key, value in env.items() if key != front.HELPER_SWITCH}
     workdir = tmp_path / "work"
     workdir.mkdir()
     # sbatch from stdin, in the caller's directory, with the caller's environment.
@@ -216,7 +217,7 @@ class ScriptedHelper:
 def test_a_helper_that_dies_after_taking_a_call_is_an_error_never_a_second_run(tmp_path, capfd):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    env = {"XDG_RUNTIME_DIR": str(runtime), "PATH": os.environ.get("PATH", "")}
+    env = {"XDG_RUNTIME_DIR": str(runtime), "PATH": os.environ.get("PATH", ""), front.HELPER_SWITCH: "1"}
     stand_in = ScriptedHelper(front.socket_path(env), acknowledge=True)
     status = front.through_helper("sbatch", ["--wrap", "true"], env)
     stand_in.thread.join(5)
@@ -227,16 +228,17 @@ def test_a_helper_that_dies_after_taking_a_call_is_an_error_never_a_second_run(t
 def test_a_helper_that_dies_before_taking_a_call_leaves_it_to_run_here(tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    env = {"XDG_RUNTIME_DIR": str(runtime), "PATH": os.environ.get("PATH", "")}
+    env = {"XDG_RUNTIME_DIR": str(runtime), "PATH": os.environ.get("PATH", ""), front.HELPER_SWITCH: "1"}
     stand_in = ScriptedHelper(front.socket_path(env), acknowledge=False)
     assert front.through_helper("sbatch", ["--wrap", "true"], env) is None
     stand_in.thread.join(5)
 
 
-def test_no_helper_inside_a_job_or_when_switched_off(tmp_path):
+def test_no_helper_unless_asked_for_nor_inside_a_job(tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
-    for extra in ({"SLURM_JOB_ID": "5"}, {"CORRAL_JOB_ID": "5"}, {front.HELPER_SWITCH: "0"}):
+    on = {front.HELPER_SWITCH: "1"}
+    for extra in ({}, {front.HELPER_SWITCH: "0"}, {**on, "SLURM_JOB_ID": "5"}, {**on, "CORRAL_JOB_ID": "5"}):
         env = {"XDG_RUNTIME_DIR": str(runtime), **extra}
         assert front.through_helper("squeue", [], env) is None
     assert not (runtime / "corral").exists()  # not even looked for

@@ -1,6 +1,8 @@
-"""The console scripts of sbatch, squeue, sacct and scancel: hand the call to the user's command helper
-(corral.slurm.helper, a warm interpreter that already imported the commands), else run it here as before
-(docs/decisions/0019-fast-commands.md).
+"""The console scripts of sbatch, squeue, sacct and scancel: with CORRAL_COMMAND_HELPER=1, hand the call to
+the user's command helper (corral.slurm.helper, a warm interpreter that already imported the commands);
+otherwise, or when it cannot take the call, run it here (docs/decisions/0019-fast-commands.md: measured, the
+helper saves the imports' CPU but no wall time on a busy machine with a bytecode cache, so it is opt-in; it
+pays where imports are slow, e.g. without .pyc files or from a network file system).
 
 This module is all a call loads on the fast path, so it imports nothing beyond what the interpreter has
 already loaded (os, sys) and the built-in _socket. The helper gets the caller's argv, environment, umask,
@@ -13,14 +15,14 @@ helper that ends without a status is reported as an error that says the command 
 
 Identity (docs/security.md): the socket lives in a directory only the user can enter, and each side checks
 the other's uid with SO_PEERCRED; the helper runs as the user and asks for credentials as the command would.
-Inside a job (SLURM_JOB_ID or CORRAL_JOB_ID set) and where CORRAL_COMMAND_HELPER=0 the helper is not used."""
+Inside a job (SLURM_JOB_ID or CORRAL_JOB_ID set) the helper is not used."""
 import _socket
 import os
 import sys
 
 COMMANDS = ("sacct", "sbatch", "scancel", "squeue")
 PROTOCOL = b"corral-command-helper-1"
-HELPER_SWITCH = "CORRAL_COMMAND_HELPER"  # "0": never use the helper
+HELPER_SWITCH = "CORRAL_COMMAND_HELPER"  # "1": use the helper
 ACCEPTED, STALE = b"A", b"S"
 HEADER_BYTES = 4
 # What the helper's interpreter fixed at its start: a caller that differs in any of these gets its own helper.
@@ -58,7 +60,7 @@ def run(command: str, argv: list[str] | None = None, env: dict[str, str] | None 
 
 def through_helper(command: str, argv: list[str], env: dict[str, str]) -> int | None:
     """The command's exit status, run by the helper; None where this process must run it itself."""
-    if env.get(HELPER_SWITCH) == "0" or env.get("SLURM_JOB_ID") or env.get("CORRAL_JOB_ID"):
+    if env.get(HELPER_SWITCH) != "1" or env.get("SLURM_JOB_ID") or env.get("CORRAL_JOB_ID"):
         return None
     path = socket_path(env)
     return None if path is None else call_helper(path, command, argv, env)
