@@ -12,9 +12,10 @@ corral's sbatch and squeue are timed twice: each call in its own process (the de
 (CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
 figure of a call through the helper counts the calling process only, not the helper's child that does the work.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
-also times this Python starting and doing nothing (`python -c pass`); it times `corral queue` (the lean
-command), the same through the full Typer app (how it ran before) and `corral submit --hold`; and it
-records the load average before and after, since other work on the machine moves every figure.
+also times this Python starting and doing nothing (`python -c pass`). It times `corral queue` and
+`corral show` (the lean commands), `corral queue` through the full Typer app (how it ran before) and
+`corral submit --hold`; and it records the load average before and after, since other work on the
+machine moves every figure.
 
 corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by
 one untimed call), as after a normal install: where PYTHONDONTWRITEBYTECODE is set, every call
@@ -166,11 +167,13 @@ TYPER_CALLS_MAX = 30  # each takes hundreds of milliseconds
 
 
 def measure_corral_cli(scripts: Path, env: dict[str, str], calls: int) -> dict:
-    """`corral queue` (the lean command), the same through the Typer app, and `corral submit` (Typer)."""
+    """`corral queue` and `corral show` (the lean commands), `corral queue` through the Typer app, and
+    `corral submit` (Typer)."""
     corral = str(scripts / "corral")
     typer_calls = min(calls, TYPER_CALLS_MAX)
     timed_calls([corral, "queue"], 1, env)  # warm-up: bytecode of the lean path
     figures = {"corral_queue": summary(timed_calls([corral, "queue"], calls, env)),
+               "corral_show": summary(timed_calls([corral, "show", "1"], calls, env)),  # an sbatch job above
                "corral_queue_typer": summary(timed_calls([sys.executable, "-c", TYPER_APP, "queue"], typer_calls, env)),
                "corral_submit": summary(timed_calls([corral, "submit", "-o", "/dev/null", "--hold", "--wrap", "true"],
                                                     typer_calls, env))}
