@@ -1,4 +1,4 @@
-"""The lean `corral queue` and `corral show` (corral.cli.lean_commands): the same bytes as the Typer
+"""The lean `corral queue`, `corral show` and `corral cancel` (corral.cli.lean_commands): the same bytes as the Typer
 commands they stand in for, against the same stand-in controller; everything they do not handle is handed
 to the Typer app untouched; and they load neither Typer, click nor httpx."""
 from __future__ import annotations
@@ -52,6 +52,49 @@ def test_lean_output_is_the_typer_commands_byte_for_byte(standin, cli, capsys, f
     assert lean.err == "" == full.stderr
 
 
+@pytest.mark.parametrize("argv", [
+    ["cancel", "1", "2"],
+    ["cancel", "99", "2"],  # an unknown id: an error, the rest cancelled, status 1
+    ["cancel", "3"],  # already ended: a note, status 0
+    ["cancel", "20"],  # an array: every task, one already ended
+    ["cancel", "20_[1-2]"],
+    ["cancel", "--url", "{url}", "2"],
+])
+def test_lean_cancel_does_what_the_typer_command_does(standin, cli, capsys, argv):
+    argv = [arg.replace("{url}", standin.url) for arg in argv]
+    add_array_tasks(standin.state)
+    standin.state.jobs[22]["state"] = "COMPLETED"
+    status = lean_commands.run(argv)
+    lean, lean_states = capsys.readouterr(), {i: j["state"] for i, j in standin.state.jobs.items()}
+    standin.state.reset()
+    add_array_tasks(standin.state)
+    standin.state.jobs[22]["state"] = "COMPLETED"
+    full = cli(*argv)
+    assert status == full.exit_code
+    assert (lean.out, lean.err) == (full.stdout, full.stderr)
+    assert lean_states == {i: j["state"] for i, j in standin.state.jobs.items()}
+
+
+def test_lean_cancel_sends_nothing_before_every_id_is_known(standin, capsys, monkeypatch):
+    monkeypatch.setenv("CORRAL_SECRET", "wrong")  # every request refused: handed on, nothing cancelled
+    assert lean_commands.run(["cancel", "1", "2"]) is None
+    assert capsys.readouterr() == ("", "")
+    assert {standin.state.jobs[1]["state"], standin.state.jobs[2]["state"]} == {"RUNNING", "PENDING"}
+
+
+def test_lean_cancel_looks_up_once_and_sends_each_cancel_once(standin, capsys):
+    add_array_tasks(standin.state)
+    standin.state.jobs[20]["state"] = "COMPLETED"
+    before = len(standin.state.queries)
+    assert lean_commands.run(["cancel", "20"]) == 0  # 20 ended (409), 21 and 22 cancelled
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["Cancelled job 20_1 (CANCELLED)", "Cancelled job 20_2 (CANCELLED)"]
+    assert err == "corral: 1 of the 3 jobs of 20 had already ended\n"
+    assert standin.state.queries[before:] == [  # one lookup, then each cancel once
+        ("/jobs", {"all": "true", "ids": "20", "limit": str(PAGE_JOBS)}), ("/jobs/20/cancel", {}),
+        ("/jobs/21/cancel", {}), ("/jobs/22/cancel", {})]
+
+
 def test_lean_queue_sends_the_typer_commands_query(standin, cli):
     assert lean_commands.run(["queue", "--all", "--user", "bob", "-t", "failed,pending"]) == 0
     lean_query = standin.state.queries[-1]
@@ -75,6 +118,9 @@ def test_lean_queue_sends_the_typer_commands_query(standin, cli):
     ["show", "1", "2"],
     ["show", "abc"],  # not a job id: click's usage error
     ["show", "99"],  # no such job: the Typer command's message
+    ["cancel"],
+    ["cancel", "abc"],  # not a job id: click's usage error, nothing sent
+    ["cancel", "-x", "1"],
 ])
 def test_lean_commands_hand_on_what_they_do_not_handle(standin, capsys, argv):
     before = len(standin.state.queries)

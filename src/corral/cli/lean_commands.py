@@ -1,12 +1,13 @@
-"""`corral queue` and `corral show` without Typer, click or httpx: what people run most, started in tens of
-milliseconds instead of hundreds (docs/decisions/0019-fast-commands.md).
+"""`corral queue`, `corral show` and `corral cancel` without Typer, click or httpx: what people run most,
+started in tens of milliseconds instead of hundreds (docs/decisions/0019-fast-commands.md).
 
 `run(argv)` handles the plain forms of these commands, the same requests over the Slurm commands' stdlib
 client (corral.slurm.common.http) and the same rendering (corral.cli.render) as corral.cli.jobs, and returns
 the exit status. Anything else it returns None for, and the full command line (corral.cli.app) runs instead:
 another command, --help, --watch, an option or form it does not parse (clustered flags such as `-al`), and
-any failure. Both commands only read, so a call handed on after a failed request is asked again, and its
-error is the full command line's, word for word: nothing can have been done twice."""
+any failed read. A call is handed on only before anything was done (queue and show only read; cancel looks
+every id up before it sends a cancel), so it is asked again and its error is the full command line's, word
+for word; once a cancel was sent, this path reports what follows itself, and never sends it again."""
 from __future__ import annotations
 
 import os
@@ -23,6 +24,8 @@ QUEUE_OPTIONS = {
     "-t": ("states", True), "--url": ("url", True),
 }
 SHOW_OPTIONS = {"--json": ("json", False), "--url": ("url", True)}
+CANCEL_OPTIONS = {"--url": ("url", True)}
+ALREADY_ENDED = 409  # what the controller answers a cancel of a finished job: not an error for the user
 
 
 def run(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int | None:
@@ -36,6 +39,9 @@ def run(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int | None:
     if command == "show":
         options = parse_options(rest, SHOW_OPTIONS)
         return None if options is None else _show(options, env)
+    if command == "cancel":
+        options = parse_options(rest, CANCEL_OPTIONS)
+        return None if options is None else _cancel(options, env)
     return None
 
 
@@ -86,13 +92,14 @@ def _controller(options: Options, env: Mapping[str, str]):  # noqa: ANN202 - cor
                       leader_wait_s=leader_wait_s(env))
 
 
-def _read(options: Options, env: Mapping[str, str], request) -> object | None:  # noqa: ANN001
-    """request(controller)'s answer; None where anything failed (the full command line then reports it)."""
+def _read(options: Options, env: Mapping[str, str], request, controller=None) -> object | None:  # noqa: ANN001
+    """request(controller)'s answer (a new controller unless given); None where anything failed (the full
+    command line then reports it)."""
     from corral.slurm.common.http import ControllerError
     from corral.slurm.common.target import TargetError
 
     try:
-        return request(_controller(options, env))
+        return request(controller or _controller(options, env))
     except (ControllerError, TargetError, ValueError, OSError):
         return None
 
@@ -148,6 +155,74 @@ def _show(options: Options, env: Mapping[str, str]) -> int | None:
     lines = [line for index, block in enumerate(blocks) for line in ([""] if index else []) + block]
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _cancel(options: Options, env: Mapping[str, str]) -> int | None:
+    """Every id is looked up first (reads: any failure hands the whole call on, nothing done yet); then the
+    cancels are sent, and from there on this path reports its own errors as the Typer command does."""
+    from corral.jobref import JobIdError, parse_job_ref
+
+    args = options["args"]
+    if not isinstance(args, list) or not args:
+        return None
+    try:
+        refs = [parse_job_ref(arg, task_lists=True) for arg in args]
+    except JobIdError:
+        return None
+    from corral.slurm.common.target import TargetError
+
+    try:
+        controller = _controller(options, env)
+    except (TargetError, ValueError, OSError):  # the Typer command reports a bad setting in its own words
+        return None
+    named = _read(options, env, lambda found: [found.jobs(ids=[ref.text], include_finished=True) for ref in refs],
+                  controller)
+    if not isinstance(named, list):
+        return None
+    unknown = 0
+    for ref, jobs in zip(refs, named, strict=True):
+        if not jobs:
+            unknown += 1
+            sys.stderr.write(f"corral: error: job {ref} not found\n")
+            continue
+        if not _cancel_each(controller, ref.text, jobs):
+            return 1
+    return 1 if unknown else 0
+
+
+def _cancel_each(controller, ref: str, jobs: list) -> bool:  # noqa: ANN001 - corral.slurm.common.http.Controller
+    """Cancel `jobs` (what `ref` names), printing as corral.cli.jobs does; False after an error it printed."""
+    from corral.cli.client import error_message
+    from corral.cli.render import cancelled_line
+    from corral.slurm.common.http import ApiError, ControllerError
+
+    ended: list[str] = []
+    for job in jobs:
+        try:
+            done = controller.call("POST", f"/jobs/{job['id']}/cancel")
+        except ApiError as exc:
+            message = error_message(exc.status, _detail_body(exc.detail))
+            if exc.status != ALREADY_ENDED:
+                sys.stderr.write(f"corral: error: {message}\n")
+                return False
+            ended.append(message)
+            continue
+        except ControllerError as exc:  # sent, perhaps acted on: never sent again
+            sys.stderr.write(f"corral: error: {exc} (the cancel may have been done: check with corral queue)\n")
+            return False
+        sys.stdout.write(cancelled_line(done) + "\n")
+        sys.stdout.flush()
+    if len(jobs) == 1 and ended:
+        sys.stderr.write(f"corral: job {ref} not cancelled: {ended[0]}\n")
+    elif ended:
+        sys.stderr.write(f"corral: {len(ended)} of the {len(jobs)} jobs of {ref} had already ended\n")
+    return True
+
+
+def _detail_body(detail: str) -> str:
+    import json
+
+    return json.dumps({"detail": detail})
 
 
 def _print_json(data: object) -> int:

@@ -177,6 +177,14 @@ def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
     return f"No pending or running jobs{match} (finished jobs: corral queue --all or corral acct)."
 
 
+def cancelled_line(job: dict) -> str:
+    """What a cancel did, from the job as the controller answered: ended, or being stopped."""
+    name = job_id_text(job)
+    if job["state"] == "COMPLETING":
+        return f"Cancelling job {name}: its tasks are being stopped (COMPLETING), then it ends CANCELLED"
+    return f"Cancelled job {name} ({job['state']})"
+
+
 def job_fields(job: dict) -> list[tuple[str, str]]:
     """(label, text) pairs in scontrol's spirit: identity, state, times, shape, placement, files."""
     return [
