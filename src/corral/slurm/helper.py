@@ -164,15 +164,14 @@ def _take_over(fds: list[int], env: dict[str, str], umask: int) -> None:
     os.environ.update(env)
     time.tzset()
     # The streams as the interpreter makes them at its start (the helper's own point at /dev/null).
-    sys.stdin = _stream(0, "r", sys.stdin, line_buffering=False)
-    sys.stdout = _stream(1, "w", sys.stdout, line_buffering=os.isatty(1))
-    sys.stderr = _stream(2, "w", sys.stderr, line_buffering=True)
+    sys.stdin = _stream(0, "r", sys.stdin.encoding, sys.stdin.errors, line_buffering=False)
+    sys.stdout = _stream(1, "w", sys.stdout.encoding, sys.stdout.errors, line_buffering=os.isatty(1))
+    sys.stderr = _stream(2, "w", sys.stderr.encoding, sys.stderr.errors, line_buffering=True)
 
 
-def _stream(fd: int, mode: str, like: io.TextIOWrapper, line_buffering: bool) -> io.TextIOWrapper:
+def _stream(fd: int, mode: str, encoding: str, errors: str | None, line_buffering: bool) -> io.TextIOWrapper:
     raw = open(fd, mode + "b", closefd=False)  # noqa: SIM115 - lives as long as the call
-    return io.TextIOWrapper(raw, encoding=like.encoding, errors=like.errors, newline="\n",
-                            line_buffering=line_buffering)
+    return io.TextIOWrapper(raw, encoding=encoding, errors=errors, newline="\n", line_buffering=line_buffering)
 
 
 def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
