@@ -7,8 +7,8 @@ calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` an
 in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
 and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
 process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
-corral's sbatch and squeue are timed twice: each call in its own process (the default:
-`sbatch_own_process`, `squeue_own_process`), then through the user's command helper
+corral's sbatch and squeue are timed two ways, call for call in turn: each call in its own process (the
+default: `sbatch_own_process`, `squeue_own_process`) and through the user's command helper
 (CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
 figure of a call through the helper counts the calling process only, not the helper's child that does the work.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
@@ -100,6 +100,32 @@ def measure(bin_dir: Path, env: dict[str, str], sbatch_calls: int, squeue_calls:
     return {"sbatch": summary(sbatch), "squeue": summary(squeue)}
 
 
+def measure_alternating(bin_dir: Path, envs: dict[str, dict[str, str]], sbatch_calls: int,
+                        squeue_calls: int) -> dict:
+    """measure()'s figures for each environment, its label a suffix of the names; the calls of the
+    environments take turns."""
+    sbatch: dict[str, list[Calls]] = {label: [] for label in envs}
+    squeue: dict[str, list[Calls]] = {label: [] for label in envs}
+    for _ in range(sbatch_calls):
+        for label, env in envs.items():
+            sbatch[label].append(timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], 1, env))
+    wait_until_drained([str(bin_dir / "squeue")], next(iter(envs.values())))
+    for _ in range(squeue_calls):
+        for label, env in envs.items():
+            squeue[label].append(timed_calls([str(bin_dir / "squeue")], 1, env))
+    figures = {}
+    for label in envs:
+        figures[f"sbatch{label}"] = summary(_joined(sbatch[label]))
+        figures[f"squeue{label}"] = summary(_joined(squeue[label]))
+    return figures
+
+
+def _joined(runs: list[Calls]) -> Calls:
+    joined = Calls(t for run in runs for t in run)
+    joined.cpu_ms = [c for run in runs for c in run.cpu_ms]
+    return joined
+
+
 def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="corral-latency-") as tmp:
         cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
@@ -111,15 +137,14 @@ def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
             env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
                     "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "XDG_RUNTIME_DIR": str(runtime)}
             scripts = Path(sysconfig.get_path("scripts"))
-            # Each call in its own process, as before the command helper (the "before" figures).
-            own = dict(env)
-            timed_calls([str(scripts / "sbatch"), "--version"], 1, own)
-            figures = {f"{name}_own_process": value
-                       for name, value in measure(scripts, own, sbatch_calls, squeue_calls).items()}
-            env[HELPER_SWITCH] = "1"
-            helper_socket = start_helper(scripts, env)
+            timed_calls([str(scripts / "sbatch"), "--version"], 1, env)
+            # Each call in its own process (the default, as before the helper) and through the command
+            # helper, call for call in turn, so that both see the same load.
+            helped = {**env, HELPER_SWITCH: "1"}
+            helper_socket = start_helper(scripts, helped)
             try:
-                figures |= measure(scripts, env, sbatch_calls, squeue_calls)
+                figures = measure_alternating(scripts, {"_own_process": env, "": helped}, sbatch_calls,
+                                              squeue_calls)
             finally:
                 stop_helper(helper_socket)
             figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
