@@ -50,7 +50,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
         sources = source_times()
         server = listen(path)
         try:
-            _accept_calls(server, sources, idle_s)
+            _accept_calls(server, sources, idle_s, lock.fileno())
         finally:
             server.close()
             with contextlib.suppress(OSError):
@@ -70,7 +70,7 @@ def listen(path: str) -> socket.socket:
     return server
 
 
-def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float) -> None:
+def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float, lock_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     server.settimeout(idle_s)
     while True:
@@ -87,15 +87,17 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float)
                 return
             if os.fork() == 0:
                 server.close()
+                os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
                 _run_call(conn)  # never returns
 
 
 def source_times() -> dict[str, int]:
-    """Every loaded corral module's file and its modification time (ns): what an upgrade changes."""
+    """Every loaded corral module's file and its modification time (ns): what an upgrade changes. The
+    helper's own module counts too (run with -m, it is __main__)."""
     times = {}
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if name.startswith("corral") and path:
+        if (name.startswith("corral") or name == "__main__") and path:
             try:
                 times[path] = os.stat(path).st_mtime_ns
             except OSError:
