@@ -192,7 +192,6 @@ def _cancel(options: Options, env: Mapping[str, str]) -> int | None:
 
 def _cancel_each(controller, ref: str, jobs: list) -> bool:  # noqa: ANN001 - corral.slurm.common.http.Controller
     """Cancel `jobs` (what `ref` names), printing as corral.cli.jobs does; False after an error it printed."""
-    from corral.cli.client import error_message
     from corral.cli.render import cancelled_line
     from corral.slurm.common.http import ApiError, ControllerError
 
@@ -201,6 +200,8 @@ def _cancel_each(controller, ref: str, jobs: list) -> bool:  # noqa: ANN001 - co
         try:
             done = controller.call("POST", f"/jobs/{job['id']}/cancel")
         except ApiError as exc:
+            from corral.cli.client import error_message  # the Typer command's words for a refusal
+
             message = error_message(exc.status, _detail_body(exc.detail))
             if exc.status != ALREADY_ENDED:
                 sys.stderr.write(f"corral: error: {message}\n")
