@@ -193,6 +193,19 @@ def test_a_helper_of_an_older_corral_answers_stale_and_ends(tmp_path):
             helper.kill()
 
 
+def test_a_helper_ended_by_sigterm_removes_its_socket(tmp_path):
+    path = str(tmp_path / "helper.sock")
+    helper = subprocess.Popen([sys.executable, "-m", "corral.slurm.helper", path])
+    try:
+        _wait_for_helper(path)
+        helper.terminate()
+        assert helper.wait(10) == 0
+        assert not os.path.exists(path)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+
+
 class ScriptedHelper:
     """A stand-in at the socket's path that acknowledges (or not) and then closes: a helper that dies."""
 

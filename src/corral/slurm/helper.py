@@ -72,6 +72,7 @@ def listen(path: str) -> socket.socket:
 
 def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float, lock_fd: int) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
     server.settimeout(idle_s)
     while True:
         try:
@@ -89,6 +90,10 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
                 server.close()
                 os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
                 _run_call(conn)  # never returns
+
+
+def _end(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def source_times() -> dict[str, int]:
@@ -109,6 +114,7 @@ def _run_call(conn: socket.socket) -> None:
     status = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a call ends on SIGTERM as the command would
         command, argv0, argv, env, umask, fds = receive(conn)
         _take_over(fds, env, umask)
     except BaseException:  # noqa: BLE001 - a call it cannot take: closed unacknowledged, run by the caller
