@@ -8,8 +8,8 @@ in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and
 and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
 process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
 corral's sbatch and squeue are timed two ways, call for call in turn: each call in its own process (the
-default: `sbatch_own_process`, `squeue_own_process`) and through the user's command helper
-(CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
+default: `sbatch`, `squeue`) and through the user's command helper (`sbatch_helper`, `squeue_helper`:
+CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
 figure of a call through the helper counts the calling process only, not the helper's child that does the work.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
 also times this Python starting and doing nothing (`python -c pass`). It times `corral queue` and
@@ -143,8 +143,7 @@ def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
             helped = {**env, HELPER_SWITCH: "1"}
             helper_socket = start_helper(scripts, helped)
             try:
-                figures = measure_alternating(scripts, {"_own_process": env, "": helped}, sbatch_calls,
-                                              squeue_calls)
+                figures = measure_alternating(scripts, {"": env, "_helper": helped}, sbatch_calls, squeue_calls)
             finally:
                 stop_helper(helper_socket)
             figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
@@ -227,8 +226,8 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
     if result["slurm"]:
         result["ratio_corral_over_slurm"] = {
             f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"]
-                                   / result["slurm"][cmd.removesuffix("_own_process")][f"{stat}_ms"], 2)
-            for cmd in ("sbatch", "squeue", "sbatch_own_process", "squeue_own_process")
+                                   / result["slurm"][cmd.removesuffix("_helper")][f"{stat}_ms"], 2)
+            for cmd in ("sbatch", "squeue", "sbatch_helper", "squeue_helper")
             for stat in ("median", "p95", "cpu_median")}
     else:
         result["slurm_skipped"] = NO_SLURM
