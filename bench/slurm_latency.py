@@ -7,9 +7,15 @@ calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` an
 in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
 and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
 process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
+corral's sbatch and squeue are timed two ways, call for call in turn: each call in its own process (the
+default: `sbatch`, `squeue`) and through the user's command helper (`sbatch_helper`, `squeue_helper`:
+CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
+figure of a call through the helper counts the calling process only, not the helper's child that does the work.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
-also times this Python starting and doing nothing (`python -c pass`), and it
-records the load average before and after, since other work on the machine moves every figure.
+also times this Python starting and doing nothing (`python -c pass`). It times `corral queue` and
+`corral show` (the lean commands), `corral queue` through the full Typer app (how it ran before) and
+`corral submit --hold`; and it records the load average before and after, since other work on the
+machine moves every figure.
 
 corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by
 one untimed call), as after a normal install: where PYTHONDONTWRITEBYTECODE is set, every call
@@ -23,6 +29,8 @@ import json
 import os
 import platform
 import resource
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.e2e.harness import Cluster  # noqa: E402
+
+from corral.slurm.front import HELPER_SWITCH, socket_path  # noqa: E402
 
 SBATCH_ARGS = ("-o", "/dev/null", "--gres=gpu:1", "--wrap", "true")
 SLURM_BIN = Path("/usr/bin")
@@ -90,20 +100,108 @@ def measure(bin_dir: Path, env: dict[str, str], sbatch_calls: int, squeue_calls:
     return {"sbatch": summary(sbatch), "squeue": summary(squeue)}
 
 
+def measure_alternating(bin_dir: Path, envs: dict[str, dict[str, str]], sbatch_calls: int,
+                        squeue_calls: int) -> dict:
+    """measure()'s figures for each environment, its label a suffix of the names; the calls of the
+    environments take turns."""
+    sbatch: dict[str, list[Calls]] = {label: [] for label in envs}
+    squeue: dict[str, list[Calls]] = {label: [] for label in envs}
+    for _ in range(sbatch_calls):
+        for label, env in envs.items():
+            sbatch[label].append(timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], 1, env))
+    wait_until_drained([str(bin_dir / "squeue")], next(iter(envs.values())))
+    for _ in range(squeue_calls):
+        for label, env in envs.items():
+            squeue[label].append(timed_calls([str(bin_dir / "squeue")], 1, env))
+    figures = {}
+    for label in envs:
+        figures[f"sbatch{label}"] = summary(_joined(sbatch[label]))
+        figures[f"squeue{label}"] = summary(_joined(squeue[label]))
+    return figures
+
+
+def _joined(runs: list[Calls]) -> Calls:
+    joined = Calls(t for run in runs for t in run)
+    joined.cpu_ms = [c for run in runs for c in run.cpu_ms]
+    return joined
+
+
 def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="corral-latency-") as tmp:
         cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
         try:
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("CORRAL_", "SLURM_", "SBATCH_")) and k != "PYTHONDONTWRITEBYTECODE"}
+            runtime = Path(tmp) / "run"  # the command helper's private directory, this run's own
+            runtime.mkdir(mode=0o700)
             env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
-                    "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache")}
-            timed_calls([str(Path(sysconfig.get_path("scripts")) / "sbatch"), "--version"], 1, env)
-            figures = measure(Path(sysconfig.get_path("scripts")), env, sbatch_calls, squeue_calls)
+                    "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "XDG_RUNTIME_DIR": str(runtime)}
+            scripts = Path(sysconfig.get_path("scripts"))
+            timed_calls([str(scripts / "sbatch"), "--version"], 1, env)
+            # Each call in its own process (the default, as before the helper) and through the command
+            # helper, call for call in turn, so that both see the same load.
+            helped = {**env, HELPER_SWITCH: "1"}
+            helper_socket = start_helper(scripts, helped)
+            try:
+                figures = measure_alternating(scripts, {"": env, "_helper": helped}, sbatch_calls, squeue_calls)
+            finally:
+                stop_helper(helper_socket)
             figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
+            figures |= measure_corral_cli(Path(sysconfig.get_path("scripts")), env, squeue_calls)
             return figures
         finally:
             cluster.stop()
+
+
+def start_helper(scripts: Path, env: dict[str, str], timeout_s: float = 30.0) -> str:
+    """Start the user's command helper with a first call and wait until it serves; its socket."""
+    path = socket_path(env)
+    if path is None:
+        raise SystemExit("no private directory for the command helper")
+    timed_calls([str(scripts / "squeue"), "--version"], 1, env)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            probe.connect(path)
+            return path
+        except OSError:
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise SystemExit(f"the command helper did not start on {path}")
+
+
+def stop_helper(path: str) -> None:
+    """End the helper serving `path` (it would end by itself after its idle time)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                args = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"corral.slurm.helper" in args and path.encode() in args:
+                os.kill(int(entry.name), signal.SIGTERM)
+
+
+# `corral queue` through the full Typer app, as every `corral` command ran before the lean commands
+# (docs/decisions/0019-fast-commands.md): the "before" figure, measured in the same run.
+TYPER_APP = "import sys; from corral.cli.app import app; sys.argv[0] = 'corral'; app()"
+TYPER_CALLS_MAX = 30  # each takes hundreds of milliseconds
+
+
+def measure_corral_cli(scripts: Path, env: dict[str, str], calls: int) -> dict:
+    """`corral queue` and `corral show` (the lean commands), `corral queue` through the Typer app, and
+    `corral submit` (Typer)."""
+    corral = str(scripts / "corral")
+    typer_calls = min(calls, TYPER_CALLS_MAX)
+    timed_calls([corral, "queue"], 1, env)  # warm-up: bytecode of the lean path
+    figures = {"corral_queue": summary(timed_calls([corral, "queue"], calls, env)),
+               "corral_show": summary(timed_calls([corral, "show", "1"], calls, env)),  # an sbatch job above
+               "corral_queue_typer": summary(timed_calls([sys.executable, "-c", TYPER_APP, "queue"], typer_calls, env)),
+               "corral_submit": summary(timed_calls([corral, "submit", "-o", "/dev/null", "--hold", "--wrap", "true"],
+                                                    typer_calls, env))}
+    return figures
 
 
 def slurm_available() -> bool:
@@ -127,8 +225,10 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
     result["loadavg_after"] = os.getloadavg()[0]
     if result["slurm"]:
         result["ratio_corral_over_slurm"] = {
-            f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"] / result["slurm"][cmd][f"{stat}_ms"], 2)
-            for cmd in ("sbatch", "squeue") for stat in ("median", "p95", "cpu_median")}
+            f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"]
+                                   / result["slurm"][cmd.removesuffix("_helper")][f"{stat}_ms"], 2)
+            for cmd in ("sbatch", "squeue", "sbatch_helper", "squeue_helper")
+            for stat in ("median", "p95", "cpu_median")}
     else:
         result["slurm_skipped"] = NO_SLURM
     return result

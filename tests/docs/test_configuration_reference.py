@@ -77,9 +77,30 @@ def load(data: dict) -> None:
     settings.http_from_dict(data.get("http", {}), "example")
 
 
-@pytest.mark.parametrize("text", toml_blocks(DOC) + toml_blocks(ROOT / "README.md"))
+def is_service_file(text: str) -> bool:
+    """A service's TOML file (`corral service apply -f`) declares a command; a controller config never does."""
+    return "command" in tomllib.loads(text)
+
+
+CONFIG_EXAMPLES = [text for text in toml_blocks(DOC) + toml_blocks(ROOT / "README.md") if not is_service_file(text)]
+SERVICE_EXAMPLES = [text for text in toml_blocks(ROOT / "README.md") + toml_blocks(ROOT / "docs" / "services.md")
+                    if is_service_file(text)]
+
+
+@pytest.mark.parametrize("text", CONFIG_EXAMPLES)
 def test_examples_load_as_a_controller_config_file(text) -> None:
     load(tomllib.loads(text))
+
+
+@pytest.mark.parametrize("text", SERVICE_EXAMPLES)
+def test_service_examples_load_as_a_service_file(text, tmp_path) -> None:
+    from corral.api.service_file import parse_service
+
+    parse_service(text, "example", tmp_path)
+
+
+def test_the_readme_has_a_service_example() -> None:
+    assert any(is_service_file(text) for text in toml_blocks(ROOT / "README.md"))
 
 
 @pytest.mark.parametrize("data", [{"kill_grace": 1}, {"scheduler": {"backfil": True}},

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.cli import lean_commands
 from corral.slurm.common.commands_dir import slurm_commands_dir
 from tests.e2e.harness import Cluster, make_tls, wait_for
 
@@ -37,7 +38,7 @@ def other_ca(tmp_path: Path) -> Path:
     return make_tls(tmp_path / "other")[0]
 
 
-def test_sbatch_squeue_corral_and_agents_over_https(cluster_factory, tmp_path):
+def test_sbatch_squeue_corral_and_agents_over_https(cluster_factory, tmp_path, capsys):
     cluster = cluster_factory(nodes=1, gpus=1, tls_names=("127.0.0.1", "localhost"))
     assert cluster.url.startswith("https://")
     # The job itself calls squeue: the agent hands its CA file to its jobs.
@@ -51,6 +52,13 @@ def test_sbatch_squeue_corral_and_agents_over_https(cluster_factory, tmp_path):
     assert (tmp_path / "out.txt").read_text() == f"{job_id}:RUNNING\n"
     listed = command(cluster, tmp_path, ["corral", "acct"], cluster.ca_file)
     assert listed.returncode == 0 and str(job_id) in listed.stdout, listed.stderr
+    # The lean `corral queue` (no Typer, no httpx) verifies the controller too, and answers itself.
+    env = {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
+           "CORRAL_CA_FILE": str(cluster.ca_file), "XDG_CONFIG_HOME": str(tmp_path / "no-config"),
+           "CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "no-etc" / "cluster.json")}
+    assert lean_commands.run(["queue", "--all"], env) == 0
+    assert str(job_id) in capsys.readouterr().out
+    assert lean_commands.run(["queue"], {**env, "CORRAL_CA_FILE": str(other_ca(tmp_path))}) is None
 
 
 @pytest.mark.parametrize("which", ["no CA file", "another CA"])

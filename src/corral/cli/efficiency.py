@@ -4,19 +4,18 @@ and the utilisation of its GPUs; a job the controller flagged for GPUs idle for 
 says so."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from _collections_abc import Mapping, Sequence
 
-from corral.jobscript.units import format_duration
+from corral.durations import format_duration
 
 
-def _parts(job: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def _parts(job: Mapping) -> list[Mapping]:
     """Every sampled part of the job: its own tasks and each srun step (its batch step row is its own)."""
     steps = [s.get("usage") for s in job.get("steps") or () if s.get("step_id") != "batch"]
     return [u for u in [job.get("usage"), *steps] if u and u.get("samples")]
 
 
-def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
+def efficiency_fields(job: Mapping) -> list[tuple[str, str]]:
     parts = _parts(job)
     if not parts:
         return [("Efficiency", "(not sampled yet)" if job.get("start_time") else "(not started)")]
@@ -45,7 +44,7 @@ def efficiency_fields(job: Mapping[str, Any]) -> list[tuple[str, str]]:
     return fields
 
 
-def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
+def goodput_line(jobs: Sequence[Mapping]) -> str | None:
     """The fleet's goodput over these jobs (see goodput); None when no job held a GPU."""
     used, held, sampled, unsampled = goodput(jobs)
     if not sampled and not unsampled:
@@ -55,7 +54,7 @@ def goodput_line(jobs: Sequence[Mapping[str, Any]]) -> str | None:
             + (f", {unsampled} not sampled)" if unsampled else ")"))
 
 
-def goodput(jobs: Sequence[Mapping[str, Any]]) -> tuple[float, float, int, int]:
+def goodput(jobs: Sequence[Mapping]) -> tuple[float, float, int, int]:
     """GPU-seconds used (each job's mean GPU utilisation times the GPU-seconds it held) and GPU-seconds
     allocated, over the jobs whose GPUs were sampled; how many GPU jobs were sampled, and how many not."""
     used = held = 0.0

@@ -15,6 +15,7 @@ from corral.cli.connect import open_client
 from corral.cli.efficiency import goodput_line
 from corral.cli.job_refs import JobRefArgument, JobRefsArgument, jobs_named, names_array
 from corral.cli.output import fail, print_json, print_lines, print_table, reported_errors, warn
+from corral.cli.render import cancelled_line, empty_queue_text
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
 from corral.jobref import JobIdError, JobRef, parse_job_list
 from corral.slurm.squeue.select import combine_pending_array_tasks
@@ -102,14 +103,6 @@ def _print_queue(jobs: list[dict], all_jobs: bool, filtered: bool, long_format: 
                     state_column=render.QUEUE_STATE_COLUMN)
 
 
-def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
-    """What an empty queue prints; without --all it says where finished jobs are."""
-    if all_jobs:
-        return "No jobs match." if filtered else "No jobs."
-    match = " match" if filtered else ""
-    return f"No pending or running jobs{match} (finished jobs: corral queue --all or corral acct)."
-
-
 def show(
     job_id: JobRefArgument,
     json_output: JsonOption = False,
@@ -159,14 +152,6 @@ def _cancel_each(client: Client, ref: JobRef, jobs: list[dict]) -> None:
         warn(f"job {ref} not cancelled: {ended[0]}")
     elif ended:
         warn(f"{len(ended)} of the {len(jobs)} jobs of {ref} had already ended")
-
-
-def cancelled_line(job: dict) -> str:
-    """What a cancel did, from the job as the controller answered: ended, or being stopped."""
-    name = render.job_id_text(job)
-    if job["state"] == "COMPLETING":
-        return f"Cancelling job {name}: its tasks are being stopped (COMPLETING), then it ends CANCELLED"
-    return f"Cancelled job {name} ({job['state']})"
 
 
 def nodes(json_output: JsonOption = False, url: UrlOption = None) -> None:

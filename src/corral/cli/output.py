@@ -1,8 +1,7 @@
-"""Printing: errors as `corral: error: ...`, JSON, and aligned tables (state colours on a terminal)."""
+"""Printing: errors as `corral: error: ...`, JSON, and aligned tables (corral.cli.tables)."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import NoReturn
@@ -10,15 +9,8 @@ from typing import NoReturn
 import typer
 
 from corral.cli.errors import CliError
-from corral.cli.render import format_table
+from corral.cli.tables import print_table
 from corral.jobscript.errors import DirectiveError
-
-_STATE_STYLES = {
-    "RUNNING": "green", "PENDING": "yellow", "COMPLETING": "cyan", "COMPLETED": "blue", "PREEMPTED": "magenta",
-    "CANCELLED": "magenta", "FAILED": "red", "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red",
-    "idle": "green", "mixed": "cyan", "allocated": "yellow", "draining": "magenta", "drained": "magenta",
-    "down": "red", "ACTIVE": "green",
-}
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -47,26 +39,4 @@ def print_lines(lines: Sequence[str]) -> None:
     typer.echo("\n".join(lines))
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset(),
-                state_column: int | None = None) -> None:
-    lines = format_table(headers, rows, right)
-    if not sys.stdout.isatty():
-        print_lines(lines)  # plain text for pipes and scripts: no escape codes, no wrapping
-        return
-    _print_styled(lines, headers, rows, state_column)
-
-
-def _print_styled(lines: list[str], headers: Sequence[str], rows: Sequence[Sequence[str]],
-                  state_column: int | None) -> None:
-    from rich.console import Console
-    from rich.text import Text
-
-    console = Console(soft_wrap=True, highlight=False)  # soft_wrap: long lines are not folded
-    widths = [max(len(c) for c in column) for column in zip(headers, *rows, strict=False)]
-    start = sum(w + 2 for w in widths[: state_column or 0])
-    for index, line in enumerate(lines):
-        text = Text(line, style="bold" if index == 0 else "")
-        if index and state_column is not None:
-            state = rows[index - 1][state_column]
-            text.stylize(_STATE_STYLES.get(state, ""), start, start + len(state))
-        console.print(text)
+__all__ = ["fail", "warn", "reported_errors", "print_json", "print_lines", "print_table"]

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from _collections_abc import Mapping, Sequence
 
 from corral.cli.efficiency import efficiency_fields
-from corral.filename_pattern import expand_pattern
+from corral.durations import format_duration, format_duration_short
 from corral.gpu_models import describe as describe_gpu
-from corral.jobscript.units import format_duration, format_duration_short
 from corral.slurm.common import jobids
 
 QUEUE_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", "NODELIST(REASON)")
@@ -58,7 +56,7 @@ def exit_code_text(job: dict) -> str:
     return f"{job['exit_code']}:{job['exit_signal']}"
 
 
-def job_id_text(job: Mapping[str, Any]) -> str:
+def job_id_text(job: Mapping) -> str:
     """`12_3` for task 3 of array job 12, `12_[4-9]` for a record standing for its pending tasks (as
     squeue.select.combine_pending_array_tasks makes them), else the job id."""
     return jobids.job_id(job)
@@ -68,7 +66,7 @@ def or_dash(text: object) -> str:
     return "-" if text is None or text == "" else str(text)
 
 
-def nodelist_or_reason(job: Mapping[str, Any], now: float) -> str:
+def nodelist_or_reason(job: Mapping, now: float) -> str:
     """squeue's NODELIST(REASON): the nodes once allocated (and `(GPUs idle)` for a running job the controller
     flagged so), else `(Reason)` and any estimated start (saying when it is a forecast rather than the start
     the scheduler has reserved)."""
@@ -81,11 +79,11 @@ def nodelist_or_reason(job: Mapping[str, Any], now: float) -> str:
     return text
 
 
-def _forecast_mark(job: Mapping[str, Any]) -> str:
+def _forecast_mark(job: Mapping) -> str:
     return " (forecast)" if job.get("estimated_start_source") == "forecast" else ""
 
 
-def queue_rows(jobs: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
+def queue_rows(jobs: Sequence[Mapping], now: float) -> list[tuple[str, ...]]:
     return [
         (
             job_id_text(job), job["partition"], job["name"], job["user"], job["state"],
@@ -96,7 +94,7 @@ def queue_rows(jobs: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str,
     ]
 
 
-def queue_long_rows(jobs: Sequence[Mapping[str, Any]], now: float) -> list[tuple[str, ...]]:
+def queue_long_rows(jobs: Sequence[Mapping], now: float) -> list[tuple[str, ...]]:
     """queue_rows plus ACCOUNT, QOS, QUEUE (after USER) and DETAIL (the reason's detail, last)."""
     return [
         (*short[:4], or_dash(job.get("account")), or_dash(job.get("qos")), or_dash(job.get("queue")), *short[4:],
@@ -171,6 +169,22 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
     return lines
 
 
+def empty_queue_text(all_jobs: bool, filtered: bool) -> str:
+    """What an empty queue prints; without --all it says where finished jobs are."""
+    if all_jobs:
+        return "No jobs match." if filtered else "No jobs."
+    match = " match" if filtered else ""
+    return f"No pending or running jobs{match} (finished jobs: corral queue --all or corral acct)."
+
+
+def cancelled_line(job: dict) -> str:
+    """What a cancel did, from the job as the controller answered: ended, or being stopped."""
+    name = job_id_text(job)
+    if job["state"] == "COMPLETING":
+        return f"Cancelling job {name}: its tasks are being stopped (COMPLETING), then it ends CANCELLED"
+    return f"Cancelled job {name} ({job['state']})"
+
+
 def job_fields(job: dict) -> list[tuple[str, str]]:
     """(label, text) pairs in scontrol's spirit: identity, state, times, shape, placement, files."""
     return [
@@ -224,6 +238,8 @@ def _output_fields(job: dict) -> list[tuple[str, str]]:
 def output_file(job: dict, pattern: str) -> str:
     """The file an output pattern (%j, %x, %N, %t, ...) names, as the agent opens it for the first task on
     the job's first node (Slurm's scontrol also shows the first task's); %N stays until there is a node."""
+    from corral.filename_pattern import expand_pattern  # brings `re`: only `corral show` needs it
+
     node = job["slices"][0]["node"] if job.get("slices") else "%N"
     name = expand_pattern(pattern, job_id=job["id"], job_name=job["name"], user=job["user"], node_name=node,
                           node_index=0, task_rank=0, array_job_id=job.get("array_job_id"),

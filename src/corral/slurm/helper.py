@@ -1,0 +1,213 @@
+"""The user's command helper: `python -m corral.slurm.helper SOCKET`, started by the first sbatch, squeue, sacct
+or scancel that finds none (corral.slurm.front), ended after IDLE_S seconds without a call.
+
+It imports the commands once, then forks one child per call: the child takes the caller's stdin, stdout,
+stderr and working directory (passed over the socket), its argv, environment and umask, acknowledges the call,
+runs the command's main() exactly as the console script would, and sends back the exit status. If the caller
+goes away (Ctrl-C), the child is interrupted as the command would have been.
+
+It serves only its own user (SO_PEERCRED), only one helper runs per socket (a lock file), and a helper whose
+corral has changed on disk since it started (an upgrade, an edited checkout) answers STALE and exits: the
+caller then runs the command itself and the next call starts a current helper."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from corral.slurm.front import ACCEPTED, COMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
+
+IDLE_S = 300.0
+MAX_REQUEST_BYTES = 8 << 20  # argv and environment: far above ARG_MAX's usual 2 MiB
+FDS = 4  # stdin, stdout, stderr, the working directory
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m corral.slurm.helper SOCKET\n")
+        return 2
+    serve(args[0])
+    return 0
+
+
+def serve(path: str, idle_s: float = IDLE_S) -> None:
+    """Serve calls on `path` until idle for `idle_s`, or until corral changes on disk. Returns at once if
+    another helper holds the socket's lock."""
+    with open(path + ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        for command in COMMANDS:  # what makes calls fast: imported once, here
+            __import__(f"corral.slurm.{command}.main")
+        sources = source_times()
+        server = listen(path)
+        try:
+            _accept_calls(server, sources, idle_s, lock.fileno())
+        finally:
+            server.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def listen(path: str) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a stale socket: the lock says no helper serves it
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)  # the socket itself is the user's alone too
+    try:
+        server.bind(path)
+    finally:
+        os.umask(old)
+    server.listen(128)
+    return server
+
+
+def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float, lock_fd: int) -> None:
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
+    server.settimeout(idle_s)
+    while True:
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            return
+        with conn:
+            if peer_uid(conn) != os.getuid():
+                continue  # closed unanswered: another user gets nothing, not even an error
+            if source_times() != sources:
+                with contextlib.suppress(OSError):  # the caller may be gone already: it runs the call itself
+                    conn.sendall(STALE)
+                return
+            if os.fork() == 0:
+                server.close()
+                os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
+                _run_call(conn)  # never returns
+
+
+def _end(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def source_times() -> dict[str, int]:
+    """Every loaded corral module's file and its modification time (ns): what an upgrade changes. The
+    helper's own module counts too (run with -m, it is __main__)."""
+    times = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if (name.startswith("corral") or name == "__main__") and path:
+            try:
+                times[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                times[path] = -1
+    return times
+
+
+def _run_call(conn: socket.socket) -> None:
+    status = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a call ends on SIGTERM as the command would
+        command, argv0, argv, env, umask, fds = receive(conn)
+        _take_over(fds, env, umask)
+    except BaseException:  # noqa: BLE001 - a call it cannot take: closed unacknowledged, run by the caller
+        os._exit(0)
+    try:
+        sys.argv = [argv0, *argv]
+        conn.sendall(ACCEPTED)
+        status = _main_status(command, argv, conn)
+    except BaseException:  # noqa: BLE001 - whatever happens, the caller hears a status or a closed socket
+        with contextlib.suppress(BaseException):
+            import traceback
+
+            traceback.print_exc()  # to the caller's stderr, as the command's own crash would be
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        with contextlib.suppress(OSError):
+            conn.sendall(status.to_bytes(4, "big", signed=True))
+        os._exit(0)
+
+
+def receive(conn: socket.socket) -> tuple[str, str, list[str], dict[str, str], int, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, FDS)
+    if len(fds) != FDS or len(data) < HEADER_BYTES:
+        raise ValueError("a call without its descriptors")
+    size = int.from_bytes(data[:HEADER_BYTES], "big")
+    if size > MAX_REQUEST_BYTES:
+        raise ValueError("a call too large")
+    chunks, have = [data[HEADER_BYTES:]], len(data) - HEADER_BYTES
+    while have < size:
+        chunk = conn.recv(min(1 << 20, size - have))
+        if not chunk:
+            raise ValueError("a call cut short")
+        chunks.append(chunk)
+        have += len(chunk)
+    fields = b"".join(chunks).split(b"\0")
+    if fields[0] != PROTOCOL or fields[1].decode() not in COMMANDS:
+        raise ValueError("a call this helper does not speak")
+    count = int(fields[4])
+    argv = [os.fsdecode(arg) for arg in fields[5:5 + count]]
+    env = dict(os.fsdecode(item).partition("=")[::2] for item in fields[5 + count:] if item)
+    return fields[1].decode(), os.fsdecode(fields[2]), argv, env, int(fields[3]), fds
+
+
+def _take_over(fds: list[int], env: dict[str, str], umask: int) -> None:
+    """Become the caller: its descriptors, directory, umask, environment and time zone."""
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    os.fchdir(fds[3])
+    for fd in fds:
+        os.close(fd)
+    os.umask(umask)
+    os.environ.clear()
+    os.environ.update(env)
+    time.tzset()
+    # The streams as the interpreter makes them at its start (the helper's own point at /dev/null).
+    sys.stdin = _stream(0, "r", sys.stdin.encoding, sys.stdin.errors, line_buffering=False)
+    sys.stdout = _stream(1, "w", sys.stdout.encoding, sys.stdout.errors, line_buffering=os.isatty(1))
+    sys.stderr = _stream(2, "w", sys.stderr.encoding, sys.stderr.errors, line_buffering=True)
+
+
+def _stream(fd: int, mode: str, encoding: str, errors: str | None, line_buffering: bool) -> io.TextIOWrapper:
+    raw = open(fd, mode + "b", closefd=False)  # noqa: SIM115 - lives as long as the call
+    return io.TextIOWrapper(raw, encoding=encoding, errors=errors, newline="\n", line_buffering=line_buffering)
+
+
+def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
+    """main(argv)'s exit status, as sys.exit(main()) would make it; interrupted if the caller goes away."""
+    finished = threading.Event()
+
+    def interrupt_when_caller_leaves() -> None:
+        with contextlib.suppress(OSError):
+            conn.recv(1)
+        if not finished.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_caller_leaves, daemon=True).start()
+    try:
+        result = sys.modules[f"corral.slurm.{command}.main"].main(argv)
+    except SystemExit as exc:
+        result = exc.code
+    except KeyboardInterrupt:
+        result = 130
+    finally:
+        finished.set()
+    if result is None:
+        return 0
+    if isinstance(result, int):
+        return result
+    sys.stderr.write(f"{result}\n")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
