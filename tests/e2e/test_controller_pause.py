@@ -14,9 +14,10 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_paused_controller_kills_no_healthy_job(cluster_factory) -> None:
-    # Without self-fencing: a node cannot tell a paused controller from one it is cut off from, and would
-    # kill its jobs after 4 s of the pause (decision 0017); what is tested here is the controller's side.
-    cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 6\nself_fencing = false\n")
+    # Self-fencing on (the default): the nodes cannot tell the pause from a cut-off, and freeze their jobs
+    # 4 s into it (decision 0017); when it resumes, the controller declares no node down (its stall is
+    # discounted), the agents' contact is back and the jobs are thawed, in the run they were in.
+    cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 2\nnode_timeout_s = 6\n")
     jobs = [cluster.submit(argv=["sleep", "14"], gpus_per_node=1, time_limit_s=120) for _ in range(4)]
     for job_id in jobs:
         cluster.wait_state(job_id, "RUNNING")
@@ -27,6 +28,7 @@ def test_a_paused_controller_kills_no_healthy_job(cluster_factory) -> None:
         os.killpg(cluster.controller.pid, signal.SIGCONT)
     finals = [cluster.wait_state(job_id, "COMPLETED", "NODE_FAIL", "FAILED", timeout_s=40) for job_id in jobs]
     assert [f["state"] for f in finals] == ["COMPLETED"] * 4, cluster.logs()
+    assert [f["restart_count"] for f in finals] == [0] * 4, "none was requeued"
     assert all(node["state"] != "down" for node in cluster.nodes())
     assert "could not listen" in (cluster.root / "controller.log").read_text()
 
