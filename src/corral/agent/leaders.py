@@ -54,7 +54,7 @@ class TaskProcess:
     exit_file: Path
     leader_started: float = 0.0  # since boot; how the leader is told from a later process with its pid
     confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
-    fenced: str | None = None  # after `wait`: why the leader killed the task (it lost contact: decision 0017)
+    fenced: str | None = None  # after `wait`: why the leader killed the task (an earlier version's: decision 0017)
 
     def confirm(self, recorded: bool) -> None:
         """Tell the leader whether the task is recorded in the spool; if not, it kills the task."""
