@@ -33,7 +33,7 @@ import httpx
 
 from corral.hostlist import expand
 from tests.chaos.checker import FINAL_STATES, Violation, check, read_markers, redone
-from tests.chaos.cluster import ChaosCluster, Database
+from tests.chaos.cluster import NODE_TIMEOUT_S, ChaosCluster, Database
 from tests.chaos.workload import random_shapes
 from tests.multihost.netns import VirtualNetwork, unavailable_reason
 
@@ -46,6 +46,7 @@ class FaultRecord:
     target: str
     at: float
     recovery_s: float | None = None  # failover, controller restart or agent reconcile time, by kind
+    lasted_s: float | None = None  # how long a partition or a pause lasted
     # controller_pause: the jobs running when every controller stopped (job id: its run), and those of
     # them that lost that run (ended other than COMPLETED, or requeued) by the time the cluster was back
     running: dict[int, int] = dataclasses.field(default_factory=dict)
@@ -188,14 +189,15 @@ def partition_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
     record = FaultRecord("partition_agent", node, time.time())
     # Shorter than the fencing (10 s), between it and the node timeout (15 s: frozen, then thawed), or
     # longer (declared down, its jobs run again elsewhere while their old runs stay frozen here).
-    _cut(cluster, node, rng.uniform(1.0, 25.0))
+    record.lasted_s = rng.uniform(1.0, 25.0)
+    _cut(cluster, node, record.lasted_s)
     record.recovery_s = cluster.wait_nodes_up(60.0, {node})
     return record
 
 
 def partition_database(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
-    record = FaultRecord("partition_db", "db", time.time())
-    _cut(cluster, "db", rng.uniform(1.0, 8.0))
+    record = FaultRecord("partition_db", "db", time.time(), lasted_s=rng.uniform(1.0, 8.0))
+    _cut(cluster, "db", record.lasted_s)
     return record
 
 
@@ -218,7 +220,7 @@ def pause_controllers(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
     while len(running := _running(cluster)) < PAUSE_WANTS_RUNNING and time.monotonic() < deadline:
         time.sleep(0.2)
     record = FaultRecord("controller_pause", f"{len(cluster.controllers)} controller(s) for {seconds:g} s",
-                         time.time(), running=running)
+                         time.time(), lasted_s=seconds, running=running)
     for process in cluster.controllers:
         process.pause()
     time.sleep(seconds)
@@ -377,8 +379,9 @@ def summarize(rounds: list[RoundResult]) -> dict:
         "job_states": dict(sorted(sum((r.states for r in rounds), Counter()).items())),
         "requeues": sum(r.requeues for r in rounds), "jobs_redone": sum(r.redone for r in rounds),
         "double_runs": sum(1 for v in violations if v.kind == "twice"),
-        "controller_pauses_s": [float(f.target.rsplit(" for ", 1)[1].removesuffix(" s"))
-                                for f in faults if f.kind == "controller_pause" and " for " in f.target],
+        "controller_pauses_s": [f.lasted_s for f in faults if f.kind == "controller_pause"],
+        "agent_partitions_past_node_timeout": sum(1 for f in faults if f.kind == "partition_agent"
+                                                  and (f.lasted_s or 0.0) > NODE_TIMEOUT_S),
         "jobs_running_at_pauses": sum(len(f.running) for f in faults if f.kind == "controller_pause"),
         "jobs_killed_by_pauses": sum(len(f.killed) for f in faults if f.kind == "controller_pause"),
         "violations": len(violations), "violations_by_kind": dict(Counter(v.kind for v in violations)),
