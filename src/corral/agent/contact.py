@@ -57,7 +57,8 @@ class Contact:
         self.fence_after_s, self._registered, self._registering = fence_after_s, True, False
         if changed:
             log.info("self-fencing: %s", "off (the controller never declares a node down)" if fence_after_s is None
-                     else f"tasks are killed after {fence_after_s:g} s without contact with the controller")
+                     else f"tasks are frozen after {fence_after_s:g} s without contact with the controller, "
+                     "and thawed when it is back")
         self._write(sent_at)
 
     def made(self, sent_at: float) -> None:
