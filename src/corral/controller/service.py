@@ -147,8 +147,9 @@ class ControllerService:
         if self.leadership is not None:
             await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
             self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
-        self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
+        # The probe first: it starts counting before the loop's first cycle can take a stall.
         self._stall_task = asyncio.create_task(self._stalls.probe(), name="corral-stall-probe")
+        self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
         self._forecast_task = asyncio.create_task(
             self.forecasts.run(lambda: self._engine, self.clock, self.recent_ended_jobs), name="corral-forecasts")
 
