@@ -150,12 +150,13 @@ def test_registration_reply_kills_unwanted_jobs(controller, run_with_agent, make
         await controller.until(lambda: controller.polls)
         controller.send(make_launch(job_id=24, argv=["sleep", "30"]))
         await controller.until(lambda: controller.started(24))
-        controller.kill_jobs = [24]  # e.g. cancelled while the controller was down
+        controller.kill_jobs = [24]  # e.g. requeued elsewhere while this node was silent
         controller.restart("epoch-2")
         await controller.until(lambda: controller.finished(24))
 
     run_with_agent(scenario)
-    assert controller.finished(24).tasks == [TaskExit(rank=0, exit_code=0, signal=signal.SIGTERM)]
+    # SIGKILL, no SIGTERM and grace: the run was given away, and may be frozen (decision 0017).
+    assert controller.finished(24).tasks == [TaskExit(rank=0, exit_code=0, signal=signal.SIGKILL)]
 
 
 def test_a_launch_onto_gpus_a_live_task_of_another_job_holds_is_refused(controller, run_with_agent, make_launch,

@@ -1,11 +1,11 @@
 """Self-fencing (decision 0017): once the agent has been without contact with the controller for the
-registration reply's fence_after_s, the node's task leaders SIGKILL its tasks (and what they left in their
-cgroup), whether the agent is alive but cut off or dead; the end is recorded as fenced and reported when
-contact returns. Real agent processes against the fake controller."""
+registration reply's fence_after_s, the node's task leaders freeze its tasks (SIGSTOP, with what they left
+in their cgroup), whether the agent is alive but cut off or dead; once contact is back they thaw them, and
+a job the controller gave away meanwhile is killed while still frozen. Real agent processes against the
+fake controller."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -22,7 +22,10 @@ from tests.agent.test_confinement import cgroup_tree as agent_cgroups  # noqa: F
 from tests.agent.test_confinement import gpu_files  # noqa: F401 - the fixture cgroup_tree uses
 
 FENCE_AFTER_S = 2.0
-SLACK_S = 1.0  # a leader looks every fence_after_s / 8; the kill and the test's own polling take the rest
+SLACK_S = 1.0  # a leader looks every fence_after_s / 8; the freeze and the test's own polling take the rest
+# Counts while it runs (a line every 0.1 s), stops at the file `stop`, and says so if SIGTERM reaches it.
+COUNTER = ("trap 'echo term >> {d}/termed; exit 143' TERM; i=0; "
+           "while [ ! -e {d}/stop ]; do i=$((i+1)); echo $i > {d}/progress; sleep 0.1; done; exit 3")
 
 
 def start_job(controller, request, make_launch, script: str = "exec sleep 300"):
@@ -35,46 +38,106 @@ def start_job(controller, request, make_launch, script: str = "exec sleep 300"):
     return agent, started.pids[0]
 
 
-def died_within(pid: int, timeout_s: float) -> float | None:
-    """When (time.monotonic()) `pid` was seen gone, if within `timeout_s`."""
+def start_counter(controller, request, make_launch, tmp_path: Path):
+    agent, task = start_job(controller, request, make_launch, COUNTER.format(d=tmp_path))
+    wait_for(lambda: progress(tmp_path) > 3, 10.0, "the counter never counted")
+    return agent, task
+
+
+def progress(directory: Path) -> int:
+    text = (directory / "progress").read_text().strip() if (directory / "progress").exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
+def state(pid: int) -> str:
+    """The process's state letter (R, S, T for stopped, ...); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return ""
+
+
+def wait_for(predicate, timeout_s: float, failure: str) -> float:
+    """When (time.monotonic()) `predicate()` first held; fails the test with `failure` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not alive(pid):
+        if predicate():
             return time.monotonic()
         time.sleep(0.02)
-    return None
+    pytest.fail(failure)
 
 
-def test_a_task_runs_on_while_contact_lasts_and_is_fenced_once_it_is_lost(controller, request, make_launch):
-    agent, task = start_job(controller, request, make_launch)
+def assert_stands_still(directory: Path, seconds: float = 1.0) -> int:
+    before = progress(directory)
+    time.sleep(seconds)
+    assert progress(directory) == before, "a frozen task made progress"
+    return before
+
+
+def test_a_lost_contact_freezes_the_task_and_a_restored_one_thaws_it(controller, request, make_launch, tmp_path):
+    agent, task = start_counter(controller, request, make_launch, tmp_path)
     time.sleep(2 * FENCE_AFTER_S)
-    assert alive(task), "a healthy agent's contact is never older than fence_after_s"
+    assert state(task) not in ("T", ""), "a healthy agent's contact is never older than fence_after_s"
 
     controller.stop()  # cut off: every request is refused
     cut = time.monotonic()
-    died = died_within(task, FENCE_AFTER_S + SLACK_S)
-    assert died is not None, f"the task outlived {FENCE_AFTER_S} s without contact"
+    frozen = wait_for(lambda: state(task) == "T", FENCE_AFTER_S + SLACK_S,
+                      f"the task still runs {FENCE_AFTER_S} s after contact was lost")
     # The contact is the send time of the last answered poll, up to one poll wait (0.5 s) before the cut.
-    assert died - cut > FENCE_AFTER_S - 0.5 - 0.3, "fenced only once the contact is fence_after_s old"
+    assert frozen - cut > FENCE_AFTER_S - 0.5 - 0.3, "frozen only once the contact is fence_after_s old"
+    stood_at = assert_stands_still(tmp_path)
     assert agent.poll() is None, "the agent itself runs on"
 
-    controller.start()  # contact again: the end goes out, as a fenced one
+    controller.start()  # contact again, with the same controller: it gave nothing away, the task goes on
+    wait_for(lambda: progress(tmp_path) > stood_at, 10.0, "the task was not thawed when contact came back")
+    assert state(task) not in ("T", "")
+    (tmp_path / "stop").touch()
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(3, 0)], "the same run ended on its own"
+    assert finished.fenced is None and finished.restart_count == 0
+    assert not (tmp_path / "termed").exists()
+
+
+def test_the_leader_of_a_dead_agent_freezes_its_task_and_the_next_agent_thaws_it(controller, request, make_launch,
+                                                                                  tmp_path):
+    agent, task = start_counter(controller, request, make_launch, tmp_path)
+    sigkill(agent)  # started again only after the fencing
+    killed = time.monotonic()
+    frozen = wait_for(lambda: state(task) == "T", FENCE_AFTER_S + SLACK_S,
+                      f"the task still runs {FENCE_AFTER_S} s after its agent died")
+    assert frozen - killed > FENCE_AFTER_S - 0.5 - 0.3
+    stood_at = assert_stands_still(tmp_path)
+
+    seen = len(controller.registrations)
+    request.getfixturevalue("agent_processes")()  # adopts the task, registers: contact again
+    (registration, *_) = controller.wait(lambda: controller.registrations[seen:], timeout_s=15)
+    assert 31 in registration.running_jobs
+    wait_for(lambda: progress(tmp_path) > stood_at, 10.0, "the adopted task was not thawed")
+    (tmp_path / "stop").touch()
+    finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
+    assert [(t.exit_code, t.signal) for t in finished.tasks] == [(3, 0)]
+
+
+def test_a_job_given_away_meanwhile_is_killed_frozen_and_never_runs_again(controller, request, make_launch,
+                                                                          tmp_path):
+    agent, task = start_counter(controller, request, make_launch, tmp_path)
+    controller.stop()
+    wait_for(lambda: state(task) == "T", FENCE_AFTER_S + SLACK_S, "the task was not frozen")
+    stood_at = assert_stands_still(tmp_path, 0.5)
+
+    # The controller declared the node down and requeued job 31 (a restart stands in: either way the
+    # agent's next request is refused, and its registration is answered "kill 31").
+    controller.restart("epoch-2")
+    controller.kill_jobs = [31]
+    seen = len(controller.registrations)
+    controller.start()
+    controller.wait(lambda: controller.registrations[seen:], timeout_s=15)
+    wait_for(lambda: not alive(task), 10.0, "the disowned task outlived the registration")
+    assert progress(tmp_path) == stood_at, "the disowned task ran again before it died"
+    assert not (tmp_path / "termed").exists(), "SIGKILLed frozen: no handler of the job ran"
+    assert agent.poll() is None
     finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
     assert [(t.exit_code, t.signal) for t in finished.tasks] == [(0, 9)]
-    assert finished.fenced is not None and finished.fenced.startswith("lost contact with the controller for ")
-    assert finished.restart_count == 0
-
-
-def test_the_leader_of_a_dead_agent_fences_its_task(controller, request, make_launch, tmp_path):
-    agent, task = start_job(controller, request, make_launch)
-    sigkill(agent)  # and never started again
-    killed = time.monotonic()
-    assert alive(task), "a task outlives its SIGKILLed agent (decision 0015)"
-    died = died_within(task, FENCE_AFTER_S + SLACK_S)
-    assert died is not None, f"the task outlived {FENCE_AFTER_S} s without an agent"
-    (record,) = [json.loads(path.read_text()) for path in (tmp_path / "spool" / "tasks").glob("*.exit")]
-    assert record["returncode"] == -9 and record["fenced"].startswith("lost contact with the controller")
-    assert died - killed > FENCE_AFTER_S - 0.5 - 0.3
 
 
 def test_without_a_node_timeout_nothing_is_fenced(controller, request, make_launch):
@@ -87,11 +150,11 @@ def test_without_a_node_timeout_nothing_is_fenced(controller, request, make_laun
     controller.wait(lambda: controller.registrations[seen:], timeout_s=10)
     controller.stop()
     time.sleep(FENCE_AFTER_S + SLACK_S)
-    assert alive(task), "no node timeout: the task runs on, however long the silence"
+    assert alive(task) and state(task) != "T", "no node timeout: the task runs on, however long the silence"
     assert agent.poll() is None
 
 
-def test_fencing_kills_what_the_task_left_in_its_cgroup(controller, request, make_launch, tmp_path):
+def test_fencing_freezes_what_the_task_left_in_its_cgroup(controller, request, make_launch, tmp_path):
     cgroup_tree = request.getfixturevalue("agent_cgroups")
     controller.fence_after_s = FENCE_AFTER_S
     secret_file = tmp_path / "secret"
@@ -111,8 +174,8 @@ def test_fencing_kills_what_the_task_left_in_its_cgroup(controller, request, mak
         escaped = int((tmp_path / "escaped").read_text())
         (tmp_path / "pgid").write_text(f"{started.pids[0]} {escaped}")
         sigkill(agent)
-        assert died_within(started.pids[0], FENCE_AFTER_S + SLACK_S) is not None
-        assert died_within(escaped, 1.0) is not None, "what left the task's session dies with it, in its cgroup"
+        wait_for(lambda: state(started.pids[0]) == "T", FENCE_AFTER_S + SLACK_S, "the task was not frozen")
+        wait_for(lambda: state(escaped) == "T", 1.0, "what left the task's session runs on, in its cgroup")
     finally:
         if agent.poll() is None:
             agent.kill()

@@ -53,7 +53,7 @@ class Incarnation:
 
 @dataclasses.dataclass(frozen=True)
 class Violation:
-    kind: str  # lost | not_final | not_requeued | twice | device | accounting
+    kind: str  # lost | not_final | not_requeued | twice | device | accounting (run.py adds its own)
     job_id: int
     detail: str
 

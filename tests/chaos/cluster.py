@@ -20,6 +20,7 @@ PG_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pg-test-server.sh
 AGENT_ARGS = ("--tasks-as-agent-user", "--no-cgroups")
 CONTROLLER_PORT = 6817  # on a virtual host of its own, slurmctld's port is free
 PG_PORT = 55441  # a server of the suite's own: restarting it disturbs no other test
+NODE_TIMEOUT_S = 15  # the fencing follows at two thirds of it: 10 s
 
 
 class Database:
@@ -107,9 +108,11 @@ class Process:
 
 class ChaosCluster:
     def __init__(self, root: Path, db_url: str, controllers: int = 1, nodes: int = 4, gpus: int = 4,
-                 config: str = "kill_grace_s = 2\nnode_timeout_s = 15\n", net: VirtualNetwork | None = None,
+                 config: str = f"kill_grace_s = 2\nnode_timeout_s = {NODE_TIMEOUT_S}\n",
+                 net: VirtualNetwork | None = None,
                  database: Database | None = None) -> None:
         self.root, self.db_url, self.gpus, self.net, self.database = root, db_url, gpus, net, database
+        self.node_timeout_s = NODE_TIMEOUT_S
         (root / "secret").write_text(os.urandom(16).hex())
         (root / "corral.toml").write_text(config)
         if net is None:

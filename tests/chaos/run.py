@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import random
 import statistics
@@ -32,7 +33,7 @@ import httpx
 
 from corral.hostlist import expand
 from tests.chaos.checker import FINAL_STATES, Violation, check, read_markers, redone
-from tests.chaos.cluster import ChaosCluster, Database
+from tests.chaos.cluster import NODE_TIMEOUT_S, ChaosCluster, Database
 from tests.chaos.workload import random_shapes
 from tests.multihost.netns import VirtualNetwork, unavailable_reason
 
@@ -45,6 +46,11 @@ class FaultRecord:
     target: str
     at: float
     recovery_s: float | None = None  # failover, controller restart or agent reconcile time, by kind
+    lasted_s: float | None = None  # how long a partition or a pause lasted
+    # controller_pause: the jobs running when every controller stopped (job id: its run), and those of
+    # them that lost that run (ended other than COMPLETED, or requeued) by the time the cluster was back
+    running: dict[int, int] = dataclasses.field(default_factory=dict)
+    killed: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -181,21 +187,63 @@ def partition_leader(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
 def partition_agent(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
     node = rng.choice(sorted(cluster.agents))
     record = FaultRecord("partition_agent", node, time.time())
-    _cut(cluster, node, rng.uniform(1.0, 10.0))
+    # Shorter than the fencing (10 s), between it and the node timeout (15 s: frozen, then thawed), or
+    # longer (declared down, its jobs run again elsewhere while their old runs stay frozen here).
+    record.lasted_s = rng.uniform(1.0, 25.0)
+    _cut(cluster, node, record.lasted_s)
     record.recovery_s = cluster.wait_nodes_up(60.0, {node})
     return record
 
 
 def partition_database(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
-    record = FaultRecord("partition_db", "db", time.time())
-    _cut(cluster, "db", rng.uniform(1.0, 8.0))
+    record = FaultRecord("partition_db", "db", time.time(), lasted_s=rng.uniform(1.0, 8.0))
+    _cut(cluster, "db", record.lasted_s)
+    return record
+
+
+CONTROLLER_PAUSES_S = (20.0, 60.0, 120.0)
+_pauses_so_far = itertools.count()  # over all rounds: the pauses take 20, 60 and 120 s in turn
+PAUSE_WANTS_RUNNING = 3  # jobs running before every controller is stopped (waited for up to 30 s)
+
+
+def _running(cluster: ChaosCluster) -> dict[int, int]:
+    """The jobs running now, by id: their restart counts (which run of each is running)."""
+    return {job_id: r.get("restart_count", 0) for job_id, r in _records(cluster).items() if r["state"] == "RUNNING"}
+
+
+def pause_controllers(cluster: ChaosCluster, rng: random.Random) -> FaultRecord:
+    """Every controller SIGSTOPped at once (no standby can take over: a GC pause, a VM migration, a slow
+    disk sync of a lone controller) for 20, 60 or 120 s, then resumed. The controllers were away, they gave
+    nothing away: every job running then must go on in the same run (decision 0017)."""
+    seconds = CONTROLLER_PAUSES_S[next(_pauses_so_far) % len(CONTROLLER_PAUSES_S)]
+    deadline = time.monotonic() + 30.0
+    while len(running := _running(cluster)) < PAUSE_WANTS_RUNNING and time.monotonic() < deadline:
+        time.sleep(0.2)
+    record = FaultRecord("controller_pause", f"{len(cluster.controllers)} controller(s) for {seconds:g} s",
+                         time.time(), lasted_s=seconds, running=running)
+    for process in cluster.controllers:
+        process.pause()
+    time.sleep(seconds)
+    started = time.monotonic()
+    for process in cluster.controllers:
+        process.resume()
+    cluster.wait_leader(60.0)
+    cluster.wait_nodes_up(60.0)
+    record.recovery_s = time.monotonic() - started
+    # A node the controllers wrongly declared down comes back only after its agent re-registered; its jobs
+    # are requeued by then. Past a node timeout more of listening, none can still be on its way down.
+    time.sleep(cluster.node_timeout_s)
+    records = _records(cluster)
+    record.killed = sorted(job_id for job_id, run in running.items()
+                           if records[job_id].get("restart_count", 0) != run
+                           or records[job_id]["state"] not in ("RUNNING", "COMPLETED"))
     return record
 
 
 FAULTS = {"leader_kill": kill_leader, "leader_pause": pause_leader, "standby_kill": kill_standby,
           "agent_kill": kill_agent, "agent_pause": pause_agent, "db_restart": restart_database,
           "partition_leader": partition_leader, "partition_agent": partition_agent,
-          "partition_db": partition_database}
+          "partition_db": partition_database, "controller_pause": pause_controllers}
 
 
 def fault_kinds(controllers: int, postgres: bool, netns: bool) -> list[str]:
@@ -297,6 +345,8 @@ def run_round(root: Path, db_url: str, args: argparse.Namespace, faults: int, rn
     violations += [Violation("orphan", 0, line) for line in _orphans(marks)]
     violations += [Violation("refused", 0, text) for text in submitter.refused]
     violations += unavailable
+    violations += [Violation("killed_by_pause", job_id, f"running in run {fault.running[job_id]} when {fault.target} "
+                             "were paused, it lost that run") for fault in records for job_id in fault.killed]
     return RoundResult(records, len(submitter.accepted), submitter.ambiguous,
                        Counter(r["state"] for r in final.values()), violations,
                        sum(r.get("restart_count", 0) for r in final.values()), len(redone(incarnations)))
@@ -328,6 +378,12 @@ def summarize(rounds: list[RoundResult]) -> dict:
         "jobs_accepted": sum(r.accepted for r in rounds), "submissions_unknown": sum(r.ambiguous for r in rounds),
         "job_states": dict(sorted(sum((r.states for r in rounds), Counter()).items())),
         "requeues": sum(r.requeues for r in rounds), "jobs_redone": sum(r.redone for r in rounds),
+        "double_runs": sum(1 for v in violations if v.kind == "twice"),
+        "controller_pauses_s": [f.lasted_s for f in faults if f.kind == "controller_pause"],
+        "agent_partitions_past_node_timeout": sum(1 for f in faults if f.kind == "partition_agent"
+                                                  and (f.lasted_s or 0.0) > NODE_TIMEOUT_S),
+        "jobs_running_at_pauses": sum(len(f.running) for f in faults if f.kind == "controller_pause"),
+        "jobs_killed_by_pauses": sum(len(f.killed) for f in faults if f.kind == "controller_pause"),
         "violations": len(violations), "violations_by_kind": dict(Counter(v.kind for v in violations)),
         "violation_details": [dataclasses.asdict(v) for v in violations[:50]],
         "failover_s": {"n": len(failover), "p50": percentile(failover, 50), "p99": percentile(failover, 99)},

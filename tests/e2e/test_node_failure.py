@@ -4,6 +4,7 @@ comes back RUNNING on the other node, with the same id and SLURM_RESTART_COUNT=1
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import psutil
@@ -57,9 +58,9 @@ def test_a_batch_job_whose_agent_is_killed_runs_again_elsewhere_with_its_restart
 
 def test_the_old_run_of_a_job_whose_agent_died_is_gone_before_the_new_run_starts(cluster_factory, tmp_path,
                                                                                  marker) -> None:
-    """Self-fencing (decision 0017): the dead agent's task leader kills the task after fence_after_s (2 s of
+    """Self-fencing (decision 0017): the dead agent's task leader freezes the task after fence_after_s (2 s of
     the 3 s node timeout), so the requeued job never runs twice at once. Each run beats into a file of its
-    own every 0.1 s: the first run's last beat comes before the second run's start."""
+    own every 0.1 s: the first run's last beat comes before the second run's start, and it beats no more."""
     cluster = cluster_factory(nodes=2, gpus=2, config="kill_grace_s = 1\nnode_timeout_s = 3\n")
     marks = tmp_path / "marks"
     marks.mkdir()
@@ -75,8 +76,10 @@ def test_the_old_run_of_a_job_whose_agent_died_is_gone_before_the_new_run_starts
     wait_for(lambda: (marks / "run.1").exists() and len((marks / "run.1").read_text().split()) >= 3,
              timeout_s=30, message="the second run's start")
     new_start = float((marks / "run.1").read_text().split()[2])
-    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE, \
-        "the first run's task is gone"
+    assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() in (
+        psutil.STATUS_ZOMBIE, psutil.STATUS_STOPPED), "the first run's task is frozen (its node never came back)"
     old_last = float((marks / "run.0").read_text().split()[-1])
     assert old_last < new_start, f"the first run beat at {old_last:.3f}, after the second started at {new_start:.3f}"
+    time.sleep(1.0)
+    assert float((marks / "run.0").read_text().split()[-1]) == old_last, "the frozen run beat again"
     assert cluster.job(job)["nodelist"] != first

@@ -17,8 +17,9 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
   ends were recorded (adoption.py), reports them as running, and kills whatever else its spool or its
   cgroups hold (decision 0015).
 - Jobs the controller disowns when it answers a registration (it failed them while this agent was away)
-  are killed, and their tasks gone, before the agent takes any command: their GPUs are free before any
-  new launch onto them.
+  are SIGKILLed, and their tasks gone, before the agent takes any command or writes the contact that thaws
+  the node's frozen tasks (decision 0017): their GPUs are free before any new launch onto them, and a run
+  the controller gave away never runs again here.
 - A launch onto GPUs that a live task of another job still holds is refused (the launch fails, with
   the reason): no device is ever given to two live jobs, whatever the controller believes.
 - Several controllers: the agent talks to their leader. A standby's 421 moves it to the leader the standby
@@ -87,10 +88,9 @@ BACKOFF_INITIAL_S = 0.2
 BACKOFF_MAX_S = 2.0
 REQUEST_TIMEOUT_S = 10.0
 LOG_EVERY_N_FAILURES = 30
-# Jobs the controller wants gone when it answers a registration get this much time after SIGTERM.
-KILL_ON_REGISTER_GRACE_S = 5.0
-# After their SIGKILL: how long the agent waits for those jobs' tasks to go before it takes commands.
-KILL_ON_REGISTER_WAIT_S = 5.0
+# Jobs the controller wants gone when it answers a registration are SIGKILLed; how long the agent waits for
+# their tasks to go before it takes commands (and writes the contact that thaws what is left).
+KILL_ON_REGISTER_WAIT_S = 10.0
 MAX_EVENTS_PER_BATCH = 100
 # How often the usage loop looks for jobs due a sample (each has its interval, at least this).
 MIN_USAGE_TICK_S = 1.0
@@ -373,6 +373,7 @@ class Agent:
     async def _register(self, backoff: Backoff) -> None:
         """Register, retrying until the controller accepts."""
         assert self._client is not None
+        self._contact.registering()
         while True:
             registration = self._registration()
             asked, sent_at = self._controller_url, contact_clock()
@@ -389,8 +390,9 @@ class Agent:
                     stale = self._stale_leader(reply.leader_epoch)
                     if stale is None:
                         backoff.succeeded()
-                        self._contact.registered(reply.fence_after_s, sent_at)
                         await self._accept_registration(reply, registration)
+                        # Only now: a fresh contact thaws the frozen tasks, and the disowned are dead.
+                        self._contact.registered(reply.fence_after_s, sent_at)
                         return
                     reason = stale
                 else:
@@ -440,10 +442,12 @@ class Agent:
         runners: list[JobRunner | StepRunner] = [*self._runners.values(), *self._steps.values()]
         disowned = [r for r in runners if r.job_id in reply.kill_jobs]
         for job_id in reply.kill_jobs:
-            self._start_kill(job_id, signal.SIGTERM, KILL_ON_REGISTER_GRACE_S)
+            # SIGKILL, no grace: the controller gave the job away, and its run here may be frozen (decision
+            # 0017); a SIGTERM would wait for the thaw, and a handler saving work would write beside the new run.
+            self._start_kill(job_id, signal.SIGKILL, 0.0)
         if disowned:  # no command is taken before their GPUs are free
             exits = [asyncio.ensure_future(r.exited()) for r in disowned]
-            _, late = await asyncio.wait(exits, timeout=KILL_ON_REGISTER_GRACE_S + KILL_ON_REGISTER_WAIT_S)
+            _, late = await asyncio.wait(exits, timeout=KILL_ON_REGISTER_WAIT_S)
             for waiter in late:
                 waiter.cancel()
 

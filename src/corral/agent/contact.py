@@ -1,5 +1,6 @@
-"""The agent's contact with the controller, written where the node's task leaders read it: they kill their
-tasks once it is older than the controller's `fence_after_s` (self-fencing, decision 0017).
+"""The agent's contact with the controller, written where the node's task leaders read it: they freeze their
+tasks while it is older than the controller's `fence_after_s`, and thaw them once it is fresh again
+(self-fencing, decision 0017).
 
 Contact is the send time of the agent's last request that a leading controller answered with success (a
 registration, a command poll, an event batch): the controller heard from the agent no earlier than that,
@@ -11,6 +12,11 @@ The file (`<spool>/contact`, JSON: fence_after_s, contact) is replaced whole. It
 registration and then when the contact has moved on by `min(1 s, fence_after_s / 10)`: a skipped write only
 makes the file older than the truth, so leaders fence early, never late. Until this agent has registered it
 leaves the file alone: an earlier agent's contact (and the fencing it calls for) stands.
+
+A fresh contact thaws every frozen task, so it is written only once the agent has done what the controller
+answered: while the agent registers (again), no contact is written until it has killed the jobs the
+registration reply disowns (`registering`, then `registered`). A controller that declared the node down
+refuses its other requests (409) until then, so no other reply can thaw a job it gave away.
 """
 from __future__ import annotations
 
@@ -37,20 +43,27 @@ class Contact:
         self.path = path
         self.fence_after_s: float | None = None
         self._registered = False
+        self._registering = False  # a registration is under way: no contact until its reply is carried out
         self._written = -1.0  # the contact last written
 
+    def registering(self) -> None:
+        """The agent registers (again): until `registered`, no reply moves the contact on."""
+        self._registering = True
+
     def registered(self, fence_after_s: float | None, sent_at: float) -> None:
-        """A registration sent at `sent_at` was accepted; its reply says how long the node may be silent."""
+        """A registration sent at `sent_at` was accepted and its reply carried out (the jobs it disowns are
+        dead); the reply says how long the node may be silent."""
         changed = fence_after_s != self.fence_after_s or not self._registered
-        self.fence_after_s, self._registered = fence_after_s, True
+        self.fence_after_s, self._registered, self._registering = fence_after_s, True, False
         if changed:
             log.info("self-fencing: %s", "off (the controller never declares a node down)" if fence_after_s is None
-                     else f"tasks are killed after {fence_after_s:g} s without contact with the controller")
+                     else f"tasks are frozen after {fence_after_s:g} s without contact with the controller, "
+                     "and thawed when it is back")
         self._write(sent_at)
 
     def made(self, sent_at: float) -> None:
         """A request sent at `sent_at` got a successful reply from the leader."""
-        if not self._registered:
+        if not self._registered or self._registering:
             return
         every = WRITE_EVERY_S if self.fence_after_s is None else min(WRITE_EVERY_S, self.fence_after_s / 10)
         if sent_at - self._written >= every:

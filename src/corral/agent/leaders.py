@@ -58,7 +58,7 @@ class TaskProcess:
     exit_file: Path
     leader_started: float = 0.0  # since boot; how the leader is told from a later process with its pid
     confirm_fd: int | None = None  # our end of the spec pipe, until `confirm`
-    fenced: str | None = None  # after `wait`: why the leader killed the task (it lost contact: decision 0017)
+    fenced: str | None = None  # after `wait`: why the leader killed the task (an earlier version's: decision 0017)
     unrecorded: bool = False  # after `wait`: the leader died without recording the task's exit (it was killed)
 
     def confirm(self, recorded: bool) -> None:

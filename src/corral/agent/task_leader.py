@@ -24,10 +24,14 @@ agent adopts their tasks (decision 0015). A leader, in order:
   whole or not at all. Then exit.
 - Meanwhile fence (decision 0017): every fence_after_s / 8 (at most every second) read the agent's contact
   file (the spec's contact_file: {"fence_after_s": F, "contact": T}, T on CLOCK_BOOTTIME); once the contact
-  is more than F old, SIGKILL the task's process group and every other process in the task's cgroup leaf
-  (the spec's cgroup_leaf, if any) but the leaders (each fences its own), and record the end as
-  {"returncode": -9, "fenced": why}. The controller declares the node down, and gives its jobs away, only
-  after node_timeout_s > F. No file (yet) means no fencing; an unreadable one, the last values read.
+  is more than F old, freeze the task: SIGSTOP its process group and every other process in the task's
+  cgroup leaf (the spec's cgroup_leaf, if any) but the leaders (each freezes its own), again until every
+  one is stopped. A frozen task does not run, so it cannot run beside a copy the controller started
+  elsewhere after it declared the node down (node_timeout_s > F). Once the contact is fresh again, thaw
+  it (SIGCONT): the agent writes a new contact only after it has killed whatever the controller disowned,
+  so what is still there to thaw is still this node's. Without contact a frozen task is never killed
+  here: only a controller can say whether it gave the job away. No file (yet) means no fencing; an
+  unreadable one, the last values read.
 
 Only the standard library (imported once, by the factory: its leaders are forked with it loaded).
 """
@@ -48,7 +52,7 @@ import time
 PR_SET_PDEATHSIG = 1
 EXIT_SPAWN_FAILED, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND = 1, 126, 127
 LOOK_EVERY_MAX_S = 1.0
-LEAF_KILL_ROUNDS = 20  # of SIGKILL to what is left in the leaf, 10 ms apart (a process may be forking)
+FREEZE_ROUNDS = 50  # of SIGSTOP to what still runs, 10 ms apart (a process may be forking)
 FACTORY_FLAG = "--factory"
 REQUEST_MAX_BYTES = 1 << 16
 LEADER_FDS = 5  # stdin, stdout, stderr, SPEC_FD, REPLY_FD
@@ -168,46 +172,95 @@ def _exited_within(task: subprocess.Popen, pidfd: int | None, timeout_s: float) 
 
 
 def _await_task(task: subprocess.Popen, spec: dict) -> dict:
-    """The task's exit record, once it has exited or been fenced."""
+    """The task's exit record, once it has exited; frozen while contact is lost, thawed when it is back."""
     contact = _Contact(spec.get("contact_file"))
+    leaf = spec.get("cgroup_leaf")
     try:
         pidfd = os.pidfd_open(task.pid)
     except (AttributeError, OSError):
         pidfd = None
+    frozen = False
     while not _exited_within(task, pidfd, contact.look_every_s()):
-        lost_for = contact.lost_for()
-        if lost_for is not None:
-            _fence(task.pid, spec.get("cgroup_leaf"))
-            return {"returncode": task.wait(), "fenced": f"lost contact with the controller for {lost_for:.0f} s"}
+        lost = contact.lost_for() is not None
+        if lost and not frozen:
+            _freeze(task.pid, leaf)
+        elif frozen and not lost:
+            _thaw(task.pid, leaf)
+        frozen = lost
     return {"returncode": task.wait()}
 
 
-def _fence(pgid: int, leaf: str | None) -> None:
-    """SIGKILL the task's process group, then whatever else runs in its cgroup leaf (setsid or not), but the
-    leaders there (each fences its own task, and records its end)."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-    if not leaf:
-        return
-    me = os.getpid()
-    leader = _cmdline(me)[:4]  # python -I -S task_leader.py
-    for _ in range(LEAF_KILL_ROUNDS):
+def _freeze(pgid: int, leaf: str | None) -> None:
+    """SIGSTOP the task's process group and whatever else runs in its cgroup leaf (setsid or not) but the
+    leaders there, again until every one of them is stopped (a process may have been forking)."""
+    for _ in range(FREEZE_ROUNDS):
+        running = [pid for pid in _members(pgid, leaf) if not _stopped(pid)]
+        if not running:
+            return
+        _signal_group(pgid, signal.SIGSTOP)
+        for pid in running:
+            _signal(pid, signal.SIGSTOP)
+        time.sleep(0.01)
+
+
+def _thaw(pgid: int, leaf: str | None) -> None:
+    _signal_group(pgid, signal.SIGCONT)
+    for pid in _members(pgid, leaf):
+        _signal(pid, signal.SIGCONT)
+
+
+def _members(pgid: int, leaf: str | None) -> set[int]:
+    """The task's processes: its process group's, and the others in its cgroup leaf but the leaders."""
+    found = set(_group(pgid))
+    if leaf:
+        me = os.getpid()
+        leader = _cmdline(me)[:4]  # python -I -S task_leader.py
         try:
             with open(os.path.join(leaf, "cgroup.procs")) as file:
                 pids = [int(line) for line in file if line.strip()]
         except (OSError, ValueError):
-            return
-        others = [pid for pid in pids if pid != me and not _is_leader(pid, leader)]
-        if not others:
-            return
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.01)
+            pids = []
+        found.update(pid for pid in pids if pid != me and not _is_leader(pid, leader))
+    return found
+
+
+def _group(pgid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            fields = _stat(int(name))
+            if len(fields) > 2 and fields[2] == str(pgid).encode():
+                pids.append(int(name))
+    return pids
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped, or gone (a zombie or no more): nothing that could still run."""
+    fields = _stat(pid)
+    return not fields or fields[0] in (b"T", b"t", b"Z", b"X")
+
+
+def _stat(pid: int) -> list[bytes]:
+    """A process's /proc stat fields after the command name: state, ppid, pgrp, ...; [] if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rpartition(b")")[2].split()
+    except OSError:
+        return []
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except OSError:
+        pass
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
 
 
 def _is_leader(pid: int, leader: list[bytes]) -> bool:

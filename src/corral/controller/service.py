@@ -122,6 +122,7 @@ class ControllerService:
         self.forecasts = Forecasts()
         self._forecast_task: asyncio.Task | None = None
         self._created_at: float | None = None
+        self._stall_task: asyncio.Task | None = None
         if leadership is not None:
             leadership.on_lead = self._take_over
             leadership.on_lose = self._step_down
@@ -145,6 +146,8 @@ class ControllerService:
         if self.leadership is not None:
             await self.leadership.first_turn()  # a lone controller leads, engine built, before it answers
             self._lease_task = asyncio.create_task(self.leadership.run(), name="corral-lease")
+        # The probe first: it starts counting before the loop's first cycle can take a stall.
+        self._stall_task = asyncio.create_task(self._stalls.probe(), name="corral-stall-probe")
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
         self._forecast_task = asyncio.create_task(
             self.forecasts.run(lambda: self._engine, self.clock, self.recent_ended_jobs), name="corral-forecasts")
@@ -152,7 +155,7 @@ class ControllerService:
     async def stop(self) -> None:
         async with self._lock:  # a stimulus being committed finishes first
             self._stopping = True
-            for task in (self._task, self._recovery, self._lease_task, self._forecast_task):
+            for task in (self._task, self._stall_task, self._recovery, self._lease_task, self._forecast_task):
                 if task is not None:
                     task.cancel()
                     try:
@@ -227,10 +230,13 @@ class ControllerService:
             engine = self._engine
             idle = self.writer.outage is not None or engine is None
             timer = pacer.sleep(now, None if idle else engine.next_deadline(now))
-            self._discount_stall(await self._stalls.wait(self._wake, None if timer is None else timer - now))
+            await _wait(self._wake, None if timer is None else timer - now)
             self._wake.clear()
             if self.writer.outage is not None or self._engine is None:
                 continue
+            # Whenever the controller stopped listening (in a wait, a cycle or a handler), before the cycle
+            # that would count that time as the agents' silence.
+            self._discount_stall(self._stalls.take())
             started = time.perf_counter()
             try:
                 await self.run_cycle()
@@ -244,7 +250,7 @@ class ControllerService:
             pacer.cycle_ran(started, ended)
             # Requests have their turn before the next cycle: submissions and agent reports are answered
             # between back-to-back cycles, and folded into the next one together.
-            self._discount_stall(await self._stalls.sleep(pacer.next_cycle(ended) - ended))
+            await asyncio.sleep(max(0.0, pacer.next_cycle(ended) - ended))
 
     def _discount_stall(self, stall_s: float) -> None:
         if stall_s > 0:
@@ -615,6 +621,14 @@ class ControllerService:
             # Decided by an engine that is gone (a failed commit, or this controller stopped leading).
             raise self.refusal() or StaleAgent(node)
         return commands
+
+
+async def _wait(event: asyncio.Event, timeout_s: float | None) -> None:
+    """Until `event` is set or `timeout_s` (None: no limit) has passed."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout=None if timeout_s is None else max(0.0, timeout_s))
+    except TimeoutError:
+        pass
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:
