@@ -6,7 +6,8 @@ for its last ten (13,600 of its 15,000 jobs arrive in days 82-86.5), and then th
 forecasts are sampled every SAMPLE_EVERY_S from FIRST_S to the end. Same policy, same three forecasts and
 the same error as `forecast-philly` (sim/forecast_experiment.py): ours (limits x each user's recent ratios
 actual/limit), Slurm's (every job runs to its limit), and the oracle (true runtimes; only new arrivals
-unknown), and the runtime model alone.
+unknown), and the runtime model alone. Ours predicts with the quantile the live controller uses
+(forecast.LIVE_QUANTILE, tuned on this replay's tuning window).
 
 Two windows, by forecast instant: samples before TUNE_UNTIL_S tune, the others report. The start window
 (sim/forecast.py `StartWindow`) is calibrated on the tuning samples (conformal: the quantiles of actual
@@ -25,7 +26,7 @@ import numpy as np
 
 from corral.sim import forecast_experiment as philly
 from corral.sim.experiment import Policy
-from corral.sim.forecast import START_WINDOW, StartWindow
+from corral.sim.forecast import LIVE_QUANTILE, START_WINDOW, RuntimeModel, StartWindow
 from corral.sim.forecast_experiment import ForecastOutcome, Sample, pct
 from corral.sim.traces.bluewaters import bluewaters_cluster, fit_to, read_bluewaters
 
@@ -42,7 +43,8 @@ POLICY = Policy("forecast-bluewaters", isolated=True, backfill=True, weight_age=
 def run(progress: Callable[[str], None] | None = None) -> ForecastOutcome:
     cluster = bluewaters_cluster(XE_UNITS, XK_UNITS)
     return philly.run(fit_to(read_bluewaters(), cluster), warmup_s=FIRST_S, span_s=LAST_S - FIRST_S,
-                      every_s=SAMPLE_EVERY_S, progress=progress, cluster=cluster, policy=POLICY)
+                      every_s=SAMPLE_EVERY_S, progress=progress, cluster=cluster, policy=POLICY,
+                      model=RuntimeModel(quantile=LIVE_QUANTILE))
 
 
 def split(outcome: ForecastOutcome) -> tuple[ForecastOutcome, ForecastOutcome]:
@@ -87,6 +89,7 @@ def summary(outcome: ForecastOutcome) -> dict[str, Any]:
                   f"assume no new arrivals."),
         **_errors(report),
         "tuning": _errors(tuning),
+        "quantile": LIVE_QUANTILE,
         "window_shipped": START_WINDOW.describe(),
         "window_coverage_pct": coverage(report, START_WINDOW),
         "window_calibrated_here": calibrated.describe() if calibrated else None,

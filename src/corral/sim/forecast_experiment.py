@@ -103,8 +103,9 @@ def workload(duration_scale: float, window_days: float = WINDOW_DAYS) -> Workloa
 
 def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_S, every_s: float = SAMPLE_EVERY_S,
         progress: Callable[[str], None] | None = None, cluster: Cluster | None = None,
-        policy: Policy = POLICY) -> ForecastOutcome:
-    """The replay with forecasts sampled as the module says; `cluster` defaults to the Philly VCs."""
+        policy: Policy = POLICY, model: RuntimeModel | None = None) -> ForecastOutcome:
+    """The replay with forecasts sampled as the module says; `cluster` defaults to the Philly VCs, `model`
+    (ours, learning as the replay goes) to RuntimeModel()."""
     started = time.perf_counter()
     cluster = cluster if cluster is not None else philly_cluster()
     config, tenancy = _engine_setup(cluster, policy)
@@ -112,7 +113,7 @@ def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_
     # The isolated policy submits every job as one user; forecasts learn per user, so each job keeps its VC's.
     sim.submit(replace(sub, request=sub.request.model_copy(update={"user": job.user}))
                for job in jobs.jobs for sub in [_submission(job, policy)])
-    model, baseline = RuntimeModel(), RuntimeModel.limits_only()
+    model, baseline = model if model is not None else RuntimeModel(), RuntimeModel.limits_only()
     oracle = TrueRuntimes({})
     samples: list[Sample] = []
     walls: list[float] = []
