@@ -150,6 +150,10 @@ def test_jobs_waiting_on_quota_a_dependency_and_an_array_limit_get_a_forecast(tm
         # Job 1 ends at T0 + 1050 (its limit: nothing learnt); then 2 and the array's first task start at
         # once, and its tasks one after the other (%1).
         assert service.forecasts.starts == {2: T0 + 1050, 3: T0 + 1050, 4: T0 + 2050, 5: T0 + 3050}
+        listed = {j["id"]: j for j in Api(create_app(service, SECRET)).get("/jobs").json()}
+        for job_id in waiting:  # each with its window, the late end past the point forecast
+            earliest, latest = listed[job_id]["estimated_start_window"]
+            assert earliest <= listed[job_id]["estimated_start"] < latest
     finally:
         service.forecasts.close()
         store.close()
