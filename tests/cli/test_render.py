@@ -113,7 +113,8 @@ def test_job_fields_of_a_job_with_every_feature():
         "Requeue": "no", "Reservation": "maint", "Uid": "1000", "SubmitHost": "login1"}
     # Every JobOut field shows up under some label (slices as Alloc[...] lines, history after the fields).
     covered = {"id", "name", "user", "state", "reason", "partition", "priority", "submit_time", "start_time",
-               "end_time", "estimated_start", "estimated_start_source", "estimated_start_window", "time_limit_s", "elapsed_s", "num_nodes",
+               "end_time", "estimated_start", "estimated_start_source", "estimated_start_window", "time_limit_s",
+               "elapsed_s", "num_nodes",
                "tasks_per_node",
                "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",

@@ -3,10 +3,9 @@ from collections import Counter
 import pytest
 
 from corral.sim.traces import TraceFormatError
-from corral.sim.traces.bluewaters import (JOBS_PATH, UNITS_PER_NODE, bluewaters_cluster, fit_to,
-                                           read_bluewaters)
+from corral.sim.traces.bluewaters import JOBS_PATH, UNITS_PER_NODE, bluewaters_cluster, fit_to, read_bluewaters
 
-pytestmark = pytest.mark.skipif(not JOBS_PATH.exists(), reason=f"{JOBS_PATH} not here")
+needs_trace = pytest.mark.skipif(not JOBS_PATH.exists(), reason=f"{JOBS_PATH} not here")
 
 HEADER = "u_id,user,gpu_num,cpu_num,node_num,interval,run_time,wall_time,new_status\n"
 
@@ -16,6 +15,7 @@ def bluewaters():
     return read_bluewaters()
 
 
+@needs_trace
 def test_the_readme_counts(bluewaters):
     assert len(bluewaters) == 15_000
     assert len({j.user for j in bluewaters.jobs}) == 149
@@ -23,6 +23,7 @@ def test_the_readme_counts(bluewaters):
     assert 86 * 86400 < bluewaters.jobs[-1].submit_s < 87 * 86400  # 86.5 days of submission gaps
 
 
+@needs_trace
 def test_every_job_keeps_its_users_limit_and_runs_at_most_that(bluewaters):
     assert all(j.time_limit_s and 0 <= j.duration_s <= j.time_limit_s for j in bluewaters.jobs)
     assert "1939 runtime(s) past the time limit cut at the limit" in bluewaters.notes

@@ -33,7 +33,8 @@ def trace_errors() -> Iterator[None]:
 def simulate(
     trace: Annotated[TraceName, typer.Option(
         "--trace", metavar="TRACE",
-        help="philly (the Philly job list), bluewaters (Blue Waters' 15,000 jobs with real users and time limits), accounting (corral's accounting export), sacct (real Slurm's "
+        help="philly (the Philly job list), bluewaters (Blue Waters' 15,000 jobs with real users and time "
+             "limits), accounting (corral's accounting export), sacct (real Slurm's "
              "'sacct -P' output) or openb (the FGD paper's experiment on Alibaba's openb pods).")] = "philly",
     trace_file: Annotated[str | None, typer.Option(
         "--trace-file", metavar=_FILE, show_default=False,

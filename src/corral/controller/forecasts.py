@@ -23,8 +23,15 @@ from typing import Any
 
 from corral.engine.engine import Engine
 from corral.engine.records import Job
-from corral.sim.forecast import (DEFAULT_HORIZON_S, LIVE_QUANTILE, EngineState, RuntimeModel, capture, forecast,
-                                 observe_finished)
+from corral.sim.forecast import (
+    DEFAULT_HORIZON_S,
+    LIVE_QUANTILE,
+    EngineState,
+    RuntimeModel,
+    capture,
+    forecast,
+    observe_finished,
+)
 
 log = logging.getLogger("corral.controller")
 

@@ -10,7 +10,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "backfill-isolated": dict(isolated=True, backfill=True),
     "backfill-cohort": dict(isolated=False, backfill=True),
 }
-REPLAY_TRACES = ("philly", "bluewaters", "accounting", "sacct")  # replayed through the engine; openb has its own experiment
+# Replayed through the engine; openb has its own experiment.
+REPLAY_TRACES = ("philly", "bluewaters", "accounting", "sacct")
 TRACES = (*REPLAY_TRACES, "openb")
 
 
