@@ -22,6 +22,9 @@ def test_queue_rows():
         ({"reason": "Resources", "estimated_start": T0 + 2 * 86400}, "(Resources) est. start 2023-11-16T22:13:20"),
         ({"reason": "Resources", "estimated_start": T0 + 60, "estimated_start_source": "forecast"},
          "(Resources) est. start 22:14:20 (forecast)"),
+        ({"reason": "Dependency", "estimated_start": T0 + 60, "estimated_start_source": "forecast",
+          "estimated_start_window": [T0 + 30, T0 + 3600]},
+         "(Dependency) est. start 22:14:20 (forecast) window 22:13:50-23:13:20"),
         ({"state": "RUNNING", "nodelist": "node[1-4]"}, "node[1-4]"),
         ({"state": "RUNNING", "nodelist": "node[1-4]", "gpu_idle_flagged": True}, "node[1-4] (GPUs idle)"),
         ({"state": "CANCELLED", "reason": "None"}, "(None)"),
@@ -87,6 +90,12 @@ def test_job_fields_cover_every_jobout_field():
     assert fields["Alloc[node2]"] == "gpus=0,1,2,3 cpus=8 mem=16G"
     pending = dict(render.job_fields(canned_jobs()[2]))
     assert pending["EstimatedStart"] == "2023-11-14T23:13:20" and pending["NodeList"] == "(none)"
+    assert "EstimatedStartWindow" not in pending  # a reservation's estimate has no window
+    forecast = {**canned_jobs()[2], "estimated_start_source": "forecast",
+                "estimated_start_window": [T0 + 1800, T0 + 7200]}
+    shown = dict(render.job_fields(forecast))
+    assert shown["EstimatedStart"] == "2023-11-14T23:13:20 (forecast)"
+    assert shown["EstimatedStartWindow"] == "2023-11-14T22:43:20 to 2023-11-15T00:13:20"
 
 
 def test_job_fields_of_a_job_with_every_feature():
@@ -104,7 +113,8 @@ def test_job_fields_of_a_job_with_every_feature():
         "Requeue": "no", "Reservation": "maint", "Uid": "1000", "SubmitHost": "login1"}
     # Every JobOut field shows up under some label (slices as Alloc[...] lines, history after the fields).
     covered = {"id", "name", "user", "state", "reason", "partition", "priority", "submit_time", "start_time",
-               "end_time", "estimated_start", "estimated_start_source", "time_limit_s", "elapsed_s", "num_nodes",
+               "end_time", "estimated_start", "estimated_start_source", "estimated_start_window", "time_limit_s",
+               "elapsed_s", "num_nodes",
                "tasks_per_node",
                "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",

@@ -21,7 +21,7 @@ from corral.core.model import NodeSlice, Request
 from corral.engine import events as ev
 from corral.engine.config import LIVE
 from corral.engine.records import Job, JobSpec, JobState, NodeRun
-from corral.sim.forecast import RuntimeModel, capture
+from corral.sim.forecast import START_WINDOW, RuntimeModel, capture
 from corral.slurm.squeue.main import squeue
 from corral.store import Store
 from tests.cli.standin import ServerThread
@@ -95,6 +95,9 @@ def test_pending_jobs_show_their_forecast_start_and_its_source(queued, tmp_path)
     assert service.forecasts.starts == {2: T0 + 300, 3: T0 + 550}
     one = api.get("/jobs/2").json()
     assert (one["estimated_start"], one["estimated_start_source"]) == (T0 + 300, "forecast")
+    earliest, latest = one["estimated_start_window"]
+    assert [earliest, latest] == list(START_WINDOW.bounds(NOW, T0 + 300)) and earliest < T0 + 300 < latest
+    assert before["estimated_start_window"] is None  # no forecast yet: no window
     listed = {j["id"]: j for j in api.get("/jobs").json()}
     assert (listed[3]["estimated_start"], listed[3]["estimated_start_source"]) == (T0 + 550, "forecast")
     assert (listed[1]["estimated_start"], listed[1]["estimated_start_source"]) == (None, None)  # running
@@ -147,6 +150,10 @@ def test_jobs_waiting_on_quota_a_dependency_and_an_array_limit_get_a_forecast(tm
         # Job 1 ends at T0 + 1050 (its limit: nothing learnt); then 2 and the array's first task start at
         # once, and its tasks one after the other (%1).
         assert service.forecasts.starts == {2: T0 + 1050, 3: T0 + 1050, 4: T0 + 2050, 5: T0 + 3050}
+        listed = {j["id"]: j for j in Api(create_app(service, SECRET)).get("/jobs").json()}
+        for job_id in waiting:  # each with its window, the late end past the point forecast
+            earliest, latest = listed[job_id]["estimated_start_window"]
+            assert earliest <= listed[job_id]["estimated_start"] < latest
     finally:
         service.forecasts.close()
         store.close()

@@ -238,8 +238,11 @@ def test_every_page_as_each_user(page, scene: Scene, who: str) -> None:
     assert "RUNNING" in page.inner_text(".job-title")  # as squeue shows every job
     assert f"belongs to {them}" in page.inner_text("#output-unavailable")  # its output is its owner's
 
+    # Waiting on quota: the core has no estimate, the forecast has one, with its window beside it.
+    wait_for(lambda: scene.cluster.job(pending["id"]).get("estimated_start_window"), message="a start window")
     visit(page, scene, f"job/{pending['id']}", ".job-title", f"{who}-job-pending")
     assert "PENDING" in page.inner_text(".job-title")
+    assert "forecast with predicted runtimes, between " in page.inner_text("main")
     assert pending["reason"] in page.inner_text("main") and pending["reason_detail"] in page.inner_text("main")
     assert "no output yet" in page.inner_text("main") if who == "alice" else "belongs to" in page.inner_text("main")
 

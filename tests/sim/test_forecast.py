@@ -10,7 +10,7 @@ from corral.core.model import Request
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.records import Job, JobSpec, JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
-from corral.sim.forecast import RuntimeModel, capture, forecast
+from corral.sim.forecast import RuntimeModel, StartWindow, capture, forecast
 
 
 def request(user: str = "alice", gpus: int = 4, limit_s: int = 1000) -> JobSubmit:
@@ -158,3 +158,22 @@ def test_a_forecast_never_changes_the_engine_it_was_taken_from():
     # And the live simulation goes on exactly as it would have.
     sim.run()
     assert sorted((j.id, j.start_time) for j in sim.result.finished) == [(1, 0.0), (2, 1000.0), (3, 2000.0)]
+
+
+def test_a_start_window_scales_the_forecast_wait_and_always_holds_the_forecast():
+    window = StartWindow(low=0.5, high=2.0, pad_s=600.0)
+    assert window.bounds(1000.0, 1000.0 + 3000) == (1000.0 + 1200, 1000.0 + 6600)  # waits 3,600 x [0.5, 2] - 600
+    assert window.bounds(1000.0, 1000.0) == (1000.0, 1000.0 + 600)  # "now": up to 10 min late
+    assert window.bounds(1000.0, 900.0) == (900.0, 1600.0)  # an overdue forecast stays inside its window
+    narrow = StartWindow(low=1.5, high=0.9)  # factors the other way round still hold the forecast
+    assert narrow.bounds(0.0, 5000.0) == (5000.0, 5000.0)
+
+
+def test_a_calibrated_window_holds_the_central_share_of_the_tuning_samples():
+    # Actual waits 1x..10x the forecast waits (padding 0 for round numbers): the central 80 % is 1.9x..9.1x.
+    samples = [(0.0, 100.0, 100.0 * k) for k in range(1, 11)]
+    window = StartWindow.calibrate(samples, covered=0.8, pad_s=0.0)
+    assert window is not None and (round(window.low, 3), round(window.high, 3)) == (1.9, 9.1)
+    inside = [window.bounds(at, f)[0] <= actual <= window.bounds(at, f)[1] for at, f, actual in samples]
+    assert inside == [True] * 9 + [False]  # 2x..9x, and 1x: the forecast itself is always inside
+    assert StartWindow.calibrate([]) is None

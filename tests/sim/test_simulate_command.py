@@ -41,7 +41,7 @@ def test_bad_input_is_one_line_not_a_traceback(args, message):
 def test_unknown_trace_lists_every_trace():
     result = simulate("--trace", "alibaba")
     assert result.returncode == 2
-    assert "'alibaba' is not one of 'philly', 'accounting', 'sacct', 'openb'" in result.stderr
+    assert "'alibaba' is not one of 'philly', 'bluewaters', 'accounting', 'sacct', 'openb'" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -101,3 +101,12 @@ def test_only_the_default_pod_list_replays_the_recorded_order(openb_pods):
     assert "PCG64 seed 42" in seeded.method
     assert "has 8153 pods, the recorded order 8152" in seeded.fallback
     assert fgd.sequence(more, capacity, 43).fallback == ""
+
+
+def test_bluewaters_replays_with_the_users_own_limits(tmp_path):
+    trace = tmp_path / "bw.csv"
+    trace.write_text("u_id,user,gpu_num,cpu_num,node_num,interval,run_time,wall_time,new_status\n"
+                     "0,1,0,64,2,0,100,3600,Pass\n1,2,4,0,4,10,50,60,Pass\n2,1,0,64,40,10,7200,3600,Killed\n")
+    result = simulate("--trace", "bluewaters", "--trace-file", str(trace))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["jobs"] == 3

@@ -76,6 +76,9 @@ def nodelist_or_reason(job: Mapping, now: float) -> str:
     text = f"({job['reason']})"
     if job.get("estimated_start") is not None:
         text += f" est. start {format_clock(job['estimated_start'], now)}{_forecast_mark(job)}"
+        window = job.get("estimated_start_window")
+        if window:  # users plan by its late end
+            text += f" window {format_clock(window[0], now)}-{format_clock(window[1], now)}"
     return text
 
 
@@ -286,6 +289,9 @@ def _time_fields(job: dict) -> list[tuple[str, str]]:
     ]
     if job.get("estimated_start") is not None:
         fields.append(("EstimatedStart", format_timestamp(job["estimated_start"]) + _forecast_mark(job)))
+    if job.get("estimated_start_window"):
+        earliest, latest = job["estimated_start_window"]
+        fields.append(("EstimatedStartWindow", f"{format_timestamp(earliest)} to {format_timestamp(latest)}"))
     fields += [("TimeLimit", format_duration(job["time_limit_s"])), ("RunTime", format_duration(job["elapsed_s"]))]
     return fields
 

@@ -13,7 +13,7 @@ from corral.cli.errors import CliError
 from corral.cli.output import reported_errors, warn
 
 # As corral.sim.cli.TRACES (a test checks): a Literal lets click list them in errors and complete them.
-TraceName = Literal["philly", "accounting", "sacct", "openb"]
+TraceName = Literal["philly", "bluewaters", "accounting", "sacct", "openb"]
 _FILE = "FILE"
 
 
@@ -33,11 +33,12 @@ def trace_errors() -> Iterator[None]:
 def simulate(
     trace: Annotated[TraceName, typer.Option(
         "--trace", metavar="TRACE",
-        help="philly (the Philly job list), accounting (corral's accounting export), sacct (real Slurm's "
+        help="philly (the Philly job list), bluewaters (Blue Waters' 15,000 jobs with real users and time "
+             "limits), accounting (corral's accounting export), sacct (real Slurm's "
              "'sacct -P' output) or openb (the FGD paper's experiment on Alibaba's openb pods).")] = "philly",
     trace_file: Annotated[str | None, typer.Option(
         "--trace-file", metavar=_FILE, show_default=False,
-        help="The trace. philly: default the shared traces' copy; accounting and sacct need one.")] = None,
+        help="The trace. philly, bluewaters: default the shared traces' copy; accounting and sacct need one.")] = None,
     policies: Annotated[list[str] | None, typer.Option(
         "--policy", metavar="NAME", show_default=False,
         help="A policy to replay, repeatable: fifo-isolated, backfill-isolated (default), backfill-cohort; "

@@ -23,7 +23,15 @@ from typing import Any
 
 from corral.engine.engine import Engine
 from corral.engine.records import Job
-from corral.sim.forecast import DEFAULT_HORIZON_S, EngineState, RuntimeModel, capture, forecast, observe_finished
+from corral.sim.forecast import (
+    DEFAULT_HORIZON_S,
+    LIVE_QUANTILE,
+    EngineState,
+    RuntimeModel,
+    capture,
+    forecast,
+    observe_finished,
+)
 
 log = logging.getLogger("corral.controller")
 
@@ -119,7 +127,7 @@ class Forecasts:
     def __init__(self, every_s: float = FORECAST_EVERY_S, horizon_s: float = DEFAULT_HORIZON_S) -> None:
         self.every_s, self.horizon_s = every_s, horizon_s
         self.process = ForecastProcess()
-        self.model = RuntimeModel()
+        self.model = RuntimeModel(quantile=LIVE_QUANTILE)
         self.starts: Mapping[int, float] = {}  # pending job id -> forecast start, replaced whole
         self.seen: frozenset[int] = frozenset()  # the pending jobs the last forecast was made for
         self.made_at: float | None = None

@@ -10,7 +10,8 @@ POLICIES: dict[str, dict[str, Any]] = {
     "backfill-isolated": dict(isolated=True, backfill=True),
     "backfill-cohort": dict(isolated=False, backfill=True),
 }
-REPLAY_TRACES = ("philly", "accounting", "sacct")  # replayed through the engine; openb has its own experiment
+# Replayed through the engine; openb has its own experiment.
+REPLAY_TRACES = ("philly", "bluewaters", "accounting", "sacct")
 TRACES = (*REPLAY_TRACES, "openb")
 
 
@@ -24,6 +25,11 @@ def load_workload(trace: str, path: str | None, max_jobs: int | None, seed: int)
         from corral.sim.traces.philly import philly_cluster, read_philly
 
         workload, cluster = read_philly(path) if path else read_philly(), philly_cluster()
+    elif trace == "bluewaters":
+        from corral.sim.traces.bluewaters import bluewaters_cluster, fit_to, read_bluewaters
+
+        cluster = bluewaters_cluster()
+        workload = fit_to(read_bluewaters(path) if path else read_bluewaters(), cluster)
     elif trace == "accounting":
         from corral.sim.traces.accounting import read_accounting
 

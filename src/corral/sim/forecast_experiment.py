@@ -43,7 +43,7 @@ from corral.sim.experiment import Policy, _engine_setup, _submission
 from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, forecast, observe_finished
 from corral.sim.limits import TimeLimitModel
 from corral.sim.traces.philly import philly_cluster, read_philly
-from corral.sim.workload import Workload
+from corral.sim.workload import Cluster, Workload
 
 WINDOW_START = "2017-10-01 00:00:00"
 WINDOW_DAYS = 21
@@ -102,15 +102,18 @@ def workload(duration_scale: float, window_days: float = WINDOW_DAYS) -> Workloa
 
 
 def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_S, every_s: float = SAMPLE_EVERY_S,
-        progress: Callable[[str], None] | None = None) -> ForecastOutcome:
+        progress: Callable[[str], None] | None = None, cluster: Cluster | None = None,
+        policy: Policy = POLICY, model: RuntimeModel | None = None) -> ForecastOutcome:
+    """The replay with forecasts sampled as the module says; `cluster` defaults to the Philly VCs, `model`
+    (ours, learning as the replay goes) to RuntimeModel()."""
     started = time.perf_counter()
-    cluster = philly_cluster()
-    config, tenancy = _engine_setup(cluster, POLICY)
+    cluster = cluster if cluster is not None else philly_cluster()
+    config, tenancy = _engine_setup(cluster, policy)
     sim = Simulation(config, [SimNode(n.name, n.gpus, n.cpus, n.mem_mib) for n in cluster.nodes], tenancy)
     # The isolated policy submits every job as one user; forecasts learn per user, so each job keeps its VC's.
     sim.submit(replace(sub, request=sub.request.model_copy(update={"user": job.user}))
-               for job in jobs.jobs for sub in [_submission(job, POLICY)])
-    model, baseline = RuntimeModel(), RuntimeModel.limits_only()
+               for job in jobs.jobs for sub in [_submission(job, policy)])
+    model, baseline = model if model is not None else RuntimeModel(), RuntimeModel.limits_only()
     oracle = TrueRuntimes({})
     samples: list[Sample] = []
     walls: list[float] = []

@@ -1,7 +1,8 @@
 """`make sim-report`: the Philly experiments of issue 5 through `corral simulate`'s machinery, writing
 reports/philly.html, reports/philly-calibrated.html and reports/sim-summary.json; then the openb/FGD
 experiment (corral.sim.openb_experiment), appending its rows and writing reports/openb.html; then the
-start-time forecast experiment (corral.sim.forecast_experiment: `forecast-philly`, reports/forecast-philly.html).
+start-time forecast experiments (corral.sim.forecast_experiment: `forecast-philly`, reports/forecast-philly.html;
+corral.sim.forecast_bluewaters: `forecast-bluewaters`, on real user time limits, reports/forecast-bluewaters.html).
 
 Two workloads. *Raw*: the Sia/Pollux Philly job list as it is (68,503 jobs in the Helios window and VCs).
 *Calibrated*: the same jobs with every runtime multiplied by one factor, DURATION_SCALE, chosen so that the
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from corral.sim.cli import _summary, _write_report
 from corral.sim.experiment import Policy, run_experiment
+from corral.sim.forecast_bluewaters import suite_row as forecast_bluewaters_row
 from corral.sim.forecast_experiment import suite_row as forecast_row
 from corral.sim.limits import TimeLimitModel
 from corral.sim.openb_experiment import suite_rows as openb_rows
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         _write_report(str(out_dir / f"{name}.html"), outcomes, workload, cluster, model)
     experiments.extend(openb_rows(out_dir))
     experiments.append(forecast_row(out_dir, DURATION_SCALE))
+    experiments.append(forecast_bluewaters_row(out_dir))
     (out_dir / "sim-summary.json").write_text(json.dumps({"experiments": experiments}, indent=1))
     json.dump({"experiments": experiments}, sys.stdout, indent=1)
     print()

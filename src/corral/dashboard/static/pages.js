@@ -162,7 +162,7 @@
 
   function jobRow(job) {
     const when_ = job.state === "PENDING"
-      ? (job.estimated_start ? `starts ~${when(job.estimated_start)}` : "—")
+      ? (job.estimated_start ? `starts ~${when(job.estimated_start)}${job.estimated_start_window ? ` (by ${when(job.estimated_start_window[1])})` : ""}` : "—")
       : duration(job.elapsed_s);
     return h("tr", {"data-job": jobId(job)},
       h("td", {}, jobLink(job)), h("td", {}, job.name), h("td", {}, job.user), h("td", {}, job.account),

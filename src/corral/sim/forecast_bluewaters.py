@@ -1,0 +1,131 @@
+"""`forecast-bluewaters`: start-time forecasts on real user time limits (the Blue Waters sample).
+
+The replay: every job of `read_bluewaters` on the real machine's size (22,656 XE + 4,224 XK nodes; see
+sim/traces/bluewaters.py for how nodes become units). The sample is sparse for its first 77 days and dense
+for its last ten (13,600 of its 15,000 jobs arrive in days 82-86.5), and then the real machine queues, so
+forecasts are sampled every SAMPLE_EVERY_S from FIRST_S to the end. Same policy, same three forecasts and
+the same error as `forecast-philly` (sim/forecast_experiment.py): ours (limits x each user's recent ratios
+actual/limit), Slurm's (every job runs to its limit), and the oracle (true runtimes; only new arrivals
+unknown), and the runtime model alone. Ours predicts with the quantile the live controller uses
+(forecast.LIVE_QUANTILE, tuned on this replay's tuning window).
+
+Two windows, by forecast instant: samples before TUNE_UNTIL_S tune, the others report. The start window
+(sim/forecast.py `StartWindow`) is calibrated on the tuning samples (conformal: the quantiles of actual
+wait / forecast wait there), and its coverage is measured on the report samples, as is every error figure.
+The factors that live forecasts use (forecast.START_WINDOW) were set from this run's tuning window.
+"""
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corral.sim import forecast_experiment as philly
+from corral.sim.experiment import Policy
+from corral.sim.forecast import LIVE_QUANTILE, START_WINDOW, RuntimeModel, StartWindow
+from corral.sim.forecast_experiment import ForecastOutcome, Sample, pct
+from corral.sim.traces.bluewaters import bluewaters_cluster, fit_to, read_bluewaters
+
+DAY_S = 86400.0
+XE_UNITS, XK_UNITS = 22_656, 4_224  # the real machine: 22,636 XE and 4,228 XK nodes, in whole 32-unit nodes
+FIRST_S = 77 * DAY_S
+LAST_S = 86.5 * DAY_S
+SAMPLE_EVERY_S = 3 * 3600.0
+TUNE_UNTIL_S = 85.5 * DAY_S
+POLICY = Policy("forecast-bluewaters", isolated=True, backfill=True, weight_age=10_000, weight_job_size=10_000,
+                favor_small=True)
+
+
+def run(progress: Callable[[str], None] | None = None) -> ForecastOutcome:
+    cluster = bluewaters_cluster(XE_UNITS, XK_UNITS)
+    return philly.run(fit_to(read_bluewaters(), cluster), warmup_s=FIRST_S, span_s=LAST_S - FIRST_S,
+                      every_s=SAMPLE_EVERY_S, progress=progress, cluster=cluster, policy=POLICY,
+                      model=RuntimeModel(quantile=LIVE_QUANTILE))
+
+
+def split(outcome: ForecastOutcome) -> tuple[ForecastOutcome, ForecastOutcome]:
+    """(tuning, report): the samples taken before TUNE_UNTIL_S, and the others."""
+    def only(keep: Callable[[Sample], bool]) -> ForecastOutcome:
+        return ForecastOutcome([s for s in outcome.samples if keep(s)], outcome.actual, outcome.forecast_wall_s,
+                               outcome.pending_counts, outcome.replay_jobs, outcome.wall_s, outcome.source,
+                               outcome.sampled, outcome.durations)
+    return only(lambda s: s.at_s < TUNE_UNTIL_S), only(lambda s: s.at_s >= TUNE_UNTIL_S)
+
+
+def _started(outcome: ForecastOutcome) -> list[tuple[float, float, float]]:
+    """(instant, our forecast, actual start) of every sample whose job started."""
+    return [(s.at_s, s.ours_s, outcome.actual[s.job_id]) for s in outcome.samples if s.job_id in outcome.actual]
+
+
+def coverage(outcome: ForecastOutcome, window: StartWindow) -> float | None:
+    found = [window.bounds(at, ours)[0] <= actual <= window.bounds(at, ours)[1]
+             for at, ours, actual in _started(outcome)]
+    return round(float(np.mean(found)) * 100, 1) if found else None
+
+
+def _errors(outcome: ForecastOutcome) -> dict[str, Any]:
+    err, runtime_err = philly.errors(outcome), philly.runtime_errors(outcome)
+    row: dict[str, Any] = {"n": len(err["ours"])}
+    for name, key in (("ours", ""), ("baseline", "baseline_"), ("oracle", "oracle_")):
+        row[f"{key}p50_err_pct"], row[f"{key}p90_err_pct"] = pct(err[name], 50), pct(err[name], 90)
+    row["runtime_p50_err_pct"], row["runtime_p90_err_pct"] = pct(runtime_err, 50), pct(runtime_err, 90)
+    return row
+
+
+def summary(outcome: ForecastOutcome) -> dict[str, Any]:
+    tuning, report = split(outcome)
+    calibrated = StartWindow.calibrate(_started(tuning))
+    row: dict[str, Any] = {
+        "name": "forecast-bluewaters",
+        "setup": (f"{outcome.source} ({outcome.replay_jobs} jobs) on {XE_UNITS:,} XE + {XK_UNITS:,} XK nodes "
+                  f"(the real machine's size), {POLICY.describe()}. Forecast every {SAMPLE_EVERY_S / 3600:g} h "
+                  f"from day {FIRST_S / DAY_S:g} to day {LAST_S / DAY_S:g}, every pending job; tuning window: "
+                  f"instants before day {TUNE_UNTIL_S / DAY_S:g}, report window: the rest. error = |forecast - "
+                  f"actual start| / max(actual start - forecast instant, {philly.MIN_WAIT_S:g} s). Forecasts "
+                  f"assume no new arrivals."),
+        **_errors(report),
+        "tuning": _errors(tuning),
+        "quantile": LIVE_QUANTILE,
+        "window_shipped": START_WINDOW.describe(),
+        "window_coverage_pct": coverage(report, START_WINDOW),
+        "window_calibrated_here": calibrated.describe() if calibrated else None,
+        "window_calibrated_here_coverage_pct": coverage(report, calibrated) if calibrated else None,
+        "target": "p50 <= 25 %, p90 <= 60 %, p50 at least 5x better than Slurm's; window covers 80 %",
+        "instants": len(outcome.forecast_wall_s),
+        "forecast_wall_s_max": round(max(outcome.forecast_wall_s), 3),
+        "pending_max": max(outcome.pending_counts),
+        "wall_s": round(outcome.wall_s, 1),
+    }
+    return row
+
+
+def render(row: dict[str, Any]) -> str:
+    """reports/forecast-bluewaters.html."""
+    def line(name: str, data: dict[str, Any], key: str) -> str:
+        return (f"<tr><td>{html.escape(name)}</td><td>{data.get(key + 'p50_err_pct')}</td>"
+                f"<td>{data.get(key + 'p90_err_pct')}</td></tr>")
+    table = "".join(line(name, row, key) for name, key in (
+        ("ours: limit x the user's recent ratios actual/limit", ""), ("Slurm: every job runs to its limit",
+                                                                      "baseline_"),
+        ("oracle: true runtimes (only new arrivals unknown)", "oracle_"), ("the runtime model alone", "runtime_")))
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>corral simulate: forecast-bluewaters</title>
+<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}}td,th{{border:1px solid #ccc;padding:3px 8px}}
+table{{border-collapse:collapse}}</style></head><body>
+<h1>Start-time forecasts on Blue Waters (real user time limits)</h1>
+<p>{html.escape(row["setup"])}</p>
+<table><tr><th>report window</th><th>p50 error (%)</th><th>p90 (%)</th></tr>{table}</table>
+<p>n = {row["n"]} forecasts in the report window. Start window shipped ({html.escape(row["window_shipped"])}):
+{row["window_coverage_pct"]} % of actual starts inside it. Target: {html.escape(row["target"])}.</p>
+</body></html>
+"""
+
+
+def suite_row(out_dir: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`make sim-report`'s forecast-bluewaters row; writes forecast-bluewaters.html beside the others."""
+    row = summary(run(progress))
+    Path(out_dir, "forecast-bluewaters.html").write_text(render(row))
+    return row
