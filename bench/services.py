@@ -1,7 +1,8 @@
 """Services under load, measured on a real cluster (issue 22): a controller and two agents (the e2e tests'
 harness, SQLite), `corral gateway` as its own process, and a small HTTP app (bench/service_app.py) as the
 service. A load generator (aiohttp, open loop at `--rate` requests/s, GET through the gateway, on loopback)
-runs during each event, and each event reports the requests sent during it, the failed ones, and p50/p99
+runs during each event (GETs, which the gateway may retry on another replica, and POSTs with a body, which
+it may not, half the rate each; each request takes the app `--work-ms`), and each event reports the requests sent during it, the failed ones, and p50/p99
 latency:
 
 1. update: a rolling update of a 2-replica service to a new VERSION in its environment (zero failed is the
@@ -176,14 +177,14 @@ class Bench:
 
     # ----- the events
 
-    def update_and_crash(self, rate: float) -> list[dict]:
+    def update_and_crash(self, rate: float, work_ms: float) -> list[dict]:
         """The rolling update, then the crash, under GETs (which the gateway may retry on another replica)
         and POSTs with a body (which it may not), rate/2 each."""
         name = "svcproof-web"
         self.apply(name, "v1")
         wait_for(lambda: self.settled(name, 1, 2), 90, 0.3, message="2 ready replicas of revision 1")
         self.wait_gateway_routes(name)
-        loads = [Load(self.url(name), rate / 2, method).start() for method in ("GET", "POST")]
+        loads = [Load(self.url(name, f"?ms={work_ms:g}"), rate / 2, method).start() for method in ("GET", "POST")]
         results = []
         try:
             time.sleep(3)
@@ -277,6 +278,8 @@ class Bench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=100, help="requests/s during the update and the crash")
+    parser.add_argument("--work-ms", type=float, default=20,
+                        help="how long the app takes per request during the update and the crash")
     parser.add_argument("--scale-rate", type=float, default=50, help="requests/s (200 ms each) for scale-up")
     parser.add_argument("--cold-rounds", type=int, default=3)
     parser.add_argument("--only", choices=("update", "scale", "cold"), action="append",
@@ -289,7 +292,7 @@ def main() -> None:
         try:
             bench.start()
             only = set(options.only or ("update", "scale", "cold"))
-            results = bench.update_and_crash(options.rate) if "update" in only else []
+            results = bench.update_and_crash(options.rate, options.work_ms) if "update" in only else []
             if "scale" in only:
                 results.append(bench.scale_up(options.scale_rate))
             if "cold" in only:
@@ -300,7 +303,8 @@ def main() -> None:
         finally:
             bench.stop()
     conditions = {"cpus": os.cpu_count(), "loadavg_before": [round(x, 1) for x in load_before],
-                  "loadavg_after": [round(x, 1) for x in os.getloadavg()], "rate": options.rate}
+                  "loadavg_after": [round(x, 1) for x in os.getloadavg()], "rate": options.rate,
+                  "work_ms": options.work_ms}
     for result in results:
         print(json.dumps({**result, "conditions": conditions}))
     if options.json:
