@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.e2e.harness import API, Cluster, free_port, wait_for  # noqa: E402
+from tests.e2e.standby import StandbyCluster  # noqa: E402
 
 APP = ROOT / "bench" / "service_app.py"
 READINESS = {"http": {"path": "/", "port": "http"}, "period_s": 0.5, "timeout_s": 1, "failure_threshold": 2}
@@ -113,10 +115,14 @@ class Load:
 
 
 class Bench:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, db: str | None = None) -> None:
+        """`db`: a PostgreSQL URL: two controllers on it, one leading (the failover event)."""
         self.root = root
-        self.cluster = Cluster(root, nodes=2, gpus=0,
-                               config="kill_grace_s = 5\nnode_timeout_s = 15\n")
+        config = "kill_grace_s = 5\nnode_timeout_s = 15\n"
+        self.cluster: Cluster = (StandbyCluster(root, db=db, nodes=2, gpus=0, config=config) if db else
+                                 Cluster(root, nodes=2, gpus=0, config=config))
+        self.controllers = (",".join(self.cluster.url_of(i) for i in range(len(self.cluster.ports)))
+                            if isinstance(self.cluster, StandbyCluster) else self.cluster.url)
         self.gateway_port = free_port()
         self.gateway: subprocess.Popen | None = None
 
@@ -126,7 +132,7 @@ class Bench:
         log = open(self.root / "gateway.log", "ab")
         env = {**os.environ, "CORRAL_SECRET_FILE": str(self.cluster.secret_file), "PYTHONUNBUFFERED": "1"}
         self.gateway = subprocess.Popen(
-            [str(corral), "gateway", "--controller", self.cluster.url, "--port", str(self.gateway_port),
+            [str(corral), "gateway", "--controller", self.controllers, "--port", str(self.gateway_port),
              "--report-every-s", "1", "--hold-s", "60"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -134,7 +140,7 @@ class Bench:
         if self.gateway is not None and self.gateway.poll() is None:
             os.killpg(self.gateway.pid, signal.SIGTERM)
             self.gateway.wait(timeout=10)
-        for name in ("svcproof-web", "svcproof-auto", "svcproof-cold"):
+        for name in ("svcproof-web", "svcproof-auto", "svcproof-cold", "svcproof-ha"):
             self.cluster.http.delete(f"{API}/services/{name}")
         time.sleep(3)  # the replicas' SIGTERM, before the agents go
         self.cluster.stop()
@@ -165,6 +171,13 @@ class Bench:
         return (len(live) == ready and all(r["revision"] == revision and r["ready"] for r in live)
                 and len([e for e in self.endpoints(name) if not e["draining"]]) == ready
                 and len(self.endpoints(name)) == ready)
+
+    def settled_if_answering(self, name: str, revision: int, ready: int) -> bool:
+        """settled(), False while no controller answers (a new leader rebuilds its engine first)."""
+        try:
+            return self.settled(name, revision, ready)
+        except (AssertionError, httpx.TransportError, KeyError):
+            return False
 
     def wait_gateway_routes(self, name: str) -> None:
         def answers() -> bool:
@@ -227,6 +240,33 @@ class Bench:
                  **load.window(began - 0.001, back + 2),
                  "history": [h for h in shown["history"] if "restart" in h][-1:]} for load in loads]
 
+    def failover(self, rate: float, work_ms: float) -> list[dict]:
+        """The leading controller SIGKILLed under load; the gateway knows both controllers' URLs."""
+        assert isinstance(self.cluster, StandbyCluster)
+        name = "svcproof-ha"
+        self.apply(name, "v1")
+        wait_for(lambda: self.settled(name, 1, 2), 90, 0.3, message="2 ready replicas")
+        self.wait_gateway_routes(name)
+        loads = [Load(self.url(name, f"?ms={work_ms:g}"), rate / 2, method).start() for method in ("GET", "POST")]
+        try:
+            time.sleep(3)
+            old = self.cluster.leader()
+            assert old is not None
+            began = time.monotonic()
+            self.cluster.signal(old, signal.SIGKILL)
+            wait_for(lambda: self.cluster.leader() not in (None, old), 60, 0.05, message="a new leader")
+            led = time.monotonic()
+            wait_for(lambda: self.settled_if_answering(name, 1, 2), 60, 0.2, message="the service as it was")
+            time.sleep(5)
+            end = time.monotonic()
+        finally:
+            for load in loads:
+                load.stop()
+        return [{"event": "controller failover (SIGKILL of the leader, 2 controllers on PostgreSQL)",
+                 "method": load.method, "new_leader_after_s": round(led - began, 2),
+                 "restarts": [r["restarts"] for r in self.show(name)["replicas"]],
+                 **load.window(began, end)} for load in loads]
+
     def replica_pid(self, index: int) -> int:
         """The live process that replica `index` started last (its pid file is the newest)."""
         for pid_file in sorted((self.root / "pids").glob(f"{index}-*"), key=lambda p: p.stat().st_mtime,
@@ -275,6 +315,40 @@ class Bench:
                 "answers": answers, "zero_after_s": zero_after}
 
 
+def failover(rate: float, work_ms: float) -> list[dict]:
+    from tests.store.pg import fresh_pg_schema, pg_server_url_or_skip
+
+    with tempfile.TemporaryDirectory(prefix="svcproof-bench-ha-") as tmp, \
+            fresh_pg_schema(pg_server_url_or_skip()) as url:
+        bench = Bench(Path(tmp), db=url)
+        try:
+            bench.start()
+            return bench.failover(rate, work_ms)
+        except BaseException:
+            print(bench.cluster.logs()[-6000:], file=sys.stderr)
+            raise
+        finally:
+            bench.stop()
+
+
+def one_cluster(options: argparse.Namespace, only: set[str]) -> list[dict]:
+    with tempfile.TemporaryDirectory(prefix="svcproof-bench-") as tmp:
+        bench = Bench(Path(tmp))
+        try:
+            bench.start()
+            results = bench.update_and_crash(options.rate, options.work_ms) if "update" in only else []
+            if "scale" in only:
+                results.append(bench.scale_up(options.scale_rate))
+            if "cold" in only:
+                results.append(bench.cold_starts(options.cold_rounds))
+            return results
+        except BaseException:
+            print(bench.cluster.logs()[-6000:], (Path(tmp) / "gateway.log").read_text()[-3000:], file=sys.stderr)
+            raise
+        finally:
+            bench.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=100, help="requests/s during the update and the crash")
@@ -282,26 +356,18 @@ def main() -> None:
                         help="how long the app takes per request during the update and the crash")
     parser.add_argument("--scale-rate", type=float, default=50, help="requests/s (200 ms each) for scale-up")
     parser.add_argument("--cold-rounds", type=int, default=3)
-    parser.add_argument("--only", choices=("update", "scale", "cold"), action="append",
-                        help="run only these events (update: the update and the crash); default: all")
+    parser.add_argument("--only", choices=("update", "scale", "cold", "failover"), action="append",
+                        help="run only these events (update: the update and the crash); default: all but failover")
+    parser.add_argument("--failover", action="store_true",
+                        help="also fail the leading controller over (a second cluster: two controllers on "
+                             "PostgreSQL, tests/store/pg.py's server or CORRAL_TEST_PG_URL)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     options = parser.parse_args()
+    only = set(options.only or ("update", "scale", "cold")) | ({"failover"} if options.failover else set())
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="svcproof-bench-") as tmp:
-        bench = Bench(Path(tmp))
-        try:
-            bench.start()
-            only = set(options.only or ("update", "scale", "cold"))
-            results = bench.update_and_crash(options.rate, options.work_ms) if "update" in only else []
-            if "scale" in only:
-                results.append(bench.scale_up(options.scale_rate))
-            if "cold" in only:
-                results.append(bench.cold_starts(options.cold_rounds))
-        except BaseException:
-            print(bench.cluster.logs()[-6000:], (Path(tmp) / "gateway.log").read_text()[-3000:], file=sys.stderr)
-            raise
-        finally:
-            bench.stop()
+    results = one_cluster(options, only) if only & {"update", "scale", "cold"} else []
+    if "failover" in only:
+        results += failover(options.rate, options.work_ms)
     conditions = {"cpus": os.cpu_count(), "loadavg_before": [round(x, 1) for x in load_before],
                   "loadavg_after": [round(x, 1) for x in os.getloadavg()], "rate": options.rate,
                   "work_ms": options.work_ms}
