@@ -1,6 +1,7 @@
-"""The small HTTP app bench/services.py serves as a corral service: each replica answers
-GET (or POST, its body read and dropped) /?ms=N after N milliseconds (0 by default) with "<VERSION> <replica> <pid>", VERSION from its environment,
-on $PORT. It writes its pid to pids/<replica>-<pid> in its working directory, so the benchmark can kill -9 it."""
+"""The small HTTP app bench/services.py serves as a corral service: each replica answers GET (or POST, its
+body read and dropped) /?ms=N after N milliseconds (0 by default) with "<VERSION> <replica> <pid>", VERSION
+from its environment, on $PORT. It writes its pid to pids/<replica>-<pid> in its working directory, so the
+benchmark can kill -9 it. It dies at once on SIGTERM (no graceful shutdown): the worst case for a drain."""
 from __future__ import annotations
 
 import os

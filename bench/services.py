@@ -1,9 +1,9 @@
 """Services under load, measured on a real cluster (issue 22): a controller and two agents (the e2e tests'
 harness, SQLite), `corral gateway` as its own process, and a small HTTP app (bench/service_app.py) as the
-service. A load generator (aiohttp, open loop at `--rate` requests/s, GET through the gateway, on loopback)
-runs during each event (GETs, which the gateway may retry on another replica, and POSTs with a body, which
-it may not, half the rate each; each request takes the app `--work-ms`), and each event reports the requests sent during it, the failed ones, and p50/p99
-latency:
+service. A load generator (aiohttp, open loop at `--rate` requests/s through the gateway, on loopback) runs
+during each event: GETs, which the gateway may retry on another replica, and POSTs with a body, which it may
+not, half the rate each, each taking the app `--work-ms`. Each event reports the requests sent during it,
+the failed ones (and why), and p50/p99 latency:
 
 1. update: a rolling update of a 2-replica service to a new VERSION in its environment (zero failed is the
    target; every response sent after the update finished must be the new version);
@@ -11,12 +11,14 @@ latency:
    backoff is `restart.backoff_initial_s`, 10 s by default);
 3. scale-up: an autoscaled service (target_inflight 4, 1 to 3 replicas) at rest, then slow requests (200 ms
    each, in flight = rate x 0.2): the time from load onset until a second replica is ready;
-4. cold start: a service scaled to zero (scale_to_zero, idle_s 3): one request's wait until it is answered.
+4. cold start: a service scaled to zero (scale_to_zero, idle_s 3): one request's wait until it is answered;
+5. with --failover, on a second cluster (two controllers on PostgreSQL, the gateway told both): SIGKILL of
+   the leading controller under the same load as 1 and 2.
 
 The load is bounded (each phase stops by itself), everything binds 127.0.0.1, and the cluster's processes and
 files are removed at the end.
 
-    .venv/bin/python bench/services.py [--rate 100] [--cold-rounds 3] [--json F]
+    .venv/bin/python bench/services.py [--rate 100] [--work-ms 20] [--cold-rounds 3] [--failover] [--json F]
 """
 from __future__ import annotations
 
@@ -149,7 +151,8 @@ class Bench:
         return f"http://127.0.0.1:{self.gateway_port}/s/{service}/{query}"
 
     def apply(self, name: str, version: str, **spec: object) -> dict:
-        body = {"name": name, "user": getpass.getuser(), "command": [sys.executable, str(APP)], "workdir": str(self.root),
+        body = {"name": name, "user": getpass.getuser(), "command": [sys.executable, str(APP)],
+                "workdir": str(self.root),
                 "env": {"VERSION": version, "PATH": os.environ["PATH"]}, "ports": [{"name": "http"}],
                 "probes": {"readiness": READINESS}, "public": True, "replicas": 2, **spec}
         reply = self.cluster.http.post(f"{API}/services", json=body)
