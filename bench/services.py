@@ -3,7 +3,7 @@ harness, SQLite), `corral gateway` as its own process, and a small HTTP app (ben
 service. A load generator (aiohttp, open loop at `--rate` requests/s through the gateway, on loopback) runs
 during each event: GETs, which the gateway may retry on another replica, and POSTs with a body, which it may
 not, half the rate each, each taking the app `--work-ms`. Each event reports the requests sent during it,
-the failed ones (and why), and p50/p99 latency:
+the failed ones (and why), and p50/p99 latency, counting every request in flight at some time during it:
 
 1. update: a rolling update of a 2-replica service to a new VERSION in its environment (zero failed is the
    target; every response sent after the update finished must be the new version);
@@ -27,6 +27,7 @@ import asyncio
 import getpass
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -45,6 +46,7 @@ from tests.e2e.harness import API, Cluster, free_port, wait_for  # noqa: E402
 from tests.e2e.standby import StandbyCluster  # noqa: E402
 
 APP = ROOT / "bench" / "service_app.py"
+METHODS = ("GET", "POST")
 READINESS = {"http": {"path": "/", "port": "http"}, "period_s": 0.5, "timeout_s": 1, "failure_threshold": 2}
 
 
@@ -54,16 +56,21 @@ class Sample:
     latency_s: float
     ok: bool
     answer: str  # the body, or why it failed
+    method: str
 
 
 @dataclass
 class Load:
-    """`method` `url` at `rate` requests/s from its own thread and event loop until stopped (open loop: a slow
-    answer does not slow the sending), keeping every request's outcome."""
+    """Requests to `url` at `rate` per second from their own thread and event loop until stopped (open loop: a
+    slow answer does not slow the sending), keeping every request's outcome. Each is a POST with a small body
+    (which the gateway may not send twice) with probability `post_share`, else a GET, drawn at random: GETs
+    and POSTs sent alternately would fall into step with the gateway's round-robin and each go to one
+    replica, so a killed replica would only ever hold one kind."""
 
     url: str
     rate: float
-    method: str = "GET"  # a POST carries a small body: the gateway may not send it twice
+    post_share: float = 0.0
+    seed: int = 1
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -83,8 +90,10 @@ class Load:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
             pending: set[asyncio.Task] = set()
             began, sent = time.monotonic(), 0
+            draw = random.Random(self.seed)
             while not self._stop.is_set():
-                task = asyncio.create_task(self._one(session))
+                method = "POST" if draw.random() < self.post_share else "GET"
+                task = asyncio.create_task(self._one(session, method))
                 pending.add(task)
                 task.add_done_callback(pending.discard)
                 sent += 1
@@ -92,20 +101,22 @@ class Load:
             if pending:
                 await asyncio.wait(pending)
 
-    async def _one(self, session: aiohttp.ClientSession) -> None:
+    async def _one(self, session: aiohttp.ClientSession, method: str) -> None:
         sent = time.monotonic()
         try:
-            payload = b'{"prompt": "hello"}' if self.method == "POST" else None
-            async with session.request(self.method, self.url, data=payload) as reply:
+            payload = b'{"prompt": "hello"}' if method == "POST" else None
+            async with session.request(method, self.url, data=payload) as reply:
                 body = (await reply.read()).decode(errors="replace").strip()
                 ok, answer = reply.status == 200, body if reply.status == 200 else f"HTTP {reply.status}: {body}"
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             ok, answer = False, f"{type(exc).__name__}: {exc}"
-        self.samples.append(Sample(sent, time.monotonic() - sent, ok, answer))
+        self.samples.append(Sample(sent, time.monotonic() - sent, ok, answer, method))
 
-    def window(self, start: float, end: float) -> dict:
-        """Requests sent in [start, end): how many, how many failed (and the first few reasons), p50/p99."""
-        chosen = [s for s in self.samples if start <= s.sent < end]
+    def window(self, start: float, end: float, method: str) -> dict:
+        """Requests in flight at some time in [start, end) (sent before its end, answered after its start: a
+        request on a replica when it is killed counts): how many, how many failed (and the first few
+        reasons), p50/p99."""
+        chosen = [s for s in self.samples if s.method == method and s.sent < end and s.sent + s.latency_s >= start]
         latencies = sorted(s.latency_s for s in chosen)
         failures = [s.answer for s in chosen if not s.ok]
 
@@ -195,37 +206,37 @@ class Bench:
 
     def update_and_crash(self, rate: float, work_ms: float) -> list[dict]:
         """The rolling update, then the crash, under GETs (which the gateway may retry on another replica)
-        and POSTs with a body (which it may not), rate/2 each."""
+        and POSTs with a body (which it may not), half of each."""
         name = "svcproof-web"
         self.apply(name, "v1")
         wait_for(lambda: self.settled(name, 1, 2), 90, 0.3, message="2 ready replicas of revision 1")
         self.wait_gateway_routes(name)
-        loads = [Load(self.url(name, f"?ms={work_ms:g}"), rate / 2, method).start() for method in ("GET", "POST")]
+        load = Load(self.url(name, f"?ms={work_ms:g}"), rate, post_share=0.5).start()
         results = []
         try:
             time.sleep(3)
             began = time.monotonic()
-            for load in loads:
-                results.append({"event": "steady (2 replicas)", "method": load.method,
-                                **load.window(began - 3, began)})
+            for method in METHODS:
+                results.append({"event": "steady (2 replicas)", "method": method,
+                                **load.window(began - 3, began, method)})
             revision = self.apply(name, "v2")["revision"]
             wait_for(lambda: self.settled(name, revision, 2), 180, 0.2, message="the update to finish")
             done = time.monotonic()
             time.sleep(3)
-            for load in loads:
-                after = [s for s in load.samples if s.sent >= done + 0.5]  # the gateway's next poll
+            for method in METHODS:
+                # From the gateway's next poll after the update ended.
+                after = [s for s in load.samples if s.method == method and s.sent >= done + 0.5]
                 old = [s.answer for s in after if s.ok and not s.answer.startswith("v2 ")]
-                results.append({"event": "rolling update (2 replicas, v1 -> v2)", "method": load.method,
-                                "took_s": round(done - began, 2), **load.window(began, done),
+                results.append({"event": "rolling update (2 replicas, v1 -> v2)", "method": method,
+                                "took_s": round(done - began, 2), **load.window(began, done, method),
                                 "after_sent": len(after), "after_not_new_version": len(old),
                                 "after_failed": sum(not s.ok for s in after)})
-            results.extend(self.crash(name, revision, loads))
+            results.extend(self.crash(name, revision, load))
         finally:
-            for load in loads:
-                load.stop()
+            load.stop()
         return results
 
-    def crash(self, name: str, revision: int, loads: list[Load]) -> list[dict]:
+    def crash(self, name: str, revision: int, load: Load) -> list[dict]:
         victim = next(r for r in self.show(name)["replicas"] if r["ready"])
         pid = self.replica_pid(victim["index"])
         time.sleep(2)
@@ -237,38 +248,38 @@ class Bench:
         back = time.monotonic()
         time.sleep(2)
         shown = self.show(name)
-        return [{"event": "replica crash (kill -9, 2 replicas)", "method": load.method, "replica": victim["index"],
+        return [{"event": "replica crash (kill -9, 2 replicas)", "method": method, "replica": victim["index"],
                  "seen_after_s": round(seen - began, 2), "back_after_s": round(back - began, 2),
                  "backoff_initial_s": shown["spec"]["restart"]["backoff_initial_s"],
-                 **load.window(began - 0.001, back + 2),
-                 "history": [h for h in shown["history"] if "restart" in h][-1:]} for load in loads]
+                 **load.window(began, back + 2, method),
+                 "history": [h for h in shown["history"] if "restart" in h][-1:]} for method in METHODS]
 
     def failover(self, rate: float, work_ms: float) -> list[dict]:
         """The leading controller SIGKILLed under load; the gateway knows both controllers' URLs."""
-        assert isinstance(self.cluster, StandbyCluster)
+        cluster = self.cluster
+        assert isinstance(cluster, StandbyCluster)
         name = "svcproof-ha"
         self.apply(name, "v1")
         wait_for(lambda: self.settled(name, 1, 2), 90, 0.3, message="2 ready replicas")
         self.wait_gateway_routes(name)
-        loads = [Load(self.url(name, f"?ms={work_ms:g}"), rate / 2, method).start() for method in ("GET", "POST")]
+        load = Load(self.url(name, f"?ms={work_ms:g}"), rate, post_share=0.5).start()
         try:
             time.sleep(3)
-            old = self.cluster.leader()
+            old = cluster.leader()
             assert old is not None
             began = time.monotonic()
-            self.cluster.signal(old, signal.SIGKILL)
-            wait_for(lambda: self.cluster.leader() not in (None, old), 60, 0.05, message="a new leader")
+            cluster.signal(old, signal.SIGKILL)
+            wait_for(lambda: cluster.leader() not in (None, old), 60, 0.05, message="a new leader")
             led = time.monotonic()
             wait_for(lambda: self.settled_if_answering(name, 1, 2), 60, 0.2, message="the service as it was")
             time.sleep(5)
             end = time.monotonic()
         finally:
-            for load in loads:
-                load.stop()
+            load.stop()
         return [{"event": "controller failover (SIGKILL of the leader, 2 controllers on PostgreSQL)",
-                 "method": load.method, "new_leader_after_s": round(led - began, 2),
+                 "method": method, "new_leader_after_s": round(led - began, 2),
                  "restarts": [r["restarts"] for r in self.show(name)["replicas"]],
-                 **load.window(began, end)} for load in loads]
+                 **load.window(began, end, method)} for method in METHODS]
 
     def replica_pid(self, index: int) -> int:
         """The live process that replica `index` started last (its pid file is the newest)."""
@@ -297,7 +308,7 @@ class Bench:
             load.stop()
         return {"event": f"scale-up (target_inflight 4, {rate:g} req/s x 200 ms)",
                 "second_ready_after_s": round(second - began, 2), "desired_then": shown["desired_replicas"],
-                "ready_then": shown["ready_replicas"], **load.window(began, second + 2)}
+                "ready_then": shown["ready_replicas"], **load.window(began, second + 2, "GET")}
 
     def cold_starts(self, rounds: int) -> dict:
         name = "svcproof-cold"
