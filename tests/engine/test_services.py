@@ -18,6 +18,7 @@ from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.events import ProbeResult
 from corral.engine.membership import Inventory
 from corral.engine.records import JobState
+from corral.engine.service_events import DRAIN_S
 from tests.engine.builders import T0, engine_with_nodes, spec
 from tests.engine.harness import Harness
 
@@ -197,16 +198,50 @@ def test_a_rolling_update_surges_waits_for_ready_then_drains_the_old_replica() -
     new = [j for j in replicas(engine) if j.spec.service_revision == 2]
     assert [j.spec.replica for j in new] == [0], "max_surge 1: one new replica at a time"
     engine.schedule(T0 + 11)
-    run(engine, new[0], T0 + 12)  # no readiness probe: ready once started; the old replica 0 is stopped
-    assert old[0].final_state is JobState.CANCELLED and old[0].history[-1]["reason"] == "replaced by revision 2"
-    exit_(engine, old[0], 0, T0 + 13)
+    run(engine, new[0], T0 + 12)  # no readiness probe: ready once started; the old replica 0 is drained
+    assert old[0].draining and old[0].state is JobState.RUNNING and old[0].final_state is None
+    assert old[0].history[-1]["reason"] == "replaced by revision 2"
+    assert killed_by(engine.tick(T0 + 13)) == set() and old[0].final_state is None, "its SIGTERM waits"
+    kills = killed_by(engine.tick(T0 + 12 + DRAIN_S))
+    assert kills == {old[0].id} and old[0].final_state is JobState.CANCELLED
+    exit_(engine, old[0], 0, T0 + 15)
     second = [j for j in replicas(engine) if j.spec.service_revision == 2 and j.spec.replica == 1]
     assert len(second) == 1
-    engine.schedule(T0 + 14)
-    run(engine, second[0], T0 + 15)
-    exit_(engine, old[1], 0, T0 + 16)
+    engine.schedule(T0 + 16)
+    run(engine, second[0], T0 + 17)
+    engine.tick(T0 + 17 + DRAIN_S)
+    exit_(engine, old[1], 0, T0 + 20)
     assert {j.spec.service_revision for j in replicas(engine)} == {2}
     assert service.update_started is None and service.history[-1]["event"] == "updated"
+
+
+def test_a_draining_replica_is_listed_as_such_and_its_kill_is_the_next_deadline() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(), T0)
+    engine.schedule(T0)
+    for job in replicas(engine):
+        run(engine, job, T0 + 1)
+    engine.scale_service("web", 1, T0 + 5)
+    leaving = [j for j in replicas(engine) if j.spec.replica == 1][0]
+    assert leaving.draining and leaving.drain_until == T0 + 5 + DRAIN_S
+    assert engine.next_deadline(T0 + 5) == T0 + 5 + DRAIN_S
+    assert killed_by(engine.tick(T0 + 5 + DRAIN_S)) == {leaving.id}
+
+
+def test_a_replica_that_is_not_ready_is_stopped_at_once() -> None:
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(), T0)
+    engine.schedule(T0)
+    for job in replicas(engine):
+        run(engine, job, T0 + 1)
+    leaving = [j for j in replicas(engine) if j.spec.replica == 1][0]
+    leaving.ready = False  # its readiness probe failed: the gateway sends it nothing already
+    engine.scale_service("web", 1, T0 + 5)
+    assert not leaving.draining and leaving.final_state is JobState.CANCELLED
+
+
+def killed_by(commands) -> set[int]:
+    return {c.job_id for c in commands or () if isinstance(c, Kill)}
 
 
 def test_an_update_whose_replicas_never_get_ready_is_rolled_back() -> None:

@@ -77,6 +77,7 @@ def build(name: str) -> web.Application:
     for path, handler in (("/who", replica.who), ("/hello", replica.hello), ("/slow", replica.slow),
                           ("/sse", replica.sse), ("/chunks", replica.chunks), ("/ws", replica.ws)):
         app.router.add_get(path, handler)
+    app.router.add_post("/slow", replica.slow)
     app.router.add_route("*", "/echo", replica.echo)
     app.router.add_route("*", "/echo/{tail:.*}", replica.echo)
     return app

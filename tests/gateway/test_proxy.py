@@ -75,14 +75,37 @@ def test_a_replica_killed_under_load_fails_no_idempotent_request(replicas):
     assert 1 <= retries <= 12  # the dead replica is passed over, not tried by every other request
 
 
-def test_a_request_with_a_body_is_not_sent_twice(replicas):
+def test_a_request_with_a_body_goes_to_another_replica_when_its_replica_refuses_the_connection(replicas):
+    """A refused connection never reached the application: even a POST is safe to send elsewhere (a replica
+    that has just died or been stopped, before the gateway learns it)."""
+    a, b = replicas
+    gateway, _ = static_gateway(route("web", a, b))
+    a.kill()
+    with gateway, client(gateway.url) as http:
+        replies = [http.post("/s/web/echo", content=b"charge the card") for _ in range(4)]
+    assert [r.status_code for r in replies] == [200] * 4
+    assert {r.json()["name"] for r in replies} == {"b"} and replies[0].json()["body"] == "charge the card"
+
+
+def test_a_request_with_a_body_is_not_sent_twice_once_its_replica_took_it(replicas):
+    a, b = replicas
+    gateway, _ = static_gateway(route("web", a))
+    with gateway, client(gateway.url) as http, ThreadPoolExecutor(1) as pool:
+        post = pool.submit(http.post, "/s/web/slow?s=5", content=b"charge the card")
+        time.sleep(1.0)  # the replica has read it and is working on it
+        a.kill()
+        reply = post.result()
+    assert reply.status_code == 502 and "not retried" in reply.json()["detail"]
+
+
+def test_a_request_with_no_replica_left_gets_502_naming_each_failure(replicas):
     a, b = replicas
     gateway, _ = static_gateway(route("web", a))
     a.kill()
     with gateway, client(gateway.url) as http:
-        reply = http.post("/s/web/echo", content=b"charge the card")
+        post = http.post("/s/web/echo", content=b"charge the card")
         get = http.get("/s/web/who")
-    assert reply.status_code == 502 and "not retried" in reply.json()["detail"]
+    assert post.status_code == 502 and "every ready replica failed" in post.json()["detail"]
     assert get.status_code == 502 and "every ready replica failed" in get.json()["detail"]
 
 

@@ -64,3 +64,19 @@ def test_a_restored_engine_has_its_services_and_replicas_and_submits_no_duplicat
     before = sorted(restored.jobs)
     restored.handle(ev.ServiceScaled("web", 2), now=T0 + 3)
     assert sorted(restored.jobs) == before, "its replicas are known: none submitted again"
+
+
+def test_a_draining_replica_is_still_draining_after_a_restart(store: Store) -> None:
+    """Its SIGTERM is due at drain_until: a controller that takes over must not forget the drain (it would
+    list the replica for traffic again)."""
+    engine = engine_with_nodes(count=2)
+    spec = ServiceSpec(name="web", command=["serve"], replicas=2, gpus_per_node=1, workdir="/srv")
+    results = [engine.handle(ev.ServiceApplied(spec, "alice"), now=T0), engine.handle(ev.CycleDue(), now=T0 + 1)]
+    for job in [j for j in engine.jobs.values() if j.spec.service == "web"]:
+        results += [engine.handle(ev.TasksStarted(node, job.id), now=T0 + 2) for node in job.runs]
+    results.append(engine.handle(ev.ServiceScaled("web", 1), now=T0 + 5))
+    for result in results:
+        store.save(result.jobs, result.nodes, services=result.services)
+    leaving = [j for j in engine.jobs.values() if j.spec.service == "web" and j.spec.replica == 1][0]
+    assert leaving.drain_until is not None
+    assert store.get_job(leaving.id).drain_until == leaving.drain_until

@@ -210,6 +210,13 @@ class Job:
     # ports its agents chose, per node ({"node1": {"http": 41234}}).
     ready: bool = False
     endpoints: dict[str, dict[str, int]] = field(default_factory=dict)
+    # A ready replica being stopped is drained first: the gateway stops routing to it, and it gets its
+    # SIGTERM only at this time (engine/service_events.py, DRAIN_S).
+    drain_until: float | None = None
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_until is not None
 
     @property
     def gpu_count(self) -> int:

@@ -26,6 +26,11 @@ Admit = Callable[[JobSubmit], object]  # the same decision, creating nothing (Ad
 LIVENESS_FAILED = "liveness-failed"
 # Spec fields that change no replica: a change of only these applies at once, without a new revision.
 HISTORY_MAX = 200  # a Service keeps its latest history lines (a crash loop adds one per restart)
+# How long a ready replica being stopped stays listed as draining before its SIGTERM: the gateway learns of it
+# within its long poll's round (the controller answers within 0.1 s of a change) and sends it no new request;
+# the requests it holds finish. Without it, requests sent in that moment were cut by the SIGTERM (a POST lost
+# per rolling update in bench/services.py).
+DRAIN_S = 2.0
 IN_PLACE_FIELDS = frozenset({"replicas", "autoscale", "min_ready", "public", "update", "restart", "placement"})
 
 
@@ -97,6 +102,7 @@ class ServiceEvents:
     def next_deadline(self, now: float | None) -> float | None:
         times = [services.reconcile(s, self.replicas(s.name), now if now is not None else 0.0).next_at
                  for s in self.services.values() if s.update_started is not None]
+        times += [job.drain_until for job in self._draining()]
         return min((t for t in times if t is not None and (now is None or t > now)), default=None)
 
     # ----- events
@@ -234,8 +240,14 @@ class ServiceEvents:
         self.touched.add(job.spec.service)
 
     def due(self, now: float) -> None:
-        """A deadline rang (an update's ready timeout): look at every updating service again."""
+        """A deadline rang (an update's ready timeout, a drain's end): look at those services again."""
         self.touched.update(s.name for s in self.services.values() if s.update_started is not None)
+        self.touched.update(job.spec.service for job in self._draining()
+                            if job.drain_until is not None and job.drain_until <= now)
+
+    def _draining(self) -> list[Job]:
+        return [job for service in self.services.values() for job in self.replicas(service.name)
+                if job.drain_until is not None and job.state is JobState.RUNNING]
 
     def _carry_out(self, service: Service, now: float) -> list[Command]:
         plan = services.reconcile(service, self.replicas(service.name), now)
@@ -245,11 +257,12 @@ class ServiceEvents:
         commands: list[Command] = []
         for stop in plan.stop:
             job = self.life.active.jobs[stop.job_id]
-            job.history.append({"t": now, "event": "replica-stopped", "reason": stop.reason})
+            if job.drain_until is None:
+                job.history.append({"t": now, "event": "replica-stopped", "reason": stop.reason})
             if job.state is JobState.PENDING:
                 self.life.finish(job, now, JobState.CANCELLED)
             elif job.state is JobState.RUNNING:
-                commands += self.life.begin_kill(job, now, JobState.CANCELLED)
+                commands += self._drain_then_kill(job, now)
             else:
                 job.final_state = JobState.CANCELLED
                 self.life.touch(job)
@@ -266,6 +279,17 @@ class ServiceEvents:
             self.forgotten.add(service.name)
         self.dirty[service.name] = service
         return commands
+
+    def _drain_then_kill(self, job: Job, now: float) -> list[Command]:
+        """A ready replica is first listed as draining (the gateway routes no new request to it) and killed
+        DRAIN_S later; one that takes no traffic is killed at once."""
+        if job.ready and job.drain_until is None:
+            job.drain_until = now + DRAIN_S
+            self.life.touch(job)
+            return []
+        if job.drain_until is not None and now < job.drain_until:
+            return []
+        return self.life.begin_kill(job, now, JobState.CANCELLED)
 
     def _submit_replica(self, service: Service, index: int, now: float) -> str:
         """Submits replica `index`; "" or why it could not be admitted (the service waits with it)."""

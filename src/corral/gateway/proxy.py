@@ -1,9 +1,12 @@
 """Forwarding one HTTP request to a replica and its response back, streamed both ways (chunked bodies and
 server-sent events pass chunk by chunk as they arrive: nothing is buffered, nothing is compressed).
 
-Retries: a request that cannot have reached the application (its connection was refused, reset or closed
-before a response began) is sent to another replica when its method is idempotent (GET, HEAD, OPTIONS, PUT,
-DELETE) and it has no body (so no byte of one was consumed); each replica is tried once. A response that
+Retries, each replica tried once: a request whose connection to a replica could not be made (refused, timed
+out connecting) never reached the application and no byte of its body was read, so it goes to another
+replica whatever its method. This is the common failure while a replica is being replaced or has just died:
+the gateway learns of it a moment after it stopped listening. A request whose connection was reset or closed
+before a response began may have reached the application: it goes to another replica only when its method is
+idempotent (GET, HEAD, OPTIONS, PUT, DELETE) and it has no body (so no byte of one was consumed). A response that
 has begun cannot be retried: if its replica dies mid-stream, the client's connection is cut (its response
 is visibly incomplete) and the error counted."""
 from __future__ import annotations
@@ -21,6 +24,8 @@ from corral.gateway.routes import Endpoint, RouteTable
 
 log = logging.getLogger("corral.gateway")
 
+# Raised before a connection to the replica existed: nothing of the request was sent or read.
+NEVER_CONNECTED = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the gateway sets itself.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
@@ -93,7 +98,7 @@ class Forwarder:
                 except (aiohttp.ClientConnectionError, TimeoutError) as exc:
                     failures.append(f"{endpoint.address}: {exc or type(exc).__name__}")
                     self._table.failed(endpoint)
-                    if retryable:
+                    if retryable or isinstance(exc, NEVER_CONNECTED):
                         self._metrics.retries.labels(service).inc()
                         continue
                     self._metrics.errors.labels(service, "replica_failed").inc()

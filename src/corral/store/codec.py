@@ -150,7 +150,8 @@ def job_to_row(job: Job) -> Json:
                   "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at,
                   "preemptions": job.preemptions, "warned": job.warned, "stop_cause": job.stop_cause,
                   "expedited": job.expedited, "hold_nodes": list(job.hold_nodes), "hold_until": job.hold_until,
-                  **({"ready": job.ready, "endpoints": job.endpoints} if job.spec.service else {})},
+                  **({"ready": job.ready, "endpoints": job.endpoints, "drain_until": job.drain_until}
+                     if job.spec.service else {})},
     }
 
 
@@ -185,6 +186,7 @@ def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
         hold_until=extra.get("hold_until"),
         ready=extra.get("ready", False),
         endpoints=extra.get("endpoints", {}),
+        drain_until=extra.get("drain_until"),
         **_engine_facts(extra, row.start_time),
     )
 
