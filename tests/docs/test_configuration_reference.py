@@ -1,5 +1,6 @@
 """docs/configuration.md against the loader: it describes every key the controller's config file accepts,
-no key the loader would refuse, and its examples (and the README's tenancy example) load."""
+no key the loader would refuse, and its examples (and the README's tenancy example) load; the README's and
+docs/services.md's service files are valid services."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from corral.api.service_file import parse_service
 from corral.api.tenancy import TenancySpec
 from corral.controller import settings
 
@@ -77,9 +79,22 @@ def load(data: dict) -> None:
     settings.http_from_dict(data.get("http", {}), "example")
 
 
-@pytest.mark.parametrize("text", toml_blocks(DOC) + toml_blocks(ROOT / "README.md"))
+def is_service_file(text: str) -> bool:
+    """A service's TOML (`corral service apply -f`): it names its command; a controller's config never does."""
+    return "command" in tomllib.loads(text)
+
+
+@pytest.mark.parametrize("text", [text for text in toml_blocks(DOC) + toml_blocks(ROOT / "README.md")
+                                  if not is_service_file(text)])
 def test_examples_load_as_a_controller_config_file(text) -> None:
     load(tomllib.loads(text))
+
+
+@pytest.mark.parametrize("text", [text for text in toml_blocks(ROOT / "README.md") + toml_blocks(ROOT / "docs" /
+                                                                                                  "services.md")
+                                  if is_service_file(text)])
+def test_the_readmes_service_files_are_valid_services(text, tmp_path) -> None:
+    parse_service(text, "example", tmp_path)
 
 
 @pytest.mark.parametrize("data", [{"kill_grace": 1}, {"scheduler": {"backfil": True}},
