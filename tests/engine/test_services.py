@@ -317,3 +317,26 @@ def test_a_replica_with_no_node_left_under_max_per_node_waits() -> None:
     states = sorted(j.state.value for j in replicas(engine))
     assert states == ["PENDING", "RUNNING", "RUNNING"]
     assert sorted(j.node_names[0] for j in replicas(engine) if j.slices) == ["node1", "node2"]
+
+
+def test_a_ready_replica_being_stopped_is_drained_before_its_sigterm_and_others_are_not() -> None:
+    """The gateway must stop routing to a replica before it gets SIGTERM: its Kill waits service_drain_s
+    (its kill deadline moves as far), while a replica never ready, and batch work, are signalled at once."""
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(replicas=3), T0)
+    batch = engine.submit(spec(name="batch"), T0)
+    engine.schedule(T0)
+    ready_one, ready_two, never_ready = replicas(engine)
+    run(engine, ready_one, T0 + 1)
+    run(engine, ready_two, T0 + 1)
+    assert ready_one.ready and ready_two.ready and not never_ready.ready
+    drain = engine.config.service_drain_s
+    assert drain == 2.0
+    kills = engine.handle(ev.ServiceScaled("web", 1), now=T0 + 5).commands
+    by_job = {k.job_id: k for k in kills}
+    assert by_job[ready_two.id].drain_s == drain and by_job[ready_two.id].signal == signal.SIGTERM
+    assert ready_two.kill_deadline == T0 + 5 + drain + engine.config.kill_grace_s + engine.config.kill_report_timeout_s
+    assert by_job[never_ready.id].drain_s == 0.0, "never routed to: nothing to drain"
+    assert batch.state is JobState.RUNNING
+    [batch_kill] = engine.cancel(batch.id, T0 + 6)
+    assert batch_kill.drain_s == 0.0

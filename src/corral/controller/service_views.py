@@ -131,14 +131,17 @@ def history_line(entry: Any) -> str:
 
 
 def endpoint_set(record: Service, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
-    """The ready replicas' endpoints: what the gateway may route to."""
+    """The ready replicas' endpoints: what the gateway may route to; those being stopped (scaled down,
+    replaced, deleted, preempted, restarted) marked `draining` until their processes end: the gateway
+    routes no new request to them, and the engine sends their SIGTERM only after its drain delay."""
     order = [port.name for port in record.spec.ports]
     found = []
     for job in replicas_of(record.spec.name, jobs):
         ports = endpoint_ports(job, addresses, order)
-        if is_ready(job) and ports:
+        draining = job.state.value == "COMPLETING" and job.ready
+        if (is_ready(job) or draining) and ports:
             found.append(EndpointOut(replica=_replica_index(job), job_id=job.id, node=job.slices[0].node,
-                                     ports=ports, draining=bool(getattr(job, "draining", False))))
+                                     ports=ports, draining=draining))
     return found
 
 
