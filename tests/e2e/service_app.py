@@ -1,8 +1,9 @@
 """A small HTTP app the end-to-end service tests run as a replica (`python3 service_app.py`), on $PORT.
 
-GET / answers `VERSION JOBID`; GET /health answers 200, or 500 once a file `sick-JOBID` exists in its
-working directory (a liveness failure on demand); GET /stream sends five server-sent events, a token every
-0.1 s (an LLM server's token stream, on a CPU). It writes its pid to `pid-JOBID` so a test can kill it."""
+GET / answers `VERSION JOBID` (GET /slow too, after 0.5 s); GET /health answers 200, or 500 once a file
+`sick-JOBID` exists in its working directory (a liveness failure on demand); GET /stream sends five
+server-sent events, a token every 0.1 s (an LLM server's token stream, on a CPU). It writes its pid to
+`pid-JOBID` so a test can kill it."""
 from __future__ import annotations
 
 import os
@@ -29,6 +30,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(0.1)
         else:
+            if self.path == "/slow":
+                time.sleep(0.5)  # a model's forward pass: requests pile up in flight under load
             self._answer(200, f"{VERSION} {JOB}\n".encode())
 
     def _answer(self, status: int, body: bytes) -> None:

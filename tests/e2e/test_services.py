@@ -215,6 +215,50 @@ def test_a_rolling_update_switches_every_response_with_zero_failures(served):
     served.delete("rolling")
 
 
+def test_scaling_up_under_load_adds_a_replica_and_down_when_it_stops(served):
+    autoscale = {"min_replicas": 1, "max_replicas": 3, "target_inflight": 1}
+    assert served.apply(name="elastic", replicas=1, probes=PROBES, autoscale=autoscale).status_code == 201
+    served.ready("elastic", 1)
+    loads = [Load(f"{served.url}/s/elastic/slow") for _ in range(3)]
+    onset = time.monotonic()
+    for load in loads:
+        load.__enter__()
+    try:
+        served.ready("elastic", 2)
+        scaled_s = time.monotonic() - onset
+    finally:
+        for load in loads:
+            load.__exit__()
+    print(f"autoscale: load onset to a second ready replica {scaled_s:.1f} s; "
+          f"{sum(len(load.failures) for load in loads)} of {sum(len(load.answers) for load in loads)} failed")
+    assert all(load.failures == [] for load in loads)
+    assert any("autoscaled" in line for line in served.show("elastic")["history"])
+    wait_for(lambda: served.show("elastic")["desired_replicas"] == 1, 30, 0.2, "back to min_replicas")
+    served.delete("elastic")
+
+
+def test_killing_an_agent_reschedules_its_replicas(served):
+    """No `spread` here: with it, each node may hold ceil(replicas / nodes) replicas, counting the lost
+    node, so the lost replica would wait for it (reported, not changed here)."""
+    assert served.apply(name="moving", replicas=2, probes=PROBES).status_code == 201
+    ready = served.ready("moving", 2)
+    lost_node = ready[0]["node"]
+    lost = {r["index"] for r in ready if r["node"] == lost_node}
+    other = next(n for n in ("node1", "node2") if n != lost_node)
+    served.cluster.kill_agent(lost_node)
+    try:
+        began = time.monotonic()
+        wait_for(lambda: {r["index"] for r in served.show("moving")["replicas"] if r["ready"] and r["node"] == other}
+                 >= lost, 60, 0.5, f"the lost node's replicas ready on {other}")
+        print(f"agent killed: its replicas ready elsewhere after {time.monotonic() - began:.1f} s "
+              "(node_timeout_s 15)")
+        assert {served.get("moving").status_code for _ in range(10)} == {200}
+    finally:
+        served.cluster.start_agent(lost_node)
+        wait_for(lambda: any(n["name"] == lost_node and n["state"] != "down" for n in served.cluster.nodes()), 30)
+    served.delete("moving")
+
+
 @pytest.mark.parametrize(("change", "words"), [
     ({"colour": "blue"}, "colour: unknown field"),
     ({"ports": [{"name": "http", "port": 70000}]}, "ports[0].port: 70000 is not a port"),
