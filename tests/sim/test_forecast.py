@@ -2,8 +2,6 @@
 answers, and that a forecast never changes the engine it was taken from."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from corral.api.schemas import JobSubmit
