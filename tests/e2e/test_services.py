@@ -21,6 +21,21 @@ from tests.e2e.harness import API, Cluster, free_port, wait_for
 pytestmark = pytest.mark.slow
 
 USER = "svcint-e2e"
+# The harness's own settings, and QOS `high` that may preempt `low` (the preemption test's).
+CONFIG = """
+kill_grace_s = 2
+node_timeout_s = 15
+[[qos]]
+name = "low"
+grace_s = 2
+[[qos]]
+name = "normal"
+priority = 5
+[[qos]]
+name = "high"
+priority = 10
+preempts = ["low"]
+"""
 APP = Path(__file__).parent / "service_app.py"
 
 
@@ -74,7 +89,7 @@ class Served:
 def served(tmp_path_factory, unix_user) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("services")
     root.chmod(0o755)
-    cluster = Cluster(root, nodes=2, gpus=2).start()
+    cluster = Cluster(root, nodes=2, gpus=2, config=CONFIG).start()
     port = free_port()
     gateway = subprocess.Popen(
         [sys.executable, "-m", "corral.cli.main", "gateway", "--controller", cluster.url, "--port", str(port),
@@ -257,6 +272,20 @@ def test_killing_an_agent_reschedules_its_replicas(served):
         served.cluster.start_agent(lost_node)
         wait_for(lambda: any(n["name"] == lost_node and n["state"] != "down" for n in served.cluster.nodes()), 30)
     served.delete("moving")
+
+
+def test_a_batch_gang_in_a_preempting_qos_takes_the_services_gpus_and_the_service_returns(served):
+    assert served.apply(name="gpuweb", replicas=2, gpus_per_node=2, qos="low", probes=PROBES).status_code == 201
+    first = {r["job_id"] for r in served.ready("gpuweb", 2)}
+    gang = served.cluster.submit(argv=["sleep", "3"], qos="high", nodes=2, gpus_per_node=2)
+    job = served.cluster.wait_state(gang, "RUNNING", "COMPLETED", timeout_s=40)
+    assert job["state"] in ("RUNNING", "COMPLETED")
+    assert served.cluster.wait_state(gang, "COMPLETED", timeout_s=40)["exit_code"] == 0
+    back = served.ready("gpuweb", 2)
+    assert {r["job_id"] for r in back} == first, "the same replicas (jobs), requeued and started again"
+    assert all(r["restarts"] >= 1 for r in back)
+    assert {served.get("gpuweb").status_code for _ in range(5)} == {200}
+    served.delete("gpuweb")
 
 
 @pytest.mark.parametrize(("change", "words"), [
