@@ -266,6 +266,8 @@ class SignalJob(BaseModel):
     target: Literal["all", "steps", "batch"] = "all"
     step_id: int | None = None
     reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
+    # A ready service replica: signal it this much later, once the gateway has stopped routing to it.
+    drain_s: Annotated[float, Field(ge=0, le=60)] = 0.0
 
 
 class AttachStep(BaseModel):

@@ -85,6 +85,28 @@ def test_signal_command_kills_the_job(controller, run_with_agent, make_launch):
     assert controller.finished(14).tasks == [TaskExit(rank=0, exit_code=0, signal=signal.SIGTERM)]
 
 
+def test_a_draining_replicas_signal_waits_its_drain_delay(controller, run_with_agent, make_launch, tmp_path):
+    """The gateway stops routing to a replica being stopped before its SIGTERM: the agent holds the signal
+    for `drain_s`, and the replica serves until then."""
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=16, argv=["sh", "-c", "trap 'echo TERM >> seen; exit 0' TERM; "
+                                                                  "while true; do sleep 0.05; done"]))
+        await controller.until(lambda: controller.started(16))
+        await asyncio.sleep(0.2)  # the trap is set
+        sent = asyncio.get_running_loop().time()
+        controller.send(SignalJob(job_id=16, signal=signal.SIGTERM, grace_s=2, drain_s=1.0))
+        await asyncio.sleep(0.7)
+        assert not (tmp_path / "seen").exists(), "signalled before its drain delay"
+        await controller.until(lambda: controller.finished(16))
+        took[0] = asyncio.get_running_loop().time() - sent
+
+    took = [0.0]
+    run_with_agent(scenario)
+    assert (tmp_path / "seen").read_text() == "TERM\n" and took[0] >= 1.0
+    assert controller.finished(16).tasks == [EXITED_OK]
+
+
 def test_spawn_failure_is_reported(controller, run_with_agent, make_launch):
     async def scenario(agent):
         await controller.until(lambda: controller.polls)

@@ -140,12 +140,15 @@ period_s = 1
 """
 
 
-def test_a_toml_file_maps_to_the_spec_and_workdir_is_the_files_directory(tmp_path: Path):
-    path = tmp_path / "svc.toml"
+def test_a_toml_file_maps_to_the_spec_and_workdir_is_the_current_directory_as_sbatchs(tmp_path: Path, monkeypatch):
+    (tmp_path / "conf").mkdir()
+    path = tmp_path / "conf" / "svc.toml"
     path.write_text(GOOD_FILE)
+    monkeypatch.chdir(tmp_path)
     spec = load_service_file(path)
     assert spec.name == "hello" and spec.replicas == 2 and spec.env == {"GREETING": "hi"}
-    assert spec.workdir == str(tmp_path.resolve())
+    assert spec.workdir == str(tmp_path)
+    assert load_service_file(path, cwd=tmp_path / "conf").workdir == str(tmp_path / "conf")
     assert spec.probes.readiness is not None and spec.probes.readiness.http is not None
     assert spec.probes.readiness.http.port == "http"
 

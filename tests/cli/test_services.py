@@ -47,14 +47,18 @@ def running_job(tmp_path, job_id: int) -> dict:
                                                   "gpu_milli": 1000}])
 
 
-def test_apply_creates_then_is_unchanged_then_updates(standin, cli, tmp_path):
+def test_apply_creates_then_is_unchanged_then_updates(standin, cli, tmp_path, monkeypatch):
     path = tmp_path / "svc.toml"
     path.write_text(SERVICE_FILE)
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
     first = cli("service", "apply", "-f", str(path))
     assert (first.exit_code, first.stdout) == (0, "service hello created (revision 1)\n"), first.output
-    # What the file says, and the workdir it implies (its directory): the controller fills the defaults.
+    # What the file says, and the workdir it implies (where apply ran, as sbatch's): the controller fills the
+    # defaults.
     assert standin.state.service_posts[0] == {
-        "name": "hello", "command": ["python3", "-m", "http.server"], "replicas": 2, "workdir": str(tmp_path),
+        "name": "hello", "command": ["python3", "-m", "http.server"], "replicas": 2,
+        "workdir": str(tmp_path / "here"),
         "ports": [{"name": "http"}], "probes": {"readiness": {"http": {"path": "/", "port": "http"}}}}
     assert cli("service", "apply", "-f", str(path)).stdout == "service hello unchanged (revision 1)\n"
     path.write_text(SERVICE_FILE.replace("replicas = 2", "replicas = 3"))

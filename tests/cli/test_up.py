@@ -38,10 +38,11 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def fake_plan(tmp_path, nodes=2, controller=None, controllers=1):
-    """A real plan whose children are the stand-ins of fake_cluster.py."""
-    plan = plan_up(UpOptions(state_dir=tmp_path / "state", nodes=nodes, port=free_port(), controllers=controllers),
-                   NO_GPUS)
+def fake_plan(tmp_path, nodes=2, controller=None, controllers=1, gateway=False):
+    """A real plan whose children are the stand-ins of fake_cluster.py (and, with `gateway`, the real gateway)."""
+    options = UpOptions(state_dir=tmp_path / "state", nodes=nodes, port=free_port(), controllers=controllers,
+                        gateway=gateway, gateway_port=free_port() if gateway else None)
+    plan = plan_up(options, NO_GPUS)
     swap = lambda argv, role: (sys.executable, FAKE, role, *argv[3:])  # noqa: E731 - drop "-m corral.x"
     plan.state_dir.mkdir(parents=True, exist_ok=True)
     return dataclasses.replace(
@@ -257,6 +258,54 @@ def test_start_and_stop_cluster(tmp_path, monkeypatch):
         cluster.stop(grace_s=5)
     assert all(c.process.poll() is not None for c in cluster.supervisor.children)
     assert "agent stopped by SIGTERM" in (plan.log_dir / "node1.log").read_text()
+
+
+def test_up_starts_the_gateway_after_the_nodes_and_stops_it_with_the_cluster(tmp_path):
+    plan = fake_plan(tmp_path, gateway=True)
+    write_secret(plan.secret_file)
+    write_agent_credentials(plan)
+    cluster = Cluster(plan, Supervisor(plan.log_dir))
+    try:
+        start_cluster(cluster, timeout_s=30)
+        assert [c.name for c in cluster.supervisor.children] == ["controller", "node1", "node2", "gateway"]
+        # start_cluster returned: it listens already (the banner's curl works at once).
+        socket.create_connection(("127.0.0.1", plan.gateway_port), timeout=5).close()
+        assert plan.gateway_argv[plan.gateway_argv.index("--secret-file") + 1] == str(plan.secret_file)
+    finally:
+        cluster.stop(grace_s=5)
+    assert all(c.process.poll() is not None for c in cluster.supervisor.children)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", plan.gateway_port), timeout=1).close()
+
+
+def test_the_gateway_port_defaults_to_6820_past_the_controllers_and_is_checked(tmp_path):
+    plan = plan_up(UpOptions(state_dir=tmp_path), NO_GPUS, python="py")
+    assert plan.gateway_port == 6820 and plan.ports == (6817,)
+    assert plan.gateway_argv == ("py", "-m", "corral.cli.main", "gateway", "--controller", "http://127.0.0.1:6817",
+                                 "--host", "127.0.0.1", "--port", "6820", "--secret-file", str(tmp_path / "secret"))
+    text = banner(SimpleNamespace(plan=plan, name="lab", isolation=""), Recorded(tmp_path / "cluster.json"))
+    assert "  gateway:   http://127.0.0.1:6820/s/SERVICE/ serves each service" in text
+    four = plan_up(UpOptions(state_dir=tmp_path, controllers=4, db_url="postgresql+psycopg://u@h/db"), NO_GPUS)
+    assert four.gateway_port == 6821
+    assert plan_up(UpOptions(state_dir=tmp_path, gateway=False), NO_GPUS).gateway_argv == ()
+    with pytest.raises(CliError, match="--gateway-port 6818 is a controller's port"):
+        plan_up(UpOptions(state_dir=tmp_path, controllers=2, gateway_port=6818,
+                          db_url="postgresql+psycopg://u@h/db"), NO_GPUS)
+    with pytest.raises(CliError, match="--gateway-port and --no-gateway contradict"):
+        plan_up(UpOptions(state_dir=tmp_path, gateway=False, gateway_port=7000), NO_GPUS)
+
+
+def test_up_command_gateway_port_in_use(isolated, cli):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = cli("up", "--port", str(free_port()), "--gateway-port", str(port), "--gpus-per-node", "2",
+                     "--state-dir", str(isolated / "s"))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"corral: error: cannot listen on 127.0.0.1:{port}")
+    assert "choose another --gateway-port" in result.stderr
+    assert not (isolated / "s" / "secret").exists()
 
 
 def test_child_dying_at_startup_is_reported(tmp_path):

@@ -2,10 +2,7 @@
 refused with 422 naming the field before anything changes, every route needs a user's credential, only
 the gateway (the cluster secret) or an admin may report load, a user cannot apply a service as another,
 and every refusal is audited.
-
-The engine's side of services (the design's ServiceApplied, ... events and engine.services) is issue 22's
-`kinds` part: the tests of the whole apply/show/scale/restart/delete round trip run where the engine has
-them, and where it does not, the routes are shown to answer 501 saying so, not to pretend."""
+The whole apply/show/scale/restart/delete round trip runs through the real engine."""
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +12,8 @@ import httpx
 import pytest
 
 from corral.controller import credentials as cred
-from corral.engine import events as engine_events
 from tests.api.controller import NODE, SECRET, InProcessController
 
-ENGINE_RUNS_SERVICES = hasattr(engine_events, "ServiceApplied")
 SPEC = {"name": "web", "command": ["python3", "-m", "http.server"], "workdir": "/tmp",
         "ports": [{"name": "http"}], "replicas": 2}
 
@@ -72,9 +67,7 @@ def test_bad_specs_are_refused_naming_the_field_and_nothing_is_applied(api, body
     assert reply.status_code == 422, reply.text
     assert expected in reply.json()["detail"]
     listed = api.get("/services", headers=user(*ALICE))
-    assert listed.status_code == (200 if ENGINE_RUNS_SERVICES else 501)
-    if ENGINE_RUNS_SERVICES:
-        assert listed.json() == []
+    assert listed.status_code == 200 and listed.json() == []
 
 
 def test_job_bodies_keep_their_own_error_paths(api):
@@ -119,15 +112,6 @@ def test_a_service_as_root_is_refused_to_anyone_but_root_on_the_controllers_host
     assert reply.status_code == 403 and "a service as root" in reply.json()["detail"]
 
 
-@pytest.mark.skipif(ENGINE_RUNS_SERVICES, reason="the engine runs services here")
-def test_without_the_engines_services_the_routes_say_so(api):
-    applied = api.post("/services", json=SPEC, headers=user(*ALICE))
-    assert applied.status_code == 501
-    assert "services need issue 22's engine part" in applied.json()["detail"]
-    assert api.get("/services/web", headers=user(*ALICE)).status_code == 501
-
-
-@pytest.mark.skipif(not ENGINE_RUNS_SERVICES, reason="needs issue 22's engine part (ServiceApplied, engine.services)")
 def test_apply_show_scale_restart_delete(api):
     owner = user(*ALICE)
     created = api.post("/services", json=SPEC, headers=owner)

@@ -1,7 +1,6 @@
 """What the API shows of a service and its endpoints (controller/service_views.py), from records shaped as
 the design fixes them (engine/records.py's Service, and a replica Job's `spec.service`, `spec.replica`,
-`endpoints`, `ready`, `draining`, `probes`). The engine's own records are issue 22's `kinds` part; these
-stand-ins carry exactly the design's fields, so the views are checked before and after it lands."""
+`endpoints`, `ready`, `probes`): stand-ins carrying exactly those fields, so that each case is one line."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,7 +36,11 @@ class Replica:
     history: list[dict[str, Any]] = field(default_factory=list)
     endpoints: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> port name -> port
     ready: bool = False
-    draining: bool = False
+    drain_until: float | None = None
+
+    @property
+    def draining(self) -> bool:
+        return self.drain_until is not None
 
 
 @dataclass
@@ -97,11 +100,13 @@ def test_the_engines_reason_says_why_it_waits():
     assert out.reason == "replica 2: QOS normal's GPU limit is reached"
 
 
-def test_endpoints_are_the_ready_replicas_first_port_first_draining_marked():
+def test_endpoints_are_the_ready_replicas_first_port_first_those_being_stopped_draining():
     jobs = replicas()
-    jobs[1].draining = True
+    jobs[1].state = JobState.COMPLETING  # being stopped: its SIGTERM waits for the drain delay
     found = endpoint_set(Service(SPEC), jobs, ADDRESSES)
     assert [(e.replica, e.job_id, e.draining) for e in found] == [(0, 10, True), (1, 11, False)]
+    jobs[0].state, jobs[0].ready = JobState.COMPLETING, False  # stopped before it was ready: never routed to
+    assert [e.job_id for e in endpoint_set(Service(SPEC), jobs, ADDRESSES)] == [10]
     assert next(iter(found[0].ports)) == "http"  # the gateway routes to the spec's first port
 
 

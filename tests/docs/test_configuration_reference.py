@@ -1,5 +1,6 @@
 """docs/configuration.md against the loader: it describes every key the controller's config file accepts,
-no key the loader would refuse, and its examples (and the README's tenancy example) load."""
+no key the loader would refuse, and its examples (and the README's tenancy example) load; the README's and
+docs/services.md's service files are valid services."""
 from __future__ import annotations
 
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from corral.api.service_file import parse_service
 from corral.api.tenancy import TenancySpec
 from corral.controller import settings
 
@@ -94,7 +96,6 @@ def test_examples_load_as_a_controller_config_file(text) -> None:
 
 @pytest.mark.parametrize("text", SERVICE_EXAMPLES)
 def test_service_examples_load_as_a_service_file(text, tmp_path) -> None:
-    from corral.api.service_file import parse_service
 
     parse_service(text, "example", tmp_path)
 

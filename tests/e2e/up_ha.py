@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.cli.up_plan import GATEWAY_PORT_OFFSET
 from corral.cli.up_postgres import INITDB_GLOB, postgres_data_dir
 from tests.e2e.harness import free_port
 
@@ -32,6 +33,10 @@ class UpCluster:
     def urls(self, count: int) -> list[str]:
         return [f"http://127.0.0.1:{self.port + i}" for i in range(count)]
 
+    @property
+    def gateway_url(self) -> str:
+        return f"http://127.0.0.1:{self.port + GATEWAY_PORT_OFFSET}"
+
 
 def skip_without_postgresql() -> None:
     if os.geteuid() != 0 and not __import__("glob").glob(INITDB_GLOB):
@@ -45,7 +50,8 @@ def corral_up(*args: str, controllers: int = 2, prefix: str = "corral-up-ha-") -
     root = Path(tempfile.mkdtemp(prefix=prefix))
     root.chmod(0o755)
     port = free_port()
-    while not free_port_after(port, controllers):
+    # The other controllers' ports, and the gateway's (GATEWAY_PORT_OFFSET past the first).
+    while not free_port_after(port, max(controllers, GATEWAY_PORT_OFFSET + 1)):
         port = free_port()
     state_dir = root / "state"
     env = {**os.environ, "XDG_CONFIG_HOME": str(root / "config"), "PYTHONUNBUFFERED": "1",
@@ -74,7 +80,7 @@ def corral_up(*args: str, controllers: int = 2, prefix: str = "corral-up-ha-") -
 
 
 def free_port_after(port: int, count: int) -> bool:
-    """Whether port+1 .. port+count-1 are free too (the other controllers')."""
+    """Whether port+1 .. port+count-1 are free too (the other controllers', the gateway's)."""
     for candidate in range(port + 1, port + count):
         with socket.socket() as probe:
             try:

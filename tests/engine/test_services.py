@@ -56,7 +56,8 @@ def test_applying_a_service_submits_its_replicas_as_jobs_of_kind_service() -> No
 
 def test_a_replica_that_could_never_be_admitted_refuses_the_service_and_creates_nothing() -> None:
     engine = engine_with_nodes(count=2, gpus=4)
-    with pytest.raises(AdmissionError, match="GPU"):
+    with pytest.raises(AdmissionError, match=r"^gpus_per_node=9: no replica can ever fit: requested node "
+                                             r"configuration is not available: .* GPU"):
         engine.apply_service(web(gpus_per_node=9), T0)
     assert engine.services == {} and engine.jobs == {}
 
@@ -352,3 +353,32 @@ def test_a_replica_with_no_node_left_under_max_per_node_waits() -> None:
     states = sorted(j.state.value for j in replicas(engine))
     assert states == ["PENDING", "RUNNING", "RUNNING"]
     assert sorted(j.node_names[0] for j in replicas(engine) if j.slices) == ["node1", "node2"]
+
+
+def test_a_ready_replica_being_stopped_is_drained_before_its_sigterm_and_others_are_not() -> None:
+    """The gateway must stop routing to a replica before it gets SIGTERM. One the reconciler stops is drained
+    by the engine (listed as draining for DRAIN_S, then signalled with no second drain); one stopped another
+    way (a cancel, a preemption) gets a Kill that its agent holds for service_drain_s (its kill deadline moves
+    as far); a replica never ready, and batch work, are signalled at once."""
+    engine = engine_with_nodes(count=2)
+    engine.apply_service(web(replicas=3), T0)
+    batch = engine.submit(spec(name="batch"), T0)
+    engine.schedule(T0)
+    ready_one, ready_two, never_ready = replicas(engine)
+    run(engine, ready_one, T0 + 1)
+    run(engine, ready_two, T0 + 1)
+    assert ready_one.ready and ready_two.ready and not never_ready.ready
+    drain = engine.config.service_drain_s
+    assert drain == 2.0
+    kills = engine.handle(ev.ServiceScaled("web", 1), now=T0 + 5).commands
+    by_job = {k.job_id: k for k in kills}
+    assert ready_two.id not in by_job and ready_two.drain_until == T0 + 5 + DRAIN_S
+    assert by_job[never_ready.id].drain_s == 0.0, "never routed to: nothing to drain"
+    [after_drain] = [k for k in engine.tick(T0 + 5 + DRAIN_S) or () if isinstance(k, Kill)]
+    assert (after_drain.job_id, after_drain.drain_s, after_drain.signal) == (ready_two.id, 0.0, signal.SIGTERM)
+    [cancelled] = engine.cancel(ready_one.id, T0 + 8)
+    assert cancelled.drain_s == drain and cancelled.signal == signal.SIGTERM
+    assert ready_one.kill_deadline == T0 + 8 + drain + engine.config.kill_grace_s + engine.config.kill_report_timeout_s
+    assert batch.state is JobState.RUNNING
+    [batch_kill] = engine.cancel(batch.id, T0 + 9)
+    assert batch_kill.drain_s == 0.0

@@ -118,6 +118,17 @@ def test_load_reports_reach_the_controller(controller, gateway):
     assert {load["inflight"] for _, load in controller.loads} <= {0, 1}  # one client, one request at a time
 
 
+def test_a_service_created_after_the_last_listing_is_served_on_its_first_request(controller, gateway):
+    """The listing runs every 5 s: the first request for a service it has not seen yet lists at once (a user
+    who applies a service and curls it straight away gets an answer, not a 404)."""
+    time.sleep(0.5)  # the gateway's first listing is done: it found no service
+    with Backend("a") as a:
+        controller.set_endpoints("fresh", [a.address])
+        assert _who(gateway, "fresh") == "a"
+    unknown = gateway.get("/s/nosuch/who")
+    assert unknown.status_code == 404 and "no service named 'nosuch'" in unknown.text
+
+
 def test_a_deleted_service_is_no_longer_served(controller, gateway):
     with Backend("a") as a:
         controller.set_endpoints("web", [a.address])

@@ -177,3 +177,26 @@ def test_a_calibrated_window_holds_the_central_share_of_the_tuning_samples():
     inside = [window.bounds(at, f)[0] <= actual <= window.bounds(at, f)[1] for at, f, actual in samples]
     assert inside == [True] * 9 + [False]  # 2x..9x, and 1x: the forecast itself is always inside
     assert StartWindow.calibrate([]) is None
+
+
+def test_a_forecast_starts_a_crashed_replica_again_and_plans_around_it():
+    """A replica waiting out its restart backoff starts again in the forecast (and runs until stopped, as a
+    replica does), with its service's rules: the forecast once failed with KeyError on the service's name."""
+    from corral.api.services import ServiceSpec
+    from tests.engine.builders import T0, engine_with_nodes, spec
+
+    engine = engine_with_nodes(count=1, gpus=4)
+    engine.apply_service(ServiceSpec(name="web", command=["serve"], replicas=1, gpus_per_node=4, workdir="/srv"), T0)
+    engine.schedule(T0)
+    [replica] = [job for job in engine.jobs.values() if job.spec.service]
+    for node in replica.runs:
+        engine.node_started(node, replica.id, T0 + 1)
+    for node in list(replica.runs):
+        engine.node_finished(node, replica.id, [(0, 1, 0)], None, T0 + 2)  # crashed: back after its backoff
+    assert replica.state is JobState.PENDING and replica.eligible_at == T0 + 12
+    waiting = engine.submit(spec(gpus=4, limit_s=600), T0 + 3)
+    state = capture(engine, T0 + 3)
+    assert [s.name for s in state.services] == ["web"]
+    starts = forecast(state, RuntimeModel.limits_only(), horizon_s=10_000)
+    assert starts.get(replica.id) is not None or starts.get(waiting.id) is not None
+    assert engine.services["web"].restarts[0].count == 1, "the engine's own service is untouched"

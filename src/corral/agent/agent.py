@@ -521,7 +521,12 @@ class Agent:
                                f"attach-{command.job_id}.{command.step_id}")
 
     def _signal(self, command: SignalJob) -> None:
-        """A job's signal: to its own tasks ("batch"), its steps ("steps", maybe only `step_id`), or both."""
+        """A job's signal: to its own tasks ("batch"), its steps ("steps", maybe only `step_id`), or both;
+        a draining replica's after its `drain_s`."""
+        if command.drain_s > 0:
+            undrained = command.model_copy(update={"drain_s": 0.0})
+            asyncio.get_running_loop().call_later(command.drain_s, self._signal, undrained)
+            return
         job_id, reason = command.job_id, command.reason
         reached = 0
         # Steps first: their closing lines leave for srun before the batch shell (srun's parent) is signalled.

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,6 +24,13 @@ def gateway(
                               "is still accepted.")] = 60.0,
     report_every_s: Annotated[float, typer.Option(
         min=0.5, max=300, help="How often each service's load goes to the controller (its autoscaler).")] = 5.0,
+    secret_file: Annotated[Path | None, typer.Option(
+        "--secret-file", show_default=False, metavar="FILE",
+        help="The cluster secret's file (default: CORRAL_SECRET_FILE or cluster.json's); `corral up` names "
+             "its own.")] = None,
+    ca_file: Annotated[Path | None, typer.Option(
+        "--ca-file", show_default=False, metavar="FILE",
+        help="The CA that signed the controller's certificate (default: CORRAL_CA_FILE or cluster.json's).")] = None,
     hold_s: Annotated[float, typer.Option(
         min=0, max=3600, help="How long a request to a service with no ready replica (starting, or scaled to "
                               "zero) waits for one before its 503.")] = 10.0,
@@ -32,7 +40,14 @@ def gateway(
     from corral.slurm.common.target import TargetError, resolve_target
 
     try:
-        target = resolve_target(os.environ, controller)
+        env = dict(os.environ)
+        if secret_file is not None:
+            env["CORRAL_SECRET_FILE"] = str(secret_file)
+            env.pop("CORRAL_SECRET", None)
+            env.pop("CORRAL_TOKEN", None)
+        if ca_file is not None:
+            env["CORRAL_CA_FILE"] = str(ca_file)
+        target = resolve_target(env, controller)
     except TargetError as exc:
         raise typer.BadParameter(str(exc), param_hint="--controller") from None
     if not target.secret:

@@ -39,6 +39,7 @@ from corral.cli.up_postgres import check_can_start, start_postgres, stop_postgre
 from corral.cli.up_stop import kill_leftover_tasks, stop_cluster_jobs
 
 STARTUP_TIMEOUT_S = 60.0
+GATEWAY = "gateway"  # its name in logs and messages
 POLL_INTERVAL_S = 0.1
 
 
@@ -65,6 +66,7 @@ class Cluster:
         if stop_jobs and controllers and self.controller_answered:  # else no job can have started
             alive = any(c.process.poll() is None for c in controllers)
             stop_cluster_jobs(self.plan, controller_alive=alive)
+        # The gateway and the agents together: neither has anything to hand to the other on the way out.
         agents = [c for c in children if c.name not in self.plan.controller_names]
         self.supervisor.stop([agents, controllers], grace_s)
         kill_leftover_tasks(self.plan)
@@ -87,7 +89,7 @@ def state_dir_lock(state_dir: Path) -> Iterator[None]:
         yield
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int, option: str = "--port") -> None:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no obstacle
@@ -95,7 +97,7 @@ def check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise CliError(f"cannot listen on {host}:{port}: {exc.strerror} "
-                           "(is another 'corral up' running? choose another --port)") from None
+                           f"(is another 'corral up' running? choose another {option})") from None
 
 
 def write_secret(path: Path) -> None:
@@ -147,6 +149,21 @@ def start_cluster(cluster: Cluster, timeout_s: float = STARTUP_TIMEOUT_S) -> Non
             supervisor.start(name, argv)
         nodes = _wait_for_nodes(client, supervisor, plan.node_names, deadline)
     cluster.isolation = isolation_words(nodes)
+    if plan.gateway_argv and plan.gateway_port is not None:
+        supervisor.start(GATEWAY, plan.gateway_argv)
+        _wait_for_listener(supervisor, plan.host, plan.gateway_port, deadline)
+
+
+def _wait_for_listener(supervisor: Supervisor, host: str, port: int, deadline: _Deadline) -> None:
+    """Until the gateway accepts connections: the banner's curl must work as soon as it is printed."""
+    connect_to = "127.0.0.1" if host in ("", "0.0.0.0") else "::1" if host == "::" else host
+    while True:
+        supervisor.check_alive()
+        try:
+            socket.create_connection((connect_to, port), timeout=1.0).close()
+            return
+        except OSError:
+            deadline.sleep_or_fail(f"the gateway did not listen on {host}:{port}")
 
 
 def isolation_words(nodes: list[dict]) -> str:
@@ -236,6 +253,8 @@ def run_up(plan: UpPlan) -> int:
     with state_dir_lock(plan.state_dir), stop_on_signals():
         for port in plan.ports:
             check_port_free(plan.host, port)
+        if plan.gateway_port is not None:
+            check_port_free(plan.host, plan.gateway_port, "--gateway-port")
         if plan.postgres is not None:
             check_can_start()
         keep_cluster_id(plan)
@@ -291,13 +310,17 @@ def banner(cluster: Cluster, recorded: Recorded, warnings: Sequence[str] = ()) -
         + (f"  isolation: {cluster.isolation}\n" if cluster.isolation else "")
         + (f"  CA:        {plan.ca_file} (clients verify the controller with it; recorded there too)\n"
            if plan.ca_file else "")
-        + (f"  health:    {plan.health_check}\n" if plan.health_check else "") +
+        + (f"  health:    {plan.health_check}\n" if plan.health_check else "")
+        + (f"  gateway:   {plan.gateway_url}/s/SERVICE/ serves each service ('corral service apply -f svc.toml')\n"
+           if plan.gateway_url else "") +
         f"  logs:      {plan.log_dir}\n"
         + "".join(f"  warning:   {text}\n" for text in warnings) +
         "Run jobs from another shell, for example:\n"
         f"  corral run -N {len(plan.node_names)} --gpus-per-node 1 -- sh -c 'hostname; echo $CUDA_VISIBLE_DEVICES'\n"
         "  corral submit job.sh   (a batch script: runs once, its srun lines start the tasks)\n"
         "  corral queue; corral nodes; corral acct\n"
+        + (f"  curl -H \"Authorization: Bearer $(corral token create)\" {plan.gateway_url}/s/NAME/   (a service)\n"
+           if plan.gateway_url else "") +
         "Press Ctrl-C to stop the cluster (running jobs are stopped and requeued)."
     )
 
@@ -340,6 +363,11 @@ def up(
         "--pids-max", min=0, show_default=False, metavar="N",
         help="How many processes and threads each job may have at once on a node (cgroup pids.max; 0: no "
              "limit). Default: 15% of the kernel's pid_max.")] = None,
+    gateway_port: Annotated[int | None, typer.Option(
+        "--gateway-port", min=1, max=65535, show_default=False, metavar="PORT",
+        help="The services' gateway's port (http://HOST:PORT/s/SERVICE/). Default: --port + 3 (6820), or "
+             "the port past the controllers' when there are more than three.")] = None,
+    no_gateway: Annotated[bool, typer.Option("--no-gateway", help="Start no gateway (no service endpoints).")] = False,
 ) -> None:
     """Start a cluster on this machine (a controller and N agents) and keep it running until Ctrl-C, which
     stops its running jobs (requeued, or NODE_FAIL with --no-requeue) and then the cluster."""
@@ -351,6 +379,6 @@ def up(
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
                             health_interval_s=health_interval, health_before_job=health_before_job,
-                            pids_max=pids_max)
+                            pids_max=pids_max, gateway=not no_gateway, gateway_port=gateway_port)
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)

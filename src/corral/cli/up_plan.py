@@ -13,7 +13,11 @@ STATE_DIR/tls; the agents and clients verify it against that CA (cluster.json re
 
 Controllers (--controllers N): N > 1 controllers listen on N consecutive ports from --port, each told its own
 URL (--advertise-url), and share a database: PostgreSQL (SQLite is one process's), started for them
-(up_postgres.py) unless --db names one. Agents and cluster.json get every URL."""
+(up_postgres.py) unless --db names one. Agents and cluster.json get every URL.
+
+Gateway (docs/services.md): one `corral gateway` beside the controllers serves every service at
+http://HOST:GWPORT/s/NAME/, on --gateway-port (default: --port + 3, or past the controllers' when more than
+three); --no-gateway starts none."""
 from __future__ import annotations
 
 import os
@@ -28,6 +32,7 @@ from corral.cli.up_postgres import PostgresPlan, postgres_data_dir
 DEFAULT_SIMULATED_GPUS = 4
 DEFAULT_SIMULATED_NODES = 2
 MIN_NODE_CPUS = 2
+GATEWAY_PORT_OFFSET = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,8 @@ class UpOptions:
     # The cluster's id on this host (cluster_identity()): in its agents' cgroup and spool names, so that two
     # clusters here, their nodes named alike, never touch each other's jobs. None: the agents get none.
     cluster_id: str | None = None
+    gateway: bool = True
+    gateway_port: int | None = None  # None: the port after the controllers'
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,12 @@ class UpPlan:
     urls: tuple[str, ...] = ()  # every controller's, the first one first
     postgres: PostgresPlan | None = None  # the server started for several controllers
     cluster_id: str | None = None  # as UpOptions'
+    gateway_argv: tuple[str, ...] = ()  # empty: no gateway (--no-gateway)
+    gateway_port: int | None = None
+
+    @property
+    def gateway_url(self) -> str | None:
+        return None if self.gateway_port is None else client_url(self.host, self.gateway_port)
 
     @property
     def controller_argv(self) -> tuple[str, ...]:
@@ -126,6 +139,7 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     urls = tuple(client_url(options.host, port, scheme) for port in ports)
     tls_dir = state_dir / "tls" if options.tls else None
     names = tuple(f"node{i}" for i in range(1, nodes + 1))
+    gateway_port = _gateway_port(options, ports)
     # Simulated nodes advertise at least 4 CPUs per GPU: CPUs are not enforced on processes, and a small
     # host must not make GPU-shaped jobs (a task per GPU) unplaceable.
     node_size = (max(MIN_NODE_CPUS, facts.cpus, 4 * (gpus or 0)), max(1, facts.mem_mib // nodes))
@@ -146,7 +160,35 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
                           for name, credential, spool in zip(names, credentials, spools, strict=True)),
         spool_dirs=spools, agent_credential_files=credentials, auth_socket=sockets[0], tls_dir=tls_dir, urls=urls,
         postgres=postgres, health_check=_health_words(options), cluster_id=options.cluster_id,
+        gateway_argv=_gateway_argv(python, options, gateway_port, urls, secret_file, tls_dir) if gateway_port else (),
+        gateway_port=gateway_port,
     )
+
+
+def _gateway_port(options: UpOptions, controller_ports: tuple[int, ...]) -> int | None:
+    if not options.gateway:
+        if options.gateway_port is not None:
+            raise CliError("--gateway-port and --no-gateway contradict each other: give one")
+        return None
+    # By default 6820 beside the default 6817 (slurmrestd's number in Slurm's 6817-6820, and `corral gateway`'s
+    # own default), and past the controllers' when there are more than three.
+    default = max(controller_ports[0] + GATEWAY_PORT_OFFSET, controller_ports[-1] + 1)
+    port = options.gateway_port if options.gateway_port is not None else default
+    if port in controller_ports:
+        raise CliError(f"--gateway-port {port} is a controller's port ({', '.join(map(str, controller_ports))}): "
+                       "choose another")
+    if port > 65535:
+        raise CliError(f"the gateway would listen on port {port}, past 65535: choose --gateway-port or a lower --port")
+    return port
+
+
+def _gateway_argv(python: str, options: UpOptions, port: int, urls: tuple[str, ...], secret_file: Path,
+                  tls_dir: Path | None) -> tuple[str, ...]:
+    argv = [python, "-m", "corral.cli.main", "gateway", "--controller", ",".join(urls), "--host", options.host,
+            "--port", str(port), "--secret-file", str(secret_file)]
+    if tls_dir is not None:
+        argv += ["--ca-file", str(tls_files(tls_dir)[0])]
+    return tuple(argv)
 
 
 def _cluster_id_argv(cluster_id: str | None) -> tuple[str, ...]:

@@ -62,8 +62,7 @@ class EngineCollector(Collector):
         yield from node_metrics(engine)
         yield from quota_metrics(engine.tenancy.queues, engine.views.running.values())
         yield from fairshare_metrics(engine)
-        # The engine's services (issue 22's engine part); an engine without them exports none.
-        yield from service_metrics(getattr(engine, "services", {}), engine.jobs.values())
+        yield from service_metrics(engine.services, engine.jobs.values())
 
     def _cycle_figures(self) -> Iterator[Metric]:
         m = self.metrics

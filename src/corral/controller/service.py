@@ -427,7 +427,8 @@ class ControllerService:
                 self.outbox.put(cmd.node, msg)
             else:
                 self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s,
-                                                    target=cmd.target, step_id=cmd.step_id, reason=cmd.reason))
+                                                    target=cmd.target, step_id=cmd.step_id, reason=cmd.reason,
+                                                    drain_s=cmd.drain_s))
 
     def _add_job_credential(self, job: Job, env: dict[str, str]) -> None:
         """The job's own credential replaces any the submitter's exported environment carried (an admin's

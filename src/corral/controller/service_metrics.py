@@ -8,13 +8,13 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from corral.controller.service_views import ServiceRecord, is_ready, replicas_of
-from corral.engine.records import Job
+from corral.controller.service_views import is_ready, replicas_of
+from corral.engine.records import Job, Service
 
 REPLICA_STATES = ("PENDING", "RUNNING", "COMPLETING")
 
 
-def service_metrics(services: Mapping[str, ServiceRecord], jobs: Iterable[Job]) -> Iterator[Metric]:
+def service_metrics(services: Mapping[str, Service], jobs: Iterable[Job]) -> Iterator[Metric]:
     current = {name: record for name, record in services.items() if not record.deleted}
     desired = GaugeMetricFamily("corral_service_replicas_desired", "Replicas the service wants now (its spec, "
                                 "a scale or the autoscaler)", labels=["service"])

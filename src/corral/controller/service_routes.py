@@ -10,11 +10,9 @@ Every change and every refusal is audited."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any, Literal, NoReturn
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Response
 
 from corral.api.services import (
     EndpointsOut,
@@ -31,8 +29,6 @@ from corral.controller.params import NamePath
 from corral.controller.service import ControllerService
 from corral.controller.service_views import (
     EndpointVersions,
-    ServiceRecord,
-    ServicesUnavailable,
     endpoint_set,
     endpoints_out,
     service_out,
@@ -40,13 +36,14 @@ from corral.controller.service_views import (
 from corral.engine import events as engine_events
 from corral.engine.admission import AdmissionError
 from corral.engine.engine import WrongState
+from corral.engine.records import Service
+from corral.engine.service_events import UnknownService
 from corral.protocol import API_PREFIX
 
 SERVICES = f"{API_PREFIX}/services"
 ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"description": "unknown service"}, 409: {"description": "another user's service of that name"},
     422: {"description": "invalid, naming the field"},
-    501: {"description": "this controller's engine does not run services"},
     503: {"description": "the database cannot be written: nothing was changed"}}
 # How often a long-polling endpoints request looks again, and for how long at most.
 ENDPOINTS_POLL_S = 0.1
@@ -59,22 +56,11 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     versions = EndpointVersions(int(service.clock() * 1000))
     # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
 
-    @app.exception_handler(ServicesUnavailable)
-    async def _unavailable(_req: Request, exc: ServicesUnavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=501)
-
-    def records() -> Mapping[str, ServiceRecord]:
-        found = getattr(service.engine, "services", None)
-        if found is None:
-            raise ServicesUnavailable("this controller's engine keeps no services (engine.services is missing): "
-                                      "services need issue 22's engine part")
-        return found
-
-    def current() -> dict[str, ServiceRecord]:
+    def current() -> dict[str, Service]:
         """The services, less those being deleted (their replicas stopping): those are gone to users."""
-        return {name: record for name, record in records().items() if not record.deleted}
+        return {name: record for name, record in service.engine.services.items() if not record.deleted}
 
-    def record_of(name: str) -> ServiceRecord:
+    def record_of(name: str) -> Service:
         record = current().get(name)
         if record is None:
             raise HTTPException(404, f"unknown service {name!r}")
@@ -83,7 +69,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
     def addresses() -> dict[str, str]:
         return {name: node.address for name, node in service.engine.nodes.items()}
 
-    def show(record: ServiceRecord, principal: Principal) -> ServiceOut:
+    def show(record: Service, principal: Principal) -> ServiceOut:
         """Its environment and script only to whoever may manage it (they may hold a model server's keys):
         others see its variables' names, as a job's environment is its owner's alone."""
         reveal = manages(principal, record, service.engine.tenancy.spec)
@@ -99,9 +85,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         except WrongState as exc:  # e.g. another user's service of that name, created meanwhile
             await guard.authn.audit(principal, action, f"service {name}", "denied", str(exc))
             raise HTTPException(409, str(exc)) from None
-        except KeyError as exc:
-            if type(exc).__name__ != "UnknownService":  # the engine's, for a service deleted meanwhile
-                raise
+        except UnknownService:  # deleted meanwhile
             raise HTTPException(404, f"unknown service {name!r}") from None
         return reply
 
@@ -121,7 +105,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
             if before.spec == spec:
                 return ServiceApplyReply(name=spec.name, outcome="unchanged", revision=before.revision)
         record = await change(principal, "apply service", spec.name,
-                              _event("ServiceApplied", spec=spec, user=spec.user, uid=uid))
+                              engine_events.ServiceApplied(spec=spec, user=spec.user, uid=uid))
         # A changed spec is an update; the engine decides whether it is a new revision (a rolling update) or,
         # when no replica would change (a scale, a new min_ready), the same one.
         outcome: Literal["created", "updated"] = "created" if before is None else "updated"
@@ -146,7 +130,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         """Stop every replica (SIGTERM, then SIGKILL after the grace period) and forget the service."""
         record = record_of(name)
         await _may_manage(guard, principal, record, "delete service", service.engine.tenancy.spec)
-        await change(principal, "delete service", name, _event("ServiceDeleted", name=name))
+        await change(principal, "delete service", name, engine_events.ServiceDeleted(name=name))
         await guard.allow(principal, "delete service", f"service {name}")
         versions.forget([name])
         return Response(status_code=204)
@@ -161,7 +145,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
                       f"{autoscale.max_replicas}); apply a spec with another range to go beyond it")
             await guard.authn.audit(principal, "scale service", f"service {name}", "denied", reason)
             raise HTTPException(422, reason)
-        await change(principal, "scale service", name, _event("ServiceScaled", name=name, replicas=body.replicas))
+        await change(principal, "scale service", name, engine_events.ServiceScaled(name=name, replicas=body.replicas))
         await guard.allow(principal, "scale service", f"service {name}", f"replicas {body.replicas}")
         return show(record_of(name), principal)
 
@@ -170,7 +154,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         """Replace every replica, as a rolling update does (the spec and revision stay)."""
         record = record_of(name)
         await _may_manage(guard, principal, record, "restart service", service.engine.tenancy.spec)
-        await change(principal, "restart service", name, _event("ServiceRestartRequested", name=name))
+        await change(principal, "restart service", name, engine_events.ServiceRestartRequested(name=name))
         await guard.allow(principal, "restart service", f"service {name}")
         return show(record_of(name), principal)
 
@@ -202,17 +186,8 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         record_of(name)
         at = body.at if body.at is not None else service.clock()
         # Routine traffic every few seconds, like an agent's reports: not audited.
-        await service.request(_event("ServiceLoadReported", name=name, inflight=body.inflight, rps=body.rps, at=at))
+        await service.request(engine_events.ServiceLoadReported(name=name, inflight=body.inflight, rps=body.rps, at=at))
         return Response(status_code=204)
-
-
-def _event(kind: str, **fields: Any) -> Any:
-    """One of the design's service events, from the engine's own event module."""
-    event_type = getattr(engine_events, kind, None)
-    if event_type is None:
-        raise ServicesUnavailable(f"this controller's engine does not run services (it has no {kind} event): "
-                                  "services need issue 22's engine part")
-    return event_type(**fields)
 
 
 async def _owned_spec(guard: Guard, principal: Principal, body: ServiceSpec) -> tuple[ServiceSpec, int]:
@@ -241,7 +216,7 @@ async def _refuse(guard: Guard, principal: Principal, name: str, reason: str) ->
     raise HTTPException(422, reason)
 
 
-def manages(principal: Principal, record: ServiceRecord, tenancy) -> bool:
+def manages(principal: Principal, record: Service, tenancy) -> bool:
     """As for jobs: its owner, a coordinator of its account, or an operator."""
     spec = record.spec
     if principal.operator or principal.name == spec.user and principal.uid == record.uid:
@@ -250,7 +225,7 @@ def manages(principal: Principal, record: ServiceRecord, tenancy) -> bool:
         tenancy, principal.name)
 
 
-async def _may_manage(guard: Guard, principal: Principal, record: ServiceRecord, action: str, tenancy) -> None:
+async def _may_manage(guard: Guard, principal: Principal, record: Service, action: str, tenancy) -> None:
     if manages(principal, record, tenancy):
         return
     spec = record.spec

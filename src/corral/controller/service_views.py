@@ -4,13 +4,12 @@ endpoints the gateway routes to, with a version to long-poll on.
 The engine holds each service as a record (`engine/records.py: Service`) and each replica as a Job whose
 spec names the service (`JobSpec.service`, `service_revision`, `replica`) and which carries its
 `endpoints` (per node, port name -> port, as the agents reported them) and `ready` (from its readiness
-probe). This module
-reads them through the small protocols below: the fields the design fixes, nothing else."""
+probe)."""
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from corral.api.services import (
     EndpointOut,
@@ -21,43 +20,25 @@ from corral.api.services import (
     ServiceOut,
     ServiceSpec,
 )
-from corral.engine.records import Job
+from corral.engine.records import Job, Service
 
 # The history event the engine records on a replica its liveness probe stopped (engine/service_events.py).
 LIVENESS_FAILED = "liveness-failed"
 
 
-class ServiceRecord(Protocol):
-    """The engine's record of a service (engine/records.py: Service), the fields shown here."""
-
-    spec: ServiceSpec
-    revision: int
-    desired_replicas: int
-    created: float
-    uid: int
-    deleted: bool
-    reason: str
-    load: tuple[float, float, float] | None  # the gateway's last report: in flight, requests/s, when
-    history: Sequence[Any]
-
-
-class ServicesUnavailable(Exception):
-    """This controller's engine does not run services (it lacks the service events or records)."""
-
-
 def replicas_of(name: str, jobs: Iterable[Job]) -> list[Job]:
     """The active jobs that are replicas of service `name`, by replica index, then newest first (during a
     rolling update two jobs can hold one index: the old revision's and the new one's)."""
-    found = [job for job in jobs if getattr(job.spec, "service", None) == name]
+    found = [job for job in jobs if job.spec.service == name]
     return sorted(found, key=lambda job: (_replica_index(job), -job.id))
 
 
 def _replica_index(job: Job) -> int:
-    return int(getattr(job.spec, "replica", 0) or 0)
+    return job.spec.replica
 
 
 def is_ready(job: Job) -> bool:
-    return job.state.value == "RUNNING" and bool(getattr(job, "ready", False))
+    return job.state.value == "RUNNING" and job.ready
 
 
 def endpoint_ports(job: Job, addresses: Mapping[str, str], order: Sequence[str] = ()) -> dict[str, str]:
@@ -66,7 +47,7 @@ def endpoint_ports(job: Job, addresses: Mapping[str, str], order: Sequence[str] 
     if not job.slices:
         return {}
     first = job.slices[0].node
-    by_node: Mapping[str, Mapping[str, int]] = getattr(job, "endpoints", None) or {}  # node -> name -> port
+    by_node: Mapping[str, Mapping[str, int]] = job.endpoints  # node -> name -> port
     ports = by_node.get(first) or {}
     if not ports:
         return {}
@@ -102,7 +83,7 @@ def _failure_count(detail: str) -> int:
 def replica_out(job: Job, spec: ServiceSpec, addresses: Mapping[str, str]) -> ReplicaOut:
     order = [port.name for port in spec.ports]
     return ReplicaOut(
-        index=_replica_index(job), job_id=job.id, revision=int(getattr(job.spec, "service_revision", 0) or 0),
+        index=_replica_index(job), job_id=job.id, revision=job.spec.service_revision,
         node=job.slices[0].node if job.slices else "", state=job.state.value, ready=is_ready(job),
         restarts=job.restart_count, probes=probe_status(job, spec), endpoints=endpoint_ports(job, addresses, order),
         reason=job.reason if job.state.value == "PENDING" else "")
@@ -111,7 +92,7 @@ def replica_out(job: Job, spec: ServiceSpec, addresses: Mapping[str, str]) -> Re
 HIDDEN = "(hidden)"
 
 
-def service_out(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str],
+def service_out(record: Service, jobs: Iterable[Job], addresses: Mapping[str, str],
                 reveal: bool = True) -> ServiceOut:
     """`reveal`: with the spec's environment values and script; else those read HIDDEN."""
     spec = record.spec if reveal else _redacted(record.spec)
@@ -130,7 +111,7 @@ def _redacted(spec: ServiceSpec) -> ServiceSpec:
                                    "script": HIDDEN if spec.script is not None else None})
 
 
-def _waiting_reason(record: ServiceRecord, replicas: list[ReplicaOut]) -> str:
+def _waiting_reason(record: Service, replicas: list[ReplicaOut]) -> str:
     """Why the service has fewer ready replicas than it wants: the engine's reason (a replica it could not
     admit), else the reasons its pending replicas wait."""
     if sum(1 for replica in replicas if replica.ready) >= record.desired_replicas:
@@ -149,15 +130,18 @@ def history_line(entry: Any) -> str:
     return " ".join(part for part in (stamp, str(entry.get("event", "")), details) if part)
 
 
-def endpoint_set(record: ServiceRecord, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
-    """The ready replicas' endpoints: what the gateway may route to."""
+def endpoint_set(record: Service, jobs: Iterable[Job], addresses: Mapping[str, str]) -> list[EndpointOut]:
+    """The ready replicas' endpoints: what the gateway may route to; those being stopped (scaled down,
+    replaced, deleted, preempted, restarted) marked `draining` until their processes end: the gateway
+    routes no new request to them, and the engine sends their SIGTERM only after its drain delay."""
     order = [port.name for port in record.spec.ports]
     found = []
     for job in replicas_of(record.spec.name, jobs):
         ports = endpoint_ports(job, addresses, order)
-        if is_ready(job) and ports:
+        draining = job.ready and (job.draining or job.state.value == "COMPLETING")
+        if (is_ready(job) or draining) and ports:
             found.append(EndpointOut(replica=_replica_index(job), job_id=job.id, node=job.slices[0].node,
-                                     ports=ports, draining=bool(getattr(job, "draining", False))))
+                                     ports=ports, draining=draining))
     return found
 
 
@@ -184,5 +168,5 @@ class EndpointVersions:
             self._seen.pop(name, None)
 
 
-def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
+def endpoints_out(record: Service, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
     return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)

@@ -32,6 +32,9 @@ class Kill:
     target: str = "all"
     step_id: int | None = None
     reason: str | None = None
+    # Wait this long before the signal: a ready service replica being stopped, so that the gateway has
+    # stopped routing to it (it left the endpoints at once) before it gets SIGTERM (docs/services.md).
+    drain_s: float = 0.0
 
 
 Command = Launch | LaunchStep | Kill

@@ -71,6 +71,11 @@ class EngineConfig:
     expedite_hold_s: float = 300.0
     # After the grace period, how long to wait for the agent's report before sending SIGKILL again.
     kill_report_timeout_s: float = 20.0
+    # A ready service replica being stopped (not one whose liveness failed: no longer ready) leaves the
+    # endpoints at once and gets SIGTERM this much later: the gateway's long poll hears of it within a poll
+    # (0.1 s) and a round trip; 2 s leaves room for a loaded controller and gateway, and is short beside a
+    # rolling update's readiness wait.
+    service_drain_s: float = 2.0
     # A job never starts sooner than this after its submission, so that the submitter has its id
     # before the job runs (submitit creates the job's log directory only after sbatch returns).
     start_delay_s: float = 0.3

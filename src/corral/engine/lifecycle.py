@@ -191,10 +191,14 @@ class Lifecycle:
     # ----- endings
 
     def begin_kill(self, job: Job, now: float, final: JobState, grace_s: float | None = None) -> list[Command]:
-        """Stop every node's tasks; the job ends as `final` (PENDING: it is requeued) once all report."""
+        """Stop every node's tasks; the job ends as `final` (PENDING: it is requeued) once all report. A ready
+        service replica is drained first: out of the endpoints now, its SIGTERM `service_drain_s` later."""
+        # A replica the reconciler has already drained (Job.drain_until) is signalled at once.
+        draining_now = job.ready and job.state is JobState.RUNNING and job.drain_until is None
+        drain_s = self.config.service_drain_s if draining_now else 0.0
         job.state, job.final_state = JobState.COMPLETING, final
         grace = self.config.kill_grace_s if grace_s is None else grace_s
-        job.kill_deadline = now + grace + self.config.kill_report_timeout_s
+        job.kill_deadline = now + drain_s + grace + self.config.kill_report_timeout_s
         if not job.spec.kind.launches_tasks:
             # Nothing of the holder's runs on the nodes: its part is over at once; steps get the signal.
             for node, run in job.runs.items():
@@ -207,7 +211,7 @@ class Lifecycle:
             self.end_run(job, now)
             return []
         reason = kill_reason(job)
-        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason) for n in nodes]
+        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason, drain_s=drain_s) for n in nodes]
 
     def resend_kill(self, job: Job, now: float) -> list[Command]:
         """A completing job's nodes have not reported its tasks gone by its kill deadline: SIGKILL again."""

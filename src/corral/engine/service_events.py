@@ -13,6 +13,7 @@ from corral.api.schemas import JobSubmit
 from corral.api.services import ServiceSpec
 from corral.engine import events as ev
 from corral.engine import services
+from corral.engine.admission import AdmissionError
 from corral.engine.after_run import CrashLoop, RestartInPlace
 from corral.engine.commands import Command
 from corral.engine.lifecycle import Lifecycle, UnknownJob, WrongState
@@ -109,7 +110,10 @@ class ServiceEvents:
 
     def applied(self, event: ev.ServiceApplied, now: float) -> tuple[Service, list[Command]]:
         spec = event.spec.model_copy(update={"user": event.user})
-        self.admit(self._submission(spec, event.uid, 0))
+        try:
+            self.admit(self._submission(spec, event.uid, 0))
+        except AdmissionError as exc:
+            raise AdmissionError(_naming_resources(spec, str(exc))) from None
         service = self.services.get(spec.name)
         replicas = spec.autoscale.min_replicas if spec.autoscale is not None else spec.replicas
         if service is None or service.deleted:
@@ -368,3 +372,16 @@ def _why_ended(job: Job) -> str:
 
 
 __all__ = ["ServiceEvents", "UnknownJob", "UnknownService", "replica_submission"]
+
+
+# A replica's resources, as the spec names them: what a "never fits" refusal is about.
+RESOURCE_FIELDS = ("nodes", "gpus_per_node", "gpu_model", "cpus_per_task", "mem_per_node_mib", "partition")
+
+
+def _naming_resources(spec: ServiceSpec, refusal: str) -> str:
+    """sbatch's words for a replica that can never fit, led by the spec's fields they are about
+    ("gpus_per_node=64: no replica can ever fit: requested node configuration is not available: ...")."""
+    if not refusal.startswith("requested node configuration is not available"):
+        return refusal
+    given = [f"{name}={getattr(spec, name)}" for name in RESOURCE_FIELDS if name in spec.model_fields_set]
+    return f"{', '.join(given) or 'the replica resources'}: no replica can ever fit: {refusal}"

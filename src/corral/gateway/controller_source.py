@@ -21,6 +21,11 @@ from corral.gateway.controller import ControllerClient, ControllerUnreachable
 from corral.gateway.metrics import GatewayMetrics
 from corral.gateway.routes import Endpoint, RouteTable, ServiceRoute
 
+# A request for a service the gateway does not know lists the services at once, but at most this often;
+# a service found gets this long for its endpoints' first answer before the request goes on.
+LOOK_UP_EVERY_S = 1.0
+LOOK_UP_WAIT_S = 2.0
+
 log = logging.getLogger("corral.gateway")
 
 
@@ -62,6 +67,7 @@ class ControllerSource:
         self._unchanged_pause_s = min(retry_s, 0.5)
         self._watchers: dict[str, asyncio.Task[None]] = {}
         self._said: str | None = None  # the listing's problem last logged: each is logged once, not every round
+        self._looked_up_at = -LOOK_UP_EVERY_S  # when a request for an unknown service last listed the services
 
     def _problem(self, message: str) -> None:
         self._metrics.controller_up.set(0)
@@ -100,6 +106,19 @@ class ControllerSource:
         for name in self._watchers.keys() - names:
             self._watchers.pop(name).cancel()
             self._forget(table, name)
+
+    async def look_up(self, table: RouteTable, name: str) -> None:
+        """List the services now (at most once per LOOK_UP_EVERY_S, whatever names requests make up), and give
+        a service found the first answer of its endpoints, up to LOOK_UP_WAIT_S."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._looked_up_at >= LOOK_UP_EVERY_S:
+            self._looked_up_at = loop.time()
+            await self._list_once(table)
+        if name not in self._watchers:
+            return
+        deadline = loop.time() + LOOK_UP_WAIT_S
+        while table.route(name) is None and loop.time() < deadline:
+            await asyncio.sleep(0.02)
 
     def _forget(self, table: RouteTable, name: str) -> None:
         table.forget(name)

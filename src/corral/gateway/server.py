@@ -88,6 +88,9 @@ class Gateway:
         service = request.match_info["service"]
         route = self.table.route(service)
         if route is None:
+            await self._source.look_up(self.table, service)
+            route = self.table.route(service)
+        if route is None:
             return web.json_response({"detail": f"no service named {service!r}"}, status=404)
         user = None
         if not route.public and self._auth is not None:

@@ -18,6 +18,12 @@ class EndpointSource(Protocol):
         origin is away (never empty the table because it cannot reach it)."""
         ...
 
+    async def look_up(self, table: RouteTable, name: str) -> None:
+        """A request names a service the table lacks: publish it now if the origin has it (a service just
+        created answers at once, not after the next listing; the gateway answers 404 only for one that
+        does not exist)."""
+        ...
+
 
 class StaticSource:
     """Routes set by its owner with `publish`/`forget`, from the gateway's loop or (thread-safe) another thread."""
@@ -32,6 +38,9 @@ class StaticSource:
         for route in self._initial:
             table.publish(route)
         await asyncio.Event().wait()  # until cancelled
+
+    async def look_up(self, table: RouteTable, name: str) -> None:
+        """Its owner publishes every route: there is nothing more to learn."""
 
     def publish(self, route: ServiceRoute) -> None:
         self._call(lambda table: table.publish(route))

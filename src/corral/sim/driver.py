@@ -221,7 +221,10 @@ class Simulation:
                 self.result.first_starts.setdefault(cmd.job_id, now)
                 job = self.engine.jobs[cmd.job_id]
                 self.engine.handle(*(TasksStarted(node, cmd.job_id) for node in job.runs), now=now)
-                duration = self._replica_runs[job.spec.service] if job.spec.service else self._durations[cmd.job_id]
+                # A service the simulation did not apply itself (a forecast resumed from the live engine): its
+                # replicas run until stopped, as they are meant to.
+                duration = (self._replica_runs.get(job.spec.service) if job.spec.service
+                            else self._durations[cmd.job_id])
                 if duration is not None:  # a replica that never ends by itself has no end event
                     self._end_at(cmd.job_id, now + duration, 0)
             elif isinstance(cmd, Kill) and cmd.grace_s >= 0:

@@ -38,7 +38,7 @@ from corral.api.tenancy import TenancySpec
 from corral.engine.build import build_engine
 from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import Engine
-from corral.engine.records import Job, JobState, Node
+from corral.engine.records import Job, JobState, Node, Service
 from corral.sim.driver import Simulation
 
 DEFAULT_HORIZON_S = 30 * 86400.0
@@ -179,6 +179,8 @@ class EngineState:
     reservations: list[dict[str, Any]]
     ended: dict[int, tuple[JobState, bool]]
     next_job_id: int
+    # The services, whose replicas among `jobs` restart or are replaced by their rules in the forecast too.
+    services: tuple[Service, ...] = ()
 
     @property
     def pending(self) -> list[int]:
@@ -192,7 +194,7 @@ def capture(engine: Engine, now: float) -> EngineState:
     fairshare = copy.deepcopy(engine.fairshare.state())
     return EngineState(now, engine.config, jobs, tuple(copy.copy(n) for n in engine.nodes.values()),
                        engine.tenancy.spec, fairshare, engine.reservations.to_json(), dict(engine.life.ended),
-                       engine.next_job_id)
+                       engine.next_job_id, tuple(copy.deepcopy(s) for s in engine.services.values()))
 
 
 def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT_HORIZON_S,
@@ -203,7 +205,8 @@ def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT
     jobs = [copy_job(job) for job in state.jobs]  # the state stays reusable
     engine = build_engine(state.config, SIMULATED, jobs=jobs, nodes=[copy.copy(n) for n in state.nodes],
                           next_job_id=state.next_job_id, tenancy=state.tenancy,
-                          fairshare_state=copy.deepcopy(state.fairshare), reservations=state.reservations)
+                          fairshare_state=copy.deepcopy(state.fairshare), reservations=state.reservations,
+                          services=[copy.deepcopy(s) for s in state.services])
     engine.life.ended.update(state.ended)
     now = state.now
     running_ends = {j.id: _running_end(j, model, now, stop_delay_s) for j in jobs if j.state is not JobState.PENDING}
