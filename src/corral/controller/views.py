@@ -81,6 +81,7 @@ def node_out(node: Node, usage: tuple[set[int], int, int], owners: dict[int, int
                      allocated_to=owners.get(g.index)) for g in node.gpus],
         gpus_alloc=len(gpus), drain_reason=node.drain_reason, last_seen=node.last_seen,
         run_as_user=node.run_as_user, agent_user=node.agent_user, cgroups=node.cgroups,
+        features=sorted(node.features),
     )
 
 
