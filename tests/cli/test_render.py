@@ -33,8 +33,9 @@ def test_nodelist_or_reason(overrides, text):
 
 def test_node_rows():
     rows = render.node_rows(canned_nodes())
-    assert rows[0] == ("node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x sim-gpu", "", "as user, cgroup v2")
-    assert rows[1] == ("node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad fan",
+    assert rows[0] == ("node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x sim-gpu", "ib,nvme", "",
+                       "as user, cgroup v2")
+    assert rows[1] == ("node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "-", "bad fan",
                        "dev mode: as bob, no cgroups")
 
 

@@ -241,6 +241,20 @@ def test_gres_shows_the_slurm_type_of_the_gpu_name():
     assert "   Gres=gpu:h100:8\n" in render_nodes(nodes[:1], T0)
 
 
+def test_features_split_sinfo_rows_by_f_and_show_in_scontrol():
+    nodes = [node("n1"), node("n2"), node("n3")]
+    nodes[0]["features"] = ["a100", "ib"]
+    nodes[1]["features"] = ["a100", "ib"]
+    parts = [partition("gpu", ("n1", "n2", "n3"))]
+    out, _, _ = sinfo_output(parse_sinfo(["-h", "-o", "%P %D %f %N"], {}), parts, nodes, T0)
+    assert out == "gpu* 2 a100,ib n[1-2]\ngpu* 1 (null) n3\n"
+    # Without %f the rows do not split by features, as in sinfo.
+    out, _, _ = sinfo_output(parse_sinfo(["-h", "-o", "%P %D"], {}), parts, nodes, T0)
+    assert out == "gpu* 3\n"
+    shown = render_nodes(nodes[:1], T0)
+    assert "   AvailableFeatures=a100,ib\n   ActiveFeatures=a100,ib\n" in shown
+    assert "   AvailableFeatures=(null)\n" in render_nodes(nodes[2:], T0)
+
 def test_sinfo_options():
     assert parse_sinfo([], {"SINFO_FORMAT": "%P"}).format.columns[0].field.header == "PARTITION"
     assert parse_sinfo(["-l"], {}).long_banner
