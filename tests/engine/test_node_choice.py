@@ -33,9 +33,11 @@ def submit(**fields) -> JobSubmit:
 @pytest.mark.parametrize("fields, message", [
     (dict(nodelist="n9"), "Invalid node name specified: n9"),
     (dict(exclude="n[1,9]"), "Invalid node name specified: n9"),
-    (dict(nodelist="n[1-3]", nodes=2), "Required nodelist includes more nodes than permitted by max-node count (3 > 2)"),
+    (dict(nodelist="n[1-3]", nodes=2),
+     "Required nodelist includes more nodes than permitted by max-node count (3 > 2)"),
     (dict(nodelist="n1", nodes=2), "corral places a job with --nodelist on exactly the listed nodes"),
-    (dict(nodelist="n1", partition="cpu"), "Requested node configuration is not available: n1 not in the job's partition"),
+    (dict(nodelist="n1", partition="cpu"),
+     "Requested node configuration is not available: n1 not in the job's partition"),
     (dict(nodelist="n1", exclude="n1"), "n1 both in --nodelist and --exclude"),
     (dict(constraint="infiniband"), "Invalid feature specification: no node of the partition has infiniband"),
     (dict(constraint="ib&v100"), "Invalid feature specification: no node of the partition has v100"),
@@ -71,7 +73,8 @@ def test_constraint_forms() -> None:
 
 def live_engine() -> Harness:
     engine = Harness(build_engine(EngineConfig(start_delay_s=0.0), LIVE))
-    for name, model, features in (("node1", "NVIDIA A100-SXM4-80GB", {"ib"}), ("node2", "NVIDIA H100 80GB HBM3", {"ib"}),
+    for name, model, features in (("node1", "NVIDIA A100-SXM4-80GB", {"ib"}),
+                                  ("node2", "NVIDIA H100 80GB HBM3", {"ib"}),
                                   ("node3", "NVIDIA H100 80GB HBM3", set())):
         inventory = Inventory(tuple(Gpu(i, model) for i in range(4)), 16, 64_000, "127.0.0.1",
                               features=frozenset(features))

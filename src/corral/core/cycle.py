@@ -1,8 +1,8 @@
 """The working state and per-job decisions of one scheduling cycle (see scheduler.py for the order)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from corral import gpu_models
@@ -184,9 +184,10 @@ class Cycle:
                 return False
             nodes, need = found
         else:
-            nodes = self.pool.find_now(req.partition, need, req.num_nodes, end, advance, model)
-            if nodes is None:
+            chosen = self.pool.find_now(req.partition, need, req.num_nodes, end, advance, model)
+            if chosen is None:
                 return False
+            nodes = chosen
         # Ranks follow Slurm's node order, the order of the job's hostlist.
         nodes.sort(key=lambda n: sort_key(n.name))
         self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
@@ -328,8 +329,9 @@ class Cycle:
                           model: str) -> tuple[list[WorkNode], Need] | None:
         """Idle nodes for an exclusive job, all of one size (the job takes each node whole), and that size."""
         req = job.request
-        assert advance is not None and advance[1] is not None  # an exclusive job is always confined
+        assert advance is not None  # an exclusive job is always confined
         name, allowed = advance
+        assert allowed is not None
         need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
         for size, names in _by_size(self.pool.by_name[n] for n in allowed if n in self.pool.by_name).items():
             whole = Need(*size)

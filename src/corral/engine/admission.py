@@ -128,16 +128,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
             raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "
                                  f"(models: {', '.join(models) or 'none'})")
         max_gpus = max(len(n.gpus) for n in members)
-    if sub.nodelist or sub.exclude or sub.constraint:
-        try:
-            count, allowed = check_choice(sub.nodelist or "", sub.exclude or "", sub.constraint or "", sub.nodes,
-                                          members, index.names())
-        except NodeChoiceError as exc:
-            raise AdmissionError(str(exc)) from None
-        members = [n for n in members if n.name in allowed]
-        max_gpus = max(len(n.gpus) for n in members)
-        if count != sub.nodes:
-            sub = sub.model_copy(update={"nodes": count})
+    sub, members, max_gpus = _chosen(sub, members, max_gpus, index)
     request = _request(sub, partition, members, max_gpus)
     if kind.default_name:
         name = sub.name or kind.default_name
@@ -160,6 +151,23 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         nodelist=sub.nodelist or "", exclude=sub.exclude or "", constraint=sub.constraint or "",
         exclusive=sub.exclusive,
     )
+
+
+def _chosen(sub: JobSubmit, members: list[Node], max_gpus: int, index: PartitionMembers
+            ) -> tuple[JobSubmit, list[Node], int]:
+    """The submission with the node count its -w gives, the partition's nodes its -w/-x/--constraint allow,
+    and the most GPUs one of them has (all as given when it chose nothing)."""
+    if not (sub.nodelist or sub.exclude or sub.constraint):
+        return sub, members, max_gpus
+    try:
+        count, allowed = check_choice(sub.nodelist or "", sub.exclude or "", sub.constraint or "", sub.nodes,
+                                      members, index.names())
+    except NodeChoiceError as exc:
+        raise AdmissionError(str(exc)) from None
+    if count != sub.nodes:
+        sub = sub.model_copy(update={"nodes": count})
+    members = [n for n in members if n.name in allowed]
+    return sub, members, max(len(n.gpus) for n in members)
 
 
 def _with_share(sub: JobSubmit, config: EngineConfig) -> JobSubmit:

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from corral.core.model import AdvanceReservation, PendingJob, RunningJob
 from corral.engine.config import EngineConfig
-from corral.engine.priority import Factors, job_priority
 from corral.engine.node_choice import allowed_nodes
+from corral.engine.priority import Factors, job_priority
 from corral.engine.records import Job, JobSpec, JobState, Node
 from corral.engine.tenancy import Tenancy
 

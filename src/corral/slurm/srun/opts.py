@@ -29,7 +29,8 @@ STEP: Mapping[str, tuple[str | None, int]] = {
     "quit-on-interrupt": (None, NO_ARG), "distribution": ("m", REQUIRED),
 }
 # Options that only shape a new allocation (srun outside a job, salloc): sbatch's fields.
-JOB_KEYS = ("account", "comment", "constraint", "dependency", "exclusive", "gpus", "gpus-per-node", "gres", "mem", "mem-per-cpu",
+JOB_KEYS = ("account", "comment", "constraint", "dependency", "exclusive",
+            "gpus", "gpus-per-node", "gres", "mem", "mem-per-cpu",
             "mem-per-gpu", "partition", "priority", "qos", "reservation", "signal", "time", "wckey")
 IGNORED: Mapping[str, tuple[str | None, int, str]] = {
     **{k: sbatch.IGNORED[k] for k in (
