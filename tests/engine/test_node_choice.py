@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from corral.api.schemas import JobSubmit
+from corral.api.services import ServiceSpec
 from corral.core.model import Gpu
 from corral.engine import events as ev
 from corral.engine.admission import AdmissionError, admit
@@ -107,3 +108,37 @@ def test_an_exclusive_job_holds_its_node_whole() -> None:
     job = next(j for j in engine.jobs.values() if j.spec.exclusive)
     (piece,) = job.slices
     assert (len(piece.gpus), piece.cpus, piece.mem_mib) == (4, 16, 64_000)
+
+
+def service(**placement) -> ServiceSpec:
+    return ServiceSpec(name="web", command=["serve"], replicas=2, gpus_per_node=1, workdir="/srv",
+                       placement=placement)
+
+
+def test_service_replicas_keep_to_the_placement_s_constraint_and_exclude() -> None:
+    engine = live_engine()
+    engine.apply_service(service(constraint="ib", exclude="node1"), T0)
+    engine.schedule(T0 + 1)
+    replicas = [j for j in engine.jobs.values() if j.spec.service == "web"]
+    assert len(replicas) == 2 and all(j.state is JobState.RUNNING for j in replicas)
+    assert {name for j in replicas for name in j.runs} == {"node2"}
+
+
+def test_a_service_whose_placement_no_node_meets_is_refused_when_applied() -> None:
+    engine = live_engine()
+    with pytest.raises(AdmissionError, match="Invalid feature specification"):
+        engine.apply_service(service(constraint="v100"), T0)
+    assert not engine.jobs
+
+
+def test_a_waiting_job_sees_a_node_that_joins_with_its_feature() -> None:
+    engine = live_engine()
+    assert placed(engine, nodelist="node1", gpus_per_node=4) == ("node1",)  # the ib nodes, node1 and node2, full
+    assert placed(engine, nodelist="node2", gpus_per_node=4) == ("node2",)
+    assert placed(engine, constraint="ib", gpus_per_node=4) == ()  # waits: node1 and node2 are full
+    waiting = next(j for j in engine.jobs.values() if j.spec.constraint == "ib")
+    inventory = Inventory(tuple(Gpu(i, "NVIDIA H100 80GB HBM3") for i in range(4)), 16, 64_000, "127.0.0.1",
+                          features=frozenset({"ib"}))
+    engine.register_node("node4", inventory, set(), set(), T0 + 2)
+    engine.schedule(T0 + 3)
+    assert (waiting.state, tuple(waiting.runs)) == (JobState.RUNNING, ("node4",))

@@ -45,7 +45,7 @@ class NodeEvents:
         self._members = None
         self.dirty.add(name)
         self.active.node_changed(name)
-        self.active.views.nodes_changed()
+        self.active.views.nodes_changed(self.active.jobs)
         found = membership.reconcile(name, list(self.active.jobs.values()), event.running, event.finished,
                                      self.config.kill_grace_s)
         for job in found.acknowledged:

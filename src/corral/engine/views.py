@@ -38,9 +38,15 @@ class Views:
             self._partition_factors = self.config.partition_factors()
         return self._partition_factors
 
-    def nodes_changed(self) -> None:
+    def nodes_changed(self, jobs: Mapping[int, Job]) -> None:
+        """A node (re)joined: waiting jobs that chose nodes see it (its features may meet their --constraint,
+        a -x leaves it open to them)."""
         self._cluster_gpus = None
         self._chosen.clear()
+        for job_id, view in list(self.pending.items()):
+            job = jobs.get(job_id)
+            if view.nodes is not None and job is not None:
+                self.pending[job_id] = replace(view, nodes=self.chosen_nodes(job.spec))
 
     def chosen_nodes(self, spec: JobSpec) -> frozenset[str] | None:
         """The nodes a job's -w/-x/--constraint allow among its partition's (None: any), shared by the jobs
