@@ -9,6 +9,7 @@ from collections import defaultdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.core.model import QueueQuota, Reason
 from corral.core.scheduler import schedule
 from tests.core.builders import NOW, job, node, running, snapshot
 
@@ -75,3 +76,14 @@ def test_reserved_nodes_of_an_exclusive_job_are_left_whole(case) -> None:
             ends = NOW + jobs[start.job_id].request.time_limit_s
             if ends > waiting.estimated_start:
                 assert not {s.node for s in start.slices} & set(waiting.reserved_nodes)
+
+
+def test_an_exclusive_job_is_held_to_its_queue_s_quota_for_the_whole_node() -> None:
+    """A queue with quota for 2 GPUs cannot take a 4-GPU node whole by asking --exclusive for one GPU."""
+    queues = [QueueQuota("q", {"gpu": 2})]
+    nodes = [node("n1", gpus=4, cpus=16, mem_mib=1000)]
+    plan = schedule(snapshot(nodes, [job(1, gpus=1, exclusive=True, queue="q")], queues=queues))
+    assert not plan.starts and plan.waiting[0].reason is not Reason.NONE
+    plan = schedule(snapshot(nodes, [job(1, gpus=1, exclusive=True, queue="q")],
+                             queues=[QueueQuota("q", {"gpu": 4})]))
+    assert [s.job_id for s in plan.starts] == [1]

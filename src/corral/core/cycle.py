@@ -183,6 +183,10 @@ class Cycle:
             if found is None:
                 return False
             nodes, need = found
+            # It holds the nodes whole: its queue's quota must hold them whole too.
+            amounts = _whole_amounts(amounts, len(nodes), need)
+            if self.book.shortfall(job.queue, amounts) is not None:
+                return False
         else:
             chosen = self.pool.find_now(req.partition, need, req.num_nodes, end, advance, model)
             if chosen is None:
@@ -388,6 +392,12 @@ def _idle(node: WorkNode) -> bool:
     """Nothing runs on the node: an exclusive job may take it."""
     return (len(node.free) == len(node.gpus) and not node.shared and node.free_cpus == node.cpus
             and node.free_mem_mib == node.mem_mib)
+
+
+def _whole_amounts(amounts: dict[str, float], count: int, whole: Need) -> dict[str, float]:
+    """An exclusive job's quota amounts: `count` whole nodes of size `whole`, in the keys it is charged under."""
+    held = {"cpu": float(whole.cpus * count), "mem_mib": float(whole.mem_mib * count)}
+    return {key: held.get(key, float(whole.gpus * count)) for key in amounts}
 
 
 def _by_size(nodes: Iterable[WorkNode]) -> dict[tuple[int, int, int], list[str]]:
