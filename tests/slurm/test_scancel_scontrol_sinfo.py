@@ -168,6 +168,15 @@ def test_scontrol_job_block():
     assert one.startswith("JobId=3 JobName=train UserId=ada(1000)") and one.endswith("Power= \n")
 
 
+def test_scontrol_job_shows_the_nodes_it_chose():
+    lines = render_jobs([job(3, req_nodelist="n[1-2]", exc_nodelist="n3", constraint="ib&h100", exclusive=True)],
+                        T0).splitlines()
+    assert "   ReqNodeList=n[1-2] ExcNodeList=n3" in lines
+    assert "   Features=ib&h100 DelayBoot=00:00:00" in lines
+    assert "   OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null)" in lines
+    plain = render_jobs([job(4)], T0).splitlines()
+    assert "   ReqNodeList=(null) ExcNodeList=(null)" in plain and "   Features=(null) DelayBoot=00:00:00" in plain
+
 def test_scontrol_shows_no_files_for_an_allocation():
     """srun outside a job and salloc make jobs with Slurm's batch_flag 0: no StdErr, StdIn or StdOut."""
     lines = render_jobs([running(8, allocation=True)], T0).splitlines()

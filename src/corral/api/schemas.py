@@ -162,6 +162,11 @@ class JobOut(BaseModel):
     submit_host: str = ""
     # What happened to the job: preemptions (by whom, why), requeues, warning signals.
     history: list[dict] = []
+    # The nodes it chose (sbatch -w, -x, --constraint) and --exclusive; `nodelist` is where it runs.
+    req_nodelist: str = ""
+    exc_nodelist: str = ""
+    constraint: str = ""
+    exclusive: bool = False
     comment: str = ""
     wckey: str = ""
     open_mode: str = "append"
