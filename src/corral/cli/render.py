@@ -286,7 +286,16 @@ def _shape_fields(job: dict) -> list[tuple[str, str]]:
         *share,
         ("TotalGpus", str(job["total_gpus"])),
         ("MemPerNode", format_mib(job["mem_per_node_mib"])),
+        *_chosen_fields(job),
     ]
+
+
+def _chosen_fields(job: dict) -> list[tuple[str, str]]:
+    """The nodes the job chose (-w, -x, --constraint) and --exclusive, where it chose any."""
+    chosen = [("ReqNodeList", job.get("req_nodelist")), ("ExcNodeList", job.get("exc_nodelist")),
+              ("Features", job.get("constraint"))]
+    exclusive = [("Exclusive", "yes")] if job.get("exclusive") else []
+    return [(label, str(value)) for label, value in chosen if value] + exclusive
 
 
 def _slice_fields(job: dict) -> list[tuple[str, str]]:

@@ -238,8 +238,7 @@ def flag_on(_text: str) -> bool:
 def whole_nodes(text: str) -> bool:
     """--exclusive: whole nodes for the job alone (Slurm's =user and =mcs sharing are not corral's)."""
     if text:
-        raise DirectiveError(f"only --exclusive without a value is supported (whole nodes for the job alone), "
-                             f"not --exclusive={text}")
+        raise DirectiveError("only --exclusive without a value is supported (whole nodes for the job alone)")
     return True
 
 
