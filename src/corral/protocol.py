@@ -71,6 +71,9 @@ class Registration(BaseModel):
     agent_user: Name = ""
     # How tasks are isolated: "cgroup v2 at /sys/fs/cgroup/corral", or why they are not.
     cgroups: Diagnostic = ""
+    # Its --feature list (what sbatch --constraint matches, with the features the controller discovers).
+    features: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:+-]{1,64}$")]] = Field(
+        [], max_length=limits.LIST_MAX_ITEMS)
 
 
 class RegistrationReply(BaseModel):

@@ -127,3 +127,25 @@ def test_an_agent_given_several_controllers_finds_the_one_that_answers_and_passe
     finally:
         agent.terminate()
         agent.wait(timeout=10)
+
+
+@pytest.mark.parametrize("features", ["ib,a&b", "[ib]", "a|b", "x" * 65])
+def test_a_feature_that_is_no_plain_name_exits_2(tmp_path, capsys, features):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s3cret\n")
+    with pytest.raises(SystemExit) as exited:
+        main(["--controller", "http://x", "--secret-file", str(secret_file), "--node", "n1", "--gpus", "0",
+              "--feature", features])
+    assert exited.value.code == 2
+    assert "invalid feature" in capsys.readouterr().err
+
+
+def test_the_controller_refuses_a_registration_whose_feature_is_no_plain_name():
+    from pydantic import ValidationError
+
+    from corral.protocol import Registration
+
+    base = {"node": "n1", "address": "127.0.0.1", "gpus": [], "cpus": 1, "mem_mib": 1}
+    assert Registration(**base, features=["ib", "a100"]).features == ["ib", "a100"]
+    with pytest.raises(ValidationError):
+        Registration(**base, features=["ib&nvme"])

@@ -70,7 +70,7 @@ def canned_nodes() -> list[dict]:
     return [
         NodeOut(name="node1", state="allocated", address="127.0.0.1", partitions=["gpu"], cpus=16, cpus_alloc=8,
                 mem_mib=65536, mem_alloc_mib=16384, gpus=gpus(1), gpus_alloc=4, drain_reason="",
-                last_seen=T0, cgroups="cgroup v2 at /sys/fs/cgroup/corral-node1").model_dump(),
+                last_seen=T0, cgroups="cgroup v2 at /sys/fs/cgroup/corral-node1", features=["ib", "nvme"]).model_dump(),
         NodeOut(name="node2", state="drained", address="127.0.0.1", partitions=["gpu", "debug"], cpus=16,
                 cpus_alloc=0, mem_mib=65536, mem_alloc_mib=0, gpus=[], gpus_alloc=0, drain_reason="bad fan",
                 last_seen=T0, run_as_user=False, agent_user="bob",

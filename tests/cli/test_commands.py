@@ -229,11 +229,11 @@ def test_nodes_table_and_json(standin, cli):
     assert result.exit_code == 0, result.output
     rows = result.stdout.strip().splitlines()
     assert rows[0].split() == ["NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU", "MODEL",
-                               "REASON", "ISOLATION"]
-    assert rows[1].split() == ["node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x", "sim-gpu", "as", "user,",
-                               "cgroup", "v2"]
-    assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad", "fan", "dev",
-                               "mode:", "as", "bob,", "no", "cgroups"]
+                               "FEATURES", "REASON", "ISOLATION"]
+    assert rows[1].split() == ["node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x", "sim-gpu", "ib,nvme", "as",
+                               "user,", "cgroup", "v2"]
+    assert rows[2].split() == ["node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "-", "bad", "fan",
+                               "dev", "mode:", "as", "bob,", "no", "cgroups"]
     assert result.stderr == ("corral: 1 node runs jobs without cgroups (node2); node2: no cgroup v2: "
                              "/sys/fs/cgroup/corral-node2 is not on a cgroup v2 file system\n")
     assert [n["name"] for n in json.loads(cli("nodes", "--json").stdout)] == ["node1", "node2"]

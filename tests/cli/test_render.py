@@ -36,8 +36,9 @@ def test_nodelist_or_reason(overrides, text):
 
 def test_node_rows():
     rows = render.node_rows(canned_nodes())
-    assert rows[0] == ("node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x sim-gpu", "", "as user, cgroup v2")
-    assert rows[1] == ("node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "bad fan",
+    assert rows[0] == ("node1", "allocated", "gpu", "8/16", "16G/64G", "4/4", "4x sim-gpu", "ib,nvme", "",
+                       "as user, cgroup v2")
+    assert rows[1] == ("node2", "drained", "gpu,debug", "0/16", "0M/64G", "0/0", "-", "-", "bad fan",
                        "dev mode: as bob, no cgroups")
 
 
@@ -102,9 +103,12 @@ def test_job_fields_of_a_job_with_every_feature():
     job = make_job(21, array_job_id=20, array_task_id=1, array_throttle=4, account="hep", qos="high", queue="q",
                    reason="Dependency", reason_detail="waits for job 3 (afterok)", dependency="afterok:3", held=True,
                    requeue=False, reservation="maint", uid=1000, submit_host="login1",
-                   history=[{"t": T0, "event": "requeued"}], gpu_share="shard:2", expedited_requeue=True)
+                   history=[{"t": T0, "event": "requeued"}], gpu_share="shard:2", expedited_requeue=True,
+                   req_nodelist="n[1-2]", exc_nodelist="n3", constraint="ib", exclusive=True)
     fields = dict(render.job_fields(job))
     assert fields["GpuShare"] == "shard:2" and fields["ExpeditedRequeue"] == "yes"
+    assert (fields["ReqNodeList"], fields["ExcNodeList"], fields["Features"], fields["Exclusive"]) == (
+        "n[1-2]", "n3", "ib", "yes")
     assert {k: fields[k] for k in ("ArrayJobId", "ArrayTaskId", "ArrayTaskThrottle", "Account", "QOS", "Queue",
                                    "ReasonDetail", "Dependency", "Held", "Requeue", "Reservation", "Uid",
                                    "SubmitHost")} == {
@@ -120,7 +124,7 @@ def test_job_fields_of_a_job_with_every_feature():
                "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count", "account",
                "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
                "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "history", "position",
-               "comment", "wckey",
+               "comment", "wckey", "req_nodelist", "exc_nodelist", "constraint", "exclusive",
                "open_mode", "batch", "allocation", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec", "usage",
                "gpu_idle_flagged"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)

@@ -160,8 +160,10 @@ def test_submit_default_name_and_chdir(standin, cli, tmp_path, monkeypatch):
     [
         (["--nodes=x", "--wrap", "true"],
          "invalid value 'x' for --nodes on the command line: expected a positive integer"),
-        (["--exclusive", "--wrap", "true"], "unsupported option '--exclusive' on the command line"),
-        (["-w", "node1", "--wrap", "true"], "unsupported option '-w' on the command line"),  # sbatch's, not ours
+        (["--exclusive=user", "--wrap", "true"], "invalid value 'user' for --exclusive on the command line: only "
+                                                 "--exclusive without a value is supported (whole nodes for the job "
+                                                 "alone)"),
+        (["-F", "nodes.txt", "--wrap", "true"], "unsupported option '-F' on the command line"),  # sbatch's, not ours
         (["--gpu-per-node", "1", "--wrap", "true"],
          "unrecognized option '--gpu-per-node' on the command line; did you mean '--gpus-per-node'?"),
         (["--nodess=2", "--wrap", "true"],

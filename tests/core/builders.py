@@ -25,6 +25,8 @@ def job(job_id: int, nodes: int = 1, gpus: int = 1, cpus: int = 1, mem_mib: int 
         held: bool = False, **more) -> PendingJob:
     req = Request(num_nodes=nodes, tasks_per_node=tasks, gpus_per_node=gpus, cpus_per_task=cpus,
                   mem_per_node_mib=mem_mib, time_limit_s=limit_s, partition=partition)
+    if "nodes_allowed" in more:  # PendingJob.nodes: `nodes` here is the node count
+        more["nodes"] = more.pop("nodes_allowed")
     return PendingJob(id=job_id, priority=priority, submit_time=NOW - 1000 + job_id if submit is None else submit,
                       request=req, held=held, **more)
 

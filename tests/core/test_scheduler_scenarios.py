@@ -84,6 +84,41 @@ SCENARIOS = [
         pending=[job(1, gpus=2)],
         want_started={1}, want_nodes={1: ("n2",)},
     ),
+    dict(
+        id="-w: the job goes to the node it names, not the fuller one",
+        nodes=[node("n1", gpus=8), node("n2", gpus=8)], runs=[running(9, 600, ("n2", (0,)))],
+        pending=[job(1, gpus=1, nodes_allowed=frozenset({"n1"}))],
+        want_started={1}, want_nodes={1: ("n1",)},
+    ),
+    dict(
+        id="-x/--constraint: the allowed node is full, so it waits rather than going elsewhere",
+        nodes=[node("n1", gpus=2), node("n2", gpus=2)], runs=[running(9, 600, ("n1", (0, 1)))],
+        pending=[job(1, gpus=1, nodes_allowed=frozenset({"n1"}))],
+        want_started=set(), want_reasons={1: Reason.RESOURCES}, want_estimate={1: NOW + 600},
+    ),
+    dict(
+        id="chosen nodes that can never hold the job: ReqNodeNotAvail",
+        nodes=[node("n1", gpus=2), node("n2", gpus=8)],
+        pending=[job(1, gpus=4, nodes_allowed=frozenset({"n1"}))],
+        want_started=set(), want_reasons={1: Reason.REQ_NODE_NOT_AVAIL},
+    ),
+    dict(
+        id="exclusive takes the whole idle node, and nothing is placed beside it",
+        nodes=[node("n1", gpus=4, cpus=16, mem_mib=1000), node("n2", gpus=4, cpus=16, mem_mib=1000)],
+        runs=[running(9, 600, ("n1", (0,)))],
+        pending=[job(1, gpus=1, exclusive=True, priority=10), job(2, gpus=1), job(3, gpus=1)],
+        want_started={1, 2, 3}, want_nodes={1: ("n2",), 2: ("n1",), 3: ("n1",)},
+    ),
+    dict(
+        id="exclusive on a busy partition waits for a whole node; backfill keeps off it",
+        nodes=[node("n1", gpus=4), node("n2", gpus=4)],
+        runs=[running(9, 600, ("n1", (0,))), running(8, 900, ("n2", (0,)))],
+        pending=[job(1, gpus=1, exclusive=True, priority=10), job(2, gpus=1, limit_s=5000),
+                 job(3, gpus=1, limit_s=5000, nodes_allowed=frozenset({"n1"}))],
+        config=SchedulerConfig(max_reservations=1),
+        want_started={2}, want_nodes={2: ("n2",)}, want_reasons={1: Reason.RESOURCES, 3: Reason.PRIORITY},
+        want_estimate={1: NOW + 600},
+    ),
 ]
 
 

@@ -52,7 +52,8 @@ class Cluster:
     def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
                  nvml_names: dict[str, list[str]] | None = None,
                  agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups"),
-                 tls_names: tuple[str, ...] | None = None, controller_args: tuple[str, ...] = ()) -> None:
+                 tls_names: tuple[str, ...] | None = None, controller_args: tuple[str, ...] = (),
+                 node_features: dict[str, str] | None = None) -> None:
         """`tls_names`: the controller serves HTTPS with a certificate for these names, from a CA of the
         test's own (`ca_file`), which the agents and `http` trust. `controller_args`: more of its options."""
         self.root = root
@@ -65,6 +66,7 @@ class Cluster:
         # node -> NVML device names: those agents discover their devices through the NVML path
         # (tests/e2e/fake_nvml) instead of simulating `gpus` of them.
         self.nvml_names = nvml_names or {}
+        self.node_features = node_features or {}  # node -> its agent's --feature list ("a,b")
         self.port = free_port()
         self.ca_file, self.tls_args, verify = None, [], True
         if tls_names is not None:
@@ -126,6 +128,7 @@ class Cluster:
             ["-m", "corral.agent", "--controller", self.url, "--secret-file", str(self.secret_file),
              "--node", name, *gpus, "--cpus", "16", "--mem-mib", "64000",
              "--spool", str(self.root / "spool" / name), *self.agent_args,
+             *(["--feature", self.node_features[name]] if name in self.node_features else []),
              *(["--ca-file", str(self.ca_file)] if self.ca_file else [])], f"agent-{name}.log", env)
 
     def nvml_faults(self, name: str) -> Path:

@@ -19,7 +19,7 @@ def from_script(*lines):
         (["-N2"], {"nodes": 2}),
         (["--nodes=2"], {"nodes": 2}),
         (["--nodes", "2"], {"nodes": 2}),
-        (["--nod", "2"], {"nodes": 2}),  # unambiguous prefix
+        (["--nodes", "2"], {"nodes": 2}),
         (["-n", "8"], {"ntasks": 8}),
         (["--ntasks=8"], {"ntasks": 8}),
         (["--ntasks-per-node=4"], {"ntasks_per_node": 4}),
@@ -30,6 +30,8 @@ def from_script(*lines):
         (["-G8"], {"gpus": 8}),
         (["--gpus=a100:8"], {"gpus": 8, "gpu_model": "a100"}),  # the type is a model constraint
         (["--gpus=0"], {"gpus": 0}),
+        (["-w", "n[1-2]", "-x", "n3", "-C", "ib&h100", "--exclusive"],
+         {"nodelist": "n[1-2]", "exclude": "n3", "constraint": "ib&h100", "exclusive": True}),
         (["--gpus-per-node=4"], {"gpus_per_node": 4}),
         (["--gpus-per-node", "h100:4"], {"gpus_per_node": 4, "gpu_model": "h100"}),
         (["--gpus-per-task=1"], {"gpus_per_task": 1}),
@@ -178,9 +180,9 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
     ("lines", "message"),
     [
         (["#SBATCH --foo"], "unrecognized option '--foo' in #SBATCH directive line 2"),
-        (["#SBATCH -N 1", "#SBATCH --exclusive"], "unsupported option '--exclusive' in #SBATCH directive line 3"),
+        (["#SBATCH -N 1", "#SBATCH --exclusive=user"], "only --exclusive without a value is supported"),
         (["#CORRAL --licenses=a:1"], "unsupported option '--licenses' in #CORRAL directive line 2"),
-        (["#SBATCH -x n1"], "unsupported option '-x' in #SBATCH directive line 2"),
+        (["#SBATCH --nodefile=f"], "unsupported option '--nodefile' in #SBATCH directive line 2"),
         (["#SBATCH -N x"],
          "invalid value 'x' for -N (--nodes) in #SBATCH directive line 2: expected a positive integer"),
         (["#SBATCH --nodes=0"], "invalid value '0' for --nodes in #SBATCH directive line 2"),
@@ -216,7 +218,9 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
         (["#SBATCH --priority=high"], "invalid value 'high' for --priority"),
         (["#SBATCH --gpus-per", "2"], "option '--gpus-per' is ambiguous (--gpus-per-node, --gpus-per-task)"),
         (["#SBATCH --mem-per=1G"], "option '--mem-per' is ambiguous"),
-        (["#SBATCH --n=1"], "option '--n' is ambiguous (--no-requeue, --nodes, --ntasks, --ntasks-per-node)"),
+        (["#SBATCH --n=1"],
+         "option '--n' is ambiguous (--no-requeue, --nodelist, --nodes, --ntasks, --ntasks-per-node)"),
+        (["#SBATCH --nod=1"], "option '--nod' is ambiguous (--nodelist, --nodes)"),  # as in sbatch
         (["#SBATCH --re"], "option '--re' is ambiguous (--requeue, --reservation)"),
         (["#SBATCH --q=a"], "option '--q' is ambiguous (--qos, --queue)"),
         (["#SBATCH -N"], "option '-N' needs a value in #SBATCH directive line 2"),
@@ -287,10 +291,10 @@ def test_plain_string_script_tokens_get_a_generic_location():
         (["--bogus"], "unrecognized option '--bogus' on the command line"),  # nothing near enough to suggest
         (["-y"], "unrecognized option '-y' on the command line"),
         # Slurm's sbatch options that corral submit does not take are known: unsupported, not unknown.
-        (["--exclusive"], "unsupported option '--exclusive' on the command line"),
+        (["--input=x"], "unsupported option '--input' on the command line"),
         (["--open-m=append"], "unsupported option '--open-m' (--open-mode) on the command line"),
         (["--cluster=x"], "unsupported option '--cluster' on the command line"),  # an alias of --clusters
-        (["-w", "node1"], "unsupported option '-w' on the command line"),
+        (["-F", "f"], "unsupported option '-F' on the command line"),
     ],
 )
 def test_options_outside_the_table(tokens, message):

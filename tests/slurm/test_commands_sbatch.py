@@ -105,9 +105,9 @@ def test_bad_options_print_what_slurm_prints(cmd, name):
 
 
 def test_settings_the_api_lacks_are_errors_naming_the_option(cmd):
-    result = cmd("sbatch", "-w", "node1", "--wrap", "true")
+    result = cmd("sbatch", "-i", "in.txt", "--wrap", "true")
     assert result.code == 1 and result.stdout == ""
-    assert result.stderr == ("sbatch: error: --nodelist is not supported by corral yet: "
+    assert result.stderr == ("sbatch: error: --input is not supported by corral yet: "
                              "its API has no such job setting\n")
 
 

@@ -132,5 +132,7 @@ def test_squeue_steps_lists_running_steps_as_slurm_does(cmd, slurm_cluster, tmp_
 def test_srun_without_a_command_and_with_nodes_for_a_new_allocation(cmd):
     bare = cmd("srun")
     assert (bare.stderr, bare.code) == ("srun: fatal: No command given to execute.\n", 1)  # as real srun
-    pinned = cmd("srun", "-w", "node1", "true")
-    assert pinned.code == 1 and "-w/--nodelist and -x/--exclude are not supported by corral yet" in pinned.stderr
+    pinned = cmd("srun", "-w", "node2", "printenv", "SLURMD_NODENAME")
+    assert (pinned.code, pinned.stdout) == (0, "node2\n"), pinned
+    unknown = cmd("srun", "-w", "node9", "true")
+    assert unknown.code == 1 and "Invalid node name specified: node9" in unknown.stderr, unknown

@@ -71,8 +71,8 @@ def submit(argv, env=None, directives=""):
     (["--acctg-freq=task=0"], {"acctg_freq_s": 0}),
     (["--acctg-freq=energy=30"], {}),  # no task interval: the agent's
     (["--export=ALL,K=V"], {"export": "ALL,K=V"}),
-    (["--exclusive"], {"exclusive": "exclusive"}),
-    (["--exclusive=user"], {"exclusive": "user"}),
+    (["--exclusive"], {"exclusive": True}),
+    (["-C", "ib&h100"], {"constraint": "ib&h100"}),
     (["-A", "lab", "-q", "high", "--priority=5"], {"account": "lab", "qos": "high", "priority": 5}),
     (["-w", "n[1-2]", "-x", "n3", "-i", "in.txt", "--begin=now+60"],
      {"nodelist": "n[1-2]", "exclude": "n3", "input": "in.txt", "begin": "now+60"}),
@@ -110,7 +110,7 @@ def test_submitit_script():
                       "mem_mib": 16384, "nodes": 2, "ntasks_per_node": 2, "open_mode": "append",
                       "output": "/f/%j/%j_0_log.out",
                       "signal": "USR2@90",
-                      "time_limit_s": 3600, "wckey": "submitit", "exclusive": "exclusive"}
+                      "time_limit_s": 3600, "wckey": "submitit", "exclusive": True}
 
 
 @pytest.mark.parametrize(("argv", "source"), [
@@ -154,8 +154,8 @@ def test_advisory_options_warn_and_hard_ones_fail():
         "sbatch: warning: --hint is ignored by corral: corral allocates CPUs, not sockets\n",
     )
     with pytest.raises(SlurmCommandError) as caught:
-        submit(["--constraint=a100"])
-    assert caught.value.stderr == "sbatch: error: --constraint is not supported by corral\n"
+        submit(["--cluster-constraint=a100"])
+    assert caught.value.stderr == "sbatch: error: --cluster-constraint is not supported by corral\n"
 
 
 @pytest.mark.parametrize(("argv", "env", "stderr", "code"), [
@@ -172,6 +172,8 @@ def test_advisory_options_warn_and_hard_ones_fail():
     (["--acctg-freq=cpu=3"], {}, "sbatch: error: Invalid --acctg-freq specification: 'cpu=3' is not "
      "<task|energy|network|filesystem>=<seconds>\n", 255),
     (["--exclusive=bogus"], {}, "sbatch: error: Invalid --exclusive specification\n", 255),
+    (["--exclusive=user"], {}, "sbatch: error: --exclusive=user is not supported by corral: only --exclusive, "
+     "whole nodes for the job alone\n", 1),
     (["--requeue=bogus"], {}, "sbatch: error: Invalid --requeue specification\n", 255),
     (["--array=abc"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification\n", 1),
     (["--array=0-5000"], {}, "sbatch: error: Batch job submission failed: Invalid job array specification: "

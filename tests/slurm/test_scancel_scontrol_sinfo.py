@@ -168,6 +168,15 @@ def test_scontrol_job_block():
     assert one.startswith("JobId=3 JobName=train UserId=ada(1000)") and one.endswith("Power= \n")
 
 
+def test_scontrol_job_shows_the_nodes_it_chose():
+    lines = render_jobs([job(3, req_nodelist="n[1-2]", exc_nodelist="n3", constraint="ib&h100", exclusive=True)],
+                        T0).splitlines()
+    assert "   ReqNodeList=n[1-2] ExcNodeList=n3" in lines
+    assert "   Features=ib&h100 DelayBoot=00:00:00" in lines
+    assert "   OverSubscribe=NO Contiguous=0 Licenses=(null) Network=(null)" in lines
+    plain = render_jobs([job(4)], T0).splitlines()
+    assert "   ReqNodeList=(null) ExcNodeList=(null)" in plain and "   Features=(null) DelayBoot=00:00:00" in plain
+
 def test_scontrol_shows_no_files_for_an_allocation():
     """srun outside a job and salloc make jobs with Slurm's batch_flag 0: no StdErr, StdIn or StdOut."""
     lines = render_jobs([running(8, allocation=True)], T0).splitlines()
@@ -240,6 +249,20 @@ def test_gres_shows_the_slurm_type_of_the_gpu_name():
     assert out == "n1 gpu:h100:8\nn2 gpu:8\n"  # the builder's model "sim" names no type: Slurm's untyped gpu:8
     assert "   Gres=gpu:h100:8\n" in render_nodes(nodes[:1], T0)
 
+
+def test_features_split_sinfo_rows_by_f_and_show_in_scontrol():
+    nodes = [node("n1"), node("n2"), node("n3")]
+    nodes[0]["features"] = ["a100", "ib"]
+    nodes[1]["features"] = ["a100", "ib"]
+    parts = [partition("gpu", ("n1", "n2", "n3"))]
+    out, _, _ = sinfo_output(parse_sinfo(["-h", "-o", "%P %D %f %N"], {}), parts, nodes, T0)
+    assert out == "gpu* 2 a100,ib n[1-2]\ngpu* 1 (null) n3\n"
+    # Without %f the rows do not split by features, as in sinfo.
+    out, _, _ = sinfo_output(parse_sinfo(["-h", "-o", "%P %D"], {}), parts, nodes, T0)
+    assert out == "gpu* 3\n"
+    shown = render_nodes(nodes[:1], T0)
+    assert "   AvailableFeatures=a100,ib\n   ActiveFeatures=a100,ib\n" in shown
+    assert "   AvailableFeatures=(null)\n" in render_nodes(nodes[2:], T0)
 
 def test_sinfo_options():
     assert parse_sinfo([], {"SINFO_FORMAT": "%P"}).format.columns[0].field.header == "PARTITION"

@@ -58,6 +58,10 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         service_revision=3,
         replica=2,
         max_per_node=1,
+        nodelist="node[1-2]",
+        exclude="node9",
+        constraint="ib&h100",
+        exclusive=True,
         acctg_freq_s=15,
     )
 
@@ -126,4 +130,5 @@ def full_node(name: str = "gpu001") -> Node:
         run_as_user=False,
         agent_user="corral",
         cgroups="no cgroup v2 (cgroup v1 at /sys/fs/cgroup)",
+        features=frozenset({"ib", "a100"}),
     )

@@ -13,6 +13,7 @@ import asyncio
 import fcntl
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -81,6 +82,15 @@ def _node_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _features(text: str) -> tuple[str, ...]:
+    features = tuple(f for f in text.split(",") if f)
+    for feature in features:
+        if not re.fullmatch(r"[A-Za-z0-9_.:+-]{1,64}", feature):
+            raise argparse.ArgumentTypeError(f"invalid feature {feature!r}: letters, digits and _.:+- only "
+                                             f"(&, | and brackets belong to --constraint)")
+    return features
+
+
 def _cluster_id(text: str) -> str:
     try:
         return check_cluster_id(text)
@@ -107,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="CA certificate(s) that verify an https:// controller (default: the system's CAs); "
                         "its jobs get it as CORRAL_CA_FILE")
     parser.add_argument("--node", required=True, type=_node_name, help="this node's name in the cluster")
+    parser.add_argument("--feature", type=_features, default=(), metavar="A,B",
+                        help="this node's features, which sbatch --constraint matches (Slurm's Features=); the "
+                        "GPU model's type (e.g. a100) is added by the controller")
     parser.add_argument("--cluster-id", type=_cluster_id, default=None, metavar="ID",
                         help="the cluster's id on this host (lower-case letters and digits), in the names of "
                         "what the agent makes here (cgroups, spool), so that agents of several clusters on one "
@@ -307,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         base_env=task_variables(args.controller, spool, ca_file),
         confinement=confinement,
         cgroups_status=cgroups_status,
+        features=args.feature,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
         health=health_config(args),
         usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),

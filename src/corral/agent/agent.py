@@ -145,6 +145,7 @@ class Agent:
         max_poll_wait_s: float = 30.0,
         confinement: Confinement = DEVELOPMENT_MODE,
         cgroups_status: str = "",
+        features: Sequence[str] = (),
         ca_file: str | None = None,
         auth_socket: str | None = None,
         health: HealthConfig | None = None,
@@ -172,6 +173,7 @@ class Agent:
         self._max_poll_wait_s = max_poll_wait_s
         self._confinement = confinement
         self._cgroups_status = cgroups_status  # what the registration says about isolation
+        self._features = list(features)  # --feature: what sbatch --constraint matches
         self._poll_wait_s = max_poll_wait_s
         self._epoch: str | None = None
         self._leader_epoch = 0  # the highest lease epoch any controller reply carried
@@ -425,6 +427,7 @@ class Agent:
             run_as_user=self._confinement.run_as_user,
             agent_user=agent_user(),
             cgroups=self._cgroups_status,
+            features=self._features,
         )
 
     async def _accept_registration(self, reply: RegistrationReply, sent: Registration) -> None:

@@ -75,6 +75,11 @@ class JobSubmit(BaseModel):
         "sbatch --requeue=expedite (Slurm 25.11): requeued after a node failure, the job goes first and the "
         "healthy nodes it ran on are held for it until it starts again (at most the cluster's expedite_hold_s)"))
     reservation: Name | None = None
+    nodelist: Comment | None = Field(None, description="sbatch -w: run on exactly these nodes (a hostlist)")
+    exclude: Comment | None = Field(None, description="sbatch -x: never on these nodes (a hostlist)")
+    constraint: Comment | None = Field(None, description="sbatch --constraint: node features, 'a', 'a&b' (all) or "
+                                                         "'a|b' (any)")
+    exclusive: bool = Field(False, description="sbatch --exclusive: whole nodes, nothing else placed beside the job")
     hold: bool = False
     batch: bool = Field(False, description="sbatch semantics: the script runs once, on the first node")
     begin_time: EpochS | None = Field(None, description="Not eligible to start before this time (epoch seconds, "
@@ -160,6 +165,11 @@ class JobOut(BaseModel):
     submit_host: str = ""
     # What happened to the job: preemptions (by whom, why), requeues, warning signals.
     history: list[dict] = []
+    # The nodes it chose (sbatch -w, -x, --constraint) and --exclusive; `nodelist` is where it runs.
+    req_nodelist: str = ""
+    exc_nodelist: str = ""
+    constraint: str = ""
+    exclusive: bool = False
     comment: str = ""
     wckey: str = ""
     open_mode: str = "append"
@@ -206,6 +216,7 @@ class NodeOut(BaseModel):
     run_as_user: bool = True  # False: development mode, every task runs as agent_user
     agent_user: str = ""
     cgroups: str = ""  # how jobs are isolated: "cgroup v2 at ...", or why they are not
+    features: list[str] = []  # its agent's --feature list and the discovered ones (the GPU model's type)
 
 
 class PartitionOut(BaseModel):

@@ -18,6 +18,7 @@ from corral import limits
 from corral.api.fields import (
     Amount,
     Args,
+    Comment,
     Count,
     DurationS,
     Env,
@@ -166,6 +167,9 @@ class UpdatePolicy(Strict):
 class Placement(Strict):
     spread: bool = Field(False, description="Prefer nodes that run fewer of the service's replicas")
     max_per_node: Count | None = Field(None, description="At most this many replicas on one node")
+    exclude: Comment | None = Field(None, description="Never on these nodes (a hostlist, as sbatch -x)")
+    constraint: Comment | None = Field(None, description="Only on nodes with these features (as sbatch "
+                                                          "--constraint: 'a', 'a&b' or 'a|b')")
 
 
 class Autoscale(Strict):

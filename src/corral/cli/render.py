@@ -23,8 +23,8 @@ QUEUE_LONG_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "QOS", "Q
                       "GPUS", "NODELIST(REASON)", "DETAIL")
 QUEUE_LONG_RIGHT = frozenset({0, 8, 9, 10})
 QUEUE_LONG_STATE_COLUMN = 7
-NODE_HEADERS = ("NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU MODEL", "REASON",
-                "ISOLATION")
+NODE_HEADERS = ("NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU MODEL", "FEATURES",
+                "REASON", "ISOLATION")
 NODE_RIGHT = frozenset({3, 4, 5})
 ACCT_HEADERS = ("JobID", "Name", "State", "Start", "End", "Elapsed", "Nodes", "GPUs", "GPU-seconds", "ExitCode")
 ACCT_RIGHT = frozenset({0, 5, 6, 7, 8, 9})
@@ -112,7 +112,8 @@ def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
             node["name"], node["state"], ",".join(node["partitions"]),
             f"{node['cpus_alloc']}/{node['cpus']}",
             f"{format_mib(node['mem_alloc_mib'])}/{format_mib(node['mem_mib'])}",
-            f"{node['gpus_alloc']}/{len(node['gpus'])}", gpu_models(node), node["drain_reason"],
+            f"{node['gpus_alloc']}/{len(node['gpus'])}", gpu_models(node), ",".join(node.get("features") or ()) or "-",
+            node["drain_reason"],
             isolation(node),
         )
         for node in nodes
@@ -307,7 +308,16 @@ def _shape_fields(job: dict) -> list[tuple[str, str]]:
         *share,
         ("TotalGpus", str(job["total_gpus"])),
         ("MemPerNode", format_mib(job["mem_per_node_mib"])),
+        *_chosen_fields(job),
     ]
+
+
+def _chosen_fields(job: dict) -> list[tuple[str, str]]:
+    """The nodes the job chose (-w, -x, --constraint) and --exclusive, where it chose any."""
+    chosen = [("ReqNodeList", job.get("req_nodelist")), ("ExcNodeList", job.get("exc_nodelist")),
+              ("Features", job.get("constraint"))]
+    exclusive = [("Exclusive", "yes")] if job.get("exclusive") else []
+    return [(label, str(value)) for label, value in chosen if value] + exclusive
 
 
 def _slice_fields(job: dict) -> list[tuple[str, str]]:

@@ -559,7 +559,7 @@ class ControllerService:
         inventory = Inventory(
             gpus=tuple(Gpu(g.index, g.model, g.memory_mib, g.domain) for g in reg.gpus),
             cpus=reg.cpus, mem_mib=reg.mem_mib, address=reg.address, run_as_user=reg.run_as_user,
-            agent_user=reg.agent_user, cgroups=reg.cgroups)
+            agent_user=reg.agent_user, cgroups=reg.cgroups, features=frozenset(reg.features))
 
         def change(now: float) -> Result:
             self.outbox.ack(reg.node, 1 << 62)  # reconciliation below decides what still needs sending

@@ -52,7 +52,8 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         requeue=job.spec.requeue, expedited_requeue=job.spec.expedited_requeue, reservation=job.spec.reservation,
         uid=job.spec.uid,
         submit_host=job.spec.submit_host, history=list(job.history), comment=job.spec.comment,
-        wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch,
+        wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch, req_nodelist=job.spec.nodelist,
+        exc_nodelist=job.spec.exclude, constraint=job.spec.constraint, exclusive=job.spec.exclusive,
         allocation=job.spec.allocation,
         cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
         steps=batch_steps(job, live.get(None)) + step_rows(job, live),
@@ -84,6 +85,7 @@ def node_out(node: Node, usage: tuple[set[int], int, int], owners: dict[int, int
                      allocated_to=owners.get(g.index)) for g in node.gpus],
         gpus_alloc=len(gpus), drain_reason=node.drain_reason, last_seen=node.last_seen,
         run_as_user=node.run_as_user, agent_user=node.agent_user, cgroups=node.cgroups,
+        features=sorted(node.features),
     )
 
 

@@ -1,6 +1,7 @@
 """The working state and per-job decisions of one scheduling cycle (see scheduler.py for the order)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -13,7 +14,7 @@ from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook, job_resources
 from corral.core.snapshot import Snapshot
 from corral.core.timeline import earliest_gang_start
-from corral.core.worknode import Need
+from corral.core.worknode import Need, WorkNode
 from corral.hostlist import sort_key
 
 _PRIORITY = Reason.PRIORITY  # an enum member's lookup is a descriptor call: this runs per waiting job
@@ -62,6 +63,8 @@ class Cycle:
         self.budgets = dict(snapshot.disruption_budgets)  # spent as victims are taken
         # Per group with a max_per_node: how many of its running jobs each node holds (built when first asked).
         self.group_nodes: dict[str, dict[str, int]] = {}
+        # (shape, model, chosen nodes) -> whether enough of the chosen nodes could ever hold the job.
+        self.chosen_memo: dict[tuple[object, ...], bool] = {}
         self.reservations = 0
         self.preemption_attempts = 0
         self.blocked_partitions: set[str] = set()
@@ -119,7 +122,7 @@ class Cycle:
     def _place(self, job: PendingJob, model: str, amounts: dict[str, float] | None) -> None:
         """Start the job now on nodes of `model` ("" = any), or preempt for it, or reserve, or say why not."""
         req = job.request
-        key = (req.shape, job.reservation, model, self._crowded(job) if job.max_per_node else _NO_NODES)
+        key = (req.shape, job.reservation, model, self._confinement(job))
         failed = self.memo.failed_limit.get(key)
         if failed is not None and req.time_limit_s >= failed and self.reservations >= self.config.max_reservations \
                 and not job.preempts_qos and not job.queue:
@@ -174,9 +177,21 @@ class Cycle:
     def _start_now(self, job: PendingJob, need: Need, amounts: dict[str, float], model: str) -> bool:
         req = job.request
         end = self.now + req.time_limit_s
-        nodes = self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job), model)
-        if nodes is None:
-            return False
+        advance = self._advance_of(job)
+        if job.exclusive:
+            found = self._find_whole_nodes(job, end, advance, model)
+            if found is None:
+                return False
+            nodes, need = found
+            # It holds the nodes whole: its queue's quota must hold them whole too.
+            amounts = _whole_amounts(amounts, len(nodes), need)
+            if self.book.shortfall(job.queue, amounts) is not None:
+                return False
+        else:
+            chosen = self.pool.find_now(req.partition, need, req.num_nodes, end, advance, model)
+            if chosen is None:
+                return False
+            nodes = chosen
         # Ranks follow Slurm's node order, the order of the job's hostlist.
         nodes.sort(key=lambda n: sort_key(n.name))
         self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
@@ -196,7 +211,7 @@ class Cycle:
             return False
         req = job.request
         memo_key = (req.shape, job.queue, job.qos, job.preempts_qos, model, job.ignores_budgets,
-                    self._crowded(job) if job.max_per_node else _NO_NODES)
+                    self._confinement(job))
         if memo_key in self.memo.no_victims or self.preemption_attempts >= self.config.max_preemption_attempts:
             return False
         if self._static(job, model) is not None:
@@ -233,16 +248,22 @@ class Cycle:
 
     def _reserve(self, job: PendingJob, need: Need, model: str) -> Waiting:
         req = job.request
-        advance = self._advance_of(job)
+        advance = self._advance_of(job, idle_only=False)
         candidates = self.pool.members.get(req.partition, [])
         if advance is not None and advance[1] is not None:
             allowed = advance[1]
             candidates = [n for n in candidates if n.name in allowed]
         if model:
             candidates = [n for n in candidates if model_matches(n.gpu_model, model)]
-        found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now, job.reservation)
+        if job.exclusive:
+            found, need = _earliest_whole_nodes(candidates, need, req.num_nodes, req.time_limit_s, self.now,
+                                                job.reservation)
+        else:
+            found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now,
+                                        job.reservation)
         if found is None:
-            reason = Reason.RESERVATION if advance is not None and advance[1] is not None else Reason.REQ_NODE_NOT_AVAIL
+            reason = Reason.RESERVATION if job.reservation and advance is not None and advance[1] is not None \
+                else Reason.REQ_NODE_NOT_AVAIL
             return Waiting(job.id, reason)
         start, nodes = found
         for node in nodes:
@@ -261,25 +282,69 @@ class Cycle:
             static = self.static_memo[key] = _static_reason(self.pool, self.partitions, req, model)
         if static is None and req.time_limit_s > (self.partitions[req.partition].max_time_s or req.time_limit_s):
             return Reason.PARTITION_TIME_LIMIT
+        if static is None and job.nodes is not None and not self._enough_chosen(job, model):
+            return Reason.REQ_NODE_NOT_AVAIL
         if static is None and job.reservation:
             resv = self.advance.get(job.reservation)
             if resv is None or resv.holder is None and resv.end < self.now + req.time_limit_s:
                 return Reason.RESERVATION
         return static
 
-    def _advance_of(self, job: PendingJob) -> tuple[str, frozenset[str] | None] | None:
-        """The reservation the job may use, and the nodes it is confined to (None: any node), less the nodes
-        that hold max_per_node of its group already."""
+    def _advance_of(self, job: PendingJob, idle_only: bool = True) -> tuple[str, frozenset[str] | None] | None:
+        """The reservation the job may use, and the nodes it is confined to (None: any node): within the
+        nodes it chose (-w, -x, --constraint), less the nodes that hold max_per_node of its group already,
+        and for an exclusive job (unless planning ahead: not `idle_only`) only idle nodes."""
         advance = self._reservation_of(job)
-        if not job.max_per_node:
-            return advance
-        crowded = self._crowded(job)
-        if not crowded:
+        if not job.max_per_node and job.nodes is None and not job.exclusive:
             return advance
         name, allowed = advance if advance is not None else ("", None)
         if allowed is None:
-            allowed = frozenset(n.name for n in self.pool.members.get(job.request.partition, ()))
-        return (name, allowed - crowded)
+            allowed = job.nodes if job.nodes is not None else \
+                frozenset(n.name for n in self.pool.members.get(job.request.partition, ()))
+        elif job.nodes is not None:
+            allowed = allowed & job.nodes
+        if job.max_per_node:
+            allowed = allowed - self._crowded(job)
+        if job.exclusive and idle_only:
+            by_name = self.pool.by_name
+            allowed = frozenset(n for n in allowed if n in by_name and _idle(by_name[n]))
+        return (name, allowed)
+
+    def _confinement(self, job: PendingJob) -> object:
+        """What besides its shape confines where a job may go, for the memo keys."""
+        if not job.max_per_node and job.nodes is None and not job.exclusive:
+            return _NO_NODES
+        return (self._crowded(job) if job.max_per_node else _NO_NODES, job.nodes, job.exclusive)
+
+    def _enough_chosen(self, job: PendingJob, model: str) -> bool:
+        """Do the nodes the job chose hold enough of its partition's usable nodes that could ever fit it?"""
+        req = job.request
+        key = (req.shape, model, job.nodes)
+        enough = self.chosen_memo.get(key)
+        if enough is None:
+            assert job.nodes is not None
+            need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
+            usable = [n for n in self.pool.members.get(req.partition, ()) if n.name in job.nodes
+                      and n.capacity_fits(need) and model_matches(n.gpu_model, model)]
+            enough = self.chosen_memo[key] = len(usable) >= req.num_nodes
+        return enough
+
+    def _find_whole_nodes(self, job: PendingJob, end: float, advance: tuple[str, frozenset[str] | None] | None,
+                          model: str) -> tuple[list[WorkNode], Need] | None:
+        """Idle nodes for an exclusive job, all of one size (the job takes each node whole), and that size."""
+        req = job.request
+        assert advance is not None  # an exclusive job is always confined
+        name, allowed = advance
+        assert allowed is not None
+        need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
+        for size, names in _by_size(self.pool.by_name[n] for n in allowed if n in self.pool.by_name).items():
+            whole = Need(*size)
+            if not whole.capacity_covers(need) or len(names) < req.num_nodes:
+                continue
+            nodes = self.pool.find_now(req.partition, whole, req.num_nodes, end, (name, frozenset(names)), model)
+            if nodes is not None:
+                return nodes, whole
+        return None
 
     def _group_counts(self, group: str) -> dict[str, int]:
         counts = self.group_nodes.get(group)
@@ -321,6 +386,43 @@ class Cycle:
 
 
 _NO_NODES: frozenset[str] = frozenset()
+
+
+def _idle(node: WorkNode) -> bool:
+    """Nothing runs on the node: an exclusive job may take it."""
+    return (len(node.free) == len(node.gpus) and not node.shared and node.free_cpus == node.cpus
+            and node.free_mem_mib == node.mem_mib)
+
+
+def _whole_amounts(amounts: dict[str, float], count: int, whole: Need) -> dict[str, float]:
+    """An exclusive job's quota amounts: `count` whole nodes of size `whole`, in the keys it is charged under."""
+    held = {"cpu": float(whole.cpus * count), "mem_mib": float(whole.mem_mib * count)}
+    return {key: held.get(key, float(whole.gpus * count)) for key in amounts}
+
+
+def _by_size(nodes: Iterable[WorkNode]) -> dict[tuple[int, int, int], list[str]]:
+    """Node names by whole-node size (GPUs, CPUs, memory): an exclusive gang takes nodes of one size."""
+    sizes: dict[tuple[int, int, int], list[str]] = {}
+    for node in nodes:
+        sizes.setdefault((len(node.gpus), node.cpus, node.mem_mib), []).append(node.name)
+    return sizes
+
+
+def _earliest_whole_nodes(candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float,
+                          reservation: str) -> tuple[tuple[float, list[WorkNode]] | None, Need]:
+    """The earliest time `count` candidates of one size are wholly free for `duration_s` (an exclusive
+    job's backfill reservation), and the whole-node need it then holds."""
+    best: tuple[float, list[WorkNode]] | None = None
+    best_need = need
+    by_name = {n.name: n for n in candidates}
+    for size, names in _by_size(candidates).items():
+        whole = Need(*size)
+        if not whole.capacity_covers(need) or len(names) < count:
+            continue
+        found = earliest_gang_start([by_name[n] for n in names], whole, count, duration_s, now, reservation)
+        if found is not None and (best is None or found[0] < best[0]):
+            best, best_need = found, whole
+    return best, best_need
 _flavor_memo: dict[tuple[str, str], str | None] = {}
 
 

@@ -159,6 +159,11 @@ class PendingJob:
     # node, itself included (0: no limit): the placement's anti-affinity.
     group: str = ""
     max_per_node: int = 0
+    # The nodes it may run on (sbatch -w, -x, --constraint, resolved by the engine); None: any node.
+    nodes: frozenset[str] | None = None
+    # The whole node (sbatch --exclusive): it starts only on idle nodes, takes all their GPUs, CPUs and
+    # memory, so nothing else is placed beside it.
+    exclusive: bool = False
     # Order: expedited jobs first, then claims, then higher priority, then earlier submission, then lower id.
     order: tuple[int, int, float, int] = field(init=False, repr=False, compare=False)
 

@@ -22,6 +22,10 @@ class Need:
     mem_mib: int
     gpu_milli: int = GPU_MILLI  # < 1000: a share of one device (gpus == 1)
 
+    def capacity_covers(self, other: Need) -> bool:
+        """Does this need (a whole node's) hold `other` on the same node?"""
+        return self.gpus >= other.gpus and self.cpus >= other.cpus and self.mem_mib >= other.mem_mib
+
 
 @dataclass(slots=True)
 class WorkNode:

@@ -15,6 +15,7 @@ from corral.engine.arrays import ArrayError, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.dependencies import DependencyError, parse_dependency
 from corral.engine.kinds import kind_from_flags
+from corral.engine.node_choice import NodeChoiceError, check_choice
 from corral.engine.records import JobSpec, Node
 from corral.engine.tenancy import Tenancy, TenancyError
 from corral.ranges import compress_ranges
@@ -31,6 +32,7 @@ class PartitionMembers:
     def __init__(self, nodes: Iterable[Node]) -> None:
         self._nodes = tuple(nodes)
         self._of: dict[str, tuple[list[Node], int]] = {}
+        self._names: frozenset[str] | None = None
 
     def of(self, partition: PartitionConfig) -> tuple[list[Node], int]:
         """The partition's nodes (not to be changed) and the most GPUs any of them has."""
@@ -39,6 +41,12 @@ class PartitionMembers:
             members = [n for n in self._nodes if partition.contains(n.name)]
             found = self._of[partition.name] = (members, max((len(n.gpus) for n in members), default=0))
         return found
+
+    def names(self) -> frozenset[str]:
+        """Every node the cluster knows."""
+        if self._names is None:
+            self._names = frozenset(n.name for n in self._nodes)
+        return self._names
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +128,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
             raise AdmissionError(f"no node of partition {partition.name!r} has GPU model {sub.gpu_model!r} "
                                  f"(models: {', '.join(models) or 'none'})")
         max_gpus = max(len(n.gpus) for n in members)
+    sub, members, max_gpus = _chosen(sub, members, max_gpus, index)
     request = _request(sub, partition, members, max_gpus)
     if kind.default_name:
         name = sub.name or kind.default_name
@@ -139,7 +148,26 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
         explicit=",".join(k for k in ("ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_node")
                           if getattr(sub, k) is not None),
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host, gpu_share=sub.gpu_share or "",
+        nodelist=sub.nodelist or "", exclude=sub.exclude or "", constraint=sub.constraint or "",
+        exclusive=sub.exclusive,
     )
+
+
+def _chosen(sub: JobSubmit, members: list[Node], max_gpus: int, index: PartitionMembers
+            ) -> tuple[JobSubmit, list[Node], int]:
+    """The submission with the node count its -w gives, the partition's nodes its -w/-x/--constraint allow,
+    and the most GPUs one of them has (all as given when it chose nothing)."""
+    if not (sub.nodelist or sub.exclude or sub.constraint):
+        return sub, members, max_gpus
+    try:
+        count, allowed = check_choice(sub.nodelist or "", sub.exclude or "", sub.constraint or "", sub.nodes,
+                                      members, index.names())
+    except NodeChoiceError as exc:
+        raise AdmissionError(str(exc)) from None
+    if count != sub.nodes:
+        sub = sub.model_copy(update={"nodes": count})
+    members = [n for n in members if n.name in allowed]
+    return sub, members, max(len(n.gpus) for n in members)
 
 
 def _with_share(sub: JobSubmit, config: EngineConfig) -> JobSubmit:

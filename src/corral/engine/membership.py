@@ -23,6 +23,7 @@ class Inventory:
     run_as_user: bool = True
     agent_user: str = ""
     cgroups: str = ""
+    features: frozenset[str] = frozenset()  # its agent's --feature list
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from corral.engine.admission import PartitionMembers
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig
 from corral.engine.lifecycle import Lifecycle
+from corral.engine.node_choice import discovered_features
 from corral.engine.records import JobState, Node, NodeRun
 
 
@@ -39,11 +40,12 @@ class NodeEvents:
         node.gpus, node.cpus, node.mem_mib = inventory.gpus, inventory.cpus, inventory.mem_mib
         node.address, node.up, node.last_seen = inventory.address, True, now
         node.run_as_user, node.agent_user, node.cgroups = inventory.run_as_user, inventory.agent_user, inventory.cgroups
+        node.features = inventory.features | discovered_features(inventory.gpus[0].model if inventory.gpus else "")
         node.partitions = self.config.partitions_of(name)
         self._members = None
         self.dirty.add(name)
         self.active.node_changed(name)
-        self.active.views.nodes_changed()
+        self.active.views.nodes_changed(self.active.jobs)
         found = membership.reconcile(name, list(self.active.jobs.values()), event.running, event.finished,
                                      self.config.kill_grace_s)
         for job in found.acknowledged:

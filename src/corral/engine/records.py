@@ -89,6 +89,11 @@ class JobSpec:
     replica: int = -1
     # At most this many replicas of its service on one node (the service's placement; 0: no limit).
     max_per_node: int = 0
+    # The nodes it chose (sbatch -w, -x as hostlists, --constraint; engine/node_choice.py), and --exclusive.
+    nodelist: str = ""
+    exclude: str = ""
+    constraint: str = ""
+    exclusive: bool = False
 
     @property
     def kind(self) -> JobKind:
@@ -261,6 +266,8 @@ class Node:
     run_as_user: bool = True  # False: development mode, every task runs as `agent_user`
     agent_user: str = ""
     cgroups: str = ""  # "cgroup v2 at ...", or why there are none
+    # Its agent's --feature list and the discovered ones (its GPU model's type): what --constraint matches.
+    features: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)

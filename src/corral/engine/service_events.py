@@ -50,6 +50,7 @@ def replica_submission(spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
         ntasks_per_node=1, gpus_per_node=spec.gpus_per_node, cpus_per_task=spec.cpus_per_task,
         mem_mib=spec.mem_per_node_mib, gpu_model=spec.gpu_model, time_limit_s=spec.time_limit_s,
         account=spec.account, qos=spec.qos, queue=spec.queue, output=f"{spec.name}-%j.out",
+        exclude=spec.placement.exclude, constraint=spec.placement.constraint,
     )
 
 

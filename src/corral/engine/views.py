@@ -10,8 +10,9 @@ from dataclasses import replace
 
 from corral.core.model import AdvanceReservation, PendingJob, RunningJob
 from corral.engine.config import EngineConfig
+from corral.engine.node_choice import allowed_nodes
 from corral.engine.priority import Factors, job_priority
-from corral.engine.records import Job, JobState, Node
+from corral.engine.records import Job, JobSpec, JobState, Node
 from corral.engine.tenancy import Tenancy
 
 
@@ -25,6 +26,7 @@ class Views:
         self.priority_at = float("-inf")
         self._cluster_gpus: int | None = None
         self._partition_factors: dict[str, float] | None = None
+        self._chosen: dict[tuple[str, str, str, str], frozenset[str]] = {}
 
     def cluster_gpus(self) -> int:
         if self._cluster_gpus is None:
@@ -36,8 +38,29 @@ class Views:
             self._partition_factors = self.config.partition_factors()
         return self._partition_factors
 
-    def nodes_changed(self) -> None:
+    def nodes_changed(self, jobs: Mapping[int, Job]) -> None:
+        """A node (re)joined: waiting jobs that chose nodes see it (its features may meet their --constraint,
+        a -x leaves it open to them)."""
         self._cluster_gpus = None
+        self._chosen.clear()
+        for job_id, view in list(self.pending.items()):
+            job = jobs.get(job_id)
+            if view.nodes is not None and job is not None:
+                self.pending[job_id] = replace(view, nodes=self.chosen_nodes(job.spec))
+
+    def chosen_nodes(self, spec: JobSpec) -> frozenset[str] | None:
+        """The nodes a job's -w/-x/--constraint allow among its partition's (None: any), shared by the jobs
+        that chose alike (an array's tasks)."""
+        if not (spec.nodelist or spec.exclude or spec.constraint):
+            return None
+        key = (spec.request.partition, spec.nodelist, spec.exclude, spec.constraint)
+        found = self._chosen.get(key)
+        if found is None:
+            partition = spec.request.partition
+            members = (n for n in self.nodes.values() if partition in n.partitions)
+            found = self._chosen[key] = allowed_nodes(spec.nodelist, spec.exclude, spec.constraint, members) \
+                or frozenset()
+        return found
 
     def pending_view(self, job: Job, now: float, tenancy: Tenancy, shares: dict[str, float],
                      claim: bool) -> PendingJob:
@@ -49,7 +72,8 @@ class Views:
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
                           preempts_qos=tenancy.preempts(spec), reservation=reservation, claim=claim,
                           expedited=job.expedited, ignores_budgets=tenancy.overrides_min_ready(spec),
-                          group=spec.service, max_per_node=spec.max_per_node)
+                          group=spec.service, max_per_node=spec.max_per_node, nodes=self.chosen_nodes(spec),
+                          exclusive=spec.exclusive)
         self.pending[job.id] = view
         return view
 

@@ -53,6 +53,10 @@ _CONVERTERS: tuple[tuple[str, Callable[[str], object]], ...] = (
     ("dependency", values.dependency_spec),
     ("signal", values.signal_spec),
     ("reservation", values.single_name),
+    ("nodelist", values.text_value),  # -w: exactly these nodes
+    ("exclude", values.text_value),
+    ("constraint", values.text_value),
+    ("exclusive", values.whole_nodes),
     ("requeue", values.requeue_mode),  # --requeue[=expedite]
     ("no-requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
     ("hold", values.flag_on),

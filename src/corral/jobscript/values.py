@@ -235,6 +235,13 @@ def flag_on(_text: str) -> bool:
     return True
 
 
+def whole_nodes(text: str) -> bool:
+    """--exclusive: whole nodes for the job alone (Slurm's =user and =mcs sharing are not corral's)."""
+    if text:
+        raise DirectiveError("only --exclusive without a value is supported (whole nodes for the job alone)")
+    return True
+
+
 def requeue_mode(text: str) -> bool | str:
     """--requeue (True) or --requeue=expedite ("expedite", Slurm 25.11's expedited requeue)."""
     if not text:

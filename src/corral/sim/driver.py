@@ -52,6 +52,7 @@ class SimNode:
     cpus: int = 128
     mem_mib: int = 2_048_000
     gpu_model: str = "sim-gpu"
+    features: frozenset[str] = frozenset()  # as its agent's --feature (the GPU model's type is discovered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ class Simulation:
         engine = build_engine(config, SIMULATED, tenancy=tenancy, archive=self._submitted)
         for node in nodes:
             inventory = Inventory(tuple(Gpu(i, node.gpu_model) for i in range(node.gpus)), node.cpus,
-                                  node.mem_mib, "127.0.0.1")
+                                  node.mem_mib, "127.0.0.1", features=node.features)
             engine.handle(NodeRegistered(node.name, inventory), now=start_s)
         self._start(engine, start_s, stop_delay_s, min_cycle_interval_s)
 

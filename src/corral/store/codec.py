@@ -232,11 +232,16 @@ def node_to_row(node: Node) -> Json:
         "last_seen": node.last_seen,
         # Sorted so the stored value is deterministic (frozenset order is not).
         "partitions": sorted(node.partitions),
-        "isolation": {"run_as_user": node.run_as_user, "agent_user": node.agent_user, "cgroups": node.cgroups},
+        # What its agent said at registration; its features too, so that a restarted controller places jobs
+        # with --constraint before the agent registers again.
+        "isolation": {"run_as_user": node.run_as_user, "agent_user": node.agent_user, "cgroups": node.cgroups,
+                      "features": sorted(node.features)},
     }
 
 
 def node_from_row(row: Any) -> Node:
+    isolation = dict(row.isolation or {})
+    features = frozenset(isolation.pop("features", ()))
     return Node(
         name=row.name,
         gpus=tuple(Gpu(**_GPU.known(gpu)) for gpu in row.gpus),
@@ -248,7 +253,8 @@ def node_from_row(row: Any) -> Node:
         drain_reason=row.drain_reason,
         last_seen=row.last_seen,
         partitions=frozenset(row.partitions),
-        **(row.isolation or {}),
+        features=features,
+        **isolation,
     )
 
 

@@ -80,7 +80,7 @@ class NodeRow(Base):
     drain_reason: Mapped[str]
     last_seen: Mapped[float]
     partitions: Mapped[list[Any]]
-    # run_as_user, agent_user, cgroups (Node): how the node's agent confines jobs.
+    # run_as_user, agent_user, cgroups (Node): how the node's agent confines jobs; features: what --constraint matches.
     isolation: Mapped[dict[str, Any]] = mapped_column(server_default="{}")
 
 

@@ -38,7 +38,7 @@ Usage: sbatch [-N nnodes] [-n ntasks] [-c ncpus] [-p partition] [--hold] [--pars
 """
 # Settings sbatch's options make that JobSubmit has no field for yet: honouring them is not possible,
 # and dropping them silently would run the job somewhere or sometime the user excluded.
-NOT_IN_API = {"nodelist": "--nodelist", "exclude": "--exclude", "input": "--input"}
+NOT_IN_API = {"input": "--input"}
 WAIT_POLL_MAX_S = 2.0
 
 
@@ -89,9 +89,6 @@ def submission(options: SbatchOptions, source: ScriptSource, text: str, env: Map
     fields.pop("input", None)
     if "begin" in fields:
         fields["begin_time"] = begin_time(str(fields.pop("begin")))
-    if fields.pop("exclusive", None) is not None:
-        warnings.append("sbatch: warning: --exclusive is ignored by corral: jobs get the GPUs, CPUs and "
-                        "memory they ask for, and nothing keeps other jobs off the rest of the node\n")
     export = fields.pop("export", None)
     program = {"script": text, "script_args": list(source.args)} if source.args else {"script": text}
     body = batch_job(fields, program, export, env, cwd, default_name(source))

@@ -3,7 +3,7 @@
 Long names are kept in alphabetical order, which is Slurm's table order: glibc lists ambiguous
 prefixes (`--s`) in that order. Every option is in one of four groups:
 - JOB: sets a field of the submission (JobSubmit's names; comment, wckey, open_mode, export,
-  exclusive, nodelist, exclude, input and begin are not JobSubmit fields yet);
+  exclusive, input and begin are turned into JobSubmit's fields by sbatch/main.py);
 - COMMAND: changes what sbatch itself does (--parsable, --wrap, --wait, ...);
 - IGNORED: accepted with a warning (hints, tuning corral does not have, mail);
 - UNSUPPORTED: an error naming the option (hard requirements corral cannot honour).
@@ -24,6 +24,7 @@ JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "begin": ("b", REQUIRED, "begin", v.text),
     "chdir": ("D", REQUIRED, "workdir", v.text),
     "comment": (None, REQUIRED, "comment", v.text),
+    "constraint": ("C", REQUIRED, "constraint", v.text),
     "cpus-per-task": ("c", REQUIRED, "cpus_per_task", v.count),
     "dependency": ("d", REQUIRED, "dependency", v.dependency),
     "error": ("e", REQUIRED, "error", v.text),
@@ -105,7 +106,7 @@ IGNORED: Mapping[str, tuple[str | None, int, str]] = {
 }
 UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "batch": (None, REQUIRED), "bb": (None, REQUIRED), "bbf": (None, REQUIRED),
-    "cluster-constraint": (None, REQUIRED), "constraint": ("C", REQUIRED), "container": (None, REQUIRED),
+    "cluster-constraint": (None, REQUIRED), "container": (None, REQUIRED),
     "cpus-per-gpu": (None, REQUIRED), "deadline": (None, REQUIRED), "export-file": (None, REQUIRED),
     "gid": (None, REQUIRED), "gpus-per-socket": (None, REQUIRED), "licenses": ("L", REQUIRED),
     "nodefile": ("F", REQUIRED), "uid": (None, REQUIRED),

@@ -227,11 +227,14 @@ def open_mode(value: str, option: str) -> str:
     raise fail(f"Invalid --{option} specification")
 
 
-def exclusive(value: str | None, option: str) -> str:
+def exclusive(value: str | None, option: str) -> bool:
+    """--exclusive: whole nodes for the job alone. Slurm's =user and =mcs (sharing nodes with one's own
+    jobs) are not corral's."""
     if value is None:
-        return "exclusive"
+        return True
     if value in ("user", "mcs"):
-        return value
+        raise fail(f"--{option}={value} is not supported by corral: only --exclusive, whole nodes for the "
+                   f"job alone", 1)
     raise fail(f"Invalid --{option} specification")
 
 

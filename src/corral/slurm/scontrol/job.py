@@ -103,10 +103,10 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
         f"BatchFlag={batch_flag} Reboot=0 ExitCode={job.get('exit_code', 0)}:{job.get('exit_signal', 0)}",
         *_times(job, now, time_format),
         f"Partition={job.get('partition', '')} AllocNode:Sid={records.get(job, 'submit_host') or '(null)'}:0",
-        "ReqNodeList=(null) ExcNodeList=(null)",
+        f"ReqNodeList={_null(records.get(job, 'req_nodelist'))} ExcNodeList={_null(records.get(job, 'exc_nodelist'))}",
         *_shape(job),
-        "Features=(null) DelayBoot=00:00:00",
-        "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)",
+        f"Features={_null(records.get(job, 'constraint'))} DelayBoot=00:00:00",
+        f"OverSubscribe={'NO' if records.get(job, 'exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
         f"Command={_null(records.get(job, 'command'))}",
         f"WorkDir={job.get('workdir', '')}",
     ]

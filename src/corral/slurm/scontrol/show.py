@@ -70,8 +70,8 @@ def node_lines(node: Mapping, now: float, time_format: str | None = None) -> lis
     lines = [
         f"NodeName={node['name']} Arch=(null) CoresPerSocket=1",
         f"CPUAlloc={node.get('cpus_alloc', 0)} CPUEfctv={cpus} CPUTot={cpus} CPULoad=N/A",
-        "AvailableFeatures=(null)",
-        "ActiveFeatures=(null)",
+        f"AvailableFeatures={','.join(node.get('features') or ()) or '(null)'}",
+        f"ActiveFeatures={','.join(node.get('features') or ()) or '(null)'}",
         f"Gres={gpu_models.gres(node['gpus'][0].get('model') or '', gpus) if gpus else '(null)'}",
         f"NodeAddr={address} NodeHostName={address} Version=(null)",
         "OS=(null)",

@@ -90,7 +90,7 @@ LETTERS: Mapping[str, SinfoField] = {
     "d": _field("TMP_DISK", lambda g, _: "0"),
     "D": _field("NODES", lambda g, _: str(len(g.nodes))),
     "E": _field("REASON", lambda g, _: str(g.nodes[0].get("drain_reason") or "none")),
-    "f": _field("AVAIL_FEATURES", lambda g, _: None),
+    "f": _field("AVAIL_FEATURES", lambda g, _: _features(g.nodes[0])),
     "F": _field("NODES(A/I/O/T)", lambda g, _: _nodes_aiot(g)),
     "g": _field("GROUPS", lambda g, _: "all"),
     "G": _field("GRES", _gres),
@@ -137,10 +137,15 @@ def shows_state(fmt: Format) -> bool:
     return any(c.field is LETTERS["t"] or c.field is LETTERS["T"] for c in fmt.columns)
 
 
+def _features(node: Mapping) -> str | None:
+    """A node's features as sinfo prints them (None: `(null)`)."""
+    return ",".join(node.get("features") or ()) or None
+
+
 def group_nodes(partitions: Sequence[Mapping], nodes: Sequence[Mapping], *, by_state: bool,
-                node_centric: bool = False) -> list[Group]:
-    """One group per partition (and per node state when shown), in partition order; with
-    `node_centric`, one group per node and partition, in node order."""
+                node_centric: bool = False, by_features: bool = False) -> list[Group]:
+    """One group per partition (and per node state when shown, and per feature set when %f is), in
+    partition order; with `node_centric`, one group per node and partition, in node order."""
     by_name = {n["name"]: n for n in nodes}
     groups: list[Group] = []
     for partition in partitions:
@@ -151,7 +156,8 @@ def group_nodes(partitions: Sequence[Mapping], nodes: Sequence[Mapping], *, by_s
             continue
         buckets: dict[str, list[Mapping]] = {}
         for node in members:
-            buckets.setdefault(states.node_state_compact(node) if by_state else "", []).append(node)
+            state = states.node_state_compact(node) if by_state else ""
+            buckets.setdefault(f"{state}\0{_features(node)}" if by_features else state, []).append(node)
         # sinfo's default sort "#P,-t": partitions in order, then states by Slurm's number, descending.
         ordered = sorted(buckets.values(), key=lambda b: -states.node_state_rank(b[0]) if by_state else 0)
         groups.extend(Group(partition, tuple(b)) for b in ordered)

@@ -31,8 +31,9 @@ def sinfo_output(options: SinfoOptions, partitions: Sequence[Mapping], nodes: Se
         groups = fmt.group_reasons([n for n in select_nodes(options, nodes) if n["name"] in members],
                                    by_state=options.by_state)
     else:
+        by_features = any(c.field is fmt.LETTERS["f"] for c in options.format.columns)
         groups = fmt.group_nodes(shown, select_nodes(options, nodes), by_state=options.by_state,
-                                 node_centric=options.node_centric)
+                                 node_centric=options.node_centric, by_features=by_features)
     out = fmt.render(groups, options.format, header=not options.noheader, widen=options.widen,
                      banner_now=now if options.long_banner else None)
     return out, "".join(options.warnings), 0

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from corral import hostlist
 from corral.slurm.common.command import Result, action_text, connect, run
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.common.http import ApiError, Controller
@@ -70,6 +71,11 @@ def with_terminal(options: StepOptions) -> StepOptions:
 def in_allocation(controller: Controller, options: StepOptions, env: Mapping[str, str], workdir: str) -> int:
     from corral.slurm.srun.step_client import run_step, step_variables
 
+    if "constraint" in options.job:
+        raise fail("--constraint is not supported by corral for a step: choose the step's nodes among the "
+                   "job's with -w/--nodelist or -x/--exclude")
+    if "exclusive" in options.job:
+        _warn("srun: warning: --exclusive is ignored by corral for a step: steps share their job's resources\n")
     job = _running_job(controller, options.jobid)
     options, warnings = resolve_layout(options, int(job.get("num_nodes") or 1))
     _warn("".join(warnings))
@@ -80,9 +86,6 @@ def in_allocation(controller: Controller, options: StepOptions, env: Mapping[str
 def with_new_allocation(controller: Controller, options: StepOptions, env: Mapping[str, str], workdir: str) -> int:
     from corral.slurm.srun.step_client import run_step, step_variables
 
-    if options.nodelist or options.exclude:
-        raise fail("-w/--nodelist and -x/--exclude are not supported by corral yet for a new allocation: "
-                   "its API has no such job setting (inside a job they choose the step's nodes)")
     options, warnings = resolve_layout(options, None)
     _warn("".join(warnings))
     environment = step_environment(options.export, env)
@@ -122,6 +125,11 @@ def allocation_body(options: StepOptions, environment: dict[str, str], env: Mapp
         if value is not None:
             body[field] = value
     body.update(options.job)
+    # The job's nodes: -w is the exact list (its length the node count), -x nodes it never gets.
+    if options.nodelist:
+        body["nodelist"] = hostlist.compress(options.nodelist)
+    if options.exclude:
+        body["exclude"] = hostlist.compress(options.exclude)
     return body
 
 

@@ -29,7 +29,8 @@ STEP: Mapping[str, tuple[str | None, int]] = {
     "quit-on-interrupt": (None, NO_ARG), "distribution": ("m", REQUIRED), "pty": (None, NO_ARG),
 }
 # Options that only shape a new allocation (srun outside a job, salloc): sbatch's fields.
-JOB_KEYS = ("account", "comment", "dependency", "gpus", "gpus-per-node", "gres", "mem", "mem-per-cpu",
+JOB_KEYS = ("account", "comment", "constraint", "dependency", "exclusive",
+            "gpus", "gpus-per-node", "gres", "mem", "mem-per-cpu",
             "mem-per-gpu", "partition", "priority", "qos", "reservation", "signal", "time", "wckey")
 IGNORED: Mapping[str, tuple[str | None, int, str]] = {
     **{k: sbatch.IGNORED[k] for k in (
@@ -41,7 +42,6 @@ IGNORED: Mapping[str, tuple[str | None, int, str]] = {
     "acctg-freq": (None, REQUIRED, "a step is sampled at its job's interval (sbatch --acctg-freq)"),
     "cpu-bind": (None, REQUIRED, "corral does not bind tasks to CPUs"),
     "exact": (None, NO_ARG, "steps share their job's resources"),
-    "exclusive": (None, OPTIONAL, "steps share their job's resources; jobs get what they ask for"),
     "resv-ports": (None, OPTIONAL, "corral reserves no ports"),
     "send-libs": (None, OPTIONAL, "corral copies no libraries"),
     "slurmd-debug": (None, REQUIRED, "corral has no slurmd"),
@@ -51,7 +51,7 @@ IGNORED: Mapping[str, tuple[str | None, int, str]] = {
 UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "bb": (None, REQUIRED), "bbf": (None, REQUIRED), "bcast": (None, OPTIONAL), "bcast-exclude": (None, REQUIRED),
     "begin": ("b", REQUIRED), "cluster-constraint": (None, REQUIRED), "compress": (None, OPTIONAL),
-    "constraint": ("C", REQUIRED), "container": (None, REQUIRED), "cpus-per-gpu": (None, REQUIRED),
+    "container": (None, REQUIRED), "cpus-per-gpu": (None, REQUIRED),
     "deadline": (None, REQUIRED), "epilog": (None, REQUIRED), "het-group": (None, REQUIRED),
     "hold": ("H", NO_ARG), "immediate": ("I", OPTIONAL), "licenses": ("L", REQUIRED), "multi-prog": (None, NO_ARG),
     "no-allocate": ("Z", NO_ARG), "preserve-env": ("E", NO_ARG), "prolog": (None, REQUIRED),

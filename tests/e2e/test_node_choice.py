@@ -1,0 +1,66 @@
+"""End to end: a real controller and three agents, one declaring features (--feature) and one whose GPU
+model is discovered through NVML (the pynvml stand-in): sbatch -w, -x, --constraint and --exclusive place
+as asked, salloc and srun -w too, and bad choices are refused with Slurm's texts with nothing submitted."""
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.harness import wait_for
+from tests.slurm.commands import Commands
+
+pytestmark = pytest.mark.slow
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_nodes_are_chosen_as_asked_live(cluster_factory, tmp_path):
+    cluster = cluster_factory(nodes=3, gpus=2, nvml_names={"node3": [H100] * 2},
+                              node_features={"node1": "ib,nvme", "node2": "ib"})
+    assert {n["name"]: n["features"] for n in cluster.nodes()} == {
+        "node1": ["ib", "nvme"], "node2": ["ib"], "node3": ["h100"]}
+    cmd = Commands(cluster, tmp_path)
+    for args, node in [(["--constraint=h100"], "node3"), (["-C", "ib&nvme"], "node1"), (["-w", "node2"], "node2"),
+                       (["-x", "node[1,3]"], "node2"), (["--constraint=nvme|h100", "-x", "node3"], "node1")]:
+        job_id = cmd.submit(*args, "-o", "/dev/null", "--wrap", "true")
+        job = cluster.wait_state(job_id, "COMPLETED", "FAILED")
+        assert (job["state"], job["nodelist"]) == ("COMPLETED", node), args
+
+    # --exclusive: whole nodes. One GPU busy on node1 and node3: the exclusive job gets node2 whole, and
+    # a one-GPU job for node2 waits for it although a GPU there is unused by the exclusive job's tasks.
+    busy = [cmd.submit("-w", name, "-G", "1", "-o", "/dev/null", "--wrap", "sleep 60") for name in ("node1", "node3")]
+    for job_id in busy:
+        cluster.wait_state(job_id, "RUNNING")
+    whole = cmd.submit("--exclusive", "-G", "1", "-o", "/dev/null", "--wrap", "sleep 60")
+    running = cluster.wait_state(whole, "RUNNING")
+    assert running["nodelist"] == "node2"
+    beside = cmd.submit("-w", "node2", "-G", "1", "-o", "/dev/null", "--wrap", "true")
+    wait_for(lambda: cluster.job(beside)["reason"] != "None", message="the scheduler looked at the job")
+    waiting = cluster.job(beside)
+    assert (waiting["state"], waiting["reason"]) in (("PENDING", "Resources"), ("PENDING", "Priority")), waiting
+    node2 = next(n for n in cluster.nodes() if n["name"] == "node2")
+    assert (node2["gpus_alloc"], node2["cpus_alloc"]) == (2, node2["cpus"]), node2
+    scontrol = cmd("scontrol", "show", "node", "node1")
+    assert "AvailableFeatures=ib,nvme" in scontrol.stdout, scontrol
+    for job_id in (*busy, whole, beside):
+        cmd("scancel", str(job_id))
+
+    for args, stderr in [
+        (["-w", "node9"], "sbatch: error: Batch job submission failed: Invalid node name specified: node9\n"),
+        (["-w", "node[1-2]", "-N", "1"], "sbatch: error: Batch job submission failed: Required nodelist includes "
+                                         "more nodes than permitted by max-node count (2 > 1)\n"),
+        (["--constraint=infiniband"], "sbatch: error: Batch job submission failed: Invalid feature specification: "
+                                      "no node of the partition has infiniband (features: h100, ib, nvme)\n"),
+        (["--constraint=[ib|nvme]"], "sbatch: error: Batch job submission failed: Invalid feature specification: "
+                                     "'[ib|nvme]': matching OR ([a|b]) is not supported by corral; use a, a&b or "
+                                     "a|b\n"),
+    ]:
+        refused = cmd("sbatch", *args, "--wrap", "true")
+        assert (refused.code, refused.stderr) == (1, stderr), args
+    # Nothing was half-made: the next job gets the id after the last accepted one.
+    assert cmd.submit("-o", "/dev/null", "--wrap", "true") == beside + 1
+
+    # srun as a new allocation with -w, and salloc with -w whose step chooses a node of the allocation.
+    pinned = cmd("srun", "-w", "node3", "printenv", "SLURMD_NODENAME")
+    assert (pinned.code, pinned.stdout) == (0, "node3\n"), pinned
+    steps = cmd("salloc", "-N", "2", "-w", "node[1-2]", "srun", "-w", "node2", "-N1", "printenv", "SLURMD_NODENAME")
+    assert (steps.code, steps.stdout) == (0, "node2\n"), steps
