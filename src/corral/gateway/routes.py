@@ -32,6 +32,7 @@ class ServiceRoute:
     endpoints: tuple[Endpoint, ...]
     public: bool = False  # no credential asked (the spec's `public`)
     version: int = 0  # the source's version of this set (the controller's long-poll version)
+    owner: str = ""  # only this user may open it (a notebook session); "": any user of the cluster
 
 
 @dataclass(slots=True)
