@@ -224,11 +224,15 @@ class ServiceSpec(Strict):
     time_limit_s: TimeLimitS | None = Field(None, description="Per replica; none: no limit")
     public: bool = Field(False, description="The gateway serves it without a credential")
     autoscale: Autoscale | None = None
+    session: bool = Field(False, description=(
+        "A notebook or dev environment (corral notebook): one replica, never restarted, that only its owner "
+        "may open through the gateway; once its replica ends (time limit, idle stop, exit, cancel, "
+        "preemption) the service is gone"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         problem = (_command_problem(self) or _port_problem(self.ports) or _probe_port_problem(self)
-                   or _replica_problem(self))
+                   or _replica_problem(self) or _session_problem(self))
         if problem:
             raise field_problem(*problem)
         return self
@@ -276,6 +280,20 @@ def _replica_problem(spec: ServiceSpec) -> tuple[str, str] | None:
     if spec.min_ready > floor:
         what = "autoscale.min_replicas" if scale is not None else "replicas"
         return "min_ready", f"{spec.min_ready} is more than {what} ({floor}): the service could never meet it"
+    return None
+
+
+def _session_problem(spec: ServiceSpec) -> tuple[str, str] | None:
+    if not spec.session:
+        return None
+    if spec.replicas != 1:
+        return "replicas", f"a session has exactly one replica, not {spec.replicas}"
+    if spec.autoscale is not None:
+        return "autoscale", "a session is not autoscaled"
+    if spec.public:
+        return "public", "a session is its owner's alone: it cannot be public"
+    if not spec.ports:
+        return "ports", "a session needs a port for the gateway to reach it"
     return None
 
 
@@ -355,6 +373,7 @@ class EndpointsOut(BaseModel):
     service: str
     version: int = Field(description="Changes whenever the set changes; pass it as ?after= to wait for a change")
     public: bool
+    owner: str = Field("", description="Only this user may open it through the gateway (a session); \"\": any user")
     endpoints: list[EndpointOut]
 
 

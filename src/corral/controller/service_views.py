@@ -185,4 +185,6 @@ class EndpointVersions:
 
 
 def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
-    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)
+    owner = record.spec.user if record.spec.session else ""
+    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, owner=owner,
+                        endpoints=endpoints)

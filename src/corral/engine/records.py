@@ -89,11 +89,13 @@ class JobSpec:
     replica: int = -1
     # At most this many replicas of its service on one node (the service's placement; 0: no limit).
     max_per_node: int = 0
+    # The replica of a session service (a notebook: engine/kinds.py SESSION): run once, its end ends the service.
+    session: bool = False
 
     @property
     def kind(self) -> JobKind:
         """Its row of the behaviour table (engine/kinds.py), derived from the stored fields."""
-        return kind_from_flags(self.batch, self.allocation, self.service)
+        return kind_from_flags(self.batch, self.allocation, self.service, self.session)
 
 
 @dataclass(slots=True)

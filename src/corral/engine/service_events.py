@@ -229,9 +229,20 @@ class ServiceEvents:
         ids = self._replica_ids.setdefault(job.spec.service, set())
         if job.state.terminal:
             ids.discard(job.id)
+            if job.spec.session:
+                self._session_ended(job)
         else:
             ids.add(job.id)
         self.touched.add(job.spec.service)
+
+    def _session_ended(self, job: Job) -> None:
+        """A session's one run is over: its service goes with it (the reconciler would start another)."""
+        service = self.services.get(job.spec.service)
+        if service is None or service.deleted:
+            return
+        service.deleted = True
+        service.history.append({"t": job.end_time or job.submit_time, "event": "session-ended",
+                                "detail": f"job {job.id}: {_why_session_ended(job)}"})
 
     def due(self, now: float) -> None:
         """A deadline rang (an update's ready timeout): look at every updating service again."""
@@ -273,8 +284,10 @@ class ServiceEvents:
 
         def mark(spec: JobSpec) -> JobSpec:
             per_node = self._max_per_node(service, spec.request.partition)
+            session = service.spec.session
             return dataclasses.replace(spec, service=service.name, service_revision=revision, replica=index,
-                                       max_per_node=per_node)
+                                       max_per_node=per_node, session=session,
+                                       requeue=spec.requeue and not session)
 
         try:
             job = self.submit(self._submission(service.spec, service.uid, index), mark, now)
@@ -328,6 +341,18 @@ class ServiceEvents:
 def _replica_template(spec: ServiceSpec) -> dict[str, Any]:
     """What of a spec its replicas are made of (a change there is a new revision: a rolling update)."""
     return spec.model_dump(exclude=set(IN_PLACE_FIELDS))
+
+
+def _why_session_ended(job: Job) -> str:
+    state = job.final_state or job.state
+    if state is JobState.CANCELLED:
+        stopped = [h for h in job.history if h.get("event") in ("replica-stopped", "cancelled")]
+        return f"cancelled ({stopped[-1].get('reason', '')})" if stopped and stopped[-1].get("reason") else "cancelled"
+    if state is JobState.PREEMPTED:
+        return "preempted"
+    if state is JobState.NODE_FAIL:
+        return "its node failed"
+    return _why_ended(job)
 
 
 def _why_ended(job: Job) -> str:
