@@ -374,6 +374,8 @@ class EndpointsOut(BaseModel):
     version: int = Field(description="Changes whenever the set changes; pass it as ?after= to wait for a change")
     public: bool
     owner: str = Field("", description="Only this user may open it through the gateway (a session); \"\": any user")
+    keep_prefix: bool = Field(False, description="Send the path whole, /s/<name>/ included (a session's "
+                                                 "JupyterLab serves under it); else without that prefix")
     endpoints: list[EndpointOut]
 
 

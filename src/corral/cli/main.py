@@ -11,6 +11,7 @@ from corral.cli.advise import advise
 from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.gateway_cmd import gateway
+from corral.cli.notebook import notebook
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.logs import logs
 from corral.cli.services import service_app
@@ -123,6 +124,7 @@ app.add_typer(agent_app, name="agent")
 app.command("audit")(audit)
 app.command("status")(status)
 app.command("gateway")(gateway)
+app.command("notebook")(notebook)
 
 
 def main() -> None:

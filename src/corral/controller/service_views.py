@@ -185,6 +185,6 @@ class EndpointVersions:
 
 
 def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
-    owner = record.spec.user if record.spec.session else ""
-    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, owner=owner,
-                        endpoints=endpoints)
+    session = record.spec.session
+    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public,
+                        owner=record.spec.user if session else "", keep_prefix=session, endpoints=endpoints)

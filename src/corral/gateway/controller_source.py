@@ -3,7 +3,7 @@ service `GET /api/v1/services/{name}/endpoints?after=V`, a long poll that answer
 passes V (or after the controller's own wait, with the same version).
 
 The endpoints reply (the wire contract with the controller, docs/decisions/0018-service-gateway.md):
-`{"service": NAME, "version": V, "public": BOOL, "owner": USER (optional), "endpoints": [{"replica": I, "job_id": J,
+`{"service": NAME, "version": V, "public": BOOL, "owner": USER (optional), "keep_prefix": BOOL (optional), "endpoints": [{"replica": I, "job_id": J,
 "ports": {PORT_NAME: "host:port", ...}, "draining": BOOL}, ...]}` listing ready replicas. The gateway routes
 to each replica's first port (the spec's first, the one its processes get as `PORT`) and skips draining ones.
 
@@ -33,9 +33,11 @@ def parse_endpoints(name: str, body: Any) -> ServiceRoute:
     if not isinstance(body, dict):
         raise EndpointsMalformed(f"service {name}: the endpoints reply is not a JSON object")
     version, public, items = body.get("version"), body.get("public", False), body.get("endpoints")
-    owner = body.get("owner") or ""
+    owner, keep_prefix = body.get("owner") or "", body.get("keep_prefix", False)
     if not isinstance(owner, str):
         raise EndpointsMalformed(f"service {name}: 'owner' is {owner!r}, not a user name")
+    if not isinstance(keep_prefix, bool):
+        raise EndpointsMalformed(f"service {name}: 'keep_prefix' is {keep_prefix!r}, not true or false")
     if not isinstance(version, int) or isinstance(version, bool):
         raise EndpointsMalformed(f"service {name}: 'version' is {version!r}, not an integer")
     if not isinstance(public, bool):
@@ -51,7 +53,7 @@ def parse_endpoints(name: str, body: Any) -> ServiceRoute:
             continue
         replica = item.get("replica")
         endpoints.append(Endpoint(next(iter(ports.values())), replica if isinstance(replica, int) else None))
-    return ServiceRoute(name, tuple(endpoints), public, version, owner)
+    return ServiceRoute(name, tuple(endpoints), public, version, owner, keep_prefix)
 
 
 class ControllerSource:

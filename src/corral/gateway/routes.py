@@ -33,6 +33,9 @@ class ServiceRoute:
     public: bool = False  # no credential asked (the spec's `public`)
     version: int = 0  # the source's version of this set (the controller's long-poll version)
     owner: str = ""  # only this user may open it (a notebook session); "": any user of the cluster
+    # The application serves under /s/<name>/ itself (JupyterLab's base_url): the path goes on whole, not
+    # stripped of its prefix, so the pages' own links and WebSocket URLs point back through the gateway.
+    keep_prefix: bool = False
 
 
 @dataclass(slots=True)

@@ -106,7 +106,7 @@ class Gateway:
                 self.metrics.errors.labels(service, "not_owner").inc()
                 return web.json_response({"detail": f"{service} is {route.owner}'s session: only {route.owner} "
                                                     f"may open it, not {user}"}, status=403)
-        path_and_query = request.raw_path[len(prefix):]
+        path_and_query = request.raw_path if route.keep_prefix else request.raw_path[len(prefix):]
         if not path_and_query.startswith("/"):
             path_and_query = "/" + path_and_query
         headers = upstream_headers(request, user, prefix)
