@@ -68,3 +68,16 @@ def test_a_websocket_opens_with_the_cookie_for_the_owner_only(setup):
 
     assert asyncio.run(talk("mine")) == "nb:hi"
     assert asyncio.run(talk("theirs")) == "refused 403"
+
+
+def test_a_kept_prefix_reaches_the_application_whole_and_others_lose_it(tmp_path):
+    from tests.gateway.harness import static_gateway
+
+    with Backend("nb") as backend:
+        gateway, _ = static_gateway(ServiceRoute("nb", (backend.endpoint,), public=True, keep_prefix=True),
+                                    ServiceRoute("web", (backend.endpoint,), public=True))
+        with gateway, httpx.Client(base_url=gateway.url, trust_env=False, timeout=30) as http:
+            assert http.get("/s/web/echo/x?a=1").json()["path"] == "/echo/x?a=1"
+            # The backend answers /echo only: the kept prefix is what it sees (404 from the application itself).
+            whole = http.get("/s/nb/echo/x?a=1")
+            assert whole.status_code == 404 and "no service named" not in whole.text

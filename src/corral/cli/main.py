@@ -11,9 +11,9 @@ from corral.cli.advise import advise
 from corral.cli.agent_cmds import agent_app
 from corral.cli.auth_cmds import audit, token_app
 from corral.cli.gateway_cmd import gateway
-from corral.cli.notebook import notebook
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.logs import logs
+from corral.cli.notebook import notebook
 from corral.cli.services import service_app
 from corral.cli.simulate import simulate
 from corral.cli.status import status

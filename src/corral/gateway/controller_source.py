@@ -3,9 +3,11 @@ service `GET /api/v1/services/{name}/endpoints?after=V`, a long poll that answer
 passes V (or after the controller's own wait, with the same version).
 
 The endpoints reply (the wire contract with the controller, docs/decisions/0018-service-gateway.md):
-`{"service": NAME, "version": V, "public": BOOL, "owner": USER (optional), "keep_prefix": BOOL (optional), "endpoints": [{"replica": I, "job_id": J,
-"ports": {PORT_NAME: "host:port", ...}, "draining": BOOL}, ...]}` listing ready replicas. The gateway routes
-to each replica's first port (the spec's first, the one its processes get as `PORT`) and skips draining ones.
+`{"service": NAME, "version": V, "public": BOOL, "owner": USER, "keep_prefix": BOOL, "endpoints":
+[{"replica": I, "job_id": J, "ports": {PORT_NAME: "host:port", ...}, "draining": BOOL}, ...]}` listing ready
+replicas (`owner` and `keep_prefix` may be left out: "" and false). The gateway routes to each replica's first
+port (the spec's first, the one its processes get as `PORT`) and skips draining ones; only `owner` may pass
+when one is named; with `keep_prefix` the path goes on with its /s/NAME prefix.
 
 While no controller answers, the table keeps what it last had: the service goes on being served by the
 replicas known to be ready (the controller failing over must not interrupt it)."""
