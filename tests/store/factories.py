@@ -58,6 +58,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         service_revision=3,
         replica=2,
         max_per_node=1,
+        session=True,
         acctg_freq_s=15,
     )
 

@@ -40,8 +40,10 @@ def notebook(
                                              "/s/NAME/ (a DNS label). Default: nb-USER-XXXX.",
                                              show_default=False)] = None,
     cpus: Annotated[int, typer.Option("--cpus-per-task", "-c", min=1, help="CPUs for it.")] = 1,
-    partition: Annotated[str | None, typer.Option("--partition", "-p", show_default=False)] = None,
-    account: Annotated[str | None, typer.Option("--account", "-A", show_default=False)] = None,
+    partition: Annotated[str | None, typer.Option("--partition", "-p", help="Its partition (default: the "
+                                                  "cluster's).", show_default=False)] = None,
+    account: Annotated[str | None, typer.Option("--account", "-A", help="The account it is charged to "
+                                                "(default: yours).", show_default=False)] = None,
     qos: Annotated[str | None, typer.Option("--qos", "-q", help="E.g. the low-priority QOS an operator set up "
                                             "for notebooks (docs/services.md).", show_default=False)] = None,
     jupyter: Annotated[str, typer.Option("--jupyter", help="The command that starts JupyterLab on the node, "
