@@ -9,8 +9,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from corral.api.services import ServiceSpec
-from corral.cli.notebook_spec import jupyter_command, session_spec
+from corral.cli.notebook_spec import gres_request, jupyter_command, session_spec
 
 
 def test_the_spec_is_a_valid_session_with_the_callers_environment_only():
@@ -62,3 +64,18 @@ def test_jupyter_gets_the_base_url_port_and_culling_and_sigterm_warns(tmp_path):
     os.kill(process.pid, signal.SIGTERM)
     _, err = process.communicate(timeout=10)
     assert "corral notebook: WARNING: this session is being stopped now" in err and "corral show 7" in err
+
+
+def test_gres_gives_whole_gpus_or_a_share_of_one_and_refuses_the_rest():
+    assert gres_request("gpu:2") == (2, None)
+    assert gres_request("shard:2") == (1, "shard:2")
+    assert gres_request("mps:25") == (1, "mps:25")
+    for bad in ("shard:0", "mps", "tpu:1", "shard:x"):
+        with pytest.raises(ValueError, match="give gpu:N, shard:N or mps:P"):
+            gres_request(bad)
+    spec = ServiceSpec.model_validate(session_spec(name="nb", workdir="/w", time_limit_s=60, gpus=1,
+                                                   gpu_share="shard:2"))
+    assert (spec.gpus_per_node, spec.gpu_share) == (1, "shard:2")
+    with pytest.raises(ValueError, match="needs gpus_per_node = 1, not 2"):
+        ServiceSpec.model_validate(session_spec(name="nb", workdir="/w", time_limit_s=60, gpus=2,
+                                                gpu_share="shard:2"))

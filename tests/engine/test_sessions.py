@@ -99,3 +99,13 @@ def test_a_session_stops_at_its_time_limit_and_its_service_is_gone() -> None:
     engine.node_finished("node1", job.id, [(0, 0, 15)], None, T0 + 60 + 1)
     assert job.state is JobState.TIMEOUT and "nb" not in engine.services
     assert service.history[-1]["detail"] == f"job {job.id}: time limit"
+
+
+def test_a_session_on_a_share_of_a_gpu_leaves_the_rest_of_it_to_others() -> None:
+    engine = engine_with_nodes(count=1, gpus=1)
+    engine.apply_service(notebook(gpu_share="shard:2"), T0)
+    job = replicas(engine, "nb")[0]
+    assert (job.spec.gpu_share, job.spec.request.gpu_milli) == ("shard:2", 250), "2 of the GPU's 8 shards"
+    engine.apply_service(notebook(name="nb2", gpu_share="mps:50"), T0)
+    other = replicas(engine, "nb2")[0]
+    assert sorted(c.job_id for c in engine.schedule(T0)) == sorted([job.id, other.id]), "both on the one GPU"

@@ -210,6 +210,9 @@ class ServiceSpec(Strict):
     cpus_per_task: Count = 1
     mem_per_node_mib: MemMib | None = None
     gpu_model: Name | None = None
+    gpu_share: str | None = Field(None, pattern=r"^(shard|mps):[0-9]{1,6}$", description=(
+        "A share of one GPU per node instead of whole ones ('shard:N', 'mps:P', as --gres): needs "
+        "gpus_per_node = 1; bound by CUDA MPS where the node has it"))
     command: Args | None = Field(None, description="The replica's command line. Exclusive with script.")
     script: Script | None = Field(None, description="A script run as the replica. Exclusive with command.")
     env: Env = {}
@@ -284,6 +287,8 @@ def _replica_problem(spec: ServiceSpec) -> tuple[str, str] | None:
 
 
 def _session_problem(spec: ServiceSpec) -> tuple[str, str] | None:
+    if spec.gpu_share is not None and spec.gpus_per_node != 1:
+        return "gpu_share", f"a share of one GPU needs gpus_per_node = 1, not {spec.gpus_per_node}"
     if not spec.session:
         return None
     if spec.replicas != 1:

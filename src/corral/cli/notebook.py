@@ -19,7 +19,7 @@ from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
 from corral.cli.jobs import UrlOption
-from corral.cli.notebook_spec import READY_PATH, gateway_path, session_spec
+from corral.cli.notebook_spec import READY_PATH, gateway_path, gres_request, session_spec
 from corral.cli.output import reported_errors
 from corral.jobscript.units import parse_time_s
 
@@ -39,6 +39,9 @@ def notebook(
     name: Annotated[str | None, typer.Option("--name", help="Its name, which is also its gateway path "
                                              "/s/NAME/ (a DNS label). Default: nb-USER-XXXX.",
                                              show_default=False)] = None,
+    gres: Annotated[str | None, typer.Option("--gres", help="gpu:N (as --gpus), or a share of one GPU: shard:N, "
+                                             "mps:P (bound by CUDA MPS where the node has it).",
+                                             show_default=False)] = None,
     cpus: Annotated[int, typer.Option("--cpus-per-task", "-c", min=1, help="CPUs for it.")] = 1,
     partition: Annotated[str | None, typer.Option("--partition", "-p", help="Its partition (default: the "
                                                   "cluster's).", show_default=False)] = None,
@@ -57,12 +60,13 @@ def notebook(
         base = _gateway_url(gateway)
         limit_s = parse_time_s(time_limit)
         idle_s = parse_time_s(idle_timeout) if idle_timeout is not None else None
+        gpus, share = _gpus(gpus, gres)
         with open_client(url) as client:
             user = client.whoami()["name"]
             session = name or f"nb-{_label(user)}-{secrets.token_hex(2)}"
             spec = session_spec(name=session, workdir=os.getcwd(), time_limit_s=limit_s, gpus=gpus,
-                                jupyter=jupyter, idle_s=idle_s, cpus=cpus, partition=partition, account=account,
-                                qos=qos, environ=os.environ)
+                                jupyter=jupyter, idle_s=idle_s, gpu_share=share, cpus=cpus, partition=partition,
+                                account=account, qos=qos, environ=os.environ)
             client.apply_service(spec)
             token = client.create_token({"expires_s": limit_s + 3600, "description": f"notebook {session}"})
             try:
@@ -77,6 +81,17 @@ def notebook(
                f"({time_limit})" + (f" or after {idle_timeout} idle" if idle_timeout else ""))
     typer.echo(f"open: {base}{gateway_path(session)}lab?corral_token={token['token']}")
     typer.echo(f"stop: corral service delete {session}")
+
+
+def _gpus(gpus: int, gres: str | None) -> tuple[int, str | None]:
+    if gres is None:
+        return gpus, None
+    if gpus:
+        raise CliError("give --gpus or --gres, not both")
+    try:
+        return gres_request(gres)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _gateway_url(option: str | None) -> str:

@@ -63,7 +63,16 @@ def jupyter_command(name: str, jupyter: str, idle_s: int | None) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
+def gres_request(text: str) -> tuple[int, str | None]:
+    """`--gres` as (whole GPUs, share): 'gpu:N' is N GPUs; 'shard:N' and 'mps:P' a share of one."""
+    kind, _, count = text.strip().partition(":")
+    if kind in ("gpu", "shard", "mps") and count.isdigit() and int(count) > 0:
+        return (int(count), None) if kind == "gpu" else (1, f"{kind}:{int(count)}")
+    raise ValueError(f"invalid --gres {text!r}: give gpu:N, shard:N or mps:P (N, P > 0)")
+
+
 def session_spec(*, name: str, workdir: str, time_limit_s: int, gpus: int, jupyter: str = "jupyter",
+                 gpu_share: str | None = None,
                  idle_s: int | None = None, cpus: int = 1, mem_mib: int | None = None,
                  partition: str | None = None, account: str | None = None, qos: str | None = None,
                  environ: Mapping[str, str] | None = None) -> dict:
@@ -76,6 +85,7 @@ def session_spec(*, name: str, workdir: str, time_limit_s: int, gpus: int, jupyt
         "probes": {"readiness": {"http": {"path": gateway_path(name) + READY_PATH, "port": PORT},
                                  "period_s": 1, "failure_threshold": 1}},
     }
-    optional = {"mem_per_node_mib": mem_mib, "partition": partition, "account": account, "qos": qos}
+    optional = {"mem_per_node_mib": mem_mib, "partition": partition, "account": account, "qos": qos,
+                "gpu_share": gpu_share}
     spec.update({key: value for key, value in optional.items() if value is not None})
     return spec

@@ -42,7 +42,8 @@ def replica_submission(spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
         name=spec.name, user=spec.user, uid=uid, argv=list(spec.command) if spec.command is not None else None,
         script=spec.script, workdir=spec.workdir, env=env, partition=spec.partition, nodes=spec.nodes,
         ntasks_per_node=1, gpus_per_node=spec.gpus_per_node, cpus_per_task=spec.cpus_per_task,
-        mem_mib=spec.mem_per_node_mib, gpu_model=spec.gpu_model, time_limit_s=spec.time_limit_s,
+        mem_mib=spec.mem_per_node_mib, gpu_model=spec.gpu_model, gpu_share=spec.gpu_share,
+        time_limit_s=spec.time_limit_s,
         account=spec.account, qos=spec.qos, queue=spec.queue, output=f"{spec.name}-%j.out",
     )
 
