@@ -38,7 +38,7 @@ def fake_jupyter(tmp_path: Path) -> Path:
 
 def run_wrapper(tmp_path: Path, jupyter: str, path: str) -> subprocess.Popen:
     argv = jupyter_command("nb-x", jupyter, idle_s=20)
-    env = {"PATH": path, "CORRAL_PORT_HTTP": "41234", "CORRAL_JOB_ID": "7"}
+    env = {"PATH": path, "CORRAL_PORT_HTTP": "41234", "CORRAL_JOB_ID": "7", "CORRAL_SESSION_SECRET": "s3cret"}
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -58,7 +58,7 @@ def test_jupyter_gets_the_base_url_port_and_culling_and_sigterm_warns(tmp_path):
         time.sleep(0.05)
     args = args_file.read_text().splitlines()
     assert args[0] == "lab" and "--port=41234" in args
-    assert "--ServerApp.base_url=/s/nb-x/" in args and "--IdentityProvider.token=" in args
+    assert "--ServerApp.base_url=/s/nb-x/" in args and "--IdentityProvider.token=s3cret" in args
     assert "--MappingKernelManager.cull_idle_timeout=20" in args
     assert "--ServerApp.shutdown_no_activity_timeout=20" in args
     os.kill(process.pid, signal.SIGTERM)

@@ -124,6 +124,15 @@ def test_a_notebook_answers_its_owner_refuses_another_user_and_stops_when_idle(g
     refused = httpx.get(f"{base}lab", headers={"Authorization": f"Bearer {other.json()['token']}"})
     assert refused.status_code == 403 and other_user in refused.json()["detail"]
 
+    # Around the gateway, straight to JupyterLab's port on the node: refused without the session's secret.
+    replica = cluster.http.get(f"{API}/services/nb-notebook-e2e").json()["replicas"][0]
+    direct = httpx.get(f"http://{replica['endpoints']['http']}/s/nb-notebook-e2e/api/kernels")
+    assert direct.status_code == 403, direct.text
+    seen_by_other = httpx.get(f"{cluster.url}{API}/services/nb-notebook-e2e/endpoints",
+                              headers={"Authorization": f"Bearer {other.json()['token']}"}).json()
+    assert seen_by_other["upstream_authorization"] == "", "the secret goes to the gateway only"
+    assert cluster.http.get(f"{API}/services/nb-notebook-e2e/endpoints").json()["upstream_authorization"]
+
     done = cluster.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout_s=IDLE_S + 150)
     idle_stop_s = time.monotonic() - last_activity
     assert done["state"] == "COMPLETED", done

@@ -13,7 +13,7 @@ import pytest
 from corral.gateway.routes import ServiceRoute
 from corral.gateway.sources import StaticSource
 from tests.controller.live import SECRET, live_controller
-from tests.gateway.harness import Backend, authenticating_gateway
+from tests.gateway.harness import Backend, authenticating_gateway, static_gateway
 
 
 @pytest.fixture
@@ -71,7 +71,6 @@ def test_a_websocket_opens_with_the_cookie_for_the_owner_only(setup):
 
 
 def test_a_kept_prefix_reaches_the_application_whole_and_others_lose_it(tmp_path):
-    from tests.gateway.harness import static_gateway
 
     with Backend("nb") as backend:
         gateway, _ = static_gateway(ServiceRoute("nb", (backend.endpoint,), public=True, keep_prefix=True),
@@ -81,3 +80,16 @@ def test_a_kept_prefix_reaches_the_application_whole_and_others_lose_it(tmp_path
             # The backend answers /echo only: the kept prefix is what it sees (404 from the application itself).
             whole = http.get("/s/nb/echo/x?a=1")
             assert whole.status_code == 404 and "no service named" not in whole.text
+
+
+def test_a_sessions_upstream_authorization_replaces_the_callers(setup):
+    _, http, token = setup
+    # The fixture's routes have none: the caller's credential is dropped and nothing takes its place.
+    plain = http.get("/s/mine/echo", headers={"Authorization": f"Bearer {token}"}).json()["headers"]
+    assert "Authorization" not in plain
+    with Backend("nb2") as backend:
+        gateway, _ = static_gateway(
+            ServiceRoute("nb", (backend.endpoint,), public=False, upstream_authorization="token s3cret"))
+        with gateway, httpx.Client(base_url=gateway.url, trust_env=False, timeout=30) as direct:
+            seen = direct.get("/s/nb/echo", headers={"Authorization": "Bearer users-own"}).json()["headers"]
+    assert seen["Authorization"] == "token s3cret"

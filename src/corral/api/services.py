@@ -379,6 +379,9 @@ class EndpointsOut(BaseModel):
     version: int = Field(description="Changes whenever the set changes; pass it as ?after= to wait for a change")
     public: bool
     owner: str = Field("", description="Only this user may open it through the gateway (a session); \"\": any user")
+    upstream_authorization: str = Field("", description=(
+        "For the gateway only (empty to anyone else): the Authorization header a session's application "
+        "expects from it"))
     keep_prefix: bool = Field(False, description="Send the path whole, /s/<name>/ included (a session's "
                                                  "JupyterLab serves under it); else without that prefix")
     endpoints: list[EndpointOut]

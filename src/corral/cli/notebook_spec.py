@@ -5,8 +5,10 @@ The command is a small POSIX shell wrapper, run on the node as the user:
 - `jupyter` missing from the PATH the user submitted with: one clear line, exit 127 (the session ends, and
   `corral notebook` prints that line);
 - JupyterLab behind the gateway: its base URL is the session's gateway path, it listens on the port the
-  agent chose (`$CORRAL_PORT_HTTP`) on every address, and its own token and password are off because the
-  gateway lets only the session's owner in (gateway/server.py);
+  agent chose (`$CORRAL_PORT_HTTP`) on every address, and its token is the session's secret, which the
+  controller gives the job (`$CORRAL_SESSION_SECRET`) and the gateway sends upstream in place of the
+  user's credential: the gateway lets only the session's owner in (gateway/server.py), and whoever reaches
+  the port on the node without the gateway is refused; without the secret it does not start;
 - idle stop by Jupyter's own kernel activity: an idle kernel is culled after the idle period (a busy one,
   running a cell, never is), and a server with no kernel and no activity for the idle period shuts down
   (Jupyter checks once a minute), which ends the job and gives its GPUs back;
@@ -34,7 +36,7 @@ def jupyter_command(name: str, jupyter: str, idle_s: int | None) -> list[str]:
     options = [
         "lab", "--no-browser", "--ip=0.0.0.0", '--port="$CORRAL_PORT_HTTP"',
         f"--ServerApp.base_url={gateway_path(name)}", "--ServerApp.allow_remote_access=True",
-        "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.open_browser=False",
+        '--IdentityProvider.token="$CORRAL_SESSION_SECRET"', "--ServerApp.password=", "--ServerApp.open_browser=False",
         "--ServerApp.allow_root=True",  # an agent that runs tasks as itself (tests, a personal cluster)
     ]
     if idle_s is not None:
@@ -45,12 +47,15 @@ def jupyter_command(name: str, jupyter: str, idle_s: int | None) -> list[str]:
                     f"--TerminalManager.cull_interval={max(1, min(60, idle_s // 2))}",
                     f"--ServerApp.shutdown_no_activity_timeout={idle_s}"]
     quoted = shlex.quote(jupyter)
-    args = " ".join(o if o.startswith("--port=") else shlex.quote(o) for o in options)
+    args = " ".join(o if '"$' in o else shlex.quote(o) for o in options)
     script = (
         f"if ! command -v {quoted} >/dev/null 2>&1; then\n"
         f"  echo \"corral notebook: {jupyter} is not found on $(hostname) (PATH=$PATH): install JupyterLab in "
         f"the environment you run corral notebook from (pip install jupyterlab), or name it with --jupyter\" >&2\n"
         "  exit 127\nfi\n"
+        'if [ -z "$CORRAL_SESSION_SECRET" ]; then\n'
+        '  echo "corral notebook: no session secret from the controller: JupyterLab would answer anyone" >&2\n'
+        "  exit 1\nfi\n"
         f"{quoted} {args} &\n"
         "server=$!\n"
         "trap 'echo \"corral notebook: WARNING: this session is being stopped now (its time limit, a preemption "

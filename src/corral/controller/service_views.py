@@ -184,7 +184,10 @@ class EndpointVersions:
             self._seen.pop(name, None)
 
 
-def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
+def endpoints_out(record: ServiceRecord, version: int, endpoints: list[EndpointOut],
+                  upstream_authorization: str = "") -> EndpointsOut:
+    """`upstream_authorization`: only for the gateway (a session's application's token)."""
     session = record.spec.session
     return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public,
-                        owner=record.spec.user if session else "", keep_prefix=session, endpoints=endpoints)
+                        owner=record.spec.user if session else "", keep_prefix=session,
+                        upstream_authorization=upstream_authorization, endpoints=endpoints)

@@ -38,6 +38,9 @@ def parse_endpoints(name: str, body: Any) -> ServiceRoute:
     owner, keep_prefix = body.get("owner") or "", body.get("keep_prefix", False)
     if not isinstance(owner, str):
         raise EndpointsMalformed(f"service {name}: 'owner' is {owner!r}, not a user name")
+    upstream = body.get("upstream_authorization") or ""
+    if not isinstance(upstream, str):
+        raise EndpointsMalformed(f"service {name}: 'upstream_authorization' is not a string")
     if not isinstance(keep_prefix, bool):
         raise EndpointsMalformed(f"service {name}: 'keep_prefix' is {keep_prefix!r}, not true or false")
     if not isinstance(version, int) or isinstance(version, bool):
@@ -55,7 +58,7 @@ def parse_endpoints(name: str, body: Any) -> ServiceRoute:
             continue
         replica = item.get("replica")
         endpoints.append(Endpoint(next(iter(ports.values())), replica if isinstance(replica, int) else None))
-    return ServiceRoute(name, tuple(endpoints), public, version, owner, keep_prefix)
+    return ServiceRoute(name, tuple(endpoints), public, version, owner, keep_prefix, upstream)
 
 
 class ControllerSource:

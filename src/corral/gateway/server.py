@@ -110,6 +110,8 @@ class Gateway:
         if not path_and_query.startswith("/"):
             path_and_query = "/" + path_and_query
         headers = upstream_headers(request, user, prefix)
+        if route.upstream_authorization:
+            headers["Authorization"] = route.upstream_authorization
         if self._load is not None:
             self._load.request_started(service)
         return await self._served(request, service, path_and_query, headers)
