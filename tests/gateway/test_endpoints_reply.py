@@ -14,7 +14,13 @@ def test_ready_replicas_first_port_and_draining_ones_skipped():
         {"replica": 1, "job_id": 11, "ports": {"http": "n2:9000"}, "draining": True},
         {"replica": 2, "job_id": 12, "ports": {"http": "n3:9000"}}]})
     assert route.endpoints == (Endpoint("n1:9000", 0), Endpoint("n3:9000", 2))
-    assert (route.version, route.public) == (7, True)
+    assert (route.version, route.public, route.owner, route.keep_prefix) == (7, True, "", False)
+
+
+def test_a_sessions_owner_and_kept_prefix():
+    route = parse_endpoints("nb", {"service": "nb", "version": 1, "public": False, "owner": "alice",
+                                   "keep_prefix": True, "endpoints": []})
+    assert (route.owner, route.keep_prefix) == ("alice", True)
 
 
 @pytest.mark.parametrize(("body", "named"), [
@@ -25,6 +31,8 @@ def test_ready_replicas_first_port_and_draining_ones_skipped():
     ({"version": 1}, "'endpoints' is None"),
     ({"version": 1, "endpoints": [{"replica": 0}]}, "has no 'ports'"),
     ({"version": 1, "endpoints": [{"ports": {"http": 9000}}]}, "has no 'ports'"),
+    ({"version": 1, "owner": 7, "endpoints": []}, "'owner' is 7"),
+    ({"version": 1, "keep_prefix": "yes", "endpoints": []}, "'keep_prefix' is 'yes'"),
 ])
 def test_a_malformed_reply_is_refused_naming_the_field(body, named):
     with pytest.raises(EndpointsMalformed, match="service web: .*" + named.replace("(", r"\(")):

@@ -62,6 +62,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         exclude="node9",
         constraint="ib&h100",
         exclusive=True,
+        session=True,
         acctg_freq_s=15,
     )
 

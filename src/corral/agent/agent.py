@@ -52,6 +52,7 @@ from corral.agent.discovery import Inventory
 from corral.agent.health import HealthConfig, HealthMonitor
 from corral.agent.identity import agent_user
 from corral.agent.leaders import forget_exits
+from corral.agent.mps import MpsDaemon, MpsError
 from corral.agent.replicas import Replicas
 from corral.agent.runner import JobRunner
 from corral.agent.step_runner import StepRunner
@@ -196,6 +197,7 @@ class Agent:
             health, node, self._report_unhealthy, nvml=inventory.source == "nvml")
         self._usage = usage or UsageMonitor()  # what each job and step uses here (usage.py)
         self._replicas = Replicas(node, address, self._spool_dir, self._base_env, self._post)  # ports, probes
+        self._mps = MpsDaemon()  # for jobs on a share of a GPU, where the node has MPS (mps.py)
 
     @property
     def controller_url(self) -> str:
@@ -595,11 +597,19 @@ class Agent:
                 reason = await self._health.check_before_job(runner.job_id)
                 if reason is not None:
                     runner.refuse(f"{self.node} failed its health check: {reason}")
+            if runner.launch.share is not None and runner.adopted:
+                self._mps.adopt(runner.job_id)  # its tasks outlived the agent, and so did the daemon
+            elif runner.launch.share is not None:
+                try:
+                    await self._mps.acquire(runner.job_id)
+                except MpsError as exc:
+                    runner.refuse(f"{self.node}: {exc}")
             if runner.adopted:
                 self._replicas.start_probes(runner)
             async for event in runner.run():
                 if isinstance(event, NodeFinished):
                     self._replicas.finished(runner.job_id)
+                    await self._mps.release(runner.job_id)  # not when the agent stops: its tasks live on
                     self._runners.pop(runner.job_id, None)
                     event.usage = self._usage.final(runner.job_id, None)
                     self._releases[id(event)] = runner
@@ -611,6 +621,7 @@ class Agent:
         except Exception as exc:  # a bug must not take the agent down, nor leave the job unreported
             log.exception("job %d: runner failed", runner.job_id)
             self._replicas.finished(runner.job_id)  # before its end is posted: no probe report after it
+            await self._mps.release(runner.job_id)
             self._runners.pop(runner.job_id, None)
             exits = [TaskExit(rank=t.rank, exit_code=EXIT_SPAWN_FAILED) for t in runner.launch.tasks]
             # The agent's own failure, not the job's: the controller requeues it as after a node failure.

@@ -214,6 +214,9 @@ class ServiceSpec(Strict):
     cpus_per_task: Count = 1
     mem_per_node_mib: MemMib | None = None
     gpu_model: Name | None = None
+    gpu_share: str | None = Field(None, pattern=r"^(shard|mps):[0-9]{1,6}$", description=(
+        "A share of one GPU per node instead of whole ones ('shard:N', 'mps:P', as --gres): needs "
+        "gpus_per_node = 1; bound by CUDA MPS where the node has it"))
     command: Args | None = Field(None, description="The replica's command line. Exclusive with script.")
     script: Script | None = Field(None, description="A script run as the replica. Exclusive with command.")
     env: Env = {}
@@ -228,11 +231,15 @@ class ServiceSpec(Strict):
     time_limit_s: TimeLimitS | None = Field(None, description="Per replica; none: no limit")
     public: bool = Field(False, description="The gateway serves it without a credential")
     autoscale: Autoscale | None = None
+    session: bool = Field(False, description=(
+        "A notebook or dev environment (corral notebook): one replica, never restarted, that only its owner "
+        "may open through the gateway; once its replica ends (time limit, idle stop, exit, cancel, "
+        "preemption) the service is gone"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         problem = (_command_problem(self) or _port_problem(self.ports) or _probe_port_problem(self)
-                   or _replica_problem(self))
+                   or _replica_problem(self) or _session_problem(self))
         if problem:
             raise field_problem(*problem)
         return self
@@ -280,6 +287,22 @@ def _replica_problem(spec: ServiceSpec) -> tuple[str, str] | None:
     if spec.min_ready > floor:
         what = "autoscale.min_replicas" if scale is not None else "replicas"
         return "min_ready", f"{spec.min_ready} is more than {what} ({floor}): the service could never meet it"
+    return None
+
+
+def _session_problem(spec: ServiceSpec) -> tuple[str, str] | None:
+    if spec.gpu_share is not None and spec.gpus_per_node != 1:
+        return "gpu_share", f"a share of one GPU needs gpus_per_node = 1, not {spec.gpus_per_node}"
+    if not spec.session:
+        return None
+    if spec.replicas != 1:
+        return "replicas", f"a session has exactly one replica, not {spec.replicas}"
+    if spec.autoscale is not None:
+        return "autoscale", "a session is not autoscaled"
+    if spec.public:
+        return "public", "a session is its owner's alone: it cannot be public"
+    if not spec.ports:
+        return "ports", "a session needs a port for the gateway to reach it"
     return None
 
 
@@ -359,6 +382,12 @@ class EndpointsOut(BaseModel):
     service: str
     version: int = Field(description="Changes whenever the set changes; pass it as ?after= to wait for a change")
     public: bool
+    owner: str = Field("", description="Only this user may open it through the gateway (a session); \"\": any user")
+    upstream_authorization: str = Field("", description=(
+        "For the gateway only (empty to anyone else): the Authorization header a session's application "
+        "expects from it"))
+    keep_prefix: bool = Field(False, description="Send the path whole, /s/<name>/ included (a session's "
+                                                 "JupyterLab serves under it); else without that prefix")
     endpoints: list[EndpointOut]
 
 

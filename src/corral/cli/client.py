@@ -190,6 +190,9 @@ class Client:
 
         self._call("DELETE", f"/reservations/{quote(name, safe='')}")
 
+    def whoami(self) -> dict:
+        return self._call("GET", "/whoami")
+
     def apply_service(self, spec: dict) -> dict:
         return self._call("POST", "/services", json=spec)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -65,6 +66,7 @@ from corral.protocol import (
 from corral.store import Store, StoreError
 from corral.store.lease import LeaseLost
 
+SESSION_SECRET_ENV = "CORRAL_SESSION_SECRET"  # a session's upstream token (session_secret)
 log = logging.getLogger("corral.controller")
 
 R = TypeVar("R")
@@ -437,6 +439,15 @@ class ControllerService:
             env.pop(name, None)
         if self.job_credential is not None:
             env[JOB_CREDENTIAL_ENV] = self.job_credential(job)
+            if job.spec.session:
+                env[SESSION_SECRET_ENV] = self.session_secret(job)
+
+    def session_secret(self, job: Job) -> str:
+        """What a session's application (JupyterLab) takes as its own token, and the gateway sends it: derived
+        from the job's credential, so only the controller can make it, and the same after a restart. The
+        application then refuses whoever reaches its port on the node without the gateway."""
+        assert self.job_credential is not None
+        return hashlib.sha256(f"corral-session-upstream:{self.job_credential(job)}".encode()).hexdigest()
 
     # ----- users
 

@@ -51,7 +51,6 @@ ENDPOINTS_WAIT_MAX_S = 30.0
 
 
 def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:  # noqa: C901 (a table of handlers)
-    auth = Depends(guard.user)
     user_dep = Depends(guard.user)
     versions = EndpointVersions(int(service.clock() * 1000))
     # service.engine, not a copy of it here: the service replaces its engine after a failed commit.
@@ -158,8 +157,17 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         await guard.allow(principal, "restart service", f"service {name}")
         return show(record_of(name), principal)
 
-    @app.get(f"{SERVICES}/{{name}}/endpoints", dependencies=[auth], responses=ERRORS)
-    async def endpoints(name: NamePath,
+    def upstream_authorization(principal: Principal, found: list) -> str:
+        """A session's upstream token, for the gateway (the cluster secret) or an admin; "" for anyone else."""
+        if not found or not (principal.kind == "service" or principal.admin):
+            return ""
+        job = service.engine.jobs.get(found[0].job_id)
+        if job is None or not job.spec.session or service.job_credential is None:
+            return ""
+        return f"token {service.session_secret(job)}"
+
+    @app.get(f"{SERVICES}/{{name}}/endpoints", responses=ERRORS)
+    async def endpoints(name: NamePath, principal: Principal = user_dep,
                         after: int | None = Query(None, ge=0, le=2**62, description=(
                             "A version this caller has: answer once the set's version is another one")),
                         wait_s: float = Query(25.0, ge=0, le=ENDPOINTS_WAIT_MAX_S, allow_inf_nan=False,
@@ -173,7 +181,7 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
             found = endpoint_set(record, service.engine.jobs.values(), addresses())
             version = versions.current(name, found)
             if after is None or version != after or loop.time() >= deadline:
-                return endpoints_out(record, version, found)
+                return endpoints_out(record, version, found, upstream_authorization(principal, found))
             await asyncio.sleep(ENDPOINTS_POLL_S)
 
     @app.post(f"{SERVICES}/{{name}}/load", status_code=204, responses=ERRORS)

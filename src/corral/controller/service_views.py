@@ -168,5 +168,10 @@ class EndpointVersions:
             self._seen.pop(name, None)
 
 
-def endpoints_out(record: Service, version: int, endpoints: list[EndpointOut]) -> EndpointsOut:
-    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public, endpoints=endpoints)
+def endpoints_out(record: Service, version: int, endpoints: list[EndpointOut],
+                  upstream_authorization: str = "") -> EndpointsOut:
+    """`upstream_authorization`: only for the gateway (a session's application's token)."""
+    session = record.spec.session
+    return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public,
+                        owner=record.spec.user if session else "", keep_prefix=session,
+                        upstream_authorization=upstream_authorization, endpoints=endpoints)

@@ -68,11 +68,20 @@ ALLOCATION = JobKind("allocation", launches="nothing", requeueable=False, comple
 SERVICE = JobKind("service", launches="every-node", requeueable=True, completed_by_holder=False, own_scope="steps",
                   warn_target="all", default_open_mode="append", batch_step=False, default_name="", restarts=True)
 
-KINDS: dict[str, JobKind] = {kind.name: kind for kind in (BATCH, COMMAND, ALLOCATION, SERVICE)}
+# A notebook or dev environment (corral notebook): the one replica of a session service, routed to by the
+# gateway like a service's but run once: whatever ends it (its time limit, an idle stop, a cancel, a
+# preemption) ends its service too (service_events.py). Never requeued: a notebook started again has lost
+# its kernels' state, and the user would not know where it went.
+SESSION = JobKind("session", launches="every-node", requeueable=False, completed_by_holder=False, own_scope="steps",
+                  warn_target="all", default_open_mode="append", batch_step=False, default_name="")
+
+KINDS: dict[str, JobKind] = {kind.name: kind for kind in (BATCH, COMMAND, ALLOCATION, SERVICE, SESSION)}
 
 
-def kind_from_flags(batch: bool, allocation: bool, service: str = "") -> JobKind:
+def kind_from_flags(batch: bool, allocation: bool, service: str = "", session: bool = False) -> JobKind:
     """The kind a spec's stored fields say (JobSpec.kind)."""
+    if session:
+        return SESSION
     if service:
         return SERVICE
     if allocation:

@@ -94,11 +94,13 @@ class JobSpec:
     exclude: str = ""
     constraint: str = ""
     exclusive: bool = False
+    # The replica of a session service (a notebook: engine/kinds.py SESSION): run once, its end ends the service.
+    session: bool = False
 
     @property
     def kind(self) -> JobKind:
         """Its row of the behaviour table (engine/kinds.py), derived from the stored fields."""
-        return kind_from_flags(self.batch, self.allocation, self.service)
+        return kind_from_flags(self.batch, self.allocation, self.service, self.session)
 
 
 @dataclass(slots=True)

@@ -48,7 +48,8 @@ def replica_submission(spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
         name=spec.name, user=spec.user, uid=uid, argv=list(spec.command) if spec.command is not None else None,
         script=spec.script, workdir=spec.workdir, env=env, partition=spec.partition, nodes=spec.nodes,
         ntasks_per_node=1, gpus_per_node=spec.gpus_per_node, cpus_per_task=spec.cpus_per_task,
-        mem_mib=spec.mem_per_node_mib, gpu_model=spec.gpu_model, time_limit_s=spec.time_limit_s,
+        mem_mib=spec.mem_per_node_mib, gpu_model=spec.gpu_model, gpu_share=spec.gpu_share,
+        time_limit_s=spec.time_limit_s,
         account=spec.account, qos=spec.qos, queue=spec.queue, output=f"{spec.name}-%j.out",
         exclude=spec.placement.exclude, constraint=spec.placement.constraint,
     )
@@ -240,9 +241,20 @@ class ServiceEvents:
         ids = self._replica_ids.setdefault(job.spec.service, set())
         if job.state.terminal:
             ids.discard(job.id)
+            if job.spec.session:
+                self._session_ended(job)
         else:
             ids.add(job.id)
         self.touched.add(job.spec.service)
+
+    def _session_ended(self, job: Job) -> None:
+        """A session's one run is over: its service goes with it (the reconciler would start another)."""
+        service = self.services.get(job.spec.service)
+        if service is None or service.deleted:
+            return
+        service.deleted = True
+        service.history.append({"t": job.end_time or job.submit_time, "event": "session-ended",
+                                "detail": f"job {job.id}: {_why_session_ended(job)}"})
 
     def due(self, now: float) -> None:
         """A deadline rang (an update's ready timeout, a drain's end): look at those services again."""
@@ -302,8 +314,10 @@ class ServiceEvents:
 
         def mark(spec: JobSpec) -> JobSpec:
             per_node = self._max_per_node(service, spec.request.partition)
+            session = service.spec.session
             return dataclasses.replace(spec, service=service.name, service_revision=revision, replica=index,
-                                       max_per_node=per_node)
+                                       max_per_node=per_node, session=session,
+                                       requeue=spec.requeue and not session)
 
         try:
             job = self.submit(self._submission(service.spec, service.uid, index), mark, now)
@@ -357,6 +371,18 @@ class ServiceEvents:
 def _replica_template(spec: ServiceSpec) -> dict[str, Any]:
     """What of a spec its replicas are made of (a change there is a new revision: a rolling update)."""
     return spec.model_dump(exclude=set(IN_PLACE_FIELDS))
+
+
+def _why_session_ended(job: Job) -> str:
+    state = job.final_state or job.state
+    if state is JobState.CANCELLED:
+        stopped = [h for h in job.history if h.get("event") in ("replica-stopped", "cancelled")]
+        return f"cancelled ({stopped[-1].get('reason', '')})" if stopped and stopped[-1].get("reason") else "cancelled"
+    if state is JobState.PREEMPTED:
+        return "preempted"
+    if state is JobState.NODE_FAIL:
+        return "its node failed"
+    return _why_ended(job)
 
 
 def _why_ended(job: Job) -> str:

@@ -3,9 +3,11 @@ service `GET /api/v1/services/{name}/endpoints?after=V`, a long poll that answer
 passes V (or after the controller's own wait, with the same version).
 
 The endpoints reply (the wire contract with the controller, docs/decisions/0018-service-gateway.md):
-`{"service": NAME, "version": V, "public": BOOL, "endpoints": [{"replica": I, "job_id": J,
-"ports": {PORT_NAME: "host:port", ...}, "draining": BOOL}, ...]}` listing ready replicas. The gateway routes
-to each replica's first port (the spec's first, the one its processes get as `PORT`) and skips draining ones.
+`{"service": NAME, "version": V, "public": BOOL, "owner": USER, "keep_prefix": BOOL, "endpoints":
+[{"replica": I, "job_id": J, "ports": {PORT_NAME: "host:port", ...}, "draining": BOOL}, ...]}` listing ready
+replicas (`owner` and `keep_prefix` may be left out: "" and false). The gateway routes to each replica's first
+port (the spec's first, the one its processes get as `PORT`) and skips draining ones; only `owner` may pass
+when one is named; with `keep_prefix` the path goes on with its /s/NAME prefix.
 
 While no controller answers, the table keeps what it last had: the service goes on being served by the
 replicas known to be ready (the controller failing over must not interrupt it)."""
@@ -38,6 +40,14 @@ def parse_endpoints(name: str, body: Any) -> ServiceRoute:
     if not isinstance(body, dict):
         raise EndpointsMalformed(f"service {name}: the endpoints reply is not a JSON object")
     version, public, items = body.get("version"), body.get("public", False), body.get("endpoints")
+    owner, keep_prefix = body.get("owner") or "", body.get("keep_prefix", False)
+    if not isinstance(owner, str):
+        raise EndpointsMalformed(f"service {name}: 'owner' is {owner!r}, not a user name")
+    upstream = body.get("upstream_authorization") or ""
+    if not isinstance(upstream, str):
+        raise EndpointsMalformed(f"service {name}: 'upstream_authorization' is not a string")
+    if not isinstance(keep_prefix, bool):
+        raise EndpointsMalformed(f"service {name}: 'keep_prefix' is {keep_prefix!r}, not true or false")
     if not isinstance(version, int) or isinstance(version, bool):
         raise EndpointsMalformed(f"service {name}: 'version' is {version!r}, not an integer")
     if not isinstance(public, bool):
@@ -53,7 +63,7 @@ def parse_endpoints(name: str, body: Any) -> ServiceRoute:
             continue
         replica = item.get("replica")
         endpoints.append(Endpoint(next(iter(ports.values())), replica if isinstance(replica, int) else None))
-    return ServiceRoute(name, tuple(endpoints), public, version)
+    return ServiceRoute(name, tuple(endpoints), public, version, owner, keep_prefix, upstream)
 
 
 class ControllerSource:

@@ -19,6 +19,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
+from corral.gateway.browser import strip_cookie
 from corral.gateway.metrics import GatewayMetrics
 from corral.gateway.routes import Endpoint, RouteTable
 
@@ -44,6 +45,10 @@ def upstream_headers(request: web.Request, user: str | None, prefix: str) -> CIM
             continue
         if lower == "authorization" and user is not None:
             continue  # the cluster credential stays with the gateway: the application never sees it
+        if lower == "cookie" and user is not None:
+            value = strip_cookie(value)  # a browser's credential (gateway/browser.py) stays here too
+            if not value:
+                continue
         headers.add(key, value)
     peer = request.remote or ""
     forwarded_for = request.headers.get("X-Forwarded-For")

@@ -32,6 +32,13 @@ class ServiceRoute:
     endpoints: tuple[Endpoint, ...]
     public: bool = False  # no credential asked (the spec's `public`)
     version: int = 0  # the source's version of this set (the controller's long-poll version)
+    owner: str = ""  # only this user may open it (a notebook session); "": any user of the cluster
+    # The application serves under /s/<name>/ itself (JupyterLab's base_url): the path goes on whole, not
+    # stripped of its prefix, so the pages' own links and WebSocket URLs point back through the gateway.
+    keep_prefix: bool = False
+    # The Authorization header the application expects from the gateway (a session's JupyterLab token): it
+    # replaces the client's, so the application's port refuses anyone who goes around the gateway.
+    upstream_authorization: str = ""
 
 
 @dataclass(slots=True)

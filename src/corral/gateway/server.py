@@ -13,6 +13,7 @@ from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from corral.gateway.auth import Authenticator, AuthRefused
+from corral.gateway.browser import credential_from, login_redirect
 from corral.gateway.load import LoadReporter, LoadSink
 from corral.gateway.metrics import GatewayMetrics
 from corral.gateway.proxy import Forwarder, upstream_headers
@@ -92,19 +93,28 @@ class Gateway:
             route = self.table.route(service)
         if route is None:
             return web.json_response({"detail": f"no service named {service!r}"}, status=404)
+        prefix = PREFIX + request.raw_path[len(PREFIX):].split("/", 1)[0].split("?", 1)[0]
         user = None
         if not route.public and self._auth is not None:
+            login = login_redirect(request, prefix)
+            if login is not None:
+                return login
             try:
-                user = await self._auth.authenticate(request.headers.get("Authorization"))
+                user = await self._auth.authenticate(credential_from(request))
             except AuthRefused as refused:
                 if refused.status == 503:
                     self.metrics.errors.labels(service, "auth_unavailable").inc()
                 return _auth_refusal(refused)
-        prefix = PREFIX + request.raw_path[len(PREFIX):].split("/", 1)[0].split("?", 1)[0]
-        path_and_query = request.raw_path[len(prefix):]
+            if route.owner and user != route.owner:
+                self.metrics.errors.labels(service, "not_owner").inc()
+                return web.json_response({"detail": f"{service} is {route.owner}'s session: only {route.owner} "
+                                                    f"may open it, not {user}"}, status=403)
+        path_and_query = request.raw_path if route.keep_prefix else request.raw_path[len(prefix):]
         if not path_and_query.startswith("/"):
             path_and_query = "/" + path_and_query
         headers = upstream_headers(request, user, prefix)
+        if route.upstream_authorization:
+            headers["Authorization"] = route.upstream_authorization
         if self._load is not None:
             self._load.request_started(service)
         return await self._served(request, service, path_and_query, headers)

@@ -1,0 +1,96 @@
+"""What `corral notebook` asks for, as data: the session service's spec (api/services.py, `session = true`)
+around a JupyterLab command. Pure, so its tests need no cluster.
+
+The command is a small POSIX shell wrapper, run on the node as the user:
+- `jupyter` missing from the PATH the user submitted with: one clear line, exit 127 (the session ends, and
+  `corral notebook` prints that line);
+- JupyterLab behind the gateway: its base URL is the session's gateway path, it listens on the port the
+  agent chose (`$CORRAL_PORT_HTTP`) on every address, and its token is the session's secret, which the
+  controller gives the job (`$CORRAL_SESSION_SECRET`) and the gateway sends upstream in place of the
+  user's credential: the gateway lets only the session's owner in (gateway/server.py), and whoever reaches
+  the port on the node without the gateway is refused; without the secret it does not start;
+- idle stop by Jupyter's own kernel activity: an idle kernel is culled after the idle period (a busy one,
+  running a cell, never is), and a server with no kernel and no activity for the idle period shuts down
+  (Jupyter checks once a minute), which ends the job and gives its GPUs back;
+- on SIGTERM (its time limit, a preemption, a cancel) a warning line in the notebook's log, then JupyterLab
+  is stopped with the same signal."""
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+# What of the submitting shell's environment reaches the notebook: enough to find the user's own Jupyter
+# and Python (a virtual environment, a conda environment), nothing else (the job's own variables follow).
+CARRIED_ENV = ("PATH", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "PYTHONPATH", "JUPYTER_PATH",
+               "JUPYTER_CONFIG_DIR", "LANG")
+PORT = "http"
+READY_PATH = "api"  # answers once the server is up (no credential: Jupyter's own auth is off)
+
+
+def gateway_path(name: str) -> str:
+    return f"/s/{name}/"
+
+
+def jupyter_command(name: str, jupyter: str, idle_s: int | None) -> list[str]:
+    """The replica's command line: the wrapper above, `jupyter` being the command to look for."""
+    options = [
+        "lab", "--no-browser", "--ip=0.0.0.0", '--port="$CORRAL_PORT_HTTP"',
+        f"--ServerApp.base_url={gateway_path(name)}", "--ServerApp.allow_remote_access=True",
+        '--IdentityProvider.token="$CORRAL_SESSION_SECRET"', "--ServerApp.password=", "--ServerApp.open_browser=False",
+        "--ServerApp.allow_root=True",  # an agent that runs tasks as itself (tests, a personal cluster)
+    ]
+    if idle_s is not None:
+        options += [f"--MappingKernelManager.cull_idle_timeout={idle_s}",
+                    f"--MappingKernelManager.cull_interval={max(1, min(60, idle_s // 2))}",
+                    "--MappingKernelManager.cull_connected=True",
+                    f"--TerminalManager.cull_inactive_timeout={idle_s}",
+                    f"--TerminalManager.cull_interval={max(1, min(60, idle_s // 2))}",
+                    f"--ServerApp.shutdown_no_activity_timeout={idle_s}"]
+    quoted = shlex.quote(jupyter)
+    args = " ".join(o if '"$' in o else shlex.quote(o) for o in options)
+    script = (
+        f"if ! command -v {quoted} >/dev/null 2>&1; then\n"
+        f"  echo \"corral notebook: {jupyter} is not found on $(hostname) (PATH=$PATH): install JupyterLab in "
+        f"the environment you run corral notebook from (pip install jupyterlab), or name it with --jupyter\" >&2\n"
+        "  exit 127\nfi\n"
+        'if [ -z "$CORRAL_SESSION_SECRET" ]; then\n'
+        '  echo "corral notebook: no session secret from the controller: JupyterLab would answer anyone" >&2\n'
+        "  exit 1\nfi\n"
+        f"{quoted} {args} &\n"
+        "server=$!\n"
+        "trap 'echo \"corral notebook: WARNING: this session is being stopped now (its time limit, a preemption "
+        "or a cancel: corral show $CORRAL_JOB_ID says which); unsaved work is lost\" >&2; "
+        "kill -TERM $server 2>/dev/null' TERM INT\n"
+        "wait $server\nstatus=$?\n"
+        "wait $server 2>/dev/null\n"
+        "exit $status\n"
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def gres_request(text: str) -> tuple[int, str | None]:
+    """`--gres` as (whole GPUs, share): 'gpu:N' is N GPUs; 'shard:N' and 'mps:P' a share of one."""
+    kind, _, count = text.strip().partition(":")
+    if kind in ("gpu", "shard", "mps") and count.isdigit() and int(count) > 0:
+        return (int(count), None) if kind == "gpu" else (1, f"{kind}:{int(count)}")
+    raise ValueError(f"invalid --gres {text!r}: give gpu:N, shard:N or mps:P (N, P > 0)")
+
+
+def session_spec(*, name: str, workdir: str, time_limit_s: int, gpus: int, jupyter: str = "jupyter",
+                 gpu_share: str | None = None,
+                 idle_s: int | None = None, cpus: int = 1, mem_mib: int | None = None,
+                 partition: str | None = None, account: str | None = None, qos: str | None = None,
+                 environ: Mapping[str, str] | None = None) -> dict:
+    """The body of `POST /api/v1/services` for one notebook session."""
+    env = {key: environ[key] for key in CARRIED_ENV if environ and environ.get(key)}
+    spec: dict = {
+        "name": name, "session": True, "command": jupyter_command(name, jupyter, idle_s), "workdir": workdir,
+        "env": env, "gpus_per_node": gpus, "cpus_per_task": cpus, "time_limit_s": time_limit_s,
+        "ports": [{"name": PORT}],
+        "probes": {"readiness": {"http": {"path": gateway_path(name) + READY_PATH, "port": PORT},
+                                 "period_s": 1, "failure_threshold": 1}},
+    }
+    optional = {"mem_per_node_mib": mem_mib, "partition": partition, "account": account, "qos": qos,
+                "gpu_share": gpu_share}
+    spec.update({key: value for key, value in optional.items() if value is not None})
+    return spec
