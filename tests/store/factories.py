@@ -90,6 +90,7 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
         exit_signal=9,
         final_state=JobState.OUT_OF_MEMORY,
         kill_deadline=BASE_TIME + job_id + 5000.0,
+        drain_until=BASE_TIME + job_id + 4000.0,
         restart_count=2,
         held=True,
         prior_gpu_seconds=12.5,
