@@ -8,7 +8,7 @@ from _collections_abc import Mapping, Sequence
 
 from corral.slurm.common import states
 from corral.slurm.common.command import MIN_JOB_AGE_S, Result, action_text, connect, emit, run, still_known
-from corral.slurm.common.http import ApiError, Controller
+from corral.slurm.common.http import JOB_LINE_FIELDS, ApiError, Controller
 from corral.slurm.common.target import current_user
 from corral.slurm.squeue.opts import USAGE, SqueueOptions, parse_squeue
 from corral.slurm.squeue.output import squeue_output
@@ -85,4 +85,6 @@ def server_filters(options: SqueueOptions, user: str | None) -> dict[str, Any]:
             filters[key] = values
     tasks_named = options.job_ids is not None and any(ref.tasks is not None for ref in options.job_ids)
     filters["combine_arrays"] = not options.array and not tasks_named
+    if options.steps is None:  # job lines read no steps, history or usage; -s shows steps
+        filters["fields"] = JOB_LINE_FIELDS
     return filters
