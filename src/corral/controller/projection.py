@@ -3,14 +3,16 @@ rows: a JSON array of arrays, each row's values in the order the fields were nam
 
 A full JobOut costs the controller a pydantic model and ~900 bytes of JSON per job, and the client a dict
 of 50 keys to parse: at 100,000 jobs, seconds on both sides. squeue's job lines need a few scalar fields,
-so the fields that are plain reads of the job are computed here straight from the engine's record and
-encoded by the json module's C encoder. The one other (a job's steps) is taken from a full JobOut built
-for the job, so every field gives what the full record gives
-(tests/controller/test_projection.py compares them)."""
+so the fields that are attributes of the engine's record are read from it at once, the few others
+computed from it, and all encoded by the json module's C encoder. The one field left (a job's steps) is
+taken from a full JobOut built for the job, so every field gives what the full record gives
+(tests/controller/test_job_fields.py compares them)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
+from typing import Any
 
 from corral import hostlist
 from corral.api.schemas import JobOut
@@ -81,42 +83,30 @@ def _usage(job: Job, facts: JobFacts) -> dict | None:
     return job_usage(job, (facts.live_of(job) or {}).get(None))
 
 
-def _spec(name: str) -> Getter:
-    return lambda job, facts: getattr(job.spec, name)
-
-
-def _request(name: str) -> Getter:
-    return lambda job, facts: getattr(job.spec.request, name)
-
-
-def _job(name: str) -> Getter:
-    return lambda job, facts: getattr(job, name)
-
-
-# The fields read straight from the engine's record, each as views.job_out computes it.
-_CHEAP: Mapping[str, Getter] = {
-    "id": _job("id"), "name": _spec("name"), "user": _spec("user"),
-    "state": lambda job, facts: job.state.value, "reason": _job("reason"), "partition": _request("partition"),
-    "priority": _priority, "submit_time": _job("submit_time"), "start_time": _job("start_time"),
-    "end_time": _job("end_time"), "estimated_start": lambda job, facts: _estimate(job, facts)[0],
-    "estimated_start_source": lambda job, facts: _estimate(job, facts)[1],
-    "time_limit_s": _request("time_limit_s"), "elapsed_s": _elapsed, "num_nodes": _request("num_nodes"),
-    "tasks_per_node": _request("tasks_per_node"),
+# The fields that are an attribute of the engine's record, by its path (read by one attrgetter, in C).
+_PLAIN: Mapping[str, str] = {
+    "id": "id", "name": "spec.name", "user": "spec.user", "state": "state.value", "reason": "reason",
+    "partition": "spec.request.partition", "submit_time": "submit_time", "start_time": "start_time",
+    "end_time": "end_time", "time_limit_s": "spec.request.time_limit_s", "num_nodes": "spec.request.num_nodes",
+    "tasks_per_node": "spec.request.tasks_per_node", "gpus_per_node": "spec.request.gpus_per_node",
+    "cpus_per_task": "spec.request.cpus_per_task", "mem_per_node_mib": "spec.request.mem_per_node_mib",
+    "total_gpus": "spec.request.total_gpus", "gpu_share": "spec.gpu_share", "exit_code": "exit_code",
+    "exit_signal": "exit_signal", "workdir": "spec.workdir", "output": "spec.output", "error": "spec.error",
+    "restart_count": "restart_count", "account": "spec.account", "qos": "spec.qos", "queue": "spec.queue",
+    "array_job_id": "spec.array_job_id", "array_task_id": "spec.array_task_id",
+    "array_throttle": "spec.array_throttle", "dependency": "spec.dependency", "reason_detail": "reason_detail",
+    "held": "held", "requeue": "spec.requeue", "expedited_requeue": "spec.expedited_requeue",
+    "reservation": "spec.reservation", "uid": "spec.uid", "submit_host": "spec.submit_host",
+    "comment": "spec.comment", "wckey": "spec.wckey", "open_mode": "spec.open_mode", "batch": "spec.batch",
+    "allocation": "spec.allocation",
+}
+# The fields computed from the record and the list's facts, each as views.job_out computes it.
+_COMPUTED: Mapping[str, Getter] = {
+    "priority": _priority, "estimated_start": lambda job, facts: _estimate(job, facts)[0],
+    "estimated_start_source": lambda job, facts: _estimate(job, facts)[1], "elapsed_s": _elapsed,
     "num_tasks": lambda job, facts: job.spec.request.num_nodes * job.spec.request.tasks_per_node,
-    "gpus_per_node": _request("gpus_per_node"), "cpus_per_task": _request("cpus_per_task"),
-    "mem_per_node_mib": _request("mem_per_node_mib"), "total_gpus": _request("total_gpus"),
     "nodelist": lambda job, facts: hostlist.compress(job.node_names) if job.slices else "",
-    "slices": _slices, "gpu_share": _spec("gpu_share"), "exit_code": _job("exit_code"),
-    "exit_signal": _job("exit_signal"), "gpu_seconds": _gpu_seconds, "workdir": _spec("workdir"),
-    "output": _spec("output"), "error": _spec("error"), "restart_count": _job("restart_count"),
-    "account": _spec("account"), "qos": _spec("qos"), "queue": _spec("queue"),
-    "array_job_id": _spec("array_job_id"), "array_task_id": _spec("array_task_id"),
-    "array_throttle": _spec("array_throttle"), "dependency": _spec("dependency"),
-    "reason_detail": _job("reason_detail"), "position": lambda job, facts: facts.places.get(job.id),
-    "held": _job("held"), "requeue": _spec("requeue"), "expedited_requeue": _spec("expedited_requeue"),
-    "reservation": _spec("reservation"), "uid": _spec("uid"), "submit_host": _spec("submit_host"),
-    "comment": _spec("comment"), "wckey": _spec("wckey"), "open_mode": _spec("open_mode"),
-    "batch": _spec("batch"), "allocation": _spec("allocation"),
+    "slices": _slices, "gpu_seconds": _gpu_seconds, "position": lambda job, facts: facts.places.get(job.id),
     "cancelled_by_uid": lambda job, facts: next(
         (h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
     "array_task_spec": lambda job, facts: None,
@@ -126,24 +116,38 @@ _CHEAP: Mapping[str, Getter] = {
 
 
 class Projection:
-    """Rows of the named fields (at least one, each in JOB_FIELDS, checked by the caller)."""
+    """Rows of the named fields (at least one, each in JOB_FIELDS, checked by the caller). A row is read
+    in three calls besides the computed fields: the plain attributes at once, then put in the order asked."""
 
     def __init__(self, fields: tuple[str, ...]) -> None:
         self.fields = fields
-        self._getters = [_CHEAP.get(name) for name in fields]
-        self._needs_full = any(getter is None for getter in self._getters)
+        self._full = tuple(name for name in fields if name not in _PLAIN and name not in _COMPUTED)
+        plain = [name for name in fields if name in _PLAIN]
+        computed = [name for name in fields if name in _COMPUTED]
+        self._plain = _tuple_getter(attrgetter(*(_PLAIN[name] for name in plain)), len(plain))
+        self._computed = [_COMPUTED[name] for name in computed]
+        at = {name: index for index, name in enumerate([*plain, *computed, *self._full])}
+        self._in_order = _tuple_getter(itemgetter(*(at[name] for name in fields)), len(fields))
 
     def record(self, job: Job, facts: JobFacts) -> dict[str, object]:
-        """The job's named fields; a full JobOut only when a field is not a plain read of the job."""
-        full = facts.job_out(job).model_dump(include=set(self.fields), mode="json") if self._needs_full else {}
-        return {name: full[name] if getter is None else getter(job, facts)
-                for name, getter in zip(self.fields, self._getters, strict=True)}
+        return dict(zip(self.fields, self.row(job, facts), strict=True))
 
     def row(self, job: Job, facts: JobFacts) -> list[object]:
-        if self._needs_full:
-            record = self.record(job, facts)
-            return [record[name] for name in self.fields]
-        return [getter(job, facts) for getter in self._getters]  # type: ignore[misc]  # none is None here
+        """The job's named fields; a full JobOut only for a field that is neither plain nor computed."""
+        values = self._plain(job) + tuple(getter(job, facts) for getter in self._computed)
+        if self._full:
+            whole = facts.job_out(job).model_dump(include=set(self._full), mode="json")
+            values += tuple(whole[name] for name in self._full)
+        return list(self._in_order(values))
+
+
+def _tuple_getter(getter: Callable[[Any], Any], count: int) -> Callable[[Any], tuple]:
+    """attrgetter and itemgetter give a bare value for one name and a tuple for several: always a tuple."""
+    if count == 0:
+        return lambda _: ()
+    if count == 1:
+        return lambda value: (getter(value),)
+    return getter  # a tuple for two names or more
 
 
 def parse_fields(text: str | None) -> tuple[str, ...] | None:
