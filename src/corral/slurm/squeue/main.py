@@ -18,6 +18,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# The fields squeue's job lines, filters and sort keys read: those of a job line but what squeue never shows
+# (tests/slurm/test_squeue_fields.py prints every field of the golden jobs without them), the costliest for
+# the controller to compute (usage for the idle-GPU flag, GPU-seconds so far).
+SQUEUE_FIELDS = tuple(name for name in JOB_LINE_FIELDS if name not in (
+    "gpu_seconds", "gpu_idle_flagged", "position", "elapsed_s", "estimated_start_source"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     return run("squeue", lambda: squeue(args, os.environ))
@@ -85,6 +92,6 @@ def server_filters(options: SqueueOptions, user: str | None) -> dict[str, Any]:
             filters[key] = values
     tasks_named = options.job_ids is not None and any(ref.tasks is not None for ref in options.job_ids)
     filters["combine_arrays"] = not options.array and not tasks_named
-    if options.steps is None:  # job lines read no steps, history or usage; -s shows steps
-        filters["fields"] = JOB_LINE_FIELDS
+    if options.steps is None:  # -s shows steps, which come with whole records only
+        filters["fields"] = SQUEUE_FIELDS
     return filters
