@@ -195,11 +195,9 @@ def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | No
     and sending it, and the client's parse: `fetch_s`) and squeue's filtering, sorting and formatting
     (`format_s`); `fields` None is the reference, whole JobOut records as squeue asked before `fields=`."""
     from corral.slurm.common.command import connect
-    from corral.slurm.common.http import JOB_LINE_FIELDS
     from corral.slurm.squeue.opts import parse_squeue
     from corral.slurm.squeue.output import squeue_output
 
-    assert fields in (None, JOB_LINE_FIELDS)
     controller = connect(env)
     options = parse_squeue([], env)
     fetches, formats, wire = [], [], 0
@@ -219,9 +217,11 @@ def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | No
 
 def measure_singles(count: int, repeat: int) -> dict:
     """As many jobs without arrays (nothing to combine: squeue prints every one), seeded in the store.
-    Besides the commands, squeue's listing in parts, with whole records (the reference) and with rows of
-    the fields a job line reads, against the same controller in the same run."""
+    Besides the commands, squeue's listing in parts, with whole records (the reference), with rows of
+    the fields any job line reads (`corral queue`'s), and of those squeue reads, against the same controller
+    in the same run."""
     from corral.slurm.common.http import JOB_LINE_FIELDS
+    from corral.slurm.squeue.main import SQUEUE_FIELDS
 
     result: dict = {"jobs": count}
     with tempfile.TemporaryDirectory(prefix="corral-read-") as tmp:
@@ -231,10 +231,15 @@ def measure_singles(count: int, repeat: int) -> dict:
         try:
             time.sleep(5.0)  # the first cycles after the restore
             env = command_env(cluster, tmp)
-            result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"))
-            for name, fields in (("whole_records", None), ("rows", JOB_LINE_FIELDS)):
+            # The reference first and last, around the rest: the first cycles after the restore (and
+            # anything else on the machine) then weigh on both sides alike.
+            variants = (("whole_records", None), ("rows_job_line", JOB_LINE_FIELDS), ("rows_squeue", SQUEUE_FIELDS))
+            for name, fields in variants:
                 result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields)
                 print(name, result[f"squeue_parts_{name}"], file=sys.stderr)
+            result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"))
+            result["squeue_parts_whole_records_again"] = listing_parts(env, repeat, None)
+            print("whole_records_again", result["squeue_parts_whole_records_again"], file=sys.stderr)
         finally:
             cluster.stop()
     return result

@@ -66,6 +66,11 @@ class JobQuery:
     combine_arrays: bool = False
     fields: tuple[str, ...] | None = None  # rows of these fields (projection.py); None: whole JobOut records
 
+    def shows(self, field_name: str) -> bool:
+        """Whether the answer holds this field (so that what only it needs is not computed in vain: the
+        pending jobs' places sort them all, on every page)."""
+        return self.fields is None or field_name in self.fields
+
 
 @dataclass(frozen=True, slots=True)
 class JobList:
@@ -79,7 +84,7 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
     """Unfinished jobs, with their place in the queue and scheduling priority while pending, their forecast
     start (`forecasts`: pending job id -> start), and what running ones use (`live`)."""
     jobs, next_after = _page(engine.jobs, query)
-    places = _positions(engine) if any(job.state is JobState.PENDING for job in jobs) else {}
+    places = _positions(engine) if query.shows("position") and any(j.state is JobState.PENDING for j in jobs) else {}
     pending = engine.views.pending
 
     def priority_of(job_id: int) -> int | None:
@@ -103,7 +108,7 @@ async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float,
     """Jobs from the store, finished ones included, read and encoded in a worker thread. With
     `queue_facts`, pending jobs carry their place and priority (taken here, on the loop) and their
     forecast start (`forecasts`); running ones what they use (`live`, copied here)."""
-    places = _positions(engine) if queue_facts else {}
+    places = _positions(engine) if queue_facts and query.shows("position") else {}
     priorities = {v.id: v.priority for v in engine.views.pending.values()} if queue_facts else {}
     usage = live.snapshot() if live is not None else {}
     facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priorities.get,
