@@ -11,7 +11,9 @@ blocked). Memory: the controller's resident set (VmRSS) once the submissions are
 again after a restart on the same database, before any read.
 
 Singles: S pending jobs that are no arrays (squeue prints each), written to the database through the
-Store API before the controller starts; times `squeue`, `squeue -t RUNNING`, `squeue -u user3` and
+Store API before the controller starts; times squeue's listing in this process in parts (fetch and
+format), with whole records (the reference, first and last), with rows of the job-line fields and with
+rows of squeue's fields (`fields=`), and `squeue`, `squeue -t RUNNING`, `squeue -u user3` and
 `corral queue`.
 
     python bench/read_paths.py [--arrays N] [--singles S] [--repeat R]      (defaults 100, 100000, 1)
