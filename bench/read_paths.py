@@ -11,7 +11,9 @@ blocked). Memory: the controller's resident set (VmRSS) once the submissions are
 again after a restart on the same database, before any read.
 
 Singles: S pending jobs that are no arrays (squeue prints each), written to the database through the
-Store API before the controller starts; times `squeue`, `squeue -t RUNNING`, `squeue -u user3` and
+Store API before the controller starts; times squeue's listing in this process in parts (fetch and
+format), with whole records (the reference, first and last), with rows of the job-line fields and with
+rows of squeue's fields (`fields=`), and `squeue`, `squeue -t RUNNING`, `squeue -u user3` and
 `corral queue`.
 
     python bench/read_paths.py [--arrays N] [--singles S] [--repeat R]      (defaults 100, 100000, 1)
@@ -190,8 +192,39 @@ def seed_single_jobs(db: str, count: int) -> None:
                 for i in range(start, min(start + 10_000, count + 1))])
 
 
+def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | None) -> dict:
+    """squeue's whole listing in this process, in its parts: the controller's answer (building, encoding
+    and sending it, and the client's parse: `fetch_s`) and squeue's filtering, sorting and formatting
+    (`format_s`); `fields` None is the reference, whole JobOut records as squeue asked before `fields=`."""
+    from corral.slurm.common.command import connect
+    from corral.slurm.squeue.opts import parse_squeue
+    from corral.slurm.squeue.output import squeue_output
+
+    controller = connect(env)
+    options = parse_squeue([], env)
+    fetches, formats, wire = [], [], 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        jobs = controller.jobs(combine_arrays=True, fields=fields)
+        fetched = time.perf_counter()
+        out = squeue_output(options, jobs, time.time())[0]
+        fetches.append(fetched - start)
+        formats.append(time.perf_counter() - fetched)
+        projection = {"fields": ",".join(fields)} if fields else {}
+        reply, _ = controller.exchange("GET", "/jobs", {"limit": 1000, **projection})
+        wire = len(json.dumps(reply, separators=(",", ":")))  # as compact as the controller writes it
+    return {"fetch_s": round(statistics.median(fetches), 3), "format_s": round(statistics.median(formats), 3),
+            "lines": out.count("\n"), "bytes_per_job": round(wire / 1000)}
+
+
 def measure_singles(count: int, repeat: int) -> dict:
-    """As many jobs without arrays (nothing to combine: squeue prints every one), seeded in the store."""
+    """As many jobs without arrays (nothing to combine: squeue prints every one), seeded in the store.
+    Besides the commands, squeue's listing in parts, with whole records (the reference), with rows of
+    the fields any job line reads (`corral queue`'s), and of those squeue reads, against the same controller
+    in the same run."""
+    from corral.slurm.common.http import JOB_LINE_FIELDS
+    from corral.slurm.squeue.main import SQUEUE_FIELDS
+
     result: dict = {"jobs": count}
     with tempfile.TemporaryDirectory(prefix="corral-read-") as tmp:
         cluster = Cluster(Path(tmp), nodes=0, config=CONFIG)
@@ -199,8 +232,16 @@ def measure_singles(count: int, repeat: int) -> dict:
         cluster.start_controller(timeout_s=600)
         try:
             time.sleep(5.0)  # the first cycles after the restore
-            result |= time_commands(command_env(cluster, tmp), repeat,
-                                    ("squeue", "squeue_t_running", "squeue_u", "corral_queue"))
+            env = command_env(cluster, tmp)
+            # The reference first and last, around the rest: the first cycles after the restore (and
+            # anything else on the machine) then weigh on both sides alike.
+            variants = (("whole_records", None), ("rows_job_line", JOB_LINE_FIELDS), ("rows_squeue", SQUEUE_FIELDS))
+            for name, fields in variants:
+                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields)
+                print(name, result[f"squeue_parts_{name}"], file=sys.stderr)
+            result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"))
+            result["squeue_parts_whole_records_again"] = listing_parts(env, repeat, None)
+            print("whole_records_again", result["squeue_parts_whole_records_again"], file=sys.stderr)
         finally:
             cluster.stop()
     return result

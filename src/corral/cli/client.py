@@ -123,12 +123,15 @@ class Client:
         return self._call("POST", "/jobs", json=body)
 
     def jobs(self, *, states: Iterable[str] = (), user: str | None = None, include_finished: bool = False,
-             ids: Iterable[str] = (), combine_arrays: bool = False) -> list[dict]:
+             ids: Iterable[str] = (), combine_arrays: bool = False,
+             fields: Sequence[str] | None = None) -> list[dict]:
         """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`). `combine_arrays`:
-        an array's pending tasks as one record (`array_task_spec`), as squeue shows them."""
+        an array's pending tasks as one record (`array_task_spec`), as squeue shows them. `fields`: records of
+        only these fields (the controller sends them as rows)."""
         params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids),
-                         combine_arrays="true" if combine_arrays else None)
-        return self._pages("/jobs", params)
+                         combine_arrays="true" if combine_arrays else None,
+                         fields=",".join(fields) if fields is not None else None)
+        return self._pages("/jobs", params, fields)
 
     def job(self, job_id: int) -> dict:
         return self._call("GET", f"/jobs/{job_id}")
@@ -211,13 +214,17 @@ class Client:
     def delete_service(self, name: str) -> None:
         self._call("DELETE", _service_path(name))
 
-    def _pages(self, path: str, params: dict[str, str]) -> list[dict]:
-        """Every record of a paged list (the controller says where the next page starts)."""
+    def _pages(self, path: str, params: dict[str, str], fields: Sequence[str] | None = None) -> list[dict]:
+        """Every record of a paged list (the controller says where the next page starts); asked with
+        `fields`, rows of them (a controller that does not know `fields` sends whole records)."""
         found: list[dict] = []
         page = {**params, "limit": str(PAGE_JOBS)}
         while True:
             response = self._response("GET", path, params=page)
-            found.extend(self._json(response))
+            records = self._json(response)
+            if fields is not None and records and isinstance(records[0], list):
+                records = [dict(zip(fields, row, strict=True)) for row in records]
+            found.extend(records)
             after = response.headers.get("X-Next-After")
             if after is None:  # the last page, or a controller that does not page
                 return found

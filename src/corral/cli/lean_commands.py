@@ -108,8 +108,11 @@ def _queue(options: Options, env: Mapping[str, str]) -> int | None:
     states = [part.strip().upper() for part in str(options.get("states") or "").split(",") if part.strip()]
     user = options.get("user")
     all_jobs, json_output = bool(options.get("all")), bool(options.get("json"))
+    from corral.slurm.common.http import JOB_LINE_FIELDS
+
     jobs = _read(options, env, lambda controller: controller.jobs(
-        include_finished=all_jobs, user=user, states=states or None, combine_arrays=not json_output))
+        include_finished=all_jobs, user=user, states=states or None, combine_arrays=not json_output,
+        fields=None if json_output else JOB_LINE_FIELDS))
     if not isinstance(jobs, list):
         return None
     if json_output:

@@ -25,7 +25,7 @@ from corral.api.schemas import (
 from corral.api.services import ServiceSpec
 from corral.api.services import error_lines as service_error_lines
 from corral.controller import credentials as cred
-from corral.controller import identity_rules, listing
+from corral.controller import identity_rules, listing, projection
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
@@ -39,6 +39,7 @@ from corral.controller.metrics import RequestTiming
 from corral.controller.params import (
     AfterQuery,
     EpochQuery,
+    FieldsQuery,
     JobIdPath,
     LimitQuery,
     NamePath,
@@ -267,14 +268,16 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
     async def list_jobs(states: NameQuery = None, user: NameQuery = None, all: bool = False,
                         ids: str | None = Query(None, description=IDS_HELP), partitions: NameQuery = None,
                         accounts: NameQuery = None, after: AfterQuery = None, limit: LimitQuery = None,
-                        combine_arrays: bool = False, principal: Principal = user_dep) -> Response:
+                        combine_arrays: bool = False, fields: FieldsQuery = None,
+                        principal: Principal = user_dep) -> Response:
         """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
         list: `user` names, `ids`, `states`, `partitions`, `accounts`. Paging: at most `limit` jobs with
         an id above `after`; the X-Next-After header says where the next page starts. `combine_arrays`:
-        an array's pending tasks as one record (`array_task_spec`), as squeue shows them."""
+        an array's pending tasks as one record (`array_task_spec`), as squeue shows them. `fields`: each
+        job as an array of those JobOut fields' values, in that order."""
         query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
-                         after=after, limit=limit, combine_arrays=combine_arrays)
+                         after=after, limit=limit, combine_arrays=combine_arrays, fields=_fields(fields))
         async with list_slots:
             if all:
                 found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
@@ -352,13 +355,14 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
     async def accounting(user: NameQuery = None, states: NameQuery = None, since: EpochQuery = None,
                          until: EpochQuery = None, ids: str | None = Query(None, description=IDS_HELP),
                          partitions: NameQuery = None, accounts: NameQuery = None, after: AfterQuery = None,
-                         limit: LimitQuery = None, combine_arrays: bool = False,
+                         limit: LimitQuery = None, combine_arrays: bool = False, fields: FieldsQuery = None,
                          principal: Principal = user_dep) -> Response:
         """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
-        by id, read from the database. Filters, paging and `combine_arrays` as for GET /jobs."""
+        by id, read from the database. Filters, paging, `combine_arrays` and `fields` as for GET /jobs."""
         query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
-                         since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays)
+                         since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays,
+                         fields=_fields(fields))
         async with list_slots:
             found = await listing.stored_jobs(service.engine, service.store, query, service.clock())
         guard.charge(principal, found.jobs)
@@ -443,6 +447,13 @@ def _names(text: str | None) -> frozenset[str] | None:
     """A comma-separated filter; none given (or only commas) keeps everything."""
     names = frozenset(part.strip() for part in (text or "").split(",") if part.strip())
     return names or None
+
+
+def _fields(text: str | None) -> tuple[str, ...] | None:
+    try:
+        return projection.parse_fields(text)
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
 
 
 def _json_list(found: listing.JobList) -> Response:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Callable, Iterator, Mapping
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import TypeAdapter
 
 from corral.api.schemas import JobOut
-from corral.controller import views
-from corral.controller.usage_views import LiveOfJob, LiveUsage
+from corral.controller.projection import JobFacts, Projection
+from corral.controller.usage_views import LiveUsage
 from corral.engine.engine import Engine
 from corral.engine.records import Job, JobState
 from corral.ranges import compress_ranges
@@ -63,11 +64,17 @@ class JobQuery:
     after: int | None = None  # only ids above this one
     limit: int | None = None  # at most this many jobs (a combined record counts each of its tasks)
     combine_arrays: bool = False
+    fields: tuple[str, ...] | None = None  # rows of these fields (projection.py); None: whole JobOut records
+
+    def shows(self, field_name: str) -> bool:
+        """Whether the answer holds this field (so that what only it needs is not computed in vain: the
+        pending jobs' places sort them all, on every page)."""
+        return self.fields is None or field_name in self.fields
 
 
 @dataclass(frozen=True, slots=True)
 class JobList:
-    body: bytes  # a JSON array of JobOut
+    body: bytes  # a JSON array of JobOut, or with `fields` of rows
     next_after: int | None  # where the next page starts; None: this was the last one
     jobs: int = 0  # the job records it encoded (what it cost)
 
@@ -76,21 +83,17 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
                       forecasts: Mapping[int, float] | None = None) -> JobList:
     """Unfinished jobs, with their place in the queue and scheduling priority while pending, their forecast
     start (`forecasts`: pending job id -> start), and what running ones use (`live`)."""
-    forecasts = forecasts or {}
     jobs, next_after = _page(engine.jobs, query)
-    places = _positions(engine) if any(job.state is JobState.PENDING for job in jobs) else {}
+    places = _positions(engine) if query.shows("position") and any(j.state is JobState.PENDING for j in jobs) else {}
     pending = engine.views.pending
 
-    def job_out(job: Job) -> JobOut:
-        out = views.job_out(job, now, live.of(job.id) if live is not None else None, forecasts.get(job.id),
-                            gpu_idle_flag_s=engine.config.gpu_idle_flag_s)
-        out.position = places.get(job.id)
-        view = pending.get(job.id)
-        if view is not None:
-            out.priority = view.priority  # the multifactor priority the scheduler uses
-        return out
+    def priority_of(job_id: int) -> int | None:
+        view = pending.get(job_id)
+        return None if view is None else view.priority
 
-    encoding = _Encoding(job_out, query.combine_arrays)
+    facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priority_of, forecasts or {},
+                     lambda job: live.of(job.id) if live is not None else None)
+    encoding = _Encoding(facts, query.fields, query.combine_arrays)
     for job in jobs:
         if encoding.add(job):
             await asyncio.sleep(0)  # let other requests in between slices
@@ -105,32 +108,23 @@ async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float,
     """Jobs from the store, finished ones included, read and encoded in a worker thread. With
     `queue_facts`, pending jobs carry their place and priority (taken here, on the loop) and their
     forecast start (`forecasts`); running ones what they use (`live`, copied here)."""
-    places = _positions(engine) if queue_facts else {}
+    places = _positions(engine) if queue_facts and query.shows("position") else {}
     priorities = {v.id: v.priority for v in engine.views.pending.values()} if queue_facts else {}
     usage = live.snapshot() if live is not None else {}
-    starts = (forecasts or {}) if queue_facts else {}
-    return await asyncio.to_thread(_stored_jobs, store, query, now, places, priorities, usage, starts,
-                                   engine.config.gpu_idle_flag_s)
+    facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priorities.get,
+                     (forecasts or {}) if queue_facts else {},
+                     lambda job: None if job.state.terminal else usage.get(job.id))
+    return await asyncio.to_thread(_stored_jobs, store, query, facts)
 
 
-def _stored_jobs(store: Store, query: JobQuery, now: float, places: Mapping[int, int],
-                 priorities: Mapping[int, int], live: Mapping[int, LiveOfJob],
-                 forecasts: Mapping[int, float], gpu_idle_flag_s: float) -> JobList:
-    def job_out(job: Job) -> JobOut:
-        out = views.job_out(job, now, None if job.state.terminal else live.get(job.id), forecasts.get(job.id),
-                            gpu_idle_flag_s=gpu_idle_flag_s)
-        out.position = places.get(job.id)
-        if job.id in priorities:
-            out.priority = priorities[job.id]
-        return out
-
+def _stored_jobs(store: Store, query: JobQuery, facts: JobFacts) -> JobList:
     flt = query.filter
     jobs = store.stream_jobs(
         ids=flt.ids, users=flt.users,
         states=[JobState(s) for s in flt.states] if flt.states is not None else None,
         partitions=flt.partitions, accounts=flt.accounts, start_after=query.since, end_before=query.until,
         after_id=query.after, limit=query.limit)
-    encoding = _Encoding(job_out, query.combine_arrays)
+    encoding = _Encoding(facts, query.fields, query.combine_arrays)
     count, last_id = 0, None
     for job in jobs:
         encoding.add(job)
@@ -173,10 +167,12 @@ class _Encoding:
     """A job list's JSON, built as the jobs come: records are encoded a slice at a time, and with
     `combine`, an array's pending tasks (same name and partition) become one record with their ids
     in `array_task_spec`, as squeue's _combine_pending_array_tasks makes it (so the commands show
-    what they showed when they combined the tasks themselves)."""
+    what they showed when they combined the tasks themselves). With `fields`, each record is a row of
+    those fields (projection.py)."""
 
-    def __init__(self, job_out: Callable[[Job], JobOut], combine: bool) -> None:
-        self._job_out = job_out
+    def __init__(self, facts: JobFacts, fields: tuple[str, ...] | None, combine: bool) -> None:
+        self._facts = facts
+        self._projection = Projection(fields) if fields is not None else None
         self._combine = combine
         self._parts: list[bytes | _Combined] = []
         self._slice: list[Job] = []
@@ -210,7 +206,7 @@ class _Encoding:
             for index in groups[start:start + SLICE]:
                 group = self._parts[index]
                 assert isinstance(group, _Combined)
-                self._parts[index] = self._combined_out(group).model_dump_json().encode()
+                self._parts[index] = self._combined(group)
             yield
 
     def body(self) -> bytes:
@@ -219,21 +215,36 @@ class _Encoding:
         return b"[" + b",".join(parts) + b"]"
 
     def _flush(self) -> None:
-        if self._slice:
+        if not self._slice:
+            return
+        facts, projection = self._facts, self._projection
+        if projection is None:
             # pydantic's encoder holds the GIL for a whole call: one slice, not the whole list.
-            self._parts.append(_LIST.dump_json([self._job_out(job) for job in self._slice])[1:-1])
-            self._slice = []
+            self._parts.append(_LIST.dump_json([facts.job_out(job) for job in self._slice])[1:-1])
+        else:
+            rows = [projection.row(job, facts) for job in self._slice]
+            self._parts.append(_dumps(rows)[1:-1])
+        self._slice = []
 
-    def _combined_out(self, group: _Combined) -> JobOut:
-        if len(group.task_ids) == 1:
-            return self._job_out(group.first)
-        out = self._job_out(group.first)
-        array_id = group.first.spec.array_job_id
-        assert array_id is not None  # only an array's pending tasks are combined
-        out.id = array_id
-        out.array_task_id = None
-        out.reason = ",".join(group.reasons)
-        ranges = compress_ranges(group.task_ids)
-        throttle = group.first.spec.array_throttle
-        out.array_task_spec = f"{ranges}%{throttle}" if throttle else ranges
-        return out
+    def _combined(self, group: _Combined) -> bytes:
+        """The group's one record: its first task's, standing for them all."""
+        changes: dict[str, object] = {}
+        if len(group.task_ids) > 1:
+            array_id = group.first.spec.array_job_id
+            assert array_id is not None  # only an array's pending tasks are combined
+            ranges = compress_ranges(group.task_ids)
+            throttle = group.first.spec.array_throttle
+            changes = {"id": array_id, "array_task_id": None, "reason": ",".join(group.reasons),
+                       "array_task_spec": f"{ranges}%{throttle}" if throttle else ranges}
+        if self._projection is None:
+            out = self._facts.job_out(group.first)
+            for name, value in changes.items():
+                setattr(out, name, value)
+            return out.model_dump_json().encode()
+        record = self._projection.record(group.first, self._facts) | changes
+        return _dumps([record[name] for name in self._projection.fields])
+
+
+def _dumps(value: object) -> bytes:
+    # The json module's C encoder, compact and in UTF-8 as pydantic writes; NaN is refused, never sent.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()

@@ -43,3 +43,5 @@ SeqQuery = Annotated[int, Query(ge=0, le=limits.INT64_MAX)]
 # Paging of job lists: ids above `after`, at most `limit` jobs.
 AfterQuery = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only jobs with a larger id (paging)")]
 LimitQuery = Annotated[int | None, Query(ge=1, le=limits.COUNT_MAX, description="At most this many jobs")]
+# A job list's projection (controller/projection.py): comma-separated JobOut field names.
+FieldsQuery = Annotated[str | None, Query(max_length=2000, description="Rows of these JobOut fields, in order")]

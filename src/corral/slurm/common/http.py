@@ -36,6 +36,18 @@ NEXT_PAGE_HEADER = "x-next-after"  # corral.controller.listing.NEXT_PAGE_HEADER,
 RATE_LIMITED = 429
 RATE_LIMIT_RETRIES = 5
 RATE_LIMIT_MAX_WAIT_S = 10.0
+# What a job's line in a listing (squeue, `corral queue`) may read: every JobOut field but the steps, history
+# and usage, which cost the controller most to build and the client to parse (a test keeps this in JobOut).
+# Asked as `fields=`, the controller sends rows of these values rather than whole records.
+JOB_LINE_FIELDS = (
+    "id", "name", "user", "state", "reason", "partition", "priority", "submit_time", "start_time", "end_time",
+    "estimated_start", "estimated_start_source", "time_limit_s", "elapsed_s", "num_nodes", "tasks_per_node",
+    "num_tasks", "gpus_per_node", "cpus_per_task", "mem_per_node_mib", "total_gpus", "nodelist", "slices",
+    "gpu_share", "exit_code", "exit_signal", "gpu_seconds", "workdir", "output", "error", "restart_count",
+    "account", "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
+    "position", "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "comment", "wckey",
+    "open_mode", "batch", "allocation", "cancelled_by_uid", "gpu_idle_flagged", "array_task_spec",
+)
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~,")
 
 
@@ -135,12 +147,12 @@ class Controller:
         return self.call("POST", "/jobs", body=body)
 
     def jobs(self, *, include_finished: bool = False, user: str | Iterable[str] | None = None,
-             **filters: object) -> list[dict]:
+             fields: tuple[str, ...] | None = None, **filters: object) -> list[dict]:
         """Unfinished jobs (`include_finished`: every job), filtered by the controller: `user` names, `ids`
         (an array's id stands for its tasks), `states`, `partitions`, `accounts` (iterables); with
-        `combine_arrays`, an array's pending tasks come as one record. Older controllers ignore the
-        filters they do not know: callers filter again."""
-        return self.pages("/jobs", {"all": include_finished, "user": user, **filters})
+        `combine_arrays`, an array's pending tasks come as one record; with `fields`, records of only
+        those fields. Older controllers ignore the filters they do not know: callers filter again."""
+        return self.pages("/jobs", {"all": include_finished, "user": user, **filters}, fields)
 
     def job(self, job_id: int) -> dict:
         return self.call("GET", f"/jobs/{job_id}")
@@ -163,19 +175,28 @@ class Controller:
         return self.call("GET", "/partitions")
 
     def accounting(self, *, user: str | Iterable[str] | None = None, since: float | None = None,
-                   until: float | None = None, ids: Iterable[int] | None = None, **filters: object) -> list[dict]:
-        """Jobs that existed between `since` and `until`, or the jobs `ids`; other filters as for jobs()."""
-        return self.pages("/accounting", {"user": user, "since": since, "until": until, "ids": ids, **filters})
+                   until: float | None = None, ids: Iterable[int] | None = None,
+                   fields: tuple[str, ...] | None = None, **filters: object) -> list[dict]:
+        """Jobs that existed between `since` and `until`, or the jobs `ids`; other filters and `fields` as
+        for jobs()."""
+        return self.pages("/accounting", {"user": user, "since": since, "until": until, "ids": ids, **filters},
+                          fields)
 
-    def pages(self, path: str, params: Mapping[str, object]) -> list[dict]:
+    def pages(self, path: str, params: Mapping[str, object], fields: tuple[str, ...] | None = None) -> list[dict]:
         """Every record of a paged list, PAGE_JOBS at a time. Iterables in `params` go comma-separated,
-        True as `true`."""
+        True as `true`. With `fields`, the controller sends each record as a row of those fields' values
+        (a controller that does not know `fields` sends whole records, taken as they are)."""
         query = {key: _param(value) for key, value in params.items()}
+        if fields is not None:
+            query["fields"] = ",".join(fields)
         found: list[dict] = []
         after = None
         while True:
             page, headers = self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after})
-            found.extend(page)
+            if fields is not None and page and isinstance(page[0], list):
+                found.extend(dict(zip(fields, row, strict=True)) for row in page)
+            else:
+                found.extend(page)
             after = headers.get(NEXT_PAGE_HEADER)
             if after is None:  # the last page, or a controller that does not page
                 return found

@@ -8,7 +8,7 @@ from _collections_abc import Mapping, Sequence
 
 from corral.slurm.common import states
 from corral.slurm.common.command import MIN_JOB_AGE_S, Result, action_text, connect, emit, run, still_known
-from corral.slurm.common.http import ApiError, Controller
+from corral.slurm.common.http import JOB_LINE_FIELDS, ApiError, Controller
 from corral.slurm.common.target import current_user
 from corral.slurm.squeue.opts import USAGE, SqueueOptions, parse_squeue
 from corral.slurm.squeue.output import squeue_output
@@ -16,6 +16,13 @@ from corral.slurm.squeue.output import squeue_output
 TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
 if TYPE_CHECKING:
     from typing import Any
+
+
+# The fields squeue's job lines, filters and sort keys read: those of a job line but what squeue never shows
+# (tests/slurm/test_squeue_fields.py prints every field of the golden jobs without them), the costliest for
+# the controller to compute (usage for the idle-GPU flag, GPU-seconds so far).
+SQUEUE_FIELDS = tuple(name for name in JOB_LINE_FIELDS if name not in (
+    "gpu_seconds", "gpu_idle_flagged", "position", "elapsed_s", "estimated_start_source"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,4 +92,6 @@ def server_filters(options: SqueueOptions, user: str | None) -> dict[str, Any]:
             filters[key] = values
     tasks_named = options.job_ids is not None and any(ref.tasks is not None for ref in options.job_ids)
     filters["combine_arrays"] = not options.array and not tasks_named
+    if options.steps is None:  # -s shows steps, which come with whole records only
+        filters["fields"] = SQUEUE_FIELDS
     return filters

@@ -1,0 +1,84 @@
+"""`fields=` on GET /jobs and GET /accounting: rows of the named fields that hold exactly what the whole
+records hold, whichever way a field is computed (projection.py), and a clear refusal of unknown names."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from corral.controller.projection import JOB_FIELDS, JobFacts, Projection
+from corral.engine.records import JobState, NodeRun
+from corral.protocol import Usage
+from corral.slurm.common.http import JOB_LINE_FIELDS
+from tests.controller.test_job_lists import LISTS, MIXED
+from tests.store.factories import full_job, pending_job
+
+
+@pytest.fixture
+def api(open_controller):
+    return open_controller(MIXED)
+
+
+def _rows(api, path: str, params: dict, fields: tuple[str, ...]) -> list[dict]:
+    reply = api.get(path, params={**params, "fields": ",".join(fields)})
+    assert reply.status_code == 200, reply.text
+    rows = reply.json()
+    assert all(isinstance(row, list) and len(row) == len(fields) for row in rows)
+    return [dict(zip(fields, row, strict=True)) for row in rows]
+
+
+@pytest.mark.parametrize(("path", "base"), LISTS)
+@pytest.mark.parametrize("combine", [False, True])
+def test_rows_of_every_field_are_the_whole_records(api, path, base, combine) -> None:
+    params = {**base, "combine_arrays": str(combine).lower()}
+    whole = api.get(path, params=params).json()
+    assert _rows(api, path, params, JOB_FIELDS) == whole
+    some = ("state", "id", "array_task_spec", "reason")  # any order the client names
+    assert _rows(api, path, params, some) == [{name: j[name] for name in some} for j in whole]
+
+
+def test_rows_page_and_filter_as_records_do(api) -> None:
+    fields = ("id", "user", "state")
+    reply = api.get("/jobs", params={"all": "true", "user": "alice", "limit": 2, "fields": ",".join(fields)})
+    assert reply.json() == [[1, "alice", "PENDING"], [3, "alice", "COMPLETED"]]
+    assert reply.headers["X-Next-After"] == "3"
+
+
+def test_unknown_fields_are_refused_by_name(api) -> None:
+    reply = api.get("/jobs", params={"fields": "id,nope,state,script"})
+    assert reply.status_code == 422
+    assert reply.json()["detail"].startswith("unknown job fields: nope, script (known: id, name,")
+    reply = api.get("/accounting", params={"fields": " , "})
+    assert reply.status_code == 422 and "names no field" in reply.json()["detail"]
+
+
+def test_each_field_is_what_the_whole_record_says() -> None:
+    """Jobs with every part set (slices, runs with usage, steps, history, a cancelling uid), a pending one
+    with a forecast, place and priority, and live usage: each field alike, computed or taken from JobOut."""
+    sampled = {"gpu001": NodeRun(started=True, finished=True, exit_code=3, signal=9,
+                                 usage=Usage(samples=4, interval_s=30, gpus=8, cpu_s=2.5).model_dump())}
+    finished = dataclasses.replace(full_job(7), runs=sampled)
+    cancelled = dataclasses.replace(full_job(8), state=JobState.CANCELLED, runs=sampled,
+                                    history=[{"t": 1.0, "event": "cancelled", "uid": 1234}])
+    running = dataclasses.replace(full_job(9), state=JobState.RUNNING, end_time=None, runs={})
+    waiting = pending_job(10)
+    live = {9: {None: {"gpu001": Usage(samples=2, interval_s=30, gpus=8, gpu_idle_s=900).model_dump()}}}
+    now = finished.submit_time + 50_000
+    facts = JobFacts(now, 600, {10: 3}, {10: 77}.get, {10: now - 10}, lambda job: live.get(job.id))
+    projection = Projection(JOB_FIELDS)
+    for job in (finished, cancelled, running, waiting):
+        whole = facts.job_out(job).model_dump(mode="json")
+        assert projection.record(job, facts) == whole
+        assert projection.row(job, facts) == [whole[name] for name in JOB_FIELDS]
+    assert projection.record(cancelled, facts)["cancelled_by_uid"] == 1234
+    assert projection.record(waiting, facts)["position"] == 3
+    assert projection.record(waiting, facts)["priority"] == 77
+    assert projection.record(waiting, facts)["estimated_start"] == now
+    assert projection.record(running, facts)["gpu_idle_flagged"] is True
+    cheap = Projection(JOB_LINE_FIELDS)
+    assert cheap.row(running, facts) == [facts.job_out(running).model_dump(mode="json")[n] for n in JOB_LINE_FIELDS]
+
+
+def test_the_clients_line_fields_are_every_field_but_the_costly_ones() -> None:
+    assert set(JOB_LINE_FIELDS) == set(JOB_FIELDS) - {"steps", "history", "usage"}
+    assert len(set(JOB_LINE_FIELDS)) == len(JOB_LINE_FIELDS)
