@@ -1,0 +1,38 @@
+"""The Ray program of the Ray tests: one task on each node of the Ray cluster, each saying which corral
+node ran it (SLURMD_NODENAME, inherited from the srun step or job that started that node's raylet).
+
+Usage: python ray_two_nodes.py [expected nodes]. It waits for that many Ray nodes (workers join after the
+head), pins one task to each with a node-affinity strategy (no custom resources: Ray's recipe declares
+none), and prints one line per task, `task on <corral node> ray <ray node id>`."""
+import os
+import socket
+import sys
+import time
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+JOIN_WAIT_S = 120
+
+
+@ray.remote(num_cpus=1)
+def where() -> str:
+    return f"{os.environ.get('SLURMD_NODENAME', '?')} host {socket.gethostname()}"
+
+
+def main() -> None:
+    expected = int(os.environ.get("RAY_TEST_NODES", "2"))
+    ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while len(alive := [n for n in ray.nodes() if n["Alive"]]) < expected:
+        if time.monotonic() > deadline:
+            sys.exit(f"only {len(alive)} of {expected} Ray nodes joined within {JOIN_WAIT_S} s")
+        time.sleep(1)
+    tasks = {n["NodeID"]: where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+             .remote() for n in alive}
+    for node_id, task in tasks.items():
+        print(f"task on {ray.get(task)} ray {node_id}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
