@@ -13,6 +13,7 @@ from corral.cli.auth_cmds import audit, token_app
 from corral.cli.gateway_cmd import gateway
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.logs import logs
+from corral.cli.ray_cluster import ray
 from corral.cli.services import service_app
 from corral.cli.simulate import simulate
 from corral.cli.status import status
@@ -123,6 +124,7 @@ app.add_typer(agent_app, name="agent")
 app.command("audit")(audit)
 app.command("status")(status)
 app.command("gateway")(gateway)
+app.command("ray")(ray)
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
 """The Ray program of the Ray tests: one task on each node of the Ray cluster, each saying which corral
 node ran it (SLURMD_NODENAME, inherited from the srun step or job that started that node's raylet).
 
-Usage: python ray_two_nodes.py [expected nodes]. It waits for that many Ray nodes (workers join after the
-head), pins one task to each with a node-affinity strategy (no custom resources: Ray's recipe declares
-none), and prints one line per task, `task on <corral node> ray <ray node id>`."""
+Usage: python ray_two_nodes.py [NODE...]. It waits for 2 Ray nodes (workers join after the head), pins
+one task to each, and prints one line per task, `task on <corral node> host <hostname>`. Given corral
+node names, it pins by the custom resource `corral ray` gives each Ray node (`{"node2": 1}`); without,
+by node affinity (Ray's recipe declares no custom resources)."""
 import os
 import socket
 import sys
@@ -28,10 +29,13 @@ def main() -> None:
         if time.monotonic() > deadline:
             sys.exit(f"only {len(alive)} of {expected} Ray nodes joined within {JOIN_WAIT_S} s")
         time.sleep(1)
-    tasks = {n["NodeID"]: where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-             .remote() for n in alive}
-    for node_id, task in tasks.items():
-        print(f"task on {ray.get(task)} ray {node_id}", flush=True)
+    if sys.argv[1:]:
+        tasks = [where.options(resources={name: 0.01}).remote() for name in sys.argv[1:]]
+    else:
+        tasks = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+                 for n in alive]
+    for task in tasks:
+        print(f"task on {ray.get(task)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.ray.conftest import HERE, ray_processes_under, run
+from tests.ray_on_corral.conftest import HERE, ray_processes_under, run
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +26,7 @@ def test_rays_slurm_recipe_runs_one_task_on_each_of_two_nodes(ray_cluster, user_
     assert tasks == ["node1", "node2"], output
     # The job's end ends its steps, and with them every Ray process they started.
     deadline = time.monotonic() + 30
-    while (left := ray_processes_under("--port=6379") + ray_processes_under("gcs_server_port=6379")) and time.monotonic() < deadline:
+    markers = ("--port=6379", "gcs_server_port=6379")
+    while (left := [p for m in markers for p in ray_processes_under(m)]) and time.monotonic() < deadline:
         time.sleep(1)
     assert not left, left
