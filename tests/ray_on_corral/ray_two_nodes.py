@@ -1,7 +1,7 @@
 """The Ray program of the Ray tests: one task on each node of the Ray cluster, each saying which corral
 node ran it (SLURMD_NODENAME, inherited from the srun step or job that started that node's raylet).
 
-Usage: python ray_two_nodes.py [NODE...]. It waits for 2 Ray nodes (workers join after the head), pins
+Usage: python ray_two_nodes.py [NODE...]. It waits for 2 Ray nodes (or one per NODE) (workers join after the head), pins
 one task to each, and prints one line per task, `task on <corral node> host <hostname>`. Given corral
 node names, it pins by the custom resource `corral ray` gives each Ray node (`{"node2": 1}`); without,
 by node affinity (Ray's recipe declares no custom resources)."""
@@ -22,7 +22,7 @@ def where() -> str:
 
 
 def main() -> None:
-    expected = int(os.environ.get("RAY_TEST_NODES", "2"))
+    expected = len(sys.argv[1:]) or 2
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
     deadline = time.monotonic() + JOIN_WAIT_S
     while len(alive := [n for n in ray.nodes() if n["Alive"]]) < expected:

@@ -42,3 +42,18 @@ def test_corral_ray_then_ray_job_submit_runs_one_task_on_each_node(ray_cluster, 
     while (left := ray_processes_under(f"corral-ray-{job_id}")) and time.monotonic() < deadline:
         time.sleep(1)
     assert not left, left
+
+
+def test_corral_ray_without_ray_on_the_nodes_says_so_and_gives_the_allocation_back(ray_cluster, user_env, tmp_path):
+    without_ray = {**user_env, "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    started = run([str(BIN / "corral"), "ray", "--nodes", "2", "--time", "5"], without_ray, tmp_path, timeout_s=120)
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert "before its Ray cluster was up: 'ray' is not on PATH on" in started.stderr, started.stderr
+    job_id = int(re.search(r"Submitted job (\d+)", started.stdout).group(1))
+    assert ray_cluster.job(job_id)["state"] == "FAILED"
+
+
+def test_corral_ray_refuses_zero_nodes_before_submitting(user_env, tmp_path):
+    refused = run([str(BIN / "corral"), "ray", "--nodes", "0", "--time", "5"], user_env, tmp_path)
+    assert refused.returncode == 1 and "--nodes must be at least 1, not 0" in refused.stderr, refused
+    assert "Submitted" not in refused.stdout

@@ -1,0 +1,49 @@
+"""`ray job submit` through corral's service gateway: Ray's job-submission client under the gateway's
+`/s/<name>/` prefix, with the user's corral credential sent by `--headers` (Ray's RAY_JOB_HEADERS), and
+refused without it.
+
+The gateway's route to the Ray head comes from a StaticSource here: the controller's endpoint table for
+a job that is not a service (the owner-only session routes) is the notebook work's, not yet merged."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from corral.gateway.routes import Endpoint, ServiceRoute
+from corral.gateway.sources import StaticSource
+from tests.gateway.harness import authenticating_gateway
+from tests.ray_on_corral.conftest import BIN, HERE, run
+
+pytestmark = pytest.mark.slow
+
+
+def test_ray_job_submit_through_the_gateway_with_the_users_credential(ray_cluster, user_env, tmp_path):
+    started = run([str(BIN / "corral"), "ray", "--nodes", "1", "--cpus-per-node", "2", "--time", "10"],
+                  user_env, tmp_path, timeout_s=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    job_id = int(re.search(r"Submitted job (\d+)", started.stdout).group(1))
+    address = re.search(r"^RAY_ADDRESS=http://(\S+)$", started.stdout, re.MULTILINE).group(1)
+    secret = ray_cluster.secret_file.read_text().strip()
+    name = f"ray-{job_id}"
+    source = StaticSource(ServiceRoute(name, (Endpoint(address),), public=False))
+    try:
+        with authenticating_gateway(source, ray_cluster.url, secret, ttl_s=5, stale_s=60) as gateway:
+            through = f"{gateway.url}/s/{name}"
+            driver = tmp_path / "driver"
+            driver.mkdir()
+            shutil.copy(HERE / "ray_two_nodes.py", driver / "ray_two_nodes.py")
+            submit = [str(BIN / "ray"), "job", "submit", "--address", through, "--working-dir", str(driver),
+                      "--", "python", "ray_two_nodes.py", "node1"]
+            refused = run(submit, user_env, tmp_path, timeout_s=120)
+            assert refused.returncode != 0, refused.stdout
+            assert "this service needs a credential" in refused.stderr, refused.stderr[-2000:]
+            headers = json.dumps({"Authorization": f"Bearer {secret}"})
+            submitted = run(submit, {**user_env, "RAY_JOB_HEADERS": headers}, tmp_path, timeout_s=240)
+            assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+            assert [line.split()[2] for line in submitted.stdout.splitlines()
+                    if line.startswith("task on ")] == ["node1"], submitted.stdout
+    finally:
+        run([str(BIN / "corral"), "cancel", str(job_id)], user_env, tmp_path)
