@@ -53,3 +53,13 @@ def ray_processes_under(marker: str) -> list[str]:
             if marker in cmdline and "pytest" not in cmdline:
                 found.append(f"{pid}: {cmdline[:200]}")
     return found
+
+
+def ray_client_env(started_stdout: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` with the two lines `corral ray` prints for Ray's clients (RAY_ADDRESS, and the token's
+    RAY_AUTH_MODE and RAY_AUTH_TOKEN_PATH) exported."""
+    added = dict(env)
+    for line in started_stdout.splitlines():
+        if line.startswith(("RAY_ADDRESS=", "RAY_AUTH_MODE=")):
+            added.update(word.split("=", 1) for word in line.split())
+    return added

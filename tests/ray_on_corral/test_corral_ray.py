@@ -4,13 +4,15 @@ RAY_ADDRESS it prints running a driver with one task on each node, and the Ray c
 allocation (`corral cancel`)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
 import time
 
 import pytest
 
-from tests.ray_on_corral.conftest import BIN, HERE, ray_processes_under, run
+from tests.ray_on_corral.conftest import BIN, HERE, ray_client_env, ray_processes_under, run
 
 pytestmark = pytest.mark.slow
 
@@ -20,19 +22,26 @@ def test_corral_ray_then_ray_job_submit_runs_one_task_on_each_node(ray_cluster, 
                    "--time", "10"], user_env, tmp_path, timeout_s=300)
     assert started.returncode == 0, started.stdout + started.stderr
     job_id = int(re.search(r"Submitted job (\d+)", started.stdout).group(1))
-    address = re.search(r"^RAY_ADDRESS=(http://\S+)$", started.stdout, re.MULTILINE).group(1)
+    client_env = ray_client_env(started.stdout, user_env)
     try:
+        token_file = client_env["RAY_AUTH_TOKEN_PATH"]
+        assert stat.S_IMODE(os.stat(token_file).st_mode) == 0o600
         driver = tmp_path / "driver"
         driver.mkdir()
         shutil.copy(HERE / "ray_two_nodes.py", driver / "ray_two_nodes.py")
-        submitted = run([str(BIN / "ray"), "job", "submit", "--address", address, "--working-dir", str(driver),
-                         "--", "python", "ray_two_nodes.py", "node1", "node2"], user_env, tmp_path, timeout_s=240)
+        submit = [str(BIN / "ray"), "job", "submit", "--working-dir", str(driver),
+                  "--", "python", "ray_two_nodes.py", "node1", "node2"]
+        # Without the token, the job API refuses (anyone reaching the port could otherwise run code as us).
+        anonymous = {k: v for k, v in client_env.items() if not k.startswith("RAY_AUTH_")}
+        refused = run(submit, anonymous, tmp_path, timeout_s=120)
+        assert refused.returncode != 0 and "Token authentication is enabled" in refused.stderr, refused.stderr
+        submitted = run(submit, client_env, tmp_path, timeout_s=240)
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         tasks = [line.split()[2] for line in submitted.stdout.splitlines() if line.startswith("task on ")]
         assert tasks == ["node1", "node2"], submitted.stdout
         # Each Ray node holds its node's share of the job: 2 CPUs and 1 GPU, twice.
         status = run([str(BIN / "ray"), "status", "--address", re.search(r"^RAY_HEAD=(\S+)$", (
-            tmp_path / f"ray-{job_id}.out").read_text(), re.MULTILINE).group(1)], user_env, tmp_path)
+            tmp_path / f"ray-{job_id}.out").read_text(), re.MULTILINE).group(1)], client_env, tmp_path)
         assert re.search(r"\b4\.0 CPU\b", status.stdout) and re.search(r"\b2\.0 GPU\b", status.stdout), status.stdout
     finally:
         cancelled = run([str(BIN / "corral"), "cancel", str(job_id)], user_env, tmp_path)

@@ -7,6 +7,11 @@ cancel`). Ray runs from the user's own environment (`ray` on PATH on the nodes, 
 'corral[ray]'`); corral never imports it. Each Ray node also offers a custom resource named after its
 corral node (`{"node2": 1}`), so a program can pin work to a node.
 
+The Ray cluster only obeys its owner: the script turns on Ray's token authentication (RAY_AUTH_MODE=token)
+with a fresh random token, written 0600 to `ray-<job>.token` beside the output file and handed to every
+Ray node through the steps' environment. Without it, anyone who can reach the dashboard port could run
+code as the user through the job-submission API.
+
 Ports are not fixed: the script picks free ones on the head node (two Ray clusters, or two Ray nodes
 of one test cluster, can share a host), and the head's temp dir is per job. The script prints
 `RAY_ADDRESS=http://HEAD:PORT` (the dashboard and job-submission API) into the job's output file
@@ -14,7 +19,9 @@ once the head answers; `corral ray` waits for that line and prints it."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -39,6 +46,11 @@ free_port() {{ python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); 
 answers() {{  # HOST PORT: whether something accepts connections there
   python3 -c 'import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 1)' "$1" "$2" 2>/dev/null
 }}
+
+umask 077
+token_file={token_file}
+python3 -c 'import secrets; print(secrets.token_hex(32))' > "$token_file" || fail "cannot write $token_file"
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$(cat "$token_file")"
 
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head=${{nodes[0]}}
@@ -68,8 +80,10 @@ wait
 """
 
 
-def ray_script(gpus_per_node: int, cpus_per_node: int) -> str:
-    return RAY_SCRIPT.format(gpus=gpus_per_node, cpus=cpus_per_node)
+def ray_script(gpus_per_node: int, cpus_per_node: int, token_file: str) -> str:
+    """`token_file`: where the Ray token goes, `%j` standing for the job id."""
+    return RAY_SCRIPT.format(gpus=gpus_per_node, cpus=cpus_per_node,
+                             token_file='"$SLURM_JOB_ID"'.join(shlex.quote(part) for part in token_file.split("%j")))
 
 
 def job_tokens(nodes: int, gpus_per_node: int, cpus_per_node: int, time_limit: str, output: str,
@@ -124,12 +138,17 @@ def ray(
     with reported_errors():
         line = split_command_line(job_tokens(nodes, gpus_per_node, cpus_per_node, time_limit, output,
                                              partition, name))
-        body = build_body(line, io.StringIO(ray_script(gpus_per_node, cpus_per_node)))
+        out_pattern = Path(os.getcwd()) / output
+        token_pattern = out_pattern.parent / "ray-%j.token"
+        body = build_body(line, io.StringIO(ray_script(gpus_per_node, cpus_per_node, str(token_pattern))))
         with open_client(url) as client:
             job_id = int(client.submit(body)["job_id"])
             typer.echo(f"Submitted job {job_id}: Ray head on its first node, a Ray node on each of {nodes}")
-            out_path = Path(body["workdir"]) / output.replace("%j", str(job_id)).replace("%x", name)
+            out_path = Path(str(out_pattern).replace("%j", str(job_id)).replace("%x", name))
             address = wait_for_address(client, job_id, out_path, wait_s)
+    token_path = str(token_pattern).replace("%j", str(job_id))
     typer.echo(f"RAY_ADDRESS={address}")
-    typer.echo(f"Dashboard: {address}/   Submit: RAY_ADDRESS={address} ray job submit -- python my.py")
+    typer.echo(f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={token_path}")
+    typer.echo(f"Submit: export the two lines above, then 'ray job submit -- python my.py'; "
+               f"dashboard: {address}/ (docs/ray.md)")
     typer.echo(f"Ends with job {job_id} (its time limit, or 'corral cancel {job_id}').")
