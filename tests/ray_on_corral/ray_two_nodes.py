@@ -1,10 +1,11 @@
 """The Ray program of the Ray tests: one task on each node of the Ray cluster, each saying which corral
 node ran it (SLURMD_NODENAME, inherited from the srun step or job that started that node's raylet).
 
-Usage: python ray_two_nodes.py [NODE...]. It waits for 2 Ray nodes (or one per NODE) (workers join after the head), pins
-one task to each, and prints one line per task, `task on <corral node> host <hostname>`. Given corral
-node names, it pins by the custom resource `corral ray` gives each Ray node (`{"node2": 1}`); without,
-by node affinity (Ray's recipe declares no custom resources)."""
+Usage: python ray_two_nodes.py [--pin=NODE[,NODE...]] [ignored...] (the recipe passes its CPU count). It
+waits for 2 Ray nodes (or one per NODE: workers join after the head), pins one task to each, and prints
+one line per task, `task on <corral node> host <hostname>`. With --pin it pins by the custom resource
+`corral ray` gives each Ray node (`{"node2": 1}`); without, by node affinity (Ray's recipe declares no
+custom resources)."""
 import os
 import socket
 import sys
@@ -22,15 +23,16 @@ def where() -> str:
 
 
 def main() -> None:
-    expected = len(sys.argv[1:]) or 2
+    pins = [name for arg in sys.argv[1:] if arg.startswith("--pin=") for name in arg[6:].split(",")]
+    expected = len(pins) or 2
     ray.init(address=os.environ.get("RAY_ADDRESS", "auto"))
     deadline = time.monotonic() + JOIN_WAIT_S
     while len(alive := [n for n in ray.nodes() if n["Alive"]]) < expected:
         if time.monotonic() > deadline:
             sys.exit(f"only {len(alive)} of {expected} Ray nodes joined within {JOIN_WAIT_S} s")
         time.sleep(1)
-    if sys.argv[1:]:
-        tasks = [where.options(resources={name: 0.01}).remote() for name in sys.argv[1:]]
+    if pins:
+        tasks = [where.options(resources={name: 0.01}).remote() for name in pins]
     else:
         tasks = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
                  for n in alive]

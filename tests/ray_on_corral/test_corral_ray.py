@@ -30,7 +30,7 @@ def test_corral_ray_then_ray_job_submit_runs_one_task_on_each_node(ray_cluster, 
         driver.mkdir()
         shutil.copy(HERE / "ray_two_nodes.py", driver / "ray_two_nodes.py")
         submit = [str(BIN / "ray"), "job", "submit", "--working-dir", str(driver),
-                  "--", "python", "ray_two_nodes.py", "node1", "node2"]
+                  "--", "python", "ray_two_nodes.py", "--pin=node1,node2"]
         # Without the token, the job API refuses (anyone reaching the port could otherwise run code as us).
         anonymous = {k: v for k, v in client_env.items() if not k.startswith("RAY_AUTH_")}
         refused = run(submit, anonymous, tmp_path, timeout_s=120)

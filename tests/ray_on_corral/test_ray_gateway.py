@@ -38,7 +38,7 @@ def test_ray_job_submit_through_the_gateway_with_the_users_credential(ray_cluste
             driver.mkdir()
             shutil.copy(HERE / "ray_two_nodes.py", driver / "ray_two_nodes.py")
             submit = [str(BIN / "ray"), "job", "submit", "--address", through, "--working-dir", str(driver),
-                      "--", "python", "ray_two_nodes.py", node]
+                      "--", "python", "ray_two_nodes.py", f"--pin={node}"]
             ray_token = open(ray_client_env(started.stdout, {})["RAY_AUTH_TOKEN_PATH"]).read().strip()
             refused = run(submit, {**user_env, "RAY_JOB_HEADERS": json.dumps(
                 {"X-Ray-Authorization": f"Bearer {ray_token}"})}, tmp_path, timeout_s=120)

@@ -19,7 +19,10 @@ def test_rays_slurm_recipe_runs_one_task_on_each_of_two_nodes(ray_cluster, user_
     submitted = run(["sbatch", "--parsable", "-o", "ray.out", "slurm-basic.sh"], user_env, tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     job_id = int(submitted.stdout)
-    job = ray_cluster.wait_state(job_id, "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", timeout_s=240)
+    try:
+        job = ray_cluster.wait_state(job_id, "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", timeout_s=240)
+    finally:
+        run(["scancel", str(job_id)], user_env, tmp_path)  # nothing left running if the wait failed
     output = (tmp_path / "ray.out").read_text()
     assert job["state"] == "COMPLETED", output
     tasks = sorted(line.split()[2] for line in output.splitlines() if line.startswith("task on "))
