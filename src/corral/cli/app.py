@@ -14,6 +14,7 @@ from corral.cli.gateway_cmd import gateway
 from corral.cli.helpstyle import CorralApp, CorralCommand
 from corral.cli.logs import logs
 from corral.cli.notebook import notebook
+from corral.cli.ray_cluster import ray
 from corral.cli.services import service_app
 from corral.cli.simulate import simulate
 from corral.cli.status import status
@@ -125,3 +126,4 @@ app.command("audit")(audit)
 app.command("status")(status)
 app.command("gateway")(gateway)
 app.command("notebook")(notebook)
+app.command("ray")(ray)
