@@ -1,0 +1,53 @@
+"""A small image built here, offline: a static busybox as its root filesystem, saved as a docker-archive
+tarball in two layers (the second deletes a file of the first with a whiteout), as `docker save` writes."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+BUSYBOX = shutil.which("busybox")
+APPLETS = ("sh", "id", "true", "cat", "ls", "echo", "touch", "env", "pwd", "test")
+
+
+def _layer(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as layer:
+        for info, data in members:
+            layer.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def _entry(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, mode: int = 0o755,
+           link: str = "") -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.linkname = kind, mode, link
+    info.size = len(data) if data is not None else 0
+    return info, data
+
+
+def build_image(path: Path, architecture: str = "amd64") -> Path:
+    assert BUSYBOX, "busybox-static is needed to build the test image"
+    busybox = Path(BUSYBOX).read_bytes()
+    base = [_entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "tmp", "work", "gone")]
+    base.append(_entry("bin/busybox", data=busybox))
+    base += [_entry(f"bin/{applet}", tarfile.SYMTYPE, link="busybox") for applet in APPLETS]
+    base.append(_entry("etc/image-release", data=b"corral-test-image\n", mode=0o644))
+    base.append(_entry("gone/file", data=b"deleted by the next layer\n", mode=0o644))
+    top = [_entry("gone/.wh.file", data=b"", mode=0o644)]
+    layers = [_layer(base), _layer(top)]
+    config = json.dumps({"architecture": architecture, "os": "linux",
+                         "rootfs": {"type": "layers", "diff_ids": [
+                             "sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]}}).encode()
+    names = [f"{hashlib.sha256(layer).hexdigest()}/layer.tar" for layer in layers]
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": ["corral/test:latest"],
+                            "Layers": names}]).encode()
+    with tarfile.open(path, "w") as archive:
+        for name, data in [("config.json", config), ("manifest.json", manifest), *zip(names, layers, strict=True)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path

@@ -1,0 +1,215 @@
+"""Container images and rootless runc tasks, for real: an image built here (container_image.py), imported into
+a node cache, run by runc as a real Unix user made with useradd."""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from corral.agent.container_images import ImageCache, ImageError, node_architecture
+from corral.agent.container_runtime import (
+    BundleRequest,
+    ContainerError,
+    ContainerSpec,
+    Mount,
+    TaskUser,
+    named_rootfs,
+    parse_mounts,
+    prepare_task,
+    subordinate_id,
+)
+from tests.agent.container_image import BUSYBOX, build_image
+
+needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="needs busybox-static")
+needs_runc = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runc") is None or shutil.which("useradd") is None,
+                                reason="needs root, runc and useradd")
+
+
+@pytest.fixture
+def image(tmp_path) -> Path:
+    return build_image(tmp_path / "image.tar", node_architecture())
+
+
+@pytest.fixture
+def user(tmp_path):
+    name = f"ctr{uuid.uuid4().hex[:6]}-containers"[:32]
+    subprocess.run(["useradd", "-M", "-d", f"/nonexistent-{name}", "-s", "/bin/sh", name], check=True)
+    subprocess.run(["usermod", "--add-subuids", "300000-300000", "--add-subgids", "300000-300000", name], check=True)
+    yield pwd.getpwnam(name)
+    subprocess.run(["userdel", name], check=False)
+
+
+@needs_busybox
+def test_an_image_is_imported_with_its_layers_applied_and_whiteouts_honoured(tmp_path, image):
+    cache = ImageCache(tmp_path / "cache", limit_bytes=1 << 30)
+    found = cache.acquire(str(image), "job1")
+    assert (found.rootfs / "etc/image-release").read_text() == "corral-test-image\n"
+    assert (found.rootfs / "bin/sh").is_symlink()
+    assert not (found.rootfs / "gone/file").exists()
+    assert found.architecture == node_architecture() and found.size_bytes > 100_000
+
+
+@needs_busybox
+def test_an_image_for_another_architecture_is_refused_and_nothing_is_cached(tmp_path):
+    other = "arm64" if node_architecture() != "arm64" else "amd64"
+    image = build_image(tmp_path / "other.tar", other)
+    cache = ImageCache(tmp_path / "cache", limit_bytes=1 << 30)
+    with pytest.raises(ImageError, match=f"built for {other}.*use an image built for {node_architecture()}"):
+        cache.acquire(str(image), "job1")
+    assert cache.images() == []
+
+
+@pytest.mark.parametrize("reference", ["docker://nvcr.io/nvidia/pytorch:24.05-py3", "ubuntu:22.04",
+                                       "nvcr.io#nvidia/pytorch:24.05-py3"])
+def test_a_registry_image_fails_clearly_offline(tmp_path, reference):
+    with pytest.raises(ImageError, match="reaches no image registry.*docker save"):
+        ImageCache(tmp_path / "cache", limit_bytes=1 << 30).acquire(reference, "job1")
+
+
+def test_a_missing_image_file_says_so(tmp_path):
+    with pytest.raises(ImageError, match="not found on this node"):
+        ImageCache(tmp_path / "cache", limit_bytes=1 << 30).acquire(str(tmp_path / "nope.tar"), "job1")
+
+
+class CountingCache(ImageCache):
+    imports = 0
+
+    def _import(self, source, key):
+        CountingCache.imports += 1
+        super()._import(source, key)
+
+
+@needs_busybox
+def test_two_jobs_asking_for_one_image_at_once_import_it_once(tmp_path, image):
+    CountingCache.imports = 0
+    results = []
+
+    def ask(lease):
+        results.append(CountingCache(tmp_path / "cache", limit_bytes=1 << 30).acquire(str(image), lease))
+
+    threads = [threading.Thread(target=ask, args=(f"job{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert CountingCache.imports == 1
+    assert len({found.key for found in results}) == 1 and len(results) == 4
+
+
+@needs_busybox
+def test_eviction_removes_the_least_recently_used_unleased_image(tmp_path, image):
+    second = tmp_path / "second.tar"
+    shutil.copy(image, second)
+    with open(second, "ab") as file:
+        file.write(b"\0" * 1024)  # other content, same layers: another cache entry
+    cache = ImageCache(tmp_path / "cache", limit_bytes=1 << 30)
+    first_image = cache.acquire(str(image), "job1")
+    cache.release(first_image.key, "job1")
+    second_image = cache.acquire(str(second), "job2")
+    cache.limit_bytes = second_image.size_bytes + 1  # room for one
+    assert cache.evict() == [first_image.key]
+    assert [found.key for found in cache.images()] == [second_image.key]
+    cache.limit_bytes = 0  # second is leased by job2: kept while it is
+    assert cache.evict() == []
+    cache.release(second_image.key, "job2")
+    assert cache.images() == []
+
+
+def test_container_mounts_parse_as_pyxis_writes_them():
+    assert parse_mounts("/data:/data:ro,/scratch") == (Mount("/data", "/data", True), Mount("/scratch", "/scratch"))
+    with pytest.raises(ContainerError, match="absolute"):
+        parse_mounts("data:/data")
+    with pytest.raises(ContainerError, match="ro or rw"):
+        parse_mounts("/data:/data:rx")
+
+
+def run_in_container(tmp_path, rootfs, user, argv, spec, device_files=(), writable=False, name="t"):
+    task_user = TaskUser(user.pw_uid, user.pw_gid)
+    request = BundleRequest(spec=spec, user=task_user, rootfs=rootfs, argv=argv,
+                            env={"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "0"}, cwd="/",
+                            device_files=list(device_files), rootfs_writable=writable,
+                            subordinate_uid=subordinate_id(user.pw_name, "/etc/subuid"),
+                            subordinate_gid=subordinate_id(user.pw_name, "/etc/subgid"))
+    bundle = tmp_path / "bundles" / name
+    command = prepare_task(request, bundle, f"corral-containers-{uuid.uuid4().hex[:8]}")
+    return subprocess.run(command, user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd="/",
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """tmp_path, which the user may enter (pytest makes its base directory private to root)."""
+    for directory in (tmp_path.parent, tmp_path):
+        os.chmod(directory, 0o755)
+    return tmp_path
+
+
+@needs_busybox
+@needs_runc
+def test_a_task_runs_in_the_image_as_the_user_with_only_its_gpus_and_writes_the_mounted_workdir(shared, image,
+                                                                                                  user):
+    rootfs = ImageCache(shared / "cache", limit_bytes=1 << 30).acquire(str(image), "job42").rootfs
+    work = shared / "work"
+    work.mkdir()
+    os.chown(work, user.pw_uid, user.pw_gid)
+    gpus = shared / "dev"
+    gpus.mkdir()
+    for index in (0, 1):
+        os.mknod(gpus / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    spec = ContainerSpec(image=str(image), mounts=(Mount(str(work), "/work"),), workdir="/work")
+    script = ("id -u; id -g; cat /etc/image-release; echo $SLURM_JOB_ID $CUDA_VISIBLE_DEVICES; pwd; "
+              "ls /dev | grep nvidia; echo out > /work/result; touch /etc/x 2>/dev/null || echo rootfs-read-only")
+    done = run_in_container(shared, rootfs, user, ["/bin/sh", "-c", script], spec,
+                            device_files=[str(gpus / "nvidia1")])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n") == [str(user.pw_uid), str(user.pw_gid), "corral-test-image", "42 0", "/work",
+                                       "nvidia1", "rootfs-read-only", ""]
+    assert (work / "result").read_text() == "out\n" and (work / "result").stat().st_uid == user.pw_uid
+
+
+@needs_busybox
+@needs_runc
+def test_remap_root_makes_the_user_root_inside_and_nothing_more(shared, image, user):
+    rootfs = ImageCache(shared / "cache", limit_bytes=1 << 30).acquire(str(image), "job42").rootfs
+    work = shared / "work"
+    work.mkdir()
+    os.chown(work, user.pw_uid, user.pw_gid)
+    spec = ContainerSpec(image=str(image), mounts=(Mount(str(work), "/work"),), remap_root=True)
+    done = run_in_container(shared, rootfs, user, ["/bin/sh", "-c", "id -u; touch /work/made"], spec)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0\n"
+    assert (work / "made").stat().st_uid == user.pw_uid  # root inside is the user outside
+
+
+@needs_busybox
+@needs_runc
+def test_a_named_container_keeps_its_state_between_two_steps(shared, image, user):
+    cached = ImageCache(shared / "cache", limit_bytes=1 << 30).acquire(str(image), "job42").rootfs
+    spec = ContainerSpec(image=str(image), name="env1")
+    job_dir = shared / "job42"
+    rootfs = named_rootfs(job_dir, "env1", cached, TaskUser(user.pw_uid, user.pw_gid))
+    first = run_in_container(shared, rootfs, user, ["/bin/sh", "-c", "echo installed > /etc/step0"], spec,
+                             writable=True, name="s0")
+    assert first.returncode == 0, first.stderr
+    again = named_rootfs(job_dir, "env1", cached, TaskUser(user.pw_uid, user.pw_gid))
+    second = run_in_container(shared, again, user, ["/bin/cat", "/etc/step0"], spec, writable=True, name="s1")
+    assert second.stdout == "installed\n", second.stderr
+    assert not (cached / "etc/step0").exists()
+
+
+@needs_busybox
+@needs_runc
+def test_a_mount_the_user_cannot_read_is_refused_before_anything_runs(shared, image, user):
+    rootfs = ImageCache(shared / "cache", limit_bytes=1 << 30).acquire(str(image), "job42").rootfs
+    private = shared / "private"
+    private.mkdir(mode=0o700)
+    spec = ContainerSpec(image=str(image), mounts=(Mount(str(private), "/data"),))
+    with pytest.raises(ContainerError, match=f"{private} is not readable by uid {user.pw_uid}"):
+        run_in_container(shared, rootfs, user, ["/bin/true"], spec)
