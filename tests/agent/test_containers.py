@@ -2,6 +2,7 @@
 a node cache, run by runc as a real Unix user made with useradd."""
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent.cgroups import CgroupError, CgroupTree
 from corral.agent.container_images import ImageCache, ImageError, node_architecture
 from corral.agent.container_runtime import (
     BundleRequest,
@@ -25,6 +27,8 @@ from corral.agent.container_runtime import (
     prepare_task,
     subordinate_id,
 )
+from corral.agent.identity import TaskIdentity
+from corral.agent.tasks import spawn_task
 from tests.agent.container_image import BUSYBOX, build_image
 
 needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="needs busybox-static")
@@ -213,3 +217,76 @@ def test_a_mount_the_user_cannot_read_is_refused_before_anything_runs(shared, im
     spec = ContainerSpec(image=str(image), mounts=(Mount(str(private), "/data"),))
     with pytest.raises(ContainerError, match=f"{private} is not readable by uid {user.pw_uid}"):
         run_in_container(shared, rootfs, user, ["/bin/true"], spec)
+
+
+@pytest.fixture
+def job_cgroups(shared):
+    """A job's cgroups on the host's v1 hierarchies, allowed GPU 1 of two fake ones (mknod, major 195)."""
+    gpus = {index: shared / f"nvidia{index}" for index in (0, 1)}
+    for index, path in gpus.items():
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    try:
+        tree = CgroupTree.open(None, f"corral-containers-{uuid.uuid4().hex[:6]}", gpus)
+    except CgroupError as exc:
+        pytest.skip(f"no v1 hierarchies here: {exc}")
+    yield tree, gpus
+    for hierarchy in tree.hierarchies:
+        for path in sorted((p for p in hierarchy.root.rglob("*") if p.is_dir()), reverse=True):
+            path.rmdir()
+        hierarchy.root.rmdir()
+
+
+@needs_busybox
+@needs_runc
+def test_a_task_leader_starts_the_container_in_the_jobs_cgroup_as_the_user(shared, image, user, job_cgroups):
+    tree, gpus = job_cgroups
+    leaves = tree.for_job(77).leaf("step_0", mem_mib=64, gpus=[1])
+    rootfs = ImageCache(shared / "cache", limit_bytes=1 << 30).acquire(str(image), "job77").rootfs
+    request = BundleRequest(spec=ContainerSpec(image=str(image)), user=TaskUser(user.pw_uid, user.pw_gid),
+                            rootfs=rootfs, argv=["/bin/sh", "-c", "id -u; cat /proc/self/cgroup; ls /dev"],
+                            env={}, cwd="/", device_files=[str(gpus[1])],
+                            subordinate_uid=subordinate_id(user.pw_name, "/etc/subuid"),
+                            subordinate_gid=subordinate_id(user.pw_name, "/etc/subgid"))
+    argv = prepare_task(request, shared / "bundle", f"corral-containers-{uuid.uuid4().hex[:8]}")
+    identity = TaskIdentity(user.pw_name, user.pw_uid, user.pw_gid, (user.pw_gid,), "/", "/bin/sh")
+    out_path = shared / "out"
+
+    async def run_task() -> int:
+        with open(out_path, "wb") as out:
+            starting = spawn_task(argv, cwd="/", env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL,
+                                  exit_dir=shared / "spool", identity=identity, cgroup_leaves=leaves)
+        process = await starting.result()
+        process.confirm(True)
+        return await process.wait()
+
+    assert asyncio.run(run_task()) == 0
+    lines = out_path.read_text().split("\n")
+    assert lines[0] == str(user.pw_uid)
+    memory = next(line for line in lines if ":memory:" in line)
+    assert memory.endswith("/job_77/step_0")
+    assert "nvidia1" in lines and "nvidia0" not in lines
+
+
+@needs_busybox
+def test_a_node_without_the_runtime_says_so_and_what_to_do(shared, image, monkeypatch):
+    monkeypatch.setenv("PATH", str(shared))  # a node whose PATH has no runc
+    request = BundleRequest(spec=ContainerSpec(image=str(image)), user=TaskUser(os.getuid(), os.getgid()),
+                            rootfs=shared, argv=["/bin/true"], env={}, cwd="/")
+    with pytest.raises(ContainerError, match="no container runtime .runc is not installed"):
+        prepare_task(request, shared / "bundle", "corral-containers-x")
+    assert not (shared / "bundle").exists()
+
+
+@needs_runc
+def test_a_user_without_subordinate_ids_is_told_to_get_them_or_remap_root(shared):
+    request = BundleRequest(spec=ContainerSpec(image="x.tar"), user=TaskUser(4321, 4321), rootfs=shared,
+                            argv=["/bin/true"], env={}, cwd="/")
+    with pytest.raises(ContainerError, match="no subordinate ids.*usermod --add-subuids.*--container-remap-root"):
+        prepare_task(request, shared / "bundle", "corral-containers-x")
+    assert not (shared / "bundle").exists()
+    remapped = BundleRequest(spec=ContainerSpec(image="x.tar", remap_root=True), user=TaskUser(4321, 4321),
+                             rootfs=shared, argv=["/bin/true"], env={}, cwd="/")
+    argv = prepare_task(remapped, shared / "bundle2", "corral-containers-y")
+    assert argv[:5] == ["unshare", "--user", "--mount", "--map-user=0", "--map-group=0"]
+    assert not any(arg.startswith("--map-users") for arg in argv)

@@ -222,6 +222,7 @@ def prepare_task(request: BundleRequest, bundle_dir: Path, container_id: str) ->
     if runtime is None:
         raise ContainerError(f"this node has no container runtime ({RUNTIME} is not installed): submit with "
                              "--constraint=runc so the job runs where it is")
+    argv = runtime_argv(request, runtime)  # refused before anything is written
     check_mounts(request.spec.mounts, request.user)
     for device in request.device_files:
         if not stat.S_ISCHR(os.stat(device).st_mode):
@@ -233,8 +234,7 @@ def prepare_task(request: BundleRequest, bundle_dir: Path, container_id: str) ->
     for path in (bundle_dir, state_dir, bundle_dir / "config.json"):
         os.chown(path, request.user.uid, request.user.gid)
     os.chmod(bundle_dir, 0o700)
-    return runtime_argv(request, runtime) + ["--root", str(state_dir), "run", "--bundle", str(bundle_dir),
-                                             container_id]
+    return argv + ["--root", str(state_dir), "run", "--bundle", str(bundle_dir), container_id]
 
 
 def runtime_argv(request: BundleRequest, runtime: str) -> list[str]:
