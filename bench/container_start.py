@@ -1,6 +1,6 @@
 """Start latency of a task in a container (rootless runc, as corral runs it) against a plain task, and the
 import time and disk use of an image. Needs root (it makes a user with useradd and removes it), runc and
-busybox-static. Run: python -m bench.container_start [--starts 50]"""
+busybox-static. Run: .venv/bin/python bench/container_start.py [--starts 50]"""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ import pwd
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -16,7 +17,10 @@ from pathlib import Path
 
 from corral.agent.container_images import ImageCache, node_architecture
 from corral.agent.container_runtime import BundleRequest, ContainerSpec, TaskUser, prepare_task, subordinate_id
-from tests.agent.container_image import build_image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.agent.container_image import build_image  # noqa: E402
 
 
 def percentile(values: list[float], share: float) -> float:
