@@ -32,8 +32,9 @@ from corral.agent.tasks import spawn_task
 from tests.agent.container_image import BUSYBOX, build_image
 
 needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="needs busybox-static")
-needs_runc = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runc") is None or shutil.which("useradd") is None,
-                                reason="needs root, runc and useradd")
+needs_runc = pytest.mark.skipif(
+    os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("runc", "unshare", "newuidmap", "useradd")),
+    reason="needs root, runc, unshare, newuidmap (Debian's uidmap) and useradd")
 
 
 @pytest.fixture
