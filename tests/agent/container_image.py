@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 BUSYBOX = shutil.which("busybox")
@@ -21,7 +22,7 @@ def _layer(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
     return buffer.getvalue()
 
 
-def _entry(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, mode: int = 0o755,
+def entry(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, mode: int = 0o755,
            link: str = "") -> tuple[tarfile.TarInfo, bytes | None]:
     info = tarfile.TarInfo(name)
     info.type, info.mode, info.linkname = kind, mode, link
@@ -29,16 +30,18 @@ def _entry(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, 
     return info, data
 
 
-def build_image(path: Path, architecture: str = "amd64") -> Path:
+def build_image(path: Path, architecture: str = "amd64",
+                extra_layers: Sequence[list[tuple[tarfile.TarInfo, bytes | None]]] = ()) -> Path:
+    """The busybox image; `extra_layers` (lists of `entry(...)`) go on top of its two."""
     assert BUSYBOX, "busybox-static is needed to build the test image"
     busybox = Path(BUSYBOX).read_bytes()
-    base = [_entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "tmp", "work", "gone")]
-    base.append(_entry("bin/busybox", data=busybox))
-    base += [_entry(f"bin/{applet}", tarfile.SYMTYPE, link="busybox") for applet in APPLETS]
-    base.append(_entry("etc/image-release", data=b"corral-test-image\n", mode=0o644))
-    base.append(_entry("gone/file", data=b"deleted by the next layer\n", mode=0o644))
-    top = [_entry("gone/.wh.file", data=b"", mode=0o644)]
-    layers = [_layer(base), _layer(top)]
+    base = [entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "tmp", "work", "gone")]
+    base.append(entry("bin/busybox", data=busybox))
+    base += [entry(f"bin/{applet}", tarfile.SYMTYPE, link="busybox") for applet in APPLETS]
+    base.append(entry("etc/image-release", data=b"corral-test-image\n", mode=0o644))
+    base.append(entry("gone/file", data=b"deleted by the next layer\n", mode=0o644))
+    top = [entry("gone/.wh.file", data=b"", mode=0o644)]
+    layers = [_layer(base), _layer(top), *(_layer(extra) for extra in extra_layers)]
     config = json.dumps({"architecture": architecture, "os": "linux",
                          "rootfs": {"type": "layers", "diff_ids": [
                              "sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]}}).encode()

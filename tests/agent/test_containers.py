@@ -8,6 +8,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import tarfile
 import threading
 import uuid
 from pathlib import Path
@@ -29,7 +30,7 @@ from corral.agent.container_runtime import (
 )
 from corral.agent.identity import TaskIdentity
 from corral.agent.tasks import spawn_task
-from tests.agent.container_image import BUSYBOX, build_image
+from tests.agent.container_image import BUSYBOX, build_image, entry
 
 needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="needs busybox-static")
 needs_runc = pytest.mark.skipif(
@@ -69,6 +70,57 @@ def test_an_image_for_another_architecture_is_refused_and_nothing_is_cached(tmp_
     with pytest.raises(ImageError, match=f"built for {other}.*use an image built for {node_architecture()}"):
         cache.acquire(str(image), "job1")
     assert cache.images() == []
+
+
+@needs_busybox
+def test_a_top_level_whiteout_removes_what_a_lower_layer_made(tmp_path):
+    image = build_image(tmp_path / "image.tar", node_architecture(),
+                        [[entry("marker", data=b"x")], [entry(".wh.marker", data=b"")]])
+    rootfs = ImageCache(tmp_path / "cache", limit_bytes=1 << 30).acquire(str(image), "job1").rootfs
+    assert not (rootfs / "marker").exists() and (rootfs / "etc/image-release").exists()
+
+
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    """A host file that a hostile image tries to reach."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim").write_text("host data\n")
+    return outside / "victim"
+
+
+def hostile_layers(victim: Path) -> dict[str, list[list]]:
+    outside = str(victim.parent)
+    return {
+        "dot-dot whiteout": [[entry("../../outside/.wh.victim", data=b"")]],
+        "whiteout through a symlink": [[entry("esc", tarfile.SYMTYPE, link=outside)],
+                                       [entry("esc/.wh.victim", data=b"")]],
+        "hard link out": [[entry("stolen", tarfile.LNKTYPE, link="../../outside/victim")]],
+        "hard link through a symlink": [[entry("hop", tarfile.SYMTYPE, link=str(victim)),
+                                         entry("stolen", tarfile.LNKTYPE, link="hop")]],
+    }
+
+
+@needs_busybox
+@pytest.mark.parametrize("attack", ["dot-dot whiteout", "whiteout through a symlink", "hard link out",
+                                    "hard link through a symlink"])
+def test_an_image_that_reaches_outside_its_root_is_refused_and_the_host_file_is_untouched(tmp_path, victim,
+                                                                                          attack):
+    image = build_image(tmp_path / "image.tar", node_architecture(), hostile_layers(victim)[attack])
+    cache = ImageCache(tmp_path / "cache", limit_bytes=1 << 30)
+    with pytest.raises(ImageError, match="leaves the image"):
+        cache.acquire(str(image), "job1")
+    assert victim.read_text() == "host data\n" and victim.stat().st_nlink == 1
+    assert cache.images() == [] and [p.name for p in (tmp_path / "cache").iterdir()] == [".locks"]
+
+
+@needs_busybox
+def test_device_files_in_an_image_are_not_made(tmp_path):
+    disk = entry("etc/disk", tarfile.CHRTYPE, mode=0o666)
+    disk[0].devmajor, disk[0].devminor = 1, 3  # /dev/null's numbers: harmless if a broken filter made it
+    image = build_image(tmp_path / "image.tar", node_architecture(), [[disk]])
+    rootfs = ImageCache(tmp_path / "cache", limit_bytes=1 << 30).acquire(str(image), "job1").rootfs
+    assert not (rootfs / "etc/disk").exists() and (rootfs / "etc/image-release").exists()
 
 
 @pytest.mark.parametrize("reference", ["docker://nvcr.io/nvidia/pytorch:24.05-py3", "ubuntu:22.04",

@@ -11,6 +11,10 @@ reader never sees half an image; an exclusive lock per key (`<cache>/.locks/<key
 for the same image at once import it once: the second waits and finds it built. Each user of an image
 holds a lease (`<key>/leases/<name>`); eviction (least recently used first, until the cache is under its
 limit) never removes an image that is leased.
+
+The agent imports as root, so an image is hostile input: a whiteout, a file or a hard link that would
+reach outside the image's root (by `..` or through a symlink an earlier member made) refuses the whole
+image, and device files are not made.
 """
 from __future__ import annotations
 
@@ -71,25 +75,62 @@ def _tree_size(path: Path) -> int:
     return total
 
 
-def _remove_whiteouts(rootfs: Path, layer: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Apply the layer's whiteouts (deletions of what lower layers put there); return its other members."""
+def _inside(rootfs: Path, relative: str, what: str) -> Path:
+    """rootfs/relative, its directory resolved (symlinks a lower layer made included) and required to be
+    in rootfs; its last part is not followed (a whiteout removes a symlink, not what it points to)."""
+    parts = [part for part in relative.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ImageError(f"the image's {what} {relative!r} leaves the image: refused")
+    real_root = os.path.realpath(rootfs)
+    parent = os.path.realpath(os.path.join(real_root, *parts[:-1]))
+    if os.path.commonpath([parent, real_root]) != real_root:
+        raise ImageError(f"the image's {what} {relative!r} leaves the image (through a symlink): refused")
+    return Path(parent) / parts[-1]
+
+
+def _hard_link_target(rootfs: Path, linkname: str) -> None:
+    """Refuse a hard link whose target, followed to the end (link() follows a symlink), leaves the image."""
+    real_root = os.path.realpath(rootfs)
+    target = os.path.realpath(_inside(rootfs, linkname, "hard link target"))
+    if os.path.commonpath([target, real_root]) != real_root:
+        raise ImageError(f"the image's hard link target {linkname!r} leaves the image: refused")
+
+
+def _remove(target: Path) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    elif target.exists() or target.is_symlink():
+        target.unlink()
+
+
+def _layer_members(rootfs: Path, layer: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """Apply the layer's whiteouts (deletions of what lower layers put there: all before its other members,
+    which they do not hide); return the members to extract, but device files (made by root here, they
+    would open the host's devices to the container)."""
     keep = []
     for member in layer.getmembers():
-        directory, _, name = member.name.lstrip("./").rpartition("/")
+        directory, _, name = member.name.rpartition("/")
         if name == OPAQUE_WHITEOUT:
-            target = rootfs / directory
+            target = _inside(rootfs, f"{directory}/.", "whiteout") if directory else rootfs
             if target.is_dir() and not target.is_symlink():
                 for child in target.iterdir():
-                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+                    _remove(child)
         elif name.startswith(WHITEOUT):
-            target = rootfs / directory / name[len(WHITEOUT):]
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
+            _remove(_inside(rootfs, f"{directory}/{name[len(WHITEOUT):]}", "whiteout"))
+        elif member.ischr() or member.isblk():
+            continue
         else:
             keep.append(member)
     return keep
+
+
+def _extract(rootfs: Path, layer: tarfile.TarFile, members: list[tarfile.TarInfo]) -> None:
+    """One member at a time, so that a hard link is checked against what the layer made before it."""
+    for member in members:
+        if member.islnk():
+            _hard_link_target(rootfs, member.linkname)
+        # "tar" filter: nothing is written outside rootfs (symlinks followed); set-id bits dropped
+        layer.extract(member, rootfs, set_attrs=True, filter="tar")
 
 
 def _read_manifest(archive: tarfile.TarFile, source: str) -> tuple[dict, list[str]]:
@@ -119,9 +160,7 @@ def unpack_docker_archive(source: Path, rootfs: Path, architecture: str) -> str:
             if layer_file is None:
                 raise ImageError(f"{source}: layer {name} is missing from the archive")
             with tarfile.open(fileobj=layer_file) as layer:
-                members = _remove_whiteouts(rootfs, layer)
-                # "tar" filter: nothing is written outside rootfs; set-id bits and device files are dropped
-                layer.extractall(rootfs, members=members, filter="tar")
+                _extract(rootfs, layer, _layer_members(rootfs, layer))
         for mount_point in MOUNT_POINTS:  # runc cannot make them in a read-only root
             (rootfs / mount_point).mkdir(exist_ok=True)
     return image_arch
