@@ -27,6 +27,7 @@ from corral.agent.container_runtime import (
     parse_mounts,
     prepare_task,
     subordinate_id,
+    user_can_reach,
 )
 from corral.agent.identity import TaskIdentity
 from corral.agent.tasks import spawn_task
@@ -343,3 +344,18 @@ def test_a_user_without_subordinate_ids_is_told_to_get_them_or_remap_root(shared
     argv = prepare_task(remapped, shared / "bundle2", "corral-containers-y")
     assert argv[:5] == ["unshare", "--user", "--mount", "--map-user=0", "--map-group=0"]
     assert not any(arg.startswith("--map-users") for arg in argv)
+
+
+@needs_busybox
+@needs_runc
+def test_an_image_file_the_user_cannot_read_is_not_imported_for_them(shared, user):
+    private = shared / "private"
+    private.mkdir(mode=0o700)
+    image = build_image(private / "image.tar", node_architecture())
+    cache = ImageCache(shared / "cache", limit_bytes=1 << 30)
+    task_user = TaskUser(user.pw_uid, user.pw_gid)
+    with pytest.raises(ImageError, match="not readable by the job's user"):
+        cache.acquire(str(image), "job1", may_read=lambda path: user_can_reach(path, task_user))
+    assert cache.images() == []
+    os.chmod(private, 0o755)
+    assert cache.acquire(str(image), "job1", may_read=lambda path: user_can_reach(path, task_user)).size_bytes

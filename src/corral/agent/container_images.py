@@ -29,7 +29,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 REGISTRY_PREFIXES = ("docker://", "oci://", "nvcr.io#", "registry://")
 MOUNT_POINTS = ("proc", "sys", "dev", "tmp")
@@ -172,9 +172,13 @@ class ImageCache:
         self.limit_bytes = limit_bytes
         self.architecture = architecture or node_architecture()
 
-    def acquire(self, image: str, lease: str) -> CachedImage:
-        """The image, imported if this node has not got it yet, leased to `lease` until release()."""
+    def acquire(self, image: str, lease: str, may_read: Callable[[str], bool] = lambda _: True) -> CachedImage:
+        """The image, imported if this node has not got it yet, leased to `lease` until release().
+        `may_read`: whether the job's user may read a path (the agent reads the file as root)."""
         source = self._local_source(image)
+        if not may_read(str(source)):
+            raise ImageError(f"image {image} is not readable by the job's user: make it readable (the node "
+                             "imports it for you, not for whoever owns it)")
         key = _sha256(source)
         with self._locked(key):
             entry = self.directory / key
@@ -193,6 +197,8 @@ class ImageCache:
         self.evict()
 
     def images(self) -> list[CachedImage]:
+        if not self.directory.is_dir():  # nothing imported yet
+            return []
         return [self._read(entry.name) for entry in self.directory.iterdir()
                 if not entry.name.startswith(".") and (entry / "image.json").exists()]
 
