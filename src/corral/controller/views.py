@@ -63,11 +63,11 @@ def batch_steps(job: Job, live: PerNode | None = None) -> list[dict]:
         return []
     first = job.slices[0].node if job.slices else ""
     run = job.runs.get(first)
-    ended = run is not None and run.finished
+    ended = run if run is not None and run.finished else None
     return [{"step_id": "batch", "name": "batch", "nodelist": first, "num_tasks": 1,
              "start_time": job.start_time, "end_time": job.end_time if ended else None,
              "state": (job.state.value if job.state.terminal else "RUNNING") if run else "PENDING",
-             "exit_code": run.exit_code if ended else 0, "exit_signal": run.signal if ended else 0,
+             "exit_code": ended.exit_code if ended else 0, "exit_signal": ended.signal if ended else 0,
              "usage": job_usage(job, live)}]
 
 
