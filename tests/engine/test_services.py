@@ -167,7 +167,7 @@ def test_scaling_down_stops_the_highest_indexes_and_up_submits_new_ones() -> Non
     kills = engine.handle(ev.ServiceScaled("web", 2),
                           now=T0 + 1).commands
     assert [k.job_id for k in kills] == [third.id] and third.final_state is JobState.CANCELLED
-    assert third.history[-1]["reason"] == "scaled down to 2"
+    assert third.history[-1].reason == "scaled down to 2"
     engine.scale_service("web", 4, T0 + 2)
     assert sorted(j.spec.replica for j in replicas(engine) if j.state is JobState.PENDING) == [2, 3]
 
@@ -198,7 +198,7 @@ def test_a_rolling_update_surges_waits_for_ready_then_drains_the_old_replica() -
     assert [j.spec.replica for j in new] == [0], "max_surge 1: one new replica at a time"
     engine.schedule(T0 + 11)
     run(engine, new[0], T0 + 12)  # no readiness probe: ready once started; the old replica 0 is stopped
-    assert old[0].final_state is JobState.CANCELLED and old[0].history[-1]["reason"] == "replaced by revision 2"
+    assert old[0].final_state is JobState.CANCELLED and old[0].history[-1].reason == "replaced by revision 2"
     exit_(engine, old[0], 0, T0 + 13)
     second = [j for j in replicas(engine) if j.spec.service_revision == 2 and j.spec.replica == 1]
     assert len(second) == 1

@@ -15,6 +15,7 @@ from corral.engine import events as ev
 from corral.engine import services
 from corral.engine.after_run import CrashLoop, RestartInPlace
 from corral.engine.commands import Command
+from corral.engine.history import LivenessFailed, ReplicaStopped, Restarting
 from corral.engine.lifecycle import Lifecycle, UnknownJob, WrongState
 from corral.engine.records import Job, JobSpec, JobState, ReplicaRestarts, Service
 from corral.limits import TIME_LIMIT_S_MAX
@@ -23,7 +24,6 @@ from corral.limits import TIME_LIMIT_S_MAX
 # raises AdmissionError, having changed nothing).
 Submit = Callable[[JobSubmit, Callable[[JobSpec], JobSpec], float], Job]
 Admit = Callable[[JobSubmit], object]  # the same decision, creating nothing (AdmissionError when refused)
-LIVENESS_FAILED = "liveness-failed"
 # Spec fields that change no replica: a change of only these applies at once, without a new revision.
 HISTORY_MAX = 200  # a Service keeps its latest history lines (a crash loop adds one per restart)
 IN_PLACE_FIELDS = frozenset({"replicas", "autoscale", "min_ready", "public", "update", "restart", "placement"})
@@ -151,7 +151,7 @@ class ServiceEvents:
         liveness = event.results.get("liveness")
         if liveness is not None and not liveness.ok:
             why = f"liveness probe failed {liveness.consecutive} times: {liveness.detail}".rstrip(": ")
-            job.history.append({"t": now, "event": LIVENESS_FAILED, "node": event.node, "detail": why})
+            job.history.append(LivenessFailed(now, event.node, why))
             job.ready = False
             self.life.touch(job)
             self._touch_by_name(job.spec.service)
@@ -207,7 +207,7 @@ class ServiceEvents:
         service.history.append({"t": now, "event": "restarted", "replica": job.spec.replica, "job": job.id,
                                 "detail": line})
         del service.history[:-HISTORY_MAX]
-        job.history.append({"t": now, "event": "restarting", "detail": line, "delay_s": decision.delay_s})
+        job.history.append(Restarting(now, line, decision.delay_s))
         self._touch(service)
 
     # ----- reconciling
@@ -245,7 +245,7 @@ class ServiceEvents:
         commands: list[Command] = []
         for stop in plan.stop:
             job = self.life.active.jobs[stop.job_id]
-            job.history.append({"t": now, "event": "replica-stopped", "reason": stop.reason})
+            job.history.append(ReplicaStopped(now, stop.reason))
             if job.state is JobState.PENDING:
                 self.life.finish(job, now, JobState.CANCELLED)
             elif job.state is JobState.RUNNING:
@@ -331,9 +331,9 @@ def _replica_template(spec: ServiceSpec) -> dict[str, Any]:
 
 
 def _why_ended(job: Job) -> str:
-    last: dict[str, Any] = job.history[-1] if job.history else {}
-    if last.get("event") == LIVENESS_FAILED:
-        return str(last["detail"])
+    last = job.history[-1] if job.history else None
+    if isinstance(last, LivenessFailed):
+        return last.detail
     if any(r.oom_killed for r in job.runs.values()):
         return "out of memory"
     if job.final_state is JobState.TIMEOUT:
