@@ -136,7 +136,7 @@ def test_the_graph_is_read():
     assert "corral.core.scheduler" in MODULES and "corral.engine.engine" in MODULES
     assert ("corral.core.cycle", MODULE_LEVEL) in GRAPH["corral.core.scheduler"]
     assert ("corral.engine.active", MODULE_LEVEL) in GRAPH["corral.engine.engine"]
-    assert ("corral.controller.restore", DEFERRED) in GRAPH["corral.controller.service"]
+    assert ("corral.controller.restore", DEFERRED) in GRAPH["corral.controller.service_core"]
 
 
 def test_core_reaches_only_the_standard_library():

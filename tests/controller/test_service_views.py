@@ -9,6 +9,7 @@ from typing import Any
 from corral.api.services import ServiceSpec
 from corral.controller.service_views import EndpointVersions, endpoint_set, service_out
 from corral.core.model import NodeSlice
+from corral.engine.history import LivenessFailed
 from corral.engine.records import JobState
 
 SPEC = ServiceSpec.model_validate({"name": "web", "user": "alice", "command": ["serve"], "workdir": "/srv",
@@ -67,9 +68,8 @@ def replicas() -> list[Replica]:
     return [
         Replica(11, ReplicaSpec("web", 1), slices=on("node2"), ready=True, restart_count=2,
                 endpoints={"node2": {"http": 31002, "admin": 9000}},
-                history=[{"t": T0 - 100, "event": "liveness-failed", "detail": "an earlier run's"},
-                         {"t": T0 + 5, "event": "liveness-failed", "node": "node2",
-                          "detail": "liveness probe failed 3 times: HTTP 500"}]),
+                history=[LivenessFailed(T0 - 100, "node2", "an earlier run's"),
+                         LivenessFailed(T0 + 5, "node2", "liveness probe failed 3 times: HTTP 500")]),
         Replica(10, ReplicaSpec("web", 0), slices=on("node1"), ready=True,
                 endpoints={"node1": {"admin": 9000, "http": 31001}}),
         Replica(12, ReplicaSpec("web", 2), state=JobState.PENDING, reason="QuotaExceeded"),

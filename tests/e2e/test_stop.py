@@ -148,9 +148,9 @@ def test_stopping_corral_up_requeues_running_jobs_kills_their_tasks_and_runs_the
             "the next 'corral up' runs them\n") in stderr
     stopped = first.stored_job(gang)
     assert (stopped.state.value, stopped.restart_count) == ("PENDING", 1)
-    assert [h["event"] for h in stopped.history] == ["cluster-stopped", "requeued"]
+    assert [h.EVENT for h in stopped.history] == ["cluster-stopped", "requeued"]
     ended = first.stored_job(no_requeue)
-    assert ended.state.value == "NODE_FAIL" and ended.history[-1]["event"] == "cluster-stopped"
+    assert ended.state.value == "NODE_FAIL" and ended.history[-1].EVENT == "cluster-stopped"
     assert (first.stored_job(waiting).state.value, first.stored_job(waiting).restart_count) == ("PENDING", 0)
 
     second = CorralUp(tmp_path, port).start()

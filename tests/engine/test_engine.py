@@ -6,6 +6,7 @@ import signal
 
 from corral.engine import events as ev
 from corral.engine.commands import Kill, Launch
+from corral.engine.history import RanAsAgentUser, history_to_json
 from corral.engine.records import JobState
 from tests.engine.builders import T0, engine_with_nodes, inventory, spec
 
@@ -45,7 +46,7 @@ def test_a_cancel_by_a_policy_says_why_in_the_history() -> None:
     engine.schedule(T0)
     engine.handle(ev.CancelRequested(job.id, None, reason="gpu-idle"), now=T0 + 5)
     assert job.state is JobState.COMPLETING and job.final_state is JobState.CANCELLED
-    assert job.history[-1] == {"t": T0 + 5, "event": "cancelled", "uid": None, "reason": "gpu-idle"}
+    assert history_to_json(job.history[-1]) == {"t": T0 + 5, "event": "cancelled", "uid": None, "reason": "gpu-idle"}
 
 
 def test_nonzero_exit_fails_the_job_with_its_code() -> None:
@@ -76,7 +77,7 @@ def test_the_job_record_notes_tasks_run_by_a_development_mode_agent_as_itself() 
         engine.node_started(job.slices[0].node, job.id, T0 + 1)
     dev = here if here.slices[0].node == "node2" else there
     other = there if dev is here else here
-    assert dev.history == [{"t": T0 + 1, "event": "ran-as-agent-user", "node": "node2", "user": "bob"}]
+    assert dev.history == [RanAsAgentUser(T0 + 1, "node2", "bob")]
     assert other.history == []
 
 

@@ -9,6 +9,7 @@ import signal
 
 from corral.engine import events as ev
 from corral.engine.commands import Kill, Launch
+from corral.engine.history import history_to_json
 from corral.engine.records import InfrastructureFailure, JobState
 from tests.engine.builders import T0, engine_with_nodes, spec
 
@@ -27,7 +28,7 @@ def test_a_killed_leader_requeues_the_job_with_a_history_line_and_the_restart_co
     engine.node_started("node1", job.id, T0 + 1)
     assert _infrastructure_failed(engine, "node1", job.id, T0 + 10) == []
     assert (job.state, job.restart_count, job.exit_code, job.exit_signal) == (JobState.PENDING, 1, 0, 0)
-    assert job.history[-2:] == [
+    assert [history_to_json(h) for h in job.history[-2:]] == [
         {"t": T0 + 10, "event": "infrastructure-failed", "node": "node1", "kind": "leader-killed",
          "reason": LEADER_KILLED.reason, "outcome": "requeued"},
         {"t": T0 + 10, "event": "requeued", "run_start": T0, "run_end": T0 + 10,
@@ -44,7 +45,7 @@ def test_a_job_that_may_not_be_requeued_ends_node_fail_with_the_failure_as_its_r
     _infrastructure_failed(engine, "node1", job.id, T0 + 10, removed)
     assert (job.state, job.restart_count, job.end_time) == (JobState.NODE_FAIL, 0, T0 + 10)
     assert job.reason == f"InfrastructureFailure:node1: {removed.reason}"
-    assert job.history[-1] == {"t": T0 + 10, "event": "infrastructure-failed", "node": "node1",
+    assert history_to_json(job.history[-1]) == {"t": T0 + 10, "event": "infrastructure-failed", "node": "node1",
                                "kind": "cgroup-removed", "reason": removed.reason, "outcome": "NODE_FAIL"}
     assert (job.exit_code, job.exit_signal) == (0, signal.SIGKILL), "what killed it, as after a lost node"
 
@@ -81,7 +82,7 @@ def test_a_job_already_being_cancelled_ends_as_it_was_going_to_and_its_history_n
     assert job.state is JobState.COMPLETING
     _infrastructure_failed(engine, "node1", job.id, T0 + 3)
     assert (job.state, job.restart_count) == (JobState.CANCELLED, 0)
-    assert job.history[-1] == {"t": T0 + 3, "event": "infrastructure-failed", "node": "node1",
+    assert history_to_json(job.history[-1]) == {"t": T0 + 3, "event": "infrastructure-failed", "node": "node1",
                                "kind": "leader-killed", "reason": LEADER_KILLED.reason}
     assert not job.reason.startswith("InfrastructureFailure"), "the cancel, not the failure, ended it"
 
@@ -95,7 +96,7 @@ def test_a_late_report_of_an_earlier_run_changes_nothing() -> None:
     assert (job.state, job.restart_count) == (JobState.RUNNING, 1)
     _infrastructure_failed(engine, "node1", job.id, T0 + 7, run=0)  # re-sent after an agent restart
     assert (job.state, job.restart_count) == (JobState.RUNNING, 1)
-    assert [h["event"] for h in job.history].count("infrastructure-failed") == 1
+    assert [h.EVENT for h in job.history].count("infrastructure-failed") == 1
 
 
 def test_a_step_whose_leader_was_killed_ends_node_fail_and_its_other_nodes_are_killed() -> None:
@@ -113,8 +114,8 @@ def test_a_step_whose_leader_was_killed_ends_node_fail_and_its_other_nodes_are_k
     engine.step_finished(other, job.id, 0, [(1, 0, signal.SIGKILL)], None, T0 + 3)
     assert (step.state, step.error) == ("NODE_FAIL", f"infrastructure failure on {failed}: {LEADER_KILLED.reason}")
     assert job.state is JobState.RUNNING
-    assert job.history[-1] == {"t": T0 + 2, "event": "infrastructure-failed", "node": failed, "step": 0,
-                               "kind": "leader-killed", "reason": LEADER_KILLED.reason}
+    assert history_to_json(job.history[-1]) == {"t": T0 + 2, "event": "infrastructure-failed", "node": failed,
+                                                "step": 0, "kind": "leader-killed", "reason": LEADER_KILLED.reason}
 
 
 def test_an_agent_that_cannot_start_tasks_for_its_own_reason_has_its_node_drained_and_the_job_goes_elsewhere() -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import signal
 
 from corral.engine.commands import Kill, Launch
+from corral.engine.history import NodeFailed, history_to_json
 from corral.engine.records import JobState
 from tests.engine.builders import T0, engine_with_nodes, inventory, spec
 
@@ -30,7 +31,7 @@ def test_a_silent_node_requeues_its_job_which_runs_again_elsewhere_with_its_rest
     commands = _lose_silent_node(engine, first, (other,), lost_at)
     assert commands == [], "its only node is gone: nothing is left to kill"
     assert (job.id in engine.jobs, job.state, job.restart_count) == (True, JobState.PENDING, 1)
-    assert job.history[-2:] == [
+    assert [history_to_json(h) for h in job.history[-2:]] == [
         {"t": lost_at, "event": "node-failed", "node": first, "outcome": "requeued"},
         {"t": lost_at, "event": "requeued", "run_start": T0, "run_end": lost_at, "cause": f"node failure {first}"}]
     assert engine.schedule(lost_at + 1) == [Launch(job.id, other)], "same id, on the node still up"
@@ -43,7 +44,7 @@ def test_a_job_that_may_not_be_requeued_ends_node_fail() -> None:
     engine.schedule(T0)
     engine.node_lost("node1", T0 + 5)
     assert (job.state, job.restart_count, job.end_time) == (JobState.NODE_FAIL, 0, T0 + 5)
-    assert job.history[-1] == {"t": T0 + 5, "event": "node-failed", "node": "node1", "outcome": "NODE_FAIL"}
+    assert job.history[-1] == NodeFailed(T0 + 5, "node1", "NODE_FAIL")
 
 
 def test_an_allocation_is_never_requeued_its_holder_is_gone() -> None:
@@ -106,8 +107,9 @@ def test_expedite_holds_the_healthy_nodes_for_the_requeued_job_and_puts_it_first
     engine, gang, filler, other = _expedite_setup(expedite=True)
     assert (gang.expedited, gang.hold_nodes, gang.hold_until) == (True, ("node2",), T0 + 11 + 120.0), \
         "held from the requeue"
-    assert [h["event"] for h in gang.history] == ["node-failed", "requeued", "nodes-held"]
-    assert gang.history[-1] == {"t": T0 + 11, "event": "nodes-held", "nodes": ["node2"], "until": gang.hold_until}
+    assert [h.EVENT for h in gang.history] == ["node-failed", "requeued", "nodes-held"]
+    assert history_to_json(gang.history[-1]) == {"t": T0 + 11, "event": "nodes-held", "nodes": ["node2"],
+                                                 "until": gang.hold_until}
     assert engine.pending[gang.id].order < engine.pending[other.id].order, "first, whatever the priorities"
     assert engine.schedule(T0 + 12) == [], "node2 is held for the gang, which needs another node too"
     assert other.state is JobState.PENDING
@@ -184,4 +186,4 @@ def test_a_run_fenced_before_its_node_was_declared_down_is_requeued_as_after_a_n
     engine.handle(ev.TasksFinished("node1", job.id, ((0, 0, signal.SIGKILL),),
                                    fenced="lost contact with the controller for 20 s", restart_count=0), now=T0 + 30)
     assert (job.state, job.restart_count) == (JobState.PENDING, 1)
-    assert job.history[-2]["event"] == "node-failed"
+    assert job.history[-2].EVENT == "node-failed"

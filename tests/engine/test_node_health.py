@@ -34,7 +34,7 @@ def test_an_unhealthy_node_is_drained_and_its_gang_killed_everywhere_then_requeu
     for node_name in (sick, kept):
         engine.node_finished(node_name, job.id, [(0, 0, signal.SIGTERM)], None, T0 + 6)
     assert (job.state, job.restart_count) == (JobState.PENDING, 1)
-    assert job.history[-2]["event"] == "node-failed" and job.history[-2]["node"] == sick
+    assert job.history[-2].EVENT == "node-failed" and job.history[-2].node == sick
     restarted = engine.schedule(T0 + 7)
     assert sorted(c.node for c in restarted) == sorted(n for n in ("node1", "node2", "node3") if n != sick), \
         "the drained node gets nothing"

@@ -169,7 +169,7 @@ def test_scaling_down_stops_the_highest_indexes_and_up_submits_new_ones() -> Non
     kills = engine.handle(ev.ServiceScaled("web", 2),
                           now=T0 + 1).commands
     assert [k.job_id for k in kills] == [third.id] and third.final_state is JobState.CANCELLED
-    assert third.history[-1]["reason"] == "scaled down to 2"
+    assert third.history[-1].reason == "scaled down to 2"
     engine.scale_service("web", 4, T0 + 2)
     assert sorted(j.spec.replica for j in replicas(engine) if j.state is JobState.PENDING) == [2, 3]
 
@@ -201,7 +201,7 @@ def test_a_rolling_update_surges_waits_for_ready_then_drains_the_old_replica() -
     engine.schedule(T0 + 11)
     run(engine, new[0], T0 + 12)  # no readiness probe: ready once started; the old replica 0 is drained
     assert old[0].draining and old[0].state is JobState.RUNNING and old[0].final_state is None
-    assert old[0].history[-1]["reason"] == "replaced by revision 2"
+    assert old[0].history[-1].reason == "replaced by revision 2"
     assert killed_by(engine.tick(T0 + 13)) == set() and old[0].final_state is None, "its SIGTERM waits"
     kills = killed_by(engine.tick(T0 + 12 + DRAIN_S))
     assert kills == {old[0].id} and old[0].final_state is JobState.CANCELLED

@@ -6,6 +6,7 @@ import dataclasses
 import signal
 
 from corral.engine.commands import Kill
+from corral.engine.history import history_to_json
 from corral.engine.records import JobState
 from tests.engine.builders import T0, engine_with_nodes, spec
 
@@ -28,8 +29,8 @@ def test_running_jobs_are_killed_everywhere_then_requeued_with_the_same_id() -> 
     assert gang.state is JobState.COMPLETING
     engine.node_finished("node2", gang.id, [(1, 0, signal.SIGTERM)], None, T0 + 12)
     assert (gang.state, gang.restart_count, gang.start_time) == (JobState.PENDING, 1, None)
-    assert [h["event"] for h in gang.history] == ["cluster-stopped", "requeued"]
-    assert gang.history[0]["outcome"] == "requeued"
+    assert [h.EVENT for h in gang.history] == ["cluster-stopped", "requeued"]
+    assert gang.history[0].outcome == "requeued"
     assert waiting.state is JobState.PENDING
     assert engine.schedule(T0 + 13) == [], "a stopping cluster starts nothing, not even the requeued job"
     assert gang.state is JobState.PENDING and waiting.state is JobState.PENDING
@@ -45,7 +46,7 @@ def test_a_job_that_may_not_be_requeued_ends_node_fail() -> None:
     assert (stop.requeue, stop.end) == ((), (job.id,))
     engine.node_finished("node1", job.id, [(0, 0, signal.SIGTERM)], None, T0 + 6)
     assert job.state is JobState.NODE_FAIL and job.end_time == T0 + 6
-    assert job.history[-1] == {"t": T0 + 5, "event": "cluster-stopped", "outcome": "NODE_FAIL"}
+    assert history_to_json(job.history[-1]) == {"t": T0 + 5, "event": "cluster-stopped", "outcome": "NODE_FAIL"}
 
 
 def test_an_allocation_is_not_requeued_its_holder_goes_away_with_the_cluster() -> None:

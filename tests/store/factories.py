@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from corral.core.model import Gpu, NodeSlice, Request
+from corral.engine.history import Preempted
 from corral.engine.records import Job, JobSpec, JobState, Node, NodeRun, Step
 
 BASE_TIME = 1_700_000_000.123456789  # not a round float: it must survive storage exactly
@@ -95,7 +96,7 @@ def full_job(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> Jo
         held=True,
         prior_gpu_seconds=12.5,
         reason_detail="queue q: gpu over nominal",
-        history=[{"t": 5.0, "event": "preempted", "by": 9, "cause": "reclaim"}],
+        history=[Preempted(5.0, 9, "reclaim")],
         steps=[Step(step_id=0, name="python", nodes=("gpu001", "gpu002"), tasks_per_node=(2, 1), start_time=3.0,
                     launch={"argv": ["python", "-c", "pass"], "env": {"A": "1"}}, end_time=9.0, state="FAILED",
                     exit_code=3, signal=0, error="lost", reported={"gpu001": NodeRun(True, True, 3, 0)})],

@@ -12,6 +12,7 @@ from corral.engine.build import build_engine
 from corral.engine.commands import Kill, Launch
 from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import Engine, WrongState
+from corral.engine.history import Preempted
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec, JobState
 from tests.engine.harness import Harness
@@ -57,7 +58,7 @@ def test_reclaim_preempts_with_grace_then_requeues_with_the_same_id() -> None:
     assert kills[0].reason == "preemption", "requeued by preemption: slurmstepd says DUE TO PREEMPTION"
     victim = e.jobs[kills[0].job_id]
     assert victim.state is JobState.COMPLETING
-    assert victim.history[-1] == {"t": T0 + 20, "event": "preempted", "by": mine.id, "cause": "reclaim"}
+    assert victim.history[-1] == Preempted(T0 + 20, mine.id, "reclaim")
     assert e.schedule(T0 + 21) == [], "no second victim while the first one exits"
     finish(e, victim.id, T0 + 25, signal.SIGTERM)
     assert victim.state is JobState.PENDING and victim.restart_count == 1
@@ -135,7 +136,7 @@ def test_warning_signal_before_the_time_limit() -> None:
     commands = e.tick(T0 + 180)
     assert commands == [Kill(job.id, "n1", signal.SIGUSR1, -1.0, target="batch")]
     assert e.tick(T0 + 181) == [], "sent once"
-    assert job.history[-1]["event"] == "signal"
+    assert job.history[-1].EVENT == "signal"
 
 
 def test_manual_requeue_needs_a_requeueable_running_job() -> None:
@@ -166,7 +167,7 @@ def test_signal_reaches_the_right_processes_without_ending_the_job() -> None:
     # slurmstepd announces SIGTERM and SIGKILL as a cancel, whoever sends them (real Slurm, scancel -s TERM).
     assert e.signal(batch.id, signal.SIGTERM, "batch", T0 + 1) == [
         Kill(batch.id, "n1", signal.SIGTERM, -1.0, target="batch", reason="cancelled")]
-    assert batch.state is JobState.RUNNING and batch.history[-1]["event"] == "signaled"
+    assert batch.state is JobState.RUNNING and batch.history[-1].EVENT == "signaled"
     pending = e.submit(spec(queue="", gpus=8), T0 + 2)
     with pytest.raises(WrongState):
         e.signal(pending.id, signal.SIGUSR1, "full", T0 + 2)

@@ -14,6 +14,7 @@ from corral.core.model import Gpu, Request
 from corral.engine.build import build_engine
 from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import WrongState
+from corral.engine.history import Requeued
 from corral.engine.membership import Inventory
 from corral.engine.records import JobSpec, JobState
 from tests.engine.harness import Harness
@@ -100,7 +101,7 @@ class TenantEngine(RuleBasedStateMachine):
     @invariant()
     def requeued_jobs_keep_their_accounting(self) -> None:
         for job in self.engine.jobs.values():
-            runs = sum(1 for h in job.history if h.get("event") == "requeued")
+            runs = sum(1 for h in job.history if isinstance(h, Requeued))
             assert job.restart_count == runs
             assert job.prior_gpu_seconds >= 0
 

@@ -59,6 +59,6 @@ def test_a_large_gang_starts_by_its_estimated_time_under_a_stream_of_small_jobs(
 
     sim.run(on_progress=watch)
     gang_job = next(j for j in sim.result.finished if j.id == sim.result.ids[0])
-    start = gang_job.history[0]["run_start"] if gang_job.history else gang_job.start_time
+    start = gang_job.history[0].run_start if gang_job.history else gang_job.start_time
     if promised:
         assert start <= promised[0] + 1e-6, "the gang's reservation was delayed by later small jobs"

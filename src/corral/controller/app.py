@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from contextlib import asynccontextmanager
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from fastapi import BackgroundTasks, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -76,14 +76,15 @@ IDS_HELP = ("Comma-separated job ids in Slurm's forms: N (for an array's id, eve
 
 R = TypeVar("R")
 
-ERRORS = {status: {"model": ErrorOut} for status in (401, 403, 404, 409, 422)}
+ERRORS: dict[int | str, dict[str, Any]] = {status: {"model": ErrorOut} for status in (401, 403, 404, 409, 422)}
 # Requests that change something are refused while the database cannot be written.
-UNAVAILABLE = {503: {"model": ErrorOut, "description": "the database cannot be written: nothing was changed"}}
-WRITE_ERRORS = {**ERRORS, **UNAVAILABLE}
+UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"model": ErrorOut, "description": "the database cannot be written: nothing was changed"}}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {**ERRORS, **UNAVAILABLE}
 # What a 503 tells clients to wait before trying again (the controller checks the store more often).
 RETRY_AFTER_S = 5
 # Every refusal (bad JSON, a value out of range, an unknown job, a wrong secret) has this body.
-REFUSALS = {"4XX": {"model": ErrorOut, "description": "Refused: `detail` says why"}}
+REFUSALS: dict[int | str, dict[str, Any]] = {"4XX": {"model": ErrorOut, "description": "Refused: `detail` says why"}}
 # What a standby answers besides 421 (health checks, and who leads).
 HEALTH_PATHS = (f"{API_PREFIX}/health", "/health", "/readyz")
 STATUS_PATH = f"{API_PREFIX}/status"
@@ -105,10 +106,11 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         await service.start()
-        socket_server = await serve_auth_socket(settings.socket, authenticator) if settings.socket else None
+        socket_path = settings.socket
+        socket_server = await serve_auth_socket(socket_path, authenticator) if socket_path else None
         yield
-        if socket_server is not None:
-            close_auth_socket(socket_server, settings.socket)
+        if socket_server is not None and socket_path:
+            close_auth_socket(socket_server, socket_path)
         await authenticator.flush_audit()
         await service.stop()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from corral.core.model import CyclePlan
-from corral.engine.records import INFRA_FAILED
+from corral.engine.history import InfrastructureFailed, Requeued
 from corral.engine.result import Result
 
 if TYPE_CHECKING:
@@ -75,13 +75,13 @@ class ControllerMetrics:
         recorded (the history entries the engine appended at `now`)."""
         for job in result.jobs:
             for entry in reversed(job.history):
-                if entry.get("t") != now:
+                if entry.t != now:
                     break
-                if entry.get("event") == "requeued":
+                if isinstance(entry, Requeued):
                     self.requeued.labels(job.spec.request.partition, job.spec.queue,
                                          job.stop_cause or "unknown").inc()
-                elif entry.get("event") == INFRA_FAILED:
-                    self.infrastructure_failures.labels(entry.get("kind", "unknown"), entry.get("node", "")).inc()
+                elif isinstance(entry, InfrastructureFailed):
+                    self.infrastructure_failures.labels(entry.kind, entry.node).inc()
 
     def request_done(self, method: str, route: str, status: int, seconds: float) -> None:
         self.request_seconds.labels(method, route, str(status)).observe(seconds)

@@ -18,6 +18,7 @@ from corral import hostlist
 from corral.api.schemas import JobOut
 from corral.controller import views
 from corral.controller.usage_views import LiveOfJob, gpu_idle_flagged, job_usage
+from corral.engine.history import Cancelled, history_to_json
 from corral.engine.records import Job, JobState
 
 # Every field a projection may name; anything else is refused at the edge (app.py).
@@ -108,9 +109,9 @@ _COMPUTED: Mapping[str, Getter] = {
     "nodelist": lambda job, facts: hostlist.compress(job.node_names) if job.slices else "",
     "slices": _slices, "gpu_seconds": _gpu_seconds, "position": lambda job, facts: facts.places.get(job.id),
     "cancelled_by_uid": lambda job, facts: next(
-        (h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
+        (h.uid for h in job.history if isinstance(h, Cancelled)), None),
     "array_task_spec": lambda job, facts: None,
-    "history": lambda job, facts: list(job.history), "usage": _usage,
+    "history": lambda job, facts: [history_to_json(entry) for entry in job.history], "usage": _usage,
     "gpu_idle_flagged": lambda job, facts: gpu_idle_flagged(_usage(job, facts), facts.gpu_idle_flag_s),
 }
 

@@ -20,10 +20,8 @@ from corral.api.services import (
     ServiceOut,
     ServiceSpec,
 )
+from corral.engine.history import LivenessFailed
 from corral.engine.records import Job, Service
-
-# The history event the engine records on a replica its liveness probe stopped (engine/service_events.py).
-LIVENESS_FAILED = "liveness-failed"
 
 
 def replicas_of(name: str, jobs: Iterable[Job]) -> list[Job]:
@@ -65,10 +63,9 @@ def probe_status(job: Job, spec: ServiceSpec) -> list[ProbeStatusOut]:
     if spec.probes.readiness is not None and job.state.value == "RUNNING":
         shown.append(ProbeStatusOut(kind="readiness", ok=is_ready(job)))
     started = job.start_time if job.start_time is not None else float("inf")
-    failures = [entry for entry in job.history
-                if entry.get("event") == LIVENESS_FAILED and entry.get("t", 0) >= started]
+    failures = [entry for entry in job.history if isinstance(entry, LivenessFailed) and entry.t >= started]
     if failures:
-        detail = str(failures[-1].get("detail", ""))
+        detail = failures[-1].detail
         count = _failure_count(detail)
         shown.append(ProbeStatusOut(kind="liveness", ok=False, consecutive=count, detail=detail))
     return shown

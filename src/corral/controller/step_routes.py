@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Query
 
 from corral.api.schemas import JobOut
 from corral.api.steps import CompleteBody, StepAttach, StepOut, StepSubmit
-from corral.controller import views
 from corral.controller.auth import Principal
 from corral.controller.guard import Guard
 from corral.controller.params import JobIdPath, StepIdPath
@@ -20,9 +19,10 @@ from corral.engine.events import AllocationCompleted, StepRequested
 from corral.engine.steps import JobNotRunning, StepRefused, StepRequest
 from corral.protocol import API_PREFIX, AttachStep
 
-ERRORS = {404: {"description": "unknown job or step"}, 409: {"description": "wrong state"},
-          422: {"description": "the step does not fit the allocation"},
-          503: {"description": "the database cannot be written: nothing was changed"}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "unknown job or step"}, 409: {"description": "wrong state"},
+    422: {"description": "the step does not fit the allocation"},
+    503: {"description": "the database cannot be written: nothing was changed"}}
 STEP_POLL_S = 0.2
 
 R = TypeVar("R")
@@ -84,8 +84,7 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
         """The holder of an allocation (salloc, srun outside a job) is done: end it with this exit status."""
         await guard.job_action(principal, service.find_job(job_id), "complete", job_id)
         await _guarded(service.request(AllocationCompleted(job_id, body.exit_code, body.signal)), job_id)
-        return views.job_out(service.find_job(job_id), service.clock(),
-                             gpu_idle_flag_s=service.engine.config.gpu_idle_flag_s)
+        return service.job_after_request(job_id)
 
 
 async def _guarded(action: Awaitable[R], job_id: int) -> R:

@@ -50,6 +50,7 @@ def _report(service: ControllerService, decision: ClusterStop) -> ClusterStopOut
         if job_id in unconfirmed:
             continue
         job = service.find_job(job_id)
+        assert job is not None, "a job the stop ended or requeued is in the engine or the store"
         if job.state is JobState.PENDING:
             requeued.append(job_id)
         else:

@@ -2,6 +2,8 @@
 scheduler's settings."""
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Depends, FastAPI, HTTPException, Response
 
 from corral.api.schemas import SchedulerOut
@@ -21,8 +23,9 @@ from corral.controller.service import ControllerService
 from corral.engine.reservations import ReservationError
 from corral.protocol import API_PREFIX
 
-ERRORS = {404: {"description": "unknown"}, 409: {"description": "conflict"}, 422: {"description": "invalid"},
-          503: {"description": "the database cannot be written: nothing was changed"}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "unknown"}, 409: {"description": "conflict"}, 422: {"description": "invalid"},
+    503: {"description": "the database cannot be written: nothing was changed"}}
 
 
 def tenancy_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:

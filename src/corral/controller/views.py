@@ -7,6 +7,7 @@ from corral.controller.step_views import share_launch, step_rows
 from corral.controller.usage_views import LiveOfJob, PerNode, gpu_idle_flagged, job_usage
 from corral.engine.arrays import parse_array
 from corral.engine.config import EngineConfig
+from corral.engine.history import Cancelled, history_to_json
 from corral.engine.membership import node_state
 from corral.engine.records import Job, JobState, Node
 from corral.protocol import LaunchJob, TaskLaunch
@@ -51,11 +52,12 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         dependency=job.spec.dependency, reason_detail=job.reason_detail, held=job.held,
         requeue=job.spec.requeue, expedited_requeue=job.spec.expedited_requeue, reservation=job.spec.reservation,
         uid=job.spec.uid,
-        submit_host=job.spec.submit_host, history=list(job.history), comment=job.spec.comment,
+        submit_host=job.spec.submit_host, history=[history_to_json(entry) for entry in job.history],
+        comment=job.spec.comment,
         wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch, req_nodelist=job.spec.nodelist,
         exc_nodelist=job.spec.exclude, constraint=job.spec.constraint, exclusive=job.spec.exclusive,
         allocation=job.spec.allocation,
-        cancelled_by_uid=next((h.get("uid") for h in job.history if h.get("event") == "cancelled"), None),
+        cancelled_by_uid=next((h.uid for h in job.history if isinstance(h, Cancelled)), None),
         steps=batch_steps(job, live.get(None)) + step_rows(job, live),
         usage=usage, gpu_idle_flagged=gpu_idle_flagged(usage, gpu_idle_flag_s),
     )
@@ -67,11 +69,11 @@ def batch_steps(job: Job, live: PerNode | None = None) -> list[dict]:
         return []
     first = job.slices[0].node if job.slices else ""
     run = job.runs.get(first)
-    ended = run is not None and run.finished
+    ended = run if run is not None and run.finished else None
     return [{"step_id": "batch", "name": "batch", "nodelist": first, "num_tasks": 1,
              "start_time": job.start_time, "end_time": job.end_time if ended else None,
              "state": (job.state.value if job.state.terminal else "RUNNING") if run else "PENDING",
-             "exit_code": run.exit_code if ended else 0, "exit_signal": run.signal if ended else 0,
+             "exit_code": ended.exit_code if ended else 0, "exit_signal": ended.signal if ended else 0,
              "usage": job_usage(job, live)}]
 
 

@@ -27,13 +27,12 @@ from corral.engine.active import ActiveSet
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig, EngineProfile
 from corral.engine.fairshare import FairShare
+from corral.engine.history import ClusterStopped, InfrastructureFailed, RanAsAgentUser
 from corral.engine.lifecycle import ACTIVE, REASON_MAX_CHARS, Lifecycle, UnknownJob, WrongState
 from corral.engine.node_events import NodeEvents
 from corral.engine.outcome import node_result
 from corral.engine.records import (
-    AS_AGENT_USER,
     CLUSTER_STOPPED,
-    INFRA_FAILED,
     START_FAILED,
     InfrastructureFailure,
     Job,
@@ -329,7 +328,7 @@ class Engine:
                 self._services.started(job, event.node, dict(event.ports) if event.ports else None)
             node = self.nodes.get(event.node)
             if node is not None and not node.run_as_user:  # the job record says its tasks were not its user's
-                job.history.append({"t": now, "event": AS_AGENT_USER, "node": node.name, "user": node.agent_user})
+                job.history.append(RanAsAgentUser(now, node.name, node.agent_user))
             self.life.touch(job)
         return None, []
 
@@ -382,8 +381,8 @@ class Engine:
         failure = event.infrastructure
         if failure is not None:
             self._drain_if_cannot_start(event.node, failure)
-            job.history.append({"t": now, "event": INFRA_FAILED, "node": event.node, "step": event.step_id,
-                                "kind": failure.kind, "reason": failure.reason})
+            job.history.append(InfrastructureFailed(now, event.node, event.step_id, kind=failure.kind,
+                                                    reason=failure.reason))
         self.life.touch(job)
         return None, commands + self.life.maybe_end(job, now)
 
@@ -447,8 +446,7 @@ class Engine:
             if job.state is not JobState.RUNNING:
                 continue
             again = job.id in requeue
-            job.history.append({"t": now, "event": CLUSTER_STOPPED,
-                                "outcome": "requeued" if again else JobState.NODE_FAIL.value})
+            job.history.append(ClusterStopped(now, "requeued" if again else JobState.NODE_FAIL.value))
             if again:
                 job.stop_cause = CLUSTER_STOPPED
             commands += self.life.begin_kill(job, now, JobState.PENDING if again else JobState.NODE_FAIL)

@@ -3,8 +3,9 @@ of an active job goes through here, which keeps the ActiveSet in step and collec
 """
 from __future__ import annotations
 
+import dataclasses
 import signal
-from typing import Any, Protocol
+from typing import Protocol
 
 from corral import kill_reasons
 from corral.core.model import NodeSlice
@@ -23,9 +24,17 @@ from corral.engine.commands import Command, Kill, Launch
 from corral.engine.config import EngineConfig
 from corral.engine.deadlines import warn_at
 from corral.engine.fairshare import FairShare
+from corral.engine.history import (
+    InfrastructureFailed,
+    NodeFailed,
+    NodesHeld,
+    Preempted,
+    Preempting,
+    Requeued,
+    WarningSignalSent,
+)
 from corral.engine.outcome import fold_exit, kill_reason
 from corral.engine.records import (
-    INFRA_FAILED,
     INFRA_REASON,
     NODE_FAILED,
     PREEMPTED,
@@ -145,12 +154,12 @@ class Lifecycle:
     def preempt(self, victim_id: int, preemptor_id: int, cause: str, now: float) -> list[Command]:
         victim = self.active.jobs[victim_id]
         qos = self.tenancy.qos_of(victim.spec)
-        victim.history.append({"t": now, "event": PREEMPTED, "by": preemptor_id, "cause": cause})
+        victim.history.append(Preempted(now, preemptor_id, cause))
         victim.preemptions += 1
         victim.stop_cause = PREEMPTED
         preemptor = self.active.jobs.get(preemptor_id)
         if preemptor is not None:
-            preemptor.history.append({"t": now, "event": "preempting", "victim": victim_id, "cause": cause})
+            preemptor.history.append(Preempting(now, victim_id, cause))
             self.active.claims.setdefault(preemptor_id, set()).add(victim_id)
             self.reprioritize(preemptor, now)
             self.touch(preemptor)
@@ -180,7 +189,7 @@ class Lifecycle:
             return self.begin_kill(job, now, JobState.TIMEOUT)
         warn = warn_at(job)
         if warn is not None and now >= warn:
-            job.history.append({"t": now, "event": "signal", "signal": job.spec.warn_signal})
+            job.history.append(WarningSignalSent(now, job.spec.warn_signal))
             job.warned = True
             self.touch(job)
             # --signal=B:SIG warns the batch shell only; plain --signal=SIG, every step (Slurm's rule).
@@ -245,13 +254,13 @@ class Lifecycle:
         allocation). A job already being stopped ends as it was going to. An infrastructure failure is
         named in the history either way, and in the Reason of the job it stops."""
         self.touch(job)
-        entry: dict[str, Any] = {"t": now, "event": NODE_FAILED, "node": node}
+        entry: NodeFailed | InfrastructureFailed = NodeFailed(now, node)
         if failure is not None:
-            entry = {"t": now, "event": INFRA_FAILED, "node": node, "kind": failure.kind, "reason": failure.reason}
+            entry = InfrastructureFailed(now, node, kind=failure.kind, reason=failure.reason)
         if job.state is JobState.RUNNING:
             towards = stop_towards(job.spec, NODE_FAILED)
             again = towards is JobState.PENDING
-            job.history.append({**entry, "outcome": "requeued" if again else towards.value})
+            job.history.append(dataclasses.replace(entry, outcome="requeued" if again else towards.value))
             if again:
                 job.stop_cause = NODE_FAILED
             if failure is not None:
@@ -286,14 +295,16 @@ class Lifecycle:
             job.eligible_at = now + delay_s
             self.active.deadlines.push_eligible(job)
         job.prior_gpu_seconds += job.run_gpu_seconds(now)
-        entry = {"t": now, "event": "requeued", "run_start": job.start_time, "run_end": now}
-        job.history.append(entry)
+        cause, failed = None, ""
         if job.stop_cause == NODE_FAILED:
-            failure: dict[str, Any] = next((h for h in reversed(job.history)  # the job's own, not a step's
-                                            if h.get("event") in (NODE_FAILED, INFRA_FAILED) and "step" not in h), {})
-            failed = failure.get("node", "")
-            entry["cause"] = (f"infrastructure failure on {failed}: {failure.get('reason', '')}"
-                              if failure.get("event") == INFRA_FAILED else f"node failure {failed}")
+            failure = next((h for h in reversed(job.history)  # the job's own, not a step's
+                            if isinstance(h, NodeFailed) or isinstance(h, InfrastructureFailed) and h.step is None),
+                           None)
+            failed = failure.node if failure is not None else ""
+            cause = (f"infrastructure failure on {failed}: {failure.reason}"
+                     if isinstance(failure, InfrastructureFailed) else f"node failure {failed}")
+        job.history.append(Requeued(now, job.start_time, now, cause))
+        if job.stop_cause == NODE_FAILED:
             if job.spec.expedited_requeue:
                 self._expedite(job, failed, now)
         job.restart_count += 1
@@ -317,7 +328,7 @@ class Lifecycle:
         if healthy and not job.spec.reservation:
             job.hold_nodes, job.hold_until = healthy, now + self.config.expedite_hold_s
             self.active.holds[job.id] = job.hold_until
-            job.history.append({"t": now, "event": "nodes-held", "nodes": list(healthy), "until": job.hold_until})
+            job.history.append(NodesHeld(now, healthy, job.hold_until))
 
     def finish(self, job: Job, now: float, state: JobState) -> None:
         job.state, job.end_time, job.kill_deadline = state, now, None

@@ -7,6 +7,14 @@ from typing import Any
 
 from corral.api.services import ServiceSpec
 from corral.core.model import Gpu, NodeSlice, Request
+
+# The stop causes (Job.stop_cause) are history events' names, defined with the records in history.py and
+# still importable from here.
+from corral.engine.history import CLUSTER_STOPPED as CLUSTER_STOPPED
+from corral.engine.history import NODE_FAILED as NODE_FAILED
+from corral.engine.history import PREEMPTED as PREEMPTED
+from corral.engine.history import REQUEUE_REQUESTED as REQUEUE_REQUESTED
+from corral.engine.history import HistoryEntry
 from corral.engine.kinds import JobKind, kind_from_flags
 
 
@@ -147,12 +155,6 @@ class Step:
         return sum(self.tasks_per_node)
 
 
-# Why a running job is stopped to go back to PENDING (Job.stop_cause), as its history names the event.
-PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED = "preempted", "requeue-requested", "cluster-stopped"
-NODE_FAILED = "node-failed"  # one of its nodes was lost (timed out, or its agent came back without the job)
-# corral's own machinery failed under the run on a node (its task leader killed, its cgroup removed, the
-# agent lost track of it): the history names it, the job's Reason says it; it counts as that node's failure.
-INFRA_FAILED = "infrastructure-failed"
 INFRA_REASON = "InfrastructureFailure"  # the Reason's prefix: "InfrastructureFailure:node3: ..."
 START_FAILED = "start-failed"  # the kind of failure whose node is drained: its agent cannot start tasks
 
@@ -169,8 +171,6 @@ class InfrastructureFailure:
         return f"infrastructure failure on {node}: {self.reason}"
 
 
-# A node in development mode ran the job's tasks as its agent's user, not as the job's.
-AS_AGENT_USER = "ran-as-agent-user"
 STOP_CAUSES = (PREEMPTED, REQUEUE_REQUESTED, CLUSTER_STOPPED, NODE_FAILED)
 
 
@@ -197,8 +197,8 @@ class Job:
     prior_gpu_seconds: float = 0.0
     # The limiting resource, quota or limit behind `reason`, in words.
     reason_detail: str = ""
-    # Events worth explaining later: {"t": time, "event": "preempted"|"requeued"|"signal", ...}.
-    history: list[dict[str, Any]] = field(default_factory=list)
+    # Events worth explaining later, one typed record each (engine/history.py: Preempted, Requeued, ...).
+    history: list[HistoryEntry] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     # Not eligible to start before this time: the backoff of a job preempted more than once.
     eligible_at: float | None = None

@@ -16,6 +16,7 @@ from corral.engine import services
 from corral.engine.admission import AdmissionError
 from corral.engine.after_run import CrashLoop, RestartInPlace
 from corral.engine.commands import Command
+from corral.engine.history import Cancelled, LivenessFailed, ReplicaStopped, Restarting
 from corral.engine.lifecycle import Lifecycle, UnknownJob, WrongState
 from corral.engine.records import Job, JobSpec, JobState, ReplicaRestarts, Service
 from corral.limits import TIME_LIMIT_S_MAX
@@ -24,7 +25,6 @@ from corral.limits import TIME_LIMIT_S_MAX
 # raises AdmissionError, having changed nothing).
 Submit = Callable[[JobSubmit, Callable[[JobSpec], JobSpec], float], Job]
 Admit = Callable[[JobSubmit], object]  # the same decision, creating nothing (AdmissionError when refused)
-LIVENESS_FAILED = "liveness-failed"
 # Spec fields that change no replica: a change of only these applies at once, without a new revision.
 HISTORY_MAX = 200  # a Service keeps its latest history lines (a crash loop adds one per restart)
 # How long a ready replica being stopped stays listed as draining before its SIGTERM: the gateway learns of it
@@ -163,7 +163,7 @@ class ServiceEvents:
         liveness = event.results.get("liveness")
         if liveness is not None and not liveness.ok:
             why = f"liveness probe failed {liveness.consecutive} times: {liveness.detail}".rstrip(": ")
-            job.history.append({"t": now, "event": LIVENESS_FAILED, "node": event.node, "detail": why})
+            job.history.append(LivenessFailed(now, event.node, why))
             job.ready = False
             self.life.touch(job)
             self._touch_by_name(job.spec.service)
@@ -219,7 +219,7 @@ class ServiceEvents:
         service.history.append({"t": now, "event": "restarted", "replica": job.spec.replica, "job": job.id,
                                 "detail": line})
         del service.history[:-HISTORY_MAX]
-        job.history.append({"t": now, "event": "restarting", "detail": line, "delay_s": decision.delay_s})
+        job.history.append(Restarting(now, line, decision.delay_s))
         self._touch(service)
 
     # ----- reconciling
@@ -275,7 +275,7 @@ class ServiceEvents:
         for stop in plan.stop:
             job = self.life.active.jobs[stop.job_id]
             if job.drain_until is None:
-                job.history.append({"t": now, "event": "replica-stopped", "reason": stop.reason})
+                job.history.append(ReplicaStopped(now, stop.reason))
             if job.state is JobState.PENDING:
                 self.life.finish(job, now, JobState.CANCELLED)
             elif job.state is JobState.RUNNING:
@@ -376,8 +376,8 @@ def _replica_template(spec: ServiceSpec) -> dict[str, Any]:
 def _why_session_ended(job: Job) -> str:
     state = job.final_state or job.state
     if state is JobState.CANCELLED:
-        stopped = [h for h in job.history if h.get("event") in ("replica-stopped", "cancelled")]
-        return f"cancelled ({stopped[-1].get('reason', '')})" if stopped and stopped[-1].get("reason") else "cancelled"
+        reasons = [h.reason for h in job.history if isinstance(h, ReplicaStopped | Cancelled)]
+        return f"cancelled ({reasons[-1]})" if reasons and reasons[-1] else "cancelled"
     if state is JobState.PREEMPTED:
         return "preempted"
     if state is JobState.NODE_FAIL:
@@ -386,9 +386,9 @@ def _why_session_ended(job: Job) -> str:
 
 
 def _why_ended(job: Job) -> str:
-    last: dict[str, Any] = job.history[-1] if job.history else {}
-    if last.get("event") == LIVENESS_FAILED:
-        return str(last["detail"])
+    last = job.history[-1] if job.history else None
+    if isinstance(last, LivenessFailed):
+        return last.detail
     if any(r.oom_killed for r in job.runs.values()):
         return "out of memory"
     if job.final_state is JobState.TIMEOUT:

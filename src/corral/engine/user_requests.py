@@ -11,6 +11,7 @@ from corral.engine import steps
 from corral.engine.after_run import stop_towards
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig
+from corral.engine.history import Cancelled, Completed, RequeueRequested, Signaled, Updated
 from corral.engine.lifecycle import Lifecycle, WrongState
 from corral.engine.records import REQUEUE_REQUESTED, Job, JobState, NodeRun, Step
 
@@ -25,8 +26,7 @@ class UserRequests:
     def cancel(self, event: ev.CancelRequested, now: float) -> NoReply:
         life = self.life
         job = life.get(event.job_id)
-        job.history.append({"t": now, "event": "cancelled", "uid": event.uid,
-                            **({"reason": event.reason} if event.reason else {})})
+        job.history.append(Cancelled(now, event.uid, event.reason or None))
         if job.state is JobState.PENDING:
             life.finish(job, now, JobState.CANCELLED)
             return None, []
@@ -42,7 +42,7 @@ class UserRequests:
             raise WrongState(f"job {job.id} was submitted with --no-requeue")
         if job.state is not JobState.RUNNING:
             raise WrongState(f"job {job.id} is {job.state.value}: only a running job can be requeued")
-        job.history.append({"t": now, "event": REQUEUE_REQUESTED})
+        job.history.append(RequeueRequested(now))
         job.stop_cause = REQUEUE_REQUESTED
         return None, self.life.begin_kill(job, now, stop_towards(job.spec, REQUEUE_REQUESTED))
 
@@ -53,8 +53,7 @@ class UserRequests:
         if job.state is not JobState.RUNNING:
             raise WrongState(f"job {job.id} is {job.state.value}: only a running job can be signaled")
         scope = event.scope
-        job.history.append({"t": now, "event": "signaled", "signal": event.signum, "scope": scope,
-                            "uid": event.uid})
+        job.history.append(Signaled(now, event.signum, scope, event.uid))
         self.life.touch(job)
         return None, self.life.signal_commands(job, event.signum, "batch" if scope == "batch" else
                                                "steps" if scope == "steps" else "all")
@@ -78,7 +77,7 @@ class UserRequests:
         job.spec = dataclasses.replace(spec, request=request, **changes)
         if event.time_limit_s is not None:
             changes["time_limit_s"] = event.time_limit_s
-        job.history.append({"t": now, "event": "updated", **changes})
+        job.history.append(Updated(now, **changes))
         if job.state is JobState.PENDING:
             self.life.reprioritize(job, now)
         else:
@@ -108,7 +107,7 @@ class UserRequests:
             raise WrongState(f"job {job.id} is not an allocation (salloc): it ends when its tasks do")
         if job.state is not JobState.RUNNING:
             raise WrongState(f"job {job.id} is {job.state.value}: only a running allocation can be completed")
-        job.history.append({"t": now, "event": "completed", "exit_code": event.exit_code, "signal": event.signal})
+        job.history.append(Completed(now, event.exit_code, event.signal))
         for node in job.runs:
             job.runs[node] = NodeRun(started=True, finished=True, exit_code=event.exit_code, signal=event.signal)
         self.life.touch(job)

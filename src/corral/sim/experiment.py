@@ -16,6 +16,7 @@ from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
 from corral.core.config import SchedulerConfig
 from corral.engine.config import EngineConfig, PartitionConfig
+from corral.engine.history import Requeued
 from corral.engine.records import JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.sim.metrics import JobResult, SimMetrics, compute_metrics
@@ -124,7 +125,8 @@ def _submission(job: TraceJob, policy: Policy) -> SimSubmission:
 
 
 def _result(engine_job, trace_job: TraceJob) -> JobResult:
-    runs = [(h["run_start"], h["run_end"]) for h in engine_job.history if h.get("event") == "requeued"]
+    # The engine's own run times, as untyped as `engine_job` (a requeued run had started).
+    runs: list[tuple[Any, Any]] = [(h.run_start, h.run_end) for h in engine_job.history if isinstance(h, Requeued)]
     runs.append((engine_job.start_time, engine_job.end_time))
     first = runs[0][0]
     return JobResult(trace_job, first, engine_job.end_time, tuple(engine_job.node_names),

@@ -225,10 +225,11 @@ def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT
 
 def copy_job(job: Job) -> Job:
     """A copy sharing nothing the engine changes: its spec is replaced, never changed, and so is shared; its
-    slices are immutable; runs, history entries and steps are copied (a deepcopy costs ten times more)."""
+    slices are immutable, and so are history entries; runs and steps are copied (a deepcopy costs ten times
+    more)."""
     twin = copy.copy(job)
     twin.runs = {node: copy.copy(run) for node, run in job.runs.items()}
-    twin.history = [dict(entry) for entry in job.history]
+    twin.history = list(job.history)
     twin.steps = copy.deepcopy(job.steps) if job.steps else []
     return twin
 

@@ -18,6 +18,7 @@ from typing import Any
 from corral import hostlist
 from corral.api.services import ServiceSpec
 from corral.core.model import Gpu, NodeSlice, Request
+from corral.engine.history import history_from_json, history_to_json
 from corral.engine.records import (
     PREEMPTED,
     STOP_CAUSES,
@@ -146,7 +147,7 @@ def job_to_row(job: Job) -> Json:
         "runs": {node: _RUN.to_json(run) for node, run in job.runs.items()},
         "account": spec.account,
         "extra": {"held": job.held, "prior_gpu_seconds": job.prior_gpu_seconds,
-                  "reason_detail": job.reason_detail, "history": job.history,
+                  "reason_detail": job.reason_detail, "history": [history_to_json(h) for h in job.history],
                   "steps": [_step_to_json(step) for step in job.steps], "eligible_at": job.eligible_at,
                   "preemptions": job.preemptions, "warned": job.warned, "stop_cause": job.stop_cause,
                   "expedited": job.expedited, "hold_nodes": list(job.hold_nodes), "hold_until": job.hold_until,
@@ -178,7 +179,7 @@ def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
         held=extra.get("held", False),
         prior_gpu_seconds=extra.get("prior_gpu_seconds", 0.0),
         reason_detail=extra.get("reason_detail", ""),
-        history=list(extra.get("history", [])),
+        history=[history_from_json(h) for h in extra.get("history", [])],
         steps=[_step_from_json(step) for step in extra.get("steps", ())],
         eligible_at=extra.get("eligible_at"),
         expedited=extra.get("expedited", False),
