@@ -24,7 +24,7 @@ from typing import Protocol
 import httpx
 
 from corral.agent.identity import TaskIdentity
-from corral.agent.leaders import TaskProcess, TaskStartFailed, begin_task
+from corral.agent.leaders import TaskProcess, TaskStartFailed, begin_task, fd_readable
 
 log = logging.getLogger(__name__)
 
@@ -162,19 +162,13 @@ async def run_bounded(launcher: Launcher, argv: Sequence[str], timeout_s: float,
 
 
 async def _drain(fd: int) -> bytes:
-    loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
     head, tail = bytearray(), bytearray()
     while True:
         try:
             chunk = os.read(fd, 65536)
         except BlockingIOError:
-            readable: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(fd, _set_done, readable)
-            try:
-                await readable
-            finally:
-                loop.remove_reader(fd)
+            await fd_readable(fd)
             continue
         if not chunk:
             return bytes(head + tail)
@@ -183,9 +177,6 @@ async def _drain(fd: int) -> bytes:
         tail = (tail + chunk[room:])[-OUTPUT_KEPT_BYTES:]
 
 
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _kill_group(pid: int) -> None:

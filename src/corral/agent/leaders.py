@@ -140,19 +140,26 @@ async def _until_gone(pid: int, gone: Callable[[], bool]) -> None:
             if pidfd is None:
                 await asyncio.sleep(POLL_S)
                 continue
-            loop = asyncio.get_running_loop()
-            readable: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(pidfd, _set_done, readable)
             try:
                 # Bounded: a zombie leader makes the pidfd readable without `gone()` turning true at once.
-                await asyncio.wait_for(readable, 1.0)
+                await fd_readable(pidfd, timeout_s=1.0)
             except TimeoutError:
                 pass
-            finally:
-                loop.remove_reader(pidfd)
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+async def fd_readable(fd: int, timeout_s: float | None = None) -> None:
+    """Until `fd` (non-blocking, or a pidfd) can be read, through the event loop; TimeoutError after
+    `timeout_s` (None: no limit)."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _set_done, readable)
+    try:
+        await asyncio.wait_for(readable, timeout_s)
+    finally:
+        loop.remove_reader(fd)
 
 
 def _set_done(future: asyncio.Future[None]) -> None:
@@ -333,19 +340,13 @@ def _write_all(fd: int, data: bytes) -> None:
 
 async def _read_reply(fd: int) -> dict[str, Any]:
     chunks = []
-    loop = asyncio.get_running_loop()
     os.set_blocking(fd, False)
     try:
         while True:
             try:
                 chunk = os.read(fd, 4096)
             except BlockingIOError:
-                readable: asyncio.Future[None] = loop.create_future()
-                loop.add_reader(fd, _set_done, readable)
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(fd)
+                await fd_readable(fd)
                 continue
             if not chunk:
                 break
