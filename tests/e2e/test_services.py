@@ -253,10 +253,11 @@ def test_scaling_up_under_load_adds_a_replica_and_down_when_it_stops(served):
 
 
 def test_killing_an_agent_reschedules_its_replicas(served):
-    """No `spread` here: with it, each node may hold ceil(replicas / nodes) replicas, counting the lost
-    node, so the lost replica would wait for it (reported, not changed here)."""
-    assert served.apply(name="moving", replicas=2, probes=PROBES).status_code == 201
+    """With `spread`, one replica per node while both are up; the lost node's replica then moves beside its
+    sibling, since spread counts only the nodes that can take work when it is placed."""
+    assert served.apply(name="moving", replicas=2, probes=PROBES, placement={"spread": True}).status_code == 201
     ready = served.ready("moving", 2)
+    assert len({r["node"] for r in ready}) == 2, ready
     lost_node = ready[0]["node"]
     lost = {r["index"] for r in ready if r["node"] == lost_node}
     other = next(n for n in ("node1", "node2") if n != lost_node)

@@ -346,6 +346,28 @@ def test_placement_spreads_replicas_over_nodes(placement: dict, nodes: int, want
     assert sorted(per_node.values(), reverse=True) == want_per_node
 
 
+@pytest.mark.parametrize(("placement", "want_states"), [
+    ({"spread": True}, ["RUNNING", "RUNNING", "RUNNING"]),  # 3 over the 2 live nodes: 2 + 1
+    ({"spread": True, "max_per_node": 1}, ["PENDING", "RUNNING", "RUNNING"]),  # max_per_node stays a hard cap
+])
+def test_spread_counts_only_nodes_that_can_take_work(placement: dict, want_states: list[str]) -> None:
+    """A lost node's replica moves to a live node beside its siblings; a drained node is not counted either."""
+    for lose in ("lost", "drained"):
+        engine = engine_with_nodes(count=3, gpus=4)
+        if lose == "drained":
+            engine.set_drain("node3", True, "maintenance", T0)
+        engine.apply_service(web(replicas=3, placement=placement), T0)
+        engine.schedule(T0)
+        if lose == "lost":
+            for job in replicas(engine):
+                run(engine, job, T0 + 1)
+            engine.node_lost("node3", T0 + 5)
+            engine.schedule(T0 + 5)
+        jobs = replicas(engine)
+        assert sorted(j.state.value for j in jobs) == want_states, lose
+        assert all(j.node_names[0] != "node3" for j in jobs if j.state is JobState.RUNNING), lose
+
+
 def test_a_replica_with_no_node_left_under_max_per_node_waits() -> None:
     engine = engine_with_nodes(count=2, gpus=4)
     engine.apply_service(web(replicas=3, placement={"max_per_node": 1}), T0)

@@ -195,7 +195,7 @@ class Cycle:
         # Ranks follow Slurm's node order, the order of the job's hostlist.
         nodes.sort(key=lambda n: sort_key(n.name))
         self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
-        if job.max_per_node:
+        if self._per_node_limit(job):
             counts = self._group_counts(job.group)
             for node in nodes:
                 counts[node.name] = counts.get(node.name, 0) + 1
@@ -295,7 +295,8 @@ class Cycle:
         nodes it chose (-w, -x, --constraint), less the nodes that hold max_per_node of its group already,
         and for an exclusive job (unless planning ahead: not `idle_only`) only idle nodes."""
         advance = self._reservation_of(job)
-        if not job.max_per_node and job.nodes is None and not job.exclusive:
+        limited = self._per_node_limit(job) > 0
+        if not limited and job.nodes is None and not job.exclusive:
             return advance
         name, allowed = advance if advance is not None else ("", None)
         if allowed is None:
@@ -303,7 +304,7 @@ class Cycle:
                 frozenset(n.name for n in self.pool.members.get(job.request.partition, ()))
         elif job.nodes is not None:
             allowed = allowed & job.nodes
-        if job.max_per_node:
+        if limited:
             allowed = allowed - self._crowded(job)
         if job.exclusive and idle_only:
             by_name = self.pool.by_name
@@ -312,9 +313,10 @@ class Cycle:
 
     def _confinement(self, job: PendingJob) -> object:
         """What besides its shape confines where a job may go, for the memo keys."""
-        if not job.max_per_node and job.nodes is None and not job.exclusive:
+        limited = self._per_node_limit(job) > 0
+        if not limited and job.nodes is None and not job.exclusive:
             return _NO_NODES
-        return (self._crowded(job) if job.max_per_node else _NO_NODES, job.nodes, job.exclusive)
+        return (self._crowded(job) if limited else _NO_NODES, job.nodes, job.exclusive)
 
     def _enough_chosen(self, job: PendingJob, model: str) -> bool:
         """Do the nodes the job chose hold enough of its partition's usable nodes that could ever fit it?"""
@@ -356,9 +358,22 @@ class Cycle:
                         counts[piece.node] = counts.get(piece.node, 0) + 1
         return counts
 
+    def _per_node_limit(self, job: PendingJob) -> int:
+        """How many of its group one node may hold (0: no limit): max_per_node, and with spread
+        ceil(spread_replicas / the partition's nodes that can take work now). Spread counts live nodes at
+        placement, not at submission: a replica whose node was lost then fits beside its siblings on a live
+        node instead of waiting for the lost one (a node down or drained is in no partition's members)."""
+        limit = job.max_per_node
+        if job.spread_replicas:
+            live = max(1, len(self.pool.members.get(job.request.partition, ())))
+            even = -(-job.spread_replicas // live)
+            limit = min(limit, even) if limit else even
+        return limit
+
     def _crowded(self, job: PendingJob) -> frozenset[str]:
-        """The nodes the job (with a max_per_node) may not use for its group's anti-affinity."""
-        return frozenset(n for n, c in self._group_counts(job.group).items() if c >= job.max_per_node)
+        """The nodes the job (with a per-node limit) may not use for its group's anti-affinity."""
+        limit = self._per_node_limit(job)
+        return frozenset(n for n, c in self._group_counts(job.group).items() if c >= limit)
 
     def _reservation_of(self, job: PendingJob) -> tuple[str, frozenset[str] | None] | None:
         if not job.reservation:

@@ -159,6 +159,9 @@ class PendingJob:
     # node, itself included (0: no limit): the placement's anti-affinity.
     group: str = ""
     max_per_node: int = 0
+    # Spread: at most ceil(spread_replicas / the partition's nodes that can take work now) of its group on one
+    # node (0: no spread); counted at placement, so a lost node's replica moves to a live node.
+    spread_replicas: int = 0
     # The nodes it may run on (sbatch -w, -x, --constraint, resolved by the engine); None: any node.
     nodes: frozenset[str] | None = None
     # The whole node (sbatch --exclusive): it starts only on idle nodes, takes all their GPUs, CPUs and

@@ -99,7 +99,7 @@ class Engine:
         self._requests = UserRequests(config, self.life)
         self._nodes = NodeEvents(config, self.nodes, self.active, self.life)
         self._services = ServiceEvents(self.life, self._submit_replica, self._admit_replica, self._max_time_s,
-                                       self._partition_size, services)
+                                       services)
         self._handlers = self._handler_table()
 
     def _handler_table(self) -> dict[type, Handler]:
@@ -249,10 +249,6 @@ class Engine:
         replica it is."""
         spec = self._admit_replica(request).specs[0]
         return self._submitted(ev.JobSubmitted(mark(spec)), now)[0]
-
-    def _partition_size(self, partition: str) -> int:
-        config = self.config.partition(partition)
-        return len(self._nodes.partition_members().of(config)[0]) if config is not None else 0
 
     def _max_time_s(self, partition: str | None) -> int | None:
         config = self.config.partition(partition) if partition else self.config.default_partition

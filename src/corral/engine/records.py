@@ -97,6 +97,9 @@ class JobSpec:
     replica: int = -1
     # At most this many replicas of its service on one node (the service's placement; 0: no limit).
     max_per_node: int = 0
+    # With the placement's spread: the service's replica count, spread over the nodes that can take work when
+    # the replica is placed (the core's cycle counts them; 0: no spread).
+    spread_replicas: int = 0
     # The nodes it chose (sbatch -w, -x as hostlists, --constraint; engine/node_choice.py), and --exclusive.
     nodelist: str = ""
     exclude: str = ""

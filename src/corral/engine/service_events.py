@@ -57,12 +57,11 @@ def replica_submission(spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
 
 class ServiceEvents:
     def __init__(self, life: Lifecycle, submit: Submit, admit: Admit, max_time_s: Callable[[str | None], int | None],
-                 partition_size: Callable[[str], int], records: Iterable[Service] = ()) -> None:
+                 records: Iterable[Service] = ()) -> None:
         self.life = life
         self.submit = submit
         self.admit = admit
         self.max_time_s = max_time_s
-        self.partition_size = partition_size
         self.services: dict[str, Service] = {s.name: s for s in records}
         self.dirty: dict[str, Service] = {}
         self.forgotten: set[str] = set()  # deleted services whose last replica is gone: the store drops them
@@ -313,11 +312,12 @@ class ServiceEvents:
         revision = service.revision
 
         def mark(spec: JobSpec) -> JobSpec:
-            per_node = self._max_per_node(service, spec.request.partition)
+            placement = service.spec.placement
+            spread = max(1, service.desired_replicas) if placement.spread else 0
             session = service.spec.session
             return dataclasses.replace(spec, service=service.name, service_revision=revision, replica=index,
-                                       max_per_node=per_node, session=session,
-                                       requeue=spec.requeue and not session)
+                                       max_per_node=placement.max_per_node or 0, spread_replicas=spread,
+                                       session=session, requeue=spec.requeue and not session)
 
         try:
             job = self.submit(self._submission(service.spec, service.uid, index), mark, now)
@@ -325,17 +325,6 @@ class ServiceEvents:
         except ValueError as exc:  # AdmissionError, TenancyError: the same words a user's sbatch would get
             return f"replica {index} not admitted: {exc}"
         return ""
-
-    def _max_per_node(self, service: Service, partition: str) -> int:
-        """The replicas one node may hold: placement.max_per_node, and with spread as few as the partition's
-        nodes allow (ceil(replicas / nodes)); 0: no limit."""
-        placement = service.spec.placement
-        limit = placement.max_per_node or 0
-        if placement.spread:
-            nodes = max(1, self.partition_size(partition))
-            even = -(-max(1, service.desired_replicas) // nodes)
-            limit = min(limit, even) if limit else even
-        return limit
 
     def _submission(self, spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
         sub = replica_submission(spec, uid, index)

@@ -72,7 +72,8 @@ class Views:
                           account=spec.account, queue=spec.queue, qos=spec.qos, caps=tenancy.caps(spec),
                           preempts_qos=tenancy.preempts(spec), reservation=reservation, claim=claim,
                           expedited=job.expedited, ignores_budgets=tenancy.overrides_min_ready(spec),
-                          group=spec.service, max_per_node=spec.max_per_node, nodes=self.chosen_nodes(spec),
+                          group=spec.service, max_per_node=spec.max_per_node,
+                          spread_replicas=spec.spread_replicas, nodes=self.chosen_nodes(spec),
                           exclusive=spec.exclusive)
         self.pending[job.id] = view
         return view
