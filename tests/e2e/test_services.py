@@ -231,7 +231,8 @@ def test_a_rolling_update_switches_every_response_with_zero_failures(served):
 
 
 def test_scaling_up_under_load_adds_a_replica_and_down_when_it_stops(served):
-    autoscale = {"min_replicas": 1, "max_replicas": 3, "target_inflight": 1}
+    # A short scale-down window, so the scale-down comes within the wait below (the default is 60 s).
+    autoscale = {"min_replicas": 1, "max_replicas": 3, "target_inflight": 1, "scale_down_window_s": 3}
     assert served.apply(name="elastic", replicas=1, probes=PROBES, autoscale=autoscale).status_code == 201
     served.ready("elastic", 1)
     loads = [Load(f"{served.url}/s/elastic/slow") for _ in range(3)]

@@ -271,13 +271,32 @@ def test_an_update_whose_replicas_never_get_ready_is_rolled_back() -> None:
 def test_the_autoscaler_follows_the_gateways_in_flight_requests() -> None:
     engine = engine_with_nodes(count=2)
     service = engine.apply_service(web(replicas=1, autoscale={"min_replicas": 1, "max_replicas": 3,
-                                                              "target_inflight": 4}), T0)
+                                                              "target_inflight": 4, "scale_down_window_s": 0}), T0)
     engine.report_load("web", inflight=10, rps=50, now=T0 + 1)
     assert service.desired_replicas == 3 and len(replicas(engine)) == 3
     engine.report_load("web", inflight=100, rps=50, now=T0 + 2)
     assert service.desired_replicas == 3, "at most max_replicas"
     engine.report_load("web", inflight=0, rps=0, now=T0 + 3)
     assert service.desired_replicas == 1, "at least min_replicas"
+
+
+# (seconds after the start, in-flight requests) reported, and the desired count after each; target 4 per
+# replica, window 60 s.
+@pytest.mark.parametrize(("reports", "want"), [
+    ([(1, 12), (5, 0), (30, 12), (40, 0)], [3, 3, 3, 3]),  # a pause shorter than the window: no flapping
+    ([(1, 12), (5, 0), (64, 0), (65, 0)], [3, 3, 3, 1]),  # lower for the whole window: down
+    ([(1, 12), (5, 4), (30, 8), (65, 0)], [3, 3, 3, 2]),  # down to the most wanted in the window
+    ([(1, 4), (5, 12), (6, 0), (7, 12)], [1, 3, 3, 3]),  # up at once, and a rise ends the window
+])
+def test_the_autoscaler_scales_down_only_after_a_whole_window(reports: list, want: list[int]) -> None:
+    engine = engine_with_nodes(count=2)
+    service = engine.apply_service(web(replicas=1, autoscale={"min_replicas": 1, "max_replicas": 3,
+                                                              "target_inflight": 4}), T0)
+    got = []
+    for at, inflight in reports:
+        engine.report_load("web", inflight=inflight, rps=0, now=T0 + at)
+        got.append(service.desired_replicas)
+    assert got == want
 
 
 def _preempting_engine(overrides: bool) -> Harness:

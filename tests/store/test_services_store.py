@@ -20,13 +20,14 @@ def full_service(name: str = "web") -> Service:
                        ports=[{"name": "http", "port": 0}], probes={"readiness": {"http": {"path": "/ok",
                                                                                           "port": "http"}}},
                        env={"A": "1"}, placement={"spread": True, "max_per_node": 1}, min_ready=1,
-                       autoscale={"min_replicas": 1, "max_replicas": 4, "target_inflight": 8})
+                       autoscale={"min_replicas": 1, "max_replicas": 4, "target_inflight": 8,
+                                  "scale_down_window_s": 15})
     return Service(spec=spec, revision=4, desired_replicas=2, created=1000.5, previous_revision=3,
                    previous_spec=spec.model_copy(update={"command": ["serve"]}), update_started=1200.25,
                    deleted=True, restarts={0: ReplicaRestarts(5, 2), 2: ReplicaRestarts(1, 1)},
                    reason="replica 2 not admitted: over quota",
                    history=[{"t": 1000.5, "event": "applied", "revision": 1}], load=(3.0, 12.5, 1300.0),
-                   last_busy=1299.0, uid=1001)
+                   last_busy=1299.0, uid=1001, lower_since=(1250.5, 1))
 
 
 def test_full_service_sets_every_field() -> None:

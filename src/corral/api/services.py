@@ -184,6 +184,12 @@ class Autoscale(Strict):
     scale_to_zero: bool = Field(False, description="After idle_s without a request, stop every replica; the "
                                                    "gateway holds the next request until one is ready")
     idle_s: PeriodS = 300.0
+    # 60 s, not HPA's 300 s: our load reports come every 5 s from one gateway that counts every request (no
+    # sampled CPU metric to smooth), and replicas hold GPUs that batch work is waiting for; a minute of
+    # lower demand is enough to release them without flapping on a pause between request bursts.
+    scale_down_window_s: float = Field(60.0, ge=0, le=limits.DURATION_S_MAX, allow_inf_nan=False,
+                                       description="Scale down only after fewer replicas were wanted for this "
+                                                   "long (to the most wanted in that time); up is at once")
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -307,6 +307,9 @@ class Service:
     # The gateway's last load report (the autoscaler's input): in-flight requests, requests/s, when.
     load: tuple[float, float, float] | None = None
     last_busy: float = 0.0  # when a load report last counted a request
+    # The autoscaler's scale-down window: since when it has wanted fewer replicas than desired_replicas, and
+    # the most it wanted in that time (None: it wants no fewer).
+    lower_since: tuple[float, int] | None = None
     uid: int = 0  # its user's, for its replicas
 
     @property

@@ -135,7 +135,7 @@ class ServiceEvents:
 
     def scaled(self, event: ev.ServiceScaled, now: float) -> tuple[Service, list[Command]]:
         service = self.get(event.name)
-        service.desired_replicas = event.replicas
+        service.desired_replicas, service.lower_since = event.replicas, None  # a new count: a new window
         service.history.append({"t": now, "event": "scaled", "replicas": event.replicas})
         self._touch(service)
         return service, []
@@ -180,6 +180,8 @@ class ServiceEvents:
         if event.inflight or event.rps:
             service.last_busy = event.at
         want = services.autoscaled(service, now)
+        if want is not None:
+            want, service.lower_since = services.stabilised(service, want, now)
         if want is not None and want != service.desired_replicas:
             service.history.append({"t": now, "event": "autoscaled", "from": service.desired_replicas, "to": want})
             service.desired_replicas = want

@@ -123,3 +123,22 @@ def autoscaled(service: Service, now: float) -> int | None:
     idle = inflight == 0 and rps == 0 and now - service.last_busy >= scale.idle_s
     low = 0 if scale.scale_to_zero and idle else scale.min_replicas
     return int(max(low, min(scale.max_replicas, want)))
+
+
+def stabilised(service: Service, want: int, now: float) -> tuple[int, tuple[float, int] | None]:
+    """The count to apply for what the autoscaler wants now, and the window's new state (Service.lower_since),
+    as Kubernetes' HPA: up at once; down only once fewer were wanted for autoscale.scale_down_window_s, and
+    then to the most wanted over that window, so a pause between bursts does not stop replicas. Scaling to
+    zero is not held again: it already waited idle_s without a request."""
+    current = service.desired_replicas
+    if want >= current:
+        return want, None
+    scale = service.spec.autoscale
+    window = scale.scale_down_window_s if scale is not None else 0.0
+    if want == 0 and scale is not None and scale.scale_to_zero:
+        return 0, None
+    since, most = service.lower_since if service.lower_since is not None else (now, want)
+    most = max(most, want)
+    if now - since >= window:
+        return most, None
+    return current, (since, most)

@@ -276,7 +276,8 @@ def service_to_row(service: Service) -> Json:
                   "restarts": {str(index): [r.count, r.streak] for index, r in sorted(service.restarts.items())},
                   "reason": service.reason, "history": service.history,
                   "load": list(service.load) if service.load is not None else None,
-                  "last_busy": service.last_busy, "uid": service.uid},
+                  "last_busy": service.last_busy, "uid": service.uid,
+                  "lower_since": list(service.lower_since) if service.lower_since is not None else None},
     }
 
 
@@ -284,6 +285,7 @@ def service_from_row(row: Any) -> Service:
     extra = row.extra or {}
     previous = extra.get("previous_spec")
     load = extra.get("load")
+    lower = extra.get("lower_since")
     return Service(
         spec=ServiceSpec.model_validate(row.spec),
         revision=row.revision,
@@ -300,4 +302,5 @@ def service_from_row(row: Any) -> Service:
         load=(load[0], load[1], load[2]) if load is not None else None,
         last_busy=extra.get("last_busy", 0.0),
         uid=extra.get("uid", 0),
+        lower_since=(lower[0], lower[1]) if lower is not None else None,
     )
