@@ -59,6 +59,7 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         service_revision=3,
         replica=2,
         max_per_node=1,
+        spread_replicas=3,
         nodelist="node[1-2]",
         exclude="node9",
         constraint="ib&h100",
