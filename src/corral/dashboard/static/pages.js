@@ -215,7 +215,7 @@
 
   function replicaRow(r) {
     return h("tr", {"data-replica": r.index, "data-job": r.job_id},
-      h("td", {class: "num"}, r.index), h("td", {}, r.job_id ? jobLink(r.job_id) : "—"),
+      h("td", {class: "num"}, r.index), h("td", {}, r.job_id ? jobLink({id: r.job_id}) : "—"),
       h("td", {class: "num"}, r.revision), h("td", {}, r.node || "—"), h("td", {}, badge(r.state)),
       h("td", {}, r.ready ? badge("ready") : badge("not ready")), h("td", {class: "num"}, r.restarts),
       h("td", {}, probeCell(r)),
