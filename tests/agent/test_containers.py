@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -37,6 +38,16 @@ needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="needs busybox-static
 needs_runc = pytest.mark.skipif(
     os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("runc", "unshare", "newuidmap", "useradd")),
     reason="needs root, runc, unshare, newuidmap (Debian's uidmap) and useradd")
+
+
+@pytest.fixture
+def tmp_path():
+    """A directory every user can reach: the tests run tasks and imports as a made user, and pytest's own
+    temporary directories are root's alone (0700) unless a run names a --basetemp."""
+    root = Path(tempfile.mkdtemp(prefix="corral-containers-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

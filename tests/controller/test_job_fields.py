@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from corral.controller.projection import JOB_FIELDS, JobFacts, Projection
+from corral.engine.history import Cancelled
 from corral.engine.records import JobState, NodeRun
 from corral.protocol import Usage
 from corral.slurm.common.http import JOB_LINE_FIELDS
@@ -59,7 +60,7 @@ def test_each_field_is_what_the_whole_record_says() -> None:
                                  usage=Usage(samples=4, interval_s=30, gpus=8, cpu_s=2.5).model_dump())}
     finished = dataclasses.replace(full_job(7), runs=sampled)
     cancelled = dataclasses.replace(full_job(8), state=JobState.CANCELLED, runs=sampled,
-                                    history=[{"t": 1.0, "event": "cancelled", "uid": 1234}])
+                                    history=[Cancelled(1.0, 1234)])
     running = dataclasses.replace(full_job(9), state=JobState.RUNNING, end_time=None, runs={})
     waiting = pending_job(10)
     live = {9: {None: {"gpu001": Usage(samples=2, interval_s=30, gpus=8, gpu_idle_s=900).model_dump()}}}

@@ -12,6 +12,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,6 +259,11 @@ def test_the_overview_says_who_holds_each_gpu(page, scene: Scene) -> None:
 
 
 def test_an_operator_drains_and_resumes_a_node_and_others_get_no_controls(page, scene: Scene) -> None:
+    # The tests before this one cancel their jobs without waiting for them to end: node2 is idle once they have.
+    deadline = time.monotonic() + 30
+    while next(n for n in scene.cluster.nodes() if n["name"] == "node2")["state"] != "idle":
+        assert time.monotonic() < deadline, "node2 never went idle: an earlier test's job still holds it"
+        time.sleep(0.2)
     sign_in(page, scene, "owner")
     page.goto("/#/nodes")
     page.wait_for_selector("tr[data-node='node2']")

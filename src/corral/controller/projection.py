@@ -20,6 +20,7 @@ from corral.controller import views
 from corral.controller.usage_views import LiveOfJob, gpu_idle_flagged, job_usage
 from corral.engine.history import Cancelled, history_to_json
 from corral.engine.records import Job, JobState
+from corral.sim.forecast import START_WINDOW
 
 # Every field a projection may name; anything else is refused at the edge (app.py).
 JOB_FIELDS: tuple[str, ...] = tuple(JobOut.model_fields)
@@ -56,6 +57,12 @@ def _estimate(job: Job, facts: JobFacts) -> tuple[float | None, str | None]:
     if forecast is not None and job.state is JobState.PENDING:
         return max(forecast, facts.now), "forecast"
     return job.estimated_start, "reservation" if job.estimated_start is not None else None
+
+
+def _window(job: Job, facts: JobFacts) -> list[float] | None:
+    """A pending job's start window around its forecast, as views.job_out gives it."""
+    start, source = _estimate(job, facts)
+    return list(START_WINDOW.bounds(facts.now, start)) if source == "forecast" and start is not None else None
 
 
 def _elapsed(job: Job, facts: JobFacts) -> float:
@@ -99,12 +106,15 @@ _PLAIN: Mapping[str, str] = {
     "held": "held", "requeue": "spec.requeue", "expedited_requeue": "spec.expedited_requeue",
     "reservation": "spec.reservation", "uid": "spec.uid", "submit_host": "spec.submit_host",
     "comment": "spec.comment", "wckey": "spec.wckey", "open_mode": "spec.open_mode", "batch": "spec.batch",
+    "req_nodelist": "spec.nodelist", "exc_nodelist": "spec.exclude", "constraint": "spec.constraint",
+    "exclusive": "spec.exclusive",
     "allocation": "spec.allocation",
 }
 # The fields computed from the record and the list's facts, each as views.job_out computes it.
 _COMPUTED: Mapping[str, Getter] = {
     "priority": _priority, "estimated_start": lambda job, facts: _estimate(job, facts)[0],
     "estimated_start_source": lambda job, facts: _estimate(job, facts)[1], "elapsed_s": _elapsed,
+    "estimated_start_window": _window,
     "num_tasks": lambda job, facts: job.spec.request.num_nodes * job.spec.request.tasks_per_node,
     "nodelist": lambda job, facts: hostlist.compress(job.node_names) if job.slices else "",
     "slices": _slices, "gpu_seconds": _gpu_seconds, "position": lambda job, facts: facts.places.get(job.id),

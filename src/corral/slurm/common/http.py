@@ -47,6 +47,7 @@ JOB_LINE_FIELDS = (
     "account", "qos", "queue", "array_job_id", "array_task_id", "array_throttle", "dependency", "reason_detail",
     "position", "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "comment", "wckey",
     "open_mode", "batch", "allocation", "cancelled_by_uid", "gpu_idle_flagged", "array_task_spec",
+    "req_nodelist", "exc_nodelist", "constraint", "exclusive", "estimated_start_window",
 )
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~,")
 
