@@ -82,7 +82,10 @@ class Served:
         return httpx.get(f"{self.url}/s/{name}{path}", timeout=10)
 
     def delete(self, name: str) -> None:
+        """Delete the service and wait until it is gone with its replicas: the next test gets free GPUs."""
         assert self.cluster.http.delete(f"{API}/services/{name}").status_code in (200, 204)
+        wait_for(lambda: self.cluster.http.get(f"{API}/services/{name}").status_code == 404, 60, 0.2,
+                 f"service {name} gone with its replicas")
 
 
 @pytest.fixture(scope="module")
