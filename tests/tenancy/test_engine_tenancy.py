@@ -124,6 +124,9 @@ def test_hold_release_and_running_limit() -> None:
     assert [j.state for j in others] == [JobState.RUNNING, JobState.RUNNING, JobState.PENDING]
     assert others[2].reason == "AssocMaxJobsLimit"
     e.hold(held.id, False, T0 + 1)
+    assert [entry.EVENT for entry in held.history] == ["released"]  # held at submission: no "held" line
+    e.hold(held.id, False, T0 + 1)  # released again: nothing changed, nothing more recorded
+    assert [entry.EVENT for entry in held.history] == ["released"]
     with pytest.raises(WrongState):
         e.hold(others[0].id, True, T0 + 1)
 

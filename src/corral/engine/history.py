@@ -140,6 +140,20 @@ class RequeueRequested(HistoryEntry):
 
 
 @dataclass(frozen=True, slots=True)
+class Held(HistoryEntry):
+    """scontrol hold: the pending job is kept from starting until released."""
+
+    EVENT: ClassVar[str] = "held"
+
+
+@dataclass(frozen=True, slots=True)
+class Released(HistoryEntry):
+    """scontrol release: a held job may start again."""
+
+    EVENT: ClassVar[str] = "released"
+
+
+@dataclass(frozen=True, slots=True)
 class Signaled(HistoryEntry):
     """scancel --signal: `signal` to `scope` (steps, batch, full), asked by `uid`."""
 
@@ -205,7 +219,7 @@ class Unrecognised(HistoryEntry):
 
 KINDS: dict[str, type[HistoryEntry]] = {kind.EVENT: kind for kind in (
     Preempted, Preempting, WarningSignalSent, NodeFailed, InfrastructureFailed, Requeued, NodesHeld,
-    RanAsAgentUser, ClusterStopped, Cancelled, RequeueRequested, Signaled, Updated, Completed,
+    RanAsAgentUser, ClusterStopped, Cancelled, RequeueRequested, Held, Released, Signaled, Updated, Completed,
     LivenessFailed, Restarting, ReplicaStopped)}
 
 

@@ -11,7 +11,7 @@ from corral.engine import steps
 from corral.engine.after_run import stop_towards
 from corral.engine.commands import Command
 from corral.engine.config import EngineConfig
-from corral.engine.history import Cancelled, Completed, RequeueRequested, Signaled, Updated
+from corral.engine.history import Cancelled, Completed, Held, Released, RequeueRequested, Signaled, Updated
 from corral.engine.lifecycle import Lifecycle, WrongState
 from corral.engine.records import REQUEUE_REQUESTED, Job, JobState, NodeRun, Step
 
@@ -89,6 +89,8 @@ class UserRequests:
         job = self.life.get(event.job_id)
         if job.state is not JobState.PENDING:
             raise WrongState(f"job {job.id} is {job.state.value}: only a pending job can be held or released")
+        if job.held != event.held:  # holding a held job (or releasing a free one) changes nothing to record
+            job.history.append(Held(now) if event.held else Released(now))
         job.held = event.held
         self.life.reprioritize(job, now)
         self.life.touch(job)
