@@ -32,9 +32,10 @@ def notebook(
     gpus: Annotated[int, typer.Option("--gpus", "-G", min=0, help="GPUs for the notebook.")] = 0,
     time_limit: Annotated[str, typer.Option("--time", "-t", help="Its time limit (Slurm's forms: 4:00:00, "
                                             "1-00:00:00); at the limit it is stopped.")] = "4:00:00",
-    idle_timeout: Annotated[str | None, typer.Option("--idle-timeout", help="Stop it after this long without "
-                                                     "kernel activity (Slurm's time forms, 30:00 is 30 minutes); "
-                                                     "default: only the time limit stops it.",
+    idle_timeout: Annotated[str | None, typer.Option("--idle-timeout", help="Stop it once its kernels have "
+                                                     "been idle and its GPUs under 5% utilisation this long "
+                                                     "(Slurm's time forms, 30:00 is 30 minutes); default: only "
+                                                     "the time limit stops it.",
                                                      show_default=False)] = None,
     name: Annotated[str | None, typer.Option("--name", help="Its name, which is also its gateway path "
                                              "/s/NAME/ (a DNS label). Default: nb-USER-XXXX.",

@@ -9,9 +9,10 @@ The command is a small POSIX shell wrapper, run on the node as the user:
   controller gives the job (`$CORRAL_SESSION_SECRET`) and the gateway sends upstream in place of the
   user's credential: the gateway lets only the session's owner in (gateway/server.py), and whoever reaches
   the port on the node without the gateway is refused; without the secret it does not start;
-- idle stop by Jupyter's own kernel activity: an idle kernel is culled after the idle period (a busy one,
-  running a cell, never is), and a server with no kernel and no activity for the idle period shuts down
-  (Jupyter checks once a minute), which ends the job and gives its GPUs back;
+- idle stop: the spec's `idle_timeout_s`; the controller asks JupyterLab's own REST API about its kernels
+  and reads the agents' GPU samples, and stops the session when both have been idle that long
+  (controller/session_idle.py). Jupyter's own culling stays off: it would kill a kernel whose background
+  thread keeps the GPU busy;
 - on SIGTERM (its time limit, a preemption, a cancel) a warning line in the notebook's log, then JupyterLab
   is stopped with the same signal."""
 from __future__ import annotations
@@ -31,7 +32,7 @@ def gateway_path(name: str) -> str:
     return f"/s/{name}/"
 
 
-def jupyter_command(name: str, jupyter: str, idle_s: int | None) -> list[str]:
+def jupyter_command(name: str, jupyter: str) -> list[str]:
     """The replica's command line: the wrapper above, `jupyter` being the command to look for."""
     options = [
         "lab", "--no-browser", "--ip=0.0.0.0", '--port="$CORRAL_PORT_HTTP"',
@@ -39,13 +40,6 @@ def jupyter_command(name: str, jupyter: str, idle_s: int | None) -> list[str]:
         '--IdentityProvider.token="$CORRAL_SESSION_SECRET"', "--ServerApp.password=", "--ServerApp.open_browser=False",
         "--ServerApp.allow_root=True",  # an agent that runs tasks as itself (tests, a personal cluster)
     ]
-    if idle_s is not None:
-        options += [f"--MappingKernelManager.cull_idle_timeout={idle_s}",
-                    f"--MappingKernelManager.cull_interval={max(1, min(60, idle_s // 2))}",
-                    "--MappingKernelManager.cull_connected=True",
-                    f"--TerminalManager.cull_inactive_timeout={idle_s}",
-                    f"--TerminalManager.cull_interval={max(1, min(60, idle_s // 2))}",
-                    f"--ServerApp.shutdown_no_activity_timeout={idle_s}"]
     quoted = shlex.quote(jupyter)
     args = " ".join(o if '"$' in o else shlex.quote(o) for o in options)
     script = (
@@ -84,13 +78,13 @@ def session_spec(*, name: str, workdir: str, time_limit_s: int, gpus: int, jupyt
     """The body of `POST /api/v1/services` for one notebook session."""
     env = {key: environ[key] for key in CARRIED_ENV if environ and environ.get(key)}
     spec: dict = {
-        "name": name, "session": True, "command": jupyter_command(name, jupyter, idle_s), "workdir": workdir,
+        "name": name, "session": True, "command": jupyter_command(name, jupyter), "workdir": workdir,
         "env": env, "gpus_per_node": gpus, "cpus_per_task": cpus, "time_limit_s": time_limit_s,
         "ports": [{"name": PORT}],
         "probes": {"readiness": {"http": {"path": gateway_path(name) + READY_PATH, "port": PORT},
                                  "period_s": 1, "failure_threshold": 1}},
     }
     optional = {"mem_per_node_mib": mem_mib, "partition": partition, "account": account, "qos": qos,
-                "gpu_share": gpu_share}
+                "gpu_share": gpu_share, "idle_timeout_s": idle_s}
     spec.update({key: value for key, value in optional.items() if value is not None})
     return spec
