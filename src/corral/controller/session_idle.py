@@ -8,7 +8,7 @@ the GPU utilisation is the agents' latest samples, which the controller keeps in
 (usage_views.LiveUsage). The rule itself is `idle_verdict`, pure; the engine only sees its outcome, a
 `CancelRequested` whose reason goes into the job's history and whose note into the notebook's log.
 
-Jupyter's own culling is left off (cli/notebook_spec.py): it judges by kernel activity alone, and would
+Jupyter's own culling is left off (api/notebooks.py): it judges by kernel activity alone, and would
 kill a kernel that is idle in its sense while a thread of it keeps the GPU busy.
 """
 from __future__ import annotations

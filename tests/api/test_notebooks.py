@@ -1,4 +1,4 @@
-"""What `corral notebook` asks for (cli/notebook_spec.py), checked by the same ServiceSpec the controller
+"""What `corral notebook` asks for (api/notebooks.py), checked by the same ServiceSpec the controller
 uses, and its wrapper run for real by /bin/sh: a missing `jupyter` says so and exits 127; a present one is
 started with the session's base URL and the agent's port, Jupyter's own culling off (the controller judges
 idleness), and SIGTERM writes the warning."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.api.notebooks import gres_request, jupyter_command, session_spec
 from corral.api.services import ServiceSpec
-from corral.cli.notebook_spec import gres_request, jupyter_command, session_spec
 
 
 def test_the_spec_is_a_valid_session_with_the_callers_environment_only():

@@ -1,5 +1,7 @@
-"""What `corral notebook` asks for, as data: the session service's spec (api/services.py, `session = true`)
-around a JupyterLab command. Pure, so its tests need no cluster.
+"""What a notebook asks for, as data: the session service's spec (api/services.py, `session = true`)
+around a JupyterLab command. Pure, so its tests need no cluster. Both `corral notebook` and the dashboard's
+"Start a notebook" form (through `POST /api/v1/notebooks/spec`, which only builds the spec) use it, and both
+then apply the spec as any service (`POST /api/v1/services`): one path, the same roles.
 
 The command is a small POSIX shell wrapper, run on the node as the user:
 - `jupyter` missing from the PATH the user submitted with: one clear line, exit 127 (the session ends, and
@@ -17,8 +19,16 @@ The command is a small POSIX shell wrapper, run on the node as the user:
   is stopped with the same signal."""
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
+from typing import Annotated, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral.api.fields import Amount, Count, Name, WorkDir
+from corral.api.services import ServiceName, field_problem
+from corral.jobscript.units import parse_time_s
 
 # What of the submitting shell's environment reaches the notebook: enough to find the user's own Jupyter
 # and Python (a virtual environment, a conda environment), nothing else (the job's own variables follow).
@@ -88,3 +98,93 @@ def session_spec(*, name: str, workdir: str, time_limit_s: int, gpus: int, jupyt
                 "gpu_share": gpu_share, "idle_timeout_s": idle_s}
     spec.update({key: value for key, value in optional.items() if value is not None})
     return spec
+
+
+def default_name(user: str, suffix: str) -> str:
+    """nb-USER-SUFFIX, USER made a DNS label (the session's name is its gateway path)."""
+    cleaned = re.sub(r"-+", "-", "".join(c if c.isalnum() and c.isascii() else "-" for c in user.lower())).strip("-")
+    return f"nb-{cleaned[:40].strip('-') or 'user'}-{suffix}"
+
+
+def gpus_and_share(gpus: int, gres: str | None) -> tuple[int, str | None]:
+    """What --gpus and --gres ask for together (ValueError when both are given, or --gres is not a GPU's)."""
+    if gres is None:
+        return gpus, None
+    if gpus:
+        raise ValueError("give gpus or gres, not both")
+    return gres_request(gres)
+
+
+JupyterCommand = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00-\x1f]+$", description=(
+    "The command that starts JupyterLab on the node (found on the node's PATH, or an absolute path)"))]
+
+
+class NotebookRequest(BaseModel):
+    """What the dashboard's form sends to have a notebook's spec built: `corral notebook`'s options. Times in
+    Slurm's forms (4:00:00, 30:00, 1-00:00:00)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: ServiceName | None = Field(None, description="Its name and gateway path /s/NAME/; none: nb-USER-XXXX")
+    gpus: Amount = 0
+    gres: str | None = Field(None, description="gpu:N (as gpus), or a share of one GPU: shard:N, mps:P")
+    time: str = Field("4:00:00", max_length=32, description="Its time limit, Slurm's forms")
+    idle_timeout: str | None = Field(None, max_length=32, description=(
+        "Stop it once its kernels and GPUs have been idle this long (Slurm's forms); none: only the time limit"))
+    cpus: Count = 1
+    partition: Name | None = None
+    account: Name | None = None
+    qos: Name | None = None
+    jupyter: JupyterCommand = "jupyter"
+    workdir: WorkDir = Field(description="Where it starts (its log goes there): an absolute directory on the nodes")
+
+    @field_validator("time", "idle_timeout")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_time_s(value)  # DirectiveError (a ValueError) says what is wrong, naming the value
+        return value
+
+    @field_validator("gres")
+    @classmethod
+    def _gres(cls, value: str | None) -> str | None:
+        if value is not None:
+            gres_request(value)
+        return value
+
+    @model_validator(mode="after")
+    def _gpus_or_gres(self) -> Self:
+        if self.gpus and self.gres is not None:
+            raise field_problem("gres", "give gpus or gres, not both")
+        return self
+
+
+def requested_spec(request: NotebookRequest, user: str, suffix: str) -> dict:
+    """The session service's spec for a NotebookRequest of `user` (`suffix`: the default name's random part)."""
+    gpus, share = gpus_and_share(request.gpus, request.gres)
+    return session_spec(name=request.name or default_name(user, suffix), workdir=request.workdir,
+                        time_limit_s=parse_time_s(request.time), gpus=gpus, jupyter=request.jupyter,
+                        gpu_share=share,
+                        idle_s=parse_time_s(request.idle_timeout) if request.idle_timeout is not None else None,
+                        cpus=request.cpus, partition=request.partition, account=request.account, qos=request.qos)
+
+
+# How long the link's credential outlives the session's time limit (an API token: `corral token list`).
+LINK_SLACK_S = 3600
+
+
+class NotebookPlan(BaseModel):
+    """What `POST /api/v1/notebooks/spec` answers: the spec to apply (`POST /api/v1/services`), and what the
+    link's credential (`POST /api/v1/tokens`) and the link need."""
+
+    name: str
+    spec: dict
+    token: dict = Field(description="The body of the link's token request: it expires an hour after the time limit")
+    lab_path: str = Field(description="The link's path on the gateway; the token goes in ?corral_token=")
+
+
+def plan(request: NotebookRequest, user: str, suffix: str) -> NotebookPlan:
+    spec = requested_spec(request, user, suffix)
+    return NotebookPlan(name=spec["name"], spec=spec, lab_path=f"{gateway_path(spec['name'])}lab",
+                        token={"expires_s": spec["time_limit_s"] + LINK_SLACK_S,
+                               "description": f"notebook {spec['name']}"})
