@@ -76,7 +76,11 @@ def test_a_notebook_answers_its_owner_refuses_another_user_and_stops_when_idle(g
     seen_by_other = httpx.get(f"{cluster.url}{API}/services/nb-notebook-e2e/endpoints",
                               headers={"Authorization": f"Bearer {other.json()['token']}"}).json()
     assert seen_by_other["upstream_authorization"] == "", "the secret goes to the gateway only"
-    assert cluster.http.get(f"{API}/services/nb-notebook-e2e/endpoints").json()["upstream_authorization"]
+    secret = cluster.http.get(f"{API}/services/nb-notebook-e2e/endpoints").json()["upstream_authorization"]
+    assert secret.startswith("token ")
+    # JupyterLab's pages would carry its token for their scripts: the session's pages leave it out.
+    page = httpx.get(f"{base}lab", cookies=cookies, trust_env=False)
+    assert page.status_code == 200 and '"token": ""' in page.text and secret.split()[1] not in page.text
 
     done = cluster.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout_s=IDLE_S + 90)
     idle_stop_s = time.monotonic() - last_activity

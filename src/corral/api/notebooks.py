@@ -15,6 +15,8 @@ The command is a small POSIX shell wrapper, run on the node as the user:
   and reads the agents' GPU samples, and stops the session when both have been idle that long
   (controller/session_idle.py). Jupyter's own culling stays off: it would kill a kernel whose background
   thread keeps the GPU busy;
+- JupyterLab's pages do not carry its token (it would reach the browser): a page config of its own, in a
+  temporary directory first on JUPYTER_CONFIG_PATH, leaves it empty;
 - on SIGTERM (its time limit, a preemption, a cancel) a warning line in the notebook's log, then JupyterLab
   is stopped with the same signal."""
 from __future__ import annotations
@@ -55,11 +57,19 @@ def jupyter_command(name: str, jupyter: str) -> list[str]:
     script = (
         f"if ! command -v {quoted} >/dev/null 2>&1; then\n"
         f"  echo \"corral notebook: {jupyter} is not found on $(hostname) (PATH=$PATH): install JupyterLab in "
-        f"the environment you run corral notebook from (pip install jupyterlab), or name it with --jupyter\" >&2\n"
+        "the environment you run corral notebook from (pip install jupyterlab), or give its path (--jupyter, "
+        "or the dashboard's Jupyter field)\" >&2\n"
         "  exit 127\nfi\n"
         'if [ -z "$CORRAL_SESSION_SECRET" ]; then\n'
         '  echo "corral notebook: no session secret from the controller: JupyterLab would answer anyone" >&2\n'
         "  exit 1\nfi\n"
+        # JupyterLab writes its token into every page it serves, for its scripts to send back: that would hand
+        # the session's secret to the browser, whose `Authorization: token` the gateway then takes for a
+        # corral credential. A page config of higher priority (Jupyter's config path) leaves it empty, so the
+        # pages' calls carry the gateway's cookie only.
+        'labconfig=$(mktemp -d) || exit 1\n'
+        'mkdir "$labconfig/labconfig" && echo \'{"token": ""}\' > "$labconfig/labconfig/page_config.json" || exit 1\n'
+        'export JUPYTER_CONFIG_PATH="$labconfig${JUPYTER_CONFIG_PATH:+:$JUPYTER_CONFIG_PATH}"\n'
         f"{quoted} {args} &\n"
         "server=$!\n"
         "trap 'echo \"corral notebook: WARNING: this session is being stopped now (its time limit, a preemption "
@@ -67,6 +77,7 @@ def jupyter_command(name: str, jupyter: str) -> list[str]:
         "kill -TERM $server 2>/dev/null' TERM INT\n"
         "wait $server\nstatus=$?\n"
         "wait $server 2>/dev/null\n"
+        'rm -rf "$labconfig"\n'
         "exit $status\n"
     )
     return ["/bin/sh", "-c", script]
