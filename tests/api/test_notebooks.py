@@ -4,6 +4,7 @@ started with the session's base URL and the agent's port, Jupyter's own culling 
 idleness), and SIGTERM writes the warning."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,29 @@ def test_a_jupyter_not_on_the_path_is_named_and_exits_127(tmp_path):
     assert process.returncode == 127
     assert err.startswith("corral notebook: jupyter-nowhere is not found on ")
     assert "(PATH=/usr/bin:/bin)" in err
+
+
+def test_a_jupyter_named_with_shell_text_is_only_named(tmp_path):
+    """The dashboard's form takes any text: it is a name to look for and to print, never shell code."""
+    marker = tmp_path / "ran"
+    name = f'jupyter$(touch {marker})"`touch {marker}`'
+    process = run_wrapper(tmp_path, name, "/usr/bin:/bin")
+    _, err = process.communicate(timeout=10)
+    assert process.returncode == 127 and err.startswith(f"corral notebook: {name} is not found on "), err
+    assert not marker.exists()
+
+
+def test_jupyterlab_is_given_a_page_config_without_its_token(tmp_path):
+    """Its pages would carry the session's secret to the browser (api/notebooks.py)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "jupyter"
+    script.write_text(f'#!/bin/sh\ncat "${{JUPYTER_CONFIG_PATH%%:*}}/labconfig/page_config.json" > {tmp_path}/page\n')
+    script.chmod(0o755)
+    process = run_wrapper(tmp_path, "jupyter", f"{bin_dir}:/usr/bin:/bin")
+    process.communicate(timeout=10)
+    assert process.returncode == 0
+    assert json.loads((tmp_path / "page").read_text()) == {"token": ""}
 
 
 def test_jupyter_gets_the_base_url_and_port_culls_nothing_itself_and_sigterm_warns(tmp_path):

@@ -56,9 +56,10 @@ def jupyter_command(name: str, jupyter: str) -> list[str]:
     args = " ".join(o if '"$' in o else shlex.quote(o) for o in options)
     script = (
         f"if ! command -v {quoted} >/dev/null 2>&1; then\n"
-        f"  echo \"corral notebook: {jupyter} is not found on $(hostname) (PATH=$PATH): install JupyterLab in "
-        "the environment you run corral notebook from (pip install jupyterlab), or give its path (--jupyter, "
-        "or the dashboard's Jupyter field)\" >&2\n"
+        # The name as data (printf's argument), never as shell text inside the message.
+        "  printf 'corral notebook: %s is not found on %s (PATH=%s): install JupyterLab in the environment you "
+        "run corral notebook from (pip install jupyterlab), or give its path (--jupyter, or the dashboard'\\''s "
+        f"Jupyter field)\\n' {quoted} \"$(hostname)\" \"$PATH\" >&2\n"
         "  exit 127\nfi\n"
         'if [ -z "$CORRAL_SESSION_SECRET" ]; then\n'
         '  echo "corral notebook: no session secret from the controller: JupyterLab would answer anyone" >&2\n'
