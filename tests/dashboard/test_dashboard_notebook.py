@@ -46,6 +46,11 @@ def scene(tmp_path) -> Iterator[dict]:
                 yield {"cluster": cluster, "users": users, "tokens": tokens, "gateway": gateway, "shots": shots,
                        "workdir": root}
         finally:
+            # A failed test leaves its notebook running: its JupyterLab would outlive the cluster's agent.
+            if cluster.controller is not None and cluster.controller.poll() is None:
+                for name in services({"cluster": cluster}):
+                    cluster.http.delete(f"{API}/services/{name}")
+                wait_for(lambda: cluster.http.get(f"{API}/jobs").json() == [], timeout_s=30, message="jobs ended")
             cluster.stop()
 
 
