@@ -123,3 +123,14 @@ def wait_for_line(path: Path, text: str, timeout_s: float) -> float:
     wait_for(lambda: path.exists() and text in path.read_text(errors="replace"), timeout_s, interval_s=0.1,
              message=f"{text!r} in {path.name}")
     return time.time()
+
+
+def stop_sessions(cluster: Cluster) -> None:
+    """Delete every service left (a failed test's notebook: its JupyterLab would outlive the agent) and wait
+    for the jobs to end."""
+    if cluster.controller is None or cluster.controller.poll() is not None:
+        return
+    for service in cluster.http.get("/api/v1/services").json():
+        cluster.http.delete(f"/api/v1/services/{service['name']}")
+    wait_for(lambda: all(j["state"] not in ("RUNNING", "COMPLETING") for j in cluster.http.get("/api/v1/jobs").json()),
+             30, message="the sessions' jobs ended")

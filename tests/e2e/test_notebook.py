@@ -24,6 +24,7 @@ from tests.e2e.notebooks import (
     notebook_cluster,
     run_in_kernel,
     started_notebook,
+    stop_sessions,
 )
 
 pytestmark = [pytest.mark.slow, needs_jupyter]
@@ -37,6 +38,7 @@ def gateway(tmp_path):
         with gateway_for(cluster, tmp_path) as url:
             yield cluster, url
     finally:
+        stop_sessions(cluster)
         cluster.stop()
 
 

@@ -27,6 +27,7 @@ from tests.e2e.notebooks import (
     run_in_kernel,
     set_gpu_util,
     started_notebook,
+    stop_sessions,
     wait_for_line,
 )
 
@@ -57,6 +58,7 @@ def served(tmp_path):
         with gateway_for(cluster, tmp_path) as url:
             yield cluster, url
     finally:
+        stop_sessions(cluster)
         cluster.stop()
 
 
