@@ -271,6 +271,8 @@ class SignalJob(BaseModel):
     reason: Literal["cancelled", "time-limit", "preemption", "node-failure", "requeue", "failure"] | None = None
     # A ready service replica: signal it this much later, once the gateway has stopped routing to it.
     drain_s: Annotated[float, Field(ge=0, le=60)] = 0.0
+    # Written after the closing line, prefixed "corral: " (why a policy stopped the job: a session's idle stop).
+    note: Annotated[str, Field(max_length=500)] | None = None
 
 
 class AttachStep(BaseModel):

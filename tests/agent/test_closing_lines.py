@@ -80,8 +80,8 @@ async def kill_when_ready(runner, workdir, *kills):
     while not (workdir / "ready").exists():
         assert time.monotonic() < deadline, "task never became ready"
         await asyncio.sleep(0.01)
-    for signum, grace_s, reason in kills:
-        await runner.kill(signum, grace_s, reason)
+    for signum, grace_s, reason, *note in kills:
+        await runner.kill(signum, grace_s, reason, *note)
     return await anext(events)
 
 
@@ -100,6 +100,17 @@ def test_batch_output_gets_the_line_before_the_signal_and_only_once(make_launch,
     stamp = lines[1][len(prefix):len(prefix) + 19]
     assert lines[1] == f"{prefix}{stamp} DUE TO TIME LIMIT ***"
     assert before - 1 <= calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) <= time.time()
+
+
+def test_a_policys_note_follows_the_closing_line_on_one_line(make_launch, tmp_path, agent_env):
+    launch = make_launch(argv=TRAPPING, batch=True)
+    note = "this session is stopped: idle for 0:10:\nkernels idle and GPU utilisation below 5%"
+    asyncio.run(kill_when_ready(job_runner(launch, tmp_path, agent_env), tmp_path,
+                                (signal.SIGTERM, 5.0, "cancelled", note), (signal.SIGKILL, 0.0, "cancelled", note)))
+    lines = (tmp_path / "slurm-7.out").read_text().splitlines()
+    assert lines[1].startswith("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT "), lines
+    assert lines[2:] == ["corral: this session is stopped: idle for 0:10: kernels idle and GPU utilisation below 5%",
+                         "got TERM"]
 
 
 def test_a_separate_error_file_gets_the_line(make_launch, tmp_path, agent_env):

@@ -1,69 +1,45 @@
 """`corral notebook` end to end: a real JupyterLab (the test venv's) on a real cluster, through the real
 gateway. Its owner opens /lab with the printed link (the credential becomes a cookie) and runs `1+1` in a
-kernel over the WebSocket; another user (a real Unix user) gets 403; left idle, it stops by itself and its GPU
-is free again (the time it took is printed); a `jupyter` that is not on the node gets a clear error and
-leaves nothing behind."""
+kernel over the WebSocket; another user (a real Unix user) gets 403; left idle (kernels and GPU), it is stopped
+and its GPU is free again (the time it took is printed); a `jupyter` that is not on the node gets a clear error
+and leaves nothing behind. The GPU-utilisation half of idleness and the reclaim by a preempting job are in
+test_notebook_reclaim.py."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import pwd
-import re
-import shutil
-import signal
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
-import aiohttp
 import httpx
 import pytest
 
-from tests.e2e.harness import API, free_port, wait_for
+from tests.e2e.harness import API, wait_for
+from tests.e2e.notebooks import (
+    browser_cookies,
+    corral,
+    gateway_for,
+    needs_jupyter,
+    notebook_cluster,
+    run_in_kernel,
+    started_notebook,
+    stop_sessions,
+)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("jupyter", path=os.path.dirname(sys.executable)) is None,
-                                 reason="JupyterLab is not installed in the test environment (make venv installs it)")]
+pytestmark = [pytest.mark.slow, needs_jupyter]
 IDLE_S = 10
 
 
-def corral(cluster, cwd: Path, *argv: str, gateway: str = "") -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "CORRAL_"))}
-    env.update(CORRAL_URL=cluster.url, CORRAL_SECRET_FILE=str(cluster.secret_file),
-               XDG_CONFIG_HOME=str(cwd / "no-config"), CORRAL_SYSTEM_CLUSTER_FILE=str(cwd / "no-cluster.json"),
-               PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
-    if gateway:
-        env["CORRAL_GATEWAY"] = gateway
-    return subprocess.run([sys.executable, "-m", "corral.cli.main", *argv], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=180)
-
-
 @pytest.fixture
-def gateway(cluster_factory, tmp_path):
-    cluster = cluster_factory(nodes=1, gpus=1)
-    port = free_port()
-    log = open(tmp_path / "gateway.log", "ab")
-    env = {**os.environ, "CORRAL_SECRET_FILE": str(cluster.secret_file)}
-    process = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "gateway", "--controller", cluster.url,
-                                "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
+def gateway(tmp_path):
+    cluster = notebook_cluster(tmp_path).start()
     try:
-        wait_for(healthy, 30, message="gateway health")
-        yield cluster, url
+        with gateway_for(cluster, tmp_path) as url:
+            yield cluster, url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=20)
+        stop_sessions(cluster)
+        cluster.stop()
 
 
 @pytest.fixture
@@ -76,29 +52,6 @@ def other_user():
         subprocess.run(["userdel", name], check=False)
 
 
-async def run_in_kernel(base: str, cookies: dict[str, str], code: str) -> str:
-    """Starts a kernel through the gateway and runs `code` over its WebSocket; the result's text."""
-    async with aiohttp.ClientSession(cookies=cookies) as session:
-        xsrf = cookies.get("_xsrf", "")
-        async with session.post(f"{base}api/kernels", json={"name": "python3"},
-                                headers={"X-XSRFToken": xsrf}) as reply:
-            assert reply.status == 201, await reply.text()
-            kernel = await reply.json()
-        async with session.ws_connect(f"{base.replace('http', 'ws', 1)}api/kernels/{kernel['id']}/channels") as ws:
-            msg_id = uuid.uuid4().hex
-            await ws.send_str(json.dumps({
-                "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "", "session": msg_id,
-                           "version": "5.3"},
-                "parent_header": {}, "metadata": {}, "channel": "shell",
-                "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                            "allow_stdin": False, "stop_on_error": True}}))
-            while True:
-                message = json.loads((await ws.receive(timeout=60)).data)
-                if message.get("parent_header", {}).get("msg_id") == msg_id and \
-                        message["msg_type"] == "execute_result":
-                    return str(message["content"]["data"]["text/plain"])
-
-
 def test_a_notebook_answers_its_owner_refuses_another_user_and_stops_when_idle(gateway, tmp_path, other_user):
     cluster, gateway_url = gateway
     started = time.monotonic()
@@ -106,14 +59,8 @@ def test_a_notebook_answers_its_owner_refuses_another_user_and_stops_when_idle(g
                   "--name", "nb-notebook-e2e", gateway=gateway_url)
     assert made.returncode == 0, made.stderr + cluster.logs()
     print(f"notebook ready {time.monotonic() - started:.1f} s after `corral notebook` started")
-    link = re.search(r"^open: (\S+)$", made.stdout, re.M)
-    assert link is not None, made.stdout
-    job_id = int(re.search(r"job (\d+) on node1", made.stdout).group(1))
-    with httpx.Client(trust_env=False, timeout=30, follow_redirects=True) as browser:
-        lab = browser.get(link.group(1))
-        assert lab.status_code == 200 and str(lab.url) == f"{gateway_url}/s/nb-notebook-e2e/lab"
-        assert "JupyterLab" in lab.text
-        cookies = {name: value for name, value in browser.cookies.items()}
+    job_id, link = started_notebook(made)
+    cookies = browser_cookies(link)
     assert "corral_token" in cookies and "_xsrf" in cookies
     base = f"{gateway_url}/s/nb-notebook-e2e/"
     assert asyncio.run(run_in_kernel(base, cookies, "1+1")) == "2"
@@ -131,18 +78,23 @@ def test_a_notebook_answers_its_owner_refuses_another_user_and_stops_when_idle(g
     seen_by_other = httpx.get(f"{cluster.url}{API}/services/nb-notebook-e2e/endpoints",
                               headers={"Authorization": f"Bearer {other.json()['token']}"}).json()
     assert seen_by_other["upstream_authorization"] == "", "the secret goes to the gateway only"
-    assert cluster.http.get(f"{API}/services/nb-notebook-e2e/endpoints").json()["upstream_authorization"]
+    secret = cluster.http.get(f"{API}/services/nb-notebook-e2e/endpoints").json()["upstream_authorization"]
+    assert secret.startswith("token ")
+    # JupyterLab's pages would carry its token for their scripts: the session's pages leave it out.
+    page = httpx.get(f"{base}lab", cookies=cookies, trust_env=False)
+    assert page.status_code == 200 and '"token": ""' in page.text and secret.split()[1] not in page.text
 
-    done = cluster.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout_s=IDLE_S + 150)
+    done = cluster.wait_state(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout_s=IDLE_S + 90)
     idle_stop_s = time.monotonic() - last_activity
-    assert done["state"] == "COMPLETED", done
+    why = "idle for 0:10: kernels idle and GPU utilisation below 5%"
+    assert done["state"] == "CANCELLED" and done["history"][-1]["reason"] == why, done
     wait_for(lambda: cluster.http.get(f"{API}/services/nb-notebook-e2e").status_code == 404, 10,
              message="the session's service gone")
     batch = cluster.submit(argv=["true"], gpus_per_node=1, name="after-notebook")
     cluster.wait_state(batch, "COMPLETED", timeout_s=30)
     print(f"idle stop: {idle_stop_s:.1f} s after the last kernel activity (idle timeout {IDLE_S} s)")
     log = (tmp_path / f"nb-notebook-e2e-{job_id}.out").read_text()
-    assert "Culling kernel" in log or "culling" in log.lower(), log[-2000:]
+    assert f"corral: this session is stopped: {why}\n" in log, log[-2000:]
 
 
 def test_a_jupyter_not_found_on_the_node_is_a_clear_error_and_leaves_nothing(gateway, tmp_path):

@@ -49,6 +49,19 @@ def test_a_cancel_by_a_policy_says_why_in_the_history() -> None:
     assert history_to_json(job.history[-1]) == {"t": T0 + 5, "event": "cancelled", "uid": None, "reason": "gpu-idle"}
 
 
+def test_a_cancel_with_a_note_sends_it_to_the_nodes_for_the_log_once() -> None:
+    engine = engine_with_nodes()
+    job = engine.submit(spec(), T0)
+    engine.schedule(T0)
+    why = "idle for 0:10: kernels idle and GPU utilisation below 5%"
+    kills = engine.handle(ev.CancelRequested(job.id, None, reason=why, note=f"stopped: {why}"), now=T0 + 5).commands
+    assert [(k.signal, k.reason, k.note) for k in kills if isinstance(k, Kill)] == [
+        (signal.SIGTERM, "cancelled", f"stopped: {why}")]
+    assert history_to_json(job.history[-1])["reason"] == why
+    resent = engine.handle(ev.TimePassed(), now=job.kill_deadline + 1).commands  # SIGKILL again: no second note
+    assert [k.note for k in resent if isinstance(k, Kill)] == [None]
+
+
 def test_nonzero_exit_fails_the_job_with_its_code() -> None:
     engine = engine_with_nodes()
     job = engine.submit(spec(), T0)

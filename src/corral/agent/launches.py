@@ -159,7 +159,8 @@ class Launches(AgentState):
         if command.target in ("all", "steps"):
             reached += self._kill_steps(job_id, command.signal, command.grace_s, command.step_id, reason)
         if command.target in ("all", "batch"):
-            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False, reason=reason)
+            reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False, reason=reason,
+                                        note=command.note)
         if not reached:
             log.debug("signal for job %d (%s), which does not run here: ignored", job_id, command.target)
 
@@ -253,13 +254,13 @@ class Launches(AgentState):
             self._replicas.finished(runner.job_id)  # also when the agent stops: no probe outlives it
 
     def _start_kill(self, job_id: int, signum: int, grace_s: float, *, steps: bool = True,
-                    reason: str | None = None) -> int:
+                    reason: str | None = None, note: str | None = None) -> int:
         """Signal a job's own tasks here and (unless `steps` is False) its steps; how many runners.
-        `reason` (corral.kill_reasons): the runners write slurmstepd's closing line for it."""
+        `reason` (corral.kill_reasons): the runners write slurmstepd's closing line for it, and `note` after it."""
         reached = 0
         runner = self._runners.get(job_id)
         if runner is not None:
-            self._spawn_background(runner.kill(signum, grace_s, reason), f"kill-{job_id}")
+            self._spawn_background(runner.kill(signum, grace_s, reason, note), f"kill-{job_id}")
             reached += 1
         if steps:
             reached += self._kill_steps(job_id, signum, grace_s, reason=reason)

@@ -203,15 +203,16 @@ class LocalTasks:
         return Tracked(job_id, step_id, tuple(self.pids), gpus, memory.root / relative if memory else None,
                        isinstance(memory, Unified), v2.root / relative if v2 else None)
 
-    async def kill(self, signum: int, grace_s: float, reason: str | None = None) -> None:
+    async def kill(self, signum: int, grace_s: float, reason: str | None = None, note: str | None = None) -> None:
         """`signum` to every task's process group, then SIGKILL to those still alive after `grace_s`.
 
         A negative `grace_s` delivers the signal only (for `scancel --signal`, which must not kill).
-        With a `reason` (corral.kill_reasons), slurmstepd's closing line goes to the stderr first.
+        With a `reason` (corral.kill_reasons), slurmstepd's closing line goes to the stderr first, and
+        `note` (why a policy stopped the job) after it as `corral: NOTE`.
         """
         await self._spawn_done.wait()
         if reason is not None:
-            await self._announce(reason)
+            await self._announce(reason, note)
         log.info("%s: signal %d to %d task group(s), grace %.1fs", self._what, signum,
                  len(self._live_ranks()), grace_s)
         if grace_s >= 0 and signum != signal.SIGKILL and self._grace_ends is None:
@@ -360,12 +361,15 @@ class LocalTasks:
         except OSError as exc:
             raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}", own=True) from exc
 
-    async def _announce(self, reason: str) -> None:
-        """slurmstepd's closing line into the first local task's stderr: once, and only while tasks run."""
+    async def _announce(self, reason: str, note: str | None = None) -> None:
+        """slurmstepd's closing line (and corral's note) into the first local task's stderr: once, and only
+        while tasks run."""
         if not self._announce_pending or not self._live_ranks():
             return
         self._announce_pending = False
         line = kill_reasons.closing_line(reason, self._entity, self._node_name, time.time())
+        if note:
+            line += f"corral: {' '.join(note.split())}\n"  # one line, whatever the note held
         try:
             await self._write_stderr(line.encode())
         except (OSError, SpawnError) as exc:

@@ -241,6 +241,9 @@ class ServiceSpec(Strict):
         "A notebook or dev environment (corral notebook): one replica, never restarted, that only its owner "
         "may open through the gateway; once its replica ends (time limit, idle stop, exit, cancel, "
         "preemption) the service is gone"))
+    idle_timeout_s: TimeLimitS | None = Field(None, description=(
+        "A session only: stop it once its Jupyter kernels have been idle this long (none busy, no activity) "
+        "and its GPUs under 5% utilisation as long (docs/services.md, Notebooks); none: only its time limit"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -300,6 +303,8 @@ def _session_problem(spec: ServiceSpec) -> tuple[str, str] | None:
     if spec.gpu_share is not None and spec.gpus_per_node != 1:
         return "gpu_share", f"a share of one GPU needs gpus_per_node = 1, not {spec.gpus_per_node}"
     if not spec.session:
+        if spec.idle_timeout_s is not None:
+            return "idle_timeout_s", "only a session (session = true) is stopped when idle"
         return None
     if spec.replicas != 1:
         return "replicas", f"a session has exactly one replica, not {spec.replicas}"

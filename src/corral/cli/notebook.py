@@ -1,6 +1,6 @@
 """`corral notebook`: JupyterLab on an allocation, reached through the gateway by its owner only.
 
-It applies a session service (cli/notebook_spec.py), makes a credential for the browser that expires with
+It applies a session service (api/notebooks.py), makes a credential for the browser that expires with
 the session (an API token: `corral token list` shows it), waits until JupyterLab answers, and prints the URL.
 The link carries the credential once; the gateway turns it into a cookie on the session's path
 (gateway/browser.py). A session that ends before it is ready (JupyterLab not found on the node, a crash)
@@ -15,11 +15,11 @@ from typing import Annotated
 
 import typer
 
+from corral.api.notebooks import READY_PATH, default_name, gateway_path, gpus_and_share, session_spec
 from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
 from corral.cli.jobs import UrlOption
-from corral.cli.notebook_spec import READY_PATH, gateway_path, gres_request, session_spec
 from corral.cli.output import reported_errors
 from corral.jobscript.units import parse_time_s
 
@@ -32,9 +32,10 @@ def notebook(
     gpus: Annotated[int, typer.Option("--gpus", "-G", min=0, help="GPUs for the notebook.")] = 0,
     time_limit: Annotated[str, typer.Option("--time", "-t", help="Its time limit (Slurm's forms: 4:00:00, "
                                             "1-00:00:00); at the limit it is stopped.")] = "4:00:00",
-    idle_timeout: Annotated[str | None, typer.Option("--idle-timeout", help="Stop it after this long without "
-                                                     "kernel activity (Slurm's time forms, 30:00 is 30 minutes); "
-                                                     "default: only the time limit stops it.",
+    idle_timeout: Annotated[str | None, typer.Option("--idle-timeout", help="Stop it once its kernels have "
+                                                     "been idle and its GPUs under 5% utilisation this long "
+                                                     "(Slurm's time forms, 30:00 is 30 minutes); default: only "
+                                                     "the time limit stops it.",
                                                      show_default=False)] = None,
     name: Annotated[str | None, typer.Option("--name", help="Its name, which is also its gateway path "
                                              "/s/NAME/ (a DNS label). Default: nb-USER-XXXX.",
@@ -63,7 +64,7 @@ def notebook(
         gpus, share = _gpus(gpus, gres)
         with open_client(url) as client:
             user = client.whoami()["name"]
-            session = name or f"nb-{_label(user)}-{secrets.token_hex(2)}"
+            session = name or default_name(user, secrets.token_hex(2))
             spec = session_spec(name=session, workdir=os.getcwd(), time_limit_s=limit_s, gpus=gpus,
                                 jupyter=jupyter, idle_s=idle_s, gpu_share=share, cpus=cpus, partition=partition,
                                 account=account, qos=qos, environ=os.environ)
@@ -84,14 +85,10 @@ def notebook(
 
 
 def _gpus(gpus: int, gres: str | None) -> tuple[int, str | None]:
-    if gres is None:
-        return gpus, None
-    if gpus:
-        raise CliError("give --gpus or --gres, not both")
     try:
-        return gres_request(gres)
+        return gpus_and_share(gpus, gres)
     except ValueError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc).replace("give gpus or gres", "give --gpus or --gres")) from None
 
 
 def _gateway_url(option: str | None) -> str:
@@ -102,11 +99,6 @@ def _gateway_url(option: str | None) -> str:
     if not value.startswith(("http://", "https://")):
         raise CliError(f"--gateway {value!r} is not an http:// or https:// URL")
     return value.rstrip("/")
-
-
-def _label(user: str) -> str:
-    cleaned = "".join(c if c.isalnum() else "-" for c in user.lower()).strip("-")
-    return cleaned[:40] or "user"
 
 
 def _wait_ready(client: Client, session: str) -> dict:

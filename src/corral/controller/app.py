@@ -36,6 +36,7 @@ from corral.controller.join_routes import join_routes
 from corral.controller.leadership import NotLeader
 from corral.controller.listing import JobFilter, JobQuery
 from corral.controller.metrics import RequestTiming
+from corral.controller.notebook_routes import notebook_routes
 from corral.controller.params import (
     AfterQuery,
     EpochQuery,
@@ -172,6 +173,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     _user_routes(app, service, guard)
     tenancy_routes(app, service, guard)
     service_routes(app, service, guard)
+    notebook_routes(app, guard)
     step_routes(app, service, guard)
     stop_routes(app, service, guard)
     auth_routes(app, guard)

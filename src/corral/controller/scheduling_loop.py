@@ -9,10 +9,12 @@ import time
 from corral.controller.forecasts import WARM_JOBS
 from corral.controller.leadership import NotLeader
 from corral.controller.service_core import ServiceCore
+from corral.controller.session_idle import SessionIdleWatch
 from corral.controller.writer import StoreUnavailable
 from corral.engine import events as ev
 from corral.engine.pacer import CyclePacer
-from corral.engine.records import Job
+from corral.engine.records import Job, JobState
+from corral.engine.result import Result
 
 log = logging.getLogger("corral.controller")
 
@@ -32,11 +34,16 @@ class SchedulingLoop(ServiceCore):
         self._task = asyncio.create_task(self._loop(), name="corral-scheduler")
         self._forecast_task = asyncio.create_task(
             self.forecasts.run(lambda: self._engine, self.clock, self.recent_ended_jobs), name="corral-forecasts")
+        watch = SessionIdleWatch(lambda: self._engine, lambda job_id: self.live_usage.of(job_id).get(None) or {},
+                                 lambda job: self.session_secret(job) if self.job_credential else "",
+                                 self._stop_idle_session, self.clock)
+        self._session_idle_task = asyncio.create_task(watch.run(), name="corral-session-idle")
 
     async def stop(self) -> None:
         async with self._lock:  # a stimulus being committed finishes first
             self._stopping = True
-            for task in (self._task, self._stall_task, self._recovery, self._lease_task, self._forecast_task):
+            for task in (self._task, self._stall_task, self._recovery, self._lease_task, self._forecast_task,
+                         self._session_idle_task):
                 if task is not None:
                     task.cancel()
                     try:
@@ -52,6 +59,17 @@ class SchedulingLoop(ServiceCore):
         if self.leadership is not None:
             await self.leadership.stop()
         self.writer.close()
+
+    async def _stop_idle_session(self, job_id: int, verdict: str) -> None:
+        """A session found idle (session_idle.py): cancelled, the verdict in its history and its log."""
+        def change(now: float) -> Result:
+            job = self.engine.jobs.get(job_id)  # under the lock: it may have ended meanwhile
+            if job is None or job.state is not JobState.RUNNING:
+                return Result()
+            return self.engine.handle(ev.CancelRequested(job_id, None, reason=verdict,
+                                                         note=f"this session is stopped: {verdict}"), now=now)
+
+        await self._stimulus(change)
 
     # ----- the scheduling loop
 

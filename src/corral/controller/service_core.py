@@ -115,6 +115,7 @@ class ServiceCore:
         self._lease_task: asyncio.Task | None = None
         self.forecasts = Forecasts()
         self._forecast_task: asyncio.Task | None = None
+        self._session_idle_task: asyncio.Task | None = None
         self._created_at: float | None = None
         self._stall_task: asyncio.Task | None = None
         if leadership is not None:
@@ -348,7 +349,7 @@ class ServiceCore:
             else:
                 self.outbox.put(cmd.node, SignalJob(job_id=cmd.job_id, signal=int(cmd.signal), grace_s=cmd.grace_s,
                                                     target=cmd.target, step_id=cmd.step_id, reason=cmd.reason,
-                                                    drain_s=cmd.drain_s))
+                                                    drain_s=cmd.drain_s, note=cmd.note))
 
     def _add_job_credential(self, job: Job, env: dict[str, str]) -> None:
         """The job's own credential replaces any the submitter's exported environment carried (an admin's

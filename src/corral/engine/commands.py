@@ -35,6 +35,8 @@ class Kill:
     # Wait this long before the signal: a ready service replica being stopped, so that the gateway has
     # stopped routing to it (it left the endpoints at once) before it gets SIGTERM (docs/services.md).
     drain_s: float = 0.0
+    # A line for the job's log after the closing line: why a policy stopped it (a session's idle stop).
+    note: str | None = None
 
 
 Command = Launch | LaunchStep | Kill

@@ -44,6 +44,7 @@ class CancelRequested:
     job_id: int
     uid: int | None = None
     reason: str = ""  # why, when the controller cancels by a policy (its history says so)
+    note: str = ""  # a line for the job's log, written by the agent before the signal (a session's idle stop)
 
 
 @dataclass(frozen=True, slots=True)

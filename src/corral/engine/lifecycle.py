@@ -199,11 +199,15 @@ class Lifecycle:
 
     # ----- endings
 
-    def begin_kill(self, job: Job, now: float, final: JobState, grace_s: float | None = None) -> list[Command]:
+    def begin_kill(self, job: Job, now: float, final: JobState, grace_s: float | None = None,
+                   note: str = "") -> list[Command]:
         """Stop every node's tasks; the job ends as `final` (PENDING: it is requeued) once all report. A ready
-        service replica is drained first: out of the endpoints now, its SIGTERM `service_drain_s` later."""
-        # A replica the reconciler has already drained (Job.drain_until) is signalled at once.
-        draining_now = job.ready and job.state is JobState.RUNNING and job.drain_until is None
+        service replica is drained first: out of the endpoints now, its SIGTERM `service_drain_s` later.
+        `note`: a line the agent writes into the job's log with the closing line (why a policy stopped it)."""
+        # A replica the reconciler has already drained (Job.drain_until) is signalled at once. A session is
+        # not drained: no other replica could take its user, who would only lose the notebook sooner.
+        draining_now = (job.ready and job.state is JobState.RUNNING and job.drain_until is None
+                        and not job.spec.session)
         drain_s = self.config.service_drain_s if draining_now else 0.0
         job.state, job.final_state = JobState.COMPLETING, final
         grace = self.config.kill_grace_s if grace_s is None else grace_s
@@ -220,7 +224,8 @@ class Lifecycle:
             self.end_run(job, now)
             return []
         reason = kill_reason(job)
-        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason, drain_s=drain_s) for n in nodes]
+        return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason, drain_s=drain_s, note=note or None)
+                for n in nodes]
 
     def resend_kill(self, job: Job, now: float) -> list[Command]:
         """A completing job's nodes have not reported its tasks gone by its kill deadline: SIGKILL again."""

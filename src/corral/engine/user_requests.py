@@ -31,7 +31,7 @@ class UserRequests:
             life.finish(job, now, JobState.CANCELLED)
             return None, []
         if job.state is JobState.RUNNING:
-            return None, life.begin_kill(job, now, JobState.CANCELLED)
+            return None, life.begin_kill(job, now, JobState.CANCELLED, note=event.note)
         job.final_state = JobState.CANCELLED  # completing: cancel wins over a pending requeue
         life.touch(job)
         return None, []

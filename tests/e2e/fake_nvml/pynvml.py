@@ -12,7 +12,8 @@ the agent runs; absent: all healthy):
    "remapped_rows": {"gpu": [corrected, uncorrected, pending, failed]},
    "nvlink_errors": {"gpu": {"link": count}},  those links are active, with `count` replay errors
    "lost": [gpu, ...],                     every query about that GPU fails with GPU_IS_LOST
-   "no_ecc": true}                         ECC and retired-page queries are not supported (a board without)
+   "no_ecc": true,                         ECC and retired-page queries are not supported (a board without)
+   "util": {"gpu": percent}}               that GPU's utilisation now, over $FAKE_NVML_UTIL's
 """
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ def nvmlDeviceGetMemoryInfo(handle: int) -> SimpleNamespace:  # noqa: N802
 
 
 def nvmlDeviceGetUtilizationRates(handle: int) -> SimpleNamespace:  # noqa: N802
-    return SimpleNamespace(gpu=_per_device("FAKE_NVML_UTIL", handle), memory=0)
+    now = _health().get("util", {}).get(str(handle))
+    return SimpleNamespace(gpu=_per_device("FAKE_NVML_UTIL", handle) if now is None else int(now), memory=0)
 
 
 def nvmlDeviceGetPciInfo(handle: int) -> SimpleNamespace:  # noqa: N802
