@@ -57,7 +57,7 @@ def test_stall_watch_counts_a_stall_the_probe_saw() -> None:
     clock = PausableMonotonic()
 
     async def scenario() -> tuple[float, float]:
-        watch = StallWatch(probe_s=0.05, threshold_s=0.01, monotonic=clock)
+        watch = StallWatch(probe_s=0.05, threshold_s=1.0, monotonic=clock)  # late by ms under load: not a stall
         probe = asyncio.create_task(watch.probe())
         await asyncio.sleep(0.01)
         clock.t += 35.0  # the process was stopped for 35 s while the probe slept
@@ -79,7 +79,7 @@ def test_stall_watch_counts_a_stall_the_probe_has_not_seen_yet() -> None:
     clock = PausableMonotonic()
 
     async def scenario() -> tuple[float, float]:
-        watch = StallWatch(probe_s=0.05, threshold_s=0.01, monotonic=clock)
+        watch = StallWatch(probe_s=0.05, threshold_s=1.0, monotonic=clock)  # late by ms under load: not a stall
         probe = asyncio.create_task(watch.probe())
         await asyncio.sleep(0.01)
         clock.t += 35.0  # stopped in the middle of a scheduling cycle: nothing ran since
