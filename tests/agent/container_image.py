@@ -68,8 +68,11 @@ def _gzip(data: bytes) -> bytes:
     return gzip.compress(data, mtime=0)
 
 
-def _blob(archive: tarfile.TarFile, data: bytes) -> dict:
+def _blob(archive: tarfile.TarFile, data: bytes, corrupt: bool = False) -> dict:
+    """Store data under its digest; `corrupt`: a byte added after the digest is taken."""
     digest = hashlib.sha256(data).hexdigest()
+    if corrupt:
+        data += b"\0"
     info = tarfile.TarInfo(f"blobs/sha256/{digest}")
     info.size = len(data)
     archive.addfile(info, io.BytesIO(data))
@@ -86,9 +89,7 @@ def build_oci_archive(path: Path, platforms: Sequence[str] = ("amd64",),
     with tarfile.open(path, "w") as archive:
         layer_refs = []
         for index, layer in enumerate(layers):
-            stored = _blob(archive, layer if not (corrupt_layer and index == 0) else layer + b"\0")
-            if corrupt_layer and index == 0:
-                stored["digest"] = f"sha256:{hashlib.sha256(layer).hexdigest()}"
+            stored = _blob(archive, layer, corrupt=corrupt_layer and index == 0)
             layer_refs.append({"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **stored})
         manifests = []
         for architecture in platforms:

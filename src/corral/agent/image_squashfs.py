@@ -105,7 +105,7 @@ def _run(argv: list[str], source: Path) -> str:
     return done.stdout
 
 
-def _devices(listing: str, source: Path) -> list[str]:
+def listed_devices(listing: str, source: Path) -> list[str]:
     """The device files the listing names (to leave out); refuse a name that leaves the root."""
     devices = []
     for line in listing.splitlines():
@@ -159,7 +159,7 @@ def unpack_squashfs(source: Path, rootfs: Path, architecture: str, offset: int =
                          f"built for {architecture}")
     unsquashfs = _unsquashfs()
     listing = _run([unsquashfs, "-lln", "-o", str(offset), "-d", "squashfs-root", str(source)], source)
-    devices = _devices(listing, source)
+    devices = listed_devices(listing, source)
     with tempfile.NamedTemporaryFile("w", prefix="corral-unsquashfs-", suffix=".exclude") as exclude:
         exclude.write("".join(f"{device}\n" for device in devices))
         exclude.flush()
