@@ -5,16 +5,20 @@ stores) against a plain task, and the import time and disk use of the same busyb
 
 Needs root (it makes a user with useradd and removes it), runc, uidmap and busybox-static; podman,
 fuse-overlayfs, squashfs-tools, skopeo and docker-registry for their parts (a part whose tools are missing
-says so and is left out). Run: .venv/bin/python bench/container_start.py [--starts 50]"""
+says so and is left out). `--payload DIR` adds DIR's files to the image as /payload (a layer of its own in
+the tarballs), for an image of a realistic size. Run: .venv/bin/python bench/container_start.py [--starts 50]
+[--payload /usr/lib/chromium]"""
 from __future__ import annotations
 
 import argparse
 import os
 import pwd
 import shutil
+import stat
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
@@ -32,10 +36,30 @@ from tests.agent.container_image import (  # noqa: E402
     build_rootfs,
     build_sif,
     build_squashfs,
+    entry,
 )
 from tests.agent.test_container_images import free_port  # noqa: E402
 
 SUBORDINATE = "320000-385535"  # 65536 ids: podman's user namespace maps a range; runc uses the first
+
+
+def payload_layer(directory: Path) -> list:
+    """DIR's directories, files and symlinks as the members of one layer, under payload/."""
+    members = [entry("payload", tarfile.DIRTYPE)]
+    for root, dirs, files in os.walk(directory):
+        relative = Path("payload") / Path(root).relative_to(directory)
+        for name in sorted(dirs):
+            path = Path(root) / name
+            members.append(entry(str(relative / name), tarfile.SYMTYPE, link=os.readlink(path))
+                           if path.is_symlink() else entry(str(relative / name), tarfile.DIRTYPE))
+        for name in sorted(files):
+            path = Path(root) / name
+            if path.is_symlink():
+                members.append(entry(str(relative / name), tarfile.SYMTYPE, link=os.readlink(path)))
+            elif path.is_file():
+                members.append(entry(str(relative / name), data=path.read_bytes(),
+                                     mode=stat.S_IMODE(path.stat().st_mode)))
+    return members
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -138,7 +162,10 @@ def stop_podman_pause_process(run_dir: Path | None) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--starts", type=int, default=50)
-    starts = parser.parse_args().starts
+    parser.add_argument("--payload", type=Path, help="a directory whose files are added to the image")
+    arguments = parser.parse_args()
+    starts, payload = arguments.starts, arguments.payload
+    extra = [payload_layer(payload)] if payload else []
     name = f"ctrimgbench{uuid.uuid4().hex[:5]}"
     directory = Path(tempfile.mkdtemp(prefix="bench-ctrimg-containers-"))
     os.chmod(directory, 0o755)
@@ -149,8 +176,9 @@ def main() -> None:
         user = pwd.getpwnam(name)
         run_dir = Path(tempfile.mkdtemp(prefix="ctrimg-run-"))  # podman wants its runroot under 50 characters
         os.chown(run_dir, user.pw_uid, user.pw_gid)
-        print(f"load average before: {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, {node_architecture()}")
-        image = build_image(directory / "image.tar", node_architecture())
+        print(f"load average before: {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores, {node_architecture()}, "
+              f"payload: {payload or 'none'}")
+        image = build_image(directory / "image.tar", node_architecture(), extra)
         cached = ImageCache(directory / "cache", limit_bytes=1 << 30).acquire(str(image), "bench")
         request = BundleRequest(spec=ContainerSpec(image=str(image)), user=TaskUser(user.pw_uid, user.pw_gid),
                                 rootfs=cached.rootfs, argv=["/bin/true"], env={}, cwd="/",
@@ -169,10 +197,13 @@ def main() -> None:
             else:
                 print(f"podman ({driver}): not installed, not measured")
         rootfs = build_rootfs(directory / "rootfs")
+        if payload:
+            shutil.copytree(payload, rootfs / "payload", symlinks=True)
         squashfs = lambda: str(build_squashfs(directory / "image.sqfs", rootfs))  # noqa: E731
         images: dict[str, Callable[[], str]] = {
             "docker-archive": lambda: str(image),
-            "OCI archive (gzip layers)": lambda: str(build_oci_archive(directory / "image.oci", (node_architecture(),))),
+            "OCI archive (gzip layers)": lambda: str(build_oci_archive(directory / "image.oci",
+                                                                       (node_architecture(),), extra)),
             "squashfs (mksquashfs default gzip)": squashfs,
             "SIF": lambda: str(build_sif(directory / "image.sif", Path(squashfs()))),
         }
