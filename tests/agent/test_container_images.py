@@ -227,6 +227,7 @@ def test_registry_references_are_read_as_pyxis_and_docker_write_them(tmp_path):
     assert docker_reference("127.0.0.1:5000#busybox:1") == "docker://127.0.0.1:5000/busybox:1"
     assert docker_reference("ubuntu:22.04") == "docker://ubuntu:22.04"
     assert is_registry_reference("ubuntu") and not is_registry_reference(str(tmp_path / "missing.sif"))
+    assert not is_registry_reference("missing.sqfs")  # a file the user meant, not Docker Hub's missing.sqfs
     with pytest.raises(ImageError, match="REGISTRY#REPOSITORY:TAG"):
         docker_reference("#busybox")
 
@@ -323,6 +324,12 @@ def test_an_unreachable_registry_is_refused_with_what_to_do(tmp_path):
                                          "the name, or save the image to a file"):
         cache_of(tmp_path, insecure_registries=frozenset({f"127.0.0.1:{port}"})).acquire(
             f"127.0.0.1:{port}#busybox:1", "job1")
+
+
+@needs_registry
+def test_a_malformed_reference_says_how_to_write_one(tmp_path):
+    with pytest.raises(ImageError, match="is not an image reference: write docker://REGISTRY/REPOSITORY:TAG"):
+        cache_of(tmp_path).acquire("docker://Not A Name", "job1")
 
 
 def test_a_node_without_skopeo_says_to_install_it(tmp_path, monkeypatch):

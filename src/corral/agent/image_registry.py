@@ -16,6 +16,8 @@ from corral.agent.image_archives import ImageError
 
 REGISTRY_SCHEMES = ("docker://",)
 RESOLVE_TIMEOUT = "60s"
+# a name ending so is a file the user meant (and is missing), not a repository on Docker Hub
+IMAGE_FILE_SUFFIXES = (".sif", ".sqfs", ".squashfs", ".sqsh", ".tar", ".tar.gz", ".tgz", ".oci", ".img")
 
 
 def is_registry_reference(image: str) -> bool:
@@ -25,7 +27,7 @@ def is_registry_reference(image: str) -> bool:
         return True
     if image.startswith(("/", "./", "../", "~")) or Path(image).exists():
         return False
-    return True
+    return not image.lower().endswith(IMAGE_FILE_SUFFIXES)
 
 
 def docker_reference(image: str) -> str:
@@ -58,6 +60,9 @@ def _skopeo() -> str:
 def _explain(image: str, reference: str, stderr: str) -> ImageError:
     host = registry_host(reference)
     said = stderr.strip().splitlines()[-1][-400:] if stderr.strip() else "no message"
+    if "invalid reference format" in stderr:
+        return ImageError(f"{image!r} is not an image reference: write docker://REGISTRY/REPOSITORY:TAG, "
+                          f"REGISTRY#REPOSITORY:TAG, or the path of an image file [{said}]")
     if any(sign in stderr for sign in ("manifest unknown", "name unknown", "not found", "NAME_UNKNOWN")):
         return ImageError(f"image {image} not found in registry {host}: check its name and tag (skopeo "
                           f"list-tags {reference.rsplit(':', 1)[0] if ':' in reference[9:] else reference}) "
