@@ -373,3 +373,38 @@ def test_a_task_runs_as_the_user_in_a_pulled_image(tmp_path, registry, user):
                             ContainerSpec(image=f"{host}#busybox:1"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n") == [str(user.pw_uid), "corral-test-image", ""]
+
+
+class RewritingCache(ImageCache):
+    """Writes to the image file while it is being imported, as a user racing the node would."""
+
+    def _unpack(self, source, key, partial):
+        architecture = super()._unpack(source, key, partial)
+        with open(source.path, "ab") as file:
+            file.write(b"\0" * 512)
+        return architecture
+
+
+@needs_busybox
+def test_an_image_file_written_to_while_it_is_imported_is_refused_and_not_cached_under_its_old_key(tmp_path):
+    image = build_image(tmp_path / "image.tar", ARCH)
+    cache = RewritingCache(tmp_path / "cache", limit_bytes=1 << 30)
+    with pytest.raises(ImageError, match="was written to while the node imported it: refused"):
+        cache.acquire(str(image), "job1")
+    assert nothing_cached(cache)
+
+
+@needs_busybox
+def test_an_unchanged_image_file_is_hashed_once_and_a_changed_one_again(tmp_path, monkeypatch):
+    import corral.agent.container_images as container_images
+
+    hashed = []
+    real_sha256 = container_images._sha256
+    monkeypatch.setattr(container_images, "_sha256", lambda path: hashed.append(path) or real_sha256(path))
+    image = build_image(tmp_path / "image.tar", ARCH)
+    cache = cache_of(tmp_path)
+    first = cache.acquire(str(image), "job1")
+    assert cache.acquire(str(image), "job2").key == first.key and len(hashed) == 1
+    with open(image, "ab") as file:
+        file.write(b"\0" * 1024)  # same layers, another file: another key
+    assert cache.acquire(str(image), "job3").key != first.key and len(hashed) == 2
