@@ -20,7 +20,7 @@ import pytest
 
 from corral.agent.container_images import ImageCache, ImageError, node_architecture
 from corral.agent.container_runtime import ContainerSpec
-from corral.agent.image_registry import docker_reference, is_registry_reference
+from corral.agent.image_registry import docker_reference, is_registry_reference, repository
 from corral.agent.image_squashfs import listed_devices
 from tests.agent.container_image import (
     BUSYBOX,
@@ -226,6 +226,8 @@ def test_registry_references_are_read_as_pyxis_and_docker_write_them(tmp_path):
     assert docker_reference("nvcr.io#nvidia/pytorch:24.05-py3") == "docker://nvcr.io/nvidia/pytorch:24.05-py3"
     assert docker_reference("127.0.0.1:5000#busybox:1") == "docker://127.0.0.1:5000/busybox:1"
     assert docker_reference("ubuntu:22.04") == "docker://ubuntu:22.04"
+    assert repository("docker://127.0.0.1:5000/team/busybox:1") == "docker://127.0.0.1:5000/team/busybox"
+    assert repository("docker://ubuntu@sha256:" + "0" * 64) == "docker://ubuntu"
     assert is_registry_reference("ubuntu") and not is_registry_reference(str(tmp_path / "missing.sif"))
     assert not is_registry_reference("missing.sqfs")  # a file the user meant, not Docker Hub's missing.sqfs
     with pytest.raises(ImageError, match="REGISTRY#REPOSITORY:TAG"):
@@ -307,13 +309,18 @@ def test_two_jobs_pulling_one_image_at_once_pull_it_once_in_either_form(tmp_path
 
 @needs_busybox
 @needs_registry
-def test_an_unknown_image_or_a_plain_http_registry_not_named_insecure_is_refused_clearly(tmp_path, registry):
+def test_an_unknown_image_a_plain_http_registry_or_another_architecture_is_refused_clearly(tmp_path, registry):
     host, _ = registry
     cache = cache_of(tmp_path, insecure_registries=frozenset({host}))
     with pytest.raises(ImageError, match=f"image {host}#nope:1 not found in registry {host}: check its name"):
         cache.acquire(f"{host}#nope:1", "job1")
     with pytest.raises(ImageError, match=f"registry {host} speaks plain HTTP: name it among the node's insecure"):
         cache_of(tmp_path).acquire(f"docker://{host}/busybox:1", "job1")
+    other = build_image(tmp_path / "other.tar", OTHER_ARCH)
+    subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", f"docker-archive:{other}",
+                    f"docker://{host}/busybox:other"], check=True)
+    with pytest.raises(ImageError, match=f"is built for {OTHER_ARCH}, this node is {ARCH}"):
+        cache.acquire(f"{host}#busybox:other", "job1")
     assert nothing_cached(cache)
 
 

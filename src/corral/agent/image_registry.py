@@ -49,6 +49,12 @@ def registry_host(reference: str) -> str:
         else "docker.io"
 
 
+def repository(reference: str) -> str:
+    """The reference without its tag or digest: docker://host/repo."""
+    head, slash, last = reference.split("@", 1)[0].rpartition("/")
+    return f"{head}{slash}{last.split(':', 1)[0]}"
+
+
 def _skopeo() -> str:
     found = shutil.which("skopeo")
     if not found:
@@ -65,8 +71,7 @@ def _explain(image: str, reference: str, stderr: str) -> ImageError:
                           f"REGISTRY#REPOSITORY:TAG, or the path of an image file [{said}]")
     if any(sign in stderr for sign in ("manifest unknown", "name unknown", "not found", "NAME_UNKNOWN")):
         return ImageError(f"image {image} not found in registry {host}: check its name and tag (skopeo "
-                          f"list-tags {reference.rsplit(':', 1)[0] if ':' in reference[9:] else reference}) "
-                          f"[{said}]")
+                          f"list-tags {repository(reference)}) [{said}]")
     if any(sign in stderr for sign in ("unauthorized", "authentication required", "denied")):
         return ImageError(f"registry {host} refused to give {image}: log the node in (skopeo login {host}) "
                           f"or use a public image [{said}]")
@@ -100,15 +105,10 @@ def pull(image: str, reference: str, digest: str, layout: Path, architecture: st
          insecure: frozenset[str]) -> None:
     """Copy the manifest `digest` names (this node's architecture where it is a list) into an OCI layout
     directory; pulling by digest, the copy is the image the key was made of even if the tag moves."""
-    repository = reference.rsplit("@", 1)[0]
-    last = repository.rsplit("/", 1)[-1]
-    if ":" in last:
-        repository = repository[:len(repository) - len(last)] + last.split(":", 1)[0]
-    done = subprocess.run([_skopeo(), "copy", "--quiet", "--override-os", "linux", "--override-arch",
-                           architecture, "--tmpdir", str(layout.parent), *_tls(reference, insecure,
-                                                                                 "src-tls-verify"),
-                           f"{repository}@sha256:{digest}", f"oci:{layout}:image"],
-                          capture_output=True, check=False)
+    argv = [_skopeo(), "copy", "--quiet", "--override-os", "linux", "--override-arch", architecture,
+            "--tmpdir", str(layout.parent), *_tls(reference, insecure, "src-tls-verify"),
+            f"{repository(reference)}@sha256:{digest}", f"oci:{layout}:image"]
+    done = subprocess.run(argv, capture_output=True, check=False)
     if done.returncode != 0:
         stderr = done.stderr.decode(errors="replace")
         if "no image found in manifest list for architecture" in stderr or "choosing image instance" in stderr:
