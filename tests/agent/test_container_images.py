@@ -202,6 +202,10 @@ def test_a_truncated_sif_is_refused_as_corrupt(tmp_path):
         file.truncate(image.stat().st_size - 1000)
     with pytest.raises(ImageError, match="not inside the file: the image is corrupt or truncated"):
         cache_of(tmp_path).acquire(str(image), "job1")
+    with open(image, "r+b") as file:
+        file.truncate(100)  # the magic, not the whole header
+    with pytest.raises(ImageError, match="a SIF header but only 100 bytes"):
+        cache_of(tmp_path).acquire(str(image), "job1")
 
 
 @needs_busybox

@@ -59,6 +59,8 @@ def squashfs_kind(head: bytes) -> str | None:
 def sif_partition(source: Path) -> tuple[int, str]:
     """The offset of the SIF's primary system partition (a squashfs) and the architecture it names."""
     size = source.stat().st_size
+    if size < SIF_HEADER.size:
+        raise ImageError(f"{source}: a SIF header but only {size} bytes: the image is corrupt or truncated")
     with open(source, "rb") as file:
         header = SIF_HEADER.unpack(file.read(SIF_HEADER.size))
         total, table_at = header[8], header[9]
