@@ -3,7 +3,10 @@ files (written here after the SIF spec: apptainer is not in Debian 12) and pulls
 (Debian's docker-registry) on loopback, each imported through the same cache and its rules."""
 from __future__ import annotations
 
+import gzip
+import hashlib
 import http.client
+import io
 import os
 import pwd
 import shutil
@@ -20,6 +23,7 @@ import pytest
 
 from corral.agent.container_images import ImageCache, ImageError, node_architecture
 from corral.agent.container_runtime import ContainerSpec
+from corral.agent.image_archives import Layer, gunzip_layer
 from corral.agent.image_registry import docker_reference, is_registry_reference, repository
 from corral.agent.image_squashfs import listed_devices
 from tests.agent.container_image import (
@@ -419,3 +423,12 @@ def test_an_unchanged_image_file_is_hashed_once_and_a_changed_one_again(tmp_path
     with open(image, "ab") as file:
         file.write(b"\0" * 1024)  # same layers, another file: another key
     assert cache.acquire(str(image), "job3").key != first.key and len(hashed) == 2
+
+
+def test_a_gzip_layer_of_several_members_with_padding_inflates_whole_and_a_truncated_one_is_refused():
+    whole = gzip.compress(b"a" * 100) + gzip.compress(b"b" * 50) + b"\0" * 10
+    plain = io.BytesIO()
+    digest = gunzip_layer(io.BytesIO(whole), plain, Layer("layer"), "image")
+    assert plain.getvalue() == b"a" * 100 + b"b" * 50 and digest == hashlib.sha256(whole).hexdigest()
+    with pytest.raises(ImageError, match="ends before its gzip stream does"):
+        gunzip_layer(io.BytesIO(whole[:30]), io.BytesIO(), Layer("layer"), "image")

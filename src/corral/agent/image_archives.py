@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import tarfile
+import tempfile
+import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,26 +200,59 @@ def _oci_manifest(blobs: Blobs, source: str, architecture: str) -> tuple[dict, l
     return config, layers
 
 
-def _check_digest(blobs: Blobs, layer: Layer, source: str) -> None:
-    if not layer.digest:
-        return
-    digest = hashlib.sha256()
-    with blobs.open(layer.name) as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    if f"sha256:{digest.hexdigest()}" != layer.digest:
+def _digest_mismatch(layer: Layer, found: str, source: str) -> None:
+    if layer.digest and f"sha256:{found}" != layer.digest:
         raise ImageError(f"{source}: layer {layer.digest} does not match its digest: the image is corrupt")
 
 
+def gunzip_layer(file: IO[bytes], plain: IO[bytes], layer: Layer, source: str) -> str:
+    """Inflate a gzip layer (of one or more members) into `plain`, in one pass that also hashes it: a gzip
+    stream cannot seek, and tarfile reading it in place inflated it twice or more (getmembers, then each
+    extract), 3-4x slower for a 350 MB image."""
+    digest = hashlib.sha256()
+    inflate = zlib.decompressobj(wbits=31)
+    while chunk := file.read(1 << 20):
+        digest.update(chunk)
+        while chunk:
+            if inflate.eof:  # the next member of a multi-member gzip, or zero padding (gzip skips it)
+                chunk = chunk.lstrip(b"\0")
+                if not chunk:
+                    break
+                inflate = zlib.decompressobj(wbits=31)
+            try:
+                plain.write(inflate.decompress(chunk))
+            except zlib.error as exc:
+                raise ImageError(f"{source}: layer {layer.digest or layer.name} is not valid gzip ({exc}): "
+                                 "the image is corrupt") from exc
+            chunk = inflate.unused_data if inflate.eof else b""
+    if not inflate.eof:
+        raise ImageError(f"{source}: layer {layer.digest or layer.name} ends before its gzip stream does: "
+                         "the image is corrupt or truncated")
+    plain.seek(0)
+    return digest.hexdigest()
+
+
 @contextmanager
-def _layer_tar(blobs: Blobs, layer: Layer, source: str) -> Iterator[tarfile.TarFile]:
-    with blobs.open(layer.name) as file:
-        if file.read(4) == b"\x28\xb5\x2f\xfd":
+def _layer_tar(blobs: Blobs, layer: Layer, source: str, scratch: Path) -> Iterator[tarfile.TarFile]:
+    """The layer as a tarball, its digest checked first; a gzip layer is inflated into a scratch file."""
+    with blobs.open(layer.name) as file, tempfile.TemporaryFile(dir=scratch) as plain:
+        head = file.read(4)
+        file.seek(0)
+        if head == b"\x28\xb5\x2f\xfd":
             raise ImageError(f"{source}: layer {layer.digest or layer.name} is compressed with zstd, which "
                              "corral cannot read: recompress it (skopeo copy --dest-compress-format gzip …)")
-        file.seek(0)
+        if head[:2] == b"\x1f\x8b":
+            _digest_mismatch(layer, gunzip_layer(file, plain, layer, source), source)
+            readable: IO[bytes] = plain
+        else:
+            digest = hashlib.sha256()
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+            _digest_mismatch(layer, digest.hexdigest(), source)
+            file.seek(0)
+            readable = file
         try:
-            with tarfile.open(fileobj=file, mode="r:*") as layer_tar:
+            with tarfile.open(fileobj=readable, mode="r:*") as layer_tar:
                 yield layer_tar
         except tarfile.ReadError as exc:
             raise ImageError(f"{source}: layer {layer.digest or layer.name} is not a tarball ({exc}): "
@@ -247,8 +282,7 @@ def unpack_layers(blobs: Blobs, source: str, rootfs: Path, architecture: str) ->
     image_arch, layers = image_layers(blobs, source, architecture)
     rootfs.mkdir(parents=True)
     for layer in layers:
-        _check_digest(blobs, layer, source)
-        with _layer_tar(blobs, layer, source) as layer_tar:
+        with _layer_tar(blobs, layer, source, rootfs.parent) as layer_tar:
             _extract(rootfs, layer_tar, _layer_members(rootfs, layer_tar))
     for mount_point in MOUNT_POINTS:  # runc cannot make them in a read-only root
         (rootfs / mount_point).mkdir(exist_ok=True)
