@@ -23,15 +23,21 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 	@echo "$(VENV) is ready"
 
-venv: $(STAMP)
+# The native task leader (decision 0022), built with the system C compiler beside its source: every
+# target that runs an agent needs it.
+LEADER := src/corral/agent/corral-task-leader
+$(LEADER): src/corral/agent/task_leader.c
+	$(CC) -O2 -Wall -Wextra -o $@ $< -lm
 
-up: $(STAMP)
+venv: $(STAMP) $(LEADER)
+
+up: $(STAMP) $(LEADER)
 	$(VENV)/bin/corral up --nodes $(NODES) --gpus-per-node $(GPUS) --port $(PORT)
 
-test: $(STAMP)
+test: $(STAMP) $(LEADER)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(LEADER)
 	$(PY) -m pytest -q -m "not slow"
 
 # Lint, types and import rules (configured in pyproject.toml); tests/test_architecture.py holds the import
@@ -42,7 +48,7 @@ check: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_architecture.py
 
-bench: $(STAMP)
+bench: $(STAMP) $(LEADER)
 	$(PY) bench/run_all.py
 
 sim-report: $(STAMP)
@@ -54,8 +60,8 @@ sim-report: $(STAMP)
 FAULTS = 200
 CONTROLLERS = 2
 CHAOS_ARGS = --netns
-chaos: $(STAMP)
+chaos: $(STAMP) $(LEADER)
 	$(PY) -m tests.chaos.run --faults $(FAULTS) --controllers $(CONTROLLERS) $(CHAOS_ARGS) --json chaos-report.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) build *.egg-info src/*.egg-info $(LEADER)
