@@ -95,8 +95,16 @@ class CpuGroup:
         if self.path is None or self.home is None:
             return
         (self.home / "cgroup.procs").write_text(str(os.getpid()))
-        with contextlib.suppress(OSError):  # a straggler of the cluster still in it: the kernel keeps it
-            self.path.rmdir()
+        deadline = time.monotonic() + 10  # the leader factories exit once their agents are gone
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    print(f"throughput: {self.path} left behind: {exc}", file=sys.stderr)
+                    return
+                time.sleep(0.1)
 
 
 def cpu_by_part(cluster: Cluster, group: CpuGroup | None = None) -> dict[str, float]:
