@@ -3,10 +3,10 @@ await a task's end, whether this agent started its leader or adopted it from an 
 
 Leaders are native programs (`corral-task-leader`, decision 0022) spawned by the agent's leader factory
 (`LeaderFactory`), not by the agent, so that they are not the threaded agent's children. The agent writes
-each leader its spec (`encode_spec`) on a pipe. The leader is the task's parent, so it alone can learn the task's exit status; it
-writes it to the task's exit file in the spool, then exits. The agent therefore awaits the leader (through
-a pidfd, which works for a process that is not its child) and then reads the exit file. A leader gone
-without an exit file was killed, and its task with it (its parent-death signal is SIGKILL).
+each leader its spec (`encode_spec`) on a pipe. The leader is the task's parent, so it alone can learn the
+task's exit status; it writes it to the task's exit file in the spool, then exits. The agent therefore
+awaits the leader (through a pidfd, which works for a process that is not its child) and then reads the
+exit file. A leader gone without an exit file was killed, and its task with it (its parent-death signal is SIGKILL).
 """
 from __future__ import annotations
 
