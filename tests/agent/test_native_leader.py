@@ -121,3 +121,19 @@ def test_the_leader_without_its_arguments_explains_itself():
     result = subprocess.run([str(LEADER_PROGRAM)], capture_output=True, text=True, timeout=10)
     assert result.returncode == 2
     assert "usage:" in result.stderr and "SPEC_FD REPLY_FD" in result.stderr
+
+
+def test_a_missing_leader_program_is_named_with_how_to_build_it(tmp_path, monkeypatch):
+    # The factory's own step, in this process: an install without `make venv` has no leader program.
+    from corral.agent import task_leader
+
+    missing = tmp_path / "corral-task-leader"
+    monkeypatch.setattr(task_leader, "LEADER_PROGRAM", missing)
+    fds = [os.open(os.devnull, os.O_RDWR) for _ in range(task_leader.LEADER_FDS)]
+    try:
+        reply = task_leader._spawn_leader({"cgroup_procs": []}, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert reply == {"error": f"cannot start the task leader {missing}: No such file or directory "
+                              "(build it: make venv)"}

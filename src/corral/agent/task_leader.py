@@ -19,6 +19,7 @@ Only the standard library.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -70,7 +71,7 @@ def _spawn_leader(request: dict, fds: list[int]) -> dict:
                              setsigdef=(signal.SIGCHLD, signal.SIGINT, signal.SIGPIPE))
     except OSError as exc:
         return {"error": f"cannot start the task leader {argv[0]}: {exc.strerror or exc}"
-                         + (" (build it: make venv)" if exc.errno == 2 else "")}
+                         + (" (build it: make venv)" if exc.errno == errno.ENOENT else "")}
     return {"pid": pid, "started": _started(pid)}
 
 
