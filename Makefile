@@ -30,16 +30,17 @@ LEADER := src/corral/agent/corral-task-leader
 LEADER_CFLAGS = -O2 -Wall -Wextra
 $(LEADER): src/corral/agent/task_leader.c
 	$(CC) $(LEADER_CFLAGS) -static -o $@ $< -lm 2>/dev/null || $(CC) $(LEADER_CFLAGS) -o $@ $< -lm
+venv up test test-fast bench chaos: $(LEADER)
 
-venv: $(STAMP) $(LEADER)
+venv: $(STAMP)
 
-up: $(STAMP) $(LEADER)
+up: $(STAMP)
 	$(VENV)/bin/corral up --nodes $(NODES) --gpus-per-node $(GPUS) --port $(PORT)
 
-test: $(STAMP) $(LEADER)
+test: $(STAMP)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP) $(LEADER)
+test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 
 # Lint, types and import rules (configured in pyproject.toml); tests/test_architecture.py holds the import
@@ -50,7 +51,7 @@ check: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_architecture.py
 
-bench: $(STAMP) $(LEADER)
+bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 sim-report: $(STAMP)
@@ -62,7 +63,7 @@ sim-report: $(STAMP)
 FAULTS = 200
 CONTROLLERS = 2
 CHAOS_ARGS = --netns
-chaos: $(STAMP) $(LEADER)
+chaos: $(STAMP)
 	$(PY) -m tests.chaos.run --faults $(FAULTS) --controllers $(CONTROLLERS) $(CHAOS_ARGS) --json chaos-report.json
 
 clean:
