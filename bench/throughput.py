@@ -6,11 +6,16 @@ Here every node's agent shares this machine's cores with the controller, so the 
 the nodes' side (leaders, tasks); on a real cluster that work is spread over the nodes and the controller's
 CPU per job is what bounds the rate. Hence the CPU per job by part (`cpu_ms_per_job`): the controller, the
 agents, their descendants still running at the end (the leader factories, with the children they waited
-for), and the whole machine (/proc/stat: leaders and tasks are reaped by nobody who counts them, and
-the bench's own client is in it)."""
+for), the whole machine (/proc/stat: leaders and tasks are reaped by nobody who counts them, and the
+bench's own client is in it), and `cluster`: everything this bench and the cluster it starts ran, reaped
+or not (controller, agents, factories, leaders, tasks and the bench's client), counted by a CPU-accounting
+cgroup the bench runs in, so that other work on a shared machine is not in it (where it cannot make one:
+not root, no cgroup v2 nor v1 cpuacct, the figure is left out and the reason printed)."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -24,10 +29,10 @@ from tests.e2e.harness import API, Cluster, wait_for  # noqa: E402
 
 
 def measure(jobs: int = 500) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, CpuGroup() as group:
         cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
         try:
-            cpu_before = cpu_by_part(cluster)
+            cpu_before = cpu_by_part(cluster, group)
             t0 = time.perf_counter()
             ids = [cluster.submit(argv=["true"], gpus=1, output="/dev/null") for _ in range(jobs)]
             t_submitted = time.perf_counter()
@@ -37,7 +42,7 @@ def measure(jobs: int = 500) -> dict:
 
             wait_for(drained, timeout_s=600, interval_s=0.2, message="queue drained")
             t_done = time.perf_counter()
-            cpu_after = cpu_by_part(cluster)
+            cpu_after = cpu_by_part(cluster, group)
             acct = cluster.http.get(f"{API}/accounting", params={"ids": ",".join(map(str, ids))}).json()
             states = {}
             for job in acct:
@@ -53,16 +58,66 @@ def measure(jobs: int = 500) -> dict:
     }
 
 
-def cpu_by_part(cluster: Cluster) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by the controller, the agents, the agents' descendants and
-    the whole machine."""
+class CpuGroup:
+    """A CPU-accounting cgroup this process (and so whatever it starts from now on) runs in, for its
+    lifetime: cgroup v2's cpu.stat, or v1's cpuacct. `usage_s()` is None where none could be made."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.home: Path | None = None
+
+    def __enter__(self) -> CpuGroup:
+        name = f"corral-bench-{os.getpid()}"
+        for root, usage in ((Path("/sys/fs/cgroup"), "cpu.stat"), (Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage")):
+            if not (root / "cgroup.procs").exists() or (usage == "cpu.stat" and not (root / usage).exists()):
+                continue
+            try:
+                (root / name).mkdir()
+                (root / name / "cgroup.procs").write_text(str(os.getpid()))
+            except OSError as exc:
+                print(f"throughput: no CPU-accounting cgroup under {root}: {exc}", file=sys.stderr)
+                with contextlib.suppress(OSError):
+                    (root / name).rmdir()
+                continue
+            self.path, self.home, self._usage = root / name, root, usage
+            break
+        return self
+
+    def usage_s(self) -> float | None:
+        if self.path is None:
+            return None
+        text = (self.path / self._usage).read_text()
+        if self._usage == "cpuacct.usage":
+            return int(text) / 1e9
+        return int(dict(line.split() for line in text.splitlines())["usage_usec"]) / 1e6
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path is None or self.home is None:
+            return
+        (self.home / "cgroup.procs").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 10  # the leader factories exit once their agents are gone
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    print(f"throughput: {self.path} left behind: {exc}", file=sys.stderr)
+                    return
+                time.sleep(0.1)
+
+
+def cpu_by_part(cluster: Cluster, group: CpuGroup | None = None) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the controller, the agents, the agents' descendants,
+    the whole machine and (with `group`) the bench and its cluster."""
     agents = [psutil.Process(proc.pid) for proc in cluster.agents.values()]
     assert cluster.controller is not None
     return {"controller": _cpu(psutil.Process(cluster.controller.pid)),
             "agents": sum(_cpu(agent) for agent in agents),
             "agent_descendants": sum(_cpu(child, waited=True) for agent in agents
                                      for child in agent.children(recursive=True)),
-            "machine": _machine_busy_s()}
+            "machine": _machine_busy_s(),
+            **({} if group is None or group.usage_s() is None else {"cluster": group.usage_s() or 0.0})}
 
 
 def _cpu(proc: psutil.Process, waited: bool = False) -> float:

@@ -7,10 +7,12 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+LEADER_SOURCE = "src/corral/agent/task_leader.c"
 
 
 def make(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    for name in ("Makefile", "requirements.lock", "pyproject.toml"):
+    for name in ("Makefile", "requirements.lock", "pyproject.toml", LEADER_SOURCE):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     return subprocess.run(["make", "--no-print-directory", *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=60)
@@ -39,3 +41,19 @@ def test_a_too_old_python_is_named(tmp_path) -> None:
     ran = make(tmp_path, "venv", f"PYTHON={old}")
     assert ran.returncode != 0 and not (tmp_path / ".venv").exists()
     assert "corral needs Python >= 3.11" in ran.stderr and "Python 3.10.12" in ran.stderr
+
+
+def test_the_native_task_leader_is_built_with_the_venv_and_before_a_cluster_starts(tmp_path) -> None:
+    make(tmp_path, "--version")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / ".installed").touch()
+    for target in ("venv", "up", "test", "bench", "chaos"):
+        lines = make(tmp_path, "-n", target).stdout.splitlines()
+        build = f"-o src/corral/agent/corral-task-leader {LEADER_SOURCE} -lm"
+        assert any(line.startswith("cc ") and build in line for line in lines), (target, lines)
+    leader = "src/corral/agent/corral-task-leader"
+    built = subprocess.run(["make", leader], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / leader).stat().st_mode & 0o111
+    again = subprocess.run(["make", "-n", leader], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "cc " not in again.stdout  # built once, until its source changes

@@ -2,7 +2,7 @@
 (decision 0015).
 
 A job's (or step's) tasks here are adopted together, when the spool holds its launch message and a record
-of every local task, each with a leader (task_leader.py) that either still runs or recorded the task's
+of every local task, each with a leader (task_leader.c) that either still runs or recorded the task's
 end. Everything else is left to the sweep (killed): records without a launch or without a leader (an
 older agent's), and a job or step one of whose tasks' leaders died without recording its end (that work
 truly died, and its job is reported lost). A lost step is also reported finished, with its error; a job

@@ -12,7 +12,7 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
   old leader that was paused or cut off and has not noticed that another took over).
 - Job steps (srun) run beside the job's own tasks, in runners of their own (step_runner.py); a signal
   for a job reaches its steps too unless it names only the batch part.
-- Tasks outlive the agent (each has a leader of its own, which records its exit: task_leader.py). Before
+- Tasks outlive the agent (each has a leader of its own, which records its exit: task_leader.c). Before
   it registers, a restarted agent adopts from its spool the jobs and steps whose tasks still run or whose
   ends were recorded (adoption.py), reports them as running, and kills whatever else its spool or its
   cgroups hold (decision 0015).

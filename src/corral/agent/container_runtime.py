@@ -1,6 +1,6 @@
 """Running a task in a container with runc, rootless, as the job's user (decision 0020).
 
-The task leader starts the task as the job's user inside the job's cgroup (task_leader.py); for a
+The task leader starts the task as the job's user inside the job's cgroup (task_leader.c); for a
 containerised task its argv is `runc --root STATE run --bundle BUNDLE ID`, so runc, and everything in the
 container, runs as that user, in that cgroup: runc finds no cgroup it may write and, rootless on cgroup v1,
 leaves its processes where they are. The bundle's config maps only the user's own uid and gid into the

@@ -1,12 +1,12 @@
-"""The agent's side of task leaders (task_leader.py): start a task through its leader, and await a task's
-end, whether this agent started its leader or adopted it from an earlier agent (decision 0015).
+"""The agent's side of task leaders (task_leader.c, task_leader.py): start a task through its leader, and
+await a task's end, whether this agent started its leader or adopted it from an earlier agent (decision 0015).
 
-Leaders are forked by the agent's leader factory (`LeaderFactory`), not by the agent: a fork of a small
-single-threaded process that has the leader's code loaded costs about a millisecond, where a Python start
-per task cost tens. The leader is the task's parent, so it alone can learn the task's exit status; it
-writes it to the task's exit file in the spool, then exits. The agent therefore awaits the leader (through
-a pidfd, which works for a process that is not its child) and then reads the exit file. A leader gone
-without an exit file was killed, and its task with it (its parent-death signal is SIGKILL).
+Leaders are native programs (`corral-task-leader`, decision 0022) spawned by the agent's leader factory
+(`LeaderFactory`), not by the agent, so that they are not the threaded agent's children. The agent writes
+each leader its spec (`encode_spec`) on a pipe. The leader is the task's parent, so it alone can learn the
+task's exit status; it writes it to the task's exit file in the spool, then exits. The agent therefore
+awaits the leader (through a pidfd, which works for a process that is not its child) and then reads the
+exit file. A leader gone without an exit file was killed, and its task with it (its parent-death signal is SIGKILL).
 """
 from __future__ import annotations
 
@@ -283,6 +283,8 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
     whose processes it kills then. Streams as Popen takes them (None: the agent's own; DEVNULL).
     `controlling_terminal`: stdin is a pseudo-terminal that becomes the task's controlling terminal."""
     exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    spec_fields = encode_spec(argv, cwd=cwd, env=env, user=user, contact_file=contact_file,
+                              cgroup_leaf=cgroup_leaf, controlling_terminal=controlling_terminal)
     spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
     reply_read, reply_write = os.pipe2(os.O_CLOEXEC)
     try:
@@ -297,15 +299,38 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
         os.close(spec_read)
         os.close(reply_write)
     path = exit_file(exit_dir, leader_pid)
-    spec = {"argv": argv, "cwd": cwd, "env": dict(env), "user": user, "exit_file": str(path),
-            "contact_file": None if contact_file is None else str(contact_file),
-            "cgroup_leaf": None if cgroup_leaf is None else str(cgroup_leaf),
-            "controlling_terminal": controlling_terminal}
+    spec = _with_exit_file(spec_fields, path)
     try:
-        _write_all(spec_write, json.dumps(spec).encode() + b"\n")
+        _write_all(spec_write, spec)
     except OSError:
         pass  # the leader died before reading: its missing reply says so
     return StartingTask(leader_pid, leader_started, reply_read, spec_write, path)
+
+
+def encode_spec(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], user: tuple[int, int, list[int]] | None,
+                contact_file: Path | None, cgroup_leaf: Path | None, controlling_terminal: bool) -> list[bytes]:
+    """The spec's fields but the exit file (named after the leader's pid), as the native leader reads them
+    (task_leader.c: argv, env, cwd, user, exit file, contact file, cgroup leaf, terminal; each ends in NUL).
+    ValueError for what no process can be given: a NUL byte, a variable name with "=", no program."""
+    if not argv:
+        raise ValueError("no program to run")
+    for name in env:
+        if not name or "=" in name:
+            raise ValueError(f"illegal environment variable name {name!r}")
+    fields = [str(len(argv)), *argv, str(len(env)), *(f"{name}={value}" for name, value in env.items()), cwd,
+              "" if user is None else " ".join(map(str, (user[0], user[1], *user[2])))]
+    encoded = [os.fsencode(field) for field in fields]
+    if any(b"\0" in field for field in encoded):
+        raise ValueError("embedded null byte")
+    return [*encoded, os.fsencode(contact_file or ""), os.fsencode(cgroup_leaf or ""),
+            b"1" if controlling_terminal else b"0"]
+
+
+def _with_exit_file(fields: list[bytes], path: Path) -> bytes:
+    """The spec as written to the leader: its length, a newline, then the NUL-terminated fields."""
+    head, tail = fields[:-3], fields[-3:]
+    body = b"".join(field + b"\0" for field in (*head, os.fsencode(path), *tail))
+    return str(len(body)).encode() + b"\n" + body
 
 
 @contextlib.contextmanager

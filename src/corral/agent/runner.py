@@ -9,7 +9,7 @@ Design choices, each mirroring what slurmd/slurmstepd do or what the agent's res
 - Output and error files are opened with O_APPEND|O_CREAT: several tasks and nodes may write one file.
   A batch job's files are truncated first unless --open-mode=append (Slurm's default for sbatch); a file
   shared by several tasks is never truncated, and other jobs append by default.
-- Each task is started by a leader of its own (task_leader.py), which stays its parent, records its exit
+- Each task is started by a leader of its own (task_leader.c), which stays its parent, records its exit
   status in the spool and outlives the agent: a restarted agent adopts the task (decision 0015).
 - Leaders are started with `subprocess.Popen` and awaited through a pidfd, not through
   `asyncio.create_subprocess_exec`: asyncio's subprocess transport SIGKILLs its child when it is closed or

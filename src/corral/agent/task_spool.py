@@ -48,7 +48,7 @@ class TaskRecord:
     step_id: int | None  # None: the job's own tasks (its batch script or command)
     gpus: tuple[int, ...]  # the devices the task may use
     rank: int = 0
-    leader: int = 0  # the task's leader (task_leader.py), which records its exit; 0: none (an older agent's)
+    leader: int = 0  # the task's leader (task_leader.c), which records its exit; 0: none (an older agent's)
     leader_started: float = 0.0  # since boot, as `started`
 
     def describe(self) -> str:

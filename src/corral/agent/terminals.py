@@ -1,5 +1,5 @@
 """Pseudo-terminals for srun --pty: task 0 of such a step gets the slave end as its stdin, stdout, stderr and
-controlling terminal (its leader makes it so: task_leader.py), and the agent relays the master end to and
+controlling terminal (its leader makes it so: task_leader.c), and the agent relays the master end to and
 from srun (step_runner.py). The terminal's line discipline on the node turns srun's raw keystrokes into
 signals for the task's foreground process group (Ctrl-C, Ctrl-Z) and end of file (Ctrl-D)."""
 from __future__ import annotations
