@@ -45,6 +45,52 @@ def test_rows_page_and_filter_as_records_do(api) -> None:
     assert reply.headers["X-Next-After"] == "3"
 
 
+def _columns(api, path: str, params: dict, fields: tuple[str, ...]) -> tuple[list[dict], str | None]:
+    reply = api.get(path, params={**params, "fields": ",".join(fields), "columns": "true"})
+    assert reply.status_code == 200, reply.text
+    columns = reply.json()["columns"]
+    assert len(columns) == len(fields) and len({len(column) for column in columns}) == 1
+    return [dict(zip(fields, row, strict=True)) for row in zip(*columns, strict=True)], \
+        reply.headers.get("X-Next-After")
+
+
+@pytest.mark.parametrize(("path", "base"), LISTS)
+@pytest.mark.parametrize("combine", [False, True])
+def test_columns_hold_what_rows_hold(api, path, base, combine) -> None:
+    """The same records in the same order, combined arrays where their first task was, filters as rows."""
+    params = {**base, "combine_arrays": str(combine).lower()}
+    for fields in (JOB_FIELDS, ("state", "id", "array_task_spec", "reason")):
+        assert _columns(api, path, params, fields)[0] == _rows(api, path, params, fields)
+        filtered = {**params, "states": "PENDING,RUNNING", "user": "alice"}
+        assert _columns(api, path, filtered, fields)[0] == _rows(api, path, filtered, fields)
+
+
+@pytest.mark.parametrize(("path", "base"), LISTS)
+@pytest.mark.parametrize("limit", [1, 3, 100])
+def test_columns_page_as_rows_do(api, path, base, limit) -> None:
+    """Page by page the same records and the same next page (an array split by a page is combined on each)."""
+    fields = ("id", "state", "array_task_spec")
+    params = {**base, "combine_arrays": "true"}
+    after, pages = None, 0
+    while True:
+        paged = {**params, "limit": limit, **({"after": after} if after else {})}
+        page, next_after = _columns(api, path, paged, fields)
+        rows = api.get(path, params={**paged, "fields": ",".join(fields)})
+        assert page == [dict(zip(fields, row, strict=True)) for row in rows.json()]
+        assert next_after == rows.headers.get("X-Next-After")
+        after, pages = next_after, pages + 1
+        if after is None:
+            break
+    assert pages > 1 or limit == 100
+
+
+def test_columns_need_fields(api) -> None:
+    reply = api.get("/jobs", params={"columns": "true"})
+    assert reply.status_code == 422 and reply.json()["detail"] == "columns needs fields: name the fields each column holds"
+    empty = api.get("/jobs", params={"columns": "true", "fields": "id", "ids": "999999"})
+    assert empty.json() == {"columns": [[]]}
+
+
 def test_unknown_fields_are_refused_by_name(api) -> None:
     reply = api.get("/jobs", params={"fields": "id,nope,state,script"})
     assert reply.status_code == 422

@@ -116,6 +116,33 @@ _SORT_KEYS: Mapping[str, Callable[[Mapping], object]] = {
 }
 
 
+# The record fields each sort key reads (for the fields squeue asks the controller for; "C" is left out:
+# a job's CPUs come from its slices, which squeue then asks for with every other field).
+SORT_READS: Mapping[str, tuple[str, ...]] = {
+    "A": ("id",), "i": ("id", "array_job_id", "array_task_id"), "P": ("partition",), "t": ("state",),
+    "T": ("state",), "p": ("priority",), "Q": ("priority",), "j": ("name",), "u": ("user",), "U": ("uid",),
+    "D": ("num_nodes",), "l": ("time_limit_s",), "S": ("start_time",), "V": ("submit_time",),
+    "e": ("end_time",), "r": ("reason",),
+}
+# What squeue reads of every job whatever it prints: its filters (ids, state, user or uid, name, partition,
+# account, qos, nodes, reservation), the combining of an array's pending tasks, and the job ids.
+SELECT_READS = ("id", "array_job_id", "array_task_id", "array_task_spec", "array_throttle", "state", "user", "uid",
+                "name", "partition", "account", "qos", "nodelist", "reservation", "reason")
+
+
+def sort_reads(spec: str) -> tuple[str, ...] | None:
+    """The fields a `-S` specification reads; None when one of its keys has none declared."""
+    reads: list[str] = []
+    for key in (k for k in spec.split(",") if k):
+        letter = key.lstrip("+-")
+        if letter not in _SORT_KEYS:
+            continue  # skipped by sort_jobs too
+        if letter not in SORT_READS:
+            return None
+        reads.extend(SORT_READS[letter])
+    return tuple(reads)
+
+
 def sort_jobs(jobs: Iterable[Mapping], spec: str = DEFAULT_SORT) -> list[Mapping]:
     """Sort by a `-S` specification (`P,t,-p`): comma-separated keys, `-` for descending, `+` ascending.
 
