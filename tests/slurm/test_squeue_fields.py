@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from corral.slurm.common.http import JOB_LINE_FIELDS
-from corral.slurm.squeue.fields import LETTERS, LONG_NAMES
 from corral.slurm.squeue import select
+from corral.slurm.squeue.fields import LETTERS, LONG_NAMES
 from corral.slurm.squeue.main import SQUEUE_FIELDS, server_filters, squeue_fields
 from corral.slurm.squeue.opts import parse_squeue
 from corral.slurm.squeue.output import squeue_output

@@ -23,6 +23,12 @@ QUEUE_LONG_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "QOS", "Q
                       "GPUS", "NODELIST(REASON)", "DETAIL")
 QUEUE_LONG_RIGHT = frozenset({0, 8, 9, 10})
 QUEUE_LONG_STATE_COLUMN = 7
+# The fields the queue's rows read (queue_rows, nodelist_or_reason, job_id_text, and the combining of an array's
+# pending tasks), asked of the controller as `fields=`: a quarter of a job line's (tests/cli/test_render.py).
+QUEUE_FIELDS = ("id", "array_job_id", "array_task_id", "array_task_spec", "array_throttle", "partition", "name",
+                "user", "state", "reason", "elapsed_s", "num_nodes", "total_gpus", "nodelist", "gpu_idle_flagged",
+                "estimated_start", "estimated_start_source", "estimated_start_window")
+QUEUE_LONG_FIELDS = (*QUEUE_FIELDS, "account", "qos", "queue", "reason_detail")
 NODE_HEADERS = ("NODE", "STATE", "PARTITIONS", "CPUS(A/T)", "MEM(A/T)", "GPUS(A/T)", "GPU MODEL", "FEATURES",
                 "REASON", "ISOLATION")
 NODE_RIGHT = frozenset({3, 4, 5})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import _socket
 import time
-from _collections_abc import Callable, Iterable, Mapping
+from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 from corral.slurm.common import jsontext
 from corral.slurm.common.leader import (
@@ -197,7 +197,7 @@ class Controller:
         while True:
             page, headers = self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after})
             if fields is not None and isinstance(page, dict):
-                found.extend(_records_of_columns(fields, page))
+                found.extend(records_of_columns(fields, page))
             elif fields is not None and page and isinstance(page[0], list):
                 found.extend(dict(zip(fields, row, strict=True)) for row in page)
             else:
@@ -326,13 +326,14 @@ def _within_rate_limit(send: Callable[[], tuple[int, dict[str, str], bytes]]) ->
     return status, headers, data
 
 
-def _records_of_columns(fields: tuple[str, ...], page: dict) -> list[dict]:
+def records_of_columns(fields: Sequence[str], page: dict) -> list[dict]:
+    """A record per job of a page of columns (`columns=true`); ControllerError if they do not fit the fields."""
     columns = page.get("columns")
     if not isinstance(columns, list) or len(columns) != len(fields):
         raise ControllerError(f"the controller sent {_count(columns)} columns for {len(fields)} fields")
     if len({len(column) for column in columns}) > 1:
         raise ControllerError("the controller sent columns of different lengths")
-    return [dict(zip(fields, row)) for row in zip(*columns)]
+    return [dict(zip(fields, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 def _count(columns: object) -> str:
