@@ -14,6 +14,7 @@ from __future__ import annotations
 import _socket
 import time
 from _collections_abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 
 from corral.slurm.common import jsontext
 from corral.slurm.common.leader import (
@@ -333,7 +334,8 @@ def records_of_columns(fields: Sequence[str], page: dict) -> list[dict]:
         raise ControllerError(f"the controller sent {_count(columns)} columns for {len(fields)} fields")
     if len({len(column) for column in columns}) > 1:
         raise ControllerError("the controller sent columns of different lengths")
-    return [dict(zip(fields, row, strict=True)) for row in zip(*columns, strict=True)]
+    # map() all the way down: no Python-level loop per record (the columns' lengths are checked above).
+    return list(map(dict, map(zip, repeat(tuple(fields)), zip(*columns))))  # noqa: B905
 
 
 def _count(columns: object) -> str:
