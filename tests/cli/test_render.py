@@ -216,8 +216,9 @@ def test_queue_rows_read_only_the_queue_fields():
     from records of only those fields, whatever the job's state, array, reason or forecast."""
     from corral.slurm.squeue.select import combine_pending_array_tasks
 
-    jobs = [*canned_jobs().values(), make_job(9, reason="Resources", estimated_start=T0 + 60, estimated_start_source="forecast",
-                                     estimated_start_window=[T0 + 30, T0 + 3600]),
+    forecast = make_job(9, reason="Resources", estimated_start=T0 + 60, estimated_start_source="forecast",
+                        estimated_start_window=[T0 + 30, T0 + 3600])
+    jobs = [*canned_jobs().values(), forecast,
             make_job(10, state="RUNNING", nodelist="node[1-4]", gpu_idle_flagged=True),
             make_job(11, account="hep", qos="high", queue="q", reason_detail="waits"),
             *[make_job(20 + task, array_job_id=20, array_task_id=task, array_throttle=2) for task in range(3)]]

@@ -178,7 +178,7 @@ class _Encoding:
         self._combine = combine
         # With `columns`: every value so far, a list per field (the few long-lived lists a page needs), and
         # where each combined record goes in them once finish() has built it.
-        self._columns = [[] for _ in fields] if columns and fields is not None else None
+        self._columns: list[list[object]] | None = [[] for _ in fields] if columns and fields is not None else None
         self._column_slots: list[tuple[int, _Combined]] = []
         self._parts: list[bytes | _Combined] = []
         self._slice: list[Job] = []
@@ -217,9 +217,9 @@ class _Encoding:
         groups = [index for index, part in enumerate(self._parts) if isinstance(part, _Combined)]
         for start in range(0, len(groups), SLICE):
             for index in groups[start:start + SLICE]:
-                group = self._parts[index]
-                assert isinstance(group, _Combined)
-                self._parts[index] = self._combined(group)
+                part = self._parts[index]
+                assert isinstance(part, _Combined)
+                self._parts[index] = self._combined(part)
             yield
 
     def body(self) -> bytes:

@@ -103,8 +103,12 @@ def squeue_fields(options: SqueueOptions) -> tuple[str, ...]:
     parse less (a quarter of SQUEUE_FIELDS for the default listing). SQUEUE_FIELDS when a column or sort
     key has no reads declared."""
     sorting = select.sort_reads(options.sort)
-    columns = [getattr(column.field, "reads", None) for column in options.format.columns if column.field is not None]
-    if sorting is None or any(reads is None for reads in columns):
+    wanted = dict.fromkeys((*select.SELECT_READS, *(sorting or ())))
+    for column in options.format.columns:
+        reads = getattr(column.field, "reads", None) if column.field is not None else ()
+        if reads is None:
+            return SQUEUE_FIELDS
+        wanted.update(dict.fromkeys(reads))
+    if sorting is None:
         return SQUEUE_FIELDS
-    wanted = dict.fromkeys((*select.SELECT_READS, *sorting, *(name for reads in columns for name in reads)))
     return tuple(name for name in SQUEUE_FIELDS if name in wanted)  # in SQUEUE_FIELDS' order, each once
