@@ -89,16 +89,18 @@ def seed(url: str, count: int) -> float:
 
 
 def plan(url: str, since: float, until: float) -> dict:
-    """EXPLAIN ANALYZE of the store's accounting query (the first page) for the window."""
+    """EXPLAIN ANALYZE of the store's accounting query (the first page) for the window, as Store.stream_jobs
+    builds it (with the longest span of a finished job read first)."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.dialects import postgresql
 
-    from corral.store.store import select_jobs
+    from corral.store.store import _LONGEST_SPAN, select_jobs
 
-    query = select_jobs(start_after=since, end_before=until, limit=10_000)
-    sql = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
     with engine.connect() as connection:
+        span = connection.execute(_LONGEST_SPAN).scalar()
+        query = select_jobs(start_after=since, end_before=until, limit=10_000, longest_span_s=span)
+        sql = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
         lines = [row[0] for row in connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {sql}"))]
     engine.dispose()
     return {"sql": " ".join(sql.split()), "plan": lines}
