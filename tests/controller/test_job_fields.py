@@ -130,3 +130,26 @@ def test_each_field_is_what_the_whole_record_says() -> None:
 def test_the_clients_line_fields_are_every_field_but_the_costly_ones() -> None:
     assert set(JOB_LINE_FIELDS) == set(JOB_FIELDS) - {"steps", "history", "usage"}
     assert len(set(JOB_LINE_FIELDS)) == len(JOB_LINE_FIELDS)
+
+
+def test_a_list_that_changes_while_paged_loses_and_repeats_no_job(api) -> None:
+    """Pages are ranges of ids (X-Next-After): every job there from the first page to the last comes exactly
+    once; one submitted meanwhile comes if its id is past the page being read (ids only grow, so it is);
+    one cancelled before its page is left out, as it would be from a list asked for after."""
+    fields = ("id", "state")
+    params = {"combine_arrays": "false", "limit": 2}
+    before = [job["id"] for job in api.get("/jobs").json()]
+    first, after = _columns(api, "/jobs", params, fields)
+    assert after is not None
+    submitted = api.post("/jobs", json={"workdir": "/tmp", "user": "alice", "argv": ["true"]})
+    assert submitted.status_code == 201, submitted.text
+    new_id = submitted.json()["job_id"]
+    gone = before[-1]
+    assert api.post(f"/jobs/{gone}/cancel").status_code == 200
+    seen = [job["id"] for job in first]
+    while after is not None:
+        page, after = _columns(api, "/jobs", {**params, "after": after}, fields)
+        seen += [job["id"] for job in page]
+    assert len(seen) == len(set(seen))  # nothing twice
+    assert seen == sorted(seen)
+    assert set(seen) == (set(before) - {gone}) | {new_id}
