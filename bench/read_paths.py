@@ -12,11 +12,15 @@ again after a restart on the same database, before any read.
 
 Singles: S pending jobs that are no arrays (squeue prints each), written to the database through the
 Store API before the controller starts; times squeue's listing in this process in parts (fetch and
-format), with whole records (the reference, first and last), with rows of the job-line fields and with
-rows of squeue's fields (`fields=`), and `squeue`, `squeue -t RUNNING`, `squeue -u user3` and
-`corral queue`.
+format), with whole records (the reference, first and last), with rows of the job-line fields, with
+rows of squeue's fields (`fields=`, the previous wire format) and with columns of the fields squeue's
+default listing reads (`fields=...&columns=true`, what squeue asks now); and `squeue`, `squeue -t RUNNING`,
+`squeue -u user3` and `corral queue` as fresh processes. With `--reference-src DIR` (the `src` folder of
+an older checkout, e.g. `git archive <commit> src | tar -x -C DIR/..`), each command is also run from that
+source against the same controller, taking turns with this one, and the outputs are compared byte for byte.
 
-    python bench/read_paths.py [--arrays N] [--singles S] [--repeat R]      (defaults 100, 100000, 1)
+    python bench/read_paths.py [--arrays N] [--singles S] [--repeat R] [--reference-src DIR]
+                                                                        (defaults 100, 100000, 1, none)
 
 Prints one JSON line: seconds per call (the median of R calls), MiB, and the load average before
 and after, since other work on the machine moves every figure."""
@@ -100,7 +104,7 @@ def timed(argv: list[str], env: dict[str, str], repeat: int) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         lines = proc.stdout.count("\n")
-    return {"s": round(statistics.median(times), 3), "lines": lines}
+    return {"s": round(statistics.median(times), 3), "lines": lines, "out": proc.stdout}
 
 
 def accounting_with_health(cluster: Cluster) -> dict:
@@ -142,11 +146,19 @@ def command_env(cluster: Cluster, tmp: str) -> dict[str, str]:
     return env
 
 
-def time_commands(env: dict[str, str], repeat: int, names: tuple[str, ...]) -> dict:
+def time_commands(env: dict[str, str], repeat: int, names: tuple[str, ...], reference_src: str | None = None) -> dict:
+    """Each command as a fresh process; with `reference_src`, also from that source (PYTHONPATH), each call
+    right after this one's, and whether both printed the same bytes."""
     result = {}
     for name in names:
         result[name] = timed(COMMANDS[name], env, repeat)
-        print(name, result[name], file=sys.stderr)
+        if reference_src is not None:
+            reference_env = {**env, "PYTHONPATH": reference_src}
+            result[f"{name}_reference"] = timed(COMMANDS[name], reference_env, repeat)
+            result[f"{name}_same_output"] = result[name].pop("out") == result[f"{name}_reference"].pop("out")
+        else:
+            result[name].pop("out")
+        print(name, result[name], result.get(f"{name}_reference"), file=sys.stderr)
     return result
 
 
@@ -192,7 +204,32 @@ def seed_single_jobs(db: str, count: int) -> None:
                 for i in range(start, min(start + 10_000, count + 1))])
 
 
-def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | None) -> dict:
+def fetch_pages(controller, fields: tuple[str, ...] | None, columns: bool) -> list[dict]:
+    """Every job, a page at a time, as whole records, rows or columns (the client's own pager asks for
+    columns whenever it names fields; rows are the wire format before them)."""
+    from corral.slurm.common.http import PAGE_JOBS, records_of_columns
+
+    query: dict[str, object] = {"combine_arrays": "true", "limit": PAGE_JOBS}
+    if fields:
+        query["fields"] = ",".join(fields)
+    if columns:
+        query["columns"] = "true"
+    found: list[dict] = []
+    after = None
+    while True:
+        page, headers = controller.exchange("GET", "/jobs", {**query, "after": after})
+        if columns:
+            found.extend(records_of_columns(fields, page))
+        elif fields:
+            found.extend(dict(zip(fields, row, strict=True)) for row in page)
+        else:
+            found.extend(page)
+        after = headers.get("x-next-after")
+        if after is None:
+            return found
+
+
+def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | None, columns: bool = False) -> dict:
     """squeue's whole listing in this process, in its parts: the controller's answer (building, encoding
     and sending it, and the client's parse: `fetch_s`) and squeue's filtering, sorting and formatting
     (`format_s`); `fields` None is the reference, whole JobOut records as squeue asked before `fields=`."""
@@ -205,25 +242,26 @@ def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | No
     fetches, formats, wire = [], [], 0
     for _ in range(repeat):
         start = time.perf_counter()
-        jobs = controller.jobs(combine_arrays=True, fields=fields)
+        jobs = fetch_pages(controller, fields, columns)
         fetched = time.perf_counter()
         out = squeue_output(options, jobs, time.time())[0]
         fetches.append(fetched - start)
         formats.append(time.perf_counter() - fetched)
-        projection = {"fields": ",".join(fields)} if fields else {}
+        projection = {"fields": ",".join(fields), **({"columns": "true"} if columns else {})} if fields else {}
         reply, _ = controller.exchange("GET", "/jobs", {"limit": 1000, **projection})
         wire = len(json.dumps(reply, separators=(",", ":")))  # as compact as the controller writes it
     return {"fetch_s": round(statistics.median(fetches), 3), "format_s": round(statistics.median(formats), 3),
             "lines": out.count("\n"), "bytes_per_job": round(wire / 1000)}
 
 
-def measure_singles(count: int, repeat: int) -> dict:
+def measure_singles(count: int, repeat: int, reference_src: str | None = None) -> dict:
     """As many jobs without arrays (nothing to combine: squeue prints every one), seeded in the store.
     Besides the commands, squeue's listing in parts, with whole records (the reference), with rows of
     the fields any job line reads (`corral queue`'s), and of those squeue reads, against the same controller
     in the same run."""
     from corral.slurm.common.http import JOB_LINE_FIELDS
-    from corral.slurm.squeue.main import SQUEUE_FIELDS
+    from corral.slurm.squeue.main import SQUEUE_FIELDS, squeue_fields
+    from corral.slurm.squeue.opts import parse_squeue
 
     result: dict = {"jobs": count}
     with tempfile.TemporaryDirectory(prefix="corral-read-") as tmp:
@@ -235,11 +273,14 @@ def measure_singles(count: int, repeat: int) -> dict:
             env = command_env(cluster, tmp)
             # The reference first and last, around the rest: the first cycles after the restore (and
             # anything else on the machine) then weigh on both sides alike.
-            variants = (("whole_records", None), ("rows_job_line", JOB_LINE_FIELDS), ("rows_squeue", SQUEUE_FIELDS))
-            for name, fields in variants:
-                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields)
+            variants = (("whole_records", None, False), ("rows_job_line", JOB_LINE_FIELDS, False),
+                        ("rows_squeue", SQUEUE_FIELDS, False),
+                        ("columns_squeue_default", squeue_fields(parse_squeue([], env)), True))
+            for name, fields, columns in variants:
+                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields, columns)
                 print(name, result[f"squeue_parts_{name}"], file=sys.stderr)
-            result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"))
+            result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"),
+                                    reference_src)
             result["squeue_parts_whole_records_again"] = listing_parts(env, repeat, None)
             print("whole_records_again", result["squeue_parts_whole_records_again"], file=sys.stderr)
         finally:
@@ -247,13 +288,13 @@ def measure_singles(count: int, repeat: int) -> dict:
     return result
 
 
-def measure(arrays: int = 100, singles: int = 100_000, repeat: int = 1) -> dict:
+def measure(arrays: int = 100, singles: int = 100_000, repeat: int = 1, reference_src: str | None = None) -> dict:
     result: dict = {"bench": "read-paths", "repeat": repeat, "machine": f"{platform.node()} cpus={os.cpu_count()}",
                     "loadavg_before": os.getloadavg()[0]}
     if arrays:
         result["arrays"] = measure_arrays(arrays, repeat)
     if singles:
-        result["singles"] = measure_singles(singles, repeat)
+        result["singles"] = measure_singles(singles, repeat, reference_src)
     result["loadavg_after"] = os.getloadavg()[0]
     return result
 
@@ -264,8 +305,9 @@ def main() -> None:
                         help=f"arrays of {ARRAY_SIZE} tasks to submit (0: skip that part)")
     parser.add_argument("--singles", type=int, default=100_000, help="jobs without arrays (0: skip that part)")
     parser.add_argument("--repeat", type=int, default=1, help="calls per command (the median is reported)")
+    parser.add_argument("--reference-src", help="an older checkout's src folder: its commands are timed too")
     args = parser.parse_args()
-    print(json.dumps(measure(args.arrays, args.singles, args.repeat)))
+    print(json.dumps(measure(args.arrays, args.singles, args.repeat, args.reference_src)))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ sys.path.insert(0, str(HERE))
 import cycle  # noqa: E402
 import polling_load  # noqa: E402
 import read_paths  # noqa: E402
+import sacct_million  # noqa: E402
 import security_overhead  # noqa: E402
 import slurm_latency  # noqa: E402
 import tenancy_cycle  # noqa: E402
@@ -63,6 +64,9 @@ def main() -> None:
     r_reads = read_paths.measure()
     print(json.dumps(r_reads))
     results["results"].append(r_reads)
+    r_sacct = sacct_million.measure()
+    print(json.dumps(r_sacct))
+    results["results"].append(r_sacct)
     # Identity, TLS and confinement on vs off, in one run (root only for "on").
     for on in ([False, True] if __import__("os").geteuid() == 0 else [False]):
         r_security = security_overhead.measure(on)

@@ -1,13 +1,13 @@
 import json
 
 from corral.cli.client import PAGE_JOBS
+from corral.cli.render import QUEUE_FIELDS
 from corral.jobscript import format_duration
-from corral.slurm.common.http import JOB_LINE_FIELDS
 
 from .standin import T0, make_job
 
 # The stand-in sends whole records whatever `fields` asks, as a controller without `fields=` does.
-LINE_FIELDS = ",".join(JOB_LINE_FIELDS)
+LINE_FIELDS = ",".join(QUEUE_FIELDS)
 
 
 def lines_of(text):
@@ -25,7 +25,7 @@ def test_queue_table_shows_active_jobs(standin, cli):
     assert "(Resources) est. start" in rows[1]
     assert len(rows) == 2  # finished jobs are left out
     assert standin.state.queries[-1] == ("/jobs", {"combine_arrays": "true", "fields": LINE_FIELDS,
-                                                   "limit": str(PAGE_JOBS)})
+                                                   "columns": "true", "limit": str(PAGE_JOBS)})
 
 
 def test_queue_all_and_filters_reach_the_server(standin, cli):
@@ -33,7 +33,7 @@ def test_queue_all_and_filters_reach_the_server(standin, cli):
     assert result.exit_code == 0, result.output
     assert standin.state.queries[-1] == ("/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING",
                                                    "combine_arrays": "true", "fields": LINE_FIELDS,
-                                                   "limit": str(PAGE_JOBS)})
+                                                   "columns": "true", "limit": str(PAGE_JOBS)})
     assert [r[0] for r in lines_of(result.stdout)[1:]] == ["2", "4"]
 
 

@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from corral.cli import lean_commands
+from corral.cli import lean_commands, render
 from corral.cli.client import PAGE_JOBS
-from corral.slurm.common.http import JOB_LINE_FIELDS
 
 from .test_commands import add_array_tasks
 
@@ -102,7 +101,7 @@ def test_lean_queue_sends_the_typer_commands_query(standin, cli):
     cli("queue", "--all", "--user", "bob", "-t", "failed,pending")
     assert lean_query == standin.state.queries[-1] == (
         "/jobs", {"all": "true", "user": "bob", "states": "FAILED,PENDING", "combine_arrays": "true",
-                  "fields": ",".join(JOB_LINE_FIELDS), "limit": str(PAGE_JOBS)})
+                  "fields": ",".join(render.QUEUE_FIELDS), "columns": "true", "limit": str(PAGE_JOBS)})
 
 
 @pytest.mark.parametrize("argv", [

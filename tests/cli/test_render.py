@@ -209,3 +209,20 @@ def test_history_lines_tolerate_a_missing_time():
 
 def test_format_fields():
     assert render.format_fields([("A", "1"), ("Long", "x")]) == ["A    : 1", "Long : x"]
+
+
+def test_queue_rows_read_only_the_queue_fields():
+    """`corral queue` asks the controller for QUEUE_FIELDS (or QUEUE_LONG_FIELDS) only: every row is the same
+    from records of only those fields, whatever the job's state, array, reason or forecast."""
+    from corral.slurm.squeue.select import combine_pending_array_tasks
+
+    forecast = make_job(9, reason="Resources", estimated_start=T0 + 60, estimated_start_source="forecast",
+                        estimated_start_window=[T0 + 30, T0 + 3600])
+    jobs = [*canned_jobs().values(), forecast,
+            make_job(10, state="RUNNING", nodelist="node[1-4]", gpu_idle_flagged=True),
+            make_job(11, account="hep", qos="high", queue="q", reason_detail="waits"),
+            *[make_job(20 + task, array_job_id=20, array_task_id=task, array_throttle=2) for task in range(3)]]
+    for fields, rows in ((render.QUEUE_FIELDS, render.queue_rows), (render.QUEUE_LONG_FIELDS, render.queue_long_rows)):
+        narrow = [{name: job[name] for name in fields if name in job} for job in jobs]
+        assert rows(combine_pending_array_tasks(narrow), T0) == rows(combine_pending_array_tasks(jobs), T0)
+    assert len(render.QUEUE_FIELDS) < len(jobs[0]) / 2

@@ -188,3 +188,62 @@ def test_commands_report_failures_as_slurm_like_lines(capsys):
         "sinfo: error: Unable to contact slurm controller (connect failure)\n"
         "sinfo: error: corral's controller at http://h:1 (from CORRAL_URL) did not answer: Connection refused; "
         "is 'corral up' running?\n")
+
+
+class _ProjectingHandler(BaseHTTPRequestHandler):
+    """Jobs 1..5 as a controller of each generation sends them: whole records (knows no `fields`), rows
+    (knows `fields`, not `columns`), columns, or broken columns."""
+
+    protocol_version = "HTTP/1.1"
+    sends = "columns"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        query = dict(part.split("=", 1) for part in self.path.partition("?")[2].split("&") if part)
+        jobs = [{"id": i, "user": f"u{i}", "state": "PENDING", "extra": i * 10} for i in range(1, 6)]
+        fields = query["fields"].split(",") if "fields" in query else None
+        if self.sends == "whole" or fields is None:
+            page: object = jobs
+        elif self.sends == "rows":
+            page = [[job[name] for name in fields] for job in jobs]
+        elif self.sends == "columns":
+            assert query.get("columns") == "true"
+            page = {"columns": [[job[name] for job in jobs] for name in fields]}
+        else:
+            page = {"columns": [[job[name] for job in jobs] for name in fields[1:]]}
+        body = json.dumps(page).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.parametrize("sends", ["columns", "rows", "whole"])
+def test_projected_lists_read_alike_from_every_controller_generation(sends):
+    """The commands ask for columns; an older controller's rows, or whole records, give the same records."""
+    _ProjectingHandler.sends = sends
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ProjectingHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        controller = http.Controller(f"http://127.0.0.1:{httpd.server_port}")
+        jobs = controller.jobs(fields=("state", "id"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    expected = [{"state": "PENDING", "id": i} for i in range(1, 6)]
+    assert [{k: job[k] for k in ("state", "id")} for job in jobs] == expected
+    assert all("extra" in job for job in jobs) == (sends == "whole")
+
+
+def test_columns_that_do_not_match_the_fields_are_refused():
+    _ProjectingHandler.sends = "broken"
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ProjectingHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(http.ControllerError, match="the controller sent 1 columns for 2 fields"):
+            http.Controller(f"http://127.0.0.1:{httpd.server_port}").jobs(fields=("state", "id"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

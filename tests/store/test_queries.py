@@ -154,3 +154,32 @@ def test_jobs_read_together_share_their_equal_parts(store: Store) -> None:
         assert job.spec.env is first.spec.env and job.spec.request is first.spec.request
         assert job.spec.workdir is first.spec.workdir and job.spec.argv is first.spec.argv
     assert store.query_jobs() == store.load_active_jobs()
+
+
+def test_a_window_finds_the_longest_job_and_every_unfinished_one(store: Store) -> None:
+    """The window reads a range of submit_time bounded by the longest finished job (select_jobs'
+    `longest_span_s`): a week-long job that ended in the window, a COMPLETING job with an end, and jobs
+    still pending or running since long before are all found, page after page, as the plain filter finds them."""
+    week = 7 * 86_400.0
+    history = [
+        _job(1, JobState.COMPLETED, submit=0, end=week + 50),  # the longest: a week, ends in the window
+        _job(2, JobState.COMPLETED, submit=week, end=week + 10),  # ended before the window
+        _job(3, JobState.COMPLETED, submit=week + 20, end=week + 90),
+        _job(4, JobState.PENDING, submit=10),  # waiting for a week
+        _job(5, JobState.RUNNING, submit=30),
+        _job(6, JobState.COMPLETING, submit=week + 5, end=week + 40),
+        _job(7, JobState.FAILED, submit=week + 500, end=week + 600),  # submitted after the window
+    ]
+    store.save(jobs=history)
+    since, until = BASE_TIME + week + 30, BASE_TIME + week + 100
+    expected = [1, 3, 4, 5, 6]
+    assert _ids(store.query_jobs(start_after=since, end_before=until)) == expected
+    assert _ids(store.query_jobs(start_after=since, end_before=until, include_active=False)) == [1, 3]
+    paged, after = [], None
+    while True:
+        page = store.query_jobs(start_after=since, end_before=until, after_id=after, limit=2)
+        paged += _ids(page)
+        if len(page) < 2:
+            break
+        after = page[-1].id
+    assert paged == expected

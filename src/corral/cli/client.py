@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from corral.cli.errors import CliError
+from corral.slurm.common.http import ControllerError, records_of_columns
 from corral.slurm.common.leader import (
     DEFAULT_LEADER_WAIT_S,
     LEADER_HEADER,
@@ -127,10 +128,11 @@ class Client:
              fields: Sequence[str] | None = None) -> list[dict]:
         """`ids`: only the jobs these ids name, in Slurm's forms (`N`, `N_I`, `N_[I-J,K]`). `combine_arrays`:
         an array's pending tasks as one record (`array_task_spec`), as squeue shows them. `fields`: records of
-        only these fields (the controller sends them as rows)."""
+        only these fields (the controller sends them as columns)."""
         params = _params(states=_csv(states), user=user, all="true" if include_finished else None, ids=_csv(ids),
                          combine_arrays="true" if combine_arrays else None,
-                         fields=",".join(fields) if fields is not None else None)
+                         fields=",".join(fields) if fields is not None else None,
+                         columns="true" if fields is not None else None)
         return self._pages("/jobs", params, fields)
 
     def job(self, job_id: int) -> dict:
@@ -216,13 +218,19 @@ class Client:
 
     def _pages(self, path: str, params: dict[str, str], fields: Sequence[str] | None = None) -> list[dict]:
         """Every record of a paged list (the controller says where the next page starts); asked with
-        `fields`, rows of them (a controller that does not know `fields` sends whole records)."""
+        `fields`, columns of them (`columns=true`; a controller that does not know `columns` sends rows, one that
+        does not know `fields` whole records)."""
         found: list[dict] = []
         page = {**params, "limit": str(PAGE_JOBS)}
         while True:
             response = self._response("GET", path, params=page)
             records = self._json(response)
-            if fields is not None and records and isinstance(records[0], list):
+            if fields is not None and isinstance(records, dict):
+                try:
+                    records = records_of_columns(fields, records)
+                except ControllerError as exc:
+                    raise ClientError(str(exc)) from None
+            elif fields is not None and records and isinstance(records[0], list):
                 records = [dict(zip(fields, row, strict=True)) for row in records]
             found.extend(records)
             after = response.headers.get("X-Next-After")

@@ -18,7 +18,6 @@ from corral.cli.output import fail, print_json, print_lines, print_table, report
 from corral.cli.render import cancelled_line, empty_queue_text
 from corral.cli.timespec import FORMS_HELP, midnight, parse_when
 from corral.jobref import JobIdError, JobRef, parse_job_list
-from corral.slurm.common.http import JOB_LINE_FIELDS
 from corral.slurm.squeue.select import combine_pending_array_tasks
 
 UrlOption = Annotated[
@@ -59,8 +58,9 @@ def queue(
     """List pending and running jobs (squeue); --all adds finished ones. Array tasks show as ARRAYJOB_TASK,
     and an array's pending tasks share one row, ARRAYJOB_[TASKS], as squeue shows them."""
     # The table shows an array's pending tasks on one row: the controller sends them so (--json: each task).
+    queue_fields = render.QUEUE_LONG_FIELDS if long_format else render.QUEUE_FIELDS
     query: dict[str, Any] = {"states": [s.upper() for s in _csv(states)], "user": user, "include_finished": all_jobs,
-                             "combine_arrays": not json_output, "fields": None if json_output else JOB_LINE_FIELDS}
+                             "combine_arrays": not json_output, "fields": None if json_output else queue_fields}
     filtered = bool(user or states)
     with reported_errors(), open_client(url) as client:
         if not watch:

@@ -108,21 +108,19 @@ def _queue(options: Options, env: Mapping[str, str]) -> int | None:
     states = [part.strip().upper() for part in str(options.get("states") or "").split(",") if part.strip()]
     user = options.get("user")
     all_jobs, json_output = bool(options.get("all")), bool(options.get("json"))
-    from corral.slurm.common.http import JOB_LINE_FIELDS
+    from corral.cli import render
 
+    fields = render.QUEUE_LONG_FIELDS if options.get("long") else render.QUEUE_FIELDS
     jobs = _read(options, env, lambda controller: controller.jobs(
         include_finished=all_jobs, user=user, states=states or None, combine_arrays=not json_output,
-        fields=None if json_output else JOB_LINE_FIELDS))
+        fields=None if json_output else fields))
     if not isinstance(jobs, list):
         return None
     if json_output:
         return _print_json(jobs)
     if not jobs:
-        from corral.cli.render import empty_queue_text
-
-        sys.stdout.write(empty_queue_text(all_jobs, bool(user or states)) + "\n")
+        sys.stdout.write(render.empty_queue_text(all_jobs, bool(user or states)) + "\n")
         return 0
-    from corral.cli import render
     from corral.cli.tables import print_table
     from corral.slurm.squeue.select import combine_pending_array_tasks
 

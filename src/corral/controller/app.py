@@ -39,6 +39,7 @@ from corral.controller.metrics import RequestTiming
 from corral.controller.notebook_routes import notebook_routes
 from corral.controller.params import (
     AfterQuery,
+    ColumnsQuery,
     EpochQuery,
     FieldsQuery,
     JobIdPath,
@@ -272,16 +273,18 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
     async def list_jobs(states: NameQuery = None, user: NameQuery = None, all: bool = False,
                         ids: str | None = Query(None, description=IDS_HELP), partitions: NameQuery = None,
                         accounts: NameQuery = None, after: AfterQuery = None, limit: LimitQuery = None,
-                        combine_arrays: bool = False, fields: FieldsQuery = None,
+                        combine_arrays: bool = False, fields: FieldsQuery = None, columns: ColumnsQuery = False,
                         principal: Principal = user_dep) -> Response:
         """Unfinished jobs (with `all`, finished ones too), by id. Every filter takes a comma-separated
         list: `user` names, `ids`, `states`, `partitions`, `accounts`. Paging: at most `limit` jobs with
         an id above `after`; the X-Next-After header says where the next page starts. `combine_arrays`:
         an array's pending tasks as one record (`array_task_spec`), as squeue shows them. `fields`: each
-        job as an array of those JobOut fields' values, in that order."""
+        job as an array of those JobOut fields' values, in that order; with `columns` too, an object
+        `{"columns": [...]}` holding a list per field of every job's value, in the jobs' order."""
         query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
-                         after=after, limit=limit, combine_arrays=combine_arrays, fields=_fields(fields))
+                         after=after, limit=limit, combine_arrays=combine_arrays, fields=_fields(fields),
+                         columns=_columns(columns, fields))
         async with list_slots:
             if all:
                 found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
@@ -360,13 +363,14 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
                          until: EpochQuery = None, ids: str | None = Query(None, description=IDS_HELP),
                          partitions: NameQuery = None, accounts: NameQuery = None, after: AfterQuery = None,
                          limit: LimitQuery = None, combine_arrays: bool = False, fields: FieldsQuery = None,
-                         principal: Principal = user_dep) -> Response:
+                         columns: ColumnsQuery = False, principal: Principal = user_dep) -> Response:
         """Every job that existed between `since` (not ended by then) and `until` (submitted by then),
-        by id, read from the database. Filters, paging, `combine_arrays` and `fields` as for GET /jobs."""
+        by id, read from the database. Filters, paging, `combine_arrays`, `fields` and `columns` as for
+        GET /jobs."""
         query = JobQuery(JobFilter(states=_states(states), users=_names(user), ids=_job_ids(service, ids),
                                    partitions=_names(partitions), accounts=_names(accounts)),
                          since=since, until=until, after=after, limit=limit, combine_arrays=combine_arrays,
-                         fields=_fields(fields))
+                         fields=_fields(fields), columns=_columns(columns, fields))
         async with list_slots:
             found = await listing.stored_jobs(service.engine, service.store, query, service.clock())
         guard.charge(principal, found.jobs)
@@ -458,6 +462,12 @@ def _fields(text: str | None) -> tuple[str, ...] | None:
         return projection.parse_fields(text)
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
+
+
+def _columns(columns: bool, fields: str | None) -> bool:
+    if columns and fields is None:
+        raise HTTPException(422, "columns needs fields: name the fields each column holds")
+    return columns
 
 
 def _json_list(found: listing.JobList) -> Response:

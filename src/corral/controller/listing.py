@@ -65,6 +65,7 @@ class JobQuery:
     limit: int | None = None  # at most this many jobs (a combined record counts each of its tasks)
     combine_arrays: bool = False
     fields: tuple[str, ...] | None = None  # rows of these fields (projection.py); None: whole JobOut records
+    columns: bool = False  # with `fields`: one list per field (`{"columns": [...]}`) rather than rows
 
     def shows(self, field_name: str) -> bool:
         """Whether the answer holds this field (so that what only it needs is not computed in vain: the
@@ -74,7 +75,7 @@ class JobQuery:
 
 @dataclass(frozen=True, slots=True)
 class JobList:
-    body: bytes  # a JSON array of JobOut, or with `fields` of rows
+    body: bytes  # a JSON array of JobOut, or with `fields` of rows, or with `columns` {"columns": [...]}
     next_after: int | None  # where the next page starts; None: this was the last one
     jobs: int = 0  # the job records it encoded (what it cost)
 
@@ -93,7 +94,7 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
 
     facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priority_of, forecasts or {},
                      lambda job: live.of(job.id) if live is not None else None)
-    encoding = _Encoding(facts, query.fields, query.combine_arrays)
+    encoding = _Encoding(facts, query.fields, query.combine_arrays, query.columns)
     for job in jobs:
         if encoding.add(job):
             await asyncio.sleep(0)  # let other requests in between slices
@@ -124,7 +125,7 @@ def _stored_jobs(store: Store, query: JobQuery, facts: JobFacts) -> JobList:
         states=[JobState(s) for s in flt.states] if flt.states is not None else None,
         partitions=flt.partitions, accounts=flt.accounts, start_after=query.since, end_before=query.until,
         after_id=query.after, limit=query.limit)
-    encoding = _Encoding(facts, query.fields, query.combine_arrays)
+    encoding = _Encoding(facts, query.fields, query.combine_arrays, query.columns)
     count, last_id = 0, None
     for job in jobs:
         encoding.add(job)
@@ -168,12 +169,17 @@ class _Encoding:
     `combine`, an array's pending tasks (same name and partition) become one record with their ids
     in `array_task_spec`, as squeue's _combine_pending_array_tasks makes it (so the commands show
     what they showed when they combined the tasks themselves). With `fields`, each record is a row of
-    those fields (projection.py)."""
+    those fields (projection.py); with `columns` as well, a list per field gathers every job's value (a
+    combined record's place held until finish() builds it), and each is encoded at the end."""
 
-    def __init__(self, facts: JobFacts, fields: tuple[str, ...] | None, combine: bool) -> None:
+    def __init__(self, facts: JobFacts, fields: tuple[str, ...] | None, combine: bool, columns: bool = False) -> None:
         self._facts = facts
         self._projection = Projection(fields) if fields is not None else None
         self._combine = combine
+        # With `columns`: every value so far, a list per field (the few long-lived lists a page needs), and
+        # where each combined record goes in them once finish() has built it.
+        self._columns: list[list[object]] | None = [[] for _ in fields] if columns and fields is not None else None
+        self._column_slots: list[tuple[int, _Combined]] = []
         self._parts: list[bytes | _Combined] = []
         self._slice: list[Job] = []
         self._groups: dict[tuple, _Combined] = {}
@@ -187,7 +193,7 @@ class _Encoding:
             if group is None:
                 self._flush()  # records stay in the order of their first job
                 group = self._groups[key] = _Combined(job)
-                self._parts.append(group)
+                self._hold_place(group)
             assert spec.array_task_id is not None  # a task of an array has its index
             group.task_ids.append(spec.array_task_id)
             group.reasons[job.reason or "None"] = None
@@ -201,15 +207,24 @@ class _Encoding:
     def finish(self) -> Iterator[None]:
         """Encode what is left (the combined records), yielding after each slice."""
         self._flush()
+        if self._columns is not None:
+            for start in range(0, len(self._column_slots), SLICE):
+                for place, group in self._column_slots[start:start + SLICE]:
+                    for column, value in zip(self._columns, self._combined_record(group), strict=True):
+                        column[place] = value
+                yield
+            return
         groups = [index for index, part in enumerate(self._parts) if isinstance(part, _Combined)]
         for start in range(0, len(groups), SLICE):
             for index in groups[start:start + SLICE]:
-                group = self._parts[index]
-                assert isinstance(group, _Combined)
-                self._parts[index] = self._combined(group)
+                part = self._parts[index]
+                assert isinstance(part, _Combined)
+                self._parts[index] = self._combined(part)
             yield
 
     def body(self) -> bytes:
+        if self._columns is not None:
+            return b'{"columns":[' + b",".join(_dumps(column) for column in self._columns) + b"]}"
         parts = [part for part in self._parts if isinstance(part, bytes) and part]
         assert len(parts) == sum(1 for part in self._parts if part), "finish() encodes every combined record"
         return b"[" + b",".join(parts) + b"]"
@@ -221,13 +236,39 @@ class _Encoding:
         if projection is None:
             # pydantic's encoder holds the GIL for a whole call: one slice, not the whole list.
             self._parts.append(_LIST.dump_json([facts.job_out(job) for job in self._slice])[1:-1])
+        elif self._columns is not None:
+            for column, values in zip(self._columns, projection.columns(self._slice, facts), strict=True):
+                column.extend(values)
         else:
             rows = [projection.row(job, facts) for job in self._slice]
             self._parts.append(_dumps(rows)[1:-1])
         self._slice = []
 
+    def _hold_place(self, group: _Combined) -> None:
+        if self._columns is None:
+            self._parts.append(group)
+            return
+        self._column_slots.append((len(self._columns[0]), group))
+        for column in self._columns:
+            column.append(None)
+
     def _combined(self, group: _Combined) -> bytes:
-        """The group's one record: its first task's, standing for them all."""
+        """The group's one record, encoded."""
+        if self._projection is None:
+            out = self._facts.job_out(group.first)
+            for name, value in self._combined_changes(group).items():
+                setattr(out, name, value)
+            return out.model_dump_json().encode()
+        return _dumps(self._combined_record(group))
+
+    def _combined_record(self, group: _Combined) -> list[object]:
+        """The group's one row of the projection's fields."""
+        assert self._projection is not None
+        record = self._projection.record(group.first, self._facts) | self._combined_changes(group)
+        return [record[name] for name in self._projection.fields]
+
+    def _combined_changes(self, group: _Combined) -> dict[str, object]:
+        """What tells the group's one record from its first task's, standing for them all."""
         changes: dict[str, object] = {}
         if len(group.task_ids) > 1:
             array_id = group.first.spec.array_job_id
@@ -236,13 +277,7 @@ class _Encoding:
             throttle = group.first.spec.array_throttle
             changes = {"id": array_id, "array_task_id": None, "reason": ",".join(group.reasons),
                        "array_task_spec": f"{ranges}%{throttle}" if throttle else ranges}
-        if self._projection is None:
-            out = self._facts.job_out(group.first)
-            for name, value in changes.items():
-                setattr(out, name, value)
-            return out.model_dump_json().encode()
-        record = self._projection.record(group.first, self._facts) | changes
-        return _dumps([record[name] for name in self._projection.fields])
+        return changes
 
 
 def _dumps(value: object) -> bytes:

@@ -45,3 +45,4 @@ AfterQuery = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only jobs
 LimitQuery = Annotated[int | None, Query(ge=1, le=limits.COUNT_MAX, description="At most this many jobs")]
 # A job list's projection (controller/projection.py): comma-separated JobOut field names.
 FieldsQuery = Annotated[str | None, Query(max_length=2000, description="Rows of these JobOut fields, in order")]
+ColumnsQuery = Annotated[bool, Query(description="With fields: a list per field ({\"columns\": [...]}), not rows")]

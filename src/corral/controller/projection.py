@@ -1,12 +1,16 @@
 """Job lists with only the fields a client asks for (`fields=` on GET /jobs and GET /accounting), sent as
-rows: a JSON array of arrays, each row's values in the order the fields were named.
+rows (a JSON array of arrays, each row's values in the order the fields were named) or, with `columns=true`,
+as columns (`{"columns": [[every job's first field], [every job's second field], ...]}`).
 
 A full JobOut costs the controller a pydantic model and ~900 bytes of JSON per job, and the client a dict
 of 50 keys to parse: at 100,000 jobs, seconds on both sides. squeue's job lines need a few scalar fields,
 so the fields that are attributes of the engine's record are read from it at once, the few others
 computed from it, and all encoded by the json module's C encoder. The one field left (a job's steps) is
 taken from a full JobOut built for the job, so every field gives what the full record gives
-(tests/controller/test_job_fields.py compares them)."""
+(tests/controller/test_job_fields.py compares them).
+
+Columns cost less than rows on both sides: a plain field of a whole slice of jobs is read by one map() of an
+attrgetter (no per-job list, no per-job call into Python), and the client decodes one list per field."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -142,6 +146,21 @@ class Projection:
 
     def record(self, job: Job, facts: JobFacts) -> dict[str, object]:
         return dict(zip(self.fields, self.row(job, facts), strict=True))
+
+    def columns(self, jobs: list[Job], facts: JobFacts) -> list[list[object]]:
+        """The named fields of these jobs, a list per field (in the order named), each in the jobs' order."""
+        by_name: dict[str, list[object]] = {}
+        for name in self.fields:
+            if name in _PLAIN:
+                by_name[name] = list(map(attrgetter(_PLAIN[name]), jobs))
+            elif name in _COMPUTED:
+                getter = _COMPUTED[name]
+                by_name[name] = [getter(job, facts) for job in jobs]
+        if self._full:
+            wholes = [facts.job_out(job).model_dump(include=set(self._full), mode="json") for job in jobs]
+            for name in self._full:
+                by_name[name] = [whole[name] for whole in wholes]
+        return [by_name[name] for name in self.fields]
 
     def row(self, job: Job, facts: JobFacts) -> list[object]:
         """The job's named fields; a full JobOut only for a field that is neither plain nor computed."""

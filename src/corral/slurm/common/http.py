@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import _socket
 import time
-from _collections_abc import Callable, Iterable, Mapping
+from _collections_abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 
 from corral.slurm.common import jsontext
 from corral.slurm.common.leader import (
@@ -185,16 +186,20 @@ class Controller:
 
     def pages(self, path: str, params: Mapping[str, object], fields: tuple[str, ...] | None = None) -> list[dict]:
         """Every record of a paged list, PAGE_JOBS at a time. Iterables in `params` go comma-separated,
-        True as `true`. With `fields`, the controller sends each record as a row of those fields' values
-        (a controller that does not know `fields` sends whole records, taken as they are)."""
+        True as `true`. With `fields`, the controller sends a list per field of every record's value
+        (`{"columns": [...]}`); a controller that does not know `columns` sends a row per record, and one
+        that does not know `fields` whole records, taken as they are."""
         query = {key: _param(value) for key, value in params.items()}
         if fields is not None:
             query["fields"] = ",".join(fields)
+            query["columns"] = "true"
         found: list[dict] = []
         after = None
         while True:
             page, headers = self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after})
-            if fields is not None and page and isinstance(page[0], list):
+            if fields is not None and isinstance(page, dict):
+                found.extend(records_of_columns(fields, page))
+            elif fields is not None and page and isinstance(page[0], list):
                 found.extend(dict(zip(fields, row, strict=True)) for row in page)
             else:
                 found.extend(page)
@@ -320,6 +325,21 @@ def _within_rate_limit(send: Callable[[], tuple[int, dict[str, str], bytes]]) ->
         raise ApiError(status, f"{_error_detail(status, data)} (gave up after {RATE_LIMIT_RETRIES + 1} tries "
                                f"over {waited_s:.0f} s)")
     return status, headers, data
+
+
+def records_of_columns(fields: Sequence[str], page: dict) -> list[dict]:
+    """A record per job of a page of columns (`columns=true`); ControllerError if they do not fit the fields."""
+    columns = page.get("columns")
+    if not isinstance(columns, list) or len(columns) != len(fields):
+        raise ControllerError(f"the controller sent {_count(columns)} columns for {len(fields)} fields")
+    if len({len(column) for column in columns}) > 1:
+        raise ControllerError("the controller sent columns of different lengths")
+    # map() all the way down: no Python-level loop per record (the columns' lengths are checked above).
+    return list(map(dict, map(zip, repeat(tuple(fields)), zip(*columns))))  # noqa: B905
+
+
+def _count(columns: object) -> str:
+    return str(len(columns)) if isinstance(columns, list) else "no"
 
 
 def retry_wait_s(retry_after: str | None, retry: int) -> float:

@@ -27,6 +27,9 @@ class Field(Record):
     # or a function of the job for %R, whose reasons are cut and whose node lists are not.
     cut: object = True
     header_cut: bool = True
+    # The record fields value() and cut read, so that squeue asks the controller for those only; None: not
+    # declared (squeue then asks for every field it may read). tests/slurm/test_squeue_fields.py checks them.
+    reads: tuple[str, ...] | None = None
 
 
 def _shows_reason(job: Mapping) -> bool:
@@ -82,7 +85,7 @@ def _priority_float(job: Mapping, view: View) -> str:
     return f"{int(job.get('priority', 0)) / 0xFFFFFFFF:16.14f}"
 
 
-LETTERS: Mapping[str, Field] = {
+_LETTER_FIELDS: Mapping[str, Field] = {
     "a": Field("ACCOUNT", _text("account")),
     "A": Field("JOBID", lambda j, v: jobids.raw_job_id(j)),
     "b": Field("TRES_PER_NODE", lambda j, v: tres.tres_per_node(j) or "N/A"),
@@ -136,6 +139,23 @@ LETTERS: Mapping[str, Field] = {
     "z": Field("S:C:T", _const("*:*:*")),
     "Z": Field("WORK_DIR", lambda j, v: str(j.get("workdir", ""))),
 }
+
+# What each letter's field reads (Field.reads). The job's state decides a reason, a start and the time used.
+_ARRAY_ID = ("id", "array_job_id", "array_task_id", "array_task_spec")
+_REASON = ("state", "reason", "held", "exit_signal")
+_TIME_USED = ("state", "start_time", "end_time")
+_START = ("state", "estimated_start", "start_time")
+_LETTER_READS: Mapping[str, tuple[str, ...]] = {
+    "a": ("account",), "A": ("id",), "D": ("num_nodes",), "e": (*_START, "end_time", "time_limit_s"),
+    "F": _ARRAY_ID, "i": _ARRAY_ID, "j": ("name",), "K": _ARRAY_ID, "l": ("time_limit_s",),
+    "L": ("time_limit_s", *_TIME_USED), "M": _TIME_USED, "N": ("nodelist",), "p": ("priority",),
+    "P": ("partition",), "q": ("qos",), "Q": ("priority",), "r": _REASON, "R": (*_REASON, "nodelist"),
+    "S": _START, "t": ("state",), "T": ("state",), "u": ("user",), "V": ("submit_time",),
+    **{letter: () for letter in "dfhHIJnOWxXyYz"},
+}
+LETTERS: Mapping[str, Field] = {
+    letter: field.replace(reads=_LETTER_READS[letter]) if letter in _LETTER_READS else field
+    for letter, field in _LETTER_FIELDS.items()}
 
 _LONG_TO_LETTER = {
     "account": "a", "arrayjobid": "F", "arraytaskid": "K", "batchhost": "B", "command": "o",

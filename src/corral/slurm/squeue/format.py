@@ -59,5 +59,5 @@ def render(jobs: Iterable[Mapping], fmt: Format, view: View, *, header: bool = T
     lines = [timefmt.ctime(view.now)] if long_banner else []
     if header:
         lines.append(header_line(fmt))
-    lines.extend(job_line(job, fmt, view) for job in jobs)
+    lines.extend(formatspec.record_lines(list(jobs), fmt, view))
     return "".join(line + "\n" for line in lines)

@@ -10,6 +10,7 @@ from corral.slurm.common import states
 from corral.slurm.common.command import MIN_JOB_AGE_S, Result, action_text, connect, emit, run, still_known
 from corral.slurm.common.http import JOB_LINE_FIELDS, ApiError, Controller
 from corral.slurm.common.target import current_user
+from corral.slurm.squeue import select
 from corral.slurm.squeue.opts import USAGE, SqueueOptions, parse_squeue
 from corral.slurm.squeue.output import squeue_output
 
@@ -93,5 +94,21 @@ def server_filters(options: SqueueOptions, user: str | None) -> dict[str, Any]:
     tasks_named = options.job_ids is not None and any(ref.tasks is not None for ref in options.job_ids)
     filters["combine_arrays"] = not options.array and not tasks_named
     if options.steps is None:  # -s shows steps, which come with whole records only
-        filters["fields"] = SQUEUE_FIELDS
+        filters["fields"] = squeue_fields(options)
     return filters
+
+
+def squeue_fields(options: SqueueOptions) -> tuple[str, ...]:
+    """The fields squeue's lines, sort and filters read: fewer fields cost the controller, the wire and the
+    parse less (a quarter of SQUEUE_FIELDS for the default listing). SQUEUE_FIELDS when a column or sort
+    key has no reads declared."""
+    sorting = select.sort_reads(options.sort)
+    wanted = dict.fromkeys((*select.SELECT_READS, *(sorting or ())))
+    for column in options.format.columns:
+        reads = getattr(column.field, "reads", None) if column.field is not None else ()
+        if reads is None:
+            return SQUEUE_FIELDS
+        wanted.update(dict.fromkeys(reads))
+    if sorting is None:
+        return SQUEUE_FIELDS
+    return tuple(name for name in SQUEUE_FIELDS if name in wanted)  # in SQUEUE_FIELDS' order, each once

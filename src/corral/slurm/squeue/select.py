@@ -24,19 +24,28 @@ def filter_jobs(jobs: Iterable[Mapping], *, job_ids: Sequence[JobRef] | None = N
                 job_states: frozenset[str] | None = None, users: Sequence[str] | None = None,
                 names: Sequence[str] | None = None, partitions: Sequence[str] | None = None,
                 accounts: Sequence[str] | None = None, qos: Sequence[str] | None = None) -> list[Mapping]:
-    """Users match by name or uid; every other filter by exact text, as squeue does."""
-    def keep(job: Mapping) -> bool:
-        checks = (
-            job_ids is None or any(jobids.names(ref, job) for ref in job_ids),
-            state_matches(job, job_states),
-            users is None or str(job.get("user")) in users or str(records.get(job, "uid")) in users,
-            names is None or job.get("name") in names,
-            partitions is None or job.get("partition") in partitions,
-            accounts is None or records.get(job, "account") in accounts,
-            qos is None or records.get(job, "qos") in qos,
-        )
-        return all(checks)
-    return [job for job in jobs if keep(job)]
+    """Users match by name or uid; every other filter by exact text, as squeue does. Only the filters given
+    are checked (a 100,000-job listing paid 0.3 s for checks of filters nobody gave)."""
+    checks: list[Callable[[Mapping], bool]] = []
+    if job_ids is not None:
+        checks.append(lambda job: any(jobids.names(ref, job) for ref in job_ids))
+    if users is not None:
+        checks.append(lambda job: str(job.get("user")) in users or str(records.get(job, "uid")) in users)
+    if names is not None:
+        checks.append(lambda job: job.get("name") in names)
+    if partitions is not None:
+        checks.append(lambda job: job.get("partition") in partitions)
+    if accounts is not None:
+        checks.append(lambda job: records.get(job, "account") in accounts)
+    if qos is not None:
+        checks.append(lambda job: records.get(job, "qos") in qos)
+    if job_states is None:  # the usual listing: unfinished jobs, told by their state alone
+        chosen = [job for job in jobs if str(job.get("state", "PENDING")).upper() in states.ACTIVE_STATES]
+    else:
+        chosen = [job for job in jobs if state_matches(job, job_states)]
+    for check in checks:
+        chosen = [job for job in chosen if check(job)]
+    return chosen
 
 
 def combine_pending_array_tasks(jobs: Iterable[Mapping]) -> list[Mapping]:
@@ -114,6 +123,33 @@ _SORT_KEYS: Mapping[str, Callable[[Mapping], object]] = {
     "e": _number("end_time"),
     "r": lambda j: str(j.get("reason", "")),
 }
+
+
+# The record fields each sort key reads (for the fields squeue asks the controller for; "C" is left out:
+# a job's CPUs come from its slices, which squeue then asks for with every other field).
+SORT_READS: Mapping[str, tuple[str, ...]] = {
+    "A": ("id",), "i": ("id", "array_job_id", "array_task_id"), "P": ("partition",), "t": ("state",),
+    "T": ("state",), "p": ("priority",), "Q": ("priority",), "j": ("name",), "u": ("user",), "U": ("uid",),
+    "D": ("num_nodes",), "l": ("time_limit_s",), "S": ("start_time",), "V": ("submit_time",),
+    "e": ("end_time",), "r": ("reason",),
+}
+# What squeue reads of every job whatever it prints: its filters (ids, state, user or uid, name, partition,
+# account, qos, nodes, reservation), the combining of an array's pending tasks, and the job ids.
+SELECT_READS = ("id", "array_job_id", "array_task_id", "array_task_spec", "array_throttle", "state", "user", "uid",
+                "name", "partition", "account", "qos", "nodelist", "reservation", "reason")
+
+
+def sort_reads(spec: str) -> tuple[str, ...] | None:
+    """The fields a `-S` specification reads; None when one of its keys has none declared."""
+    reads: list[str] = []
+    for key in (k for k in spec.split(",") if k):
+        letter = key.lstrip("+-")
+        if letter not in _SORT_KEYS:
+            continue  # skipped by sort_jobs too
+        if letter not in SORT_READS:
+            return None
+        reads.extend(SORT_READS[letter])
+    return tuple(reads)
 
 
 def sort_jobs(jobs: Iterable[Mapping], spec: str = DEFAULT_SORT) -> list[Mapping]:
