@@ -72,6 +72,7 @@ class JobRunner(LocalTasks):
     async def run(self) -> AsyncIterator[NodeStarted | NodeFinished]:
         if not self.adopted:
             try:
+                await self._open_container(self.launch.container, self._job_dir)
                 self._spawn_all()
                 await self._take_replies()
             except SpawnError as exc:
@@ -95,6 +96,7 @@ class JobRunner(LocalTasks):
             for watcher in watchers:
                 watcher.cancel()  # only matters when the consumer gave up: the processes live on
         await self._end_cgroup()
+        self._close_container()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [self._exits[rank] for rank in sorted(self._exits)]
         log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits), self._why_ended())
@@ -203,6 +205,7 @@ class JobRunner(LocalTasks):
         """Kill the tasks started before the failure; report every local task as failed to start."""
         log.warning("job %d: cannot start: %s", self.job_id, exc)
         await self._kill_started()
+        self._close_container()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         self._forget_launch()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]

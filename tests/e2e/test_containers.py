@@ -1,0 +1,182 @@
+"""Containers end to end (issue 25, decision 0020): a real controller and two root agents with runc run a
+2-node batch job's srun steps in an image built here (tests/agent/container_image.py), as a user made
+with useradd, with only the job's fake GPU device files; a named container keeps a file between two steps;
+a node without the runtime never gets a job with an image; errors say what to do."""
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from corral.agent.container_images import node_architecture
+from tests.agent.container_image import BUSYBOX, build_image
+from tests.e2e.harness import Cluster
+from tests.slurm.commands import Commands
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0 or BUSYBOX is None
+                       or not all(shutil.which(t) for t in ("runc", "unshare", "newuidmap", "useradd")),
+                       reason="needs root, runc, uidmap, busybox-static and useradd"),
+]
+PATH = {"PATH": os.environ["PATH"]}
+ROOT_AGENT = ("--no-cgroups", "--gpu-device-dir")
+
+
+@pytest.fixture
+def shared_root():
+    """The cluster's files, where every user may pass (the agents' spools hold the containers' bundles)."""
+    root = Path(tempfile.mkdtemp(prefix="corral-e2e-ctrwire-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def user():
+    """A user with one subordinate uid and gid, which a container needs to run as the user."""
+    name = f"ctrwire{secrets.token_hex(3)}"
+    sub = 500_000 + secrets.randbelow(100_000)
+    subprocess.run(["useradd", "-M", "-d", f"/nonexistent-{name}", "-s", "/bin/sh", name], check=True)
+    subprocess.run(["usermod", "--add-subuids", f"{sub}-{sub}", "--add-subgids", f"{sub}-{sub}", name], check=True)
+    yield pwd.getpwnam(name)
+    subprocess.run(["userdel", name], check=False)
+
+
+@pytest.fixture
+def gpu_device_dir(shared_root):
+    """Device files for two simulated GPUs per node (mknod, NVIDIA's major 195), as the confinement tests make."""
+    directory = shared_root / "dev"
+    directory.mkdir()
+    for index in (0, 1):
+        os.mknod(directory / f"nvidia{index}", 0o666 | stat.S_IFCHR, os.makedev(195, index))
+    return directory
+
+
+def start(root: Path, device_dir: Path, without_runtime: tuple[str, ...] = ()) -> Cluster:
+    """Two root agents with 2 GPUs each; nodes in `without_runtime` run with --no-containers."""
+    cluster = Cluster(root, nodes=2, gpus=2, agent_args=(*ROOT_AGENT, str(device_dir)))
+    cluster.start_controller()
+    for name in cluster.node_names:
+        cluster.agent_args = (*ROOT_AGENT, str(device_dir), *(("--no-containers",) if name in without_runtime
+                                                                else ()))
+        cluster.start_agent(name)
+    from tests.e2e.harness import wait_for
+
+    wait_for(lambda: {n["name"] for n in cluster.nodes() if n["state"] != "down"} >= set(cluster.node_names),
+             message="agents registered")
+    return cluster
+
+
+def users_dir(root: Path, user: pwd.struct_passwd) -> Path:
+    path = root / user.pw_name
+    path.mkdir(mode=0o700)
+    os.chown(path, user.pw_uid, user.pw_gid)
+    return path
+
+
+TASK = ("id -u > /work/uid.$SLURM_PROCID; ls /dev > /work/dev.$SLURM_PROCID; "
+        'echo "$SLURM_JOB_ID $SLURM_NTASKS $CUDA_VISIBLE_DEVICES $(pwd) $(cat /etc/image-release)" '
+        "> /work/env.$SLURM_PROCID")
+
+
+def run_step(cluster: Cluster, job_id: int, work: Path, command: str, **container) -> dict:
+    """A step of the allocation, as srun inside it would start one (its output to files, not to an srun)."""
+    body = {"argv": ["sh", "-c", command], "workdir": str(work), "env": PATH,
+            "output": str(work / "step%s.%t.out"), **container}
+    reply = cluster.http.post(f"/api/v1/jobs/{job_id}/steps", json=body)
+    assert reply.status_code == 201, reply.text
+    step_id = reply.json()["step_id"]
+    done = cluster.http.get(f"/api/v1/jobs/{job_id}/steps/{step_id}", params={"wait_s": 60}).json()
+    assert done["state"] == "COMPLETED", (done, cluster.logs())
+    return done
+
+
+def test_a_two_node_jobs_tasks_run_in_the_image_as_the_user_with_only_their_gpus(shared_root, user,
+                                                                                gpu_device_dir, tmp_path):
+    """The tasks of a 2-node job (srun outside an allocation, `corral run`: its tasks are the job's own) run in
+    the image; steps of a 2-node allocation (salloc + srun) run in its container, a named one kept between
+    two steps. The made user cannot run corral's own srun on this host (its Python lives under /root, mode
+    0700), so the steps are started through the API as srun starts them."""
+    image = build_image(shared_root / "image.tar", node_architecture())
+    cluster = start(shared_root, gpu_device_dir)
+    try:
+        assert {n["name"]: n["features"] for n in cluster.nodes()} == {"node1": ["runc"], "node2": ["runc"]}
+        work = users_dir(shared_root, user)
+        common = dict(user=user.pw_name, uid=user.pw_uid, workdir=str(work), env=PATH, nodes=2, ntasks_per_node=1,
+                      gpus_per_node=1, container_image=str(image), container_mounts=f"{work}:/work",
+                      container_workdir="/work")
+        job_id = cluster.submit(argv=["sh", "-c", TASK], **common, output=str(work / "job.out"))
+        job = cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=90)
+        assert job["state"] == "COMPLETED", (job, (work / "job.out").read_text(), cluster.logs())
+        assert job["container_image"] == str(image) and job["container_workdir"] == "/work"
+        held = {s["node"]: s["gpus"] for s in job["slices"]}
+        for rank in (0, 1):
+            assert (work / f"uid.{rank}").read_text() == f"{user.pw_uid}\n"
+            assert (work / f"uid.{rank}").stat().st_uid == user.pw_uid  # written through the mount, as the user
+            devices = [d for d in (work / f"dev.{rank}").read_text().split() if d.startswith("nvidia")]
+            assert devices == [f"nvidia{held[f'node{rank + 1}'][0]}"]  # its one GPU's file, not the other's
+            assert (work / f"env.{rank}").read_text() == f"{job_id} 2 0 /work corral-test-image\n"
+        sacct = Commands(cluster, tmp_path)("sacct", "-j", str(job_id), "-P", "-n", "-o", "JobID,User,State,NNodes")
+        assert sacct.stdout.splitlines()[0] == f"{job_id}|{user.pw_name}|COMPLETED|2", sacct
+
+        alloc = cluster.submit(allocation=True, **common)
+        cluster.wait_state(alloc, "RUNNING")
+        run_step(cluster, alloc, work, "echo kept-$SLURM_PROCID > /etc/state", container_name="env1")
+        run_step(cluster, alloc, work, "cat /etc/state > /work/state.$SLURM_PROCID", container_name="env1")
+        run_step(cluster, alloc, work, "cat /etc/state > /work/unnamed.$SLURM_PROCID 2>&1; "
+                                       "touch /etc/x 2>/dev/null || echo ro > /work/ro.$SLURM_PROCID")
+        for rank in (0, 1):
+            assert (work / f"state.{rank}").read_text() == f"kept-{rank}\n"  # the named container kept it
+            assert "No such file" in (work / f"unnamed.{rank}").read_text()  # the image itself is untouched
+            assert (work / f"ro.{rank}").read_text() == "ro\n"
+        assert cluster.http.post(f"/api/v1/jobs/{alloc}/complete", json={}).status_code in (200, 202, 204)
+        cluster.wait_state(alloc, "COMPLETED")
+        for name in ("node1", "node2"):  # every lease given back: the image stays cached, free to evict
+            [entry] = [p for p in (shared_root / "spool" / name / "images").iterdir() if not p.name.startswith(".")]
+            assert list((entry / "leases").iterdir()) == []
+    finally:
+        cluster.stop()
+
+
+def test_a_job_with_an_image_never_goes_to_a_node_without_the_runtime_and_errors_say_what_to_do(
+        shared_root, user, gpu_device_dir, tmp_path):
+    image = build_image(shared_root / "image.tar", node_architecture())
+    cluster = start(shared_root, gpu_device_dir, without_runtime=("node2",))
+    try:
+        assert {n["name"]: n["features"] for n in cluster.nodes()} == {"node1": ["runc"], "node2": []}
+        work = users_dir(shared_root, user)
+        common = dict(user=user.pw_name, uid=user.pw_uid, workdir=str(work), env=PATH, container_image=str(image))
+        # Two nodes with the runtime can never be had: refused at submit, as Slurm refuses a constraint.
+        reply = cluster.http.post("/api/v1/jobs", json={**common, "argv": ["true"], "nodes": 2})
+        assert reply.status_code == 422 and "feature runc" in reply.text and "1 of the partition's 2" in reply.text
+        # One node: always node1, even while node1 is busy and node2 idle.
+        busy = cluster.submit(argv=["sleep", "30"], **common, gpus_per_node=2, container_mounts=f"{work}:/work")
+        assert cluster.wait_state(busy, "RUNNING")["nodelist"] == "node1"
+        waiting = cluster.submit(argv=["true"], **common, gpus_per_node=1)
+        pending = cluster.wait_state(waiting, "PENDING")
+        assert pending["nodelist"] == "" and cluster.job(waiting)["state"] == "PENDING"
+        cluster.http.post(f"/api/v1/jobs/{busy}/cancel")
+        assert cluster.wait_state(waiting, "COMPLETED", "FAILED", timeout_s=60)["nodelist"] == "node1"
+
+        missing = cluster.submit(argv=["true"], **{**common, "container_image": str(shared_root / "nope.tar")})
+        reason = cluster.wait_state(missing, "FAILED", timeout_s=60)["reason"]
+        assert reason.startswith(f"LaunchFailed:container: image {shared_root / 'nope.tar'} not found on this node")
+        private = shared_root / "private"
+        private.mkdir(mode=0o700)
+        unreadable = cluster.submit(argv=["true"], **common, container_mounts=f"{private}:/data")
+        reason = cluster.wait_state(unreadable, "FAILED", timeout_s=60)["reason"]
+        assert f"{private} is not readable by uid {user.pw_uid}" in reason
+        other = build_image(shared_root / "other.tar", "arm64" if node_architecture() != "arm64" else "amd64")
+        foreign = cluster.submit(argv=["true"], **{**common, "container_image": str(other)})
+        reason = cluster.wait_state(foreign, "FAILED", timeout_s=60)["reason"]
+        assert "use an image built for" in reason
+    finally:
+        cluster.stop()
