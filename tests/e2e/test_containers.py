@@ -17,7 +17,7 @@ import pytest
 
 from corral.agent.container_images import node_architecture
 from tests.agent.container_image import BUSYBOX, build_image
-from tests.e2e.harness import Cluster
+from tests.e2e.harness import Cluster, wait_for
 from tests.slurm.commands import Commands
 
 pytestmark = [
@@ -60,16 +60,14 @@ def gpu_device_dir(shared_root):
     return directory
 
 
-def start(root: Path, device_dir: Path, without_runtime: tuple[str, ...] = ()) -> Cluster:
+def start(root: Path, device_dir: Path, without_runtime: tuple[str, ...] = (), *more: str) -> Cluster:
     """Two root agents with 2 GPUs each; nodes in `without_runtime` run with --no-containers."""
     cluster = Cluster(root, nodes=2, gpus=2, agent_args=(*ROOT_AGENT, str(device_dir)))
     cluster.start_controller()
     for name in cluster.node_names:
-        cluster.agent_args = (*ROOT_AGENT, str(device_dir), *(("--no-containers",) if name in without_runtime
-                                                                else ()))
+        cluster.agent_args = (*ROOT_AGENT, str(device_dir), *more,
+                              *(("--no-containers",) if name in without_runtime else ()))
         cluster.start_agent(name)
-    from tests.e2e.harness import wait_for
-
     wait_for(lambda: {n["name"] for n in cluster.nodes() if n["state"] != "down"} >= set(cluster.node_names),
              message="agents registered")
     return cluster
@@ -178,5 +176,44 @@ def test_a_job_with_an_image_never_goes_to_a_node_without_the_runtime_and_errors
         foreign = cluster.submit(argv=["true"], **{**common, "container_image": str(other)})
         reason = cluster.wait_state(foreign, "FAILED", timeout_s=60)["reason"]
         assert "use an image built for" in reason
+    finally:
+        cluster.stop()
+
+
+BATCH = """#!/bin/sh
+#SBATCH -N 2 --ntasks-per-node=1 --gpus-per-node=1 -o {work}/batch.out
+#SBATCH --container-image={image}
+#SBATCH --container-mounts={work}:/work --container-remap-root
+cat /etc/image-release 2>/dev/null || echo the batch script runs on the node
+srun sh -c 'id -u'
+"""
+
+
+def test_sbatch_directives_reach_the_job_and_its_srun_steps_and_root_gets_no_container(shared_root,
+                                                                                       gpu_device_dir):
+    """sbatch and srun as Slurm users type them (#SBATCH --container-*). Only root can run corral's own srun
+    on this host (the made users cannot reach its Python under /root), and root gets no container: the
+    batch script runs on the node, its step is refused with what to do, and nothing of runc's is left."""
+    image = build_image(shared_root / "image.tar", node_architecture())
+    cluster = start(shared_root, gpu_device_dir, (), "--allow-root-jobs")
+    try:
+        work = shared_root / "work"
+        work.mkdir()
+        cmd = Commands(cluster, work)
+        job_id = cmd.submit(stdin=BATCH.format(work=work, image=image))
+        job = cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=90)
+        out = (work / "batch.out").read_text()
+        assert job["state"] == "FAILED", (job, out, cluster.logs())  # the script's last command failed
+        assert out.startswith("the batch script runs on the node\n"), out
+        assert "a container as root is refused" in out and "submit the job as a user" in out, out
+        [step] = job["steps"][1:]
+        assert step["state"] == "FAILED", step
+        shown = cmd("scontrol", "show", "job", str(job_id)).stdout
+        assert (f"   ContainerImage={image} ContainerMounts={work}:/work ContainerWorkdir=(null) ContainerName=(null) "
+                f"ContainerEnv=(null) ContainerMountHome=yes ContainerRemapRoot=yes\n") in shown, shown
+        assert not list(Path("/sys/fs/cgroup").glob(f"*/corral-job{job_id}.*"))
+        refused = cmd("sbatch", "--container-mounts=data:/data", "--wrap", "true")
+        assert (refused.code, refused.stderr) == (
+            1, "sbatch: error: --container-mounts: 'data:/data': both paths must be absolute\n")
     finally:
         cluster.stop()

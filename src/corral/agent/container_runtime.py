@@ -229,6 +229,11 @@ def runtime_argv(request: BundleRequest, runtime: str) -> list[str]:
     """runc, in a user and mount namespace of its own where the user is 0 (and, without remap_root, one of
     its subordinate ids 1, mapped by newuidmap): runc run by a plain user cannot map two ids (it must chown
     its pipes to the container's root) nor bind-mount (it re-enters the host's mount namespace)."""
+    if request.user.uid == 0:
+        # Mapped into the namespace, host root keeps its power over root's files there: runc then makes
+        # cgroups of its own in the host's hierarchies, and the container leaves the job's cgroup.
+        raise ContainerError("a container as root is refused: root on the host stays root in its user "
+                             "namespace and would leave the job's cgroup; submit the job as a user")
     argv = ["unshare", "--user", "--mount", "--map-user=0", "--map-group=0"]
     if not request.spec.remap_root:
         if request.subordinate_uid is None or request.subordinate_gid is None:
