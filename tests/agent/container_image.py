@@ -35,7 +35,9 @@ def build_image(path: Path, architecture: str = "amd64",
     """The busybox image; `extra_layers` (lists of `entry(...)`) go on top of its two."""
     assert BUSYBOX, "busybox-static is needed to build the test image"
     busybox = Path(BUSYBOX).read_bytes()
-    base = [entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "tmp", "work", "gone")]
+    base = [entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "work", "gone")]
+    # As in every distribution's image: runc gives the container's /tmp tmpfs the mode of the image's /tmp.
+    base.append(entry("tmp", tarfile.DIRTYPE, mode=0o1777))
     base.append(entry("bin/busybox", data=busybox))
     base += [entry(f"bin/{applet}", tarfile.SYMTYPE, link="busybox") for applet in APPLETS]
     base.append(entry("etc/image-release", data=b"corral-test-image\n", mode=0o644))

@@ -8,15 +8,17 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import stat
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from corral.agent.container_images import node_architecture
-from tests.agent.container_image import BUSYBOX, build_image
+from tests.agent.container_image import BUSYBOX, build_image, entry
 from tests.e2e.harness import Cluster, wait_for
 from tests.slurm.commands import Commands
 
@@ -216,4 +218,64 @@ def test_sbatch_directives_reach_the_job_and_its_srun_steps_and_root_gets_no_con
         assert (refused.code, refused.stderr) == (
             1, "sbatch: error: --container-mounts: 'data:/data': both paths must be absolute\n")
     finally:
+        cluster.stop()
+
+
+def test_a_service_replica_runs_in_its_image_and_answers_through_the_gateway(shared_root, user, gpu_device_dir):
+    """A service spec's `image`: its replica is a job with the container fields, runs busybox's httpd in the
+    image as the user, passes its readiness probe (an HTTP GET on its port: the container shares the node's
+    network) and answers through `corral gateway`."""
+    import sys
+
+    import httpx
+
+    from tests.e2e.harness import free_port
+
+    httpd = [entry(f"bin/{applet}", tarfile.SYMTYPE, link="busybox") for applet in ("httpd", "mkdir")]
+    image = build_image(shared_root / "web.tar", node_architecture(), [httpd])
+    cluster = start(shared_root, gpu_device_dir)
+    port = free_port()
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "corral.cli.main", "gateway", "--controller", cluster.url, "--port", str(port),
+         "--secret-file", str(cluster.secret_file)],
+        stdout=open(shared_root / "gateway.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        work = users_dir(shared_root, user)
+        serve = ("mkdir -p /tmp/www && id -u > /tmp/www/index.html && "
+                 "exec httpd -f -p $PORT -h /tmp/www")
+        reply = cluster.http.post("/api/v1/services", json={
+            "name": "web", "user": user.pw_name, "command": ["sh", "-c", serve], "workdir": str(work),
+            "env": PATH, "public": True, "ports": [{"name": "http"}], "image": str(image),
+            "probes": {"readiness": {"http": {"path": "/", "port": "http"}, "period_s": 0.5}}})
+        assert reply.status_code == 201, reply.text
+
+        def ready() -> dict | None:
+            service = cluster.http.get("/api/v1/services/web").json()
+            return service if service["ready_replicas"] == 1 else None
+
+        try:
+            service = wait_for(ready, 60, 0.2, "the replica ready")
+        except AssertionError:
+            outputs = "".join(p.read_text() for p in work.glob("web-*.out"))
+            raise AssertionError(f"{cluster.http.get('/api/v1/services/web').json()}\n{outputs}\n{cluster.logs()}")
+        [replica] = service["replicas"]
+        assert cluster.job(replica["job_id"])["container_image"] == str(image)
+        def answered() -> httpx.Response | None:
+            try:
+                reply = httpx.get(f"http://127.0.0.1:{port}/s/web/", timeout=5)
+            except httpx.TransportError:  # the gateway not listening yet
+                return None
+            return reply if reply.status_code == 200 else None
+
+        answer = wait_for(answered, 30, 0.2, "an answer through the gateway")
+        assert answer.text == f"{user.pw_uid}\n"
+        refused = cluster.http.post("/api/v1/services", json={
+            "name": "bad", "user": user.pw_name, "command": ["true"], "workdir": str(shared_root),
+            "image_mounts": "/data"})
+        assert refused.status_code == 422 and "image_mounts" in refused.text and "give image too" in refused.text
+        assert cluster.http.delete("/api/v1/services/web").status_code in (200, 204)
+        wait_for(lambda: cluster.http.get("/api/v1/services/web").status_code == 404, 60, 0.2, "the service gone")
+    finally:
+        os.killpg(gateway.pid, signal.SIGTERM)
+        gateway.wait(timeout=10)
         cluster.stop()

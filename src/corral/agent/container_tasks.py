@@ -8,8 +8,10 @@ filesystem stays in the job's directory for the job's later steps."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +29,30 @@ from corral.agent.container_runtime import (
     user_can_reach,
 )
 from corral.agent.identity import TaskIdentity, agent_identity
-from corral.container_options import ContainerOptionError, parse_env_names, parse_mounts
+from corral.container_options import ContainerOptionError, Mount, parse_env_names, parse_mounts
 from corral.protocol import ContainerLaunch
 
 DEFAULT_CACHE_LIMIT_BYTES = 20 << 30
+
+
+def kill_left_containers(state_dir: Path) -> list[int]:
+    """SIGKILL the init process of each container runc recorded in `state_dir` that still runs: runc killed
+    (the SIGKILL after a kill's grace) leaves its container running, in a session of its own, and a PID 1
+    that has no SIGTERM handler ignores the SIGTERM runc forwards. Its PID namespace goes with it."""
+    killed = []
+    for state in state_dir.glob("*/state.json"):
+        try:
+            record = json.loads(state.read_text())
+            pid, started = int(record["init_process_pid"]), int(record["init_process_start"])
+            with open(f"/proc/{pid}/stat") as stat:
+                # The fields after the command (which may hold spaces): state is field 3, start time field 22.
+                if int(stat.read().rpartition(")")[2].split()[19]) != started:
+                    continue  # that pid is another process now
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except (OSError, ValueError, KeyError, IndexError):
+            continue  # gone already, or no record of one
+    return killed
 
 
 class ContainerStartError(Exception):
@@ -66,6 +88,7 @@ class TaskContainer:
         self._image: CachedImage | None = None
         self._rootfs: Path | None = None
         self._bundles: list[Path] = []
+        self._shared: list[Mount] = []  # the node's files the tasks need inside (share_file)
 
     @property
     def _user(self) -> TaskUser:
@@ -110,9 +133,17 @@ class TaskContainer:
             self.close()
             raise ContainerStartError(f"cannot make container {self.launch.name!r}: {exc}") from None
 
+    def share_file(self, path: Path) -> str:
+        """Show a file of the node's to the tasks, read-only (a job's script, written by the agent): its path
+        inside, under the container's own /tmp, where a mount point can be made in any image."""
+        inside = f"/tmp/.corral/{path.name}"
+        self._shared.append(Mount(str(path), inside, read_only=True))
+        return inside
+
     def spec(self) -> ContainerSpec:
         launch = self.launch
-        return ContainerSpec(image=launch.image, mounts=parse_mounts(launch.mounts), workdir=launch.workdir or None,
+        mounts = parse_mounts(launch.mounts) + tuple(self._shared)
+        return ContainerSpec(image=launch.image, mounts=mounts, workdir=launch.workdir or None,
                              env=parse_env_names(launch.env), mount_home=launch.mount_home,
                              name=launch.name or None, remap_root=launch.remap_root)
 
@@ -142,8 +173,10 @@ class TaskContainer:
         return command
 
     def close(self) -> None:
-        """Give the image back (the cache may evict it now) and remove the tasks' bundles."""
+        """Once the tasks are gone: kill what runc left of their containers, give the image back (the cache
+        may evict it now) and remove the tasks' bundles."""
         for bundle in self._bundles:
+            kill_left_containers(bundle / "state")
             shutil.rmtree(bundle, ignore_errors=True)
         self._bundles.clear()
         if self._image is not None and self._support is not None:

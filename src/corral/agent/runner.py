@@ -131,7 +131,10 @@ class JobRunner(LocalTasks):
         if not self.launch.script.startswith("#!"):
             raise SpawnError("the batch script does not start with a #! line naming its interpreter "
                              "(for example #!/bin/bash)")
-        return [str(self._write_script(self.launch.script)), *self.launch.argv]
+        script = self._write_script(self.launch.script)
+        if self._container is not None:  # a service replica's or `srun`'s script, run in the container
+            return [self._container.share_file(script), *self.launch.argv]
+        return [str(script), *self.launch.argv]
 
     def _write_script(self, script: str) -> Path:
         path = self._job_dir / "script"
