@@ -95,6 +95,7 @@ def check_fields(values: Mapping[str, Any], step: bool = False) -> None:
 
 
 def given(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The container fields `values` sets away from their defaults."""
+    """The container fields `values` gives: a text that is not empty, a flag that is not None (a step's
+    `False` replaces its job's `True`)."""
     return {field: values[field] for field, (default, _) in FIELDS.items()
-            if field in values and values[field] is not None and values[field] != default}
+            if field in values and values[field] is not None and (isinstance(default, bool) or values[field])}

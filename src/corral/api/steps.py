@@ -14,6 +14,9 @@ class StepSubmit(ContainerFields):
     fields override its job's one by one (a step with none runs in its job's container, if any)."""
 
     _for_step: ClassVar[bool] = True
+    # None: not given (the job's); srun sends False for --no-container-mount-home and --no-container-remap-root.
+    container_mount_home: bool | None = None  # type: ignore[assignment]
+    container_remap_root: bool | None = None  # type: ignore[assignment]
 
     argv: Args = Field(min_length=1)
     name: Name | None = Field(None, description="Default: the command's file name")
