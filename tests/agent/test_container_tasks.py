@@ -97,9 +97,10 @@ def test_the_tasks_environment_goes_in_but_not_the_nodes_path_and_the_workdir_on
     work.mkdir()
     os.chown(work, identity.uid, identity.gid)
     env = {"PATH": "/opt/host/bin", "SLURM_PROCID": "3", "CUDA_VISIBLE_DEVICES": "1"}
+    image_path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     for launch, cwd, expected in [
-        ({}, str(work), "/\n3 1 /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"),
-        ({"mounts": f"{work}"}, str(work), f"{work}\n3 1 /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"),
+        ({}, str(work), f"/\n3 1 {image_path}\n"),
+        ({"mounts": f"{work}"}, str(work), f"{work}\n3 1 {image_path}\n"),
         ({"workdir": "/etc", "env": "PATH"}, str(work), "/etc\n3 1 /opt/host/bin\n"),
     ]:
         task = container(shared, identity, image, **launch)

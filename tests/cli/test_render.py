@@ -133,8 +133,9 @@ def test_job_fields_of_a_job_with_every_feature():
                "comment", "wckey", "req_nodelist", "exc_nodelist", "constraint", "exclusive",
                "open_mode", "batch", "allocation", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec", "usage",
-               "gpu_idle_flagged", "container_image", "container_mounts", "container_workdir", "container_name",
-               "container_env", "container_mount_home", "container_remap_root"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)
+               "container_image", "container_mounts", "container_workdir", "container_name", "container_env",
+               "container_mount_home", "container_remap_root",
+               "gpu_idle_flagged"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]
 

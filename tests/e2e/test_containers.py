@@ -257,7 +257,8 @@ def test_a_service_replica_runs_in_its_image_and_answers_through_the_gateway(sha
             service = wait_for(ready, 60, 0.2, "the replica ready")
         except AssertionError:
             outputs = "".join(p.read_text() for p in work.glob("web-*.out"))
-            raise AssertionError(f"{cluster.http.get('/api/v1/services/web').json()}\n{outputs}\n{cluster.logs()}")
+            service = cluster.http.get("/api/v1/services/web").json()
+            raise AssertionError(f"{service}\n{outputs}\n{cluster.logs()}") from None
         [replica] = service["replicas"]
         assert cluster.job(replica["job_id"])["container_image"] == str(image)
         def answered() -> httpx.Response | None:

@@ -11,17 +11,17 @@ from corral.api.services import ServiceSpec
 from corral.api.steps import StepSubmit
 from corral.controller.step_views import step_container
 from corral.core.model import Gpu
+from corral.engine import events as ev
 from corral.engine.admission import AdmissionError, admit
+from corral.engine.build import build_engine
+from corral.engine.config import LIVE, EngineConfig
+from corral.engine.membership import Inventory
 from corral.engine.records import JobState, Node
 from corral.jobscript.submission import build_submission
 from corral.protocol import ContainerLaunch
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.sbatch.opts import apply_script, parse_sbatch
 from corral.slurm.srun.opts import parse_srun
-from corral.engine import events as ev
-from corral.engine.build import build_engine
-from corral.engine.config import LIVE, EngineConfig
-from corral.engine.membership import Inventory
 from tests.engine.harness import Harness
 from tests.engine.test_node_choice import CONFIG, T0, placed
 

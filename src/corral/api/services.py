@@ -15,21 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from corral import limits
-from corral.container_options import ContainerOptionError, parse_mounts
 from corral.api.fields import (
     Amount,
     Args,
     Comment,
-    FilePath,
     Count,
     DurationS,
     Env,
+    FilePath,
     MemMib,
     Name,
     Script,
     TimeLimitS,
     WorkDir,
 )
+from corral.container_options import ContainerOptionError, parse_mounts
 
 # A service's name is part of URLs (`/s/<name>/` on the gateway) and of DNS-style names: a DNS label.
 SERVICE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
