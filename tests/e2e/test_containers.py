@@ -20,6 +20,7 @@ import pytest
 from corral.agent.container_images import node_architecture
 from tests.agent.container_image import BUSYBOX, build_image, entry
 from tests.e2e.harness import Cluster, wait_for
+from tests.e2e.test_confinement import cgroup_root  # noqa: F401 - a fixture
 from tests.slurm.commands import Commands
 
 pytestmark = [
@@ -279,4 +280,30 @@ def test_a_service_replica_runs_in_its_image_and_answers_through_the_gateway(sha
     finally:
         os.killpg(gateway.pid, signal.SIGTERM)
         gateway.wait(timeout=10)
+        cluster.stop()
+
+
+def test_a_containerised_job_stays_in_its_cgroup(shared_root, user, gpu_device_dir, cgroup_root):
+    """runc started by the task's leader as the user, rootless, makes no cgroup of its own: the container's
+    processes are in the job's cgroup (v2 tracking and the v1 hierarchies the agent takes), as any task's."""
+    image = build_image(shared_root / "image.tar", node_architecture())
+    cluster = Cluster(shared_root, nodes=1, gpus=2, agent_args=(
+        "--cgroup-root", str(cgroup_root), "--gpu-device-dir", str(gpu_device_dir))).start()
+    try:
+        [node] = cluster.nodes()
+        assert node["cgroups"].startswith("cgroup v2 tracking") and node["features"] == ["runc"], node
+        work = users_dir(shared_root, user)
+        job_id = cluster.submit(argv=["sh", "-c", "cat /proc/self/cgroup > /work/cgroup"], user=user.pw_name,
+                                uid=user.pw_uid, workdir=str(work), env=PATH, gpus_per_node=1, mem_mib=256,
+                                container_image=str(image), container_mounts=f"{work}:/work")
+        job = cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=60)
+        assert job["state"] == "COMPLETED", (job, cluster.logs())
+        lines = (work / "cgroup").read_text().splitlines()
+        v2 = next(line for line in lines if line.startswith("0::"))
+        assert v2.endswith(f"/job_{job_id}/batch"), lines
+        memory = [line for line in lines if ":memory:" in line]
+        assert memory or "memory" not in node["cgroups"], (lines, node["cgroups"])
+        assert all(line.endswith(f"/job_{job_id}/batch") for line in memory), lines
+        wait_for(lambda: not (cgroup_root / f"job_{job_id}").exists(), 10, message="the job's cgroup removed")
+    finally:
         cluster.stop()
