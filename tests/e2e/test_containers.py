@@ -283,7 +283,7 @@ def test_a_service_replica_runs_in_its_image_and_answers_through_the_gateway(sha
         cluster.stop()
 
 
-def test_a_containerised_job_stays_in_its_cgroup(shared_root, user, gpu_device_dir, cgroup_root):
+def test_a_containerised_job_stays_in_its_cgroup(shared_root, user, gpu_device_dir, cgroup_root):  # noqa: F811
     """runc started by the task's leader as the user, rootless, makes no cgroup of its own: the container's
     processes are in the job's cgroup (v2 tracking and the v1 hierarchies the agent takes), as any task's."""
     image = build_image(shared_root / "image.tar", node_architecture())
