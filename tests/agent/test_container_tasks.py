@@ -126,3 +126,12 @@ def test_a_node_without_the_runtime_refuses_and_says_where_containers_run(shared
                          identity=identity, gpus=[])
     with pytest.raises(ContainerStartError, match="this node cannot run containers.*feature runc in corral nodes"):
         asyncio.run(task.open())
+
+
+def test_a_container_name_that_would_leave_the_jobs_directory_is_refused_on_the_node(shared, identity):
+    """The API refuses such a name; the agent checks again, as the name becomes a path of the job's."""
+    support = ContainerSupport(ImageCache(shared / "cache", 1 << 30), {})
+    task = TaskContainer(ContainerLaunch(name="../../etc"), support, job_dir=shared / "job7", lease="job7.1",
+                         identity=identity, gpus=[])
+    with pytest.raises(ContainerStartError, match="use 1 to 64 letters, digits, - and _"):
+        asyncio.run(task.open())

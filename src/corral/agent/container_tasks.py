@@ -29,7 +29,7 @@ from corral.agent.container_runtime import (
     user_can_reach,
 )
 from corral.agent.identity import TaskIdentity, agent_identity
-from corral.container_options import ContainerOptionError, Mount, parse_env_names, parse_mounts
+from corral.container_options import ContainerOptionError, Mount, check_name, parse_env_names, parse_mounts
 from corral.protocol import ContainerLaunch
 
 DEFAULT_CACHE_LIMIT_BYTES = 20 << 30
@@ -105,6 +105,8 @@ class TaskContainer:
                                       "--container-image only to nodes that show the feature runc in corral nodes")
         try:
             self.spec()  # the options' grammars, before anything is imported
+            if self.launch.name:
+                check_name(self.launch.name)  # it names a directory of the job's
         except ContainerOptionError as exc:
             raise ContainerStartError(str(exc)) from None
         named = self._named_path()
