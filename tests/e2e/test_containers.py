@@ -138,6 +138,13 @@ def test_a_two_node_jobs_tasks_run_in_the_image_as_the_user_with_only_their_gpus
             assert (work / f"state.{rank}").read_text() == f"kept-{rank}\n"  # the named container kept it
             assert "No such file" in (work / f"unnamed.{rank}").read_text()  # the image itself is untouched
             assert (work / f"ro.{rank}").read_text() == "ro\n"
+        # srun's own path: the step's output streamed back to srun (run by the test as root, the cluster's
+        # operator, in the user's allocation: the tasks still run as the job's user).
+        streamed = Commands(cluster, work)("srun", f"--jobid={alloc}", "-l", "sh", "-c",
+                                               "cat /etc/image-release; id -u")
+        assert streamed.code == 0, (streamed, cluster.logs())
+        assert sorted(streamed.stdout.splitlines()) == sorted(
+            f"{rank}: {line}" for rank in (0, 1) for line in ("corral-test-image", str(user.pw_uid))), streamed
         assert cluster.http.post(f"/api/v1/jobs/{alloc}/complete", json={}).status_code in (200, 202, 204)
         cluster.wait_state(alloc, "COMPLETED")
         for name in ("node1", "node2"):  # every lease given back: the image stays cached, free to evict
