@@ -160,7 +160,7 @@ class TaskContainer:
             spec=spec, user=user, rootfs=self._rootfs, argv=argv, env=inside, cwd=self._inner_cwd(spec, cwd),
             device_files=[str(self._support.device_files[i]) for i in self._gpus
                           if self._support is not None and i in self._support.device_files],
-            rootfs_writable=self.launch.name != "" and self._rootfs != (self._image.rootfs if self._image else None),
+            rootfs_writable=self._rootfs == self._named_path(),  # a named container is the job's own copy
             subordinate_uid=subordinate_id(name, "/etc/subuid") if name else None,
             subordinate_gid=subordinate_id(name, "/etc/subgid") if name else None)
         bundle = self._job_dir / "bundles" / f"{self._lease}.{rank}"
