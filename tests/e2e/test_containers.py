@@ -314,3 +314,48 @@ def test_a_containerised_job_stays_in_its_cgroup(shared_root, user, gpu_device_d
         wait_for(lambda: not (cgroup_root / f"job_{job_id}").exists(), 10, message="the job's cgroup removed")
     finally:
         cluster.stop()
+
+
+TRAIN = """import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+total = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(total)
+with open(f"/work/torch.{dist.get_rank()}", "w") as out:
+    print(dist.get_rank(), dist.get_world_size(), int(total.item()), os.environ["SLURM_NODEID"], file=out)
+dist.destroy_process_group()
+"""
+
+
+def test_a_torchrun_job_runs_across_two_nodes_in_containers(shared_root, user, gpu_device_dir):
+    """torchrun on two nodes, one container each. The busybox image has no Python: the host's own (Debian's
+    python3, /usr) and this checkout's site-packages (torch) are bind-mounted read-only into it, the image
+    giving only the mount points and merged-/usr's /lib links. gloo over the node's loopback (the containers
+    share the node's network)."""
+    import sys
+
+    torch = pytest.importorskip("torch")
+    host = subprocess.run(["/usr/bin/python3", "-c", "import sys; print(sys.version_info[:2])"],
+                          capture_output=True, text=True, check=False).stdout.strip()
+    if host != str(sys.version_info[:2]):
+        pytest.skip(f"the host's /usr/bin/python3 is {host or 'missing'}, this checkout's torch is for "
+                    f"{sys.version_info[:2]}")
+    site = Path(torch.__file__).resolve().parent.parent
+    layers = [[entry(d, tarfile.DIRTYPE) for d in ("usr", "site")]
+              + [entry(link, tarfile.SYMTYPE, link=f"usr/{link}") for link in ("lib", "lib64")]]
+    image = build_image(shared_root / "python.tar", node_architecture(), layers)
+    cluster = start(shared_root, gpu_device_dir)
+    try:
+        work = users_dir(shared_root, user)
+        (work / "train.py").write_text(TRAIN)
+        run = ("exec python3 -m torch.distributed.run --nnodes=2 --nproc-per-node=1 --node-rank=$SLURM_NODEID "
+               "--master-addr=$MASTER_ADDR --master-port=$MASTER_PORT /work/train.py")
+        job_id = cluster.submit(argv=["sh", "-c", run], user=user.pw_name, uid=user.pw_uid, workdir=str(work),
+                                nodes=2, ntasks_per_node=1, output=str(work / "torch.out"),
+                                env={**PATH, "PYTHONPATH": "/site", "GLOO_SOCKET_IFNAME": "lo"},
+                                container_image=str(image),
+                                container_mounts=f"/usr:/usr:ro,{site}:/site:ro,{work}:/work")
+        job = cluster.wait_state(job_id, "COMPLETED", "FAILED", timeout_s=240)
+        assert job["state"] == "COMPLETED", (job, (work / "torch.out").read_text(), cluster.logs())
+        assert sorted((work / f"torch.{rank}").read_text() for rank in (0, 1)) == ["0 2 3 0\n", "1 2 3 1\n"]
+    finally:
+        cluster.stop()
