@@ -76,6 +76,18 @@ def start(root: Path, device_dir: Path, without_runtime: tuple[str, ...] = (), *
     return cluster
 
 
+def processes_of(uid: int) -> list[int]:
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uids = next(line for line in status.read_text().splitlines() if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(uids.split()[1]) == uid:
+            found.append(int(status.parent.name))
+    return found
+
+
 def users_dir(root: Path, user: pwd.struct_passwd) -> Path:
     path = root / user.pw_name
     path.mkdir(mode=0o700)
@@ -284,6 +296,10 @@ def test_a_service_replica_runs_in_its_image_and_answers_through_the_gateway(sha
         assert refused.status_code == 422 and "image_mounts" in refused.text and "give image too" in refused.text
         assert cluster.http.delete("/api/v1/services/web").status_code in (200, 204)
         wait_for(lambda: cluster.http.get("/api/v1/services/web").status_code == 404, 60, 0.2, "the service gone")
+        cluster.wait_state(replica["job_id"], "COMPLETED", "CANCELLED", "FAILED", timeout_s=60)
+        # httpd, the container's PID 1, ignores the SIGTERM runc forwards; runc is SIGKILLed after the grace,
+        # and the agent kills what runc left: nothing of the user's runs on.
+        wait_for(lambda: not processes_of(user.pw_uid), 10, 0.2, "the replica's processes gone")
     finally:
         os.killpg(gateway.pid, signal.SIGTERM)
         gateway.wait(timeout=10)
