@@ -16,7 +16,7 @@ seen and refuses replies and commands with a lower one: they come from a control
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union, get_args
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -154,6 +154,32 @@ class ProbesSpec(BaseModel):
     liveness: ProbeSpec | None = None
 
 
+class ContainerLaunch(BaseModel):
+    """The container a launch's tasks run in (pyxis's flags, corral.container_options; decision 0020)."""
+
+    # "" with a name: the job's container of that name on the node (a later step's `--container-name` alone)
+    image: str = Field("", max_length=limits.PATH_MAX_CHARS)
+    mounts: str = ""  # SRC[:DST[:ro|rw]][,...]
+    workdir: str = ""
+    name: str = ""  # a named container: the job's later steps on the node reuse it
+    env: str = ""  # NAME[,NAME...]: the job's variables that override the image's
+    mount_home: bool = True
+    remap_root: bool = False
+
+    @classmethod
+    def of(cls, fields: Any) -> ContainerLaunch | None:
+        """From a job spec's or a step's container_* fields (an object or a mapping); None without an image
+        or a name."""
+        get = fields.get if isinstance(fields, dict) else lambda name, default=None: getattr(fields, name, default)
+        image = get("container_image") or ""
+        if not image and not get("container_name"):
+            return None
+        return cls(image=image, mounts=get("container_mounts") or "", workdir=get("container_workdir") or "",
+                   name=get("container_name") or "", env=get("container_env") or "",
+                   mount_home=get("container_mount_home", True) is not False,
+                   remap_root=bool(get("container_remap_root", False)))
+
+
 class LaunchJob(BaseModel):
     kind: Literal["launch"] = "launch"
     seq: int = 0
@@ -195,6 +221,9 @@ class LaunchJob(BaseModel):
     # reports them) and probes (run by the agent of the replica's first node). Empty / None for batch work.
     ports: list[PortRequest] = Field([], max_length=limits.LIST_MAX_ITEMS)
     probes: ProbesSpec | None = None
+    # The container its tasks run in (None: on the node). A batch script runs on the node: None here, and its
+    # steps get the job's container.
+    container: ContainerLaunch | None = None
 
 
 class LaunchStep(BaseModel):
@@ -250,6 +279,8 @@ class LaunchStep(BaseModel):
     pty_rows: int = 24
     pty_cols: int = 80
     acctg_freq_s: float | None = None  # --acctg-freq (None: the job's, else the agent's interval)
+    # The container its tasks run in: the step's own (srun --container-image), else its job's; None: none.
+    container: ContainerLaunch | None = None
 
 
 class SignalJob(BaseModel):

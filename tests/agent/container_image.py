@@ -38,8 +38,11 @@ def entry(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, m
 def _busybox_layers() -> list[list[tuple[tarfile.TarInfo, bytes | None]]]:
     """Two layers: busybox and its applets, then a whiteout deleting a file of the first."""
     assert BUSYBOX, "busybox-static is needed to build the test image"
-    base = [entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "tmp", "work", "gone")]
-    base.append(entry("bin/busybox", data=Path(BUSYBOX).read_bytes()))
+    busybox = Path(BUSYBOX).read_bytes()
+    base = [entry(d, tarfile.DIRTYPE) for d in ("bin", "etc", "work", "gone")]
+    # As in every distribution's image: runc gives the container's /tmp tmpfs the mode of the image's /tmp.
+    base.append(entry("tmp", tarfile.DIRTYPE, mode=0o1777))
+    base.append(entry("bin/busybox", data=busybox))
     base += [entry(f"bin/{applet}", tarfile.SYMTYPE, link="busybox") for applet in APPLETS]
     base.append(entry("etc/image-release", data=b"corral-test-image\n", mode=0o644))
     base.append(entry("gone/file", data=b"deleted by the next layer\n", mode=0o644))

@@ -32,6 +32,7 @@ from corral.agent.container_runtime import (
 )
 from corral.agent.identity import TaskIdentity
 from corral.agent.tasks import spawn_task
+from corral.container_options import ContainerOptionError
 from tests.agent.container_image import BUSYBOX, build_image, entry
 
 needs_busybox = pytest.mark.skipif(BUSYBOX is None, reason="needs busybox-static")
@@ -196,9 +197,9 @@ def test_eviction_removes_the_least_recently_used_unleased_image(tmp_path, image
 
 def test_container_mounts_parse_as_pyxis_writes_them():
     assert parse_mounts("/data:/data:ro,/scratch") == (Mount("/data", "/data", True), Mount("/scratch", "/scratch"))
-    with pytest.raises(ContainerError, match="absolute"):
+    with pytest.raises(ContainerOptionError, match="absolute"):
         parse_mounts("data:/data")
-    with pytest.raises(ContainerError, match="ro or rw"):
+    with pytest.raises(ContainerOptionError, match="ro or rw"):
         parse_mounts("/data:/data:rx")
 
 

@@ -104,8 +104,14 @@ def test_job_fields_of_a_job_with_every_feature():
                    reason="Dependency", reason_detail="waits for job 3 (afterok)", dependency="afterok:3", held=True,
                    requeue=False, reservation="maint", uid=1000, submit_host="login1",
                    history=[{"t": T0, "event": "requeued"}], gpu_share="shard:2", expedited_requeue=True,
-                   req_nodelist="n[1-2]", exc_nodelist="n3", constraint="ib", exclusive=True)
+                   req_nodelist="n[1-2]", exc_nodelist="n3", constraint="ib", exclusive=True,
+                   container_image="/img/pt.tar", container_mounts="/data:/data:ro", container_workdir="/w",
+                   container_name="env1", container_env="HF_HOME", container_mount_home=False,
+                   container_remap_root=True)
     fields = dict(render.job_fields(job))
+    assert {k: v for k, v in fields.items() if k.startswith("Container")} == {
+        "ContainerImage": "/img/pt.tar", "ContainerMounts": "/data:/data:ro", "ContainerWorkdir": "/w",
+        "ContainerName": "env1", "ContainerEnv": "HF_HOME", "ContainerMountHome": "no", "ContainerRemapRoot": "yes"}
     assert fields["GpuShare"] == "shard:2" and fields["ExpeditedRequeue"] == "yes"
     assert (fields["ReqNodeList"], fields["ExcNodeList"], fields["Features"], fields["Exclusive"]) == (
         "n[1-2]", "n3", "ib", "yes")
@@ -127,6 +133,8 @@ def test_job_fields_of_a_job_with_every_feature():
                "comment", "wckey", "req_nodelist", "exc_nodelist", "constraint", "exclusive",
                "open_mode", "batch", "allocation", "gpu_share",
                "cancelled_by_uid", "steps", "array_task_spec", "usage",
+               "container_image", "container_mounts", "container_workdir", "container_name", "container_env",
+               "container_mount_home", "container_remap_root",
                "gpu_idle_flagged"}  # GpuIdle among the efficiency fields (tests/cli/test_efficiency.py)
     assert covered == set(job)
     assert render.history_lines(job) == ["History:", "  2023-11-14T22:13:20  requeued"]

@@ -51,7 +51,7 @@ def make_tls(root: Path, names: tuple[str, ...] = ("127.0.0.1", "localhost")) ->
 class Cluster:
     def __init__(self, root: Path, nodes: int = 2, gpus: int = 4, config: str = "", db: str | None = None,
                  nvml_names: dict[str, list[str]] | None = None,
-                 agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups"),
+                 agent_args: tuple[str, ...] = ("--tasks-as-agent-user", "--no-cgroups", "--no-containers"),
                  tls_names: tuple[str, ...] | None = None, controller_args: tuple[str, ...] = (),
                  node_features: dict[str, str] | None = None) -> None:
         """`tls_names`: the controller serves HTTPS with a certificate for these names, from a CA of the

@@ -19,6 +19,8 @@ VALUES = {
     "chdir": "/tmp", "priority": "5", "account": "acct", "qos": "high", "array": "0-3%2",
     "dependency": "afterok:5:6", "signal": "B:USR1@90", "reservation": "r1", "requeue": "expedite",
     "acctg-freq": "task=10", "nodelist": "n[1-2]", "exclude": "n3", "constraint": "ib&h100",
+    "container-image": "/images/pytorch.tar", "container-mounts": "/data:/data:ro", "container-workdir": "/work",
+    "container-name": "env1", "container-env": "NCCL_DEBUG,HF_HOME",
 }
 
 

@@ -219,7 +219,8 @@ def test_groups_override_as_a_whole(script_line, cli, fields):
         (["#SBATCH --gpus-per", "2"], "option '--gpus-per' is ambiguous (--gpus-per-node, --gpus-per-task)"),
         (["#SBATCH --mem-per=1G"], "option '--mem-per' is ambiguous"),
         (["#SBATCH --n=1"],
-         "option '--n' is ambiguous (--no-requeue, --nodelist, --nodes, --ntasks, --ntasks-per-node)"),
+         "option '--n' is ambiguous (--no-container-mount-home, --no-container-remap-root, --no-requeue, "
+         "--nodelist, --nodes, --ntasks, --ntasks-per-node)"),
         (["#SBATCH --nod=1"], "option '--nod' is ambiguous (--nodelist, --nodes)"),  # as in sbatch
         (["#SBATCH --re"], "option '--re' is ambiguous (--requeue, --reservation)"),
         (["#SBATCH --q=a"], "option '--q' is ambiguous (--qos, --queue)"),

@@ -66,6 +66,13 @@ def full_spec(job_id: int = 1, user: str = "alice", partition: str = "gpu") -> J
         exclusive=True,
         session=True,
         acctg_freq_s=15,
+        container_image="/images/pytorch.tar",
+        container_mounts="/data:/data:ro",
+        container_workdir="/work",
+        container_name="env1",
+        container_env="NCCL_DEBUG",
+        container_mount_home=False,
+        container_remap_root=True,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import fcntl
 import logging
 import os
@@ -29,11 +30,14 @@ from corral.agent.cgroups import (
     delegated_root,
     tree_name,
 )
+from corral.agent.container_runtime import RUNTIME_TOOLS
+from corral.agent.container_tasks import DEFAULT_CACHE_LIMIT_BYTES, ContainerSupport
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
 from corral.agent.tasks import Confinement
 from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
+from corral.container_options import RUNTIME_FEATURE
 from corral.hostaddr import address_towards
 from corral.hostlist import HostlistError, check_node_name
 from corral.protocol import check_cluster_id
@@ -120,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--feature", type=_features, default=(), metavar="A,B",
                         help="this node's features, which sbatch --constraint matches (Slurm's Features=); the "
                         "GPU model's type (e.g. a100) is added by the controller")
+    parser.add_argument("--no-containers", action="store_true",
+                        help="run no containers here even where runc and uidmap are installed (the node then lacks "
+                        "the feature runc, which jobs with --container-image need)")
+    parser.add_argument("--image-cache", type=Path, default=None, metavar="DIR",
+                        help="where container images are imported (default: the spool's images/)")
+    parser.add_argument("--image-cache-limit", type=_image_cache_limit, default=DEFAULT_CACHE_LIMIT_BYTES,
+                        metavar="SIZE", help="the image cache's size limit, e.g. 20G (default); the least "
+                        "recently used images not in use are evicted beyond it")
     parser.add_argument("--cluster-id", type=_cluster_id, default=None, metavar="ID",
                         help="the cluster's id on this host (lower-case letters and digits), in the names of "
                         "what the agent makes here (cgroups, spool), so that agents of several clusters on one "
@@ -309,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"corral agent: cannot lock the spool: {exc}", file=sys.stderr)
         return 1
+    confinement, features = with_containers(args, confinement, spool, gpu_device_files(args, inventory))
     agent = Agent(
         controller_url=args.controller,
         secret=secret,
@@ -320,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         base_env=task_variables(args.controller, spool, ca_file),
         confinement=confinement,
         cgroups_status=cgroups_status,
-        features=args.feature,
+        features=features,
         auth_socket=str(args.auth_socket.absolute()) if args.auth_socket else None,
         health=health_config(args),
         usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),
@@ -355,6 +368,16 @@ def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None, tree:
     return 0
 
 
+def _image_cache_limit(text: str) -> int:
+    from corral.jobscript.errors import DirectiveError
+    from corral.jobscript.units import parse_mem_mib
+
+    try:
+        return parse_mem_mib(text) << 20
+    except DirectiveError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
 def gpu_device_files(args: argparse.Namespace, inventory: Inventory) -> dict[int, Path]:
     """Each GPU's device file: NVML's, or DIR/nvidiaN for simulated GPUs given --gpu-device-dir."""
     if args.gpu_device_dir is not None:
@@ -382,6 +405,24 @@ def confinement_from(args: argparse.Namespace, device_files: dict[int, Path]) ->
     (log.info if tree is not None else log.warning)("task isolation: %s", status)
     return Confinement(run_as_user=run_as_user, cgroups=tree, allow_root_jobs=args.allow_root_jobs), status
 
+
+
+def with_containers(args: argparse.Namespace, confinement: Confinement, spool: Path,
+                    device_files: dict[int, Path]) -> tuple[Confinement, list[str]]:
+    """The node's container support (decision 0020) and its features: `runc` when it can run containers."""
+    features = list(args.feature)
+    if args.no_containers:
+        log.info("containers: off (--no-containers)")
+        return confinement, features
+    support = ContainerSupport.detect(args.image_cache or spool / "images", args.image_cache_limit, device_files)
+    if support is None:
+        log.info("containers: none (%s not all installed)", ", ".join(RUNTIME_TOOLS))
+        return confinement, features
+    log.info("containers: runc, images cached in %s (at most %d MiB)", support.cache.directory,
+             support.cache.limit_bytes >> 20)
+    if RUNTIME_FEATURE not in features:
+        features.append(RUNTIME_FEATURE)
+    return dataclasses.replace(confinement, containers=support), features
 
 
 def _cgroup_tree(args: argparse.Namespace, device_files: dict[int, Path]) -> CgroupTree:

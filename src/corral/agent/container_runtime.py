@@ -16,20 +16,20 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corral.container_options import ContainerOptionError, Mount, parse_mounts
+
+__all__ = ["ContainerError", "Mount", "parse_mounts"]  # the grammar lives with the options
+
 RUNTIME = "runc"
+# What a node needs to run containers as its users (decision 0020): the runtime, unshare, and newuidmap
+# and newgidmap (Debian's uidmap) to map the one subordinate id a container uses.
+RUNTIME_TOOLS = (RUNTIME, "unshare", "newuidmap", "newgidmap")
 OUTER_USER, OUTER_SUBORDINATE = 0, 1
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-class ContainerError(Exception):
+class ContainerError(ContainerOptionError):
     """A container that cannot be started, with what to do about it."""
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,26 +66,14 @@ class BundleRequest:
     subordinate_gid: int | None = None
 
 
-def parse_mounts(text: str) -> tuple[Mount, ...]:
-    """pyxis's --container-mounts: SRC[:DST[:ro|rw]][,...]; DST defaults to SRC."""
-    mounts = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        parts = item.split(":")
-        if len(parts) > 3 or not parts[0]:
-            raise ContainerError(f"--container-mounts: {item!r} is not SRC[:DST[:ro|rw]]")
-        source, target = parts[0], parts[1] if len(parts) > 1 and parts[1] else parts[0]
-        flag = parts[2] if len(parts) == 3 else "rw"
-        if flag not in ("ro", "rw"):
-            raise ContainerError(f"--container-mounts: {item!r}: the flag must be ro or rw, not {flag!r}")
-        if not source.startswith("/") or not target.startswith("/"):
-            raise ContainerError(f"--container-mounts: {item!r}: both paths must be absolute")
-        mounts.append(Mount(source, target, flag == "ro"))
-    return tuple(mounts)
-
-
 def find_runtime() -> str | None:
     """The runtime's path on this node, or None (the node then does not offer containers)."""
     return shutil.which(RUNTIME)
+
+
+def node_has_runtime() -> bool:
+    """Whether this node can run containers: what its agent reports as the feature `runc`."""
+    return all(shutil.which(tool) for tool in RUNTIME_TOOLS)
 
 
 def user_can_reach(path: str, user: TaskUser) -> bool:
@@ -241,6 +229,11 @@ def runtime_argv(request: BundleRequest, runtime: str) -> list[str]:
     """runc, in a user and mount namespace of its own where the user is 0 (and, without remap_root, one of
     its subordinate ids 1, mapped by newuidmap): runc run by a plain user cannot map two ids (it must chown
     its pipes to the container's root) nor bind-mount (it re-enters the host's mount namespace)."""
+    if request.user.uid == 0:
+        # Mapped into the namespace, host root keeps its power over root's files there: runc then makes
+        # cgroups of its own in the host's hierarchies, and the container leaves the job's cgroup.
+        raise ContainerError("a container as root is refused: root on the host stays root in its user "
+                             "namespace and would leave the job's cgroup; submit the job as a user")
     argv = ["unshare", "--user", "--mount", "--map-user=0", "--map-group=0"]
     if not request.spec.remap_root:
         if request.subordinate_uid is None or request.subordinate_gid is None:

@@ -135,6 +135,17 @@ def _extract(rootfs: Path, layer: tarfile.TarFile, members: list[tarfile.TarInfo
             _hard_link_target(rootfs, member.linkname)
         # "tar" filter: nothing is written outside rootfs (symlinks followed); set-id bits dropped
         layer.extract(member, rootfs, set_attrs=True, filter="tar")
+        if (member.isdir() or member.isreg()) and member.name.strip("./"):  # `./`: the root, left as made
+            _restore_write_bits(rootfs, member)
+
+
+def _restore_write_bits(rootfs: Path, member: tarfile.TarInfo) -> None:
+    """The tar filter also drops group and other write bits and the sticky bit: put them back (never the
+    set-id bits). An image's /tmp is 1777, and runc gives the container's /tmp tmpfs the mode of the image's
+    /tmp: without this no user could write /tmp in any image."""
+    target = _inside(rootfs, member.name, "file")
+    if not target.is_symlink():
+        os.chmod(target, member.mode & 0o1777)
 
 
 def _json(blobs: Blobs, name: str, source: str, digest: str = "") -> dict:

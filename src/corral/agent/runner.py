@@ -72,6 +72,7 @@ class JobRunner(LocalTasks):
     async def run(self) -> AsyncIterator[NodeStarted | NodeFinished]:
         if not self.adopted:
             try:
+                await self._open_container(self.launch.container, self._job_dir)
                 self._spawn_all()
                 await self._take_replies()
             except SpawnError as exc:
@@ -95,6 +96,7 @@ class JobRunner(LocalTasks):
             for watcher in watchers:
                 watcher.cancel()  # only matters when the consumer gave up: the processes live on
         await self._end_cgroup()
+        self._close_container()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         exits = [self._exits[rank] for rank in sorted(self._exits)]
         log.info("job %d: all tasks exited: %s%s", self.job_id, describe_exits(exits), self._why_ended())
@@ -129,7 +131,10 @@ class JobRunner(LocalTasks):
         if not self.launch.script.startswith("#!"):
             raise SpawnError("the batch script does not start with a #! line naming its interpreter "
                              "(for example #!/bin/bash)")
-        return [str(self._write_script(self.launch.script)), *self.launch.argv]
+        script = self._write_script(self.launch.script)
+        if self._container is not None:  # a service replica's or `srun`'s script, run in the container
+            return [self._container.share_file(script), *self.launch.argv]
+        return [str(script), *self.launch.argv]
 
     def _write_script(self, script: str) -> Path:
         path = self._job_dir / "script"
@@ -203,6 +208,7 @@ class JobRunner(LocalTasks):
         """Kill the tasks started before the failure; report every local task as failed to start."""
         log.warning("job %d: cannot start: %s", self.job_id, exc)
         await self._kill_started()
+        self._close_container()
         shutil.rmtree(self._job_dir, ignore_errors=True)
         self._forget_launch()
         exits = [TaskExit(rank=t.rank, exit_code=exc.exit_code) for t in self.launch.tasks]

@@ -88,6 +88,7 @@ class StepRunner(LocalTasks):
         self.launch = launch
         self.job_id = launch.job_id
         self.step_id = launch.step_id
+        self._job_dir = Path(spool_dir) / f"job{launch.job_id}"  # the job's on this node (runner.py's)
         self._node_name = node_name
         self._base_env = dict(base_env)
         self._reader: asyncio.StreamReader | None = None
@@ -122,6 +123,7 @@ class StepRunner(LocalTasks):
             return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=exits, error=error)
         try:
             try:
+                await self._open_container(self.launch.container, self._job_dir)
                 self._spawn_all()
                 await self._take_replies()
             except SpawnError as exc:
@@ -131,6 +133,7 @@ class StepRunner(LocalTasks):
             log.info("%s: started %d task(s), pids %s", self._what, len(self._procs), self.pids)
             return await self._supervise()
         finally:
+            self._close_container()
             self._close_pipes()
             await self._attachments.close()
             await self._close_connection()

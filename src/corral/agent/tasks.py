@@ -17,12 +17,13 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
+from corral.agent.container_tasks import ContainerStartError, ContainerSupport, TaskContainer
 from corral.agent.identity import TaskIdentity, UnknownUser, agent_identity, file_access_as, task_identity
 from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.usage import Tracked
 from corral.jobref import ascii_number
-from corral.protocol import InfrastructureFailure, TaskExit
+from corral.protocol import ContainerLaunch, InfrastructureFailure, TaskExit
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class Confinement:
     run_as_user: bool = False
     cgroups: CgroupTree | None = None
     allow_root_jobs: bool = False
+    containers: ContainerSupport | None = None  # the node's runtime and image cache (None: no containers)
 
 
 DEVELOPMENT_MODE = Confinement()
@@ -176,6 +178,7 @@ class LocalTasks:
         self._starting: list[tuple[int, StartingTask]] = []  # leaders started, their replies not read yet
         self._start_failure: SpawnError | None = None
         self._recorded: set[int] = set()  # ranks whose tasks are in the spool
+        self._container: TaskContainer | None = None  # the container the tasks run in (None: on the node)
 
     @property
     def pids(self) -> list[int]:
@@ -309,8 +312,40 @@ class LocalTasks:
         identity = self._identity or agent_identity()
         return {} if identity is None else identity.variables
 
+    async def _open_container(self, launch: ContainerLaunch | None, job_dir: Path) -> None:
+        """Before the tasks start: lease the launch's image on this node, or find its named container
+        (SpawnError, nothing started, if it cannot be had). Every task then runs in it (`_spawn_task`)."""
+        if launch is None:
+            return
+        self._refuse_if_told()
+        identity = None
+        if self._confinement.run_as_user:
+            try:
+                identity = self._task_identity()
+            except UnknownUser as exc:
+                raise SpawnError(str(exc)) from None
+        lease = f"job{self._owner[0]}" + ("" if self._owner[1] is None else f".{self._owner[1]}")
+        container = TaskContainer(launch, self._confinement.containers, job_dir=job_dir, lease=lease,
+                                  identity=identity, gpus=self._owner[2])
+        try:
+            await container.open()
+        except ContainerStartError as exc:
+            raise SpawnError(f"container: {exc}") from None
+        self._container = container
+
+    def _close_container(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
     def _spawn_task(self, argv: list[str], **streams: Any) -> StartingTask:
-        """spawn_task as the tasks' user, in their cgroups (the leader enters them before it starts the task)."""
+        """spawn_task as the tasks' user, in their cgroups (the leader enters them before it starts the task);
+        in the launch's container when it has one (runc, started by the leader as the user, in the cgroup)."""
+        if self._container is not None:
+            try:
+                argv = self._container.task_argv(len(self._starting), argv, streams["env"], streams["cwd"])
+            except ContainerStartError as exc:
+                raise SpawnError(f"container: {exc}") from None
         leaves = self._leaves if self._confinement.cgroups is not None else []
         return spawn_task(argv, identity=self._identity, exit_dir=self._spool.directory,
                           contact_file=self._spool.contact, cgroup_leaves=leaves,

@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corral.api.containers import ContainerFields
 from corral.api.fields import (
     Amount,
     Args,
@@ -23,7 +24,7 @@ from corral.api.fields import (
 )
 
 
-class JobSubmit(BaseModel):
+class JobSubmit(ContainerFields):
     """A submission as a user states it, in Slurm's terms. The controller normalizes and validates it
     against the cluster (partitions, node sizes) and answers 422 with a specific message if it can
     never run."""
@@ -170,6 +171,14 @@ class JobOut(BaseModel):
     exc_nodelist: str = ""
     constraint: str = ""
     exclusive: bool = False
+    # Its container (sbatch/srun/salloc --container-*; "" image: none).
+    container_image: str = ""
+    container_mounts: str = ""
+    container_workdir: str = ""
+    container_name: str = ""
+    container_env: str = ""
+    container_mount_home: bool = True
+    container_remap_root: bool = False
     comment: str = ""
     wckey: str = ""
     open_mode: str = "append"

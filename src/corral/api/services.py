@@ -22,12 +22,14 @@ from corral.api.fields import (
     Count,
     DurationS,
     Env,
+    FilePath,
     MemMib,
     Name,
     Script,
     TimeLimitS,
     WorkDir,
 )
+from corral.container_options import ContainerOptionError, parse_mounts
 
 # A service's name is part of URLs (`/s/<name>/` on the gateway) and of DNS-style names: a DNS label.
 SERVICE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -227,6 +229,11 @@ class ServiceSpec(Strict):
     script: Script | None = Field(None, description="A script run as the replica. Exclusive with command.")
     env: Env = {}
     workdir: WorkDir
+    image: FilePath | None = Field(None, description=(
+        "Run each replica in this container image (as --container-image: a docker-archive tarball every node "
+        "can read); only on nodes with the feature runc. None: on the node"))
+    image_mounts: Comment = Field("", description="Paths the replica's container sees, as --container-mounts: "
+                                                  "SRC[:DST[:ro|rw]][,...]")
     ports: list[PortSpec] = Field([], max_length=PORTS_MAX)
     probes: Probes = Probes()
     restart: RestartPolicy = RestartPolicy()
@@ -248,10 +255,20 @@ class ServiceSpec(Strict):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         problem = (_command_problem(self) or _port_problem(self.ports) or _probe_port_problem(self)
-                   or _replica_problem(self) or _session_problem(self))
+                   or _replica_problem(self) or _session_problem(self) or _image_problem(self))
         if problem:
             raise field_problem(*problem)
         return self
+
+
+def _image_problem(spec: ServiceSpec) -> tuple[str, str] | None:
+    if spec.image_mounts and not spec.image:
+        return "image_mounts", "mounts without an image: give image too"
+    try:
+        parse_mounts(spec.image_mounts)
+    except ContainerOptionError as exc:
+        return "image_mounts", str(exc).removeprefix("--container-mounts: ")
+    return None
 
 
 def _command_problem(spec: ServiceSpec) -> tuple[str, str] | None:

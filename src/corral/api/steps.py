@@ -1,15 +1,22 @@
 """Bodies of the job step API (srun) and of an allocation's completion (salloc)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from corral.api.containers import ContainerFields
 from corral.api.fields import Args, Count, Env, FilePath, Name, Names, Port, WorkDir
 
 
-class StepSubmit(BaseModel):
-    """Start a step in a running job: what `srun` sends, with its defaults already applied."""
+class StepSubmit(ContainerFields):
+    """Start a step in a running job: what `srun` sends, with its defaults already applied. Its container
+    fields override its job's one by one (a step with none runs in its job's container, if any)."""
+
+    _for_step: ClassVar[bool] = True
+    # None: not given (the job's); srun sends False for --no-container-mount-home and --no-container-remap-root.
+    container_mount_home: bool | None = None  # type: ignore[assignment]
+    container_remap_root: bool | None = None  # type: ignore[assignment]
 
     argv: Args = Field(min_length=1)
     name: Name | None = Field(None, description="Default: the command's file name")

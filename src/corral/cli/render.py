@@ -317,7 +317,20 @@ def _shape_fields(job: dict) -> list[tuple[str, str]]:
         ("TotalGpus", str(job["total_gpus"])),
         ("MemPerNode", format_mib(job["mem_per_node_mib"])),
         *_chosen_fields(job),
+        *_container_fields(job),
     ]
+
+
+def _container_fields(job: dict) -> list[tuple[str, str]]:
+    """Its container (pyxis's --container-* options), where it has one."""
+    if not job.get("container_image"):
+        return []
+    given = [("ContainerImage", job.get("container_image")), ("ContainerMounts", job.get("container_mounts")),
+             ("ContainerWorkdir", job.get("container_workdir")), ("ContainerName", job.get("container_name")),
+             ("ContainerEnv", job.get("container_env"))]
+    flags = [("ContainerMountHome", "no")] if job.get("container_mount_home") is False else []
+    flags += [("ContainerRemapRoot", "yes")] if job.get("container_remap_root") else []
+    return [(label, str(value)) for label, value in given if value] + flags
 
 
 def _chosen_fields(job: dict) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from corral import hostlist
+from corral import container_options, hostlist
 from corral.api.schemas import JobOut
 from corral.controller import views
 from corral.controller.usage_views import LiveOfJob, gpu_idle_flagged, job_usage
@@ -113,6 +113,7 @@ _PLAIN: Mapping[str, str] = {
     "req_nodelist": "spec.nodelist", "exc_nodelist": "spec.exclude", "constraint": "spec.constraint",
     "exclusive": "spec.exclusive",
     "allocation": "spec.allocation",
+    **{name: f"spec.{name}" for name in container_options.FIELDS},
 }
 # The fields computed from the record and the list's facts, each as views.job_out computes it.
 _COMPUTED: Mapping[str, Getter] = {

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, HTTPException, Query
 
+from corral import container_options
 from corral.api.schemas import JobOut
 from corral.api.steps import CompleteBody, StepAttach, StepOut, StepSubmit
 from corral.controller.auth import Principal
@@ -37,7 +38,7 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
         await guard.job_action(principal, service.find_job(job_id), "step", job_id)
         launch = body.model_dump(include={"argv", "workdir", "env", "output", "error", "input", "io_host",
                                           "io_port", "io_token", "cpus_per_task", "pty", "pty_rows",
-                                          "pty_cols"})
+                                          "pty_cols"}) | container_options.given(body.model_dump())
         request = StepRequest(
             name=body.name or body.argv[0].rsplit("/", 1)[-1], nodes=body.nodes, ntasks=body.ntasks,
             ntasks_per_node=body.ntasks_per_node, nodelist=tuple(body.nodelist), exclude=tuple(body.exclude),

@@ -1,12 +1,12 @@
 """Steps as API bodies, sacct rows and agent launch messages."""
 from __future__ import annotations
 
-from corral import hostlist
+from corral import container_options, hostlist
 from corral.api.steps import StepOut
 from corral.controller.usage_views import LiveOfJob, step_usage
 from corral.core.model import NodeSlice
 from corral.engine.records import Job, Node, Step
-from corral.protocol import GpuShareLaunch, LaunchStep, TaskLaunch
+from corral.protocol import ContainerLaunch, GpuShareLaunch, LaunchStep, TaskLaunch
 
 
 def step_out(job: Job, step: Step) -> StepOut:
@@ -33,6 +33,13 @@ def share_launch(job: Job, held: NodeSlice, node: Node | None) -> GpuShareLaunch
     kind, _, amount = job.spec.gpu_share.partition(":")
     return GpuShareLaunch(gpu_milli=held.gpu_milli, device_memory_mib=memory,
                           shards=int(amount) if kind == "shard" else 0)
+
+
+def step_container(job: Job, launch: dict) -> ContainerLaunch | None:
+    """A step's container: its job's (sbatch's --container-* reach its steps, as pyxis's do), each option the
+    step gave (srun's) replacing the job's."""
+    job_fields = {name: getattr(job.spec, name) for name in container_options.FIELDS}
+    return ContainerLaunch.of(job_fields | container_options.given(launch))
 
 
 def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, Node],
@@ -62,4 +69,5 @@ def step_launch_message(job: Job, step: Step, node_name: str, nodes: dict[str, N
         io_host=launch.get("io_host"), io_port=launch.get("io_port"), io_token=launch.get("io_token", ""),
         pty=launch.get("pty", False), pty_rows=launch.get("pty_rows", 24), pty_cols=launch.get("pty_cols", 80),
         acctg_freq_s=job.spec.acctg_freq_s,
+        container=step_container(job, launch),
     )

@@ -1,7 +1,7 @@
 """Turn engine records into API bodies and agent messages."""
 from __future__ import annotations
 
-from corral import hostlist
+from corral import container_options, hostlist
 from corral.api.schemas import GpuOut, JobOut, NodeOut, PartitionOut, SliceOut
 from corral.controller.step_views import share_launch, step_rows
 from corral.controller.usage_views import LiveOfJob, PerNode, gpu_idle_flagged, job_usage
@@ -10,7 +10,7 @@ from corral.engine.config import EngineConfig
 from corral.engine.history import Cancelled, history_to_json
 from corral.engine.membership import node_state
 from corral.engine.records import Job, JobState, Node
-from corral.protocol import LaunchJob, TaskLaunch
+from corral.protocol import ContainerLaunch, LaunchJob, TaskLaunch
 from corral.sim.forecast import START_WINDOW
 
 
@@ -56,7 +56,7 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         comment=job.spec.comment,
         wckey=job.spec.wckey, open_mode=job.spec.open_mode, batch=job.spec.batch, req_nodelist=job.spec.nodelist,
         exc_nodelist=job.spec.exclude, constraint=job.spec.constraint, exclusive=job.spec.exclusive,
-        allocation=job.spec.allocation,
+        allocation=job.spec.allocation, **{name: getattr(job.spec, name) for name in container_options.FIELDS},
         cancelled_by_uid=next((h.uid for h in job.history if isinstance(h, Cancelled)), None),
         steps=batch_steps(job, live.get(None)) + step_rows(job, live),
         usage=usage, gpu_idle_flagged=gpu_idle_flagged(usage, gpu_idle_flag_s),
@@ -129,6 +129,7 @@ def launch_message(job: Job, node_name: str, nodes: dict[str, Node], cluster_nam
         submit_host=job.spec.submit_host, cluster_name=cluster_name, batch=kind.batch_step,
         explicit=[k for k in job.spec.explicit.split(",") if k], open_mode=job.spec.open_mode,
         acctg_freq_s=job.spec.acctg_freq_s,
+        container=None if kind.batch_step else ContainerLaunch.of(job.spec),
     )
 
 

@@ -7,7 +7,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from corral import gpu_models
+from corral import container_options, gpu_models
 from corral.api.schemas import JobSubmit
 from corral.core.fgd import model_matches
 from corral.core.model import GPU_MILLI, Request
@@ -15,7 +15,7 @@ from corral.engine.arrays import ArrayError, parse_array
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.dependencies import DependencyError, parse_dependency
 from corral.engine.kinds import kind_from_flags
-from corral.engine.node_choice import NodeChoiceError, check_choice
+from corral.engine.node_choice import NodeChoiceError, check_choice, needed_features
 from corral.engine.records import JobSpec, Node
 from corral.engine.tenancy import Tenancy, TenancyError
 from corral.ranges import compress_ranges
@@ -149,7 +149,7 @@ def admit(sub: JobSubmit, config: EngineConfig, nodes: Iterable[Node] | Partitio
                           if getattr(sub, k) is not None),
         priority=sub.priority, uid=sub.uid, submit_host=sub.submit_host, gpu_share=sub.gpu_share or "",
         nodelist=sub.nodelist or "", exclude=sub.exclude or "", constraint=sub.constraint or "",
-        exclusive=sub.exclusive,
+        exclusive=sub.exclusive, **{name: getattr(sub, name) for name in container_options.FIELDS},
     )
 
 
@@ -157,11 +157,12 @@ def _chosen(sub: JobSubmit, members: list[Node], max_gpus: int, index: Partition
             ) -> tuple[JobSubmit, list[Node], int]:
     """The submission with the node count its -w gives, the partition's nodes its -w/-x/--constraint allow,
     and the most GPUs one of them has (all as given when it chose nothing)."""
-    if not (sub.nodelist or sub.exclude or sub.constraint):
+    needs = needed_features(sub.container_image)
+    if not (sub.nodelist or sub.exclude or sub.constraint or needs):
         return sub, members, max_gpus
     try:
         count, allowed = check_choice(sub.nodelist or "", sub.exclude or "", sub.constraint or "", sub.nodes,
-                                      members, index.names())
+                                      members, index.names(), needs)
     except NodeChoiceError as exc:
         raise AdmissionError(str(exc)) from None
     if count != sub.nodes:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from corral import gpu_models, hostlist
+from corral.container_options import RUNTIME_FEATURE
 from corral.engine.records import Node
 
 _FEATURE = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
@@ -59,10 +60,16 @@ def discovered_features(gpus_model: str) -> frozenset[str]:
     return frozenset({short}) if short else frozenset()
 
 
+def needed_features(container_image: str) -> frozenset[str]:
+    """Features a job needs whatever it chose: a container runtime for a job with --container-image."""
+    return frozenset({RUNTIME_FEATURE}) if container_image else frozenset()
+
+
 def check_choice(nodelist: str, exclude: str, constraint: str, num_nodes: int | None, members: Iterable[Node],
-                 known: Iterable[str]) -> tuple[int | None, frozenset[str]]:
+                 known: Iterable[str], needs: frozenset[str] = frozenset()) -> tuple[int | None, frozenset[str]]:
     """Check a submission's choice against the partition's nodes (`members`) and every node the cluster
-    knows (`known`): the node count the job takes (-N, or the -w list's length) and the nodes it may use."""
+    knows (`known`): the node count the job takes (-N, or the -w list's length) and the nodes it may use.
+    `needs`: features every node of the job must have besides its --constraint (needed_features)."""
     members = list(members)
     names = frozenset(n.name for n in members)
     known = frozenset(known)
@@ -93,25 +100,39 @@ def check_choice(nodelist: str, exclude: str, constraint: str, num_nodes: int | 
         if parsed.every and unknown or not parsed.every and len(unknown) == len(parsed.features):
             raise NodeChoiceError(f"Invalid feature specification: no node of the partition has "
                                   f"{', '.join(unknown)} (features: {', '.join(sorted(offered)) or 'none'})")
-    allowed = allowed_nodes(nodelist, exclude, constraint, members)
+    _check_needs(needs, members, num_nodes)
+    allowed = allowed_nodes(nodelist, exclude, constraint, members, needs)
     assert allowed is not None  # some choice was made, or check_choice is not called
     if len(allowed) < (num_nodes or 1):
+        also = " and can run containers" if needs else ""
         raise NodeChoiceError(f"Requested node configuration is not available: {len(allowed)} node(s) of the "
-                              f"partition meet the job's --nodelist, --exclude and --constraint, it needs "
+                              f"partition meet the job's --nodelist, --exclude and --constraint{also}, it needs "
                               f"{num_nodes or 1}")
     return num_nodes, allowed
 
 
-def allowed_nodes(nodelist: str, exclude: str, constraint: str, members: Iterable[Node]) -> frozenset[str] | None:
+def _check_needs(needs: frozenset[str], members: list[Node], num_nodes: int | None) -> None:
+    if RUNTIME_FEATURE not in needs:
+        return
+    able = [n.name for n in members if RUNTIME_FEATURE in n.features]
+    if len(able) < (num_nodes or 1):
+        raise NodeChoiceError(f"Requested node configuration is not available: --container-image needs nodes "
+                              f"that can run containers (feature {RUNTIME_FEATURE}: runc and uidmap installed, "
+                              f"shown by corral nodes); {len(able)} of the partition's {len(members)} node(s) "
+                              f"can, the job needs {num_nodes or 1}")
+
+
+def allowed_nodes(nodelist: str, exclude: str, constraint: str, members: Iterable[Node],
+                  needs: frozenset[str] = frozenset()) -> frozenset[str] | None:
     """The nodes of `members` the choice allows (None: no choice, any node)."""
-    if not (nodelist or exclude or constraint):
+    if not (nodelist or exclude or constraint or needs):
         return None
     wanted = _names(nodelist, "--nodelist")
     avoided = _names(exclude, "--exclude")
     parsed = parse_constraint(constraint) if constraint else None
     return frozenset(n.name for n in members
                      if (not wanted or n.name in wanted) and n.name not in avoided
-                     and (parsed is None or parsed.met_by(n.features)))
+                     and (parsed is None or parsed.met_by(n.features)) and needs <= n.features)
 
 
 def _names(expression: str, option: str) -> frozenset[str]:

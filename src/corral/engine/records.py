@@ -107,6 +107,15 @@ class JobSpec:
     exclusive: bool = False
     # The replica of a session service (a notebook: engine/kinds.py SESSION): run once, its end ends the service.
     session: bool = False
+    # A container for its tasks (pyxis's flags, corral.container_options; decision 0020): a batch job's
+    # script runs on the node, its steps in the container; "" image: none.
+    container_image: str = ""
+    container_mounts: str = ""
+    container_workdir: str = ""
+    container_name: str = ""
+    container_env: str = ""
+    container_mount_home: bool = True
+    container_remap_root: bool = False
 
     @property
     def kind(self) -> JobKind:

@@ -52,6 +52,7 @@ def replica_submission(spec: ServiceSpec, uid: int, index: int) -> JobSubmit:
         time_limit_s=spec.time_limit_s,
         account=spec.account, qos=spec.qos, queue=spec.queue, output=f"{spec.name}-%j.out",
         exclude=spec.placement.exclude, constraint=spec.placement.constraint,
+        container_image=spec.image or "", container_mounts=spec.image_mounts,
     )
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from corral.core.model import AdvanceReservation, PendingJob, RunningJob
 from corral.engine.config import EngineConfig
-from corral.engine.node_choice import allowed_nodes
+from corral.engine.node_choice import allowed_nodes, needed_features
 from corral.engine.priority import Factors, job_priority
 from corral.engine.records import Job, JobSpec, JobState, Node
 from corral.engine.tenancy import Tenancy
@@ -26,7 +26,7 @@ class Views:
         self.priority_at = float("-inf")
         self._cluster_gpus: int | None = None
         self._partition_factors: dict[str, float] | None = None
-        self._chosen: dict[tuple[str, str, str, str], frozenset[str]] = {}
+        self._chosen: dict[tuple[str, str, str, str, frozenset[str]], frozenset[str]] = {}
 
     def cluster_gpus(self) -> int:
         if self._cluster_gpus is None:
@@ -51,14 +51,15 @@ class Views:
     def chosen_nodes(self, spec: JobSpec) -> frozenset[str] | None:
         """The nodes a job's -w/-x/--constraint allow among its partition's (None: any), shared by the jobs
         that chose alike (an array's tasks)."""
-        if not (spec.nodelist or spec.exclude or spec.constraint):
+        needs = needed_features(spec.container_image)
+        if not (spec.nodelist or spec.exclude or spec.constraint or needs):
             return None
-        key = (spec.request.partition, spec.nodelist, spec.exclude, spec.constraint)
+        key = (spec.request.partition, spec.nodelist, spec.exclude, spec.constraint, needs)
         found = self._chosen.get(key)
         if found is None:
             partition = spec.request.partition
             members = (n for n in self.nodes.values() if partition in n.partitions)
-            found = self._chosen[key] = allowed_nodes(spec.nodelist, spec.exclude, spec.constraint, members) \
+            found = self._chosen[key] = allowed_nodes(spec.nodelist, spec.exclude, spec.constraint, members, needs) \
                 or frozenset()
         return found
 

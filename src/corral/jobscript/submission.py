@@ -61,6 +61,16 @@ _CONVERTERS: tuple[tuple[str, Callable[[str], object]], ...] = (
     ("no-requeue", values.flag_off),  # the last of --requeue/--no-requeue wins
     ("hold", values.flag_on),
     ("acctg-freq", values.acctg_task_s),
+    # pyxis's: the job's container (decision 0020); their grammars are checked by JobSubmit
+    ("container-image", values.text_value),
+    ("container-mounts", values.text_value),
+    ("container-workdir", values.text_value),
+    ("container-name", values.text_value),
+    ("container-env", values.text_value),
+    ("container-mount-home", values.flag_on),
+    ("no-container-mount-home", values.flag_off),
+    ("container-remap-root", values.flag_on),
+    ("no-container-remap-root", values.flag_off),
 )
 
 

@@ -49,6 +49,8 @@ JOB_LINE_FIELDS = (
     "position", "held", "requeue", "expedited_requeue", "reservation", "uid", "submit_host", "comment", "wckey",
     "open_mode", "batch", "allocation", "cancelled_by_uid", "gpu_idle_flagged", "array_task_spec",
     "req_nodelist", "exc_nodelist", "constraint", "exclusive", "estimated_start_window",
+    "container_image", "container_mounts", "container_workdir", "container_name", "container_env",
+    "container_mount_home", "container_remap_root",
 )
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~,")
 

@@ -25,6 +25,14 @@ JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "chdir": ("D", REQUIRED, "workdir", v.text),
     "comment": (None, REQUIRED, "comment", v.text),
     "constraint": ("C", REQUIRED, "constraint", v.text),
+    # pyxis's options (its SPANK plugin adds them to sbatch, srun and salloc); decision 0020.
+    "container-env": (None, REQUIRED, "container_env", v.container),
+    "container-image": (None, REQUIRED, "container_image", v.container),
+    "container-mount-home": (None, NO_ARG, "container_mount_home", True),
+    "container-mounts": (None, REQUIRED, "container_mounts", v.container),
+    "container-name": (None, REQUIRED, "container_name", v.container),
+    "container-remap-root": (None, NO_ARG, "container_remap_root", True),
+    "container-workdir": (None, REQUIRED, "container_workdir", v.container),
     "cpus-per-task": ("c", REQUIRED, "cpus_per_task", v.count),
     "dependency": ("d", REQUIRED, "dependency", v.dependency),
     "error": ("e", REQUIRED, "error", v.text),
@@ -41,6 +49,8 @@ JOB: Mapping[str, tuple[str | None, int, str, object]] = {
     "mem": (None, REQUIRED, "mem_mib", v.memory),
     "mem-per-cpu": (None, REQUIRED, "mem_per_cpu_mib", v.memory),
     "mem-per-gpu": (None, REQUIRED, "mem_per_gpu_mib", v.memory),
+    "no-container-mount-home": (None, NO_ARG, "container_mount_home", False),
+    "no-container-remap-root": (None, NO_ARG, "container_remap_root", False),
     "no-requeue": (None, NO_ARG, "requeue", False),
     "nodelist": ("w", REQUIRED, "nodelist", v.text),
     "nodes": ("N", REQUIRED, "nodes", v.node_count),
@@ -107,6 +117,7 @@ IGNORED: Mapping[str, tuple[str | None, int, str]] = {
 UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
     "batch": (None, REQUIRED), "bb": (None, REQUIRED), "bbf": (None, REQUIRED),
     "cluster-constraint": (None, REQUIRED), "container": (None, REQUIRED),
+    "container-entrypoint": (None, NO_ARG), "container-save": (None, REQUIRED),  # pyxis's, not corral's
     "cpus-per-gpu": (None, REQUIRED), "deadline": (None, REQUIRED), "export-file": (None, REQUIRED),
     "gid": (None, REQUIRED), "gpus-per-socket": (None, REQUIRED), "licenses": ("L", REQUIRED),
     "nodefile": ("F", REQUIRED), "uid": (None, REQUIRED),

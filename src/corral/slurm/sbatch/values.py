@@ -157,6 +157,21 @@ def text(value: str, option: str) -> str:
     return value
 
 
+def container(value: str, option: str) -> str:
+    """A --container-* value (pyxis's grammar, corral.container_options), checked before anything is sent."""
+    from corral import container_options as c
+
+    checks = {"container-mounts": c.parse_mounts, "container-env": c.parse_env_names,
+              "container-name": c.check_name, "container-workdir": c.check_workdir}
+    if not value.strip():
+        raise fail(f"--{option}: expected a non-empty value", 1)
+    try:
+        checks.get(option, str)(value)
+    except c.ContainerOptionError as exc:
+        raise fail(str(exc), 1) from None
+    return value
+
+
 def partition(value: str, option: str) -> str:
     if "," in value:
         raise fail("invalid partition specified: corral takes one partition per job, not a list", 1)

@@ -112,6 +112,8 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
     ]
     if records.get(job, "comment"):
         lines.append(f"Comment={records.get(job, 'comment')} ")
+    if records.get(job, "container_image"):  # pyxis's options, which real scontrol does not show: only when set
+        lines.append(_container_line(job))
     if batch_flag:  # api/job_info.c prints the files of batch jobs only
         lines += [f"StdErr={expand_path(str(job.get('error') or output), job)}", f"StdIn={records.get(job, 'stdin')}",
                   f"StdOut={expand_path(output, job)}"]
@@ -120,6 +122,16 @@ def job_lines(job: Mapping, now: float, time_format: str | None = None) -> list[
     if per_node:
         lines.append(f"TresPerNode={per_node}")
     return lines
+
+
+def _container_line(job: Mapping) -> str:
+    fields = [("ContainerImage", "container_image"), ("ContainerMounts", "container_mounts"),
+              ("ContainerWorkdir", "container_workdir"), ("ContainerName", "container_name"),
+              ("ContainerEnv", "container_env")]
+    text = " ".join(f"{label}={_null(records.get(job, key))}" for label, key in fields)
+    home = records.get(job, "container_mount_home")
+    return (f"{text} ContainerMountHome={'no' if home is False else 'yes'} "
+            f"ContainerRemapRoot={'yes' if records.get(job, 'container_remap_root') else 'no'}")
 
 
 def render_jobs(jobs: Iterable[Mapping], now: float, *, one_liner: bool = False,

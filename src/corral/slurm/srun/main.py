@@ -125,6 +125,7 @@ def allocation_body(options: StepOptions, environment: dict[str, str], env: Mapp
         if value is not None:
             body[field] = value
     body.update(options.job)
+    body.update(options.container)  # the allocation's container: its steps run in it
     # The job's nodes: -w is the exact list (its length the node count), -x nodes it never gets.
     if options.nodelist:
         body["nodelist"] = hostlist.compress(options.nodelist)

@@ -32,6 +32,8 @@ STEP: Mapping[str, tuple[str | None, int]] = {
 JOB_KEYS = ("account", "comment", "constraint", "dependency", "exclusive",
             "gpus", "gpus-per-node", "gres", "mem", "mem-per-cpu",
             "mem-per-gpu", "partition", "priority", "qos", "reservation", "signal", "time", "wckey")
+# pyxis's options: a step's container (inside a job), or the new allocation's, which its steps inherit.
+CONTAINER_KEYS = tuple(k for k in sbatch.JOB if "container-" in k)
 IGNORED: Mapping[str, tuple[str | None, int, str]] = {
     **{k: sbatch.IGNORED[k] for k in (
         "clusters", "contiguous", "cores-per-socket", "core-spec", "cpu-freq", "delay-boot",
@@ -60,7 +62,7 @@ UNSUPPORTED: Mapping[str, tuple[str | None, int]] = {
 
 
 def _options() -> tuple[Opt, ...]:
-    shape = dict(STEP) | {k: sbatch.JOB[k][:2] for k in JOB_KEYS}
+    shape = dict(STEP) | {k: sbatch.JOB[k][:2] for k in JOB_KEYS + CONTAINER_KEYS}
     shape |= {k: (s, a) for k, (s, a, _) in IGNORED.items()} | dict(UNSUPPORTED)
     aliases = {"ntasks-per-node": ("tasks-per-node",), "clusters": ("cluster",)}
     return tuple(Opt(key, short, arg, aliases.get(key, ())) for key, (short, arg) in sorted(shape.items()))
@@ -95,6 +97,7 @@ class StepOptions(Record):
     verbose: int = 0
     action: str | None = None  # "help", "usage" or "version"
     job: Mapping[str, object] = {}  # JobSubmit fields for a new allocation
+    container: Mapping[str, object] = {}  # its --container-* options, as JobSubmit's and StepSubmit's fields
     warnings: tuple[str, ...] = ()
 
 
@@ -143,8 +146,18 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         name=line.last("job-name"), jobid=_int(line.last("jobid"), "jobid", _job_id),
         kill_on_bad_exit=line.has("kill-on-bad-exit") and line.last("kill-on-bad-exit") != "0",
         pty=line.has("pty"), quiet=line.has("quiet"), verbose=line.count("verbose"), job=v.split_gpu_models(job),
-        warnings=warnings)
+        container=_container(line), warnings=warnings)
     return with_environment(options, env)
+
+
+def _container(line: CommandLine) -> dict[str, object]:
+    """The --container-* options given, the last of each (and of --x/--no-x) winning, as in sbatch."""
+    fields: dict[str, object] = {}
+    for key, value in line.options:
+        if key in CONTAINER_KEYS:
+            _, _, name, convert = sbatch.JOB[key]
+            fields[name] = convert if isinstance(convert, bool) else convert(value, key)
+    return fields
 
 
 def with_environment(options: StepOptions, env: Mapping[str, str]) -> StepOptions:

@@ -45,6 +45,7 @@ def step_body(options: StepOptions, environment: dict[str, str], io: tuple[str, 
             body[field] = value
     if options.cpus_per_task is not None:
         body["cpus_per_task"] = options.cpus_per_task
+    body.update(options.container)  # none: the step runs in its job's container, if the job has one
     if options.nodelist:
         body["nodelist"] = list(options.nodelist)
     if options.exclude:
