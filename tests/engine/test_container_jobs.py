@@ -127,3 +127,15 @@ def test_a_job_with_an_image_waits_for_a_node_with_the_runtime_while_one_without
     waiting = next(j for j in engine.jobs.values() if j.state is JobState.PENDING)
     assert waiting.spec.container_image == IMAGE
     assert placed(engine, gpus_per_node=1) != ()  # a job without an image takes an idle node meanwhile
+
+
+def test_a_local_image_named_relative_to_the_submitter_is_sent_absolute(tmp_path, monkeypatch) -> None:
+    """The node's agent reads the file from its own working directory: a relative name must not reach it."""
+    (tmp_path / "img.sif").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    for given, sent in (("./img.sif", str(tmp_path / "img.sif")), ("img.sif", str(tmp_path / "img.sif")),
+                        ("../x/y.tar", str(tmp_path.parent / "x/y.tar")),
+                        ("nvcr.io#nvidia/pytorch:24.05-py3", "nvcr.io#nvidia/pytorch:24.05-py3"),
+                        ("busybox:1", "busybox:1")):
+        options, _ = parse_sbatch([f"--container-image={given}"], {})
+        assert apply_script(options, "#!/bin/sh\ntrue\n").submit["container_image"] == sent

@@ -169,6 +169,18 @@ def container(value: str, option: str) -> str:
         checks.get(option, str)(value)
     except c.ContainerOptionError as exc:
         raise fail(str(exc), 1) from None
+    if option == "container-image":
+        return _image_path(value)
+    return value
+
+
+def _image_path(value: str) -> str:
+    """A local image file named relative to where the command runs, made absolute: the node's agent reads
+    it, and its working directory is not the user's. Registry references and absolute paths pass as given."""
+    import os
+
+    if not os.path.isabs(value) and (value.startswith(("./", "../")) or os.path.isfile(value)):
+        return os.path.abspath(value)
     return value
 
 
