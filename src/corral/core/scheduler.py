@@ -27,25 +27,23 @@ from corral.core.snapshot import Snapshot
 def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) -> CyclePlan:
     ordered = sorted(snapshot.pending, key=attrgetter("order"))
     limit = config.max_jobs_considered
-    considered = [job for position, job in enumerate(ordered)
-                  if not job.held and (limit is None or position < limit)]
+    considered = [job for job in (ordered if limit is None else ordered[:limit]) if not job.held]
     if not considered:
         # Nothing can start or preempt: the cycle's working state (O(nodes + running)) is not built.
         waiting = tuple(Waiting(job.id, Reason.HELD if job.held else Reason.PRIORITY) for job in ordered)
         return CyclePlan(waiting=waiting, stats={"pending": len(ordered), "started": 0, "reservations": 0,
                                                  "preempted": 0})
     cycle = Cycle(_in_play(snapshot, considered), config)
-    for position, job in enumerate(ordered):
-        if job.held:
-            cycle.waiting.append(Waiting(job.id, Reason.HELD))
-        elif limit is not None and position >= limit:
-            cycle.waiting.append(Waiting(job.id, Reason.PRIORITY))
-        else:
-            cycle.consider(job)
+    cycle.consider_all(ordered if limit is None else ordered[:limit])
+    if limit is not None:
+        cycle.waiting.extend(Waiting(job.id, Reason.HELD if job.held else Reason.PRIORITY) for job in ordered[limit:])
     stats = {"pending": len(ordered), "started": len(cycle.starts), "reservations": cycle.reservations,
              "preempted": len(cycle.preemptions)}
     return CyclePlan(starts=tuple(cycle.starts), waiting=tuple(cycle.waiting),
                      preemptions=tuple(cycle.preemptions), stats=stats)
+
+
+_partition_of = attrgetter("request.partition")
 
 
 def _in_play(snapshot: Snapshot, considered: list[PendingJob]) -> Snapshot:
@@ -55,7 +53,7 @@ def _in_play(snapshot: Snapshot, considered: list[PendingJob]) -> Snapshot:
     With isolated partitions this keeps a cycle's working state to the partitions that have work."""
     if snapshot.base is not None:
         return snapshot  # a fork of the engine's base pool costs nothing per node anyway
-    wanted = {job.request.partition for job in considered}
+    wanted = set(map(_partition_of, considered))
     if all(wanted.issuperset(node.partitions) for node in snapshot.nodes):
         return snapshot
     nodes = tuple(node for node in snapshot.nodes if not wanted.isdisjoint(node.partitions))
