@@ -101,8 +101,9 @@ def schedule_of(scenario: Scenario, workdir: str) -> list[tuple[float, dict]]:
     return sorted(plan, key=lambda item: item[0])
 
 
-def run(scenario_name: str = "baseline") -> dict:
-    scenario = SCENARIOS[scenario_name]
+def run(scenario_name: str = "baseline", scenario: Scenario | None = None, records_out: list | None = None) -> dict:
+    """Run a scenario (by name, or `scenario` itself); the jobs' accounting records go to `records_out`."""
+    scenario = scenario or SCENARIOS[scenario_name]
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="perfscale-kueue-") as tmp:
         cluster = Cluster(Path(tmp), nodes=0, config=queue_config(scenario))
@@ -131,6 +132,8 @@ def run(scenario_name: str = "baseline") -> dict:
             agents.terminate()
             agents.wait(10)
             cluster.stop()
+    if records_out is not None:
+        records_out.extend(records)
     return report(scenario_name, scenario, records, wall0, submitted, lag, controller_cpu_s, load_before)
 
 
