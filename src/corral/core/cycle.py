@@ -226,8 +226,10 @@ class Cycle:
             if chosen is None:
                 return False
             nodes = chosen
-        # Ranks follow Slurm's node order, the order of the job's hostlist.
-        nodes.sort(key=lambda n: sort_key(n.name))
+        # Ranks follow Slurm's node order, the order of the job's hostlist (a sort computes every key, even
+        # of one node: most starts).
+        if len(nodes) > 1:
+            nodes.sort(key=lambda n: sort_key(n.name))
         self.starts.append(Start(job.id, tuple(self.pool.take(n, need, end, job.id) for n in nodes)))
         if self._per_node_limit(job):
             counts = self._group_counts(job.group)
