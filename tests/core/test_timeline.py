@@ -69,3 +69,24 @@ def test_a_single_node_search_agrees_with_the_sweep(candidates, gpus, duration, 
     single = earliest_gang_start(candidates, need, 1, duration, NOW)
     swept = _sweep(candidates, need, 1, duration, NOW, "")
     assert (single and (single[0], [n.name for n in single[1]])) == (swept and (swept[0], [n.name for n in swept[1]]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(nodes(), min_size=1, max_size=6), st.lists(st.integers(1, 8), min_size=1, max_size=4),
+       st.integers(1, 4), st.integers(1, 10_000), st.integers(0, 5))
+def test_the_first_fit_memo_gives_the_sweeps_answers_without_it(candidates, gpus_asked, count, duration,
+                                                                 blocked) -> None:
+    """Gang searches of one cycle share a memo of when each node first holds a need; its answers are those
+    of walking every node's releases each time, for repeated and different needs, with a node that holds a
+    reservation (never memoized)."""
+    for i, node in enumerate(candidates):
+        node.index, node.name = i, f"n{i}"
+    if blocked < len(candidates):
+        candidates[blocked].blocks.append((NOW + 50, NOW + 500, 1, 0, 0))
+    memo: dict = {}
+    for gpus in gpus_asked * 2:
+        need = Need(gpus, 0, 0)
+        with_memo = earliest_gang_start(candidates, need, count, duration, NOW, "", memo)
+        without = earliest_gang_start(candidates, need, count, duration, NOW, "")
+        assert (with_memo and (with_memo[0], [n.name for n in with_memo[1]])) == \
+            (without and (without[0], [n.name for n in without[1]]))

@@ -61,6 +61,7 @@ class BasePool(NodePool):
         pool.node_rooms = dict(self.node_rooms)
         pool._owned = set()
         pool._member_pos = self._member_pos  # read only: which nodes are members never changes in a cycle
+        pool.first_fits = {}
         self._move_late(pool, now)
         pool.attach(placement)
         return pool

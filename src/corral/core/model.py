@@ -169,10 +169,17 @@ class PendingJob:
     exclusive: bool = False
     # Order: expedited jobs first, then claims, then higher priority, then earlier submission, then lower id.
     order: tuple[int, int, float, int] = field(init=False, repr=False, compare=False)
+    # Nothing but its request decides where and whether it starts: no hold, counted limit, quota queue,
+    # preemption, advance reservation, node list, whole nodes or per-node limit. Deep in a long queue such a
+    # job is decided by the cycle's memo alone (core/cycle.py: Cycle.consider_all).
+    plain: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rank = 0 if self.expedited else 1 if self.claim else 2
         object.__setattr__(self, "order", (rank, -self.priority, self.submit_time, self.id))
+        plain = not (self.held or self.caps or self.queue or self.preempts_qos or self.reservation
+                     or self.nodes is not None or self.exclusive or self.max_per_node or self.spread_replicas)
+        object.__setattr__(self, "plain", plain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +279,9 @@ class Start:
     slices: tuple[NodeSlice, ...]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, though nothing changes one once made: a cycle makes one per pending job (100,000 and more),
+# and a frozen dataclass's __init__ (object.__setattr__ per field) costs five times a plain one's.
+@dataclass(slots=True)
 class Waiting:
     job_id: int
     reason: Reason

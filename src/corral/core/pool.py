@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from corral.core.model import GPU_MILLI, NodeSlice, NodeView
+from corral.core.timeline import FirstFits
 from corral.core.worknode import Need, WorkNode, choose_devices
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class NodePool:
         # Called when a schedulable node's free resources change: a working pool's placement keeps its own
         # index of the nodes by it (FGD's fragmentation states).
         self.moved: Callable[[WorkNode], None] = _unindexed
+        # The backfill timeline's memo of when each node first holds a need (core/timeline.py: FirstFits);
+        # a node's entries go whenever its free resources or releases change (occupy, release).
+        self.first_fits: FirstFits = {}
         self._build(nodes)
 
     def _build(self, nodes: tuple[NodeView, ...]) -> None:
@@ -78,6 +82,7 @@ class NodePool:
 
     def occupy(self, piece: NodeSlice, job_id: int, end: float) -> None:
         node = self.own(self.by_name[piece.node])
+        self.first_fits.pop(node.index, None)
         before = len(node.free)
         if piece.gpu_milli < GPU_MILLI:
             shared = node.shared
@@ -96,6 +101,7 @@ class NodePool:
     def release(self, piece: NodeSlice, job_id: int) -> None:
         """Give a running job's slice back now (what-if for preemption; `occupy` undoes it)."""
         node = self.own(self.by_name[piece.node])
+        self.first_fits.pop(node.index, None)
         before = len(node.free)
         if piece.gpu_milli < GPU_MILLI:
             shared = node.shared

@@ -27,35 +27,34 @@ from corral.core.snapshot import Snapshot
 def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) -> CyclePlan:
     ordered = sorted(snapshot.pending, key=attrgetter("order"))
     limit = config.max_jobs_considered
-    considered = [job for position, job in enumerate(ordered)
-                  if not job.held and (limit is None or position < limit)]
-    if not considered:
+    window = ordered if limit is None else ordered[:limit]
+    if all(job.held for job in window):
         # Nothing can start or preempt: the cycle's working state (O(nodes + running)) is not built.
         waiting = tuple(Waiting(job.id, Reason.HELD if job.held else Reason.PRIORITY) for job in ordered)
         return CyclePlan(waiting=waiting, stats={"pending": len(ordered), "started": 0, "reservations": 0,
                                                  "preempted": 0})
-    cycle = Cycle(_in_play(snapshot, considered), config)
-    for position, job in enumerate(ordered):
-        if job.held:
-            cycle.waiting.append(Waiting(job.id, Reason.HELD))
-        elif limit is not None and position >= limit:
-            cycle.waiting.append(Waiting(job.id, Reason.PRIORITY))
-        else:
-            cycle.consider(job)
+    cycle = Cycle(_in_play(snapshot, window), config)
+    cycle.consider_all(window)
+    if limit is not None:
+        cycle.waiting.extend(Waiting(job.id, Reason.HELD if job.held else Reason.PRIORITY) for job in ordered[limit:])
     stats = {"pending": len(ordered), "started": len(cycle.starts), "reservations": cycle.reservations,
              "preempted": len(cycle.preemptions)}
     return CyclePlan(starts=tuple(cycle.starts), waiting=tuple(cycle.waiting),
                      preemptions=tuple(cycle.preemptions), stats=stats)
 
 
-def _in_play(snapshot: Snapshot, considered: list[PendingJob]) -> Snapshot:
-    """The snapshot with only the nodes of partitions some considered job asks for. Nothing else can
-    change a decision: placement, the backfill timeline and static reasons look only at the job's own
-    partition, and preemption frees room only there (quota is charged from every running job still).
+_partition_of = attrgetter("request.partition")
+
+
+def _in_play(snapshot: Snapshot, window: list[PendingJob]) -> Snapshot:
+    """The snapshot with only the nodes of partitions some considered job (in `window`, not held) asks
+    for. Nothing else can change a decision: placement, the backfill timeline and static reasons look
+    only at the job's own partition, and preemption frees room only there (quota is charged from every
+    running job still).
     With isolated partitions this keeps a cycle's working state to the partitions that have work."""
     if snapshot.base is not None:
         return snapshot  # a fork of the engine's base pool costs nothing per node anyway
-    wanted = {job.request.partition for job in considered}
+    wanted = set(map(_partition_of, (job for job in window if not job.held)))
     if all(wanted.issuperset(node.partitions) for node in snapshot.nodes):
         return snapshot
     nodes = tuple(node for node in snapshot.nodes if not wanted.isdisjoint(node.partitions))

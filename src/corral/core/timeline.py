@@ -14,18 +14,35 @@ from corral.core.worknode import Need, WorkNode
 INF = math.inf
 
 
+# Per node index, per need (gpus, cpus, mem_mib): when a node without reservations first holds the need
+# (-inf: now; None: never). A cycle's pool keeps one (NodePool.first_fits) and forgets a node's entries
+# whenever its free resources or releases change, so the gang sweeps of one cycle, which mostly ask the same
+# per-node need of every node, walk each node's releases once.
+FirstFits = dict[int, dict[tuple[int, int, int], float | None]]
+
+
 def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float,
-                    reservation: str = "") -> list[tuple[float, float]]:
+                    reservation: str = "", memo: FirstFits | None = None) -> list[tuple[float, float]]:
     """Closed intervals of start times at which `need` fits on `node` for `duration_s` seconds."""
     if not node.capacity_fits(need):
         return []
-    return _starts_within_capacity(node, need, duration_s, now, reservation)
+    return _starts_within_capacity(node, need, duration_s, now, reservation, memo)
 
 
 def _starts_within_capacity(node: WorkNode, need: Need, duration_s: float, now: float,
-                            reservation: str) -> list[tuple[float, float]]:
+                            reservation: str, memo: FirstFits | None = None) -> list[tuple[float, float]]:
     if not node.blocks and not node.advance:
-        return _monotone_starts(node, need, now)
+        if memo is None:
+            return _monotone_starts(node, need, now)
+        known = memo.get(node.index)
+        if known is None:
+            known = memo[node.index] = {}
+        key = (need.gpus, need.cpus, need.mem_mib)
+        if key in known:
+            first = known[key]
+        else:
+            first = known[key] = _monotone_first(node, need)
+        return [] if first is None else [(max(first, now), INF)]
     return _stepwise_starts(node, need, duration_s, now, reservation)
 
 
@@ -65,6 +82,18 @@ def _stepwise_starts(node: WorkNode, need: Need, duration_s: float, now: float,
     return _complement(blocked, duration_s, now)
 
 
+def _monotone_first(node: WorkNode, need: Need) -> float | None:
+    """`_monotone_starts` without `now`: the release after which `need` fits (-inf: it fits now; None: never)."""
+    if node.fits_whole_free(need):
+        return -INF
+    g, c, m = len(node.free), node.free_cpus, node.free_mem_mib
+    for t, dg, dc, dm, _ in sorted(node.releases):
+        g, c, m = g + dg, c + dc, m + dm
+        if g >= need.gpus and c >= need.cpus and m >= need.mem_mib:
+            return t
+    return None
+
+
 def _monotone_starts(node: WorkNode, need: Need, now: float) -> list[tuple[float, float]]:
     """Without reservations a node's availability only rises, so `need` fits for any duration from the
     first instant it fits at all: one interval [t, inf) (or none). The common case, walked without
@@ -95,18 +124,19 @@ def _complement(blocked: list[tuple[float, float]], duration_s: float, now: floa
 
 
 def earliest_gang_start(
-    candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float, reservation: str = ""
+    candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float, reservation: str = "",
+    memo: FirstFits | None = None,
 ) -> tuple[float, list[WorkNode]] | None:
     """The earliest time at which `count` of `candidates` can each hold `need` for `duration_s`,
     and which nodes (best fit: those that became available most recently, so long-idle nodes stay
     free for others; ties by node order). None if that never happens."""
     if count == 1:
-        return _earliest_single(candidates, need, duration_s, now, reservation)
-    return _sweep(candidates, need, count, duration_s, now, reservation)
+        return _earliest_single(candidates, need, duration_s, now, reservation, memo)
+    return _sweep(candidates, need, count, duration_s, now, reservation, memo)
 
 
 def _earliest_single(candidates: list[WorkNode], need: Need, duration_s: float, now: float,
-                     reservation: str) -> tuple[float, list[WorkNode]] | None:
+                     reservation: str, memo: FirstFits | None = None) -> tuple[float, list[WorkNode]] | None:
     """One node: the sweep's answer is the node whose first feasible start is earliest (ties by node
     order). A node that does not fit now cannot fit before its first release (reservations only take
     away), which skips most nodes without walking their timelines."""
@@ -116,18 +146,30 @@ def _earliest_single(candidates: list[WorkNode], need: Need, duration_s: float, 
             continue
         if node.releases and min(node.releases)[0] >= best_t and not node.fits_whole_free(need):
             continue
-        starts = _starts_within_capacity(node, need, duration_s, now, reservation)
+        starts = _starts_within_capacity(node, need, duration_s, now, reservation, memo)
         if starts and starts[0][0] < best_t:
             best_t, best = starts[0][0], node
     return None if best is None else (best_t, [best])
 
 
 def _sweep(candidates: list[WorkNode], need: Need, count: int, duration_s: float, now: float,
-           reservation: str) -> tuple[float, list[WorkNode]] | None:
+           reservation: str, memo: FirstFits | None = None) -> tuple[float, list[WorkNode]] | None:
     """A sweep over every node's feasible start intervals, earliest first, until `count` are open."""
     events: list[tuple[float, int, int]] = []  # (time, 0 = opens / 1 = closes, node index in candidates)
+    key = (need.gpus, need.cpus, need.mem_mib)
     for pos, node in enumerate(candidates):
-        for a, b in feasible_starts(node, need, duration_s, now, reservation):
+        if memo is not None and not node.blocks and not node.advance:
+            # feasible_starts through the memo, inlined: this runs for every node of the partition.
+            if not node.capacity_fits(need):
+                continue
+            known = memo.get(node.index)
+            if known is None:
+                known = memo[node.index] = {}
+            first = known[key] if key in known else known.setdefault(key, _monotone_first(node, need))
+            if first is not None:
+                events.append((max(first, now), 0, pos))
+            continue
+        for a, b in feasible_starts(node, need, duration_s, now, reservation, memo):
             events.append((a, 0, pos))
             if b != INF:
                 events.append((b, 1, pos))
