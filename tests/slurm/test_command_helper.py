@@ -84,7 +84,7 @@ def _started_helper(env) -> str:
 def test_the_helper_answers_as_the_command_itself(slurm_cluster, runtime_dir, tmp_path):
     env = _env(slurm_cluster, runtime_dir)
     path = _started_helper(env)
-    alone = {key: value for key, value in env.items() if key != front.HELPER_SWITCH}
+    alone = {**env, front.HELPER_SWITCH: "0"}
     workdir = tmp_path / "work"
     workdir.mkdir()
     # sbatch from stdin, in the caller's directory, with the caller's environment.
@@ -221,7 +221,9 @@ class ScriptedHelper:
     def _serve(self) -> None:
         conn, _ = self.server.accept()
         with conn:
-            socket.recv_fds(conn, 1 << 16, 4)
+            _, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+            for fd in fds:  # the caller's stdin, stdout, stderr, directory: held, its reader would wait
+                os.close(fd)
             self.calls += 1
             if self.acknowledge:
                 conn.sendall(front.ACCEPTED)
@@ -247,14 +249,16 @@ def test_a_helper_that_dies_before_taking_a_call_leaves_it_to_run_here(tmp_path)
     stand_in.thread.join(5)
 
 
-def test_no_helper_unless_asked_for_nor_inside_a_job(tmp_path):
+def test_no_helper_with_the_switch_off_nor_inside_a_job(tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
     on = {front.HELPER_SWITCH: "1"}
-    for extra in ({}, {front.HELPER_SWITCH: "0"}, {**on, "SLURM_JOB_ID": "5"}, {**on, "CORRAL_JOB_ID": "5"}):
+    for extra in ({front.HELPER_SWITCH: "0"}, {**on, "SLURM_JOB_ID": "5"}, {**on, "CORRAL_JOB_ID": "5"}):
         env = {"XDG_RUNTIME_DIR": str(runtime), **extra}
+        assert not front.helper_wanted(env)
         assert front.through_helper("squeue", [], env) is None
     assert not (runtime / "corral").exists()  # not even looked for
+    assert front.helper_wanted({}) and front.helper_wanted(on)  # on unless switched off
 
 
 def test_the_front_end_imports_nothing_but_itself():

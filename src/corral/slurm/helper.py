@@ -1,7 +1,9 @@
-"""The user's command helper: `python -m corral.slurm.helper SOCKET`, started by the first sbatch, squeue, sacct
-or scancel that finds none (corral.slurm.front), ended after IDLE_S seconds without a call.
+"""The user's command helper: `python -m corral.slurm.helper SOCKET`, started by the first sbatch, squeue, sacct,
+scancel or `corral queue/submit/show/cancel` that finds none (corral.slurm.front), ended after IDLE_S seconds
+without a call. The native front-end (front.c) and corral.slurm.front hand it their calls.
 
-It imports the commands once, then forks one child per call: the child takes the caller's stdin, stdout,
+It imports the commands once (corral's whole command line too, for `corral submit`), then forks one child
+per call: the child takes the caller's stdin, stdout,
 stderr and working directory (passed over the socket), its argv, environment and umask, acknowledges the call,
 runs the command's main() exactly as the console script would, and sends back the exit status. If the caller
 goes away (Ctrl-C), the child is interrupted as the command would have been.
@@ -21,7 +23,7 @@ import sys
 import threading
 import time
 
-from corral.slurm.front import ACCEPTED, COMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
+from corral.slurm.front import ACCEPTED, COMMANDS, CORRAL, CORRAL_SUBCOMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
 
 IDLE_S = 300.0
 MAX_REQUEST_BYTES = 8 << 20  # argv and environment: far above ARG_MAX's usual 2 MiB
@@ -45,8 +47,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
-        for command in COMMANDS:  # what makes calls fast: imported once, here
-            __import__(f"corral.slurm.{command}.main")
+        preload()
         sources = source_times()
         server = listen(path)
         try:
@@ -55,6 +56,17 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
             server.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+# What makes calls fast: imported once, here, not in each call. `corral submit` runs through the Typer app,
+# whose submit command imports corral.cli.submit (and httpx through it) only when called.
+PRELOADED = (*(f"corral.slurm.{command}.main" for command in COMMANDS), "corral.cli.lean_commands",
+             "corral.cli.app", "corral.cli.submit")
+
+
+def preload() -> None:
+    for module in PRELOADED:
+        __import__(module)
 
 
 def listen(path: str) -> socket.socket:
@@ -152,10 +164,12 @@ def receive(conn: socket.socket) -> tuple[str, str, list[str], dict[str, str], i
         chunks.append(chunk)
         have += len(chunk)
     fields = b"".join(chunks).split(b"\0")
-    if fields[0] != PROTOCOL or fields[1].decode() not in COMMANDS:
+    if fields[0] != PROTOCOL or fields[1].decode() not in (*COMMANDS, CORRAL):
         raise ValueError("a call this helper does not speak")
     count = int(fields[4])
     argv = [os.fsdecode(arg) for arg in fields[5:5 + count]]
+    if fields[1] == CORRAL.encode() and (not argv or argv[0] not in CORRAL_SUBCOMMANDS):
+        raise ValueError("a corral command this helper does not serve")
     env = dict(os.fsdecode(item).partition("=")[::2] for item in fields[5 + count:] if item)
     return fields[1].decode(), os.fsdecode(fields[2]), argv, env, int(fields[3]), fds
 
@@ -194,7 +208,7 @@ def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
 
     threading.Thread(target=interrupt_when_caller_leaves, daemon=True).start()
     try:
-        result = sys.modules[f"corral.slurm.{command}.main"].main(argv)
+        result = _corral(argv) if command == CORRAL else sys.modules[f"corral.slurm.{command}.main"].main(argv)
     except SystemExit as exc:
         result = exc.code
     except KeyboardInterrupt:
@@ -207,6 +221,15 @@ def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
         return result
     sys.stderr.write(f"{result}\n")
     return 1
+
+
+def _corral(argv: list[str]) -> int | None:
+    """As corral.cli.main.main: the lean commands, else the Typer app (which ends with SystemExit)."""
+    status = sys.modules["corral.cli.lean_commands"].run(argv)
+    if status is not None:
+        return status
+    sys.modules["corral.cli.app"].app(args=argv, prog_name=CORRAL)
+    return 0
 
 
 if __name__ == "__main__":
