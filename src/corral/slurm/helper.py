@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import io
 import os
 import signal
@@ -59,14 +60,23 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
 
 
 # What makes calls fast: imported once, here, not in each call. `corral submit` runs through the Typer app,
-# whose submit command imports corral.cli.submit (and httpx through it) only when called.
+# whose submit command imports corral.cli.submit, and httpx and pwd through it, only when called; Typer
+# imports its _adapters at the first command line it parses (0.5 s).
 PRELOADED = (*(f"corral.slurm.{command}.main" for command in COMMANDS), "corral.cli.lean_commands",
-             "corral.cli.app", "corral.cli.submit")
+             "corral.cli.app", "corral.cli.submit", "corral.cli.client", "httpx", "pwd", "typer._adapters")
+_corral_command: list = []  # the Typer app's click command, built once (Typer builds it on every call: ~90 ms)
 
 
 def preload() -> None:
     for module in PRELOADED:
         __import__(module)
+    from typer.main import get_command
+
+    _corral_command[:] = [get_command(sys.modules["corral.cli.app"].app)]
+    sys.modules["corral.cli.client"].default_ssl_context()  # loading the CA file: ~60 ms a call otherwise
+    # Out of the collector's sight: a child's collections would otherwise touch (and so copy) every page of
+    # what was loaded here.
+    gc.freeze()
 
 
 def listen(path: str) -> socket.socket:
@@ -267,11 +277,12 @@ def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
 
 
 def _corral(argv: list[str]) -> int | None:
-    """As corral.cli.main.main: the lean commands, else the Typer app (which ends with SystemExit)."""
+    """As corral.cli.main.main: the lean commands, else the Typer app's command (what app() runs; it ends
+    with SystemExit)."""
     status = sys.modules["corral.cli.lean_commands"].run(argv)
     if status is not None:
         return status
-    sys.modules["corral.cli.app"].app(args=argv, prog_name=CORRAL)
+    _corral_command[0].main(args=argv, prog_name=CORRAL)
     return 0
 
 
