@@ -4,9 +4,10 @@ Starts a local corral cluster (controller and 4 agents x 8 GPUs, tests/e2e/harne
 one call after another, N `sbatch -o /dev/null --gres=gpu:1 --wrap true` and then, once the queue
 has drained, M `squeue`, each as a fresh process (what a user or a workflow tool pays). The same
 calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` answers (the anchor
-in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
-and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
-process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
+in ../shared/anchors/slurm: 4 nodes x 8 GPUs), call for call in turn with corral's. Prints one JSON
+line: medians and 90th percentiles and 95th percentiles in milliseconds, the median CPU time (user +
+system) of the command's own process, and the ratios corral / Slurm of the medians, of the 95th
+percentiles and of the CPU times.
 corral's sbatch and squeue are timed three ways, call for call in turn: as installed (`sbatch`, `squeue`:
 the native front-end handing the call to the user's warm command helper, the default since decision
 0021), the Python entry point in its own process (`sbatch_python`, `squeue_python`:
@@ -96,14 +97,6 @@ def wait_until_drained(squeue: list[str], env: dict[str, str], timeout_s: float 
         time.sleep(0.5)
 
 
-def measure(bin_dir: Path, env: dict[str, str], sbatch_calls: int, squeue_calls: int) -> dict:
-    timed_calls([str(bin_dir / "squeue")], 1, env)  # warm-up: caches, bytecode
-    sbatch = timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], sbatch_calls, env)
-    wait_until_drained([str(bin_dir / "squeue")], env)
-    squeue = timed_calls([str(bin_dir / "squeue")], squeue_calls, env)
-    return {"sbatch": summary(sbatch), "squeue": summary(squeue)}
-
-
 Way = tuple[Path, dict[str, str]]  # the commands' directory and the environment of a way to call them
 
 
@@ -115,8 +108,8 @@ def measure_alternating(ways: dict[str, Way], sbatch_calls: int, squeue_calls: i
     for _ in range(sbatch_calls):
         for label, (bin_dir, env) in ways.items():
             sbatch[label].append(timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], 1, env))
-    first_dir, first_env = next(iter(ways.values()))
-    wait_until_drained([str(first_dir / "squeue")], first_env)
+    for bin_dir, env in ways.values():  # corral's ways share one queue; real Slurm has its own
+        wait_until_drained([str(bin_dir / "squeue")], env)
     for _ in range(squeue_calls):
         for label, (bin_dir, env) in ways.items():
             squeue[label].append(timed_calls([str(bin_dir / "squeue")], 1, env))
@@ -133,7 +126,9 @@ def _joined(runs: list[Calls]) -> Calls:
     return joined
 
 
-def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
+def measure_corral(sbatch_calls: int, squeue_calls: int, slurm: bool = False) -> dict:
+    """corral's figures; with `slurm`, real Slurm's calls take turns with them too (`sbatch_slurm`,
+    `squeue_slurm`), so that every ratio compares calls made under the same load."""
     with tempfile.TemporaryDirectory(prefix="corral-latency-") as tmp:
         cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
         try:
@@ -153,8 +148,10 @@ def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
             helper_socket = start_helper(scripts, helped)
             helper_cpu_before = helper_cpu_ms(helper_socket)
             try:
-                figures = measure_alternating({"": (scripts, helped), "_python": (python, own),
-                                               "_python_helper": (python, helped)}, sbatch_calls, squeue_calls)
+                ways = {"": (scripts, helped), "_python": (python, own), "_python_helper": (python, helped)}
+                if slurm:
+                    ways["_slurm"] = (SLURM_BIN, dict(os.environ))
+                figures = measure_alternating(ways, sbatch_calls, squeue_calls)
                 helper_calls = 2 * (sbatch_calls + squeue_calls)
                 figures["helper_cpu_ms_per_call"] = round(
                     (helper_cpu_ms(helper_socket) - helper_cpu_before) / helper_calls, 3)
@@ -280,8 +277,10 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
     result: dict = {"bench": "slurm-latency", "sbatch_calls": sbatch_calls, "squeue_calls": squeue_calls,
                     "machine": f"{platform.node()} cpus={os.cpu_count()}", "python": platform.python_version(),
                     "loadavg_before": os.getloadavg()[0]}
-    result["corral"] = measure_corral(sbatch_calls, squeue_calls)
-    result["slurm"] = measure(SLURM_BIN, dict(os.environ), sbatch_calls, squeue_calls) if slurm_available() else None
+    slurm = slurm_available()
+    result["corral"] = measure_corral(sbatch_calls, squeue_calls, slurm)
+    result["slurm"] = ({"sbatch": result["corral"].pop("sbatch_slurm"), "squeue": result["corral"].pop("squeue_slurm")}
+                       if slurm else None)
     result["loadavg_after"] = os.getloadavg()[0]
     if result["slurm"]:
         result["ratio_corral_over_slurm"] = {
