@@ -42,6 +42,11 @@ static const char *const CORRAL_SUBCOMMANDS[] = CORRAL_SUBCOMMANDS_LIST;
 
 static volatile sig_atomic_t interrupted;
 
+static int set(const char *variable) { /* as Python's `env.get(variable)` is true: set and not empty */
+    const char *value = getenv(variable);
+    return value && *value;
+}
+
 static int listed(const char *name, const char *const *list) {
     for (; *list; list++)
         if (strcmp(name, *list) == 0) return 1;
@@ -240,8 +245,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *helper_switch = getenv(HELPER_SWITCH);
-    int wanted = !(helper_switch && strcmp(helper_switch, "0") == 0) && !getenv("SLURM_JOB_ID") &&
-                 !getenv("CORRAL_JOB_ID");
+    int wanted = !(helper_switch && strcmp(helper_switch, "0") == 0) && !set("SLURM_JOB_ID") && !set("CORRAL_JOB_ID");
     /* `corral --help`, `corral up`, ... : not the helper's (see CORRAL_SUBCOMMANDS). */
     if (strcmp(command, CORRAL_COMMAND) == 0 && !(argc > 1 && listed(argv[1], CORRAL_SUBCOMMANDS))) wanted = 0;
     if (wanted) {
