@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from slurm_latency import SLURM_BIN, python_entry_points, slurm_available  # noqa: E402
+from slurm_latency import SLURM_BIN, python_entry_points, slurm_available, stop_helper  # noqa: E402
 from tests.e2e.harness import Cluster  # noqa: E402
 
-from corral.slurm.front import HELPER_SWITCH  # noqa: E402
+from corral.slurm.front import HELPER_SWITCH, socket_path  # noqa: E402
 
 SBATCH_ARGS = ("--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "true")
 
@@ -82,6 +82,7 @@ def run(jobs: int = 300, rounds: int = 1) -> dict:
                 for label, (bin_dir, way_env) in ways.items():
                     figures[label].append(drive(bin_dir, way_env, jobs, tmp))
         finally:
+            stop_helper(str(socket_path(env)))  # it would outlive the run by its idle time
             cluster.stop()
     result |= {label: runs if rounds > 1 else runs[0] for label, runs in figures.items()}
     if slurm:
