@@ -193,14 +193,22 @@ def test_a_helper_of_an_older_corral_answers_stale_and_ends(tmp_path):
             helper.kill()
 
 
-def test_a_helper_ended_by_sigterm_removes_its_socket(tmp_path):
+def test_a_helper_ended_by_sigterm_removes_its_socket_and_its_waiting_child(tmp_path):
     path = str(tmp_path / "helper.sock")
     helper = subprocess.Popen([sys.executable, "-m", "corral.slurm.helper", path])
     try:
         _wait_for_helper(path)
+        deadline = time.monotonic() + HELPER_START_S
+        while len(_helper_pids(path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_helper_pids(path)) == 2  # it and the child it keeps waiting for the next call
         helper.terminate()
         assert helper.wait(10) == 0
         assert not os.path.exists(path)
+        deadline = time.monotonic() + 10
+        while _helper_pids(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _helper_pids(path)
     finally:
         if helper.poll() is None:
             helper.kill()

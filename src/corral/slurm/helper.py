@@ -118,15 +118,23 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
         try:
             said = os.read(news, 1)
         except SystemExit:  # SIGTERM: the child still waiting goes too, not one that took a call
-            os.set_blocking(news, False)
-            with contextlib.suppress(OSError):
-                if os.read(news, 1) != TOOK_A_CALL:
+            if _last_word(news) != TOOK_A_CALL:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(waiting, signal.SIGKILL)
             raise
         finally:
             os.close(news)
         if said != TOOK_A_CALL:
             return
+
+
+def _last_word(news: int) -> bytes:
+    """What the waiting child has said so far, without waiting for it."""
+    os.set_blocking(news, False)
+    try:
+        return os.read(news, 1)
+    except BlockingIOError:
+        return b""
 
 
 def _wait_for_a_call(server: socket.socket, sources: dict[str, int], idle_s: float, tell: int) -> None:
