@@ -30,6 +30,7 @@ would otherwise compile each module from source again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -218,7 +219,8 @@ def helper_pids(path: str) -> list[int]:
 def stop_helper(path: str) -> None:
     """End the helper serving `path` (it would end by itself after its idle time)."""
     for pid in helper_pids(path):
-        os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # its waiting child goes with the helper
+            os.kill(pid, signal.SIGTERM)
 
 
 # `corral queue` through the full Typer app, as every `corral` command ran before the lean commands

@@ -3,6 +3,7 @@ the command run in its own process, nothing run twice or lost when the helper is
 version, and nobody but its user served. Real processes, real Unix sockets, a real other user."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -31,7 +32,8 @@ def runtime_dir(tmp_path):
     for lock in (directory / "corral").glob("*.lock") if (directory / "corral").exists() else ():
         sock = str(lock)[: -len(".lock")]
         for pid in _helper_pids(sock):
-            os.kill(pid, 15)
+            with contextlib.suppress(ProcessLookupError):  # its waiting child goes with the helper
+                os.kill(pid, 15)
 
 
 def _helper_pids(sock: str) -> list[int]:
@@ -199,9 +201,11 @@ def test_a_helper_ended_by_sigterm_removes_its_socket_and_its_waiting_child(tmp_
     try:
         _wait_for_helper(path)
         deadline = time.monotonic() + HELPER_START_S
-        while len(_helper_pids(path)) < 2 and time.monotonic() < deadline:
+        while len(pids := _helper_pids(path)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(_helper_pids(path)) == 2  # it and the child it keeps waiting for the next call
+        # It and the child it keeps waiting for the next call (and, for a moment, the one that took the probe
+        # of _wait_for_helper as a call and ends, since no call came with it).
+        assert len(pids) >= 2
         helper.terminate()
         assert helper.wait(10) == 0
         assert not os.path.exists(path)

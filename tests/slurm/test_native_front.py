@@ -8,6 +8,7 @@ Each test compiles its own front-end whose entry points are small scripts that n
 and then run the real Python entry point, so a test sees whether (and how often) a call fell back."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -78,7 +79,8 @@ def runtime_dir(tmp_path):
     helpers = directory / "corral"
     for lock in helpers.glob("*.lock") if helpers.exists() else ():
         for pid in _helper_pids(str(lock)[: -len(".lock")]):
-            os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # its waiting child goes with the helper
+                os.kill(pid, signal.SIGTERM)
 
 
 def _plain_env(runtime_dir: Path, **extra: str) -> dict[str, str]:

@@ -63,7 +63,8 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
 # whose submit command imports corral.cli.submit, and httpx and pwd through it, only when called; Typer
 # imports its _adapters at the first command line it parses (0.5 s).
 PRELOADED = (*(f"corral.slurm.{command}.main" for command in COMMANDS), "corral.cli.lean_commands",
-             "corral.cli.app", "corral.cli.submit", "corral.cli.client", "httpx", "pwd", "typer._adapters")
+             "corral.cli.app", "corral.cli.submit", "corral.cli.client", "httpx", "pwd", "typer._adapters",
+             "ctypes")
 _corral_command: list = []  # the Typer app's click command, built once (Typer builds it on every call: ~90 ms)
 
 
@@ -103,19 +104,25 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
     idle_s for none, or corral changed on disk; on anything but a taken call the helper ends."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
+    helper = os.getpid()
     while True:
+        # SIGTERM waits while a child is forked: the helper must know its pid before it can end it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         news, tell = os.pipe()
         waiting = os.fork()
         if waiting == 0:
             try:  # never back into the helper's own code (its finally would remove the socket)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                _die_with(helper)  # however the helper ends (SIGKILL too), a child still waiting goes with it
                 os.close(news)
                 os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
                 _wait_for_a_call(server, sources, idle_s, tell)
             finally:
                 os._exit(0)
-        os.close(tell)
         try:
+            os.close(tell)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             said = os.read(news, 1)
         except SystemExit:  # SIGTERM: the child still waiting goes too, not one that took a call
             if _last_word(news) != TOOK_A_CALL:
@@ -126,6 +133,19 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
             os.close(news)
         if said != TOOK_A_CALL:
             return
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int | None) -> None:
+    """SIGKILL this process when `parent` ends (Linux's PR_SET_PDEATHSIG); None: no longer."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL if parent else 0)
+    if parent and os.getppid() != parent:  # it ended before that took effect
+        os._exit(0)
 
 
 def _last_word(news: int) -> bytes:
@@ -147,6 +167,7 @@ def _wait_for_a_call(server: socket.socket, sources: dict[str, int], idle_s: flo
         _tell(tell, IDLE)
         return
     server.close()
+    _die_with(None)  # a call taken is the caller's: it runs to its end, whatever becomes of the helper
     if peer_uid(conn) != os.getuid():
         _tell(tell, TOOK_A_CALL)
         return  # closed unanswered: another user gets nothing, not even an error
