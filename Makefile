@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The native front-end of sbatch, squeue, sacct, scancel and corral (docs/decisions/0021-native-front-end.md),
+# put in place of their console scripts; rebuilt when its source changes or pip wrote the scripts again.
+FRONT := $(VENV)/libexec/corral/.front-installed
+FRONT_SOURCES := $(wildcard src/corral/slurm/front.c src/corral/slurm/build_front.py src/corral/slurm/front.py)
 
 .PHONY: up test test-fast check bench sim-report chaos venv clean
 
@@ -23,6 +27,10 @@ $(STAMP): requirements.lock pyproject.toml
 	touch $(STAMP)
 	@echo "$(VENV) is ready"
 
+$(FRONT): $(STAMP) $(FRONT_SOURCES)
+	$(PY) -m corral.slurm.build_front
+	mkdir -p $(dir $(FRONT)) && touch $(FRONT)
+
 # The native task leader (decision 0022), built with the system C compiler beside its source: every
 # target that runs an agent needs it. Linked statically where the C library allows (no dynamic loader
 # at each of its starts: a tenth of a task's start), else dynamically.
@@ -32,29 +40,29 @@ $(LEADER): src/corral/agent/task_leader.c
 	$(CC) $(LEADER_CFLAGS) -static -o $@ $< -lm 2>/dev/null || $(CC) $(LEADER_CFLAGS) -o $@ $< -lm
 venv up test test-fast bench chaos: $(LEADER)
 
-venv: $(STAMP)
+venv: $(FRONT)
 
-up: $(STAMP)
+up: $(FRONT)
 	$(VENV)/bin/corral up --nodes $(NODES) --gpus-per-node $(GPUS) --port $(PORT)
 
-test: $(STAMP)
+test: $(FRONT)
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(FRONT)
 	$(PY) -m pytest -q -m "not slow"
 
 # Lint, types and import rules (configured in pyproject.toml); tests/test_architecture.py holds the import
 # rules that import-linter cannot state.
-check: $(STAMP)
+check: $(FRONT)
 	$(VENV)/bin/ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_architecture.py
 
-bench: $(STAMP)
+bench: $(FRONT)
 	$(PY) bench/run_all.py
 
-sim-report: $(STAMP)
+sim-report: $(FRONT)
 	$(PY) -m corral.sim.suite reports
 
 # The fault suite: FAULTS faults injected into real clusters (CONTROLLERS controllers on PostgreSQL, each
@@ -63,7 +71,7 @@ sim-report: $(STAMP)
 FAULTS = 200
 CONTROLLERS = 2
 CHAOS_ARGS = --netns
-chaos: $(STAMP)
+chaos: $(FRONT)
 	$(PY) -m tests.chaos.run --faults $(FAULTS) --controllers $(CONTROLLERS) $(CHAOS_ARGS) --json chaos-report.json
 
 clean:

@@ -16,6 +16,7 @@ import kueue_scenarios  # noqa: E402
 import polling_load  # noqa: E402
 import read_paths  # noqa: E402
 import sacct_million  # noqa: E402
+import sbatch_throughput  # noqa: E402
 import security_overhead  # noqa: E402
 import slurm_latency  # noqa: E402
 import sustained_rate  # noqa: E402
@@ -49,6 +50,11 @@ def main() -> None:
     r_cli = throughput.measure_cli(50)
     print(json.dumps(r_cli))
     results["results"].append(r_cli)
+    # sbatch-driven, as workflow tools drive a cluster: corral as installed, corral's Python entry points
+    # alone (before decision 0021) and real Slurm when it runs, in one run.
+    r_sbatch = sbatch_throughput.run(300)
+    print(json.dumps(r_sbatch))
+    results["results"].append(r_sbatch)
     ref = slurm_reference(jobs)
     if ref is not None:
         print(json.dumps(ref))

@@ -4,18 +4,23 @@ Starts a local corral cluster (controller and 4 agents x 8 GPUs, tests/e2e/harne
 one call after another, N `sbatch -o /dev/null --gres=gpu:1 --wrap true` and then, once the queue
 has drained, M `squeue`, each as a fresh process (what a user or a workflow tool pays). The same
 calls go to real Slurm's /usr/bin/sbatch and /usr/bin/squeue when its `sinfo` answers (the anchor
-in ../shared/anchors/slurm: 4 nodes x 8 GPUs). Prints one JSON line: medians and 90th percentiles
-and 95th percentiles in milliseconds, the median CPU time (user + system) of the command's own
-process, and the ratios corral / Slurm of the medians, of the 95th percentiles and of the CPU times.
-corral's sbatch and squeue are timed two ways, call for call in turn: each call in its own process (the
-default: `sbatch`, `squeue`) and through the user's command helper (`sbatch_helper`, `squeue_helper`:
-CORRAL_COMMAND_HELPER=1, docs/decisions/0019-fast-commands.md; started by a first, untimed call). The CPU
-figure of a call through the helper counts the calling process only, not the helper's child that does the work.
+in ../shared/anchors/slurm: 4 nodes x 8 GPUs), call for call in turn with corral's. Prints one JSON
+line: medians and 90th percentiles and 95th percentiles in milliseconds, the median CPU time (user +
+system) of the command's own process, and the ratios corral / Slurm of the medians, of the 95th
+percentiles and of the CPU times.
+corral's sbatch and squeue are timed three ways, call for call in turn: as installed (`sbatch`, `squeue`:
+the native front-end handing the call to the user's warm command helper, the default since decision
+0021), the Python entry point in its own process (`sbatch_python`, `squeue_python`:
+CORRAL_COMMAND_HELPER=0, how every call ran before) and the Python entry point through the helper
+(`sbatch_python_helper`, `squeue_python_helper`: what decision 0019's opt-in gave). The helper is started
+by a first, untimed call. The CPU figure of a call through the helper counts the calling process only, not
+the helper's child that does the work; `helper_cpu_ms_per_call` is the helper's own CPU per call (accept,
+the staleness check and the fork), from /proc.
 Without a running Slurm it says so and gives corral's figures alone. As a floor for corral's figures it
-also times this Python starting and doing nothing (`python -c pass`). It times `corral queue` and
-`corral show` (the lean commands), `corral queue` through the full Typer app (how it ran before) and
-`corral submit --hold`; and it records the load average before and after, since other work on the
-machine moves every figure.
+also times this Python starting and doing nothing (`python -c pass`). It times `corral queue`, `show`,
+`submit --hold` and `cancel`, as installed and through the Python entry point in their own process, and
+`corral queue` through the full Typer app (how it ran before the lean commands); and it records the load
+average before and after, since other work on the machine moves every figure.
 
 corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary directory, warmed by
 one untimed call), as after a normal install: where PYTHONDONTWRITEBYTECODE is set, every call
@@ -25,6 +30,7 @@ would otherwise compile each module from source again.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -92,29 +98,24 @@ def wait_until_drained(squeue: list[str], env: dict[str, str], timeout_s: float 
         time.sleep(0.5)
 
 
-def measure(bin_dir: Path, env: dict[str, str], sbatch_calls: int, squeue_calls: int) -> dict:
-    timed_calls([str(bin_dir / "squeue")], 1, env)  # warm-up: caches, bytecode
-    sbatch = timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], sbatch_calls, env)
-    wait_until_drained([str(bin_dir / "squeue")], env)
-    squeue = timed_calls([str(bin_dir / "squeue")], squeue_calls, env)
-    return {"sbatch": summary(sbatch), "squeue": summary(squeue)}
+Way = tuple[Path, dict[str, str]]  # the commands' directory and the environment of a way to call them
 
 
-def measure_alternating(bin_dir: Path, envs: dict[str, dict[str, str]], sbatch_calls: int,
-                        squeue_calls: int) -> dict:
-    """measure()'s figures for each environment, its label a suffix of the names; the calls of the
-    environments take turns."""
-    sbatch: dict[str, list[Calls]] = {label: [] for label in envs}
-    squeue: dict[str, list[Calls]] = {label: [] for label in envs}
+def measure_alternating(ways: dict[str, Way], sbatch_calls: int, squeue_calls: int) -> dict:
+    """measure()'s figures for each way of calling, its label a suffix of the names; the calls of the ways
+    take turns, so that each sees the same load."""
+    sbatch: dict[str, list[Calls]] = {label: [] for label in ways}
+    squeue: dict[str, list[Calls]] = {label: [] for label in ways}
     for _ in range(sbatch_calls):
-        for label, env in envs.items():
+        for label, (bin_dir, env) in ways.items():
             sbatch[label].append(timed_calls([str(bin_dir / "sbatch"), *SBATCH_ARGS], 1, env))
-    wait_until_drained([str(bin_dir / "squeue")], next(iter(envs.values())))
+    for bin_dir, env in ways.values():  # corral's ways share one queue; real Slurm has its own
+        wait_until_drained([str(bin_dir / "squeue")], env)
     for _ in range(squeue_calls):
-        for label, env in envs.items():
+        for label, (bin_dir, env) in ways.items():
             squeue[label].append(timed_calls([str(bin_dir / "squeue")], 1, env))
     figures = {}
-    for label in envs:
+    for label in ways:
         figures[f"sbatch{label}"] = summary(_joined(sbatch[label]))
         figures[f"squeue{label}"] = summary(_joined(squeue[label]))
     return figures
@@ -126,7 +127,9 @@ def _joined(runs: list[Calls]) -> Calls:
     return joined
 
 
-def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
+def measure_corral(sbatch_calls: int, squeue_calls: int, slurm: bool = False) -> dict:
+    """corral's figures; with `slurm`, real Slurm's calls take turns with them too (`sbatch_slurm`,
+    `squeue_slurm`), so that every ratio compares calls made under the same load."""
     with tempfile.TemporaryDirectory(prefix="corral-latency-") as tmp:
         cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
         try:
@@ -137,20 +140,48 @@ def measure_corral(sbatch_calls: int, squeue_calls: int) -> dict:
             env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
                     "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "XDG_RUNTIME_DIR": str(runtime)}
             scripts = Path(sysconfig.get_path("scripts"))
+            python = python_entry_points(scripts)
             timed_calls([str(scripts / "sbatch"), "--version"], 1, env)
-            # Each call in its own process (the default, as before the helper) and through the command
-            # helper, call for call in turn, so that both see the same load.
-            helped = {**env, HELPER_SWITCH: "1"}
+            # As installed (the native front-end and the helper), the Python entry point in its own process
+            # (as before) and through the helper (0019's opt-in), call for call in turn.
+            own = {**env, HELPER_SWITCH: "0"}
+            helped = dict(env)  # the helper is on by default
             helper_socket = start_helper(scripts, helped)
+            helper_cpu_before = helper_cpu_ms(helper_socket)
             try:
-                figures = measure_alternating(scripts, {"": env, "_helper": helped}, sbatch_calls, squeue_calls)
+                ways = {"": (scripts, helped), "_python": (python, own), "_python_helper": (python, helped)}
+                if slurm:
+                    ways["_slurm"] = (SLURM_BIN, dict(os.environ))
+                figures = measure_alternating(ways, sbatch_calls, squeue_calls)
+                helper_calls = 2 * (sbatch_calls + squeue_calls)
+                figures["helper_cpu_ms_per_call"] = round(
+                    (helper_cpu_ms(helper_socket) - helper_cpu_before) / helper_calls, 3)
+                figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
+                figures |= measure_corral_cli(scripts, python, helped, own, squeue_calls)
             finally:
                 stop_helper(helper_socket)
-            figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
-            figures |= measure_corral_cli(Path(sysconfig.get_path("scripts")), env, squeue_calls)
+            figures["native_front_end"] = (scripts / "sbatch").read_bytes()[:4] == b"\x7fELF"
             return figures
         finally:
             cluster.stop()
+
+
+def python_entry_points(scripts: Path) -> Path:
+    """Where the Python entry points are: behind the native front-end (corral.slurm.build_front), or the
+    console scripts themselves where it is not installed."""
+    from corral.slurm.build_front import entry_points_dir
+
+    behind = entry_points_dir()
+    return behind if (behind / "sbatch").exists() else scripts
+
+
+def helper_cpu_ms(path: str) -> float:
+    """CPU (user + system) the helper serving `path` has used itself, without its children's."""
+    total = 0.0
+    for pid in helper_pids(path):
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def start_helper(scripts: Path, env: dict[str, str], timeout_s: float = 30.0) -> str:
@@ -172,8 +203,8 @@ def start_helper(scripts: Path, env: dict[str, str], timeout_s: float = 30.0) ->
     raise SystemExit(f"the command helper did not start on {path}")
 
 
-def stop_helper(path: str) -> None:
-    """End the helper serving `path` (it would end by itself after its idle time)."""
+def helper_pids(path: str) -> list[int]:
+    found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -181,7 +212,15 @@ def stop_helper(path: str) -> None:
             except OSError:
                 continue
             if b"corral.slurm.helper" in args and path.encode() in args:
-                os.kill(int(entry.name), signal.SIGTERM)
+                found.append(int(entry.name))
+    return found
+
+
+def stop_helper(path: str) -> None:
+    """End the helper serving `path` (it would end by itself after its idle time)."""
+    for pid in helper_pids(path):
+        with contextlib.suppress(ProcessLookupError):  # its waiting child goes with the helper
+            os.kill(pid, signal.SIGTERM)
 
 
 # `corral queue` through the full Typer app, as every `corral` command ran before the lean commands
@@ -190,18 +229,38 @@ TYPER_APP = "import sys; from corral.cli.app import app; sys.argv[0] = 'corral';
 TYPER_CALLS_MAX = 30  # each takes hundreds of milliseconds
 
 
-def measure_corral_cli(scripts: Path, env: dict[str, str], calls: int) -> dict:
-    """`corral queue` and `corral show` (the lean commands), `corral queue` through the Typer app, and
-    `corral submit` (Typer)."""
-    corral = str(scripts / "corral")
+def measure_corral_cli(scripts: Path, python: Path, helped: dict[str, str], own: dict[str, str],
+                       calls: int) -> dict:
+    """`corral queue`, `show`, `submit --hold` and `cancel`, as installed (through the helper) and through
+    the Python entry point in its own process, call for call in turn; `corral queue` through the Typer app."""
     typer_calls = min(calls, TYPER_CALLS_MAX)
-    timed_calls([corral, "queue"], 1, env)  # warm-up: bytecode of the lean path
-    figures = {"corral_queue": summary(timed_calls([corral, "queue"], calls, env)),
-               "corral_show": summary(timed_calls([corral, "show", "1"], calls, env)),  # an sbatch job above
-               "corral_queue_typer": summary(timed_calls([sys.executable, "-c", TYPER_APP, "queue"], typer_calls, env)),
-               "corral_submit": summary(timed_calls([corral, "submit", "-o", "/dev/null", "--hold", "--wrap", "true"],
-                                                    typer_calls, env))}
+    submit = ["submit", "-o", "/dev/null", "--hold", "--parsable", "--wrap", "true"]
+    figures = {}
+    for label, (bin_dir, env) in {"": (scripts, helped), "_python": (python, own)}.items():
+        corral = str(bin_dir / "corral")
+        timed_calls([corral, "queue"], 1, env)  # warm-up: bytecode of the lean path
+        figures[f"corral_queue{label}"] = summary(timed_calls([corral, "queue"], calls, env))
+        figures[f"corral_show{label}"] = summary(timed_calls([corral, "show", "1"], calls, env))  # an sbatch job
+        submitted, cancelled = Calls(), Calls()
+        submitted.cpu_ms, cancelled.cpu_ms = [], []
+        for _ in range(typer_calls):
+            job = subprocess.run([corral, *submit], env=env, capture_output=True, text=True, check=True)
+            start = time.perf_counter()
+            subprocess.run([corral, "cancel", job.stdout.strip()], env=env, capture_output=True, check=True)
+            cancelled.append((time.perf_counter() - start) * 1000)
+        figures[f"corral_submit{label}"] = summary(timed_calls([corral, *submit], typer_calls, env))
+        held = subprocess.run([str(scripts / "squeue"), "-h", "-t", "PD", "-o", "%i"], env=env,
+                              capture_output=True, text=True, check=True).stdout.split()
+        if held:  # the next way lists the same queue
+            subprocess.run([str(scripts / "scancel"), *held], env=env, capture_output=True, check=True)
+        figures[f"corral_cancel{label}"] = summary(_wall_only(cancelled))
+    figures["corral_queue_typer"] = summary(timed_calls([sys.executable, "-c", TYPER_APP, "queue"], typer_calls, own))
     return figures
+
+
+def _wall_only(times_ms: Calls) -> Calls:
+    times_ms.cpu_ms = [float("nan")] * len(times_ms)
+    return times_ms
 
 
 def slurm_available() -> bool:
@@ -220,14 +279,17 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
     result: dict = {"bench": "slurm-latency", "sbatch_calls": sbatch_calls, "squeue_calls": squeue_calls,
                     "machine": f"{platform.node()} cpus={os.cpu_count()}", "python": platform.python_version(),
                     "loadavg_before": os.getloadavg()[0]}
-    result["corral"] = measure_corral(sbatch_calls, squeue_calls)
-    result["slurm"] = measure(SLURM_BIN, dict(os.environ), sbatch_calls, squeue_calls) if slurm_available() else None
+    slurm = slurm_available()
+    result["corral"] = measure_corral(sbatch_calls, squeue_calls, slurm)
+    result["slurm"] = ({"sbatch": result["corral"].pop("sbatch_slurm"), "squeue": result["corral"].pop("squeue_slurm")}
+                       if slurm else None)
     result["loadavg_after"] = os.getloadavg()[0]
     if result["slurm"]:
         result["ratio_corral_over_slurm"] = {
             f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"]
-                                   / result["slurm"][cmd.removesuffix("_helper")][f"{stat}_ms"], 2)
-            for cmd in ("sbatch", "squeue", "sbatch_helper", "squeue_helper")
+                                   / result["slurm"][cmd.split("_")[0]][f"{stat}_ms"], 2)
+            for cmd in ("sbatch", "squeue", "sbatch_python", "squeue_python", "sbatch_python_helper",
+                        "squeue_python_helper")
             for stat in ("median", "p95", "cpu_median")}
     else:
         result["slurm_skipped"] = NO_SLURM

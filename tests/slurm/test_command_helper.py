@@ -3,6 +3,7 @@ the command run in its own process, nothing run twice or lost when the helper is
 version, and nobody but its user served. Real processes, real Unix sockets, a real other user."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -31,7 +32,8 @@ def runtime_dir(tmp_path):
     for lock in (directory / "corral").glob("*.lock") if (directory / "corral").exists() else ():
         sock = str(lock)[: -len(".lock")]
         for pid in _helper_pids(sock):
-            os.kill(pid, 15)
+            with contextlib.suppress(ProcessLookupError):  # its waiting child goes with the helper
+                os.kill(pid, 15)
 
 
 def _helper_pids(sock: str) -> list[int]:
@@ -84,7 +86,7 @@ def _started_helper(env) -> str:
 def test_the_helper_answers_as_the_command_itself(slurm_cluster, runtime_dir, tmp_path):
     env = _env(slurm_cluster, runtime_dir)
     path = _started_helper(env)
-    alone = {key: value for key, value in env.items() if key != front.HELPER_SWITCH}
+    alone = {**env, front.HELPER_SWITCH: "0"}
     workdir = tmp_path / "work"
     workdir.mkdir()
     # sbatch from stdin, in the caller's directory, with the caller's environment.
@@ -193,14 +195,24 @@ def test_a_helper_of_an_older_corral_answers_stale_and_ends(tmp_path):
             helper.kill()
 
 
-def test_a_helper_ended_by_sigterm_removes_its_socket(tmp_path):
+def test_a_helper_ended_by_sigterm_removes_its_socket_and_its_waiting_child(tmp_path):
     path = str(tmp_path / "helper.sock")
     helper = subprocess.Popen([sys.executable, "-m", "corral.slurm.helper", path])
     try:
         _wait_for_helper(path)
+        deadline = time.monotonic() + HELPER_START_S
+        while len(pids := _helper_pids(path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # It and the child it keeps waiting for the next call (and, for a moment, the one that took the probe
+        # of _wait_for_helper as a call and ends, since no call came with it).
+        assert len(pids) >= 2
         helper.terminate()
         assert helper.wait(10) == 0
         assert not os.path.exists(path)
+        deadline = time.monotonic() + 10
+        while _helper_pids(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _helper_pids(path)
     finally:
         if helper.poll() is None:
             helper.kill()
@@ -221,7 +233,9 @@ class ScriptedHelper:
     def _serve(self) -> None:
         conn, _ = self.server.accept()
         with conn:
-            socket.recv_fds(conn, 1 << 16, 4)
+            _, fds, _, _ = socket.recv_fds(conn, 1 << 16, 4)
+            for fd in fds:  # the caller's stdin, stdout, stderr, directory: held, its reader would wait
+                os.close(fd)
             self.calls += 1
             if self.acknowledge:
                 conn.sendall(front.ACCEPTED)
@@ -247,14 +261,16 @@ def test_a_helper_that_dies_before_taking_a_call_leaves_it_to_run_here(tmp_path)
     stand_in.thread.join(5)
 
 
-def test_no_helper_unless_asked_for_nor_inside_a_job(tmp_path):
+def test_no_helper_with_the_switch_off_nor_inside_a_job(tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
     on = {front.HELPER_SWITCH: "1"}
-    for extra in ({}, {front.HELPER_SWITCH: "0"}, {**on, "SLURM_JOB_ID": "5"}, {**on, "CORRAL_JOB_ID": "5"}):
+    for extra in ({front.HELPER_SWITCH: "0"}, {**on, "SLURM_JOB_ID": "5"}, {**on, "CORRAL_JOB_ID": "5"}):
         env = {"XDG_RUNTIME_DIR": str(runtime), **extra}
+        assert not front.helper_wanted(env)
         assert front.through_helper("squeue", [], env) is None
     assert not (runtime / "corral").exists()  # not even looked for
+    assert front.helper_wanted({}) and front.helper_wanted(on)  # on unless switched off
 
 
 def test_the_front_end_imports_nothing_but_itself():

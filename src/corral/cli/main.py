@@ -1,15 +1,27 @@
-"""The `corral` command. Its most-run forms (`corral queue`, `corral show`) are answered by
-corral.cli.lean_commands without loading Typer, click or httpx; everything else by the Typer app in
-corral.cli.app (docs/decisions/0019-fast-commands.md). `app` is importable from here, as before."""
+"""The `corral` command's Python entry point. `corral queue`, `submit`, `show` and `cancel` go to the user's
+command helper when one answers (corral.slurm.front; the native front-end usually got there first and
+exec'd this only because none did: this call then starts one for the next); their plain forms are
+otherwise answered by corral.cli.lean_commands without loading Typer, click or httpx; everything else by the
+Typer app in corral.cli.app (docs/decisions/0019-fast-commands.md, 0021-native-front-end.md). `app` is
+importable from here, as before."""
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main() -> None:
+    from corral.slurm.front import CORRAL, CORRAL_SUBCOMMANDS, take_fallback_mark, through_helper  # only _socket
+
+    argv = sys.argv[1:]
+    fallback = take_fallback_mark()
+    if argv and argv[0] in CORRAL_SUBCOMMANDS:
+        status = through_helper(CORRAL, argv, dict(os.environ), fallback)
+        if status is not None:
+            sys.exit(status)
     from corral.cli.lean_commands import run
 
-    status = run(sys.argv[1:])
+    status = run(argv)
     if status is not None:
         sys.exit(status)
     from corral.cli.app import app

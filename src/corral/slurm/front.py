@@ -1,8 +1,10 @@
-"""The console scripts of sbatch, squeue, sacct and scancel: with CORRAL_COMMAND_HELPER=1, hand the call to
-the user's command helper (corral.slurm.helper, a warm interpreter that already imported the commands);
-otherwise, or when it cannot take the call, run it here (docs/decisions/0019-fast-commands.md: measured, the
-helper saves the imports' CPU but no wall time on a busy machine with a bytecode cache, so it is opt-in; it
-pays where imports are slow, e.g. without .pyc files or from a network file system).
+"""The Python entry points of sbatch, squeue, sacct and scancel (and of the helper's `corral` forms): hand the
+call to the user's command helper (corral.slurm.helper, a warm interpreter that already imported the
+commands); when it cannot take the call, or with CORRAL_COMMAND_HELPER=0, run it here. `make venv` installs a
+native front-end (front.c, built by corral.slurm.build_front) in front of these entry points: it speaks the
+same protocol without starting Python, and execs the entry point whenever the helper did not take the call,
+so a first call lands here, runs here and starts the helper (docs/decisions/0021-native-front-end.md; 0019
+for the helper itself).
 
 This module is all a call loads on the fast path, so it imports nothing beyond what the interpreter has
 already loaded (os, sys) and the built-in _socket. The helper gets the caller's argv, environment, umask,
@@ -21,8 +23,16 @@ import os
 import sys
 
 COMMANDS = ("sacct", "sbatch", "scancel", "squeue")
+CORRAL = "corral"
+# The `corral` forms the helper serves; the rest (up, run, logs -f, ...) want the terminal as their own.
+CORRAL_SUBCOMMANDS = ("queue", "submit", "show", "cancel")
 PROTOCOL = b"corral-command-helper-1"
-HELPER_SWITCH = "CORRAL_COMMAND_HELPER"  # "1": use the helper
+HELPER_SWITCH = "CORRAL_COMMAND_HELPER"  # "0": never use the helper (it is used by default)
+# Set by the native front-end (front.c) for the entry point it execs after it tried the helper: ABSENT (no
+# helper: start one, run the call here) or REFUSED (run it here). Taken out of the environment before the
+# command runs, so no job or child ever sees it; the helper is not asked a second time.
+FALLBACK_MARK = "CORRAL_COMMAND_HELPER_FALLBACK"
+ABSENT, REFUSED = "absent", "refused"
 ACCEPTED, STALE = b"A", b"S"
 HEADER_BYTES = 4
 # What the helper's interpreter fixed at its start: a caller that differs in any of these gets its own helper.
@@ -50,20 +60,37 @@ def scancel() -> int:
 
 def run(command: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    fallback = take_fallback_mark()
     environment = dict(os.environ) if env is None else env
-    status = through_helper(command, args, environment)
+    status = through_helper(command, args, environment, fallback)
     if status is not None:
         return status
     module = __import__(f"corral.slurm.{command}.main", fromlist=["main"])
     return module.main(args)
 
 
-def through_helper(command: str, argv: list[str], env: dict[str, str]) -> int | None:
-    """The command's exit status, run by the helper; None where this process must run it itself."""
-    if env.get(HELPER_SWITCH) != "1" or env.get("SLURM_JOB_ID") or env.get("CORRAL_JOB_ID"):
+def take_fallback_mark() -> str | None:
+    """What the native front-end found (ABSENT, REFUSED), removed from this process's environment."""
+    return os.environ.pop(FALLBACK_MARK, None)
+
+
+def through_helper(command: str, argv: list[str], env: dict[str, str], fallback: str | None = None) -> int | None:
+    """The command's exit status, run by the helper; None where this process must run it itself. `fallback`:
+    what the native front-end found when it tried the helper for this call (None: it did not)."""
+    if not helper_wanted(env):
         return None
     path = socket_path(env)
-    return None if path is None else call_helper(path, command, argv, env)
+    if path is None or fallback == REFUSED:
+        return None
+    if fallback == ABSENT:  # not asked again: started for the next call
+        start_helper(path, env)
+        return None
+    return call_helper(path, command, argv, env)
+
+
+def helper_wanted(env: dict[str, str]) -> bool:
+    """Not with the switch off, nor inside a job (a helper started there would live in the job's cgroup)."""
+    return env.get(HELPER_SWITCH) != "0" and not env.get("SLURM_JOB_ID") and not env.get("CORRAL_JOB_ID")
 
 
 def call_helper(path: str, command: str, argv: list[str], env: dict[str, str]) -> int | None:

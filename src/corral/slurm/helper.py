@@ -1,7 +1,9 @@
-"""The user's command helper: `python -m corral.slurm.helper SOCKET`, started by the first sbatch, squeue, sacct
-or scancel that finds none (corral.slurm.front), ended after IDLE_S seconds without a call.
+"""The user's command helper: `python -m corral.slurm.helper SOCKET`, started by the first sbatch, squeue, sacct,
+scancel or `corral queue/submit/show/cancel` that finds none (corral.slurm.front), ended after IDLE_S seconds
+without a call. The native front-end (front.c) and corral.slurm.front hand it their calls.
 
-It imports the commands once, then forks one child per call: the child takes the caller's stdin, stdout,
+It imports the commands once (corral's whole command line too, for `corral submit`), then forks one child
+per call: the child takes the caller's stdin, stdout,
 stderr and working directory (passed over the socket), its argv, environment and umask, acknowledges the call,
 runs the command's main() exactly as the console script would, and sends back the exit status. If the caller
 goes away (Ctrl-C), the child is interrupted as the command would have been.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import io
 import os
 import signal
@@ -21,7 +24,7 @@ import sys
 import threading
 import time
 
-from corral.slurm.front import ACCEPTED, COMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
+from corral.slurm.front import ACCEPTED, COMMANDS, CORRAL, CORRAL_SUBCOMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
 
 IDLE_S = 300.0
 MAX_REQUEST_BYTES = 8 << 20  # argv and environment: far above ARG_MAX's usual 2 MiB
@@ -45,8 +48,7 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
-        for command in COMMANDS:  # what makes calls fast: imported once, here
-            __import__(f"corral.slurm.{command}.main")
+        preload()
         sources = source_times()
         server = listen(path)
         try:
@@ -55,6 +57,27 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
             server.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+# What makes calls fast: imported once, here, not in each call. `corral submit` runs through the Typer app,
+# whose submit command imports corral.cli.submit, and httpx and pwd through it, only when called; Typer
+# imports its _adapters at the first command line it parses (0.5 s).
+PRELOADED = (*(f"corral.slurm.{command}.main" for command in COMMANDS), "corral.cli.lean_commands",
+             "corral.cli.app", "corral.cli.submit", "corral.cli.client", "httpx", "pwd", "typer._adapters",
+             "ctypes")
+_corral_command: list = []  # the Typer app's click command, built once (Typer builds it on every call: ~90 ms)
+
+
+def preload() -> None:
+    for module in PRELOADED:
+        __import__(module)
+    from typer.main import get_command
+
+    _corral_command[:] = [get_command(sys.modules["corral.cli.app"].app)]
+    sys.modules["corral.cli.client"].default_ssl_context()  # loading the CA file: ~60 ms a call otherwise
+    # Out of the collector's sight: a child's collections would otherwise touch (and so copy) every page of
+    # what was loaded here.
+    gc.freeze()
 
 
 def listen(path: str) -> socket.socket:
@@ -70,26 +93,97 @@ def listen(path: str) -> socket.socket:
     return server
 
 
+# What a waiting child tells the helper through its pipe (nothing, if it died: the helper ends then).
+TOOK_A_CALL, IDLE, CHANGED = b"t", b"i", b"s"
+
+
 def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float, lock_fd: int) -> None:
+    """Keep one child forked ahead, waiting in accept(): a call finds its process already there, and the
+    fork for the next call happens while this one runs (2-8 ms of fork on this machine, off the caller's
+    path). Each child says through its pipe what became of it: it took a call (fork the next one), it waited
+    idle_s for none, or corral changed on disk; on anything but a taken call the helper ends."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
-    server.settimeout(idle_s)
+    helper = os.getpid()
     while True:
-        try:
-            conn, _ = server.accept()
-        except TimeoutError:
-            return
-        with conn:
-            if peer_uid(conn) != os.getuid():
-                continue  # closed unanswered: another user gets nothing, not even an error
-            if source_times() != sources:
-                with contextlib.suppress(OSError):  # the caller may be gone already: it runs the call itself
-                    conn.sendall(STALE)
-                return
-            if os.fork() == 0:
-                server.close()
+        # SIGTERM waits while a child is forked: the helper must know its pid before it can end it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        news, tell = os.pipe()
+        waiting = os.fork()
+        if waiting == 0:
+            try:  # never back into the helper's own code (its finally would remove the socket)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                _die_with(helper)  # however the helper ends (SIGKILL too), a child still waiting goes with it
+                os.close(news)
                 os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
-                _run_call(conn)  # never returns
+                _wait_for_a_call(server, sources, idle_s, tell)
+            finally:
+                os._exit(0)
+        try:
+            os.close(tell)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+            said = os.read(news, 1)
+        except SystemExit:  # SIGTERM: the child still waiting goes too, not one that took a call
+            if _last_word(news) != TOOK_A_CALL:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(waiting, signal.SIGKILL)
+            raise
+        finally:
+            os.close(news)
+        if said != TOOK_A_CALL:
+            return
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int | None) -> None:
+    """SIGKILL this process when `parent` ends (Linux's PR_SET_PDEATHSIG); None: no longer."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL if parent else 0)
+    if parent and os.getppid() != parent:  # it ended before that took effect
+        os._exit(0)
+
+
+def _last_word(news: int) -> bytes:
+    """What the waiting child has said so far, without waiting for it."""
+    os.set_blocking(news, False)
+    try:
+        return os.read(news, 1)
+    except BlockingIOError:
+        return b""
+
+
+def _wait_for_a_call(server: socket.socket, sources: dict[str, int], idle_s: float, tell: int) -> None:
+    """In a child forked ahead: take the next call, tell the helper, and run the call (or leave it to the
+    caller: another user's is closed unanswered, and a changed corral answers STALE)."""
+    server.settimeout(idle_s)
+    try:
+        conn, _ = server.accept()
+    except TimeoutError:
+        _tell(tell, IDLE)
+        return
+    server.close()
+    _die_with(None)  # a call taken is the caller's: it runs to its end, whatever becomes of the helper
+    if peer_uid(conn) != os.getuid():
+        _tell(tell, TOOK_A_CALL)
+        return  # closed unanswered: another user gets nothing, not even an error
+    if source_times() != sources:
+        _tell(tell, CHANGED)
+        with contextlib.suppress(OSError):  # the caller may be gone already: it runs the call itself
+            conn.sendall(STALE)
+        return
+    _tell(tell, TOOK_A_CALL)
+    _run_call(conn)  # never returns
+
+
+def _tell(tell: int, news: bytes) -> None:
+    with contextlib.suppress(OSError):  # a helper gone meanwhile: this call is still served
+        os.write(tell, news)
+    os.close(tell)
 
 
 def _end(signum: int, frame: object) -> None:
@@ -152,10 +246,12 @@ def receive(conn: socket.socket) -> tuple[str, str, list[str], dict[str, str], i
         chunks.append(chunk)
         have += len(chunk)
     fields = b"".join(chunks).split(b"\0")
-    if fields[0] != PROTOCOL or fields[1].decode() not in COMMANDS:
+    if fields[0] != PROTOCOL or fields[1].decode() not in (*COMMANDS, CORRAL):
         raise ValueError("a call this helper does not speak")
     count = int(fields[4])
     argv = [os.fsdecode(arg) for arg in fields[5:5 + count]]
+    if fields[1] == CORRAL.encode() and (not argv or argv[0] not in CORRAL_SUBCOMMANDS):
+        raise ValueError("a corral command this helper does not serve")
     env = dict(os.fsdecode(item).partition("=")[::2] for item in fields[5 + count:] if item)
     return fields[1].decode(), os.fsdecode(fields[2]), argv, env, int(fields[3]), fds
 
@@ -194,7 +290,7 @@ def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
 
     threading.Thread(target=interrupt_when_caller_leaves, daemon=True).start()
     try:
-        result = sys.modules[f"corral.slurm.{command}.main"].main(argv)
+        result = _corral(argv) if command == CORRAL else sys.modules[f"corral.slurm.{command}.main"].main(argv)
     except SystemExit as exc:
         result = exc.code
     except KeyboardInterrupt:
@@ -207,6 +303,16 @@ def _main_status(command: str, argv: list[str], conn: socket.socket) -> int:
         return result
     sys.stderr.write(f"{result}\n")
     return 1
+
+
+def _corral(argv: list[str]) -> int | None:
+    """As corral.cli.main.main: the lean commands, else the Typer app's command (what app() runs; it ends
+    with SystemExit)."""
+    status = sys.modules["corral.cli.lean_commands"].run(argv)
+    if status is not None:
+        return status
+    _corral_command[0].main(args=argv, prog_name=CORRAL)
+    return 0
 
 
 if __name__ == "__main__":
