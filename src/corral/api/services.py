@@ -241,6 +241,10 @@ class ServiceSpec(Strict):
         "A notebook or dev environment (corral notebook): one replica, never restarted, that only its owner "
         "may open through the gateway; once its replica ends (time limit, idle stop, exit, cancel, "
         "preemption) the service is gone"))
+    keep_prefix: bool | None = Field(None, description=(
+        "Whether the gateway sends the path on with its /s/<name> prefix (an application that serves under it, "
+        "as JupyterLab with its base_url) or without it (one that serves at / with relative links, as Ray's "
+        "dashboard). Default: with it for a session, without it otherwise"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

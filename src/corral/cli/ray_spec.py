@@ -1,0 +1,125 @@
+"""What `corral ray` asks for, as data: a session service (api/services.py, `session = true`) of N nodes
+whose command starts one Ray node on each. Pure, so its tests need no cluster.
+
+The command is a POSIX shell script, run on every node of the allocation as the user (a session's
+replica is a gang: one task per node):
+- `ray` missing from the PATH the user submitted with: one clear line, exit 127 (the session ends and
+  `corral ray` prints that line);
+- Ray's token authentication on, its token being the session's secret (`$CORRAL_SESSION_SECRET`, which
+  the controller gives the job and the gateway sends upstream in place of the caller's credential): only
+  the gateway's route, owner-only, or whoever holds the job's own environment reaches the Ray cluster;
+- the first node (SLURM_NODEID 0) starts the head, with its GCS, dashboard and Ray client ports the ones
+  the agent chose there (`$CORRAL_PORT_GCS`, ...: two Ray clusters may share a host); the dashboard, the
+  service's first port, is what the gateway routes `/s/<name>/` to;
+- every other node asks the controller (with the job's own credential, `$CORRAL_TOKEN`) for the head's
+  GCS address, which the head's agent reported, waits until it answers and joins it;
+- each Ray node holds its node's share of the job (`--num-cpus`, `--num-gpus`) and a custom resource
+  named after its corral node (`{"node2": 1}`), so a program can pin work to a node;
+- `ray start --block` is the task: a cancel, the time limit or a preemption stops it (SIGTERM), and it
+  stops its Ray processes, so the Ray cluster ends with the allocation."""
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+
+from corral.cli.notebook_spec import CARRIED_ENV, gateway_path
+
+DASHBOARD_PORT = "dashboard"  # first: the gateway routes to a replica's first port
+PORTS = (DASHBOARD_PORT, "gcs", "client")
+HEAD_WAIT_S = 120
+# Answers once the dashboard's HTTP server is up; 200 through the gateway, which adds Ray's token.
+VERSION_PATH = "api/version"
+
+# Stdlib only (it runs under the user's python3, beside their Ray): the head's GCS address from the
+# controller's view of this session, then a wait until it accepts connections.
+HEAD_ADDRESS = r"""
+import json, os, socket, ssl, sys, time, urllib.request
+name, job, wait_s = sys.argv[1], int(os.environ["SLURM_JOB_ID"]), float(sys.argv[2])
+urls = [u.rstrip("/") for u in os.environ.get("CORRAL_URL", "").split(",") if u]
+ca = os.environ.get("CORRAL_CA_FILE")
+context = ssl.create_default_context(cafile=ca) if ca else None
+headers = {"Authorization": "Bearer " + os.environ.get("CORRAL_TOKEN", "")}
+deadline, last = time.monotonic() + wait_s, "no controller URL (CORRAL_URL)"
+while time.monotonic() < deadline:
+    for url in urls:
+        try:
+            request = urllib.request.Request(f"{url}/api/v1/services/{name}", headers=headers)
+            with urllib.request.urlopen(request, timeout=5, context=context) as reply:
+                replicas = json.load(reply).get("replicas") or []
+        except (OSError, ValueError) as exc:
+            last = f"{url}: {exc}"
+            continue
+        gcs = next((r.get("endpoints", {}).get("gcs") for r in replicas if r.get("job_id") == job), None)
+        if not gcs:
+            last = "the head has not started yet"
+            break
+        host, port = gcs.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), 1).close()
+        except OSError as exc:
+            last = f"the head's GCS at {gcs} does not answer yet ({exc})"
+            break
+        print(gcs)
+        sys.exit(0)
+    time.sleep(1)
+sys.exit(f"no Ray head to join after {wait_s:g} s: {last}")
+"""
+
+
+def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -> list[str]:
+    """The replica's command line on every node: the script above."""
+    store = f" --object-store-memory={object_store_mib * 1024 * 1024}" if object_store_mib else ""
+    script = (
+        "set -u\n"
+        'fail() { echo "corral ray: $*" >&2; exit 2; }\n'
+        "if ! command -v ray >/dev/null 2>&1; then\n"
+        "  echo \"corral ray: 'ray' is not on PATH on $(hostname) (PATH=$PATH): install Ray in the environment "
+        "you run corral ray from (pip install 'corral[ray]')\" >&2\n"
+        "  exit 127\nfi\n"
+        '[ -n "${CORRAL_SESSION_SECRET:-}" ] || fail "no session secret from the controller: the Ray cluster '
+        'would obey anyone"\n'
+        'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$CORRAL_SESSION_SECRET"\n'
+        'node=$SLURMD_NODENAME\n'
+        "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
+        '|| fail "cannot resolve this node\'s name $node"\n'
+        f'set -- --block --node-ip-address="$ip" --num-cpus {cpus} --num-gpus {gpus}{store} '
+        '--resources "{\\"$node\\": 1}"\n'
+        'if [ "$SLURM_NODEID" = 0 ]; then\n'
+        '  exec ray start --head "$@" --port="$CORRAL_PORT_GCS" --ray-client-server-port="$CORRAL_PORT_CLIENT" '
+        '--dashboard-host=0.0.0.0 --dashboard-port="$CORRAL_PORT_DASHBOARD" --include-dashboard=true '
+        '--temp-dir="/tmp/corral-ray-$SLURM_JOB_ID"\n'
+        "fi\n"
+        f"head=$(python3 -c {shlex.quote(HEAD_ADDRESS)} {shlex.quote(name)} {HEAD_WAIT_S}) || exit 2\n"
+        'exec ray start --address="$head" "$@"\n'
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def ray_session_spec(*, name: str, workdir: str, nodes: int, gpus_per_node: int, cpus_per_node: int,
+                     time_limit_s: int, object_store_mib: int | None = None, partition: str | None = None,
+                     account: str | None = None, qos: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> dict:
+    """The body of `POST /api/v1/services` for one Ray cluster. Not `keep_prefix`: Ray's dashboard serves
+    at / with relative links, so the gateway takes `/s/<name>` off."""
+    env = {key: environ[key] for key in CARRIED_ENV if environ and environ.get(key)}
+    spec: dict = {
+        "name": name, "session": True, "keep_prefix": False, "nodes": nodes,
+        "command": ray_command(name, gpus_per_node, cpus_per_node, object_store_mib), "workdir": workdir,
+        "env": env, "gpus_per_node": gpus_per_node, "cpus_per_task": cpus_per_node, "time_limit_s": time_limit_s,
+        "ports": [{"name": port} for port in PORTS],
+        "probes": {"readiness": {"tcp": {"port": DASHBOARD_PORT}, "period_s": 1, "failure_threshold": 1}},
+    }
+    optional = {"partition": partition, "account": account, "qos": qos}
+    spec.update({key: value for key, value in optional.items() if value is not None})
+    return spec
+
+
+def job_submit_line(gateway: str, name: str, token: str) -> str:
+    """What the user types to run a program on the Ray cluster through the gateway: Ray's job client sends
+    RAY_JOB_HEADERS with every request; the gateway checks the corral credential in it, keeps it, and sends
+    Ray's token on instead."""
+    headers = json.dumps({"Authorization": f"Bearer {token}"})
+    address = gateway + gateway_path(name).rstrip("/")
+    return (f"RAY_JOB_HEADERS={shlex.quote(headers)} ray job submit --address {address} "
+            "--working-dir . -- python my_program.py")
