@@ -43,14 +43,15 @@ def run_node(command: list[str], env: dict[str, str], tmp_path) -> tuple[subproc
 
 def test_the_first_node_starts_the_head_on_the_agents_ports_with_the_session_secret_as_rays_token(
         stand_in_ray, tmp_path):
-    env = node_env(stand_in_ray, 0, CORRAL_PORT_DASHBOARD="8265", CORRAL_PORT_GCS="6380", CORRAL_PORT_CLIENT="10002")
+    env = node_env(stand_in_ray, 0, CORRAL_PORT_DASHBOARD="8265", CORRAL_PORT_GCS="6380", CORRAL_PORT_CLIENT="10002",
+                   CORRAL_PORT_AGENT="52366")
     result, args = run_node(ray_command("ray-ana", 2, 8, 100), env, tmp_path)
     assert result.returncode == 0, result.stderr
     assert args[0] == f"AUTH=token:{SECRET}"
     assert args[1:4] == ["start", "--head", "--block"]
     for expected in ("--port=6380", "--ray-client-server-port=10002", "--dashboard-port=8265",
                      "--dashboard-host=0.0.0.0", "--temp-dir=/tmp/corral-ray-42", "--node-ip-address=127.0.0.1",
-                     "--object-store-memory=104857600", '{"localhost": 1}'):
+                     "--object-store-memory=104857600", '{"localhost": 1}', "--dashboard-agent-listen-port=52366"):
         assert expected in args, (expected, args)
     assert args[args.index("--num-cpus") + 1] == "8" and args[args.index("--num-gpus") + 1] == "2"
 
@@ -82,7 +83,7 @@ def test_another_node_joins_the_head_whose_gcs_address_the_controller_reports(st
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         env = node_env(stand_in_ray, 1, CORRAL_URL=f"http://127.0.0.1:{server.server_address[1]}",
-                       CORRAL_TOKEN="job-credential")
+                       CORRAL_TOKEN="job-credential", CORRAL_PORT_AGENT="52367")
         result, args = run_node(ray_command("ray-ana", 0, 1, None), env, tmp_path)
     finally:
         server.shutdown()
@@ -90,6 +91,7 @@ def test_another_node_joins_the_head_whose_gcs_address_the_controller_reports(st
     assert result.returncode == 0, result.stderr
     assert args[1:3] == ["start", f"--address={_ServiceView.gcs}"], args
     assert "--head" not in args and not any(a.startswith("--object-store-memory") for a in args)
+    assert "--dashboard-agent-listen-port=52367" in args, "each node's job agent on the port its agent chose"
     assert _ServiceView.seen[0] == ("/api/v1/services/ray-ana", "Bearer job-credential")
 
 
@@ -120,10 +122,12 @@ def test_the_session_spec_is_a_valid_owner_only_service_routed_to_the_dashboard_
                             time_limit_s=3600, partition="gpu", environ={"PATH": "/venv/bin", "HOME": "/home/ana"})
     spec = ServiceSpec.model_validate(body)
     assert (spec.session, spec.keep_prefix, spec.public, spec.nodes, spec.replicas) == (True, False, False, 2, 1)
-    assert [port.name for port in spec.ports] == ["dashboard", "gcs", "client"], "the gateway routes to the first"
+    assert [port.name for port in spec.ports] == ["dashboard", "gcs", "client", "agent"], "the gateway routes to the first"
     assert (spec.gpus_per_node, spec.cpus_per_task, spec.time_limit_s, spec.partition) == (1, 4, 3600, "gpu")
     assert spec.env == {"PATH": "/venv/bin"}, "the user's PATH finds their ray; nothing else is carried"
-    assert spec.probes.readiness is not None and spec.probes.readiness.tcp is not None
+    readiness = spec.probes.readiness
+    assert readiness is not None and readiness.tcp is not None and readiness.tcp.port == "agent", \
+        "ready once the head's job agent listens: Ray refuses a job submitted before"
 
 
 def test_the_submit_line_is_one_shell_command_with_the_credential_in_rays_headers():

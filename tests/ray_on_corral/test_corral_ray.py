@@ -108,8 +108,9 @@ def test_corral_ray_through_the_gateway_runs_a_task_on_each_node_for_its_owner_o
         assert direct.status_code == 401, direct.text
     finally:
         cancelled = run([str(BIN / "corral"), "cancel", str(job_id)], user_env, tmp_path)
+        # Before the module's cluster stops: processes of a job still running then would outlive it.
+        ray_cluster.wait_state(job_id, "CANCELLED", timeout_s=60)
     assert cancelled.returncode == 0, cancelled.stderr
-    ray_cluster.wait_state(job_id, "CANCELLED", timeout_s=60)
     wait_for(lambda: ray_cluster.http.get(f"{API}/services/{NAME}").status_code == 404, 30,
              message="the Ray cluster's session gone with its allocation")
     deadline = time.monotonic() + 30

@@ -8,9 +8,10 @@ replica is a gang: one task per node):
 - Ray's token authentication on, its token being the session's secret (`$CORRAL_SESSION_SECRET`, which
   the controller gives the job and the gateway sends upstream in place of the caller's credential): only
   the gateway's route, owner-only, or whoever holds the job's own environment reaches the Ray cluster;
-- the first node (SLURM_NODEID 0) starts the head, with its GCS, dashboard and Ray client ports the ones
-  the agent chose there (`$CORRAL_PORT_GCS`, ...: two Ray clusters may share a host); the dashboard, the
-  service's first port, is what the gateway routes `/s/<name>/` to;
+- the first node (SLURM_NODEID 0) starts the head, with its GCS, dashboard, Ray client and job agent ports
+  the ones corral's agent chose there (`$CORRAL_PORT_GCS`, ...: two Ray clusters may share a host); the
+  dashboard, the service's first port, is what the gateway routes `/s/<name>/` to, and the replica is
+  ready once the head's job agent listens (before that Ray refuses a submitted job);
 - every other node asks the controller (with the job's own credential, `$CORRAL_TOKEN`) for the head's
   GCS address, which the head's agent reported, waits until it answers and joins it;
 - each Ray node holds its node's share of the job (`--num-cpus`, `--num-gpus`) and a custom resource
@@ -26,7 +27,11 @@ from collections.abc import Mapping
 from corral.cli.notebook_spec import CARRIED_ENV, gateway_path
 
 DASHBOARD_PORT = "dashboard"  # first: the gateway routes to a replica's first port
-PORTS = (DASHBOARD_PORT, "gcs", "client")
+# The head node's job agent (Ray's dashboard agent) takes the submitted jobs; it comes up after the
+# dashboard, and a job submitted before it is refused ("No available agent"): the replica is ready once it
+# listens.
+AGENT_PORT = "agent"
+PORTS = (DASHBOARD_PORT, "gcs", "client", AGENT_PORT)
 HEAD_WAIT_S = 120
 # Answers once the dashboard's HTTP server is up; 200 through the gateway, which adds Ray's token.
 VERSION_PATH = "api/version"
@@ -84,7 +89,7 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
         '|| fail "cannot resolve this node\'s name $node"\n'
         f'set -- --block --node-ip-address="$ip" --num-cpus {cpus} --num-gpus {gpus}{store} '
-        '--resources "{\\"$node\\": 1}"\n'
+        '--dashboard-agent-listen-port="$CORRAL_PORT_AGENT" --resources "{\\"$node\\": 1}"\n'
         'if [ "$SLURM_NODEID" = 0 ]; then\n'
         '  exec ray start --head "$@" --port="$CORRAL_PORT_GCS" --ray-client-server-port="$CORRAL_PORT_CLIENT" '
         '--dashboard-host=0.0.0.0 --dashboard-port="$CORRAL_PORT_DASHBOARD" --include-dashboard=true '
@@ -108,7 +113,7 @@ def ray_session_spec(*, name: str, workdir: str, nodes: int, gpus_per_node: int,
         "command": ray_command(name, gpus_per_node, cpus_per_node, object_store_mib), "workdir": workdir,
         "env": env, "gpus_per_node": gpus_per_node, "cpus_per_task": cpus_per_node, "time_limit_s": time_limit_s,
         "ports": [{"name": port} for port in PORTS],
-        "probes": {"readiness": {"tcp": {"port": DASHBOARD_PORT}, "period_s": 1, "failure_threshold": 1}},
+        "probes": {"readiness": {"tcp": {"port": AGENT_PORT}, "period_s": 1, "failure_threshold": 1}},
     }
     optional = {"partition": partition, "account": account, "qos": qos}
     spec.update({key: value for key, value in optional.items() if value is not None})
