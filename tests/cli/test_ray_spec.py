@@ -32,7 +32,7 @@ def stand_in_ray(tmp_path):
 
 def node_env(bin_dir, node_id: int, **extra: str) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "localhost", "SLURM_NODEID": str(node_id),
-            "SLURM_JOB_ID": "42", "CORRAL_SESSION_SECRET": SECRET, **extra}
+            "SLURM_JOB_ID": "42", "CORRAL_SESSION_SECRET": SECRET, "CORRAL_PORT_AGENT": "52368", **extra}
 
 
 def run_node(command: list[str], env: dict[str, str], tmp_path) -> tuple[subprocess.CompletedProcess, list[str]]:
