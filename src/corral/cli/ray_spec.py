@@ -33,6 +33,7 @@ DASHBOARD_PORT = "dashboard"  # first: the gateway routes to a replica's first p
 AGENT_PORT = "agent"
 PORTS = (DASHBOARD_PORT, "gcs", "client", AGENT_PORT)
 HEAD_WAIT_S = 120
+RAYLET_WAIT_S = 120
 # Answers once the dashboard's HTTP server is up; 200 through the gateway, which adds Ray's token.
 VERSION_PATH = "api/version"
 
@@ -85,6 +86,9 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         '[ -n "${CORRAL_SESSION_SECRET:-}" ] || fail "no session secret from the controller: the Ray cluster '
         'would obey anyone"\n'
         'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$CORRAL_SESSION_SECRET"\n'
+        # Ray gives a raylet 30 s to register with the GCS; a loaded node (or head) takes longer, and the
+        # node then leaves the Ray cluster for good. The user's own setting wins.
+        f'export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-{RAYLET_WAIT_S}}}"\n'
         'node=$SLURMD_NODENAME\n'
         "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
         '|| fail "cannot resolve this node\'s name $node"\n'
