@@ -24,7 +24,7 @@ def stand_in_ray(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ray = bin_dir / "ray"
-    ray.write_text(f'#!/bin/sh\n{{ echo "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_raylet_start_wait_time_s"; for a in "$@"; do echo "$a"; done; }} '
+    ray.write_text(f'#!/bin/sh\n{{ echo "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_raylet_start_wait_time_s:$RAY_agent_register_timeout_ms"; for a in "$@"; do echo "$a"; done; }} '
                    f'> {tmp_path}/ray.args\n')
     ray.chmod(0o755)
     return bin_dir
@@ -47,7 +47,7 @@ def test_the_first_node_starts_the_head_on_the_agents_ports_with_the_session_sec
                    CORRAL_PORT_AGENT="52366")
     result, args = run_node(ray_command("ray-ana", 2, 8, 100), env, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert args[0] == f"AUTH=token:{SECRET}:120", "Ray's token, and time for a loaded node's raylet to register"
+    assert args[0] == f"AUTH=token:{SECRET}:120:120000", "Ray's token; time for a loaded node's raylet and agent"
     assert args[1:4] == ["start", "--head", "--block"]
     for expected in ("--port=6380", "--ray-client-server-port=10002", "--dashboard-port=8265",
                      "--dashboard-host=0.0.0.0", "--temp-dir=/tmp/corral-ray-42", "--node-ip-address=127.0.0.1",

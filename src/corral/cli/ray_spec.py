@@ -86,9 +86,11 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         '[ -n "${CORRAL_SESSION_SECRET:-}" ] || fail "no session secret from the controller: the Ray cluster '
         'would obey anyone"\n'
         'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$CORRAL_SESSION_SECRET"\n'
-        # Ray gives a raylet 30 s to register with the GCS; a loaded node (or head) takes longer, and the
-        # node then leaves the Ray cluster for good. The user's own setting wins.
+        # Ray gives a raylet 30 s to register with the GCS, and its dashboard agent 15 s to write its ports
+        # (else the raylet aborts); on a loaded node either takes longer, and the node is out of the Ray
+        # cluster for good. The user's own settings win.
         f'export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-{RAYLET_WAIT_S}}}"\n'
+        f'export RAY_agent_register_timeout_ms="${{RAY_agent_register_timeout_ms:-{RAYLET_WAIT_S * 1000}}}"\n'
         'node=$SLURMD_NODENAME\n'
         "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
         '|| fail "cannot resolve this node\'s name $node"\n'
