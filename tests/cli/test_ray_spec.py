@@ -24,8 +24,8 @@ def stand_in_ray(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ray = bin_dir / "ray"
-    ray.write_text(f'#!/bin/sh\n{{ echo "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_raylet_start_wait_time_s:$RAY_agent_register_timeout_ms"; for a in "$@"; do echo "$a"; done; }} '
-                   f'> {tmp_path}/ray.args\n')
+    said = "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_raylet_start_wait_time_s:$RAY_agent_register_timeout_ms"
+    ray.write_text(f'#!/bin/sh\n{{ echo "{said}"; for a in "$@"; do echo "$a"; done; }} > {tmp_path}/ray.args\n')
     ray.chmod(0o755)
     return bin_dir
 
@@ -122,7 +122,8 @@ def test_the_session_spec_is_a_valid_owner_only_service_routed_to_the_dashboard_
                             time_limit_s=3600, partition="gpu", environ={"PATH": "/venv/bin", "HOME": "/home/ana"})
     spec = ServiceSpec.model_validate(body)
     assert (spec.session, spec.keep_prefix, spec.public, spec.nodes, spec.replicas) == (True, False, False, 2, 1)
-    assert [port.name for port in spec.ports] == ["dashboard", "gcs", "client", "agent"], "the gateway routes to the first"
+    assert [port.name for port in spec.ports] == ["dashboard", "gcs", "client", "agent"], \
+        "the gateway routes to the first"
     assert (spec.gpus_per_node, spec.cpus_per_task, spec.time_limit_s, spec.partition) == (1, 4, 3600, "gpu")
     assert spec.env == {"PATH": "/venv/bin"}, "the user's PATH finds their ray; nothing else is carried"
     readiness = spec.probes.readiness

@@ -7,7 +7,6 @@ both, Ray itself refuses whoever goes around the gateway, and the Ray cluster en
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import re
 import shlex
