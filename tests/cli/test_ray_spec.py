@@ -32,7 +32,9 @@ def stand_in_ray(tmp_path):
 
 def node_env(bin_dir, node_id: int, **extra: str) -> dict[str, str]:
     return {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURMD_NODENAME": "localhost", "SLURM_NODEID": str(node_id),
-            "SLURM_JOB_ID": "42", "CORRAL_SESSION_SECRET": SECRET, "CORRAL_PORT_AGENT": "52368", **extra}
+            "SLURM_JOB_ID": "42", "CORRAL_SESSION_SECRET": SECRET, "CORRAL_PORT_AGENT": "52368",
+            "CORRAL_PORT_AGENT_GRPC": "52369", "CORRAL_PORT_METRICS": "52370", "CORRAL_PORT_RUNTIME_ENV": "52371",
+            **extra}
 
 
 def run_node(command: list[str], env: dict[str, str], tmp_path) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -92,6 +94,8 @@ def test_another_node_joins_the_head_whose_gcs_address_the_controller_reports(st
     assert args[1:3] == ["start", f"--address={_ServiceView.gcs}"], args
     assert "--head" not in args and not any(a.startswith("--object-store-memory") for a in args)
     assert "--dashboard-agent-listen-port=52367" in args, "each node's job agent on the port its agent chose"
+    assert {"--dashboard-agent-grpc-port=52369", "--metrics-export-port=52370", "--runtime-env-agent-port=52371"} \
+        <= set(args), "the raylet is told its agents' ports rather than waiting 15 s for their port files"
     assert _ServiceView.seen[0] == ("/api/v1/services/ray-ana", "Bearer job-credential")
 
 
@@ -122,7 +126,8 @@ def test_the_session_spec_is_a_valid_owner_only_service_routed_to_the_dashboard_
                             time_limit_s=3600, partition="gpu", environ={"PATH": "/venv/bin", "HOME": "/home/ana"})
     spec = ServiceSpec.model_validate(body)
     assert (spec.session, spec.keep_prefix, spec.public, spec.nodes, spec.replicas) == (True, False, False, 2, 1)
-    assert [port.name for port in spec.ports] == ["dashboard", "gcs", "client", "agent"], \
+    assert [port.name for port in spec.ports] == ["dashboard", "gcs", "client", "agent", "agent_grpc", "metrics",
+                                                  "runtime_env"], \
         "the gateway routes to the first"
     assert (spec.gpus_per_node, spec.cpus_per_task, spec.time_limit_s, spec.partition) == (1, 4, 3600, "gpu")
     assert spec.env == {"PATH": "/venv/bin"}, "the user's PATH finds their ray; nothing else is carried"

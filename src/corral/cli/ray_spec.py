@@ -31,7 +31,12 @@ DASHBOARD_PORT = "dashboard"  # first: the gateway routes to a replica's first p
 # dashboard, and a job submitted before it is refused ("No available agent"): the replica is ready once it
 # listens.
 AGENT_PORT = "agent"
-PORTS = (DASHBOARD_PORT, "gcs", "client", AGENT_PORT)
+# The ports each node's raylet would otherwise learn from files its agents write once they are up; it
+# waits 15 s for each (fixed in Ray 2.60) and aborts, which a loaded node misses (seen here at load 12).
+# Given on the command line, the raylet does not wait for them.
+AGENT_PORTS = {"agent_grpc": "--dashboard-agent-grpc-port", "metrics": "--metrics-export-port",
+               "runtime_env": "--runtime-env-agent-port"}
+PORTS = (DASHBOARD_PORT, "gcs", "client", AGENT_PORT, *AGENT_PORTS)
 HEAD_WAIT_S = 120
 RAYLET_WAIT_S = 120
 # Answers once the dashboard's HTTP server is up; 200 through the gateway, which adds Ray's token.
@@ -86,16 +91,16 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         '[ -n "${CORRAL_SESSION_SECRET:-}" ] || fail "no session secret from the controller: the Ray cluster '
         'would obey anyone"\n'
         'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$CORRAL_SESSION_SECRET"\n'
-        # Ray gives a raylet 30 s to register with the GCS, and its dashboard agent 15 s to write its ports
-        # (else the raylet aborts); on a loaded node either takes longer, and the node is out of the Ray
-        # cluster for good. The user's own settings win.
+        # Ray gives a raylet 30 s to register with the GCS and its agents 30 s to register; on a loaded node
+        # either takes longer, and the node is out of the Ray cluster for good. The user's settings win.
         f'export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-{RAYLET_WAIT_S}}}"\n'
         f'export RAY_agent_register_timeout_ms="${{RAY_agent_register_timeout_ms:-{RAYLET_WAIT_S * 1000}}}"\n'
         'node=$SLURMD_NODENAME\n'
         "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
         '|| fail "cannot resolve this node\'s name $node"\n'
         f'set -- --block --node-ip-address="$ip" --num-cpus {cpus} --num-gpus {gpus}{store} '
-        '--dashboard-agent-listen-port="$CORRAL_PORT_AGENT" --resources "{\\"$node\\": 1}"\n'
+        '--dashboard-agent-listen-port="$CORRAL_PORT_AGENT" --resources "{\\"$node\\": 1}"'
+        + "".join(f' {option}="$CORRAL_PORT_{name.upper()}"' for name, option in AGENT_PORTS.items()) + "\n"
         'if [ "$SLURM_NODEID" = 0 ]; then\n'
         '  exec ray start --head "$@" --port="$CORRAL_PORT_GCS" --ray-client-server-port="$CORRAL_PORT_CLIENT" '
         '--dashboard-host=0.0.0.0 --dashboard-port="$CORRAL_PORT_DASHBOARD" --include-dashboard=true '
@@ -119,7 +124,9 @@ def ray_session_spec(*, name: str, workdir: str, nodes: int, gpus_per_node: int,
         "command": ray_command(name, gpus_per_node, cpus_per_node, object_store_mib), "workdir": workdir,
         "env": env, "gpus_per_node": gpus_per_node, "cpus_per_task": cpus_per_node, "time_limit_s": time_limit_s,
         "ports": [{"name": port} for port in PORTS],
-        "probes": {"readiness": {"tcp": {"port": AGENT_PORT}, "period_s": 1, "failure_threshold": 1}},
+        # A loaded node may take seconds to accept: three misses in a row before the gateway stops routing.
+        "probes": {"readiness": {"tcp": {"port": AGENT_PORT}, "period_s": 1, "timeout_s": 5,
+                                 "failure_threshold": 3}},
     }
     optional = {"partition": partition, "account": account, "qos": qos}
     spec.update({key: value for key, value in optional.items() if value is not None})
