@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import socket
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -24,7 +26,7 @@ def stand_in_ray(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ray = bin_dir / "ray"
-    said = "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_raylet_start_wait_time_s:$RAY_agent_register_timeout_ms"
+    said = "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_agent_register_timeout_ms"
     ray.write_text(f'#!/bin/sh\n{{ echo "{said}"; for a in "$@"; do echo "$a"; done; }} > {tmp_path}/ray.args\n')
     ray.chmod(0o755)
     return bin_dir
@@ -49,13 +51,50 @@ def test_the_first_node_starts_the_head_on_the_agents_ports_with_the_session_sec
                    CORRAL_PORT_AGENT="52366")
     result, args = run_node(ray_command("ray-ana", 2, 8, 100), env, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert args[0] == f"AUTH=token:{SECRET}:120:120000", "Ray's token; time for a loaded node's raylet and agent"
+    assert args[0] == f"AUTH=token:{SECRET}:120000", "Ray's token, and time for a loaded node's agents"
     assert args[1:4] == ["start", "--head", "--block"]
     for expected in ("--port=6380", "--ray-client-server-port=10002", "--dashboard-port=8265",
                      "--dashboard-host=0.0.0.0", "--temp-dir=/tmp/corral-ray-42", "--node-ip-address=127.0.0.1",
                      "--object-store-memory=104857600", '{"localhost": 1}', "--dashboard-agent-listen-port=52366"):
         assert expected in args, (expected, args)
     assert args[args.index("--num-cpus") + 1] == "8" and args[args.index("--num-gpus") + 1] == "2"
+
+
+def test_a_ray_node_that_fails_to_start_is_started_again_and_a_stop_is_passed_on(tmp_path):
+    """A raylet that gives up on its slow agents ends `ray start` with an error: started again, at most
+    three times. SIGTERM (a cancel) reaches `ray start` and ends the loop."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(f"""#!/bin/sh
+echo start >> {tmp_path}/starts
+[ "$(wc -l < {tmp_path}/starts)" -ge 2 ] || exit 1
+trap 'echo TERM >> {tmp_path}/starts; exit 0' TERM
+while :; do sleep 0.1; done
+""")
+    (bin_dir / "ray").chmod(0o755)
+    env = node_env(bin_dir, 0, CORRAL_PORT_DASHBOARD="1", CORRAL_PORT_GCS="2", CORRAL_PORT_CLIENT="3")
+    node = subprocess.Popen(ray_command("r", 0, 1, None), env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    starts = tmp_path / "starts"
+    deadline = time.monotonic() + 30
+    while (not starts.exists() or len(starts.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    node.send_signal(signal.SIGTERM)
+    _, stderr = node.communicate(timeout=30)
+    assert starts.read_text().splitlines() == ["start", "start", "TERM"], stderr
+    assert "the Ray node on localhost ended with status 1 (attempt 1 of 3); starting it again" in stderr
+    assert node.returncode == 0
+
+
+def test_a_ray_node_that_never_starts_gives_up_after_three_attempts(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(f"#!/bin/sh\necho start >> {tmp_path}/starts\nexit 3\n")
+    (bin_dir / "ray").chmod(0o755)
+    env = node_env(bin_dir, 0, CORRAL_PORT_DASHBOARD="1", CORRAL_PORT_GCS="2", CORRAL_PORT_CLIENT="3")
+    result = subprocess.run(ray_command("r", 0, 1, None), env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 3 and (tmp_path / "starts").read_text().count("start") == 3, result.stderr
 
 
 class _ServiceView(BaseHTTPRequestHandler):

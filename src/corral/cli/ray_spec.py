@@ -38,7 +38,31 @@ AGENT_PORTS = {"agent_grpc": "--dashboard-agent-grpc-port", "metrics": "--metric
                "runtime_env": "--runtime-env-agent-port"}
 PORTS = (DASHBOARD_PORT, "gcs", "client", AGENT_PORT, *AGENT_PORTS)
 HEAD_WAIT_S = 120
-RAYLET_WAIT_S = 120
+AGENT_WAIT_S = 120
+START_ATTEMPTS = 3
+
+# `ray start --block ARGS`, again (up to START_ATTEMPTS) when it ends with an error that no stop signal
+# caused: on a loaded node a raylet gives up on its agents after a wait fixed at 15 s in Ray 2.60 (their
+# port files; seen here at load 10-12) and the node never joins; a second start usually makes it. A stop
+# (cancel, time limit, preemption: SIGTERM to this shell) is passed on to `ray start`, which stops its Ray
+# processes, and ends the loop.
+START_RAY = f"""stopping=
+trap 'stopping=1; [ -n "${{ray_pid:-}}" ] && kill -TERM "$ray_pid" 2>/dev/null' TERM INT
+start_ray() {{
+  attempt=1
+  while :; do
+    ray start "$@" &
+    ray_pid=$!
+    wait "$ray_pid"; status=$?
+    if [ -n "$stopping" ]; then wait "$ray_pid" 2>/dev/null; exit $?; fi  # its own status, once it stopped
+    if [ "$status" = 0 ] || [ "$attempt" -ge {START_ATTEMPTS} ]; then exit "$status"; fi
+    echo "corral ray: the Ray node on $node ended with status $status (attempt $attempt of {START_ATTEMPTS});" \\
+      "starting it again" >&2
+    attempt=$((attempt + 1))
+    sleep 2
+  done
+}}
+"""
 # Answers once the dashboard's HTTP server is up; 200 through the gateway, which adds Ray's token.
 VERSION_PATH = "api/version"
 
@@ -91,10 +115,9 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         '[ -n "${CORRAL_SESSION_SECRET:-}" ] || fail "no session secret from the controller: the Ray cluster '
         'would obey anyone"\n'
         'export RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$CORRAL_SESSION_SECRET"\n'
-        # Ray gives a raylet 30 s to register with the GCS and its agents 30 s to register; on a loaded node
-        # either takes longer, and the node is out of the Ray cluster for good. The user's settings win.
-        f'export RAY_raylet_start_wait_time_s="${{RAY_raylet_start_wait_time_s:-{RAYLET_WAIT_S}}}"\n'
-        f'export RAY_agent_register_timeout_ms="${{RAY_agent_register_timeout_ms:-{RAYLET_WAIT_S * 1000}}}"\n'
+        # Ray gives a node's agents 30 s to register; a loaded node takes longer. The user's setting wins.
+        f'export RAY_agent_register_timeout_ms="${{RAY_agent_register_timeout_ms:-{AGENT_WAIT_S * 1000}}}"\n'
+        + START_RAY +
         'node=$SLURMD_NODENAME\n'
         "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
         '|| fail "cannot resolve this node\'s name $node"\n'
@@ -102,12 +125,12 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         '--dashboard-agent-listen-port="$CORRAL_PORT_AGENT" --resources "{\\"$node\\": 1}"'
         + "".join(f' {option}="$CORRAL_PORT_{name.upper()}"' for name, option in AGENT_PORTS.items()) + "\n"
         'if [ "$SLURM_NODEID" = 0 ]; then\n'
-        '  exec ray start --head "$@" --port="$CORRAL_PORT_GCS" --ray-client-server-port="$CORRAL_PORT_CLIENT" '
+        '  start_ray --head "$@" --port="$CORRAL_PORT_GCS" --ray-client-server-port="$CORRAL_PORT_CLIENT" '
         '--dashboard-host=0.0.0.0 --dashboard-port="$CORRAL_PORT_DASHBOARD" --include-dashboard=true '
         '--temp-dir="/tmp/corral-ray-$SLURM_JOB_ID"\n'
         "fi\n"
         f"head=$(python3 -c {shlex.quote(HEAD_ADDRESS)} {shlex.quote(name)} {HEAD_WAIT_S}) || exit 2\n"
-        'exec ray start --address="$head" "$@"\n'
+        'start_ray --address="$head" "$@"\n'
     )
     return ["/bin/sh", "-c", script]
 
