@@ -79,13 +79,15 @@ def test_corral_ray_through_the_gateway_runs_a_task_on_each_node_for_its_owner_o
         tasks = [line.split()[2] for line in submitted.stdout.splitlines() if line.startswith("task on ")]
         assert tasks == ["node1", "node2"], submitted.stdout
 
-        # Each Ray node holds its node's share of the job: 2 CPUs and 1 GPU, twice.
+        # Each Ray node holds its node's share of the job: 2 CPUs and 1 GPU, and a resource named after it.
         base = f"{ray_gateway}/s/{NAME}/"
         mine = {"Authorization": f"Bearer {token}"}
-        status = httpx.get(f"{base}api/cluster_status", headers=mine, timeout=30, trust_env=False)
-        assert status.status_code == 200, status.text
-        totals = status.json()["data"]["clusterStatus"]["loadMetricsReport"]["usage"]
-        assert (totals["CPU"][1], totals["GPU"][1]) == (4.0, 2.0), totals
+        listed = httpx.get(f"{base}api/v0/nodes?limit=100", headers=mine, timeout=30, trust_env=False)
+        assert listed.status_code == 200, listed.text
+        shares = sorted((n["resources_total"].get("CPU"), n["resources_total"].get("GPU"),
+                         "node1" in n["resources_total"], "node2" in n["resources_total"])
+                        for n in listed.json()["data"]["result"]["result"] if n["state"] == "ALIVE")
+        assert shares == [(2.0, 1.0, False, True), (2.0, 1.0, True, False)], listed.text
 
         if Path(CHROMIUM).exists():
             title, failed = dashboard_problems(link)

@@ -22,10 +22,10 @@ from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
 from corral.cli.jobs import UrlOption
-from corral.cli.notebook import _gateway_url, _label, _undo, _wait_routed
+from corral.cli.notebook import _gateway_url, _label, _undo
 from corral.cli.notebook_spec import gateway_path
 from corral.cli.output import reported_errors
-from corral.cli.ray_spec import VERSION_PATH, job_submit_line, ray_session_spec
+from corral.cli.ray_spec import NODES_PATH, job_submit_line, ray_session_spec
 from corral.jobscript.units import parse_time_s
 
 POLL_S = 0.5
@@ -54,6 +54,8 @@ def ray(
     gateway: Annotated[str | None, typer.Option("--gateway", help="The gateway's URL, as your browser and Ray's "
                                                 "job client reach it. Default: $CORRAL_GATEWAY.",
                                                 show_default=False)] = None,
+    wait_s: Annotated[float, typer.Option("--wait-s", min=0, help="How long to wait, once the allocation runs, "
+                                          "for every Ray node to join.")] = 300.0,
     url: UrlOption = None,
 ) -> None:
     """Start a Ray cluster on an allocation; print its dashboard's URL and the `ray job submit` line (through
@@ -75,10 +77,9 @@ def ray(
             except BaseException:
                 _undo(client, session, token["id"])
                 raise
-    routed = _wait_routed(f"{base}{gateway_path(session)}{VERSION_PATH}", token["token"])
-    if routed:
-        typer.echo(f"corral: the gateway does not answer for it yet ({routed}); the links may need a moment",
-                   err=True)
+    joined = _wait_joined(f"{base}{gateway_path(session)}{NODES_PATH}", token["token"], nodes, wait_s)
+    if joined:
+        typer.echo(f"corral: after {wait_s:g} s, {joined}; see {session}-{job['job_id']}.out", err=True)
     typer.echo(f"Ray cluster {session}: job {job['job_id']}, head on {job.get('node') or '?'}, a Ray node on "
                f"each of {nodes} node(s); it ends with the job (its time limit, {time_limit}, or "
                f"'corral cancel {job['job_id']}')")
@@ -99,6 +100,28 @@ def _wait_up(client: Client, session: str) -> dict:
         if replica is not None and replica.get("ready"):
             return replica
         time.sleep(POLL_S)
+
+
+def _wait_joined(url: str, token: str, nodes: int, wait_s: float) -> str:
+    """"" once Ray's state API, through the gateway, lists `nodes` live Ray nodes; else what it last said
+    (the gateway not routing yet, fewer nodes: one still starting, or started again after a failed start)."""
+    import httpx
+
+    deadline, last = time.monotonic() + wait_s, "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            reply = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10, trust_env=False)
+            if reply.status_code == 200:
+                alive = sum(1 for node in reply.json()["data"]["result"]["result"] if node.get("state") == "ALIVE")
+                if alive >= nodes:
+                    return ""
+                last = f"{alive} of {nodes} Ray nodes have joined"
+            else:
+                last = f"the gateway answers HTTP {reply.status_code}"
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            last = f"no answer through the gateway ({exc or type(exc).__name__})"
+        time.sleep(POLL_S * 2)
+    return last
 
 
 def _ended_before_up(client: Client, session: str) -> str:

@@ -63,8 +63,9 @@ start_ray() {{
   done
 }}
 """
-# Answers once the dashboard's HTTP server is up; 200 through the gateway, which adds Ray's token.
-VERSION_PATH = "api/version"
+# Ray's state API: its nodes, each ALIVE once its raylet registered (200 through the gateway, which adds
+# Ray's token).
+NODES_PATH = "api/v0/nodes?limit=1000"
 
 # Stdlib only (it runs under the user's python3, beside their Ray): the head's GCS address from the
 # controller's view of this session, then a wait until it accepts connections.
