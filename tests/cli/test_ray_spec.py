@@ -105,8 +105,8 @@ class _ServiceView(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         self.seen.append((self.path, self.headers.get("Authorization", "")))
-        body = json.dumps({"replicas": [{"job_id": 41, "endpoints": {"gcs": "127.0.0.1:1"}},
-                                        {"job_id": 42, "endpoints": {"gcs": self.gcs}}]}).encode()
+        body = json.dumps({"replicas": [{"job_id": 41, "endpoints": {"gcs": "127.0.0.1:1", "agent": "127.0.0.1:1"}},
+                                        {"job_id": 42, "endpoints": {"gcs": self.gcs, "agent": self.gcs}}]}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -141,7 +141,7 @@ def test_another_node_joins_the_head_whose_gcs_address_the_controller_reports(st
 def test_a_node_without_a_head_to_join_says_why(stand_in_ray, tmp_path):
     command = ray_command("ray-ana", 0, 1, None)
     env = node_env(stand_in_ray, 1, CORRAL_URL="http://127.0.0.1:9", CORRAL_TOKEN="t")
-    script = command[2].replace(" 120)", " 2)")  # a short wait for the test (HEAD_WAIT_S is 120)
+    script = command[2].replace(" 300)", " 2)")  # a short wait for the test (HEAD_WAIT_S is 300)
     assert script != command[2]
     result, args = run_node(["/bin/sh", "-c", script], env, tmp_path)
     assert result.returncode == 2 and not args

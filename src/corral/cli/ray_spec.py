@@ -13,7 +13,9 @@ replica is a gang: one task per node):
   dashboard, the service's first port, is what the gateway routes `/s/<name>/` to, and the replica is
   ready once the head's job agent listens (before that Ray refuses a submitted job);
 - every other node asks the controller (with the job's own credential, `$CORRAL_TOKEN`) for the head's
-  GCS address, which the head's agent reported, waits until it answers and joins it;
+  GCS address, which the head's agent reported, waits until it answers and the head's job agent too (the
+  head is then through its burst of start-up work, which on a loaded host starved a joining node's own
+  agent past Ray's fixed 15 s), and joins it;
 - each Ray node holds its node's share of the job (`--num-cpus`, `--num-gpus`) and a custom resource
   named after its corral node (`{"node2": 1}`), so a program can pin work to a node;
 - `ray start --block` is the task: a cancel, the time limit or a preemption stops it (SIGTERM), and it
@@ -37,7 +39,7 @@ AGENT_PORT = "agent"
 AGENT_PORTS = {"agent_grpc": "--dashboard-agent-grpc-port", "metrics": "--metrics-export-port",
                "runtime_env": "--runtime-env-agent-port"}
 PORTS = (DASHBOARD_PORT, "gcs", "client", AGENT_PORT, *AGENT_PORTS)
-HEAD_WAIT_S = 120
+HEAD_WAIT_S = 300
 AGENT_WAIT_S = 120
 START_ATTEMPTS = 3
 
@@ -59,7 +61,7 @@ start_ray() {{
     echo "corral ray: the Ray node on $node ended with status $status (attempt $attempt of {START_ATTEMPTS});" \\
       "starting it again" >&2
     attempt=$((attempt + 1))
-    sleep 2
+    sleep 5
   done
 }}
 """
@@ -86,17 +88,18 @@ while time.monotonic() < deadline:
         except (OSError, ValueError) as exc:
             last = f"{url}: {exc}"
             continue
-        gcs = next((r.get("endpoints", {}).get("gcs") for r in replicas if r.get("job_id") == job), None)
-        if not gcs:
+        ours = next((r.get("endpoints") or {} for r in replicas if r.get("job_id") == job), {})
+        if not ours.get("gcs") or not ours.get("agent"):
             last = "the head has not started yet"
             break
-        host, port = gcs.rsplit(":", 1)
         try:
-            socket.create_connection((host, int(port)), 1).close()
+            for address in (ours["gcs"], ours["agent"]):
+                host, port = address.rsplit(":", 1)
+                socket.create_connection((host, int(port)), 1).close()
         except OSError as exc:
-            last = f"the head's GCS at {gcs} does not answer yet ({exc})"
+            last = f"the head at {address} does not answer yet ({exc})"
             break
-        print(gcs)
+        print(ours["gcs"])
         sys.exit(0)
     time.sleep(1)
 sys.exit(f"no Ray head to join after {wait_s:g} s: {last}")
