@@ -114,7 +114,9 @@ def test_corral_ray_through_the_gateway_runs_a_task_on_each_node_for_its_owner_o
         their_line = ours.replace(shlex.quote(json.dumps(mine)), shlex.quote(json.dumps(theirs)))
         assert their_line != ours
         refused_job = run(["sh", "-c", their_line], user_env, driver, timeout_s=120)
-        assert refused_job.returncode != 0 and "403" in refused_job.stderr, refused_job.stderr[-2000:]
+        # Ray's client words the gateway's 403 as its own AuthenticationError, with the gateway's reason.
+        assert refused_job.returncode != 0 and f"may open it, not {other_user}" in refused_job.stderr, \
+            refused_job.stderr[-2000:]
 
         # Around the gateway, straight to the dashboard's port on the node: Ray's token auth refuses.
         replica = ray_cluster.http.get(f"{API}/services/{NAME}").json()["replicas"][0]
