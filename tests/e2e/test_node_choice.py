@@ -64,3 +64,31 @@ def test_nodes_are_chosen_as_asked_live(cluster_factory, tmp_path):
     assert (pinned.code, pinned.stdout) == (0, "node3\n"), pinned
     steps = cmd("salloc", "-N", "2", "-w", "node[1-2]", "srun", "-w", "node2", "-N1", "printenv", "SLURMD_NODENAME")
     assert (steps.code, steps.stdout) == (0, "node2\n"), steps
+
+
+def test_step_constraint_and_exclude_choose_among_the_allocations_nodes_live(cluster_factory, tmp_path):
+    """srun --constraint inside an allocation runs on the allocated nodes with the features; none with
+    them is refused at once with Slurm's line (Slurm 22.05 leaves such a step pending for ever) and corral's
+    reason; -x of every allocated node gets Slurm's 'Hostlist is empty!'."""
+    cluster = cluster_factory(nodes=2, gpus=1, node_features={"node1": "ib,nvme", "node2": "ib"})
+    cmd = Commands(cluster, tmp_path)
+    # Without -N a step inherits the allocation's node count (SLURM_NNODES), as Slurm's srun does: both nodes.
+    script = ("srun -N1 --constraint=nvme printenv SLURMD_NODENAME; "
+              "srun --constraint=nvme true; echo \"inherited -N2: $?\"; "
+              "srun -C ib -l printenv SLURMD_NODENAME | sort; "
+              "srun --constraint=h100 true; echo \"h100: $?\"; "
+              "srun -w node2 --constraint=nvme true; echo \"w: $?\"; "
+              "srun -x node[1-2] true; echo \"x: $?\"")
+    ran = cmd("salloc", "-N", "2", "sh", "-c", script)
+    assert ran.code == 0, ran
+    assert ran.stdout == "node1\ninherited -N2: 1\n0: node1\n1: node2\nh100: 1\nw: 1\nx: 1\n", ran
+    job_id = int(ran.stderr.split("Granted job allocation ")[1].split()[0])
+    assert (f"srun: error: Unable to create step for job {job_id}: Requested node configuration is not available\n"
+            f"srun: error: no node of job {job_id}'s allocation meets --constraint=h100 (features node1: ib, nvme; "
+            "node2: ib)\n") in ran.stderr, ran
+    assert "srun: error: 2 node(s) asked, 1 usable in the allocation of job" in ran.stderr, ran
+    assert "srun: error: node2 in --nodelist does not meet --constraint=nvme\n" in ran.stderr, ran
+    assert "srun: error: Hostlist is empty!  Can't run job.\n" in ran.stderr, ran
+    accounted = cmd("sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,NodeList")
+    assert accounted.stdout.splitlines() == [f"{job_id}|node[1-2]", f"{job_id}.0|node1", f"{job_id}.1|node[1-2]"], \
+        "only the two steps that fit were made"

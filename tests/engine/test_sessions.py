@@ -61,6 +61,20 @@ def test_a_cancelled_session_ends_its_service_with_the_reason() -> None:
     assert service.history[-1]["detail"].startswith(f"job {job.id}: cancelled")
 
 
+
+def test_no_other_replica_starts_while_a_cancelled_session_is_stopping() -> None:
+    """A cancel moves the replica to COMPLETING while its processes stop (a Ray cluster takes seconds): the
+    session is over from then on; the reconciler must not start a second one in its place."""
+    engine = engine_with_nodes(count=2)
+    job = started(engine)
+    kills = engine.cancel(job.id, T0 + 5)
+    assert kills and job.state is JobState.COMPLETING
+    assert [j.id for j in replicas(engine, "nb")] == [job.id], "no replacement replica was submitted"
+    assert engine.schedule(T0 + 6) == []
+    assert engine.services["nb"].history[-1]["event"] == "session-ended"
+    exit_(engine, job, 0, T0 + 7)
+    assert job.state is JobState.CANCELLED and "nb" not in engine.services
+
 def test_a_preempted_session_ends_rather_than_coming_back() -> None:
     tenancy = TenancySpec(qos=[{"name": "notebooks"}, {"name": "normal"},
                                {"name": "train", "priority": 10, "preempts": ["notebooks"]}])

@@ -3,6 +3,7 @@ end takes its steps with it."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import signal
 
 import pytest
@@ -46,6 +47,34 @@ def test_step_layout_defaults_and_block_distribution() -> None:
     with pytest.raises(StepRefused, match="GPU"):
         layout(job, request(nodes=1, ntasks=3, gpus_per_task=1))
 
+
+
+def test_step_constraint_chooses_among_the_allocations_nodes() -> None:
+    """srun --constraint inside a job: only the job's nodes whose features meet it (the engine's nodes say
+    which); none of them, or a -w node that does not, is refused with Slurm's words and starts nothing."""
+    engine = engine_with_nodes(count=3)
+    job = batch_job(engine, nodes=3)
+    first, second, third = job.node_names
+    for name, features in ((first, {"ib", "nvme"}), (second, {"ib"}), (third, {"a100"})):
+        engine.nodes[name].features = frozenset(features)
+    step, commands = engine.start_step(job.id, request(constraint="nvme"), T0 + 1)
+    assert (step.nodes, commands) == ((first,), [LaunchStep(job.id, 0, first)])
+    step, _ = engine.start_step(job.id, request(constraint="ib"), T0 + 2)
+    assert step.nodes == (first, second), "every allocated node that meets it, as without a constraint"
+    step, _ = engine.start_step(job.id, request(constraint="nvme|a100", nodes=1, exclude=(first,)), T0 + 3)
+    assert step.nodes == (third,)
+    for refused, said in [
+        (request(constraint="h100"), "no node of job 1's allocation meets --constraint=h100"),
+        (request(constraint="ib&a100"), "meets --constraint=ib&a100"),
+        (request(constraint="ib", nodelist=(third,)), f"{third} in --nodelist does not meet --constraint=ib"),
+        (request(constraint="ib", nodes=3), "3 node(s) asked, 2 usable"),
+        (request(constraint="(ib)"), "Invalid feature specification"),
+    ]:
+        with pytest.raises(StepRefused, match=re.escape(said)):
+            engine.start_step(job.id, refused, T0 + 4)
+    assert len(job.steps) == 3, "a refused step is not added"
+    with pytest.raises(StepRefused, match=re.escape("Requested node configuration is not available: no node")):
+        layout(job, request(constraint="nvme"))  # no features given: no node has any
 
 def test_steps_launch_on_their_nodes_and_are_accounted() -> None:
     engine = engine_with_nodes()

@@ -1,4 +1,5 @@
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +29,36 @@ def ray_cluster(tmp_path_factory):
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def ray_gateway(ray_cluster, tmp_path_factory):
+    """`corral gateway` on the module's cluster, learning its routes from the controller; its URL."""
+    import httpx
+
+    from tests.e2e.harness import free_port, wait_for
+
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("ray-gateway") / "gateway.log", "ab")
+    env = {**os.environ, "CORRAL_SECRET_FILE": str(ray_cluster.secret_file)}
+    process = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "gateway", "--controller", ray_cluster.url,
+                                "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz", timeout=2, trust_env=False).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(healthy, 30, message="gateway health")
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+        log.close()
+
+
 @pytest.fixture
 def user_env(ray_cluster, tmp_path) -> dict[str, str]:
     """A user's shell on the cluster: corral's Slurm commands, ray and python on PATH, no Slurm job."""
@@ -54,12 +85,3 @@ def ray_processes_under(marker: str) -> list[str]:
                 found.append(f"{pid}: {cmdline[:200]}")
     return found
 
-
-def ray_client_env(started_stdout: str, env: dict[str, str]) -> dict[str, str]:
-    """`env` with the two lines `corral ray` prints for Ray's clients (RAY_ADDRESS, and the token's
-    RAY_AUTH_MODE and RAY_AUTH_TOKEN_PATH) exported."""
-    added = dict(env)
-    for line in started_stdout.splitlines():
-        if line.startswith(("RAY_ADDRESS=", "RAY_AUTH_MODE=")):
-            added.update(word.split("=", 1) for word in line.split())
-    return added

@@ -251,6 +251,10 @@ class ServiceSpec(Strict):
     idle_timeout_s: TimeLimitS | None = Field(None, description=(
         "A session only: stop it once its Jupyter kernels have been idle this long (none busy, no activity) "
         "and its GPUs under 5% utilisation as long (docs/services.md, Notebooks); none: only its time limit"))
+    keep_prefix: bool | None = Field(None, description=(
+        "Whether the gateway sends the path on with its /s/<name> prefix (an application that serves under it, "
+        "as JupyterLab with its base_url) or without it (one that serves at / with relative links, as Ray's "
+        "dashboard). Default: with it for a session, without it otherwise"))
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

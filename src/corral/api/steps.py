@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, Field
 
 from corral.api.containers import ContainerFields
-from corral.api.fields import Args, Count, Env, FilePath, Name, Names, Port, WorkDir
+from corral.api.fields import Args, Comment, Count, Env, FilePath, Name, Names, Port, WorkDir
 
 
 class StepSubmit(ContainerFields):
@@ -25,6 +25,8 @@ class StepSubmit(ContainerFields):
     ntasks_per_node: Count | None = None
     nodelist: Names = Field([], description="Nodes the step must use (srun -w); all must be in the allocation")
     exclude: Names = Field([], description="Nodes the step must not use (srun -x)")
+    constraint: Comment | None = Field(None, description="srun --constraint: only the allocation's nodes with "
+                                                         "these features ('a', 'a&b' or 'a|b')")
     cpus_per_task: Count = 1
     gpus_per_task: Count | None = Field(None, description="Split the node's GPUs between tasks")
     workdir: WorkDir

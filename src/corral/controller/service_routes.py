@@ -164,7 +164,8 @@ def service_routes(app: FastAPI, service: ControllerService, guard: Guard) -> No
         job = service.engine.jobs.get(found[0].job_id)
         if job is None or not job.spec.session or service.job_credential is None:
             return ""
-        return f"token {service.session_secret(job)}"
+        # Bearer: what Ray's token authentication reads, and JupyterLab takes it as well as "token".
+        return f"Bearer {service.session_secret(job)}"
 
     @app.get(f"{SERVICES}/{{name}}/endpoints", responses=ERRORS)
     async def endpoints(name: NamePath, principal: Principal = user_dep,

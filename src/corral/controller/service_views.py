@@ -170,5 +170,6 @@ def endpoints_out(record: Service, version: int, endpoints: list[EndpointOut],
     """`upstream_authorization`: only for the gateway (a session's application's token)."""
     session = record.spec.session
     return EndpointsOut(service=record.spec.name, version=version, public=record.spec.public,
-                        owner=record.spec.user if session else "", keep_prefix=session,
+                        owner=record.spec.user if session else "",
+                        keep_prefix=session if record.spec.keep_prefix is None else record.spec.keep_prefix,
                         upstream_authorization=upstream_authorization, endpoints=endpoints)

@@ -42,7 +42,7 @@ def step_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None:
         request = StepRequest(
             name=body.name or body.argv[0].rsplit("/", 1)[-1], nodes=body.nodes, ntasks=body.ntasks,
             ntasks_per_node=body.ntasks_per_node, nodelist=tuple(body.nodelist), exclude=tuple(body.exclude),
-            gpus_per_task=body.gpus_per_task, launch=launch)
+            constraint=body.constraint or "", gpus_per_task=body.gpus_per_task, launch=launch)
         step = await _guarded(service.request(StepRequested(job_id, request)), job_id)
         return step_out(service.engine.jobs[job_id], step)
 

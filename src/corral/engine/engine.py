@@ -96,7 +96,7 @@ class Engine:
         for job in jobs:
             if job.state in ACTIVE:
                 self.life.track(job, 0.0)
-        self._requests = UserRequests(config, self.life)
+        self._requests = UserRequests(config, self.life, self.nodes)
         self._nodes = NodeEvents(config, self.nodes, self.active, self.life)
         self._services = ServiceEvents(self.life, self._submit_replica, self._admit_replica, self._max_time_s,
                                        services)

@@ -247,6 +247,10 @@ class ServiceEvents:
                 self._session_ended(job)
         else:
             ids.add(job.id)
+            if job.spec.session and not services.present(job):
+                # Cancelled and still stopping: the session is over now, or the reconciler would start
+                # another replica in its place while this one's processes stop.
+                self._session_ended(job)
         self.touched.add(job.spec.service)
 
     def _session_ended(self, job: Job) -> None:

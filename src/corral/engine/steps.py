@@ -14,6 +14,7 @@ from typing import Any
 
 from corral import kill_reasons
 from corral.engine.commands import Command, Kill, LaunchStep
+from corral.engine.node_choice import NodeChoiceError, parse_constraint
 from corral.engine.outcome import OOM_EXIT, node_result
 from corral.engine.records import InfrastructureFailure, Job, JobState, NodeRun, Step
 
@@ -37,14 +38,17 @@ class StepRequest:
     ntasks_per_node: int | None = None
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    # srun --constraint: only the allocation's nodes with these features ('a', 'a&b', 'a|b').
+    constraint: str = ""
     gpus_per_task: int | None = None
     # Passed through to the agents (see Step.launch).
     launch: dict[str, Any] | None = None
 
 
-def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def layout(job: Job, request: StepRequest, features: Mapping[str, frozenset[str]] | None = None,
+           ) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The step's nodes (in allocation order) and tasks per node (block distribution: the first nodes
-    take one more when the tasks do not divide evenly)."""
+    take one more when the tasks do not divide evenly). `features`: each node's, for --constraint."""
     allocated = job.node_names
     unknown = [n for n in (*request.nodelist, *request.exclude) if n not in allocated]
     if unknown:
@@ -53,6 +57,8 @@ def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, 
     if set(request.nodelist) & set(request.exclude):
         raise StepRefused("Requested node configuration is not available: a node is both required and excluded")
     candidates = [n for n in allocated if n not in request.exclude]
+    if request.constraint:
+        candidates = _meeting(job, request, candidates, features or {})
     count = request.nodes
     if count is None:
         count = len(request.nodelist) if request.nodelist else len(candidates)
@@ -82,11 +88,34 @@ def layout(job: Job, request: StepRequest) -> tuple[tuple[str, ...], tuple[int, 
     return nodes, tasks
 
 
-def start_step(job: Job, request: StepRequest, now: float) -> tuple[Step, list[Command]]:
-    """Add a step to a running job (or refuse it, changing nothing): the step and its launches."""
+def _meeting(job: Job, request: StepRequest, candidates: list[str],
+             features: Mapping[str, frozenset[str]]) -> list[str]:
+    """The candidates whose features meet the step's --constraint. None of them: refused at once (Slurm
+    22.05 leaves such a step pending, but an allocation's nodes never gain features, so it could only
+    wait forever), in Slurm's words for a step that does not fit its allocation, naming what each has."""
+    try:
+        wanted = parse_constraint(request.constraint)
+    except NodeChoiceError as exc:
+        raise StepRefused(str(exc)) from None
+    meeting = [n for n in candidates if wanted.met_by(features.get(n, frozenset()))]
+    if not meeting:
+        offered = "; ".join(f"{n}: {', '.join(sorted(features.get(n, ()))) or 'none'}" for n in candidates)
+        raise StepRefused(f"Requested node configuration is not available: no node of job {job.id}'s allocation "
+                          f"meets --constraint={request.constraint} (features {offered or 'of no usable node'})")
+    if request.nodelist and not set(request.nodelist) <= set(meeting):
+        missing = ", ".join(n for n in request.nodelist if n not in meeting)
+        raise StepRefused(f"Requested node configuration is not available: {missing} in --nodelist does not "
+                          f"meet --constraint={request.constraint}")
+    return meeting
+
+
+def start_step(job: Job, request: StepRequest, now: float,
+               features: Mapping[str, frozenset[str]] | None = None) -> tuple[Step, list[Command]]:
+    """Add a step to a running job (or refuse it, changing nothing): the step and its launches.
+    `features`: the nodes' features (from the engine's nodes), for the step's --constraint."""
     if job.state is not JobState.RUNNING:
         raise JobNotRunning(f"Job {job.id} is {job.state.value}: steps start only in a running job")
-    nodes, tasks = layout(job, request)
+    nodes, tasks = layout(job, request, features)
     launch = dict(request.launch or {})
     launch["gpus_per_task"] = request.gpus_per_task
     step = Step(step_id=len(job.steps), name=request.name, nodes=nodes, tasks_per_node=tasks,

@@ -4,6 +4,7 @@ the Lifecycle. Each returns (its reply, the commands it calls for)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from corral.engine import events as ev
@@ -13,15 +14,17 @@ from corral.engine.commands import Command
 from corral.engine.config import EngineConfig
 from corral.engine.history import Cancelled, Completed, Held, Released, RequeueRequested, Signaled, Updated
 from corral.engine.lifecycle import Lifecycle, WrongState
-from corral.engine.records import REQUEUE_REQUESTED, Job, JobState, NodeRun, Step
+from corral.engine.records import REQUEUE_REQUESTED, Job, JobState, Node, NodeRun, Step
 
 NoReply = tuple[None, list[Command]]
 
 
 class UserRequests:
-    def __init__(self, config: EngineConfig, life: Lifecycle) -> None:
+    def __init__(self, config: EngineConfig, life: Lifecycle, nodes: Mapping[str, Node]) -> None:
+        """`nodes`: the engine's (read for a step's --constraint)."""
         self.config = config
         self.life = life
+        self.nodes = nodes
 
     def cancel(self, event: ev.CancelRequested, now: float) -> NoReply:
         life = self.life
@@ -98,7 +101,8 @@ class UserRequests:
 
     def start_step(self, event: ev.StepRequested, now: float) -> tuple[Step, list[Command]]:
         job = self.life.get(event.job_id)
-        step, commands = steps.start_step(job, event.request, now)
+        features = {name: self.nodes[name].features for name in job.node_names if name in self.nodes}
+        step, commands = steps.start_step(job, event.request, now, features)
         self.life.touch(job)
         return step, commands
 

@@ -71,12 +71,12 @@ def with_terminal(options: StepOptions) -> StepOptions:
 def in_allocation(controller: Controller, options: StepOptions, env: Mapping[str, str], workdir: str) -> int:
     from corral.slurm.srun.step_client import run_step, step_variables
 
-    if "constraint" in options.job:
-        raise fail("--constraint is not supported by corral for a step: choose the step's nodes among the "
-                   "job's with -w/--nodelist or -x/--exclude")
     if "exclusive" in options.job:
         _warn("srun: warning: --exclusive is ignored by corral for a step: steps share their job's resources\n")
     job = _running_job(controller, options.jobid)
+    allocated = hostlist.expand(job.get("nodelist") or "")
+    if options.exclude and allocated and set(allocated) <= set(options.exclude):
+        raise fail("Hostlist is empty!  Can't run job.")  # Slurm's srun, when -x leaves no node of the job
     options, warnings = resolve_layout(options, int(job.get("num_nodes") or 1))
     _warn("".join(warnings))
     environment = step_environment(options.export, env) | step_variables(options)

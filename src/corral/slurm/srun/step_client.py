@@ -36,6 +36,9 @@ def io_address(controller_url: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+NODE_CONFIGURATION = "Requested node configuration is not available"
+
+
 def step_body(options: StepOptions, environment: dict[str, str], io: tuple[str, int, str], workdir: str) -> dict:
     body: dict = {"argv": list(options.command), "workdir": workdir, "env": environment, "input": options.input,
                   "io_host": io[0], "io_port": io[1], "io_token": io[2]}
@@ -50,6 +53,8 @@ def step_body(options: StepOptions, environment: dict[str, str], io: tuple[str, 
         body["nodelist"] = list(options.nodelist)
     if options.exclude:
         body["exclude"] = list(options.exclude)
+    if options.job.get("constraint"):
+        body["constraint"] = options.job["constraint"]
     if options.pty:
         from corral.slurm.srun.terminal import window_size
 
@@ -96,9 +101,11 @@ def run_step(controller: Controller, job_id: int, options: StepOptions, environm
             if exc.status in (404, 409):
                 raise fail(f"Unable to create step for job {job_id}: Job/step already completing or completed") \
                     from None
-            if exc.status == 422 and "Requested node configuration" in exc.detail:
-                raise fail(f"Unable to create step for job {job_id}: Requested node configuration is not "
-                           f"available") from None
+            if exc.status == 422 and exc.detail.startswith(NODE_CONFIGURATION):
+                # Slurm's line, then corral's reason (which node, which feature) on its own line.
+                why = exc.detail[len(NODE_CONFIGURATION):].lstrip(": ")
+                raise fail(f"Unable to create step for job {job_id}: {NODE_CONFIGURATION}"
+                           + (f"\nsrun: error: {why}" if why else "")) from None
             raise
         expected = {}
         first = 0
