@@ -79,7 +79,7 @@ def test_a_notebook_answers_its_owner_refuses_another_user_and_stops_when_idle(g
                               headers={"Authorization": f"Bearer {other.json()['token']}"}).json()
     assert seen_by_other["upstream_authorization"] == "", "the secret goes to the gateway only"
     secret = cluster.http.get(f"{API}/services/nb-notebook-e2e/endpoints").json()["upstream_authorization"]
-    assert secret.startswith("token ")
+    assert secret.startswith("Bearer ")  # Ray reads Bearer; JupyterLab takes it too
     # JupyterLab's pages would carry its token for their scripts: the session's pages leave it out.
     page = httpx.get(f"{base}lab", cookies=cookies, trust_env=False)
     assert page.status_code == 200 and '"token": ""' in page.text and secret.split()[1] not in page.text

@@ -112,10 +112,15 @@ def session_spec(*, name: str, workdir: str, time_limit_s: int, gpus: int, jupyt
     return spec
 
 
-def default_name(user: str, suffix: str) -> str:
-    """nb-USER-SUFFIX, USER made a DNS label (the session's name is its gateway path)."""
+def user_label(user: str) -> str:
+    """USER made part of a DNS label (a session's name is its gateway path)."""
     cleaned = re.sub(r"-+", "-", "".join(c if c.isalnum() and c.isascii() else "-" for c in user.lower())).strip("-")
-    return f"nb-{cleaned[:40].strip('-') or 'user'}-{suffix}"
+    return cleaned[:40].strip("-") or "user"
+
+
+def default_name(user: str, suffix: str) -> str:
+    """nb-USER-SUFFIX."""
+    return f"nb-{user_label(user)}-{suffix}"
 
 
 def gpus_and_share(gpus: int, gres: str | None) -> tuple[int, str | None]:

@@ -18,12 +18,12 @@ from typing import Annotated
 
 import typer
 
+from corral.api.notebooks import gateway_path, user_label
 from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
 from corral.cli.jobs import UrlOption
-from corral.cli.notebook import _gateway_url, _label, _undo
-from corral.cli.notebook_spec import gateway_path
+from corral.cli.notebook import _gateway_url, _undo
 from corral.cli.output import reported_errors
 from corral.cli.ray_spec import NODES_PATH, job_submit_line, ray_session_spec
 from corral.jobscript.units import parse_time_s
@@ -65,7 +65,7 @@ def ray(
         limit_s = parse_time_s(time_limit)
         with open_client(url) as client:
             user = client.whoami()["name"]
-            session = name or f"ray-{_label(user)}-{secrets.token_hex(2)}"
+            session = name or f"ray-{user_label(user)}-{secrets.token_hex(2)}"
             spec = ray_session_spec(name=session, workdir=os.getcwd(), nodes=nodes, gpus_per_node=gpus_per_node,
                                     cpus_per_node=cpus_per_node, time_limit_s=limit_s,
                                     object_store_mib=object_store_mib, partition=partition, account=account,

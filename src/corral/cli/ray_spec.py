@@ -26,7 +26,7 @@ import json
 import shlex
 from collections.abc import Mapping
 
-from corral.cli.notebook_spec import CARRIED_ENV, gateway_path
+from corral.api.notebooks import CARRIED_ENV, gateway_path
 
 DASHBOARD_PORT = "dashboard"  # first: the gateway routes to a replica's first port
 # The head node's job agent (Ray's dashboard agent) takes the submitted jobs; it comes up after the
