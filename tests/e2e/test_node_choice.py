@@ -62,5 +62,9 @@ def test_nodes_are_chosen_as_asked_live(cluster_factory, tmp_path):
     # srun as a new allocation with -w, and salloc with -w whose step chooses a node of the allocation.
     pinned = cmd("srun", "-w", "node3", "printenv", "SLURMD_NODENAME")
     assert (pinned.code, pinned.stdout) == (0, "node3\n"), pinned
+    # srun -x as a new allocation: its step is not refused for excluding nodes the allocation lacks (it was:
+    # "Unable to create step ... Requested node configuration is not available").
+    avoided = cmd("srun", "-x", "node[1-2]", "printenv", "SLURMD_NODENAME")
+    assert (avoided.code, avoided.stdout) == (0, "node3\n"), avoided
     steps = cmd("salloc", "-N", "2", "-w", "node[1-2]", "srun", "-w", "node2", "-N1", "printenv", "SLURMD_NODENAME")
     assert (steps.code, steps.stdout) == (0, "node2\n"), steps
