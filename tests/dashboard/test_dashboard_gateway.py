@@ -99,6 +99,10 @@ def test_the_form_asks_for_no_gateway_and_its_links_use_the_configured_one(scene
             # The service's page says where it answers.
             page.goto("/#/service/nb-dashgw")
             playwright.expect(page.locator("#service-address")).to_have_text(f"{gateway}/s/nb-dashgw/")
+            # Its command is corral notebook's long wrapper: folded away, not a wall of shell.
+            playwright.expect(page.locator("#service-command summary")).to_have_text(
+                "JupyterLab, in corral notebook's wrapper")
+            assert not page.locator("#service-command code").is_visible()
             page.screenshot(path=str(scene["shots"] / "gateway-known-service.png"), full_page=True)
         finally:
             browser.close()

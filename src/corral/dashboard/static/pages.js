@@ -238,7 +238,11 @@
       section(`Service ${s.name}`,
         h("dl", {class: "facts"},
           h("dt", {}, "User"), h("dd", {}, s.user), h("dt", {}, "Account"), h("dd", {}, s.account || "—"),
-          h("dt", {}, "Command"), h("dd", {}, h("code", {}, command)),
+          // A notebook's command is corral notebook's wrapper around JupyterLab: long shell, shown on demand.
+          h("dt", {}, "Command"), h("dd", {}, spec.session
+            ? h("details", {id: "service-command"}, h("summary", {}, "JupyterLab, in corral notebook's wrapper"),
+              h("code", {}, command))
+            : h("code", {}, command)),
           h("dt", {}, "Per replica"), h("dd", {}, `${spec.nodes} node(s) × ${spec.gpus_per_node} GPU(s), ${spec.cpus_per_task} CPU(s)`),
           h("dt", {}, "Ports"), h("dd", {}, ports(spec)),
           h("dt", {}, "Gateway"), h("dd", {}, spec.public ? "public: no credential needed" : "a credential of the cluster"),
