@@ -30,6 +30,9 @@ def test_nodes_are_chosen_as_asked_live(cluster_factory, tmp_path):
     busy = [cmd.submit("-w", name, "-G", "1", "-o", "/dev/null", "--wrap", "sleep 60") for name in ("node1", "node3")]
     for job_id in busy:
         cluster.wait_state(job_id, "RUNNING")
+    # srun --exclusive as a new allocation too (a bare --exclusive was dropped, and the step went beside a job).
+    alone = cmd("srun", "--exclusive", "printenv", "SLURMD_NODENAME")
+    assert (alone.code, alone.stdout) == (0, "node2\n"), alone
     whole = cmd.submit("--exclusive", "-G", "1", "-o", "/dev/null", "--wrap", "sleep 60")
     running = cluster.wait_state(whole, "RUNNING")
     assert running["nodelist"] == "node2"
