@@ -375,11 +375,12 @@ def up(
 
     with reported_errors():
         state = (state_dir or default_state_dir()).absolute()
-        options = UpOptions(config_gateway_url=_config_gateway_url(config),state_dir=state, cluster_id=cluster_identity(state), nodes=nodes,
+        options = UpOptions(state_dir=state, cluster_id=cluster_identity(state), nodes=nodes,
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
                             health_interval_s=health_interval, health_before_job=health_before_job,
-                            pids_max=pids_max, gateway=not no_gateway, gateway_port=gateway_port)
+                            pids_max=pids_max, gateway=not no_gateway, gateway_port=gateway_port,
+                            config_gateway_url=_config_gateway_url(config))
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)
 
