@@ -66,7 +66,8 @@ def test_plan_simulated_defaults(tmp_path):
     assert plan.controller_argv == (
         "py", "-m", "corral.controller", "--listen", "127.0.0.1:6817", "--db", f"sqlite:///{tmp_path}/corral.db",
         "--secret-file", str(tmp_path / "secret"), "--state-dir", str(tmp_path),
-        "--auth-socket", "/run/corral/6817/auth.sock" if os.geteuid() == 0 else str(tmp_path / "auth.sock"))
+        "--auth-socket", "/run/corral/6817/auth.sock" if os.geteuid() == 0 else str(tmp_path / "auth.sock"),
+        "--gateway-url", "http://127.0.0.1:6820")  # the gateway it starts: the dashboard's notebook links
     # Each agent gets its own node's credential, never the cluster secret.
     assert plan.agent_argvs[1] == (
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817",
@@ -105,7 +106,7 @@ def test_plan_options(tmp_path):
     plan = plan_up(options, HostFacts(cpus=1, mem_mib=3000, nvml_gpus=8), python="py")
     assert plan.url == "http://127.0.0.1:7000" and plan.gpus_per_node == 0  # given G wins over NVML
     assert plan.controller_argv[4:7] == ("0.0.0.0:7000", "--db", "postgresql://db/corral")
-    assert plan.controller_argv[-2:] == ("--config", "/etc/corral.toml")
+    assert plan.controller_argv[-4:] == ("--config", "/etc/corral.toml", "--gateway-url", "http://127.0.0.1:7003")
     assert plan.agent_argvs[0][-10:] == ("--cpus", "2", "--mem-mib", "1000", "--spool",
                                          str(spool(tmp_path, 7000, "node1")), "--kill-tasks-on-exit",
                                          "--allow-root-jobs", "--gpus", "0")
@@ -293,6 +294,25 @@ def test_the_gateway_port_defaults_to_6820_past_the_controllers_and_is_checked(t
                           db_url="postgresql+psycopg://u@h/db"), NO_GPUS)
     with pytest.raises(CliError, match="--gateway-port and --no-gateway contradict"):
         plan_up(UpOptions(state_dir=tmp_path, gateway=False, gateway_port=7000), NO_GPUS)
+
+
+def test_the_controllers_are_told_the_gateway_unless_the_config_names_one(tmp_path):
+    two = plan_up(UpOptions(state_dir=tmp_path, controllers=2, gateway_port=7100), NO_GPUS, python="py")
+    for argv in two.controller_argvs:  # a standby that takes over tells the dashboard the same
+        assert argv[argv.index("--gateway-url") + 1] == "http://127.0.0.1:7100"
+    named = plan_up(UpOptions(state_dir=tmp_path, config_gateway_url="https://gpu.example.org"), NO_GPUS)
+    assert "--gateway-url" not in named.controller_argv, "the operator's [gateway] url is kept"
+    assert "--gateway-url" not in plan_up(UpOptions(state_dir=tmp_path, gateway=False), NO_GPUS).controller_argv
+
+
+def test_up_command_refuses_a_bad_gateway_url_in_its_config_before_starting(isolated, cli):
+    config = isolated / "corral.toml"
+    config.write_text('[gateway]\nurl = "gateway.example:6820"\n')
+    result = cli("up", "--config", str(config), "--state-dir", str(isolated / "s"))
+    assert result.exit_code == 1
+    assert (f"{config} [gateway] url: 'gateway.example:6820': an http:// or https:// URL with a host"
+            in result.stderr)
+    assert not (isolated / "s").exists()
 
 
 def test_up_command_gateway_port_in_use(isolated, cli):

@@ -37,7 +37,7 @@ def test_browsers_get_the_dashboard_at_the_root_and_other_clients_the_json_index
     assert page.headers["content-security-policy"].startswith("default-src 'self'")
     assert index.json()["links"]["dashboard"] == "/" and index.json()["links"]["api"] == "/api/v1"
     assets = re.findall(r'(?:src|href)="(/dashboard/[^"]+)"', page.text)
-    names = ("actions.js", "app.js", "charts.js", "job.js", "pages.js", "style.css")
+    names = ("actions.js", "app.js", "charts.js", "job.js", "notebook.js", "pages.js", "style.css")
     assert sorted(assets) == [f"/dashboard/{name}" for name in names]
     served = requests(app_of(tmp_path), *((path, {}) for path in assets))
     assert [r.status_code for r in served] == [200] * len(assets)

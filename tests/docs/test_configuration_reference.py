@@ -48,7 +48,7 @@ def accepted_keys() -> set[str]:
     """What the loader accepts: its controller-setting keys, and the tenancy model's fields."""
     nested = {"scheduler": ("[{}]", settings._SCHED), "partitions": ("[[{}]]", settings._PART),
               "auth": ("[{}]", settings._AUTH), "ratelimit": ("[{}]", settings._RATELIMIT),
-              "http": ("[{}]", settings._HTTP)}
+              "http": ("[{}]", settings._HTTP), "gateway": ("[{}]", settings._GATEWAY)}
     for name, field in TenancySpec.model_fields.items():
         if (found := _model_of(field.annotation)) is not None:
             brackets, model = found
@@ -77,6 +77,7 @@ def load(data: dict) -> None:
     settings.tenancy_from_dict(data, "example")
     settings.auth_from_dict(data.get("auth", {}), "example")
     settings.http_from_dict(data.get("http", {}), "example")
+    settings.gateway_url_from_dict(data.get("gateway", {}), "example")
 
 
 def is_service_file(text: str) -> bool:

@@ -41,9 +41,9 @@ def set_gpu_util(cluster: Cluster, percent: int) -> None:
 
 
 @contextlib.contextmanager
-def gateway_for(cluster: Cluster, log_dir: Path) -> Iterator[str]:
-    """`corral gateway` in front of the cluster; its URL."""
-    port = free_port()
+def gateway_for(cluster: Cluster, log_dir: Path, port: int | None = None) -> Iterator[str]:
+    """`corral gateway` in front of the cluster (on `port`, else a free one); its URL."""
+    port = port or free_port()
     log = open(log_dir / "gateway.log", "ab")
     env = {**os.environ, "CORRAL_SECRET_FILE": str(cluster.secret_file)}
     process = subprocess.Popen([sys.executable, "-m", "corral.cli.main", "gateway", "--controller", cluster.url,

@@ -30,6 +30,9 @@ def test_nodes_are_chosen_as_asked_live(cluster_factory, tmp_path):
     busy = [cmd.submit("-w", name, "-G", "1", "-o", "/dev/null", "--wrap", "sleep 60") for name in ("node1", "node3")]
     for job_id in busy:
         cluster.wait_state(job_id, "RUNNING")
+    # srun --exclusive as a new allocation too (a bare --exclusive was dropped, and the step went beside a job).
+    alone = cmd("srun", "--exclusive", "printenv", "SLURMD_NODENAME")
+    assert (alone.code, alone.stdout) == (0, "node2\n"), alone
     whole = cmd.submit("--exclusive", "-G", "1", "-o", "/dev/null", "--wrap", "sleep 60")
     running = cluster.wait_state(whole, "RUNNING")
     assert running["nodelist"] == "node2"
@@ -62,6 +65,10 @@ def test_nodes_are_chosen_as_asked_live(cluster_factory, tmp_path):
     # srun as a new allocation with -w, and salloc with -w whose step chooses a node of the allocation.
     pinned = cmd("srun", "-w", "node3", "printenv", "SLURMD_NODENAME")
     assert (pinned.code, pinned.stdout) == (0, "node3\n"), pinned
+    # srun -x as a new allocation: its step is not refused for excluding nodes the allocation lacks (it was:
+    # "Unable to create step ... Requested node configuration is not available").
+    avoided = cmd("srun", "-x", "node[1-2]", "printenv", "SLURMD_NODENAME")
+    assert (avoided.code, avoided.stdout) == (0, "node3\n"), avoided
     steps = cmd("salloc", "-N", "2", "-w", "node[1-2]", "srun", "-w", "node2", "-N1", "printenv", "SLURMD_NODENAME")
     assert (steps.code, steps.stdout) == (0, "node2\n"), steps
 

@@ -112,5 +112,5 @@ def test_a_jupyter_not_found_on_the_node_is_a_clear_error_and_leaves_nothing(gat
 def test_without_a_gateway_nothing_is_submitted(gateway, tmp_path):
     cluster, _ = gateway
     made = corral(cluster, tmp_path, "notebook", "--time", "5:00")
-    assert made.returncode == 1 and "no gateway: pass --gateway" in made.stderr
+    assert made.returncode == 1 and "no gateway: the cluster names none ([gateway] url in its config)" in made.stderr
     assert cluster.http.get(f"{API}/services").json() == []

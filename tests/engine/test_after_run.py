@@ -60,13 +60,18 @@ def test_after_run(case: Job, want: object) -> None:
 BATCH_SPEC = dataclasses.replace(spec(), batch=True)
 ALLOC_SPEC = dataclasses.replace(spec(), allocation=True)
 NO_REQUEUE = dataclasses.replace(spec(), requeue=False)
+SESSION_SPEC = dataclasses.replace(spec(), session=True)  # requeue left True: the kind alone refuses
 
 
 @pytest.mark.parametrize(("job_spec", "cause", "mode", "want"), [
     (spec(), PREEMPTED, "requeue", JobState.PENDING),
     (spec(), PREEMPTED, "cancel", JobState.PREEMPTED),
     (NO_REQUEUE, PREEMPTED, "requeue", JobState.PREEMPTED),
-    (ALLOC_SPEC, PREEMPTED, "requeue", JobState.PENDING),  # as before the reshape: the QOS decides
+    # As Slurm (job_requeue refuses what is not batch, and the preemption kills it): an allocation's holder
+    # and a session's kernels would not come back, so neither waits requeued.
+    (ALLOC_SPEC, PREEMPTED, "requeue", JobState.PREEMPTED),
+    (SESSION_SPEC, PREEMPTED, "requeue", JobState.PREEMPTED),
+    (BATCH_SPEC, PREEMPTED, "requeue", JobState.PENDING),
     (spec(), NODE_FAILED, "requeue", JobState.PENDING),
     (NO_REQUEUE, NODE_FAILED, "requeue", JobState.NODE_FAIL),
     (ALLOC_SPEC, NODE_FAILED, "requeue", JobState.NODE_FAIL),

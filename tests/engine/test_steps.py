@@ -37,6 +37,9 @@ def test_step_layout_defaults_and_block_distribution() -> None:
     assert layout(job, request(ntasks=1)) == (names[:1], (1,))
     assert layout(job, request(nodelist=(names[2],))) == ((names[2],), (1,))
     assert layout(job, request(nodes=2, exclude=(names[0],))) == (names[1:], (1, 1))
+    # Excluding a node the allocation lacks changes nothing (srun -x node9 outside a job excludes it from both
+    # the job and its step; Slurm's srun runs such a step too).
+    assert layout(job, request(exclude=("elsewhere",))) == (names, (1, 1, 1))
     assert layout(job, request(nodes=2, ntasks_per_node=2)) == (names[:2], (2, 2))
     with pytest.raises(StepRefused, match="not in the allocation"):
         layout(job, request(nodelist=("elsewhere",)))

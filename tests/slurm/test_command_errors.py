@@ -33,6 +33,7 @@ class CorralLikeController:
             roles.get("held"): {"state": "PENDING", "requeue": True},
             roles.get("norequeue"): {"state": "RUNNING", "requeue": False},
             roles.get("done"): {"state": "COMPLETED", "requeue": True},
+            roles.get("allocation"): {"state": "RUNNING", "requeue": True, "allocation": True},
         }
         self.jobs.pop(None, None)
 
@@ -45,6 +46,9 @@ class CorralLikeController:
         job = self.job(job_id)
         if job["state"] == "COMPLETED":
             raise ApiError(409, f"job {job_id} already finished (COMPLETED)")
+        if action == "requeue" and job.get("allocation"):  # engine/user_requests.py's refusal
+            raise ApiError(409, f"job {job_id} is an interactive allocation (salloc, or srun outside a job), whose "
+                                "holder would not come back to it: only batch jobs can be requeued")
         if action == "requeue" and not job["requeue"]:
             raise ApiError(409, f"job {job_id} was submitted with --no-requeue")
         if action == "requeue" and job["state"] != "RUNNING":

@@ -79,6 +79,13 @@ def test_advisory_options_warn() -> None:
                                 "to CPUs\n",)
 
 
+def test_a_bare_exclusive_shapes_a_new_allocation() -> None:
+    # --exclusive takes an optional value: without one it was dropped, and srun's job shared its nodes.
+    assert parse_srun(["--exclusive", "hostname"], {}).job == {"exclusive": True}
+    assert parse_srun(["--exclusive", "-N1", "--pty", "bash"], {}).job == {"exclusive": True}
+    assert "exclusive" not in parse_srun(["hostname"], {}).job
+
+
 def test_job_options_for_a_new_allocation() -> None:
     options = parse_srun(["-p", "gpu", "-t", "10", "--gpus-per-node=1", "-N2", "hostname"], {})
     assert options.job == {"partition": "gpu", "time_limit_s": 600, "gpus_per_node": 1}

@@ -53,16 +53,17 @@ def notebook(
     jupyter: Annotated[str, typer.Option("--jupyter", help="The command that starts JupyterLab on the node, "
                                          "found on your PATH there.")] = "jupyter",
     gateway: Annotated[str | None, typer.Option("--gateway", help="The gateway's URL, as your browser reaches it. "
-                                                "Default: $CORRAL_GATEWAY.", show_default=False)] = None,
+                                                "Default: $CORRAL_GATEWAY, else the cluster's ([gateway] url).",
+                                                show_default=False)] = None,
     url: UrlOption = None,
 ) -> None:
     """Start JupyterLab on a GPU allocation and print its URL (through the gateway, for you alone)."""
     with reported_errors():
-        base = _gateway_url(gateway)
         limit_s = parse_time_s(time_limit)
         idle_s = parse_time_s(idle_timeout) if idle_timeout is not None else None
         gpus, share = _gpus(gpus, gres)
         with open_client(url) as client:
+            base = _gateway_url(gateway, client)  # before anything starts: no gateway, nothing started
             user = client.whoami()["name"]
             session = name or default_name(user, secrets.token_hex(2))
             spec = session_spec(name=session, workdir=os.getcwd(), time_limit_s=limit_s, gpus=gpus,
@@ -91,11 +92,12 @@ def _gpus(gpus: int, gres: str | None) -> tuple[int, str | None]:
         raise CliError(str(exc).replace("give gpus or gres", "give --gpus or --gres")) from None
 
 
-def _gateway_url(option: str | None) -> str:
-    value = option or os.environ.get("CORRAL_GATEWAY", "")
+def _gateway_url(option: str | None, client: Client) -> str:
+    value = option or os.environ.get("CORRAL_GATEWAY", "") or client.health().get("gateway_url") or ""
     if not value:
-        raise CliError("no gateway: pass --gateway http://HOST:PORT or set CORRAL_GATEWAY "
-                       "(the URL `corral gateway` serves, as your browser reaches it)")
+        raise CliError("no gateway: the cluster names none ([gateway] url in its config); pass --gateway "
+                       "http://HOST:PORT or set CORRAL_GATEWAY (the URL `corral gateway` serves, as your browser "
+                       "reaches it)")
     if not value.startswith(("http://", "https://")):
         raise CliError(f"--gateway {value!r} is not an http:// or https:// URL")
     return value.rstrip("/")

@@ -21,7 +21,8 @@ from corral.cli.timespec import AHEAD_FORMS_HELP, parse_when_ahead
 CONTROLLER_SETTING_KEYS = frozenset({"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
                                      "shards_per_gpu", "expedite_hold_s", "self_fencing", "gpu_idle_cancel_s",
                                      "gpu_idle_flag_s",
-                                     "scheduler", "partitions", "auth", "ratelimit", "http", "launch_parameters"})
+                                     "scheduler", "partitions", "auth", "ratelimit", "http", "launch_parameters",
+                                     "gateway"})
 
 tenancy_app = CorralApp(
     help="The tenancy configuration: accounts, users, QOS, quota queues, limits, priority weights.",

@@ -379,6 +379,17 @@ def up(
                             gpus_per_node=gpus_per_node, host=host, port=port, db_url=db, config=config, tls=tls,
                             controllers=controllers, health_program=health_program,
                             health_interval_s=health_interval, health_before_job=health_before_job,
-                            pids_max=pids_max, gateway=not no_gateway, gateway_port=gateway_port)
+                            pids_max=pids_max, gateway=not no_gateway, gateway_port=gateway_port,
+                            config_gateway_url=_config_gateway_url(config))
         code = run_up(plan_up(options, probe_host()))
     raise typer.Exit(code)
+
+
+def _config_gateway_url(config: Path | None) -> str | None:
+    """The config's [gateway] url, checked now: a bad one stops `corral up` before anything starts."""
+    from corral.controller.settings import SettingsError, load_gateway_url
+
+    try:
+        return load_gateway_url(config)
+    except SettingsError as exc:
+        raise CliError(str(exc)) from None

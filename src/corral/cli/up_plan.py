@@ -56,6 +56,9 @@ class UpOptions:
     cluster_id: str | None = None
     gateway: bool = True
     gateway_port: int | None = None  # None: the port after the controllers'
+    # The config's own [gateway] url (the gateway as browsers elsewhere reach it): the controllers keep it;
+    # without one, they are told the gateway this starts (--gateway-url), for the dashboard's links.
+    config_gateway_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +148,11 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
     node_size = (max(MIN_NODE_CPUS, facts.cpus, 4 * (gpus or 0)), max(1, facts.mem_mib // nodes))
     credentials = tuple(state_dir / "agents" / f"{name}.credential" for name in names)
     sockets = tuple(_auth_socket(state_dir, port, len(ports)) for port in ports)
+    started_gateway = client_url(options.host, gateway_port) if gateway_port else None
+    gateway_argv = ("--gateway-url", started_gateway) if started_gateway and not options.config_gateway_url else ()
     controllers = tuple(
         _controller_argv(python, options, port, db_url, secret_file, socket, tls_dir, url if len(ports) > 1 else None)
-        + _cluster_id_argv(options.cluster_id)
+        + _cluster_id_argv(options.cluster_id) + gateway_argv
         for port, socket, url in zip(ports, sockets, urls, strict=True))
     agent_url = ",".join(urls)
     spools = tuple(spool_dir(state_dir, name, options.port, os.geteuid(), options.cluster_id) for name in names)

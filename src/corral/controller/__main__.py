@@ -41,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cluster-id", default=None, type=_cluster_id, metavar="ID",
                    help="the cluster's id on its hosts (`corral up` gives one), which /health tells a machine "
                         "joining the cluster so that its agent carries it too (docs/security.md)")
+    p.add_argument("--gateway-url", default=None, metavar="URL",
+                   help="the services' gateway as users' browsers reach it, which /health tells the dashboard "
+                        "(overrides the config's [gateway] url; `corral up` gives the gateway it starts)")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 
@@ -99,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from corral.controller.settings import (
         SettingsError,
+        check_gateway_url,
         load_auth_settings,
+        load_gateway_url,
         load_http_settings,
         load_ratelimit_settings,
         load_settings,
@@ -112,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         auth = load_auth_settings(args.config)
         ratelimit = load_ratelimit_settings(args.config)
         http = load_http_settings(args.config)
+        gateway_url = (check_gateway_url(args.gateway_url, "--gateway-url") if args.gateway_url is not None
+                       else load_gateway_url(args.config))
     except SettingsError as exc:
         print(f"corral-controller: error: {exc}", file=sys.stderr)
         return 2
@@ -134,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"),
-                    ratelimit=ratelimit, http=http, cluster_id=args.cluster_id)
+                    ratelimit=ratelimit, http=http, cluster_id=args.cluster_id, gateway_url=gateway_url)
     return _serve(app, host, int(port), http, args.tls_cert, args.tls_key)
 
 
@@ -162,7 +169,7 @@ def fencing_after_s(node_timeout_s: float) -> float | None:
 
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None,
-              ratelimit=None, http=None, cluster_id: str | None = None):
+              ratelimit=None, http=None, cluster_id: str | None = None, gateway_url: str | None = None):
     """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
     the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now."""
     from corral.controller.app import create_app
@@ -186,7 +193,7 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
         service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
                                     leadership=Leadership(store, advertise_url), config=config,
                                     fence_after_s=fence_after_s)
-    return create_app(service, secret, auth, ratelimit, http, cluster_id)
+    return create_app(service, secret, auth, ratelimit, http, cluster_id, gateway_url)
 
 
 def _read_secret(path: str) -> str | None:

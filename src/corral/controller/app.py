@@ -94,10 +94,11 @@ STATUS_PATH = f"{API_PREFIX}/status"
 
 def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None,
                ratelimit: RateLimitSettings | None = None, http: HttpSettings | None = None,
-               cluster_id: str | None = None) -> FastAPI:
+               cluster_id: str | None = None, gateway_url: str | None = None) -> FastAPI:
     """`secret` is the cluster secret (the service credential); `auth` the config's [auth] section,
     `ratelimit` its [ratelimit] section, `http` its [http] section (body caps and timeouts); `cluster_id` the
-    cluster's id on its hosts (/health says it)."""
+    cluster's id on its hosts (/health says it); `gateway_url` the services' gateway as browsers reach it
+    ([gateway] url: /health says it, null where none is configured)."""
     settings = auth or AuthSettings()
     authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
                                   service.clock)
@@ -149,10 +150,12 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
         work) or it is taking over as the leader. `cycles`: the scheduling cycles run since start, `cycle_s`:
         the seconds they took in all (as sdiag's). `created_at`: when the cluster began (its database was
         created; null if unknown): reports over a period count no time before it. `launch_parameters`: the
-        config's (Slurm's LaunchParameters that the commands obey, such as salloc's use_interactive_step)."""
+        config's (Slurm's LaunchParameters that the commands obey, such as salloc's use_interactive_step).
+        `gateway_url`: the services' gateway as users' browsers reach it (null: none configured), from
+        which the dashboard and `corral notebook` build their links."""
         body = {"status": "ok", "cluster": service.config.cluster_name, "role": service.role,
                 "cycles": service.cycles, "cycle_s": round(service.cycle_s, 6), "created_at": service.created_at(),
-                "launch_parameters": list(service.config.launch_parameters),
+                "launch_parameters": list(service.config.launch_parameters), "gateway_url": gateway_url,
                 **({"cluster_id": cluster_id} if cluster_id else {})}
         problem = service.health()
         if problem is None:

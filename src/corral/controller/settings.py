@@ -36,6 +36,8 @@
     idle_timeout_s = 5     # a connection with no request under way
     header_timeout_s = 10  # from a request's first byte to the end of its headers
     body_timeout_s = 60    # from the end of the headers to the end of the body
+    [gateway]              # the services' gateway (corral gateway), which `corral up` fills in
+    url = "https://gpu.example.org:6820"   # as users' browsers reach it: the dashboard's notebook links
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ from corral.engine.config import EngineConfig, PartitionConfig
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
         "partitions", "auth", "expedite_hold_s", "ratelimit",
-        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http", "launch_parameters"} | _TENANCY
+        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http", "launch_parameters", "gateway"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "agents_vouch_min_uid",
          "public_metrics"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size", "records_per_token"}
@@ -69,6 +71,7 @@ RECORDS_PER_TOKEN_MAX = 10_000_000
 _HTTP_RANGES = {"max_body_mib": (1, 1024), "max_agent_body_mib": (1, 1024), "idle_timeout_s": (1, 3600),
                 "header_timeout_s": (1, 3600), "body_timeout_s": (1, 3600)}
 _HTTP = set(_HTTP_RANGES)
+_GATEWAY = {"url"}
 _SCHED = {"max_reservations", "max_jobs_considered", "placement", "fgd_cpu_weight", "task_mix"}
 _TASK = {"gpus", "gpu_milli", "cpus", "gpu_model", "weight"}
 _PART = {"name", "nodes", "default", "max_time_s", "default_time_s", "up", "priority_job_factor"}
@@ -108,6 +111,43 @@ def load_http_settings(path: str | Path | None) -> HttpSettings:
     if path is None:
         return HttpSettings()
     return http_from_dict(_read(path).get("http", {}), str(path))
+
+
+def load_gateway_url(path: str | Path | None) -> str | None:
+    """The [gateway] section's url (None without a file, or where it names none)."""
+    if path is None:
+        return None
+    return gateway_url_from_dict(_read(path).get("gateway", {}), str(path))
+
+
+def gateway_url_from_dict(section: object, origin: str = "config") -> str | None:
+    where = f"{origin} [gateway]"
+    if not isinstance(section, dict):
+        raise SettingsError(f"{where}: a table")
+    _only(section, _GATEWAY, where)
+    if "url" not in section:
+        return None
+    return check_gateway_url(section["url"], f"{where} url")
+
+
+def check_gateway_url(value: object, where: str) -> str:
+    """The gateway's public URL as users' browsers reach it, without its trailing slash: the dashboard
+    builds its services' links (URL/s/NAME/) from it, so anything else is refused here, not in a browser."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str):
+        raise SettingsError(f"{where}: {value!r}: a URL as a string, such as \"https://gpu.example.org:6820\"")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a port that is no number or out of range raises here)
+    except ValueError as exc:
+        raise SettingsError(f"{where}: {value!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{where}: {value!r}: an http:// or https:// URL with a host, such as "
+                            "\"https://gpu.example.org:6820\"")
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise SettingsError(f"{where}: {value!r}: no query, fragment or credentials: the gateway's address only")
+    return value.rstrip("/")
 
 
 def _read(path: str | Path) -> dict:

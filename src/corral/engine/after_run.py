@@ -79,8 +79,8 @@ class CrashLoop:
 
 
 def may_requeue(spec: JobSpec) -> bool:
-    """Whether a run stopped by a node failure or the cluster stopping may run again (not --no-requeue,
-    and a kind that may be requeued: an allocation's holder goes away with its run)."""
+    """Whether a run stopped by a preemption, a node failure or the cluster stopping may run again (not
+    --no-requeue, and a kind that may be requeued: an allocation's holder goes away with its run)."""
     return spec.requeue and spec.kind.requeueable
 
 
@@ -90,8 +90,11 @@ def stop_towards(spec: JobSpec, cause: str, preempt_mode: str = "requeue") -> Jo
     if spec.kind.restarts:
         return JobState.PENDING  # a replica comes back, whatever stopped it (a cancel is no stop cause)
     if cause == PREEMPTED:
-        # The QOS decides, and --no-requeue; as Slurm, the kind does not (a preempted salloc is requeued).
-        return JobState.PENDING if preempt_mode == "requeue" and spec.requeue else JobState.PREEMPTED
+        # The QOS decides, then --no-requeue and the kind. As Slurm: under PreemptMode=REQUEUE slurmctld asks
+        # job_requeue, which refuses a job that is not batch (ESLURM_BATCH_ONLY), and kills the job instead
+        # (preempt.c, slurm_job_preempt: "preempted ... had to be killed"): a preempted salloc ends PREEMPTED,
+        # since requeued it would wait for a holder that is gone. A notebook session ends likewise.
+        return JobState.PENDING if preempt_mode == "requeue" and may_requeue(spec) else JobState.PREEMPTED
     if cause == REQUEUE_REQUESTED:
         return JobState.PENDING
     if cause in (NODE_FAILED, CLUSTER_STOPPED):

@@ -50,7 +50,9 @@ def layout(job: Job, request: StepRequest, features: Mapping[str, frozenset[str]
     """The step's nodes (in allocation order) and tasks per node (block distribution: the first nodes
     take one more when the tasks do not divide evenly). `features`: each node's, for --constraint."""
     allocated = job.node_names
-    unknown = [n for n in (*request.nodelist, *request.exclude) if n not in allocated]
+    # A node the allocation lacks may be excluded (it is not used either way: srun -x NODE outside a job sends
+    # the job's -x to its step too), not required: as Slurm's srun.
+    unknown = [n for n in request.nodelist if n not in allocated]
     if unknown:
         raise StepRefused(f"Requested node configuration is not available: {', '.join(unknown)} "
                           f"not in the allocation of job {job.id} ({', '.join(allocated)})")

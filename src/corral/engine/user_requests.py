@@ -17,6 +17,11 @@ from corral.engine.lifecycle import Lifecycle, WrongState
 from corral.engine.records import REQUEUE_REQUESTED, Job, JobState, Node, NodeRun, Step
 
 NoReply = tuple[None, list[Command]]
+# The kinds `requeueable` refuses, as a requeue's refusal names them (Slurm's job_requeue refuses every job
+# that is not batch: ESLURM_BATCH_ONLY, "Only batch jobs are accepted or processed").
+_NOT_REQUEUEABLE = {"allocation": "an interactive allocation (salloc, or srun outside a job), whose holder would "
+                                  "not come back to it", "session": "a notebook session, which would come back "
+                                                                     "without its kernels' state"}
 
 
 class UserRequests:
@@ -41,6 +46,9 @@ class UserRequests:
 
     def requeue(self, event: ev.RequeueRequested, now: float) -> NoReply:
         job = self.life.get(event.job_id)
+        if not job.spec.kind.requeueable:  # before --no-requeue: a session's spec says it too, and is no batch job
+            raise WrongState(f"job {job.id} is {_NOT_REQUEUEABLE.get(job.spec.kind.name, job.spec.kind.name)}: "
+                             "only batch jobs can be requeued")
         if not job.spec.requeue:
             raise WrongState(f"job {job.id} was submitted with --no-requeue")
         if job.state is not JobState.RUNNING:

@@ -16,7 +16,7 @@
       confirm: (j) => `Cancel job ${jobId(j)} (${j.name})? ${j.state === "RUNNING" ? "Its processes are killed." : "It leaves the queue."}`},
     {route: "hold", label: "Hold", past: "Held", when: (j) => j.state === "PENDING" && !j.held},
     {route: "release", label: "Release", past: "Released", when: (j) => j.state === "PENDING" && j.held},
-    {route: "requeue", label: "Requeue", past: "Requeued", when: (j) => j.state === "RUNNING" && j.requeue,
+    {route: "requeue", label: "Requeue", past: "Requeued", when: (j) => j.state === "RUNNING" && j.requeue && !j.allocation,
       confirm: (j) => `Requeue job ${jobId(j)} (${j.name})? Its processes are killed and it waits in the queue again.`},
   ];
 

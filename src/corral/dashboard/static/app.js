@@ -200,15 +200,28 @@ function logout() {
   toLogin("Signed out.");
 }
 
+// The controller's /health, read once per page load: the cluster's name, and the services' gateway as the
+// browser reaches it ([gateway] url; null where none is configured), from which pages build their links.
+let healthRead = null;
+function health() {
+  if (!healthRead) healthRead = fetch("/health").then((r) => r.json()).catch(() => ({}));
+  return healthRead;
+}
+
+async function gatewayUrl() {
+  const url = (await health()).gateway_url;
+  return url ? url.replace(/\/+$/, "") : null;
+}
+
 async function start() {
   document.getElementById("logout").addEventListener("click", logout);
-  fetch("/health").then((r) => r.json()).then((health) => {
-    document.getElementById("cluster").textContent = `${health.cluster} · ${health.role}`;
-  }).catch(() => {});
+  health().then((info) => {
+    if (info.cluster) document.getElementById("cluster").textContent = `${info.cluster} · ${info.role}`;
+  });
   window.addEventListener("hashchange", () => route());
   route();
 }
 
 Object.assign(Corral, {api, h, append, table, section, badge, when, duration, ago, mib, jobId, errorBox, token,
-  TOKEN_KEY, showIdentity, route, ApiError});
+  TOKEN_KEY, showIdentity, route, ApiError, gatewayUrl});
 document.addEventListener("DOMContentLoaded", start);

@@ -5,6 +5,8 @@
 // credential is an API token (POST /tokens) that expires an hour after the time limit. Once JupyterLab answers,
 // the page shows the link through the gateway. The page also lists the notebooks (sessions) with Open and Stop:
 // the gateway and the API decide who may (only the owner opens one; stopping is as for any service).
+// The links go through the gateway the controller names ([gateway] url, in /health); only where it names none
+// does the form ask for the gateway's URL (kept in this browser).
 
 (() => {
   const {api, h, section, table, badge} = Corral;
@@ -17,6 +19,7 @@
   let started = null;
   let formError = null;
   let typed = {};  // what the form held when it was sent: the page is rendered anew while a notebook starts
+  let knownGateway = null;  // the controller's [gateway] url, read as the page renders
 
   function field(label, input, hint) {
     return h("label", {class: "field"}, h("span", {}, label), input, hint ? h("small", {class: "muted"}, hint) : null);
@@ -43,9 +46,11 @@
         "the command on the node, or its absolute path (your environment's JupyterLab)"),
       field("Directory", input("workdir", {required: true, placeholder: "/home/you/project", size: 30}),
         "where it starts on the node; its log goes there"),
-      field("Gateway", input("gateway", {type: "url", required: true, size: 30,
+      knownGateway ? null : field("Gateway", input("gateway", {type: "url", required: true, size: 30,
         value: localStorage.getItem(GATEWAY_KEY) || "", placeholder: "http://gateway.example:6820"}),
-      "the services gateway as your browser reaches it")),
+      "the cluster names no gateway: the services gateway as your browser reaches it")),
+    knownGateway ? h("p", {class: "small muted", id: "nb-gateway-known"}, "Its link goes through the gateway at ",
+      h("code", {}, knownGateway), ".") : null,
     h("button", {type: "submit", id: "notebook-start", disabled: started && started.state === "starting"},
       "Start notebook"),
     formError ? h("p", {class: "error", role: "alert", id: "notebook-error"}, formError) : null);
@@ -67,9 +72,14 @@
     return `${step} refused${status}: ${reason}.`;
   }
 
-  async function start(form) {
+  function typedGateway(form) {
     const gateway = form.elements.gateway.value.trim().replace(/\/+$/, "");
     localStorage.setItem(GATEWAY_KEY, gateway);
+    return gateway;
+  }
+
+  async function start(form) {
+    const gateway = knownGateway || typedGateway(form);
     typed = Object.fromEntries([...form.elements].filter((el) => el.name).map((el) => [el.name, el.value]));
     formError = null;
     let plan;
@@ -163,13 +173,14 @@
   // Open: a fresh link credential of the caller's (the gateway lets the owner alone in); Stop: DELETE the
   // session's service, as `corral service delete` (the API decides who may).
   async function openSession(name, slot) {
-    const typedGateway = document.getElementById("nb-gateway");
-    const gateway = ((typedGateway && typedGateway.value.trim()) || localStorage.getItem(GATEWAY_KEY) || "").replace(/\/+$/, "");
+    const field_ = document.getElementById("nb-gateway");
+    const gateway = knownGateway ||
+      ((field_ && field_.value.trim()) || localStorage.getItem(GATEWAY_KEY) || "").replace(/\/+$/, "");
     if (!gateway) {
       slot.replaceChildren(h("p", {class: "error", role: "alert"}, "Give the gateway's URL in the form above first."));
       return;
     }
-    localStorage.setItem(GATEWAY_KEY, gateway);
+    if (!knownGateway) localStorage.setItem(GATEWAY_KEY, gateway);
     try {
       const token = await api("/tokens", {method: "POST", body: {expires_s: 3600, description: `notebook ${name}`}});
       window.open(`${gateway}/s/${encodeURIComponent(name)}/lab?corral_token=${encodeURIComponent(token.token)}`, "_blank", "noopener");
@@ -207,6 +218,7 @@
   }
 
   Corral.pages.notebook = async () => {
+    knownGateway = await Corral.gatewayUrl();
     const sessions = (await api("/services")).filter((s) => s.spec.session);
     return h("div", {},
       section("Start a notebook", notebookForm()),

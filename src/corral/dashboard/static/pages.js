@@ -225,6 +225,7 @@
 
   Corral.pages.service = async (name) => {
     const s = await api(`/services/${encodeURIComponent(decodeURIComponent(name))}`);
+    const gateway = await Corral.gatewayUrl();
     const spec = s.spec;
     const command = spec.command ? spec.command.join(" ") : "(script)";
     return h("div", {},
@@ -237,10 +238,16 @@
       section(`Service ${s.name}`,
         h("dl", {class: "facts"},
           h("dt", {}, "User"), h("dd", {}, s.user), h("dt", {}, "Account"), h("dd", {}, s.account || "—"),
-          h("dt", {}, "Command"), h("dd", {}, h("code", {}, command)),
+          // A notebook's command is corral notebook's wrapper around JupyterLab: long shell, shown on demand.
+          h("dt", {}, "Command"), h("dd", {}, spec.session
+            ? h("details", {id: "service-command"}, h("summary", {}, "JupyterLab, in corral notebook's wrapper"),
+              h("code", {}, command))
+            : h("code", {}, command)),
           h("dt", {}, "Per replica"), h("dd", {}, `${spec.nodes} node(s) × ${spec.gpus_per_node} GPU(s), ${spec.cpus_per_task} CPU(s)`),
           h("dt", {}, "Ports"), h("dd", {}, ports(spec)),
           h("dt", {}, "Gateway"), h("dd", {}, spec.public ? "public: no credential needed" : "a credential of the cluster"),
+          h("dt", {}, "Address"), h("dd", {id: "service-address"}, gateway
+            ? h("code", {}, `${gateway}/s/${encodeURIComponent(s.name)}/`) : "the cluster names no gateway ([gateway] url)"),
           s.reason ? [h("dt", {}, "Waiting because"), h("dd", {class: "reason"}, s.reason)] : null)),
       section("Replicas", table(["Replica", "Job", "Rev", "Node", "State", "Ready", "Restarts", "Probes", "Endpoint",
         "Reason"], s.replicas.map(replicaRow), "no replicas")),

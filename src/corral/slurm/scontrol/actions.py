@@ -13,6 +13,7 @@ from corral.slurm.scontrol.opts import ScontrolCommand
 INVALID_JOB_ID = "Invalid job id specified"
 # The controller's 409 details (corral.engine.engine, corral.controller.app) -> slurm_strerror's text.
 _SLURM_REASONS = (
+    ("only batch jobs can be requeued", "Only batch jobs are accepted or processed"),
     ("submitted with --no-requeue", "Requested operation is presently disabled"),
     ("is PENDING: only a running job", "Job is pending execution"),
     ("already finished", "Job has already finished"),

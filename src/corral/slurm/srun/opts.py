@@ -129,10 +129,9 @@ def _step_options(line: CommandLine, env: Mapping[str, str], warnings: tuple[str
         raise fail(f"--distribution={distribution} is not supported by corral: tasks are placed in blocks")
     job = {}
     for key in JOB_KEYS:
-        value = line.last(key)
-        if value is not None:
+        if line.has(key):  # not `last(key) is not None`: a bare --exclusive has no value, and counts
             _, _, name, convert = sbatch.JOB[key]
-            job[name] = convert(value, key)
+            job[name] = convert(line.last(key), key)
     options = StepOptions(
         command=tuple(line.positionals), nodes=_int(line.last("nodes"), "nodes", v.node_count),
         ntasks=_int(line.last("ntasks"), "ntasks"),
