@@ -11,7 +11,9 @@ heap is small as here, one full collection of every object the process holds; a 
 heap pays it every few cycles instead. `cpu_settled_s`: the median CPU time with the collector on and set
 as the controller and the simulator set it once their state is loaded (corral/collector.py: the heap
 frozen, raised thresholds), no collection forced between cycles; `max_pause_settled_s`: the longest
-single collection during those cycles, and `collections_settled`: how many ran per cycle, by generation.
+single collection during those cycles (wall), `collections_settled`: how many ran per cycle, by
+generation, `settle_s`: the settle's own pause (one full collection and the freeze, wall) and
+`frozen_objects`: how many objects it froze.
 Peak memory is traced on one more cycle."""
 from __future__ import annotations
 
@@ -67,7 +69,10 @@ def _settled(snap: Snapshot, config: SchedulerConfig, repeats: int) -> dict:
         else:
             pauses.append((info["generation"], time.perf_counter() - began.pop()))
 
+    settle0 = time.perf_counter()
     collector.settle()
+    settle_s = time.perf_counter() - settle0
+    frozen = gc.get_freeze_count()
     gc.callbacks.append(watch)
     try:
         cpus = []
@@ -80,7 +85,8 @@ def _settled(snap: Snapshot, config: SchedulerConfig, repeats: int) -> dict:
         gc.unfreeze()
         gc.set_threshold(*defaults)
     per_generation = [sum(1 for g, _ in pauses if g == gen) / repeats for gen in range(3)]
-    return {"cpu_settled_s": round(statistics.median(cpus), 4),
+    return {"settle_s": round(settle_s, 4), "frozen_objects": frozen,
+            "cpu_settled_s": round(statistics.median(cpus), 4),
             "max_pause_settled_s": round(max((p for _, p in pauses), default=0.0), 4),
             "collections_settled": per_generation}
 

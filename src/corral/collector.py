@@ -8,18 +8,20 @@ base pool, none of them garbage): 0.1-0.2 s of a 0.45 s cycle at 10,000 nodes (b
 
 `settle()` collects once, then moves every object left to the permanent generation (gc.freeze), which
 no automatic collection walks again; objects made later are collected as usual. It also raises the
-young generation's threshold, so that a cycle's 100,000 short-lived records pass through a few young
-collections rather than 140. Frozen objects are still freed by reference counting; only reference cycles
-among them would outlive their use, which is why a settle unfreezes and collects first: an engine that a
-new one replaces (a restore after a failed commit, a standby taking the lease) is collected then."""
+young generation's threshold above what one cycle holds at once: a cycle's records are freed with its
+plan (reference counting lowers the count again), so a cycle over 100,000 pending jobs sets off no
+collection at all, where 50,000 still set off two of 50-100 ms each. Frozen objects are still freed by
+reference counting; only reference cycles among them would outlive their use, which is why a settle
+unfreezes and collects first: an engine that a new one replaces (a restore after a failed commit, a
+standby taking the lease) is collected then."""
 from __future__ import annotations
 
 import gc
 
-# Young collections after this many net allocations (default 700); the two older generations as the
-# default (10) and twice it: a middle collection every 50,000 x 10 allocations, the oldest every
-# 10 of those and only once what waits for it is a quarter of what it already holds.
-THRESHOLDS = (50_000, 10, 20)
+# A young collection after this many net allocations of tracked objects (default 700; at most this many
+# objects of cyclic garbage wait for it); a middle one every 10 young ones; the oldest every 20 middle
+# ones and only once what waits for it is a quarter of what it already holds.
+THRESHOLDS = (250_000, 10, 20)
 
 
 def settle() -> None:
