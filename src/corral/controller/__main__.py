@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     app = build_app(config, store, secret, tenancy=tenancy, auth=auth, advertise_url=advertise_url.rstrip("/"),
-                    ratelimit=ratelimit, http=http, cluster_id=args.cluster_id, gateway_url=gateway_url)
+                    ratelimit=ratelimit, http=http, cluster_id=args.cluster_id, gateway_url=gateway_url,
+                    settle_heap=True)
     return _serve(app, host, int(port), http, args.tls_cert, args.tls_key)
 
 
@@ -169,9 +170,13 @@ def fencing_after_s(node_timeout_s: float) -> float | None:
 
 
 def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=None, advertise_url: str | None = None,
-              ratelimit=None, http=None, cluster_id: str | None = None, gateway_url: str | None = None):
+              ratelimit=None, http=None, cluster_id: str | None = None, gateway_url: str | None = None,
+              settle_heap: bool = False):
     """The controller's app. With `advertise_url`, it takes part in leadership (the lease loop starts with
-    the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now."""
+    the app): it builds its engine when it takes the lease. Without, it leads alone, engine built now.
+    With `settle_heap` (the controller's own process, not an app built inside another), Python's collector
+    is settled after every engine is built (corral/collector.py), so that cycles do not walk the restored
+    state."""
     from corral.controller.app import create_app
     from corral.controller.restore import restore_engine
     from corral.controller.service import ControllerService
@@ -183,16 +188,21 @@ def build_app(config, store, secret: str, clock=time.time, tenancy=None, auth=No
     # Agents poll at least three times per node timeout, so one late poll never makes a node look lost.
     heartbeat_s = min(5.0, config.node_timeout_s / 3)
     fence_after_s = fencing_after_s(config.node_timeout_s) if config.self_fencing else None
+    after_install = None
+    if settle_heap:
+        from corral import collector
+
+        after_install = collector.settle
     # The same function builds the engine now (or on taking the lease) and again after a failed commit.
     if advertise_url is None:
         service = ControllerService(restore(clock()), store, clock, heartbeat_s=heartbeat_s, restore=restore,
-                                    fence_after_s=fence_after_s)
+                                    fence_after_s=fence_after_s, after_install=after_install)
     else:
         from corral.controller.leadership import Leadership
 
         service = ControllerService(None, store, clock, heartbeat_s=heartbeat_s, restore=restore,
                                     leadership=Leadership(store, advertise_url), config=config,
-                                    fence_after_s=fence_after_s)
+                                    fence_after_s=fence_after_s, after_install=after_install)
     return create_app(service, secret, auth, ratelimit, http, cluster_id, gateway_url)
 
 

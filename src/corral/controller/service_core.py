@@ -70,13 +70,16 @@ class ServiceCore:
     def __init__(self, engine: Engine | None, store: Store, clock: Callable[[], float] = time.time,
                  heartbeat_s: float = 5.0, *, restore: Callable[[float], Engine] | None = None,
                  leadership: Leadership | None = None, config: EngineConfig | None = None,
-                 fence_after_s: float | None = None) -> None:
+                 fence_after_s: float | None = None, after_install: Callable[[], None] | None = None) -> None:
         """`restore(now)` builds the engine from the store, as at start (the default: restore_engine with
         this engine's configuration, profile and tenancy, which the store's own tenancy overrides).
         `fence_after_s`: what agents are told for self-fencing (RegistrationReply; fencing_after_s).
         With `leadership`, the service has no engine (None, and `restore` and `config` given) until it
-        takes the lease; without, it always leads."""
+        takes the lease; without, it always leads.
+        `after_install()` runs once an engine is built: for the one given here, and for each one a takeover or
+        a recovery builds (the live controller settles Python's collector there: corral/collector.py)."""
         self._engine = engine
+        self._after_install = after_install
         resolved = engine.config if engine is not None else config
         assert resolved is not None, "a service without an engine needs its configuration"
         self.config: EngineConfig = resolved
@@ -118,6 +121,8 @@ class ServiceCore:
         self._session_idle_task: asyncio.Task | None = None
         self._created_at: float | None = None
         self._stall_task: asyncio.Task | None = None
+        if engine is not None and after_install is not None:
+            after_install()
         if leadership is not None:
             leadership.on_lead = self._take_over
             leadership.on_lose = self._step_down
@@ -278,6 +283,8 @@ class ServiceCore:
             engine.stopping = self._engine.stopping
         self._engine = engine
         self._new_epoch()
+        if self._after_install is not None:
+            self._after_install()
 
     def _new_epoch(self) -> None:
         """Every agent must register again, and nothing queued for the agents before is sent."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Literal
 
 from corral import gpu_models
@@ -77,27 +78,43 @@ class Cycle:
     def consider_all(self, ordered: list[PendingJob]) -> None:
         """Consider each job in priority order (held ones only wait). Deep in a long queue, once every
         reservation is given, most jobs are plain and of a shape that already failed with no longer a time
-        limit: `_place` would only say why they wait. That answer is taken here from the same memos, without
-        the calls and keys of the general path (the cycle's cost over 100,000 pending jobs)."""
-        waiting = self.waiting
-        memo = self.memo
-        plain_failed, plain_fits = memo.plain_failed, memo.plain_fits
+        limit: `_place` would only say why they wait. That answer is taken by `_consider_deep` from the same
+        memos, without the calls and keys of the general path (the cycle's cost over 100,000 pending jobs).
+        Reservations are only ever added, so once they are all given the rest of the queue is deep."""
+        deep_from = len(ordered)
         fast = self.config.backfill
         max_reservations = self.config.max_reservations
-        for job in ordered:
-            if job.plain and fast and self.reservations >= max_reservations:
+        for index, job in enumerate(ordered):
+            if fast and self.reservations >= max_reservations:
+                deep_from = index
+                break
+            if job.held:
+                self.waiting.append(Waiting(job.id, _HELD))
+            else:
+                self.consider(job)
+        if deep_from < len(ordered):
+            self._consider_deep(islice(ordered, deep_from, None))
+
+    def _consider_deep(self, jobs: Iterable[PendingJob]) -> None:
+        """Jobs after every reservation is given (with backfill), in order; their lookups bound once, as
+        this loop runs once per pending job."""
+        append = self.waiting.append
+        memo = self.memo
+        failed_limit, fits = memo.plain_failed.get, memo.plain_fits.get
+        for job in jobs:
+            if job.plain:
                 req = job.request
                 shape = req.shape
-                failed = plain_failed.get(shape)
+                failed = failed_limit(shape)
                 if failed is not None and req.time_limit_s >= failed:
-                    cached = plain_fits.get(shape)
+                    cached = fits(shape)
                     if cached is not None and (not cached[1] or cached[0] == memo.version):
-                        waiting.append(Waiting(job.id, _PRIORITY if cached[1] else _RESOURCES))
+                        append(Waiting(job.id, _PRIORITY if cached[1] else _RESOURCES))
                     else:
-                        waiting.append(Waiting(job.id, self._blocked_reason(req, req.gpu_model)))
+                        append(Waiting(job.id, self._blocked_reason(req, req.gpu_model)))
                     continue
             if job.held:
-                waiting.append(Waiting(job.id, _HELD))
+                append(Waiting(job.id, _HELD))
             else:
                 self.consider(job)
 

@@ -67,9 +67,12 @@ def simulate(trace: str, trace_file: str | None, policies: list[str], max_jobs: 
     from corral.sim.progress import NullProgress, stream_progress
 
     check_policies(policies, POLICIES)
+    from corral import collector
+
     workload, cluster, model = load_workload(trace, trace_file, max_jobs, seed)
     if cluster is None:
         cluster = uniform_cluster(nodes, gpus_per_node, sorted({j.queue for j in workload.jobs}))
+    collector.settle()  # the trace is loaded: no cycle of the replay walks it again
     outcomes = []
     for name in policies:
         bar = stream_progress(name) if progress else NullProgress()
