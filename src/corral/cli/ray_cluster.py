@@ -52,7 +52,8 @@ def ray(
                                                 "(default: yours).", show_default=False)] = None,
     qos: Annotated[str | None, typer.Option("--qos", "-q", help="Its QOS.", show_default=False)] = None,
     gateway: Annotated[str | None, typer.Option("--gateway", help="The gateway's URL, as your browser and Ray's "
-                                                "job client reach it. Default: $CORRAL_GATEWAY.",
+                                                "job client reach it. Default: $CORRAL_GATEWAY, else the cluster's "
+                                                "[gateway] url.",
                                                 show_default=False)] = None,
     wait_s: Annotated[float, typer.Option("--wait-s", min=0, help="How long to wait, once the allocation runs, "
                                           "for every Ray node to join.")] = 300.0,
@@ -61,9 +62,9 @@ def ray(
     """Start a Ray cluster on an allocation; print its dashboard's URL and the `ray job submit` line (through
     the gateway, for you alone)."""
     with reported_errors():
-        base = _gateway_url(gateway)
         limit_s = parse_time_s(time_limit)
         with open_client(url) as client:
+            base = _gateway_url(gateway, client)
             user = client.whoami()["name"]
             session = name or f"ray-{user_label(user)}-{secrets.token_hex(2)}"
             spec = ray_session_spec(name=session, workdir=os.getcwd(), nodes=nodes, gpus_per_node=gpus_per_node,
