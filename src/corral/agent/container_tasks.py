@@ -68,21 +68,25 @@ class ContainerSupport:
     device_files: Mapping[int, Path] = field(default_factory=dict)
 
     @staticmethod
-    def detect(cache_dir: Path, limit_bytes: int, device_files: Mapping[int, Path]) -> ContainerSupport | None:
+    def detect(cache_dir: Path, limit_bytes: int, device_files: Mapping[int, Path],
+               insecure_registries: frozenset[str] = frozenset()) -> ContainerSupport | None:
         if not node_has_runtime():
             return None
-        return ContainerSupport(ImageCache(cache_dir, limit_bytes), dict(device_files))
+        return ContainerSupport(ImageCache(cache_dir, limit_bytes, insecure_registries=insecure_registries),
+                                dict(device_files))
 
 
 class TaskContainer:
     """One job's or step's container on this node."""
 
     def __init__(self, launch: ContainerLaunch, support: ContainerSupport | None, *, job_dir: Path, lease: str,
-                 identity: TaskIdentity | None, gpus: Sequence[int]) -> None:
+                 identity: TaskIdentity | None, gpus: Sequence[int], node: str = "") -> None:
         self.launch = launch
         self._support = support
         self._job_dir = job_dir
-        self._lease = lease  # this job's or step's name for its hold on the image
+        self._lease = lease  # this job's or step's name: of its bundles, and of its hold on the image
+        # The hold's name in the cache, which the nodes of one `corral up` cluster share: with the node's.
+        self._cache_lease = f"{lease}@{node}" if node else lease
         self._identity = identity or agent_identity()
         self._gpus = list(gpus)
         self._image: CachedImage | None = None
@@ -118,8 +122,8 @@ class TaskContainer:
             return
         user = self._user
         try:
-            self._image = await asyncio.to_thread(self._support.cache.acquire, self.launch.image, self._lease,
-                                                  lambda path: user_can_reach(path, user))
+            self._image = await asyncio.to_thread(self._support.cache.acquire, self.launch.image,
+                                                  self._cache_lease, lambda path: user_can_reach(path, user))
         except ImageError as exc:
             raise ContainerStartError(str(exc)) from None
         except OSError as exc:
@@ -134,6 +138,19 @@ class TaskContainer:
         except (OSError, ContainerError) as exc:
             self.close()
             raise ContainerStartError(f"cannot make container {self.launch.name!r}: {exc}") from None
+
+    def take_over(self) -> None:
+        """An adopted launch's container, opened by an earlier agent on this node: hold its image's lease
+        (found in the cache by this launch's lease name) and its tasks' bundles, so that close() gives the
+        image back and removes them when the tasks end. Without this the lease outlived the tasks and the
+        image was never evicted. A lease the cache no longer has (the cache cleared) is nothing to give back."""
+        if self.launch.image and self._support is not None:
+            self._image = self._support.cache.leased(self._cache_lease)
+        bundles = self._job_dir / "bundles"
+        if bundles.is_dir():
+            self._bundles = sorted(path for path in bundles.iterdir()
+                                   if path.name.startswith(f"{self._lease}.")
+                                   and path.name[len(self._lease) + 1:].isdigit())
 
     def share_file(self, path: Path) -> str:
         """Show a file of the node's to the tasks, read-only (a job's script, written by the agent): its path
@@ -183,7 +200,7 @@ class TaskContainer:
         self._bundles.clear()
         if self._image is not None and self._support is not None:
             try:
-                self._support.cache.release(self._image.key, self._lease)
+                self._support.cache.release(self._image.key, self._cache_lease)
             except OSError:
                 pass  # the lease file stays: the image is kept, never lost
             self._image = None
