@@ -18,8 +18,11 @@ import pytest
 from corral.agent.container_images import node_architecture
 from corral.agent.task_spool import TaskSpool
 from tests.agent.container_image import BUSYBOX, build_image
+from tests.e2e import test_containers
 from tests.e2e.harness import wait_for
-from tests.e2e.test_containers import PATH, gpu_device_dir, run_step, start, users_dir  # noqa: F401
+from tests.e2e.test_containers import PATH, run_step, start, users_dir
+
+gpu_device_dir = test_containers.gpu_device_dir  # a fixture
 
 pytestmark = [
     pytest.mark.slow,

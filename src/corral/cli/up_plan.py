@@ -310,10 +310,12 @@ def _controller_argv(python: str, options: UpOptions, port: int, db_url: str, se
 
 
 def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int | None,
-                node_size: tuple[int, int], spool: Path, tls_dir: Path | None, images: Path) -> tuple[str, ...]:
+                node_size: tuple[int, int], spool: Path, tls_dir: Path | None,
+                images: Path) -> tuple[str, ...]:
     cpus, mem_mib = node_size
     argv = [python, "-m", "corral.agent", "--controller", url, "--secret-file", str(secret_file),
-            "--node", name, "--image-cache", str(images), "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool),
+            "--node", name, "--image-cache", str(images),
+            "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool),
             # The agents are the cluster's: when `corral up` goes, even killed outright (its children get
             # SIGTERM then), their tasks go with them.
             "--kill-tasks-on-exit",
