@@ -9,6 +9,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from corral.agent.task_spool import TaskSpool
 from tests.agent.container_image import BUSYBOX, build_image
 from tests.e2e import test_containers
 from tests.e2e.harness import wait_for
-from tests.e2e.test_containers import PATH, run_step, start, users_dir
+from tests.e2e.test_containers import PATH, processes_of, run_step, start, users_dir
 
 gpu_device_dir = test_containers.gpu_device_dir  # a fixture
 
@@ -50,6 +51,20 @@ def user():
     subprocess.run(["usermod", "--add-subuids", f"{sub}-{sub}", "--add-subgids", f"{sub}-{sub}", name], check=True)
     yield pwd.getpwnam(name)
     subprocess.run(["userdel", name], check=False)
+
+
+def running_of(uid: int) -> list[int]:
+    """The user's processes but zombies (whose parent, killed, left them to whoever reaps orphans here)."""
+    running = []
+    for pid in processes_of(uid):
+        try:
+            state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        if "zombie" not in state:
+            running.append(pid)
+    return running
 
 
 def leases(spool: Path) -> list[str]:
@@ -82,6 +97,8 @@ def test_an_adopted_tasks_image_lease_is_given_back_when_it_ends(shared_root, us
         assert len(list(spool.glob("images/*/image.json"))) == 1, "the image itself stays cached"
     finally:
         cluster.stop()
+        for pid in processes_of(user.pw_uid):
+            os.kill(pid, signal.SIGKILL)  # see the docstring: what the lost task left may still run
 
 
 def test_a_jobs_named_containers_go_from_every_node_when_it_ends(shared_root, user, gpu_device_dir):
@@ -104,3 +121,32 @@ def test_a_jobs_named_containers_go_from_every_node_when_it_ends(shared_root, us
                  message="the job's directory, its named container with it, gone from both nodes")
     finally:
         cluster.stop()
+        for pid in processes_of(user.pw_uid):
+            os.kill(pid, signal.SIGKILL)  # see the docstring: what the lost task left may still run
+
+
+def test_a_lost_container_tasks_container_and_lease_are_cleared_by_the_next_agent(shared_root, user, gpu_device_dir):
+    """The task's leader was killed while no agent watched: the restarted agent cannot adopt it (decision 0015)
+    and reports it lost. What its container left (runc's container, in a session of its own) and its image
+    lease were nobody's to close: the lease stayed, the image was never evicted."""
+    image = build_image(shared_root / "image.tar", node_architecture())
+    cluster = start(shared_root, gpu_device_dir)
+    try:
+        work = users_dir(shared_root, user)
+        job_id = cluster.submit(argv=["sh", "-c", "sleep 600"], user=user.pw_name, uid=user.pw_uid,
+                                workdir=str(work), env=PATH, container_image=str(image), output=str(work / "job.out"))
+        wait_for(lambda: cluster.job(job_id)["slices"], timeout_s=60, message="placed")
+        node = cluster.job(job_id)["slices"][0]["node"]
+        spool = shared_root / "spool" / node
+        [record] = wait_for(lambda: TaskSpool(spool).records(), timeout_s=60, message="the task started")
+        cluster.kill_agent(node)
+        os.kill(record.leader, signal.SIGKILL)
+        cluster.start_agent(node)
+        wait_for(lambda: leases(spool) == [], timeout_s=30, message="the lost task's image lease given back")
+        wait_for(lambda: not list(spool.glob(f"job{job_id}/bundles/*")), timeout_s=30, message="its bundles removed")
+        wait_for(lambda: not running_of(user.pw_uid), timeout_s=20, message="nothing of the lost task runs on")
+
+    finally:
+        cluster.stop()
+        for pid in processes_of(user.pw_uid):
+            os.kill(pid, signal.SIGKILL)  # see the docstring: what the lost task left may still run

@@ -55,6 +55,23 @@ def kill_left_containers(state_dir: Path) -> list[int]:
     return killed
 
 
+def lease_name(job_id: int, step_id: int | None) -> str:
+    """A job's or step's name for its container's bundles and its hold on the image."""
+    return f"job{job_id}" + ("" if step_id is None else f".{step_id}")
+
+
+def abandon_container(support: ContainerSupport | None, job_dir: Path, job_id: int, step_id: int | None,
+                      node: str) -> None:
+    """What an earlier agent's job or step left of its container when its tasks cannot be adopted (they are
+    killed, or died): kill what runc left running, remove the bundles, give the image's lease back."""
+    if support is None:
+        return
+    container = TaskContainer(ContainerLaunch(image="-"), support, job_dir=job_dir,
+                              lease=lease_name(job_id, step_id), identity=None, gpus=[], node=node)
+    container.take_over()
+    container.close()
+
+
 class ContainerStartError(Exception):
     """The container cannot be started; the message says what to do. Nothing was left started."""
 

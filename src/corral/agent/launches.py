@@ -9,6 +9,7 @@ import signal
 from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.agent_state import AgentState
 from corral.agent.cgroups import JobCgroup
+from corral.agent.container_tasks import abandon_container
 from corral.agent.leaders import forget_exits
 from corral.agent.mps import MpsError
 from corral.agent.runner import JobRunner
@@ -64,6 +65,9 @@ class Launches(AgentState):
         killed, self._unkillable = await asyncio.to_thread(sweep, self._task_spool, SWEEP_GRACE_S, found.to_kill)
         for record in killed:
             log.warning("killed the tasks of %s: they cannot be adopted", record.describe())
+        for job_id, step_id, _ in found.lost:  # their containers' leftovers and image leases: nobody closes them
+            await asyncio.to_thread(abandon_container, self._confinement.containers,
+                                    self._spool_dir / f"job{job_id}", job_id, step_id, self.node)
         for adoptable in found.adoptable:
             self._adopt(adoptable)
         leaders = {record.leader for adoptable in found.adoptable for record in adoptable.records}

@@ -17,7 +17,7 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
-from corral.agent.container_tasks import ContainerStartError, ContainerSupport, TaskContainer
+from corral.agent.container_tasks import ContainerStartError, ContainerSupport, TaskContainer, lease_name
 from corral.agent.identity import TaskIdentity, UnknownUser, agent_identity, file_access_as, task_identity
 from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
@@ -317,7 +317,7 @@ class LocalTasks:
         self._container = container
 
     def _lease_name(self) -> str:
-        return f"job{self._owner[0]}" + ("" if self._owner[1] is None else f".{self._owner[1]}")
+        return lease_name(self._owner[0], self._owner[1])
 
     def _identity_variables(self) -> dict[str, str]:
         """The login variables of whom the tasks run as: the job's user, or in development mode the agent's
