@@ -149,3 +149,29 @@ def test_the_controller_refuses_a_registration_whose_feature_is_no_plain_name():
     assert Registration(**base, features=["ib", "a100"]).features == ["ib", "a100"]
     with pytest.raises(ValidationError):
         Registration(**base, features=["ib&nvme"])
+
+
+def test_the_image_caches_options_reach_the_nodes_cache(tmp_path, capsys):
+    """Issue 25: the cache's directory, size limit and plain-HTTP registries are the agent's options (and so
+    its unit's CORRAL_AGENT_ARGS); the registries reached no cache before (every pull used TLS)."""
+    import shutil
+
+    from corral.agent.__main__ import build_parser, with_containers
+    from corral.agent.container_runtime import RUNTIME_TOOLS
+    from corral.agent.tasks import DEVELOPMENT_MODE
+
+    base = ["--controller", "http://x", "--secret-file", "s", "--node", "n1"]
+    args = build_parser().parse_args([*base, "--image-cache", str(tmp_path / "images"), "--image-cache-limit", "3G",
+                                      "--insecure-registry", "registry.lab:5000,mirror.lab",
+                                      "--insecure-registry", "localhost:5001"])
+    assert args.insecure_registry == ["registry.lab:5000", "mirror.lab", "localhost:5001"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*base, "--insecure-registry", "http://registry.lab:5000"])
+    assert "is not a registry: write HOST or HOST:PORT" in capsys.readouterr().err
+    if not all(shutil.which(tool) for tool in RUNTIME_TOOLS):
+        pytest.skip("the node's cache exists only where runc and uidmap are installed")
+    confinement, features = with_containers(args, DEVELOPMENT_MODE, tmp_path / "spool", {})
+    assert confinement.containers is not None and "runc" in features
+    cache = confinement.containers.cache
+    assert (cache.directory, cache.limit_bytes) == (tmp_path / "images", 3 << 30)
+    assert cache.insecure_registries == {"registry.lab:5000", "mirror.lab", "localhost:5001"}

@@ -25,7 +25,7 @@ from corral.cli.up import (
     write_secret,
 )
 from corral.cli.up_identity import Recorded, cluster_identity, keep_cluster_id
-from corral.cli.up_plan import UpOptions, client_url, plan_up
+from corral.cli.up_plan import UpOptions, client_url, image_cache_dir, plan_up
 from corral.cli.up_stop import kill_leftover_tasks, stop_summary
 
 FAKE = str(Path(__file__).with_name("fake_cluster.py"))
@@ -72,7 +72,8 @@ def test_plan_simulated_defaults(tmp_path):
     assert plan.agent_argvs[1] == (
         "py", "-m", "corral.agent", "--controller", "http://127.0.0.1:6817",
         "--secret-file", str(tmp_path / "agents" / "node2.credential"),
-        "--node", "node2", "--cpus", "16", "--mem-mib", "32000", "--spool", str(spool(tmp_path, 6817, "node2")),
+        "--node", "node2", "--image-cache", str(image_cache_dir(tmp_path, 6817, os.geteuid())),
+        "--cpus", "16", "--mem-mib", "32000", "--spool", str(spool(tmp_path, 6817, "node2")),
         "--kill-tasks-on-exit", "--allow-root-jobs", "--gpus", "4")
     assert plan.spool_dirs == (spool(tmp_path, 6817, "node1"), spool(tmp_path, 6817, "node2"))
 
@@ -83,6 +84,25 @@ def test_plan_gives_the_agents_the_clusters_id_for_their_cgroups_and_spools(tmp_
         assert argv[argv.index("--cluster-id") + 1] == "5eed1d"
     node1 = Path("/var/spool/corral/cluster-5eed1d/node1") if os.geteuid() == 0 else tmp_path / "spool" / "node1"
     assert plan.spool_dirs[0] == node1 and plan.cluster_id == "5eed1d"
+
+
+def test_a_clusters_agents_share_one_image_cache_which_no_other_cluster_uses(tmp_path):
+    """Issue 25: the nodes of one cluster share its image cache (an image is imported once per host); two
+    clusters on one host never share one (their leases and evictions would collide). Root's is beside its
+    spools, which the jobs' users may traverse (runc runs as the user on the image's root), not in the 0700
+    state dir; another user's in its state dir."""
+    def caches(plan):
+        return {argv[argv.index("--image-cache") + 1] for argv in plan.agent_argvs}
+
+    one = plan_up(UpOptions(state_dir=tmp_path / "a", cluster_id="5eed1d"), NO_GPUS, python="py")
+    other = plan_up(UpOptions(state_dir=tmp_path / "b", cluster_id="0ther1", port=6900), NO_GPUS, python="py")
+    [first], [second] = caches(one), caches(other)
+    assert first != second
+    if os.geteuid() == 0:
+        assert first == "/var/spool/corral/cluster-5eed1d/images"
+        assert Path(first).parent == one.spool_dirs[0].parent, "beside the cluster's spools"
+    else:
+        assert Path(first).is_relative_to(tmp_path / "a")
 
 
 def test_a_cluster_id_is_made_once_per_state_dir_and_kept(tmp_path):

@@ -139,3 +139,35 @@ def test_a_local_image_named_relative_to_the_submitter_is_sent_absolute(tmp_path
                         ("busybox:1", "busybox:1")):
         options, _ = parse_sbatch([f"--container-image={given}"], {})
         assert apply_script(options, "#!/bin/sh\ntrue\n").submit["container_image"] == sent
+
+
+def test_a_jobs_end_reaches_the_nodes_where_only_its_steps_ran() -> None:
+    """A batch job's script runs on its first node; its steps ran on both. Its end used to reach only the first
+    node's agent (the runner ending there): the second never learned it, and kept the named containers its steps
+    made there. Now the end sends that node a Kill of everything (no grace, no closing line), and nothing to a
+    node where no step ran."""
+    import dataclasses
+
+    from corral.engine.commands import Kill
+    from tests.engine.builders import engine_with_nodes, spec
+    from tests.engine.test_steps import batch_job, request
+
+    engine = engine_with_nodes(count=3)
+    job = batch_job(engine, nodes=3)
+    first, second, third = job.node_names
+    engine.start_step(job.id, request(nodelist=(first, second)), T0 + 1)
+    engine.step_finished(first, job.id, 0, [(0, 0, 0)], None, T0 + 2)
+    engine.step_finished(second, job.id, 0, [(1, 0, 0)], None, T0 + 3)
+    commands = engine.node_finished(first, job.id, [(0, 0, 0)], None, T0 + 4)
+    assert job.state is JobState.COMPLETED
+    assert commands == [Kill(job.id, second, 9, 0.0)], "to the step-only node, not the first nor the stepless"
+    assert third not in {c.node for c in commands}
+
+    allocation = engine.submit(dataclasses.replace(spec(nodes=2, gpus=1), argv=(), allocation=True), T0 + 5)
+    engine.schedule(T0 + 5)
+    engine.start_step(allocation.id, request(), T0 + 6)
+    for rank, node in enumerate(allocation.node_names):
+        engine.step_finished(node, allocation.id, 0, [(rank, 0, 0)], None, T0 + 7)
+    ended = engine.complete(allocation.id, 0, 0, T0 + 8)
+    assert sorted(c.node for c in ended if isinstance(c, Kill) and c.grace_s == 0.0) == \
+        sorted(allocation.node_names), "an allocation runs nothing of its own: every step node hears its end"

@@ -132,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image-cache-limit", type=_image_cache_limit, default=DEFAULT_CACHE_LIMIT_BYTES,
                         metavar="SIZE", help="the image cache's size limit, e.g. 20G (default); the least "
                         "recently used images not in use are evicted beyond it")
+    parser.add_argument("--insecure-registry", type=_registries, action="extend", default=[],
+                        metavar="HOST[:PORT][,...]",
+                        help="registries this node pulls container images from over plain HTTP (no TLS), e.g. a "
+                        "registry on the cluster's own network; repeatable (default: none, every pull uses TLS)")
     parser.add_argument("--cluster-id", type=_cluster_id, default=None, metavar="ID",
                         help="the cluster's id on this host (lower-case letters and digits), in the names of "
                         "what the agent makes here (cgroups, spool), so that agents of several clusters on one "
@@ -378,6 +382,15 @@ def _image_cache_limit(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
 
+def _registries(text: str) -> list[str]:
+    from corral.agent.image_registry import check_registry_host
+
+    try:
+        return [check_registry_host(host) for host in text.split(",") if host]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def gpu_device_files(args: argparse.Namespace, inventory: Inventory) -> dict[int, Path]:
     """Each GPU's device file: NVML's, or DIR/nvidiaN for simulated GPUs given --gpu-device-dir."""
     if args.gpu_device_dir is not None:
@@ -414,12 +427,14 @@ def with_containers(args: argparse.Namespace, confinement: Confinement, spool: P
     if args.no_containers:
         log.info("containers: off (--no-containers)")
         return confinement, features
-    support = ContainerSupport.detect(args.image_cache or spool / "images", args.image_cache_limit, device_files)
+    support = ContainerSupport.detect(args.image_cache or spool / "images", args.image_cache_limit, device_files,
+                                      frozenset(args.insecure_registry))
     if support is None:
         log.info("containers: none (%s not all installed)", ", ".join(RUNTIME_TOOLS))
         return confinement, features
-    log.info("containers: runc, images cached in %s (at most %d MiB)", support.cache.directory,
-             support.cache.limit_bytes >> 20)
+    log.info("containers: runc, images cached in %s (at most %d MiB)%s", support.cache.directory,
+             support.cache.limit_bytes >> 20,
+             f", plain-HTTP registries: {', '.join(sorted(args.insecure_registry))}" if args.insecure_registry else "")
     if RUNTIME_FEATURE not in features:
         features.append(RUNTIME_FEATURE)
     return dataclasses.replace(confinement, containers=support), features

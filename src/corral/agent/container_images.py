@@ -118,6 +118,17 @@ class ImageCache:
         self.evict()
         return found
 
+    def leased(self, lease: str) -> CachedImage | None:
+        """The image `lease` holds, or None: how a restarted agent finds what its adopted tasks run from
+        (their launch names the image, but resolving it again could hash or pull; the lease says it)."""
+        if not self.directory.is_dir():
+            return None
+        for entry in self.directory.iterdir():
+            if not entry.name.startswith(".") and (entry / "leases" / lease).exists() \
+                    and (entry / "image.json").exists():
+                return self._read(entry.name)
+        return None
+
     def release(self, key: str, lease: str) -> None:
         with self._locked(key):
             (self.directory / key / "leases" / lease).unlink(missing_ok=True)
@@ -126,22 +137,39 @@ class ImageCache:
     def images(self) -> list[CachedImage]:
         if not self.directory.is_dir():  # nothing imported yet
             return []
-        return [self._read(entry.name) for entry in self.directory.iterdir()
-                if not entry.name.startswith(".") and (entry / "image.json").exists()]
+        found = []
+        for entry in self.directory.iterdir():
+            if entry.name.startswith("."):
+                continue
+            try:
+                found.append(self._read(entry.name))
+            except FileNotFoundError:
+                continue  # evicted meanwhile by another agent sharing the cache (`corral up`'s nodes)
+        return found
 
     def evict(self) -> list[str]:
-        """Remove unleased images, least recently used first, until the cache fits its limit."""
+        """Remove unleased images, least recently used first, until the cache fits its limit. Several agents
+        may share one cache (the nodes of a `corral up` cluster): an image another one evicted is skipped."""
         evicted = []
-        by_last_use = sorted(self.images(), key=lambda image: (self.directory / image.key / "image.json")
-                             .stat().st_mtime)
+        last_use: dict[str, tuple[float, CachedImage]] = {}
+        for image in self.images():
+            try:
+                last_use[image.key] = ((self.directory / image.key / "image.json").stat().st_mtime, image)
+            except FileNotFoundError:
+                continue
+        by_last_use = [image for _, image in sorted(last_use.values(), key=lambda pair: pair[0])]
         total = sum(image.size_bytes for image in by_last_use)
         for image in by_last_use:
             if total <= self.limit_bytes:
                 break
             with self._locked(image.key):
-                if any((self.directory / image.key / "leases").iterdir()):
+                entry = self.directory / image.key
+                if not (entry / "image.json").exists():
+                    total -= image.size_bytes  # another agent evicted it
                     continue
-                shutil.rmtree(self.directory / image.key)
+                if (entry / "leases").is_dir() and any((entry / "leases").iterdir()):
+                    continue
+                shutil.rmtree(entry)
             total -= image.size_bytes
             evicted.append(image.key)
         return evicted

@@ -55,6 +55,23 @@ def kill_left_containers(state_dir: Path) -> list[int]:
     return killed
 
 
+def lease_name(job_id: int, step_id: int | None) -> str:
+    """A job's or step's name for its container's bundles and its hold on the image."""
+    return f"job{job_id}" + ("" if step_id is None else f".{step_id}")
+
+
+def abandon_container(support: ContainerSupport | None, job_dir: Path, job_id: int, step_id: int | None,
+                      node: str) -> None:
+    """What an earlier agent's job or step left of its container when its tasks cannot be adopted (they are
+    killed, or died): kill what runc left running, remove the bundles, give the image's lease back."""
+    if support is None:
+        return
+    container = TaskContainer(ContainerLaunch(image="-"), support, job_dir=job_dir,
+                              lease=lease_name(job_id, step_id), identity=None, gpus=[], node=node)
+    container.take_over()
+    container.close()
+
+
 class ContainerStartError(Exception):
     """The container cannot be started; the message says what to do. Nothing was left started."""
 
@@ -68,21 +85,25 @@ class ContainerSupport:
     device_files: Mapping[int, Path] = field(default_factory=dict)
 
     @staticmethod
-    def detect(cache_dir: Path, limit_bytes: int, device_files: Mapping[int, Path]) -> ContainerSupport | None:
+    def detect(cache_dir: Path, limit_bytes: int, device_files: Mapping[int, Path],
+               insecure_registries: frozenset[str] = frozenset()) -> ContainerSupport | None:
         if not node_has_runtime():
             return None
-        return ContainerSupport(ImageCache(cache_dir, limit_bytes), dict(device_files))
+        return ContainerSupport(ImageCache(cache_dir, limit_bytes, insecure_registries=insecure_registries),
+                                dict(device_files))
 
 
 class TaskContainer:
     """One job's or step's container on this node."""
 
     def __init__(self, launch: ContainerLaunch, support: ContainerSupport | None, *, job_dir: Path, lease: str,
-                 identity: TaskIdentity | None, gpus: Sequence[int]) -> None:
+                 identity: TaskIdentity | None, gpus: Sequence[int], node: str = "") -> None:
         self.launch = launch
         self._support = support
         self._job_dir = job_dir
-        self._lease = lease  # this job's or step's name for its hold on the image
+        self._lease = lease  # this job's or step's name: of its bundles, and of its hold on the image
+        # The hold's name in the cache, which the nodes of one `corral up` cluster share: with the node's.
+        self._cache_lease = f"{lease}@{node}" if node else lease
         self._identity = identity or agent_identity()
         self._gpus = list(gpus)
         self._image: CachedImage | None = None
@@ -118,8 +139,8 @@ class TaskContainer:
             return
         user = self._user
         try:
-            self._image = await asyncio.to_thread(self._support.cache.acquire, self.launch.image, self._lease,
-                                                  lambda path: user_can_reach(path, user))
+            self._image = await asyncio.to_thread(self._support.cache.acquire, self.launch.image,
+                                                  self._cache_lease, lambda path: user_can_reach(path, user))
         except ImageError as exc:
             raise ContainerStartError(str(exc)) from None
         except OSError as exc:
@@ -134,6 +155,19 @@ class TaskContainer:
         except (OSError, ContainerError) as exc:
             self.close()
             raise ContainerStartError(f"cannot make container {self.launch.name!r}: {exc}") from None
+
+    def take_over(self) -> None:
+        """An adopted launch's container, opened by an earlier agent on this node: hold its image's lease
+        (found in the cache by this launch's lease name) and its tasks' bundles, so that close() gives the
+        image back and removes them when the tasks end. Without this the lease outlived the tasks and the
+        image was never evicted. A lease the cache no longer has (the cache cleared) is nothing to give back."""
+        if self.launch.image and self._support is not None:
+            self._image = self._support.cache.leased(self._cache_lease)
+        bundles = self._job_dir / "bundles"
+        if bundles.is_dir():
+            self._bundles = sorted(path for path in bundles.iterdir()
+                                   if path.name.startswith(f"{self._lease}.")
+                                   and path.name[len(self._lease) + 1:].isdigit())
 
     def share_file(self, path: Path) -> str:
         """Show a file of the node's to the tasks, read-only (a job's script, written by the agent): its path
@@ -183,7 +217,7 @@ class TaskContainer:
         self._bundles.clear()
         if self._image is not None and self._support is not None:
             try:
-                self._support.cache.release(self._image.key, self._lease)
+                self._support.cache.release(self._image.key, self._cache_lease)
             except OSError:
                 pass  # the lease file stays: the image is kept, never lost
             self._image = None

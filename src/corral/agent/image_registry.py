@@ -8,6 +8,7 @@ HTTP is pulled from only when the node's configuration names it insecure.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -84,6 +85,14 @@ def _explain(image: str, reference: str, stderr: str) -> ImageError:
                           "name, or save the image to a file where the registry is reachable (skopeo copy "
                           f"{reference} docker-archive:image.tar) and pass its path [{said}]")
     return ImageError(f"cannot pull {image} from {host}: {said}")
+
+
+def check_registry_host(text: str) -> str:
+    """A registry named insecure, as `registry_host` writes it: HOST or HOST:PORT (ValueError if not)."""
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(:[0-9]{1,5})?", text):
+        raise ValueError(f"{text!r} is not a registry: write HOST or HOST:PORT, as in an image reference "
+                         "(registry.local:5000)")
+    return text
 
 
 def _tls(reference: str, insecure: frozenset[str], flag: str) -> list[str]:

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import signal
 
 from corral.agent.adoption import Adoptable, find_adoptable
 from corral.agent.agent_state import AgentState
 from corral.agent.cgroups import JobCgroup
+from corral.agent.container_tasks import abandon_container
 from corral.agent.leaders import forget_exits
 from corral.agent.mps import MpsError
 from corral.agent.runner import JobRunner
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 # How many (job, restart) launches to remember for ignoring re-sent commands.
 REMEMBERED_LAUNCHES = 10_000
+JOB_DIR_POLL_S = 0.2  # how often an ended job's directory waits for its last steps here to close
 
 
 class Launches(AgentState):
@@ -62,6 +65,9 @@ class Launches(AgentState):
         killed, self._unkillable = await asyncio.to_thread(sweep, self._task_spool, SWEEP_GRACE_S, found.to_kill)
         for record in killed:
             log.warning("killed the tasks of %s: they cannot be adopted", record.describe())
+        for job_id, step_id, _ in found.lost:  # their containers' leftovers and image leases: nobody closes them
+            await asyncio.to_thread(abandon_container, self._confinement.containers,
+                                    self._spool_dir / f"job{job_id}", job_id, step_id, self.node)
         for adoptable in found.adoptable:
             self._adopt(adoptable)
         leaders = {record.leader for adoptable in found.adoptable for record in adoptable.records}
@@ -161,8 +167,26 @@ class Launches(AgentState):
         if command.target in ("all", "batch"):
             reached += self._start_kill(job_id, command.signal, command.grace_s, steps=False, reason=reason,
                                         note=command.note)
+        if command.target == "all" and command.grace_s >= 0:
+            self._end_job_here(job_id)  # the job is being stopped, or is over: nothing new of it comes here
         if not reached:
             log.debug("signal for job %d (%s), which does not run here: ignored", job_id, command.target)
+
+    def _end_job_here(self, job_id: int) -> None:
+        """Remove the job's directory on this node (its named containers, decision 0020) once none of its tasks
+        run here. Where the job's own tasks ran, their runner removes it at their end; a node where only its
+        steps ran learns the job's end only from this Kill (engine `step_only_ends`)."""
+        if job_id not in self._runners:
+            self._spawn_background(self._remove_job_dir(job_id), f"end-{job_id}")
+
+    async def _remove_job_dir(self, job_id: int) -> None:
+        while any(job == job_id for job, _ in self._steps):  # they may be killed just now: let them close
+            await asyncio.sleep(JOB_DIR_POLL_S)
+        job_dir = self._spool_dir / f"job{job_id}"
+        if job_id in self._runners or not job_dir.exists():
+            return  # the job was requeued onto this node meanwhile: its new run owns the directory
+        await asyncio.to_thread(shutil.rmtree, job_dir, True)
+        log.info("job %d: ended; removed its directory %s", job_id, job_dir)
 
     def _launch(self, launch: LaunchJob) -> None:
         key = (launch.job_id, launch.restart_count)

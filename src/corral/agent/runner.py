@@ -36,7 +36,7 @@ from corral import kill_reasons
 from corral.agent.environment import output_path, task_environment
 from corral.agent.identity import file_access_as
 from corral.agent.leaders import StartingTask
-from corral.agent.task_spool import TaskSpool
+from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.tasks import (  # noqa: F401 - task_exit is imported from here too
     DEVELOPMENT_MODE,
     Confinement,
@@ -68,6 +68,10 @@ class JobRunner(LocalTasks):
         self.job_id = launch.job_id
         self._job_dir = Path(spool_dir) / f"job{launch.job_id}"
         self._base_env = dict(base_env)
+
+    def adopt(self, records: list[TaskRecord], launch_json: str) -> None:
+        super().adopt(records, launch_json)
+        self._adopt_container(self.launch.container, self._job_dir)
 
     async def run(self) -> AsyncIterator[NodeStarted | NodeFinished]:
         if not self.adopted:

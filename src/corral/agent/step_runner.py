@@ -42,7 +42,7 @@ from corral import kill_reasons, stepio
 from corral.agent.environment import output_path, step_environment
 from corral.agent.leaders import StartingTask, TaskProcess
 from corral.agent.step_attachments import Attachments
-from corral.agent.task_spool import TaskSpool
+from corral.agent.task_spool import TaskRecord, TaskSpool
 from corral.agent.tasks import (
     DEVELOPMENT_MODE,
     EXIT_SPAWN_FAILED,
@@ -106,6 +106,10 @@ class StepRunner(LocalTasks):
     def key(self) -> tuple[int, int]:
         return (self.job_id, self.step_id)
 
+    def adopt(self, records: list[TaskRecord], launch_json: str) -> None:
+        super().adopt(records, launch_json)
+        self._adopt_container(self.launch.container, self._job_dir)
+
     async def run(self) -> AsyncIterator[StepFinished]:
         yield await self._execute()
 
@@ -154,6 +158,7 @@ class StepRunner(LocalTasks):
                  len(self._procs), self.pids)
         exits = await asyncio.gather(*(self._reap(rank, proc) for rank, proc in self._procs.items()))
         await self._end_cgroup()
+        self._close_container()
         log.info("%s: all tasks exited: %s", self._what, describe_exits(sorted(exits, key=lambda e: e.rank)))
         return StepFinished(job_id=self.job_id, step_id=self.step_id, tasks=sorted(exits, key=lambda e: e.rank),
                             oom_killed=self.oom_killed, infrastructure=self.infrastructure)

@@ -17,7 +17,7 @@ from typing import IO, Any
 from corral import kill_reasons
 from corral.agent.cgroup_hierarchies import Unified
 from corral.agent.cgroups import CgroupError, CgroupTree, JobCgroup
-from corral.agent.container_tasks import ContainerStartError, ContainerSupport, TaskContainer
+from corral.agent.container_tasks import ContainerStartError, ContainerSupport, TaskContainer, lease_name
 from corral.agent.identity import TaskIdentity, UnknownUser, agent_identity, file_access_as, task_identity
 from corral.agent.leaders import StartingTask, TaskProcess, TaskStartFailed, begin_task, exit_file
 from corral.agent.task_spool import TaskRecord, TaskSpool
@@ -306,6 +306,19 @@ class LocalTasks:
         self._launch_json = launch_json
         self._spawn_done.set()
 
+    def _adopt_container(self, launch: ContainerLaunch | None, job_dir: Path) -> None:
+        """An adopted launch's container: take over its image's lease and its bundles (TaskContainer.take_over),
+        given back by `_close_container` when the tasks end, as for tasks this agent started."""
+        if launch is None or self._confinement.containers is None:
+            return
+        container = TaskContainer(launch, self._confinement.containers, job_dir=job_dir, lease=self._lease_name(),
+                                  identity=self._identity, gpus=self._owner[2], node=self._node_name)
+        container.take_over()
+        self._container = container
+
+    def _lease_name(self) -> str:
+        return lease_name(self._owner[0], self._owner[1])
+
     def _identity_variables(self) -> dict[str, str]:
         """The login variables of whom the tasks run as: the job's user, or in development mode the agent's
         (from the user database, never from the agent's environment)."""
@@ -324,9 +337,8 @@ class LocalTasks:
                 identity = self._task_identity()
             except UnknownUser as exc:
                 raise SpawnError(str(exc)) from None
-        lease = f"job{self._owner[0]}" + ("" if self._owner[1] is None else f".{self._owner[1]}")
-        container = TaskContainer(launch, self._confinement.containers, job_dir=job_dir, lease=lease,
-                                  identity=identity, gpus=self._owner[2])
+        container = TaskContainer(launch, self._confinement.containers, job_dir=job_dir, lease=self._lease_name(),
+                                  identity=identity, gpus=self._owner[2], node=self._node_name)
         try:
             await container.open()
         except ContainerStartError as exc:

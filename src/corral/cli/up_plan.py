@@ -156,10 +156,11 @@ def plan_up(options: UpOptions, facts: HostFacts, python: str = sys.executable) 
         for port, socket, url in zip(ports, sockets, urls, strict=True))
     agent_url = ",".join(urls)
     spools = tuple(spool_dir(state_dir, name, options.port, os.geteuid(), options.cluster_id) for name in names)
+    images = image_cache_dir(state_dir, options.port, os.geteuid(), options.cluster_id)
     return UpPlan(
         url=urls[0], host=options.host, port=options.port, state_dir=state_dir, secret_file=secret_file,
         log_dir=state_dir / "logs", node_names=names, gpus_per_node=gpus, controller_argvs=controllers,
-        agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size, spool, tls_dir)
+        agent_argvs=tuple(_agent_argv(python, agent_url, credential, name, gpus, node_size, spool, tls_dir, images)
                           + _cluster_id_argv(options.cluster_id) + _health_argv(options)
                           + (("--pids-max", str(options.pids_max)) if options.pids_max is not None else ())
                           for name, credential, spool in zip(names, credentials, spools, strict=True)),
@@ -289,6 +290,15 @@ def spool_dir(state_dir: Path, node: str, port: int, euid: int, cluster_id: str 
     return Path(f"/var/spool/corral/cluster-{cluster_id}/{node}" if cluster_id else f"/var/spool/corral/{port}/{node}")
 
 
+def image_cache_dir(state_dir: Path, port: int, euid: int, cluster_id: str | None = None) -> Path:
+    """The cluster's container image cache (decision 0020), which its nodes' agents share (an image is
+    imported once per host, not once per simulated node; leases carry the node's name). One per cluster, as
+    its spools are: two clusters on one host never evict or lease each other's images. Root's beside its
+    spools, not in the state dir: the jobs' users run runc on the image's root, and root's state dir is
+    0700; another user's in its state dir, as its jobs run as that user."""
+    return spool_dir(state_dir, "images", port, euid, cluster_id)
+
+
 def _controller_argv(python: str, options: UpOptions, port: int, db_url: str, secret_file: Path, auth_socket: Path,
                      tls_dir: Path | None, advertise_url: str | None) -> tuple[str, ...]:
     listen = f"[{options.host}]:{port}" if ":" in options.host else f"{options.host}:{port}"
@@ -305,10 +315,12 @@ def _controller_argv(python: str, options: UpOptions, port: int, db_url: str, se
 
 
 def _agent_argv(python: str, url: str, secret_file: Path, name: str, gpus: int | None,
-                node_size: tuple[int, int], spool: Path, tls_dir: Path | None) -> tuple[str, ...]:
+                node_size: tuple[int, int], spool: Path, tls_dir: Path | None,
+                images: Path) -> tuple[str, ...]:
     cpus, mem_mib = node_size
     argv = [python, "-m", "corral.agent", "--controller", url, "--secret-file", str(secret_file),
-            "--node", name, "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool),
+            "--node", name, "--image-cache", str(images),
+            "--cpus", str(cpus), "--mem-mib", str(mem_mib), "--spool", str(spool),
             # The agents are the cluster's: when `corral up` goes, even killed outright (its children get
             # SIGTERM then), their tasks go with them.
             "--kill-tasks-on-exit",

@@ -221,8 +221,7 @@ class Lifecycle:
         self.touch(job)
         nodes = self.kill_nodes(job)
         if not nodes:
-            self.end_run(job, now)
-            return []
+            return self.end_run(job, now)
         reason = kill_reason(job)
         return [Kill(job.id, n, signal.SIGTERM, grace, reason=reason, drain_s=drain_s, note=note or None)
                 for n in nodes]
@@ -249,8 +248,7 @@ class Lifecycle:
             assert isinstance(decision, Finish), decision  # a run that ended by itself has no stop cause
             job.final_state = decision.state
             return self.begin_kill(job, now, job.final_state)
-        self.end_run(job, now)
-        return []
+        return self.end_run(job, now)
 
     def fail_gang(self, job: Job, node: str, now: float, failure: InfrastructureFailure | None = None) -> list[Command]:
         """One node's part of the job is gone (the node was lost, or its agent forgot it; `failure`: corral's
@@ -276,10 +274,13 @@ class Lifecycle:
         if all(r.finished for r in job.runs.values()) and not steps.live_step_nodes(job):
             if job.final_state is None:
                 job.final_state = JobState.NODE_FAIL
-            self.end_run(job, now)
+            return self.end_run(job, now)
         return []
 
-    def end_run(self, job: Job, now: float) -> None:
+    def end_run(self, job: Job, now: float) -> list[Command]:
+        """The run is over on every node: end it (or requeue the job). What it returns tells the nodes where
+        only the job's steps ran (`step_only_ends`) that the run ended."""
+        ended_here = step_only_ends(job)
         steps.close_steps(job, now)
         self.fairshare.charge_job(job, now)
         self.active.release(job)
@@ -294,6 +295,7 @@ class Lifecycle:
             if isinstance(decision, RestartInPlace) and restarts is not None:
                 restarts.restarting(job, decision, now)
             self._requeue(job, decision.delay_s, now)
+        return ended_here
 
     def _requeue(self, job: Job, delay_s: float | None, now: float) -> None:
         if delay_s is not None:
@@ -345,3 +347,14 @@ class Lifecycle:
         self.touch(job)
         self.active.drop(job)
         self.ended[job.id] = (state, job.start_time is not None)
+
+
+def step_only_ends(job: Job) -> list[Command]:
+    """A Kill of everything of the job ("all", no grace, no closing line) for each node where its steps ran but
+    none of its own tasks did: a batch job's nodes but its first, every node of an allocation. No runner of the
+    job ends there, so without it their agents never learn the job ended, and keep what its steps left on the
+    node (a named container, decision 0020) until the agent's spool is cleared. Nothing runs there any more:
+    the Kill signals nothing, and the agent removes the job's directory on the node."""
+    own = set(job.runs) if job.spec.kind.launches_tasks else set()
+    nodes = sorted({node for step in job.steps for node in step.nodes} - own)
+    return [Kill(job.id, node, signal.SIGKILL, 0.0) for node in nodes]
