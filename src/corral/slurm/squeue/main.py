@@ -118,5 +118,6 @@ def _filter_reads(options: SqueueOptions) -> list[str]:
     """The fields the filters given read (squeue_output applies them; --me is a users filter)."""
     given = {"users": options.users is not None or options.me, "names": options.names is not None,
              "partitions": options.partitions is not None, "accounts": options.accounts is not None,
-             "qos": options.qos is not None, "nodes": bool(options.nodes), "reservation": options.reservation is not None}
+             "qos": options.qos is not None, "nodes": bool(options.nodes),
+             "reservation": options.reservation is not None}
     return [name for key, reads in select.FILTER_READS.items() if given[key] for name in reads]
