@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+from itertools import islice
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -148,14 +149,10 @@ def _page(jobs: Mapping[int, Job], query: JobQuery) -> tuple[list[Job], int | No
         page = list(map(jobs.__getitem__, chosen))
         full = query.limit is not None and len(page) == query.limit  # as below: a full page says where to go on
         return page, page[-1].id if full and page else None
-    found: list[Job] = []
-    for index in range(start, len(ids)):
-        job = jobs[ids[index]]
-        if query.filter.matches(job):
-            found.append(job)
-            if len(found) == query.limit:
-                return found, job.id
-    return found, None
+    matching = filter(query.filter.matches, map(jobs.__getitem__, islice(ids, start, None)))
+    found = list(matching if query.limit is None else islice(matching, query.limit))
+    full = query.limit is not None and len(found) == query.limit
+    return found, found[-1].id if full else None
 
 
 def _positions(engine: Engine) -> dict[int, int]:
