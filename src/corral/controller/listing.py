@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-from itertools import islice
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from pydantic import TypeAdapter
 
