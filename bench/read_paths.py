@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -94,17 +95,35 @@ def settled(cluster: Cluster, running: int) -> None:
     time.sleep(2.0)
 
 
-def timed(argv: list[str], env: dict[str, str], repeat: int) -> dict:
-    times, lines = [], 0
+def timed(argv: list[str], env: dict[str, str], repeat: int, controller_pid: int | None = None) -> dict:
+    """Wall seconds (the median of `repeat` calls), and the CPU seconds of the command (user + system, its
+    own) and of the controller (`controller_pid`: what it spent meanwhile, its scheduling cycles included),
+    also medians: on a loaded machine the CPU tells what a change saved better than the wall time does."""
+    times, own_cpu, controller_cpu, lines = [], [], [], 0
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        served_before = cpu_s(controller_pid) if controller_pid else 0.0
         start = time.perf_counter()
         proc = subprocess.run([str(SCRIPTS / argv[0]), *argv[1:]], env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=600, check=False)
         times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own_cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        controller_cpu.append(cpu_s(controller_pid) - served_before if controller_pid else 0.0)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         lines = proc.stdout.count("\n")
-    return {"s": round(statistics.median(times), 3), "lines": lines, "out": proc.stdout}
+    result = {"s": round(statistics.median(times), 3), "cpu_s": round(statistics.median(own_cpu), 3),
+              "lines": lines, "out": proc.stdout}
+    if controller_pid:
+        result["controller_cpu_s"] = round(statistics.median(controller_cpu), 3)
+    return result
+
+
+def cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def accounting_with_health(cluster: Cluster) -> dict:
@@ -146,15 +165,16 @@ def command_env(cluster: Cluster, tmp: str) -> dict[str, str]:
     return env
 
 
-def time_commands(env: dict[str, str], repeat: int, names: tuple[str, ...], reference_src: str | None = None) -> dict:
+def time_commands(env: dict[str, str], repeat: int, names: tuple[str, ...], reference_src: str | None = None,
+                  controller_pid: int | None = None) -> dict:
     """Each command as a fresh process; with `reference_src`, also from that source (PYTHONPATH), each call
     right after this one's, and whether both printed the same bytes."""
     result = {}
     for name in names:
-        result[name] = timed(COMMANDS[name], env, repeat)
+        result[name] = timed(COMMANDS[name], env, repeat, controller_pid)
         if reference_src is not None:
             reference_env = {**env, "PYTHONPATH": reference_src}
-            result[f"{name}_reference"] = timed(COMMANDS[name], reference_env, repeat)
+            result[f"{name}_reference"] = timed(COMMANDS[name], reference_env, repeat, controller_pid)
             result[f"{name}_same_output"] = result[name].pop("out") == result[f"{name}_reference"].pop("out")
         else:
             result[name].pop("out")
@@ -229,10 +249,12 @@ def fetch_pages(controller, fields: tuple[str, ...] | None, columns: bool) -> li
             return found
 
 
-def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | None, columns: bool = False) -> dict:
+def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | None, columns: bool = False,
+                  pipelined: bool = False) -> dict:
     """squeue's whole listing in this process, in its parts: the controller's answer (building, encoding
     and sending it, and the client's parse: `fetch_s`) and squeue's filtering, sorting and formatting
-    (`format_s`); `fields` None is the reference, whole JobOut records as squeue asked before `fields=`."""
+    (`format_s`); `fields` None is the reference, whole JobOut records as squeue asked before `fields=`;
+    `pipelined`: through the commands' own pager, which asks for each next page while decoding the last."""
     from corral.slurm.common.command import connect
     from corral.slurm.squeue.opts import parse_squeue
     from corral.slurm.squeue.output import squeue_output
@@ -242,7 +264,10 @@ def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | No
     fetches, formats, wire = [], [], 0
     for _ in range(repeat):
         start = time.perf_counter()
-        jobs = fetch_pages(controller, fields, columns)
+        if pipelined:
+            jobs = controller.jobs(combine_arrays=True, fields=fields)
+        else:
+            jobs = fetch_pages(controller, fields, columns)
         fetched = time.perf_counter()
         out = squeue_output(options, jobs, time.time())[0]
         fetches.append(fetched - start)
@@ -273,14 +298,16 @@ def measure_singles(count: int, repeat: int, reference_src: str | None = None) -
             env = command_env(cluster, tmp)
             # The reference first and last, around the rest: the first cycles after the restore (and
             # anything else on the machine) then weigh on both sides alike.
-            variants = (("whole_records", None, False), ("rows_job_line", JOB_LINE_FIELDS, False),
-                        ("rows_squeue", SQUEUE_FIELDS, False),
-                        ("columns_squeue_default", squeue_fields(parse_squeue([], env)), True))
-            for name, fields, columns in variants:
-                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields, columns)
+            default_fields = squeue_fields(parse_squeue([], env))
+            variants = (("whole_records", None, False, False), ("rows_job_line", JOB_LINE_FIELDS, False, False),
+                        ("rows_squeue", SQUEUE_FIELDS, False, False),
+                        ("columns_squeue_default", default_fields, True, False),
+                        ("columns_squeue_default_pipelined", default_fields, True, True))
+            for name, fields, columns, pipelined in variants:
+                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields, columns, pipelined)
                 print(name, result[f"squeue_parts_{name}"], file=sys.stderr)
             result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"),
-                                    reference_src)
+                                    reference_src, cluster.controller.pid)
             result["squeue_parts_whole_records_again"] = listing_parts(env, repeat, None)
             print("whole_records_again", result["squeue_parts_whole_records_again"], file=sys.stderr)
         finally:

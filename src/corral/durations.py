@@ -18,8 +18,24 @@ def format_duration(seconds: float) -> str:
     return f"{days}-{clock}" if days else clock
 
 
+# format_duration_short's texts by whole second: a 100,000-job squeue prints the same few durations (every
+# pending job's 0:00) over and over. Cleared when full, so it never grows with what it is asked.
+_SHORT_TEXTS: dict[int, str] = {}
+_SHORT_TEXTS_MAX = 4096
+
+
 def format_duration_short(seconds: float) -> str:
     """squeue's TIME form: `M:SS`, `H:MM:SS`, or `D-HH:MM:SS`."""
+    whole = max(0, int(seconds))
+    text = _SHORT_TEXTS.get(whole)
+    if text is None:
+        if len(_SHORT_TEXTS) >= _SHORT_TEXTS_MAX:
+            _SHORT_TEXTS.clear()
+        text = _SHORT_TEXTS[whole] = _short_text(whole)
+    return text
+
+
+def _short_text(seconds: int) -> str:
     days, hours, minutes, secs = _split_seconds(seconds)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"

@@ -96,6 +96,26 @@ def test_pages_hold_every_job_once(api, path, base, limit) -> None:
     assert _pages(api, path, {**base, "states": "PENDING"}, limit) == pending
 
 
+@pytest.mark.parametrize("limit", [1, 3, 5, 100])
+def test_unfiltered_pages_are_the_pages_of_a_filter_that_keeps_every_job(api, limit) -> None:
+    """An unfiltered page is sliced out of the ids (no filter checked per job): the same jobs and the same
+    X-Next-After, page by page, as a filter that keeps every unfinished job (a full last page included)."""
+    every_state = {"states": "PENDING,RUNNING,COMPLETING"}
+
+    def headers_and_pages(params: dict) -> list[tuple[str | None, list[int]]]:
+        found, after = [], None
+        while True:
+            reply = api.get("/jobs", params={**params, "limit": limit, **({"after": after} if after else {})})
+            after = reply.headers.get("X-Next-After")
+            found.append((after, [j["id"] for j in reply.json()]))
+            if after is None:
+                return found
+
+    unfiltered = headers_and_pages({})
+    assert unfiltered == headers_and_pages(every_state)
+    assert sum(len(ids) for _, ids in unfiltered) == sum(1 for j in MIXED if not j.state.terminal)
+
+
 def test_a_bad_page_or_filter_is_refused(api) -> None:
     assert api.get("/jobs", params={"limit": 0}).status_code == 422
     assert api.get("/accounting", params={"after": -1}).status_code == 422

@@ -247,3 +247,47 @@ def test_columns_that_do_not_match_the_fields_are_refused():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class _BrokenPageHandler(_PagingHandler):
+    """Pages as _PagingHandler's, but the page after `broken_after` is not JSON (with `status`)."""
+
+    broken_after = "0"
+    status = 200
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        query = dict(part.split("=", 1) for part in self.path.partition("?")[2].split("&") if part)
+        if query.get("after", "0") != self.broken_after:
+            super().do_GET()
+            return
+        self.seen.append(query)
+        body = b"not json"
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Next-After", str(int(self.broken_after) + int(query["limit"])))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(("broken_after", "status", "asked"), [
+    ("0", 200, [None, "3"]),  # the first page: the second is already asked for when its body is decoded
+    ("3", 500, [None, "3", "6"]),  # a later page fetched in a thread: its error is raised all the same
+])
+def test_the_next_page_is_asked_for_while_a_page_is_decoded(monkeypatch, broken_after, status, asked):
+    monkeypatch.setattr(http, "PAGE_JOBS", 3)
+    monkeypatch.setattr(_BrokenPageHandler, "broken_after", broken_after)
+    monkeypatch.setattr(_BrokenPageHandler, "status", status)
+    _BrokenPageHandler.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _BrokenPageHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(http.ApiError) as caught:
+            http.Controller(f"http://127.0.0.1:{httpd.server_port}").jobs()
+        assert caught.value.status == status
+        deadline = time.monotonic() + 5.0  # the request in flight when the error was raised
+        while len(_BrokenPageHandler.seen) < len(asked) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert [q.get("after") for q in _BrokenPageHandler.seen] == asked

@@ -39,13 +39,15 @@ def test_squeue_leaves_out_only_what_it_never_shows() -> None:
 
 def test_the_default_listing_asks_for_a_few_fields() -> None:
     fields = server_filters(parse_squeue([], {}), None)["fields"]
-    assert set(fields) == {*select.SELECT_READS, "priority", "start_time", "end_time", "num_nodes", "held",
-                           "exit_signal"}
+    assert set(fields) == {*select.SELECT_READS, "user", "nodelist", "priority", "start_time", "end_time",
+                           "num_nodes", "held", "exit_signal"}
+    assert not {"uid", "account", "qos", "reservation"} & set(fields)  # read by filters not given
     assert len(fields) < len(SQUEUE_FIELDS) / 2
 
 
 def test_declared_reads_are_fields_squeue_may_ask_for() -> None:
-    declared = [*select.SELECT_READS, *(name for reads in select.SORT_READS.values() for name in reads),
+    declared = [*select.SELECT_READS, *(name for reads in select.FILTER_READS.values() for name in reads),
+                *(name for reads in select.SORT_READS.values() for name in reads),
                 *(name for field in [*LETTERS.values(), *LONG_NAMES.values()] for name in field.reads or ())]
     assert set(declared) <= set(SQUEUE_FIELDS)
 
@@ -112,3 +114,28 @@ def test_every_field_prints_the_same_without_the_left_out_fields(spec) -> None:
         full = squeue_output(options, jobs, now)
         assert full[0].count("\n") == len(jobs) + 1  # a header and every job, nothing filtered away
         assert squeue_output(options, _without_left_out(jobs), now) == full
+
+
+@pytest.mark.parametrize(("option", "field"), [("-A", "account"), ("-q", "qos"), ("-u", "uid"), ("-u", "user"),
+                                               ("-R", "reservation"), ("-w", "nodelist"), ("-n", "name"),
+                                               ("-p", "partition")])
+def test_a_filter_asks_for_what_it_reads_only_when_given(option, field) -> None:
+    """The filters' fields are asked for with their filter only; given, the filter keeps the same jobs from a
+    record of only the fields asked for as from the whole record (filtering by a golden job's value)."""
+    jobs = [*_golden_jobs(), *_corner_jobs(), {**_golden_jobs()[0], "id": 900_100, "reservation": "maint"}]
+    value = next(str(job[field]) for job in jobs if job.get(field) not in (None, ""))
+    if option == "-w":
+        value = value.split(",")[0]
+    options = parse_squeue(["-o", "%i", "-t", "all", option, value], {})
+    fields = squeue_fields(options)
+    assert field in fields
+    if field not in select.SELECT_READS:
+        assert field not in squeue_fields(parse_squeue(["-o", "%i", "-t", "all"], {}))
+    for now in (1_700_000_000.0, 2_000_000_000.0):
+        full = squeue_output(options, jobs, now)
+        assert full[0].count("\n") > 1  # a header and the jobs the filter keeps (from a record without the field: none)
+        assert squeue_output(options, _only(jobs, fields), now) == full
+
+
+def test_me_asks_for_the_users_fields() -> None:
+    assert {"user", "uid"} <= set(squeue_fields(parse_squeue(["-o", "%i", "--me"], {})))

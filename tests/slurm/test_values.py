@@ -26,6 +26,18 @@ def test_durations(seconds, long_form, short_form):
         units.format_duration(seconds), units.format_duration_short(seconds))
 
 
+def test_short_durations_are_remembered_by_the_second_and_never_more_than_the_bound():
+    """A 100,000-job listing formats the same durations again and again: each whole second's text is kept, the
+    same as computed afresh, a fraction of a second giving its second's text, and the memory bounded."""
+    from corral import durations
+
+    for seconds in (*range(0, 3 * durations._SHORT_TEXTS_MAX, 7), 59.9, 0.5, 86_400.99, 3_599):
+        assert durations.format_duration_short(seconds) == durations._short_text(int(seconds))
+        assert len(durations._SHORT_TEXTS) <= durations._SHORT_TEXTS_MAX
+    assert durations.format_duration_short(59.9) is durations.format_duration_short(59)
+    assert durations.format_duration_short(-5) == "0:00"
+
+
 @pytest.mark.parametrize(("seconds", "text"), [(-1, "INVALID"), (366 * 86400, "INVALID"), (None, "UNLIMITED")])
 def test_squeue_limits(seconds, text):
     assert timefmt.squeue_time_limit(seconds) == text

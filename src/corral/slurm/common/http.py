@@ -27,6 +27,10 @@ from corral.slurm.common.leader import (
     NotSent,
 )
 
+TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
+if TYPE_CHECKING:
+    from typing import Any
+
 API_PREFIX = "/api/v1"  # corral.protocol.API_PREFIX (a test keeps them equal)
 DEFAULT_TIMEOUT_S = 30.0
 PAGE_JOBS = 10_000  # jobs per request of a long list: each request holds the controller a bounded time
@@ -190,24 +194,32 @@ class Controller:
         """Every record of a paged list, PAGE_JOBS at a time. Iterables in `params` go comma-separated,
         True as `true`. With `fields`, the controller sends a list per field of every record's value
         (`{"columns": [...]}`); a controller that does not know `columns` sends a row per record, and one
-        that does not know `fields` whole records, taken as they are."""
+        that does not know `fields` whole records, taken as they are. Each next page is asked for as soon
+        as a page's headers say where it starts, so the controller builds it while this one is decoded."""
         query = {key: _param(value) for key, value in params.items()}
         if fields is not None:
             query["fields"] = ",".join(fields)
             query["columns"] = "true"
+
+        def fetch(after: str | None) -> tuple[tuple[int, bytes], dict[str, str]]:
+            return self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after}, decode=_undecoded)
+
         found: list[dict] = []
-        after = None
+        reply = fetch(None)
         while True:
-            page, headers = self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after})
+            (status, data), headers = reply
+            after = headers.get(NEXT_PAGE_HEADER)  # absent on the last page, or from a controller that does not page
+            ahead = _InFlight(lambda after=after: fetch(after)) if after is not None else None
+            page = _decoded(status, data)
             if fields is not None and isinstance(page, dict):
                 found.extend(records_of_columns(fields, page))
             elif fields is not None and page and isinstance(page[0], list):
                 found.extend(dict(zip(fields, row, strict=True)) for row in page)
             else:
                 found.extend(page)
-            after = headers.get(NEXT_PAGE_HEADER)
-            if after is None:  # the last page, or a controller that does not page
+            if ahead is None:
                 return found
+            reply = ahead.result()
 
     def priority(self) -> list[dict]:
         return self.call("GET", "/priority")
@@ -226,9 +238,10 @@ class Controller:
     def call(self, method: str, path: str, params: Mapping[str, object] | None = None, body: object = None):
         return self.exchange(method, path, params, body)[0]
 
-    def exchange(self, method: str, path: str, params: Mapping[str, object] | None = None,
-                 body: object = None) -> tuple[object, dict[str, str]]:
-        """(the decoded reply, its headers with lower-case names), from the leader."""
+    def exchange(self, method: str, path: str, params: Mapping[str, object] | None = None, body: object = None,
+                 decode: Callable[[int, bytes], Any] | None = None) -> tuple[Any, dict[str, str]]:
+        """(the decoded reply, its headers with lower-case names), from the leader; `decode` turns the
+        status and body into the reply (raising ApiError for an error status)."""
         tail = path + query_string(params or {})
         payload = jsontext.dumps(body).encode() if body is not None else b""
         fields = self.headers
@@ -243,7 +256,7 @@ class Controller:
             status, headers, data = _within_rate_limit(lambda: exchange(endpoint, request))
             if status == NOT_LEADER_STATUS:
                 raise NotLeader(url, headers.get(LEADER_HEADER.lower()) or _leader_in(data), _detail_of(data))
-            return _decoded(status, data), headers
+            return (decode or _decoded)(status, data), headers
 
         try:
             return self.controllers.call(send)  # type: ignore[return-value]
@@ -327,6 +340,38 @@ def _within_rate_limit(send: Callable[[], tuple[int, dict[str, str], bytes]]) ->
         raise ApiError(status, f"{_error_detail(status, data)} (gave up after {RATE_LIMIT_RETRIES + 1} tries "
                                f"over {waited_s:.0f} s)")
     return status, headers, data
+
+
+def _undecoded(status: int, data: bytes) -> tuple[int, bytes]:
+    """The reply as it came, for _decoded() later (a page decoded while the next one is on its way)."""
+    return status, data
+
+
+class _InFlight:
+    """`fetch()` run in a thread of its own: its socket waits without the GIL, so this thread goes on with the
+    page before. result() gives what fetch returned, or raises what it raised. `threading` is imported only
+    here: a list of one page (most calls) does without."""
+
+    def __init__(self, fetch: Callable[[], Any]) -> None:
+        import threading
+
+        self._fetch = fetch
+        self._outcome: tuple[bool, Any] = (False, None)
+        self._thread = threading.Thread(target=self._run, name="corral-next-page", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome = (True, self._fetch())
+        except BaseException as exc:  # handed to the caller by result(), in its own thread
+            self._outcome = (False, exc)
+
+    def result(self) -> Any:
+        self._thread.join()
+        done, value = self._outcome
+        if not done:
+            raise value
+        return value
 
 
 def records_of_columns(fields: Sequence[str], page: dict) -> list[dict]:

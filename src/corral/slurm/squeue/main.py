@@ -103,7 +103,7 @@ def squeue_fields(options: SqueueOptions) -> tuple[str, ...]:
     parse less (a quarter of SQUEUE_FIELDS for the default listing). SQUEUE_FIELDS when a column or sort
     key has no reads declared."""
     sorting = select.sort_reads(options.sort)
-    wanted = dict.fromkeys((*select.SELECT_READS, *(sorting or ())))
+    wanted = dict.fromkeys((*select.SELECT_READS, *_filter_reads(options), *(sorting or ())))
     for column in options.format.columns:
         reads = getattr(column.field, "reads", None) if column.field is not None else ()
         if reads is None:
@@ -112,3 +112,12 @@ def squeue_fields(options: SqueueOptions) -> tuple[str, ...]:
     if sorting is None:
         return SQUEUE_FIELDS
     return tuple(name for name in SQUEUE_FIELDS if name in wanted)  # in SQUEUE_FIELDS' order, each once
+
+
+def _filter_reads(options: SqueueOptions) -> list[str]:
+    """The fields the filters given read (squeue_output applies them; --me is a users filter)."""
+    given = {"users": options.users is not None or options.me, "names": options.names is not None,
+             "partitions": options.partitions is not None, "accounts": options.accounts is not None,
+             "qos": options.qos is not None, "nodes": bool(options.nodes),
+             "reservation": options.reservation is not None}
+    return [name for key, reads in select.FILTER_READS.items() if given[key] for name in reads]
