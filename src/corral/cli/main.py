@@ -15,7 +15,7 @@ def main() -> None:
 
     argv = sys.argv[1:]
     fallback = take_fallback_mark()
-    if argv and argv[0] in CORRAL_SUBCOMMANDS:
+    if argv and argv[0] in CORRAL_SUBCOMMANDS and not watching(argv):
         status = through_helper(CORRAL, argv, dict(os.environ), fallback)
         if status is not None:
             sys.exit(status)
@@ -27,6 +27,18 @@ def main() -> None:
     from corral.cli.app import app
 
     app()
+
+
+def watching(argv: list[str]) -> bool:
+    """`corral queue --watch` (-w, or in a group such as -lw) runs until Ctrl-C, which it takes as its normal
+    end (status 0); through the helper Ctrl-C would end the caller with 130, and so long a call gains nothing
+    from a warm interpreter: it runs here (front.c's `watching` is the same rule)."""
+    for arg in argv[1:]:
+        if arg == "--":
+            return False
+        if arg == "--watch" or (arg.startswith("-") and not arg.startswith("--") and "w" in arg):
+            return True
+    return False
 
 
 def __getattr__(name: str) -> object:

@@ -53,6 +53,18 @@ static int listed(const char *name, const char *const *list) {
     return 0;
 }
 
+/* `corral queue --watch` (also -w, or in a group such as -lw) runs until Ctrl-C, which the command takes as
+   its normal end (status 0): this front-end would leave at Ctrl-C with 130, and a call that long gains
+   nothing from the warm helper, so it runs in Python. */
+static int watching(int argc, char **argv) {
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) return 0;
+        if (strcmp(argv[i], "--watch") == 0) return 1;
+        if (argv[i][0] == '-' && argv[i][1] != '-' && strchr(argv[i], 'w')) return 1;
+    }
+    return 0;
+}
+
 /* Run the call in the Python entry point instead: this process becomes it. */
 static void run_in_python(const char *command, char **argv) {
     char path[4096];
@@ -248,6 +260,7 @@ int main(int argc, char **argv) {
     int wanted = !(helper_switch && strcmp(helper_switch, "0") == 0) && !set("SLURM_JOB_ID") && !set("CORRAL_JOB_ID");
     /* `corral --help`, `corral up`, ... : not the helper's (see CORRAL_SUBCOMMANDS). */
     if (strcmp(command, CORRAL_COMMAND) == 0 && !(argc > 1 && listed(argv[1], CORRAL_SUBCOMMANDS))) wanted = 0;
+    if (strcmp(command, CORRAL_COMMAND) == 0 && watching(argc, argv)) wanted = 0;
     if (wanted) {
         const char *found;
         int status = through_helper(command, argc, argv, &found);
