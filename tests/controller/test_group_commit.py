@@ -9,10 +9,14 @@ from pathlib import Path
 from sqlalchemy import event
 
 from corral.api.schemas import JobSubmit
+from corral.api.services import ServiceSpec
 from corral.controller.restore import restore_engine
 from corral.controller.service import ControllerService
+from corral.controller.service_core import merged
 from corral.controller.writer import StoreUnavailable
 from corral.engine.config import LIVE, EngineConfig
+from corral.engine.records import Service
+from corral.engine.result import Result
 from corral.protocol import Registration
 from corral.store import Store
 from tests.e2e.faults import fill_disk, small_tmpfs
@@ -82,3 +86,18 @@ def test_a_group_whose_commit_fails_acknowledges_none_and_leaves_nothing(tmp_pat
 
     with small_tmpfs(tmp_path / "db") as database:
         asyncio.run(scenario(database))
+
+
+def service_named(name: str, revision: int) -> Service:
+    return Service(spec=ServiceSpec(name=name, command=["serve"], workdir="/srv"), revision=revision,
+                   desired_replicas=1, created=0.0)
+
+
+def test_a_group_commits_what_its_last_stimulus_left_of_a_service_deleted_and_made_again() -> None:
+    old_web, new_web, db = service_named("web", 1), service_named("web", 2), service_named("db", 1)
+    made_again = merged([Result(services=[old_web, db]), Result(services_forgotten=["web"]),
+                         Result(services=[new_web])])
+    assert {service.name: service for service in made_again.services} == {"web": new_web, "db": db}
+    assert made_again.services_forgotten == []
+    deleted = merged([Result(services=[old_web]), Result(services_forgotten=["web"])])
+    assert deleted.services == [] and deleted.services_forgotten == ["web"]

@@ -244,16 +244,18 @@ class ServiceCore:
                 queued.fail(exc)
         if not folded:
             return
+        group_result = merged([result for _, result in folded])
         try:
-            await self._commit(merged([result for _, result in folded]))
+            await self._commit(group_result)
         except BaseException as exc:
             for queued, _ in folded:
                 queued.fail(exc)
             if not isinstance(exc, Exception):
                 raise
             return
+        # Once per group: a job two stimuli of the group changed has its entries at `now` counted once.
+        self.metrics.committed(group_result, now)
         for queued, result in folded:
-            self.metrics.committed(result, now)
             if queued.dispatch:
                 self._dispatch(result.commands)  # nothing, unless the lease is still proven
             if not queued.outcome.done():
@@ -436,8 +438,8 @@ class _Queued:
 
 
 def merged(results: list[Result]) -> Result:
-    """What a group of Results changed, to be committed in one transaction: every record each changed (the
-    store keeps the last given per key, encoded after the whole group was folded in), and a service
+    """What a group of Results changed, to be committed in one transaction: every record each changed, once
+    (the last given: they are encoded after the whole group was folded in), and a service
     deleted then made again (or the reverse) as the last of them left it."""
     if len(results) == 1:
         return results[0]
@@ -450,8 +452,8 @@ def merged(results: list[Result]) -> Result:
         for name in result.services_forgotten:
             forgotten.add(name)
             services.pop(name, None)
-    return Result(jobs=[job for result in results for job in result.jobs],
-                  nodes=[node for result in results for node in result.nodes],
+    return Result(jobs=list({job.id: job for result in results for job in result.jobs}.values()),
+                  nodes=list({node.name: node for result in results for node in result.nodes}.values()),
                   meta=frozenset().union(*(result.meta for result in results)),
                   services=list(services.values()), services_forgotten=sorted(forgotten))
 
