@@ -234,14 +234,7 @@ class ServiceCore:
                 queued.fail(exc)
             return
         now = self.clock()
-        folded: list[tuple[_Queued, Result]] = []
-        for queued in group:
-            if queued.outcome.done():  # its caller went away before it was handed over: it never happened
-                continue
-            try:
-                folded.append((queued, queued.change(now)))
-            except Exception as exc:
-                queued.fail(exc)
+        folded = self._fold(group, now)
         if not folded:
             return
         group_result = merged([result for _, result in folded])
@@ -260,6 +253,20 @@ class ServiceCore:
                 self._dispatch(result.commands)  # nothing, unless the lease is still proven
             if not queued.outcome.done():
                 queued.outcome.set_result(result)
+
+    @staticmethod
+    def _fold(group: list[_Queued], now: float) -> list[tuple[_Queued, Result]]:
+        """Hand each stimulus of `group` to the engine, in order; those it took, with their Results. One
+        refused (raising before it touched the engine) is answered with that at once."""
+        folded: list[tuple[_Queued, Result]] = []
+        for queued in group:
+            if queued.outcome.done():  # its caller went away before it was handed over: it never happened
+                continue
+            try:
+                folded.append((queued, queued.change(now)))
+            except Exception as exc:
+                queued.fail(exc)
+        return folded
 
     def _refuse_while_down(self) -> None:
         refusal = self.refusal()
