@@ -26,6 +26,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from corral.controller import views
 from corral.controller.agent_events import replica_launch
@@ -43,7 +44,7 @@ from corral.engine import events as ev
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
-from corral.engine.records import Job
+from corral.engine.records import Job, Service
 from corral.engine.result import Result
 from corral.protocol import (
     JOB_CREDENTIAL_ENV,
@@ -106,7 +107,9 @@ class ServiceCore:
             restore = functools.partial(restore_engine, engine.config, engine.profile, store,
                                         file_tenancy=engine.tenancy.spec)
         self._restore = restore
-        self._lock = asyncio.Lock()  # held by one stimulus from folding it in to dispatching its commands
+        self._lock = asyncio.Lock()  # held by one group of stimuli from folding them in to dispatching
+        self._queued: list[_Queued] = []  # stimuli waiting for the next group commit (_stimulus)
+        self._flusher: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._stalls = StallWatch()
@@ -198,21 +201,77 @@ class ServiceCore:
 
     async def _stimulus(self, change: Callable[[float], Result], wake: bool = True, dispatch: bool = True) -> Result:
         """Fold one stimulus into the engine (`change(now)` hands it over and returns the engine's Result),
-        commit it, then dispatch the commands (unless the caller does so later). Or, when the store cannot
-        be written, change nothing and raise StoreUnavailable. An exception `change` raises before it
-        touches the engine (a refusal) passes."""
+        commit it, then dispatch the commands (unless the caller does so later); return once it is committed.
+        Or, when the store cannot be written, change nothing and raise StoreUnavailable. An exception `change`
+        raises before it touches the engine (a refusal) passes.
+
+        Group commit: stimuli that arrive while the event loop is busy (a burst of submissions, agents'
+        reports) are folded in one after another and committed in one transaction; each caller is answered
+        only after that commit, so nothing is acknowledged that a crash could lose, and a failed commit
+        fails every stimulus of the group (the engine is rebuilt from the store, as for one)."""
         self._refuse_while_down()
-        async with self._lock:
-            self._refuse_while_down()
-            now = self.clock()
-            result = change(now)
-            await self._commit(result)
-            self.metrics.committed(result, now)
-            if dispatch:
-                self._dispatch(result.commands)  # nothing, unless the lease is still proven
+        queued = _Queued(change, dispatch, asyncio.get_running_loop().create_future())
+        self._queued.append(queued)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._commit_queued(), name="corral-group-commit")
+        result = await queued.outcome
         if wake:
             self.poke()
         return result
+
+    async def _commit_queued(self) -> None:
+        """Commit what is queued now, as one group, under the lock; what arrives meanwhile is the next group,
+        in a task of its own, so that a cycle waiting for the lock gets it in between."""
+        try:
+            async with self._lock:
+                group, self._queued = self._queued, []
+                await self._commit_group(group)
+        finally:
+            self._flusher = None
+            if self._queued:
+                self._flusher = asyncio.create_task(self._commit_queued(), name="corral-group-commit")
+
+    async def _commit_group(self, group: list[_Queued]) -> None:
+        try:
+            self._refuse_while_down()
+        except Exception as exc:
+            for queued in group:
+                queued.fail(exc)
+            return
+        now = self.clock()
+        folded = self._fold(group, now)
+        if not folded:
+            return
+        group_result = merged([result for _, result in folded])
+        try:
+            await self._commit(group_result)
+        except BaseException as exc:
+            for queued, _ in folded:
+                queued.fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        # Once per group: a job two stimuli of the group changed has its entries at `now` counted once.
+        self.metrics.committed(group_result, now)
+        for queued, result in folded:
+            if queued.dispatch:
+                self._dispatch(result.commands)  # nothing, unless the lease is still proven
+            if not queued.outcome.done():
+                queued.outcome.set_result(result)
+
+    @staticmethod
+    def _fold(group: list[_Queued], now: float) -> list[tuple[_Queued, Result]]:
+        """Hand each stimulus of `group` to the engine, in order; those it took, with their Results. One
+        refused (raising before it touched the engine) is answered with that at once."""
+        folded: list[tuple[_Queued, Result]] = []
+        for queued in group:
+            if queued.outcome.done():  # its caller went away before it was handed over: it never happened
+                continue
+            try:
+                folded.append((queued, queued.change(now)))
+            except Exception as exc:
+                queued.fail(exc)
+        return folded
 
     def _refuse_while_down(self) -> None:
         refusal = self.refusal()
@@ -374,6 +433,43 @@ class ServiceCore:
         application then refuses whoever reaches its port on the node without the gateway."""
         assert self.job_credential is not None
         return hashlib.sha256(f"corral-session-upstream:{self.job_credential(job)}".encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A stimulus waiting for its group's commit, and its caller's outcome."""
+    change: Callable[[float], Result]
+    dispatch: bool
+    outcome: asyncio.Future[Result]
+
+    def fail(self, exc: BaseException) -> None:
+        if self.outcome.done():
+            return
+        if isinstance(exc, asyncio.CancelledError):
+            self.outcome.cancel()
+        else:
+            self.outcome.set_exception(exc)
+
+
+def merged(results: list[Result]) -> Result:
+    """What a group of Results changed, to be committed in one transaction: every record each changed, once
+    (the last given: they are encoded after the whole group was folded in), and a service
+    deleted then made again (or the reverse) as the last of them left it."""
+    if len(results) == 1:
+        return results[0]
+    services: dict[str, Service] = {}
+    forgotten: set[str] = set()
+    for result in results:
+        for service in result.services:
+            services[service.name] = service
+            forgotten.discard(service.name)
+        for name in result.services_forgotten:
+            forgotten.add(name)
+            services.pop(name, None)
+    return Result(jobs=list({job.id: job for result in results for job in result.jobs}.values()),
+                  nodes=list({node.name: node for result in results for node in result.nodes}.values()),
+                  meta=frozenset().union(*(result.meta for result in results)),
+                  services=list(services.values()), services_forgotten=sorted(forgotten))
 
 
 def _unavailable(outage: Outage) -> StoreUnavailable:
