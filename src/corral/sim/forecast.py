@@ -119,6 +119,39 @@ class RuntimeModel:
         return min(start + limit, now + (now - start))
 
 
+class RecentRuntimes(RuntimeModel):
+    """Predicted runtime = the mean of the user's last `last` runtimes with the same limit, else of the
+    user's last ones with any limit (Tsafrir, Etsion and Feitelson 2007: users' successive jobs run alike),
+    never more than the limit; a user with no finished job falls back to RuntimeModel (everyone's ratios).
+    A running job that has outlived its prediction ends as RuntimeModel.end says."""
+
+    def __init__(self, last: int = 2, quantile: float = 0.7) -> None:
+        super().__init__(quantile=quantile)
+        if last < 1:
+            raise ValueError("last must be at least 1")
+        self.last = last
+        self._runtimes: dict[tuple[str, float] | str, deque[float]] = {}
+
+    def observe(self, user: str, runtime_s: float, limit_s: float) -> None:
+        super().observe(user, runtime_s, limit_s)
+        if limit_s <= 0:
+            return
+        for key in ((user, limit_s), user):
+            self._runtimes.setdefault(key, deque(maxlen=self.last)).append(min(max(runtime_s, 0.0), limit_s))
+
+    def runtime(self, job: Job) -> float:
+        limit = limit_of(job)
+        for key in ((job.spec.user, limit), job.spec.user):
+            recent = self._runtimes.get(key)
+            if recent:
+                return min(limit, sum(recent) / len(recent))
+        return super().runtime(job)
+
+    def end(self, job: Job, now: float) -> float:
+        predicted = job.run_start + self.runtime(job)
+        return predicted if predicted > now else super().end(job, now)
+
+
 @dataclass(frozen=True)
 class StartWindow:
     """The window around a point forecast: wait x [low, high], waits counted with `pad_s` added so that a
@@ -149,6 +182,44 @@ class StartWindow:
     def describe(self) -> str:
         return (f"actual wait within {self.low:.3g}x to {self.high:.3g}x the forecast wait, waits counted "
                 f"+{self.pad_s:g} s")
+
+
+class OnlineWindow:
+    """A start window calibrated online, as a live controller can: from the outcomes of the forecasts whose
+    jobs have already started (the ratio (actual wait + pad) / (forecast wait + pad) of each), the newest
+    `keep` of them, calibrated as StartWindow.calibrate does; `prior` until `min_outcomes` are known.
+    Factors from one period did not carry to the next (forecast-bluewaters: 80 % on its tuning window, 35 %
+    on the next), while the last outcomes follow how the queue behaves now."""
+
+    def __init__(self, prior: StartWindow, keep: int = 300, min_outcomes: int = 30, covered: float = 0.8) -> None:
+        if keep < 1 or min_outcomes < 1 or min_outcomes > keep:
+            raise ValueError("need 1 <= min_outcomes <= keep")
+        if not 0.0 < covered < 1.0:
+            raise ValueError(f"covered {covered}: must be within (0, 1)")
+        self.prior, self.keep, self.min_outcomes, self.covered = prior, keep, min_outcomes, covered
+        self._ratios: deque[float] = deque(maxlen=keep)
+        self._current: StartWindow | None = prior
+
+    def record(self, at: float, forecast_s: float, actual_s: float) -> None:
+        """A forecast made at `at` for a start at `forecast_s`, of a job that started at `actual_s`."""
+        pad = self.prior.pad_s
+        self._ratios.append((max(0.0, actual_s - at) + pad) / (max(0.0, forecast_s - at) + pad))
+        self._current = None
+
+    @property
+    def outcomes(self) -> int:
+        return len(self._ratios)
+
+    @property
+    def current(self) -> StartWindow:
+        if self._current is None:
+            if len(self._ratios) < self.min_outcomes:
+                self._current = self.prior
+            else:
+                ordered, tail = sorted(self._ratios), (1.0 - self.covered) / 2
+                self._current = StartWindow(_interpolated(ordered, tail), _interpolated(ordered, 1.0 - tail),
+                                            self.prior.pad_s)
+        return self._current
 
 
 def _interpolated(ordered: list[float], q: float) -> float:
