@@ -11,23 +11,24 @@ from corral.engine.history import Cancelled, history_to_json
 from corral.engine.membership import node_state
 from corral.engine.records import Job, JobState, Node
 from corral.protocol import LaunchJob, TaskLaunch
-from corral.sim.forecast import START_WINDOW
+from corral.sim.forecast import START_WINDOW, StartWindow
 
 
 def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float | None = None, *,
-            gpu_idle_flag_s: float) -> JobOut:
+            gpu_idle_flag_s: float, window: StartWindow = START_WINDOW) -> JobOut:
     """`live`: the latest samples of the running job's tasks and steps (usage_views.LiveUsage.of).
     `forecast`: the job's forecast start (controller/forecasts.py), shown instead of the reservation's
     estimate while it is pending (never in the past: a job not started yet starts now at the earliest).
-    `gpu_idle_flag_s`: the config's; a job whose GPUs stayed idle that long is flagged."""
+    `gpu_idle_flag_s`: the config's; a job whose GPUs stayed idle that long is flagged. `window`: the
+    start window put around a forecast (the live one is calibrated online: Forecasts.window)."""
     live = live or {}
     usage = job_usage(job, live.get(None))
     req = job.spec.request
     estimate, source = job.estimated_start, "reservation" if job.estimated_start is not None else None
-    window = None
+    window_of, window = window, None
     if forecast is not None and job.state is JobState.PENDING:
         estimate, source = max(forecast, now), "forecast"
-        window = list(START_WINDOW.bounds(now, estimate))
+        window = list(window_of.bounds(now, estimate))
     if job.start_time is None:
         elapsed = 0.0
     else:
