@@ -210,6 +210,23 @@ def test_squeue_start_shows_the_forecast(queued, tmp_path):
     assert out.splitlines() == [f"2 {local(T0 + 300)}", f"3 {local(T0 + 550)}"]
 
 
+def test_squeue_shows_the_start_window_only_where_a_format_names_corrals_own_fields(queued, tmp_path):
+    service = queued()
+    asyncio.run(service.forecasts.make(service.engine, NOW))
+    env = {"CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "etc" / "cluster.json"), "USER": "alice"}
+    with ServerThread(create_app(service, SECRET)) as server:
+        env["CORRAL_URL"] = server.url
+        out, err, code = squeue(["--start", "-O", "jobid:6,starttime:20,startearliest:20,startlatest:20"], env)
+        plain, _, _ = squeue(["--start"], env)
+    assert (code, err) == (0, "")
+    earliest, latest = service.forecasts.window.bounds(NOW, T0 + 300)
+    lines = out.splitlines()
+    assert lines[0].split() == ["JOBID", "START_TIME", "EARLIEST_START", "LATEST_START"]
+    assert lines[1].split() == ["2", local(T0 + 300), local(earliest), local(latest)]
+    assert "EARLIEST" not in plain and "LATEST" not in plain  # Slurm's default --start columns are unchanged
+
+
 def local(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
 
