@@ -25,10 +25,10 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
     usage = job_usage(job, live.get(None))
     req = job.spec.request
     estimate, source = job.estimated_start, "reservation" if job.estimated_start is not None else None
-    window_of, window = window, None
+    shown_window = None
     if forecast is not None and job.state is JobState.PENDING:
         estimate, source = max(forecast, now), "forecast"
-        window = list(window_of.bounds(now, estimate))
+        shown_window = list(window.bounds(now, estimate))
     if job.start_time is None:
         elapsed = 0.0
     else:
@@ -37,7 +37,7 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         id=job.id, name=job.spec.name, user=job.spec.user, state=job.state.value, reason=job.reason,
         partition=req.partition, priority=job.spec.priority, submit_time=job.submit_time,
         start_time=job.start_time, end_time=job.end_time, estimated_start=estimate,
-        estimated_start_source=source, estimated_start_window=window,
+        estimated_start_source=source, estimated_start_window=shown_window,
         time_limit_s=req.time_limit_s, elapsed_s=max(0.0, elapsed), num_nodes=req.num_nodes,
         tasks_per_node=req.tasks_per_node, num_tasks=req.num_nodes * req.tasks_per_node,
         gpus_per_node=req.gpus_per_node, cpus_per_task=req.cpus_per_task, mem_per_node_mib=req.mem_per_node_mib,
