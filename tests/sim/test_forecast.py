@@ -134,6 +134,16 @@ def test_the_forecast_plans_with_the_engines_own_policy(backfill, want_small):
     assert forecast(capture(sim.engine, 0.0), RuntimeModel.limits_only()) == {big: 1000, small: want_small}
 
 
+def test_expected_arrivals_of_higher_priority_push_a_waiting_job_back():
+    sim = running_sim(SimSubmission(0, request(limit_s=1000), 1000), SimSubmission(0, request(limit_s=1000), 1000))
+    _running, waiting = sorted(sim.engine.jobs)
+    model = RuntimeModel.limits_only()
+    urgent = request(limit_s=300).model_copy(update={"priority": 100})
+    assert forecast(capture(sim.engine, 0.0), model) == {waiting: 1000}
+    assert forecast(capture(sim.engine, 0.0), model, arrivals=[SimSubmission(500, urgent, 300)]) == {waiting: 1300}
+    assert forecast(capture(sim.engine, 0.0), model, arrivals=[SimSubmission(1500, urgent, 300)]) == {waiting: 1000}
+
+
 def test_a_job_that_cannot_start_within_the_horizon_gets_no_forecast():
     sim = running_sim(SimSubmission(0, request(limit_s=1000), 1000), SimSubmission(0, request(limit_s=1000), 1000))
     _running, waiting = sorted(sim.engine.jobs)

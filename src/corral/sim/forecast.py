@@ -20,7 +20,9 @@ A start window (StartWindow) goes beside the point forecast, because users plan 
 actual wait is taken to lie within [low, high] x the forecast wait, both factors calibrated (conformal: the
 10th and 90th percentiles of actual / forecast wait, each plus PAD) on the tuning window of the
 `forecast-bluewaters` replay (sim/forecast_bluewaters.py), which also measures its coverage on a separate
-window. START_WINDOW holds the factors live forecasts use.
+window. Those fixed factors did not carry from one window to the next (80 % there, 35 % on the next), so
+live forecasts calibrate online instead (OnlineWindow: the same quantiles over the newest outcomes of the
+forecasts whose jobs have started), with START_WINDOW's factors only until enough outcomes are known.
 
 `capture` copies what a forecast needs (the active jobs, nodes, tenancy, fair-share usage, reservations)
 cheaply, under the caller's loop; `forecast` then needs nothing else and may run in another thread.
@@ -39,7 +41,7 @@ from corral.engine.build import build_engine
 from corral.engine.config import SIMULATED, EngineConfig
 from corral.engine.engine import Engine
 from corral.engine.records import Job, JobState, Node, Service
-from corral.sim.driver import Simulation
+from corral.sim.driver import SimSubmission, Simulation
 
 DEFAULT_HORIZON_S = 30 * 86400.0
 CYCLE_EVERY_S = 60.0
@@ -279,10 +281,12 @@ def capture(engine: Engine, now: float) -> EngineState:
 
 
 def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT_HORIZON_S,
-             stop_delay_s: float = 1.0, cycle_every_s: float = CYCLE_EVERY_S) -> dict[int, float]:
+             stop_delay_s: float = 1.0, cycle_every_s: float = CYCLE_EVERY_S,
+             arrivals: Iterable[SimSubmission] = ()) -> dict[int, float]:
     """Pending job id -> its predicted start; jobs that do not start within `horizon_s` are left out.
     `cycle_every_s`: simulated cycles at most this often (ends closer together share one), which bounds
-    the forecast's cost by the horizon rather than by the number of jobs, at that much precision."""
+    the forecast's cost by the horizon rather than by the number of jobs, at that much precision.
+    `arrivals`: jobs expected to be submitted after `state.now` (an estimate: by default none arrive)."""
     jobs = [copy_job(job) for job in state.jobs]  # the state stays reusable
     engine = build_engine(state.config, SIMULATED, jobs=jobs, nodes=[copy.copy(n) for n in state.nodes],
                           next_job_id=state.next_job_id, tenancy=state.tenancy,
@@ -294,6 +298,7 @@ def forecast(state: EngineState, model: RuntimeModel, horizon_s: float = DEFAULT
     durations = {j.id: model.runtime(j) for j in jobs}
     sim = Simulation.resume(engine, now, running_ends, durations, stop_delay_s=stop_delay_s,
                             min_cycle_interval_s=cycle_every_s)
+    sim.submit(arrivals)
     waiting = set(state.pending)
     starts = sim.result.first_starts
 

@@ -12,7 +12,10 @@ unknown), and the runtime model alone. Ours predicts with the quantile the live 
 Two windows, by forecast instant: samples before TUNE_UNTIL_S tune, the others report. The start window
 (sim/forecast.py `StartWindow`) is calibrated on the tuning samples (conformal: the quantiles of actual
 wait / forecast wait there), and its coverage is measured on the report samples, as is every error figure.
-The factors that live forecasts use (forecast.START_WINDOW) were set from this run's tuning window.
+The fixed factors (forecast.START_WINDOW) were set from this run's tuning window; beside them, the window
+calibrated online (forecast.OnlineWindow, what the live controller shows) is replayed over the samples: at
+each instant it knows only the outcomes of the earlier forecasts whose jobs had started by then
+(`online_windows`); its settings were chosen on the tuning window.
 """
 from __future__ import annotations
 
