@@ -21,7 +21,7 @@ from corral.core.model import NodeSlice, Request
 from corral.engine import events as ev
 from corral.engine.config import LIVE
 from corral.engine.records import Job, JobSpec, JobState, NodeRun
-from corral.sim.forecast import START_WINDOW, RuntimeModel, capture
+from corral.sim.forecast import START_WINDOW, OnlineWindow, RuntimeModel, StartWindow, capture
 from corral.slurm.squeue.main import squeue
 from corral.store import Store
 from tests.cli.standin import ServerThread
@@ -105,6 +105,39 @@ def test_pending_jobs_show_their_forecast_start_and_its_source(queued, tmp_path)
     assert stored[2]["estimated_start"] == T0 + 300
 
 
+def test_the_start_window_is_calibrated_online_from_the_forecast_jobs_that_start(tmp_path):
+    """Job 2 is forecast at NOW to start at T0 + 300 (a wait of 200 s); job 1 runs long, so job 2 starts at
+    T0 + 1,000 (a wait of 900 s): the window shown from then on has learnt that starts come late."""
+    clock = [NOW]
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.save(jobs=[whole_node_job(1, running=True), whole_node_job(2), whole_node_job(3),
+                     *(ended_job(job_id, 250) for job_id in (11, 12, 13))], nodes=[node("n1")])
+    service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW), store, clock=lambda: clock[0])
+    forecasts = service.forecasts
+    forecasts.calibration = OnlineWindow(START_WINDOW, keep=10, min_outcomes=1)
+    try:
+        asyncio.run(forecasts.warm(service.recent_ended_jobs))
+        asyncio.run(forecasts.make(service.engine, NOW))
+        assert forecasts.starts[2] == T0 + 300 and forecasts.window == START_WINDOW  # nothing started yet
+        clock[0] = T0 + 1000
+        asyncio.run(service._handle(ev.NodeContacted("n1"), ev.TasksFinished("n1", 1, ((0, 0, 0),))))
+        asyncio.run(service.run_cycle())
+        assert service.engine.jobs[2].start_time == T0 + 1000
+        ratio = (900 + START_WINDOW.pad_s) / (200 + START_WINDOW.pad_s)
+        assert forecasts.calibration.outcomes == 1
+        assert forecasts.window == StartWindow(ratio, ratio, START_WINDOW.pad_s)
+        # Job 3 is shown inside the window calibrated online, not the fixed one.
+        asyncio.run(forecasts.make(service.engine, clock[0]))
+        shown = Api(create_app(service, SECRET)).get("/jobs/3").json()
+        assert shown["estimated_start_window"] == list(forecasts.window.bounds(clock[0], forecasts.starts[3]))
+        assert shown["estimated_start_window"] != list(START_WINDOW.bounds(clock[0], forecasts.starts[3]))
+        # A job cancelled while awaited teaches nothing.
+        asyncio.run(service._handle(ev.CancelRequested(3)))
+        assert forecasts.calibration.outcomes == 1 and 3 not in forecasts._awaiting
+    finally:
+        forecasts.close()
+
+
 def test_a_slow_forecast_waits_longer_before_the_next():
     forecasts = Forecasts(every_s=30.0)
     assert forecasts.pause_s() == 30.0
@@ -175,6 +208,23 @@ def test_squeue_start_shows_the_forecast(queued, tmp_path):
         out, err, code = squeue(["--start", "-h", "-o", "%i %S"], {**env, "CORRAL_URL": server.url})
     assert (code, err) == (0, "")
     assert out.splitlines() == [f"2 {local(T0 + 300)}", f"3 {local(T0 + 550)}"]
+
+
+def test_squeue_shows_the_start_window_only_where_a_format_names_corrals_own_fields(queued, tmp_path):
+    service = queued()
+    asyncio.run(service.forecasts.make(service.engine, NOW))
+    env = {"CORRAL_SECRET": SECRET, "XDG_CONFIG_HOME": str(tmp_path / "config"),
+           "CORRAL_SYSTEM_CLUSTER_FILE": str(tmp_path / "etc" / "cluster.json"), "USER": "alice"}
+    with ServerThread(create_app(service, SECRET)) as server:
+        env["CORRAL_URL"] = server.url
+        out, err, code = squeue(["--start", "-O", "jobid:6,starttime:20,startearliest:20,startlatest:20"], env)
+        plain, _, _ = squeue(["--start"], env)
+    assert (code, err) == (0, "")
+    earliest, latest = service.forecasts.window.bounds(NOW, T0 + 300)
+    lines = out.splitlines()
+    assert lines[0].split() == ["JOBID", "START_TIME", "EARLIEST_START", "LATEST_START"]
+    assert lines[1].split() == ["2", local(T0 + 300), local(earliest), local(latest)]
+    assert "EARLIEST" not in plain and "LATEST" not in plain  # Slurm's default --start columns are unchanged
 
 
 def local(t: float) -> str:

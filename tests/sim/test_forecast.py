@@ -10,7 +10,7 @@ from corral.core.model import Request
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.records import Job, JobSpec, JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
-from corral.sim.forecast import RuntimeModel, StartWindow, capture, forecast
+from corral.sim.forecast import OnlineWindow, RecentRuntimes, RuntimeModel, StartWindow, capture, forecast
 
 
 def request(user: str = "alice", gpus: int = 4, limit_s: int = 1000) -> JobSubmit:
@@ -134,6 +134,16 @@ def test_the_forecast_plans_with_the_engines_own_policy(backfill, want_small):
     assert forecast(capture(sim.engine, 0.0), RuntimeModel.limits_only()) == {big: 1000, small: want_small}
 
 
+def test_expected_arrivals_of_higher_priority_push_a_waiting_job_back():
+    sim = running_sim(SimSubmission(0, request(limit_s=1000), 1000), SimSubmission(0, request(limit_s=1000), 1000))
+    _running, waiting = sorted(sim.engine.jobs)
+    model = RuntimeModel.limits_only()
+    urgent = request(limit_s=300).model_copy(update={"priority": 100})
+    assert forecast(capture(sim.engine, 0.0), model) == {waiting: 1000}
+    assert forecast(capture(sim.engine, 0.0), model, arrivals=[SimSubmission(500, urgent, 300)]) == {waiting: 1300}
+    assert forecast(capture(sim.engine, 0.0), model, arrivals=[SimSubmission(1500, urgent, 300)]) == {waiting: 1000}
+
+
 def test_a_job_that_cannot_start_within_the_horizon_gets_no_forecast():
     sim = running_sim(SimSubmission(0, request(limit_s=1000), 1000), SimSubmission(0, request(limit_s=1000), 1000))
     _running, waiting = sorted(sim.engine.jobs)
@@ -177,6 +187,65 @@ def test_a_calibrated_window_holds_the_central_share_of_the_tuning_samples():
     inside = [window.bounds(at, f)[0] <= actual <= window.bounds(at, f)[1] for at, f, actual in samples]
     assert inside == [True] * 9 + [False]  # 2x..9x, and 1x: the forecast itself is always inside
     assert StartWindow.calibrate([]) is None
+
+
+def test_an_online_window_keeps_its_prior_until_enough_outcomes_then_follows_the_newest():
+    prior = StartWindow(low=0.9, high=3.0, pad_s=0.0)
+    online = OnlineWindow(prior, keep=5, min_outcomes=3, covered=0.8)
+    online.record(0.0, 100.0, 200.0)
+    online.record(0.0, 100.0, 200.0)
+    assert online.current == prior and online.outcomes == 2  # too few outcomes yet
+    online.record(0.0, 100.0, 200.0)
+    assert online.current == StartWindow(2.0, 2.0, 0.0)  # every start came twice as late as forecast
+    for actual in (100.0, 100.0, 100.0, 100.0, 100.0):  # on time, five times: the first three are forgotten
+        online.record(50.0, 100.0, actual)
+    assert online.outcomes == 5 and online.current == StartWindow(1.0, 1.0, 0.0)
+
+
+def test_an_online_window_counts_waits_from_the_forecast_instant_with_the_priors_pad():
+    online = OnlineWindow(StartWindow(low=1.0, high=1.0, pad_s=600.0), keep=10, min_outcomes=1)
+    online.record(1000.0, 1000.0, 1900.0)  # forecast "now", started 900 s later: (900 + 600) / (0 + 600)
+    assert online.current.low == online.current.high == 2.5
+    lo, hi = online.current.bounds(0.0, 0.0)
+    assert (lo, hi) == (0.0, 900.0)
+
+
+def test_online_window_settings_are_checked():
+    prior = StartWindow(1.0, 2.0)
+    for bad in ({"keep": 0}, {"min_outcomes": 0}, {"keep": 5, "min_outcomes": 6}, {"covered": 1.0}):
+        with pytest.raises(ValueError):
+            OnlineWindow(prior, **bad)
+
+
+def test_recent_runtimes_predict_the_mean_of_the_users_last_two_with_the_same_limit_first():
+    model = RecentRuntimes(last=2)
+    for runtime in (100.0, 300.0, 500.0):
+        model.observe("alice", runtime, 1000.0)
+    model.observe("alice", 50.0, 3600.0)
+    assert predicted(model, "alice", 1000) == 400.0  # (300 + 500) / 2: the oldest is forgotten
+    assert predicted(model, "alice", 3600) == 50.0
+    assert predicted(model, "alice", 7200) == (500.0 + 50.0) / 2  # no job with that limit: the user's last two
+    assert predicted(model, "alice", 200) == 200.0  # never past the limit
+
+
+def test_recent_runtimes_fall_back_to_everyones_ratios_for_a_new_user():
+    model = RecentRuntimes(last=2, quantile=0.5)
+    assert predicted(model, "bob", 1000) == 1000.0  # nobody has finished anything: the limit
+    for ratio in (0.1, 0.2, 0.3):
+        model.observe("alice", ratio * 1000, 1000.0)
+    assert predicted(model, "bob", 2000) == pytest.approx(400.0)  # everyone's median ratio 0.2 x 2,000
+
+
+def test_recent_runtimes_end_a_running_job_at_its_prediction_or_as_the_ratios_say_once_it_outlived_it():
+    model = RecentRuntimes(last=2)
+    for runtime in (100.0, 300.0):
+        model.observe("alice", runtime, 1000.0)
+    job = Job(id=1, spec=JobSpec(name="j", user="alice", request=Request(time_limit_s=1000), argv=("true",)),
+              submit_time=0.0, state=JobState.RUNNING, start_time=0.0)
+    assert model.end(job, now=50.0) == 200.0
+    assert model.end(job, now=250.0) == RuntimeModel.end(model, job, 250.0) == 300.0  # the ratio 0.3 is left
+    with pytest.raises(ValueError):
+        RecentRuntimes(last=0)
 
 
 def test_a_forecast_starts_a_crashed_replica_again_and_plans_around_it():

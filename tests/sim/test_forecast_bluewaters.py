@@ -40,3 +40,16 @@ def test_the_row_reports_the_report_window_and_the_window_calibrated_on_the_tuni
     assert row["window_calibrated_here_coverage_pct"] == 100.0
     assert row["window_coverage_pct"] is not None
     assert "forecast-bluewaters" in fb.render(row)
+
+
+def test_the_online_window_at_an_instant_learns_only_from_jobs_started_by_then():
+    prior = StartWindow(low=0.5, high=2.0, pad_s=0.0)
+    first, second = LATE, LATE + fb.SAMPLE_EVERY_S
+    made = outcome([sample(first, 1, first + 1000), sample(first, 2, first + 1000), sample(second, 3, second + 100)],
+                   {1: first + 3000, 2: second + 500, 3: second + 300})  # job 2 starts after the second instant
+    windows = dict((s.job_id, w) for s, w in fb.online_windows(made, prior, keep=10, min_outcomes=1))
+    assert windows[1] == windows[2] == prior  # nothing had started before the first instant
+    assert windows[3] == StartWindow(3.0, 3.0, 0.0)  # job 1 alone: it waited three times its forecast
+    # Job 3 (300 s after a forecast of 100 s) falls inside 3 x its wait; jobs 1 and 2 fall past the prior's 2 x.
+    assert fb.online_coverage(made, fb.online_windows(made, prior, keep=10, min_outcomes=1)) == 33.3
+    assert fb.online_coverage(made, [(s, StartWindow(0.0, 3.0, 0.0)) for s in made.samples]) == 66.7

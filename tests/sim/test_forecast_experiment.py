@@ -42,3 +42,20 @@ def test_the_runtime_models_own_error_is_relative_to_the_true_runtime():
     found = fe.ForecastOutcome(samples, {1: 5.0, 2: 5.0}, [0.1], [3], 3, 1.0, "hand-made", (0.0, 0.0, 3600.0),
                                durations={1: 100.0, 2: 400.0, 3: 10.0})
     assert fe.runtime_errors(found).tolist() == pytest.approx([0.5, 0.75])
+
+
+def test_expected_arrivals_are_the_last_windows_submissions_again_running_what_the_model_predicts():
+    from corral.api.schemas import JobSubmit
+    from corral.sim.driver import SimSubmission
+    from corral.sim.forecast import RuntimeModel
+
+    def submitted(at: float, user: str) -> SimSubmission:
+        return SimSubmission(at, JobSubmit(name="j", user=user, argv=["true"], workdir="/", time_limit_s=1000), 7.0)
+
+    model = RuntimeModel(min_user_samples=1)
+    model.observe("alice", 250.0, 1000.0)
+    subs = [submitted(10.0, "alice"), submitted(50.0, "alice"), submitted(90.0, "bob"), submitted(100.0, "alice")]
+    again = fe._replayed(subs, model, at=100.0, window_s=60.0)
+    # Only what was submitted in [40, 100), each 60 s later; alice's runs a quarter of its limit, bob (no
+    # history of his own) everyone's ratio, which is alice's.
+    assert [(s.at_s, s.request.user, s.duration_s) for s in again] == [(110.0, "alice", 250.0), (150.0, "bob", 250.0)]

@@ -292,10 +292,11 @@ def _user_routes(app: FastAPI, service: ControllerService, guard: Guard) -> None
             if all:
                 found = await listing.stored_jobs(service.engine, service.store, query, service.clock(),
                                                   queue_facts=True, live=service.live_usage,
-                                                  forecasts=service.forecasts.starts)
+                                                  forecasts=service.forecasts.starts,
+                                                  window=service.forecasts.window)
             else:
                 found = await listing.active_jobs(service.engine, query, service.clock(), service.live_usage,
-                                                  service.forecasts.starts)
+                                                  service.forecasts.starts, service.forecasts.window)
         guard.charge(principal, found.jobs)
         return _json_list(found)
 

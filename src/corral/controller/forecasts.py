@@ -8,7 +8,11 @@ ended before (`warm`: the store's newest WARM_JOBS jobs) and from those that end
 results are committed). Until the first forecast is made, and for a job the forecast leaves out, the core's
 reservation estimate is shown: it has one for a job waiting on resources only, so a job waiting on its
 queue's quota, a dependency or its array's task limit has an estimated start only from a forecast; hence
-the prompt one for new jobs."""
+the prompt one for new jobs.
+
+The start window shown around a forecast is calibrated online (`OnlineWindow`): each pending job's forecasts,
+one per OUTCOME_EVERY_S at most, are kept until the job starts, and then its ratios actual / forecast wait
+teach the window; until MIN_OUTCOMES are known it is START_WINDOW's fixed factors."""
 from __future__ import annotations
 
 import asyncio
@@ -22,12 +26,15 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from corral.engine.engine import Engine
-from corral.engine.records import Job
+from corral.engine.records import Job, JobState
 from corral.sim.forecast import (
     DEFAULT_HORIZON_S,
     LIVE_QUANTILE,
+    START_WINDOW,
     EngineState,
+    OnlineWindow,
     RuntimeModel,
+    StartWindow,
     capture,
     forecast,
     observe_finished,
@@ -44,6 +51,10 @@ CHILD_EXIT_WAIT_S = 5.0
 NEW_JOBS_AFTER_S = 2.0
 POLL_S = 1.0  # how often the loop looks whether a forecast is due
 WARM_JOBS = 5000  # the newest jobs read from the store at start to learn runtimes from
+# The window learns from at most one forecast per job this often (forecasts come every 30 s; a job that
+# waits long must not fill the window's memory alone), and from at most OUTCOMES_PER_JOB of them, the newest.
+OUTCOME_EVERY_S = 1800.0
+OUTCOMES_PER_JOB = 8
 
 
 class ForecastFailed(Exception):
@@ -132,6 +143,13 @@ class Forecasts:
         self.seen: frozenset[int] = frozenset()  # the pending jobs the last forecast was made for
         self.made_at: float | None = None
         self.took_s: float | None = None
+        self.calibration = OnlineWindow(START_WINDOW)
+        self._awaiting: dict[int, list[tuple[float, float]]] = {}  # pending job id -> its (instant, forecast)s
+
+    @property
+    def window(self) -> StartWindow:
+        """The start window to show around a forecast now."""
+        return self.calibration.current
 
     def pause_s(self) -> float:
         """How long to wait before the next forecast."""
@@ -151,7 +169,25 @@ class Forecasts:
         return any(job_id not in self.seen for job_id in pending)
 
     def learn(self, jobs: Iterable[Job]) -> None:
-        observe_finished(self.model, (job for job in jobs if job.state.terminal))
+        """Jobs that changed: the finished ones teach the runtime model, the started ones the window."""
+        ended = []
+        for job in jobs:
+            if job.id in self._awaiting and job.state is not JobState.PENDING:
+                for at, start in self._awaiting.pop(job.id):
+                    # A job that ended unstarted (cancelled) teaches nothing, nor a start from before.
+                    if job.start_time is not None and job.start_time >= at:
+                        self.calibration.record(at, start, job.start_time)
+            if job.state.terminal:
+                ended.append(job)
+        observe_finished(self.model, ended)
+
+    def _remember(self, starts: Mapping[int, float], now: float) -> None:
+        """Keep this forecast of each job (one per OUTCOME_EVERY_S) until it starts."""
+        for job_id, start in starts.items():
+            kept = self._awaiting.setdefault(job_id, [])
+            if not kept or now - kept[-1][0] >= OUTCOME_EVERY_S:
+                kept.append((now, start))
+                del kept[:-OUTCOMES_PER_JOB]
 
     async def warm(self, history: Callable[[], list[Job]]) -> None:
         """Learn from the jobs that ended before this controller led (`history` reads them from the store,
@@ -169,6 +205,8 @@ class Forecasts:
         model = copy.deepcopy(self.model)  # the loop goes on teaching the live one while the copy is pickled
         started = time.perf_counter()
         self.starts = await self.process.forecast(state, model, self.horizon_s)
+        pending = engine.views.pending  # a job that started while the forecast ran is not awaited
+        self._remember({job_id: start for job_id, start in self.starts.items() if job_id in pending}, now)
         self.seen = frozenset(state.pending)
         self.made_at, self.took_s = now, time.perf_counter() - started
 
@@ -183,6 +221,7 @@ class Forecasts:
                 self.starts, self.seen = {}, frozenset()
                 if engine is None:  # a standby's child would only hold memory
                     self.process.close()
+                    self._awaiting.clear()  # the leader that takes over sees these jobs start
                     self.made_at = None  # when it leads again: a forecast at once
             elif self.due(engine.views.pending, clock()):
                 try:

@@ -23,6 +23,7 @@ from corral.controller.usage_views import LiveUsage
 from corral.engine.engine import Engine
 from corral.engine.records import Job, JobState
 from corral.ranges import compress_ranges
+from corral.sim.forecast import START_WINDOW, StartWindow
 from corral.store import Store
 
 # Where the next page starts (the `after` to ask with); absent on the last page.
@@ -86,9 +87,9 @@ class JobList:
 
 
 async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsage | None = None,
-                      forecasts: Mapping[int, float] | None = None) -> JobList:
+                      forecasts: Mapping[int, float] | None = None, window: StartWindow = START_WINDOW) -> JobList:
     """Unfinished jobs, with their place in the queue and scheduling priority while pending, their forecast
-    start (`forecasts`: pending job id -> start), and what running ones use (`live`)."""
+    start (`forecasts`: pending job id -> start) with its `window`, and what running ones use (`live`)."""
     jobs, next_after = _page(engine.jobs, query)
     places = _positions(engine) if query.shows("position") and any(j.state is JobState.PENDING for j in jobs) else {}
     pending = engine.views.pending
@@ -98,7 +99,7 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
         return None if view is None else view.priority
 
     facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priority_of, forecasts or {},
-                     lambda job: live.of(job.id) if live is not None else None)
+                     lambda job: live.of(job.id) if live is not None else None, window)
     encoding = _Encoding(facts, query.fields, query.combine_arrays, query.columns)
     for job in jobs:
         if encoding.add(job):
@@ -110,16 +111,16 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
 
 async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float, *,
                       queue_facts: bool = False, live: LiveUsage | None = None,
-                      forecasts: Mapping[int, float] | None = None) -> JobList:
+                      forecasts: Mapping[int, float] | None = None, window: StartWindow = START_WINDOW) -> JobList:
     """Jobs from the store, finished ones included, read and encoded in a worker thread. With
     `queue_facts`, pending jobs carry their place and priority (taken here, on the loop) and their
-    forecast start (`forecasts`); running ones what they use (`live`, copied here)."""
+    forecast start (`forecasts`, with its `window`); running ones what they use (`live`, copied here)."""
     places = _positions(engine) if queue_facts and query.shows("position") else {}
     priorities = {v.id: v.priority for v in engine.views.pending.values()} if queue_facts else {}
     usage = live.snapshot() if live is not None else {}
     facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priorities.get,
                      (forecasts or {}) if queue_facts else {},
-                     lambda job: None if job.state.terminal else usage.get(job.id))
+                     lambda job: None if job.state.terminal else usage.get(job.id), window)
     return await asyncio.to_thread(_stored_jobs, store, query, facts)
 
 

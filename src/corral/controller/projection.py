@@ -24,7 +24,7 @@ from corral.controller import views
 from corral.controller.usage_views import LiveOfJob, gpu_idle_flagged, job_usage
 from corral.engine.history import Cancelled, history_to_json
 from corral.engine.records import Job, JobState
-from corral.sim.forecast import START_WINDOW
+from corral.sim.forecast import START_WINDOW, StartWindow
 
 # Every field a projection may name; anything else is refused at the edge (app.py).
 JOB_FIELDS: tuple[str, ...] = tuple(JobOut.model_fields)
@@ -41,11 +41,12 @@ class JobFacts:
     priority_of: Callable[[int], int | None]
     forecasts: Mapping[int, float]
     live_of: Callable[[Job], LiveOfJob | None]
+    window: StartWindow = START_WINDOW  # the forecasts' start window, calibrated online (controller/forecasts.py)
 
     def job_out(self, job: Job) -> JobOut:
         """The full record, as GET /jobs sends it without `fields`."""
         out = views.job_out(job, self.now, self.live_of(job), self.forecasts.get(job.id),
-                            gpu_idle_flag_s=self.gpu_idle_flag_s)
+                            gpu_idle_flag_s=self.gpu_idle_flag_s, window=self.window)
         out.position = self.places.get(job.id)
         priority = self.priority_of(job.id)
         if priority is not None:
@@ -66,7 +67,7 @@ def _estimate(job: Job, facts: JobFacts) -> tuple[float | None, str | None]:
 def _window(job: Job, facts: JobFacts) -> list[float] | None:
     """A pending job's start window around its forecast, as views.job_out gives it."""
     start, source = _estimate(job, facts)
-    return list(START_WINDOW.bounds(facts.now, start)) if source == "forecast" and start is not None else None
+    return list(facts.window.bounds(facts.now, start)) if source == "forecast" and start is not None else None
 
 
 def _elapsed(job: Job, facts: JobFacts) -> float:

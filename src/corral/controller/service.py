@@ -83,7 +83,8 @@ class ControllerService(AgentLink):
         if job is None:
             return None
         out = views.job_out(job, self.clock(), None if job.state.terminal else self.live_usage.of(job_id),
-                            self.forecasts.starts.get(job_id), gpu_idle_flag_s=self.engine.config.gpu_idle_flag_s)
+                            self.forecasts.starts.get(job_id), gpu_idle_flag_s=self.engine.config.gpu_idle_flag_s,
+                            window=self.forecasts.window)
         view = self.engine.views.pending.get(job_id)
         if view is not None:
             out.position = 1 + sum(1 for other in self.engine.views.pending.values() if other.order < view.order)

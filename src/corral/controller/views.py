@@ -11,23 +11,24 @@ from corral.engine.history import Cancelled, history_to_json
 from corral.engine.membership import node_state
 from corral.engine.records import Job, JobState, Node
 from corral.protocol import ContainerLaunch, LaunchJob, TaskLaunch
-from corral.sim.forecast import START_WINDOW
+from corral.sim.forecast import START_WINDOW, StartWindow
 
 
 def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float | None = None, *,
-            gpu_idle_flag_s: float) -> JobOut:
+            gpu_idle_flag_s: float, window: StartWindow = START_WINDOW) -> JobOut:
     """`live`: the latest samples of the running job's tasks and steps (usage_views.LiveUsage.of).
     `forecast`: the job's forecast start (controller/forecasts.py), shown instead of the reservation's
     estimate while it is pending (never in the past: a job not started yet starts now at the earliest).
-    `gpu_idle_flag_s`: the config's; a job whose GPUs stayed idle that long is flagged."""
+    `gpu_idle_flag_s`: the config's; a job whose GPUs stayed idle that long is flagged. `window`: the
+    start window put around a forecast (the live one is calibrated online: Forecasts.window)."""
     live = live or {}
     usage = job_usage(job, live.get(None))
     req = job.spec.request
     estimate, source = job.estimated_start, "reservation" if job.estimated_start is not None else None
-    window = None
+    shown_window = None
     if forecast is not None and job.state is JobState.PENDING:
         estimate, source = max(forecast, now), "forecast"
-        window = list(START_WINDOW.bounds(now, estimate))
+        shown_window = list(window.bounds(now, estimate))
     if job.start_time is None:
         elapsed = 0.0
     else:
@@ -36,7 +37,7 @@ def job_out(job: Job, now: float, live: LiveOfJob | None = None, forecast: float
         id=job.id, name=job.spec.name, user=job.spec.user, state=job.state.value, reason=job.reason,
         partition=req.partition, priority=job.spec.priority, submit_time=job.submit_time,
         start_time=job.start_time, end_time=job.end_time, estimated_start=estimate,
-        estimated_start_source=source, estimated_start_window=window,
+        estimated_start_source=source, estimated_start_window=shown_window,
         time_limit_s=req.time_limit_s, elapsed_s=max(0.0, elapsed), num_nodes=req.num_nodes,
         tasks_per_node=req.tasks_per_node, num_tasks=req.num_nodes * req.tasks_per_node,
         gpus_per_node=req.gpus_per_node, cpus_per_task=req.cpus_per_task, mem_per_node_mib=req.mem_per_node_mib,

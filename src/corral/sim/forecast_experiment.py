@@ -30,7 +30,7 @@ import html
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from corral.engine.records import Job, JobState
-from corral.sim.driver import SimNode, Simulation
+from corral.sim.driver import SimNode, SimSubmission, Simulation
 from corral.sim.experiment import Policy, _engine_setup, _submission
 from corral.sim.forecast import DEFAULT_HORIZON_S, RuntimeModel, capture, forecast, observe_finished
 from corral.sim.limits import TimeLimitModel
@@ -64,6 +64,8 @@ class Sample:
     baseline_s: float
     oracle_s: float
     predicted_runtime_s: float | None = None  # ours, for the runtime model's own error
+    # Other runtime models' (name, forecast start, predicted runtime), forecast beside ours to compare them.
+    others: tuple[tuple[str, float, float], ...] = ()
 
 
 @dataclass
@@ -77,6 +79,7 @@ class ForecastOutcome:
     source: str  # which jobs were replayed
     sampled: tuple[float, float, float]  # (from, to, every) in simulated seconds
     durations: dict[int, float] | None = None  # job id -> true runtime
+    asked: dict[int, tuple[str, float]] | None = None  # job id -> (user, time limit)
 
 
 class TrueRuntimes(RuntimeModel):
@@ -103,16 +106,23 @@ def workload(duration_scale: float, window_days: float = WINDOW_DAYS) -> Workloa
 
 def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_S, every_s: float = SAMPLE_EVERY_S,
         progress: Callable[[str], None] | None = None, cluster: Cluster | None = None,
-        policy: Policy = POLICY, model: RuntimeModel | None = None) -> ForecastOutcome:
+        policy: Policy = POLICY, model: RuntimeModel | None = None,
+        others: Mapping[str, RuntimeModel] | None = None, references: bool = True,
+        arrivals_s: Mapping[str, float] | None = None) -> ForecastOutcome:
     """The replay with forecasts sampled as the module says; `cluster` defaults to the Philly VCs, `model`
-    (ours, learning as the replay goes) to RuntimeModel()."""
+    (ours, learning as the replay goes) to RuntimeModel(). `others`: more runtime models, learning the same
+    way, each forecast beside ours (Sample.others). `references=False` leaves out Slurm's estimate and the
+    oracle (their forecasts are then NaN): the replay is deterministic, so one run with them serves all.
+    `arrivals_s`: name -> a window W; ours is forecast again with the submissions of the last W replayed
+    as arrivals of the next W (each running what ours predicts for it), in Sample.others under that name."""
     started = time.perf_counter()
     cluster = cluster if cluster is not None else philly_cluster()
     config, tenancy = _engine_setup(cluster, policy)
     sim = Simulation(config, [SimNode(n.name, n.gpus, n.cpus, n.mem_mib) for n in cluster.nodes], tenancy)
     # The isolated policy submits every job as one user; forecasts learn per user, so each job keeps its VC's.
-    sim.submit(replace(sub, request=sub.request.model_copy(update={"user": job.user}))
-               for job in jobs.jobs for sub in [_submission(job, policy)])
+    submissions = [replace(sub, request=sub.request.model_copy(update={"user": job.user}))
+                   for job in jobs.jobs for sub in [_submission(job, policy)]]
+    sim.submit(submissions)
     model, baseline = model if model is not None else RuntimeModel(), RuntimeModel.limits_only()
     oracle = TrueRuntimes({})
     samples: list[Sample] = []
@@ -123,18 +133,27 @@ def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_
     while at <= warmup_s + span_s:
         sim.run(until_s=at)
         oracle.durations.update((job_id, jobs.jobs[i].duration_s) for i, job_id in sim.result.ids.items())
-        observe_finished(model, sim.result.finished[learnt:])
+        for learner in (model, *(others or {}).values()):
+            observe_finished(learner, sim.result.finished[learnt:])
         learnt = len(sim.result.finished)
         state = capture(sim.engine, at)
         t0 = time.perf_counter()
         ours = forecast(state, model, HORIZON_S)
         walls.append(time.perf_counter() - t0)
         counts.append(len(state.pending))
-        slurm = forecast(state, baseline, HORIZON_S)
-        best = forecast(state, oracle, HORIZON_S)
+        slurm = forecast(state, baseline, HORIZON_S) if references else {}
+        best = forecast(state, oracle, HORIZON_S) if references else {}
+        theirs = {name: forecast(state, other, HORIZON_S) for name, other in (others or {}).items()}
+        for name, window_s in (arrivals_s or {}).items():
+            theirs[name] = forecast(state, model, HORIZON_S, arrivals=_replayed(submissions, model, at, window_s))
         never = at + HORIZON_S
-        samples.extend(Sample(at, job.id, ours.get(job.id, never), slurm.get(job.id, never), best.get(job.id, never),
-                              model.runtime(job))
+        missing = never if references else float("nan")
+        samples.extend(Sample(at, job.id, ours.get(job.id, never), slurm.get(job.id, missing),
+                              best.get(job.id, missing), model.runtime(job),
+                              tuple((name, theirs[name].get(job.id, never), other.runtime(job))
+                                    for name, other in (others or {}).items())
+                              + tuple((name, theirs[name].get(job.id, never), model.runtime(job))
+                                      for name in (arrivals_s or {})))
                        for job in state.jobs if job.state is JobState.PENDING)
         if progress is not None:
             progress(f"t={at / 3600:.0f} h: {len(state.pending)} pending, forecast {walls[-1]:.2f} s")
@@ -143,7 +162,21 @@ def run(jobs: Workload, warmup_s: float = WARMUP_S, span_s: float = SAMPLE_SPAN_
     return ForecastOutcome(samples, dict(sim.result.first_starts), walls, counts, len(jobs.jobs),
                            time.perf_counter() - started, f"{jobs.source}; {'; '.join(jobs.notes)}",
                            (warmup_s, warmup_s + span_s, every_s),
-                           {job_id: jobs.jobs[i].duration_s for i, job_id in sim.result.ids.items()})
+                           {job_id: jobs.jobs[i].duration_s for i, job_id in sim.result.ids.items()},
+                           {job_id: (jobs.jobs[i].user, float(jobs.jobs[i].time_limit_s or 0.0))
+                            for i, job_id in sim.result.ids.items()})
+
+
+def _replayed(submissions: list[SimSubmission], model: RuntimeModel, at: float,
+              window_s: float) -> list[SimSubmission]:
+    """The submissions of [at - window_s, at) again, window_s later, each running what `model` predicts
+    (its user's ratio x its limit): an estimate of the arrivals still to come, from what is known at `at`."""
+    found = []
+    for sub in submissions:
+        if at - window_s <= sub.at_s < at:
+            limit = float(sub.request.time_limit_s or sub.duration_s)
+            found.append(SimSubmission(sub.at_s + window_s, sub.request, limit * model.ratio(sub.request.user, limit)))
+    return found
 
 
 def errors(outcome: ForecastOutcome) -> dict[str, np.ndarray]:

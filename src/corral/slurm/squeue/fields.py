@@ -168,6 +168,16 @@ _LONG_TO_LETTER = {
     "timeleft": "L", "timelimit": "l", "timeused": "M", "tres-per-node": "b", "userid": "U",
     "username": "u", "wckey": "w", "workdir": "Z",
 }
+def _window_end(which: int) -> Getter:
+    """corral's own: a pending job's start window (the earliest and latest start around its forecast, that
+    hold 80 % of actual starts), N/A for a job without a forecast. Slurm has no such -O name (it refuses one
+    it does not know), so no Slurm format, and no default column, changes."""
+    def value(job: Mapping, view: View) -> str:
+        window = job.get("estimated_start_window") if states.job_state(job) == "PENDING" else None
+        return timefmt.make_time_str(window[which] if window else None, view.now, view.time_format, unset="N/A")
+    return value
+
+
 LONG_NAMES: Mapping[str, Field] = {name: LETTERS[letter] for name, letter in _LONG_TO_LETTER.items()} | {
     "numtasks": Field("TASKS", lambda j, v: str(j.get("num_tasks", 1))),
     "stdout": Field("STDOUT", lambda j, v: str(j.get("output") or "") or None),
@@ -176,4 +186,6 @@ LONG_NAMES: Mapping[str, Field] = {name: LETTERS[letter] for name, letter in _LO
     "tres-alloc": Field("TRES_ALLOC", lambda j, v: tres.scontrol_text(tres.allocated(j)) or None),
     "restartcnt": Field("RESTART_COUNT", lambda j, v: str(j.get("restart_count", 0))),
     "requeue": Field("REQUEUE", lambda j, v: "1" if records.get(j, "requeue") else "0"),
+    "startearliest": Field("EARLIEST_START", _window_end(0)),
+    "startlatest": Field("LATEST_START", _window_end(1)),
 }
