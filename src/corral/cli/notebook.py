@@ -137,18 +137,25 @@ def _wait_routed(url: str, token: str) -> str:
 
 
 def _ended_before_ready(client: Client, session: str) -> str:
+    return ended_early(client, session, f"notebook {session}", "ready", "corral notebook:")
+
+
+def ended_early(client: Client, session: str, what: str, until: str, marker: str) -> str:
+    """Why a session (`what`: "notebook NAME", "Ray cluster NAME") ended before it was `until`: its job's state
+    and the last line of its log that starts with `marker` (the startup script's own words), else the log's
+    last lines."""
     jobs = [j for j in client.jobs(include_finished=True) if j.get("name") == session]
     if not jobs:
-        return f"notebook {session} ended before it was ready"
+        return f"{what} ended before it was {until}"
     job = max(jobs, key=lambda j: j["id"])
     log = Path(job.get("workdir") or os.getcwd()) / f"{session}-{job['id']}.out"
     try:
         lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-LOG_LINES:]
     except OSError:
         lines = []
-    said = next((line for line in reversed(lines) if line.startswith("corral notebook:")), None)
+    said = next((line for line in reversed(lines) if line.startswith(marker)), None)
     detail = said or ("; ".join(lines) if lines else f"no output in {log}")
-    return f"notebook {session} (job {job['id']}) ended before it was ready ({job.get('state', '?')}): {detail}"
+    return f"{what} (job {job['id']}) ended before it was {until} ({job.get('state', '?')}): {detail}"
 
 
 def _undo(client: Client, session: str, token_id: int) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -23,13 +22,12 @@ from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
 from corral.cli.errors import CliError
 from corral.cli.jobs import UrlOption
-from corral.cli.notebook import _gateway_url, _undo
+from corral.cli.notebook import _gateway_url, _undo, ended_early
 from corral.cli.output import reported_errors
 from corral.cli.ray_spec import NODES_PATH, job_submit_line, ray_session_spec
 from corral.jobscript.units import parse_time_s
 
 POLL_S = 0.5
-LOG_LINES = 5
 
 
 def ray(
@@ -126,15 +124,4 @@ def _wait_joined(url: str, token: str, nodes: int, wait_s: float) -> str:
 
 
 def _ended_before_up(client: Client, session: str) -> str:
-    jobs = [j for j in client.jobs(include_finished=True) if j.get("name") == session]
-    if not jobs:
-        return f"Ray cluster {session} ended before it was up"
-    job = max(jobs, key=lambda j: j["id"])
-    log = Path(job.get("workdir") or os.getcwd()) / f"{session}-{job['id']}.out"
-    try:
-        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-LOG_LINES:]
-    except OSError:
-        lines = []
-    said = next((line for line in reversed(lines) if line.startswith("corral ray:")), None)
-    detail = said or ("; ".join(lines) if lines else f"no output in {log}")
-    return f"Ray cluster {session} (job {job['id']}) ended before it was up ({job.get('state', '?')}): {detail}"
+    return ended_early(client, session, f"Ray cluster {session}", "up", "corral ray:")
