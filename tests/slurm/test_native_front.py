@@ -101,6 +101,22 @@ def test_without_a_helper_the_call_falls_back_once_and_starts_one(native, runtim
     assert _helper_pids(path)
 
 
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a network namespace needs root")
+def test_a_call_from_another_network_namespace_is_not_served_by_this_ones_helper(native, runtime_dir):
+    """`ip netns exec` (a virtual host) reaches other addresses: the helper outside must not run its calls."""
+    env = _plain_env(runtime_dir)
+    native.run("squeue", "--version", env=env)
+    _wait_for_helper(front.socket_path(env))
+    inside = subprocess.run(["unshare", "--net", str(native.bin / "squeue"), "--version"], env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert inside.returncode == 0, inside.stderr
+    assert native.fallback_marks()[-1] == f"squeue:{front.ABSENT}", "served by the outside helper"
+    code = "import os; from corral.slurm import front; print(front.socket_path(dict(os.environ)))"
+    in_namespace = subprocess.run(["unshare", "--net", sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, timeout=60, check=True).stdout.strip()
+    assert in_namespace != front.socket_path(env)
+
+
 def test_exit_status_and_stderr_come_back_from_the_helper(native, runtime_dir):
     env = _plain_env(runtime_dir)
     native.run("squeue", "--version", env=env)

@@ -162,11 +162,24 @@ def peer_uid(sock: _socket.socket) -> int:
 
 def fingerprint(env: dict[str, str]) -> str:
     """FNV-1a of what fixes a helper's behaviour: this interpreter, this corral, the start variables."""
-    parts = [sys.executable, __file__, sys.version, *(f"{name}={env.get(name)}" for name in START_VARIABLES)]
+    parts = [sys.executable, __file__, sys.version, *(f"{name}={env.get(name)}" for name in START_VARIABLES),
+             *(_namespace(kind) for kind in NAMESPACES)]
     value = 0xCBF29CE484222325
     for byte in "\0".join(parts).encode(errors="surrogateescape"):
         value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{value:016x}"
+
+
+# A helper serves only callers in its own network and mount namespaces: one in another (`ip netns exec`, a
+# container) would reach other addresses and files than the caller, so each namespace has its own helper.
+NAMESPACES = ("net", "mnt")
+
+
+def _namespace(kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return "None"
 
 
 def socket_path(env: dict[str, str]) -> str | None:
