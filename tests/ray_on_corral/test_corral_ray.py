@@ -155,4 +155,4 @@ def test_corral_ray_refuses_zero_nodes_and_no_gateway_before_starting_anything(u
     assert refused.returncode == 2 and "Invalid value for '--nodes' / '-N'" in refused.stderr, refused
     no_gateway = {k: v for k, v in user_env.items() if k != "CORRAL_GATEWAY"}
     refused = run([str(BIN / "corral"), "ray", "--nodes", "1"], no_gateway, tmp_path)
-    assert refused.returncode == 1 and "no gateway: pass --gateway" in refused.stderr, refused
+    assert refused.returncode == 1 and "no gateway: the cluster names none" in refused.stderr, refused
