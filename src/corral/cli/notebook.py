@@ -72,7 +72,7 @@ def notebook(
             client.apply_service(spec)
             token = client.create_token({"expires_s": limit_s + 3600, "description": f"notebook {session}"})
             try:
-                job = _wait_ready(client, session)
+                job = wait_session_replica(client, session, f"notebook {session}", "ready", "corral notebook:")
             except BaseException:
                 _undo(client, session, token["id"])
                 raise
@@ -103,14 +103,15 @@ def _gateway_url(option: str | None, client: Client) -> str:
     return value.rstrip("/")
 
 
-def _wait_ready(client: Client, session: str) -> dict:
-    """The session's replica once it is ready; CliError with its log when it ended first."""
+def wait_session_replica(client: Client, session: str, what: str, until: str, marker: str) -> dict:
+    """The session's replica once it is ready (`until`: "ready", "up"); CliError with its log when it ended
+    first (see ended_early for `what` and `marker`)."""
     while True:
         try:
             service = client.service(session)
         except ClientError as exc:
             if exc.status == 404:
-                raise CliError(_ended_before_ready(client, session)) from None
+                raise CliError(ended_early(client, session, what, until, marker)) from None
             raise
         replica = next(iter(service.get("replicas") or []), None)
         if replica is not None and replica.get("ready"):
@@ -134,10 +135,6 @@ def _wait_routed(url: str, token: str) -> str:
             last = str(exc) or type(exc).__name__
         time.sleep(POLL_S)
     return last
-
-
-def _ended_before_ready(client: Client, session: str) -> str:
-    return ended_early(client, session, f"notebook {session}", "ready", "corral notebook:")
 
 
 def ended_early(client: Client, session: str, what: str, until: str, marker: str) -> str:

@@ -18,11 +18,9 @@ from typing import Annotated
 import typer
 
 from corral.api.notebooks import gateway_path, user_label
-from corral.cli.client import Client, ClientError
 from corral.cli.connect import open_client
-from corral.cli.errors import CliError
 from corral.cli.jobs import UrlOption
-from corral.cli.notebook import _gateway_url, _undo, ended_early
+from corral.cli.notebook import _gateway_url, _undo, wait_session_replica
 from corral.cli.output import reported_errors
 from corral.cli.ray_spec import NODES_PATH, job_submit_line, ray_session_spec
 from corral.jobscript.units import parse_time_s
@@ -72,7 +70,7 @@ def ray(
             client.apply_service(spec)
             token = client.create_token({"expires_s": limit_s + 3600, "description": f"ray {session}"})
             try:
-                job = _wait_up(client, session)
+                job = wait_session_replica(client, session, f"Ray cluster {session}", "up", "corral ray:")
             except BaseException:
                 _undo(client, session, token["id"])
                 raise
@@ -84,21 +82,6 @@ def ray(
                f"'corral cancel {job['job_id']}')")
     typer.echo(f"dashboard: {base}{gateway_path(session)}?corral_token={token['token']}")
     typer.echo(f"submit: {job_submit_line(base, session, token['token'])}")
-
-
-def _wait_up(client: Client, session: str) -> dict:
-    """The Ray cluster's replica once its dashboard answers; CliError with its log when it ended first."""
-    while True:
-        try:
-            service = client.service(session)
-        except ClientError as exc:
-            if exc.status == 404:
-                raise CliError(_ended_before_up(client, session)) from None
-            raise
-        replica = next(iter(service.get("replicas") or []), None)
-        if replica is not None and replica.get("ready"):
-            return replica
-        time.sleep(POLL_S)
 
 
 def _wait_joined(url: str, token: str, nodes: int, wait_s: float) -> str:
@@ -121,7 +104,3 @@ def _wait_joined(url: str, token: str, nodes: int, wait_s: float) -> str:
             last = f"no answer through the gateway ({exc or type(exc).__name__})"
         time.sleep(POLL_S * 2)
     return last
-
-
-def _ended_before_up(client: Client, session: str) -> str:
-    return ended_early(client, session, f"Ray cluster {session}", "up", "corral ray:")
