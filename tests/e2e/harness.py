@@ -19,9 +19,19 @@ FAKE_NVML = Path(__file__).parent / "fake_nvml"  # a pynvml stand-in for agents 
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, for a server a test starts. Chosen below the kernel's ephemeral range: a port
+    from bind(0) is in that range, where any outgoing connection on the host may take it as its source port
+    before the server binds it (`corral up` then refused its --port and printed nothing on stdout)."""
+    lowest_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    lowest = 10_000 if lowest_ephemeral > 12_000 else 1024  # above the ports services are known by
+    while True:
+        port = lowest + secrets.randbelow(lowest_ephemeral - lowest - 100)  # `corral up` uses a few after it
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # a server of someone else's has it
+            return port
 
 
 def wait_for(what: Callable[[], object], timeout_s: float = 20.0, interval_s: float = 0.05, message: str = ""):

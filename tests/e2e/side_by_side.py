@@ -71,7 +71,10 @@ class UpCluster:
             if line.startswith("Press Ctrl-C"):
                 break
         self.banner = "".join(lines)
-        assert "is up" in self.banner, self.banner + self.logs()
+        if "is up" not in self.banner:  # it stopped (stdout closed): say what it said on stderr too
+            self.ensure_stopped()
+            raise AssertionError(f"corral up is not up (exit status {self.proc.returncode}); it printed "
+                                 f"{self.banner!r} and on stderr {self.proc.stderr.read()!r}\n{self.logs()}")
         secret = (self.state_dir / "secret").read_text().strip()
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}{API}", trust_env=False,
                                  headers={"Authorization": f"Bearer {secret}"}, timeout=60)

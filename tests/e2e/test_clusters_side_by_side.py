@@ -99,7 +99,6 @@ def test_two_root_clusters_named_alike_never_kill_each_others_jobs_and_the_host_
             forget(cluster)
 
 
-@pytest.mark.xfail(strict=False, reason="failed once in the last CI-like run of this session; not diagnosed")  # noqa: E501
 def test_a_users_cluster_runs_jobs_beside_roots_and_says_it_has_no_cgroups(shared_root) -> None:
     root, marker = shared_root
     env = {"CORRAL_SYSTEM_CLUSTER_FILE": str(root / "etc" / "cluster.json"), "XDG_CONFIG_HOME": str(root / "config")}

@@ -30,6 +30,7 @@ import os
 import platform
 import shutil
 import tarfile
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -209,8 +210,11 @@ class ImageCache:
         key = _sha256(path)
         if file_signature(path) == signature:  # not written while it was hashed
             memo.parent.mkdir(parents=True, exist_ok=True)
-            partial = memo.with_name(f".{memo.name}-{os.getpid()}")
-            partial.write_text(json.dumps({"path": str(path), "signature": list(signature), "key": key}))
+            # a temporary name of its own: the agent hashes each job's image in a thread of its own, so two
+            # jobs of one process may remember one file's key at once
+            descriptor, partial = tempfile.mkstemp(prefix=f".{memo.name}-", dir=memo.parent)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(json.dumps({"path": str(path), "signature": list(signature), "key": key}))
             os.rename(partial, memo)
         return key
 
