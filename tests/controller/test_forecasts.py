@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from corral.api.schemas import JobSubmit
+from corral.api.tenancy import TenancySpec
 from corral.controller.app import create_app
 from corral.controller.forecasts import NEW_JOBS_AFTER_S, ForecastFailed, Forecasts
 from corral.controller.restore import restore_engine
@@ -226,6 +227,38 @@ def test_jobs_waiting_on_quota_a_dependency_and_an_array_limit_get_a_forecast(tm
         for job_id in waiting:  # each with its window, the late end past the point forecast
             earliest, latest = listed[job_id]["estimated_start_window"]
             assert earliest <= listed[job_id]["estimated_start"] < latest
+    finally:
+        service.forecasts.close()
+        store.close()
+
+
+def test_a_job_waiting_on_its_queues_quota_gets_a_forecast_through_the_api(tmp_path):
+    """Queue qa's quota is two GPUs: of three one-GPU jobs submitted through the API the third waits on it
+    (the core estimates no start for it); the forecast plans it when the first two end (their limit: nothing
+    is learnt yet), and the API shows that start with its window."""
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.save(jobs=[], nodes=[node("n1")])
+    tenancy = TenancySpec(accounts=[{"name": "a"}], users=[{"name": "alice", "accounts": ["a"]}],
+                          qos=[{"name": "normal"}], queues=[{"name": "qa", "accounts": ["a"], "nominal": {"gpu": 2}}])
+    service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW, file_tenancy=tenancy), store,
+                                clock=lambda: NOW)
+    api = Api(create_app(service, SECRET))
+    try:
+        for _ in range(3):
+            reply = api.post("/jobs", json={"user": "alice", "argv": ["true"], "workdir": "/", "gpus": 1,
+                                            "time_limit_s": 1000, "queue": "qa", "account": "a"})
+            assert reply.status_code in (200, 201), reply.text
+        later = NOW + 1  # past the start delay after submission
+        service.engine.handle(ev.CycleDue(), now=later)
+        waiting = [job for job in service.engine.jobs.values() if job.state is JobState.PENDING]
+        assert len(waiting) == 1 and waiting[0].reason == "QueueQuota" and waiting[0].estimated_start is None
+        running_ends = max(job.start_time or 0.0 for job in service.engine.jobs.values()) + 1000
+        asyncio.run(service.forecasts.make(service.engine, later))
+        shown = api.get(f"/jobs/{waiting[0].id}").json()
+        assert shown["estimated_start_source"] == "forecast"
+        assert running_ends <= shown["estimated_start"] <= running_ends + 120  # the next cycles after they end
+        earliest, latest = shown["estimated_start_window"]
+        assert earliest <= shown["estimated_start"] < latest
     finally:
         service.forecasts.close()
         store.close()
