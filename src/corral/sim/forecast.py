@@ -21,8 +21,9 @@ actual wait is taken to lie within [low, high] x the forecast wait, both factors
 10th and 90th percentiles of actual / forecast wait, each plus PAD) on the tuning window of the
 `forecast-bluewaters` replay (sim/forecast_bluewaters.py), which also measures its coverage on a separate
 window. Those fixed factors did not carry from one window to the next (80 % there, 35 % on the next), so
-live forecasts calibrate online instead (OnlineWindow: the same quantiles over the newest outcomes of the
-forecasts whose jobs have started), with START_WINDOW's factors only until enough outcomes are known.
+live forecasts calibrate online instead (OnlineWindow: the quantiles of a Kaplan-Meier estimate of the ratios
+over the newest forecasts, a job still waiting counted as at least as late as it is, whose median also
+shifts the point forecasts), with START_WINDOW's factors only until enough of their jobs have started.
 
 `capture` copies what a forecast needs (the active jobs, nodes, tenancy, fair-share usage, reservations)
 cheaply, under the caller's loop; `forecast` then needs nothing else and may run in another thread.

@@ -14,8 +14,10 @@ Two windows, by forecast instant: samples before TUNE_UNTIL_S tune, the others r
 wait / forecast wait there), and its coverage is measured on the report samples, as is every error figure.
 The fixed factors (forecast.START_WINDOW) were set from this run's tuning window; beside them, the window
 calibrated online (forecast.OnlineWindow, what the live controller shows) is replayed over the samples: at
-each instant it knows only the outcomes of the earlier forecasts whose jobs had started by then
-(`online_windows`); its settings were chosen on the tuning window.
+each instant it knows only the earlier forecasts, and of each whether its job had started by then (and
+when) or still waited (`online_windows`); it also shifts ours, and the row's `ours` is the shifted forecast
+(what the live controller shows), with the unshifted one beside it. Its settings were chosen on the tuning
+window.
 """
 from __future__ import annotations
 
