@@ -126,7 +126,8 @@ class HistoryQuantiles(RuntimeModel):
     """RuntimeModel whose quantile depends on the user's history size: `few` while fewer than `few_below` of
     the user's jobs have finished (the ratios then come from a handful of jobs, or from everyone's),
     `quantile` otherwise (at most `per_user` are kept, so `few_below` <= per_user). A running job's end is
-    RuntimeModel's (`quantile`). Tried on forecast-bluewaters' tuning window (docs/results.md)."""
+    RuntimeModel's (`quantile`). Tried on forecast-bluewaters' tuning window and not shipped: it left the
+    start forecasts there as they were (docs/results.md)."""
 
     def __init__(self, quantile: float = 0.7, few: float = 0.85, few_below: int = 10) -> None:
         super().__init__(quantile=quantile)
