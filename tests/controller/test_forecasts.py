@@ -12,7 +12,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
 from corral.controller.app import create_app
 from corral.controller.forecasts import NEW_JOBS_AFTER_S, ForecastFailed, Forecasts
@@ -202,34 +201,46 @@ def test_a_job_that_began_waiting_is_forecast_soon_not_a_whole_pause_later():
     assert not forecasts.due([2, 3, 4], NOW + 35) and forecasts.due([2, 3, 4], NOW + 41)
 
 
-def test_jobs_waiting_on_quota_a_dependency_and_an_array_limit_get_a_forecast(tmp_path):
-    """squeue --start and corral queue showed none for them: the forward run plans them as the engine
-    does (quota, dependencies, throttles)."""
+def forecast_through_the_api(tmp_path, *submissions: dict) -> tuple[ControllerService, dict[int, dict]]:
+    """Job 1 holds n1 (a whole node, to T0 + 1,050: its limit, nothing is learnt); `submissions` are posted
+    to the API, a cycle runs, a forecast is made; the pending jobs as GET /jobs lists them."""
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     store.save(jobs=[whole_node_job(1, running=True)], nodes=[node("n1")])
     service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW), store, clock=lambda: NOW)
+    api = Api(create_app(service, SECRET))
+    for fields in submissions:
+        reply = api.post("/jobs", json={"user": "alice", "argv": ["true"], "workdir": "/", "gpus": 1,
+                                        "time_limit_s": 1000, **fields})
+        assert reply.status_code in (200, 201), reply.text
+    service.engine.handle(ev.CycleDue(), now=NOW + 1)
+    asyncio.run(service.forecasts.make(service.engine, NOW + 1))
+    listed = {j["id"]: j for j in api.get("/jobs").json() if j["state"] == "PENDING"}
+    for job in listed.values():  # each with its window, the late end past the point forecast
+        earliest, latest = job["estimated_start_window"]
+        assert job["estimated_start_source"] == "forecast" and earliest <= job["estimated_start"] < latest
+    return service, listed
+
+
+def test_a_job_waiting_on_a_dependency_gets_a_forecast_through_the_api(tmp_path):
+    """squeue --start and corral queue showed none for it: the forward run plans it as the engine does."""
+    service, listed = forecast_through_the_api(tmp_path, {"dependency": "afterany:1"})
     try:
-        def submit(**fields) -> None:
-            asyncio.run(service.submit(JobSubmit(user="alice", argv=["true"], workdir="/", gpus=1,
-                                                 time_limit_s=1000, **fields)))
-        submit(dependency="afterany:1")
-        submit(array="0-2%1")
-        engine = service.engine
-        engine.handle(ev.CycleDue(), now=NOW)
-        waiting = sorted(job_id for job_id, job in engine.jobs.items() if job.state is JobState.PENDING)
-        assert waiting == [2, 3, 4, 5] and engine.jobs[2].reason == "Dependency"
-        assert all(engine.jobs[j].estimated_start is None for j in waiting), "the core estimates none of them"
-        asyncio.run(service.forecasts.make(engine, NOW))
-        # Job 1 ends at T0 + 1050 (its limit: nothing learnt); then 2 and the array's first task start at
-        # once, and its tasks one after the other (%1).
-        assert service.forecasts.starts == {2: T0 + 1050, 3: T0 + 1050, 4: T0 + 2050, 5: T0 + 3050}
-        listed = {j["id"]: j for j in Api(create_app(service, SECRET)).get("/jobs").json()}
-        for job_id in waiting:  # each with its window, the late end past the point forecast
-            earliest, latest = listed[job_id]["estimated_start_window"]
-            assert earliest <= listed[job_id]["estimated_start"] < latest
+        job = service.engine.jobs[2]
+        assert job.reason == "Dependency" and job.estimated_start is None  # the core estimates none
+        assert listed[2]["estimated_start"] == T0 + 1050  # when job 1 ends
     finally:
         service.forecasts.close()
-        store.close()
+
+
+def test_array_tasks_under_the_arrays_task_limit_are_forecast_one_after_another_through_the_api(tmp_path):
+    service, listed = forecast_through_the_api(tmp_path, {"array": "0-2%1"})
+    try:
+        # The first task starts when job 1 ends, the others one after the other (%1), each running its limit.
+        assert sorted(job["estimated_start"] for job in listed.values()) == [T0 + 1050, T0 + 2050, T0 + 3050]
+        # The core's reservations ignore the limit: every task at T0 + 1,050.
+        assert {service.engine.jobs[job_id].estimated_start for job_id in listed} == {T0 + 1050}
+    finally:
+        service.forecasts.close()
 
 
 def test_a_job_waiting_on_its_queues_quota_gets_a_forecast_through_the_api(tmp_path):

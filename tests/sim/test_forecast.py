@@ -247,7 +247,10 @@ def test_an_online_window_keeps_its_prior_until_enough_jobs_started_and_forgets_
         window.forecast(job, 500.0, 600.0)
     assert window.forecasts_of(1) == [] and window.forecasts_of(2) == [(0.0, 100.0)]  # only the newest 4
     window.dropped(3)  # cancelled: teaches nothing
-    assert window.forecasts_of(3) == [] and len(window.ratios(1000.0)) == 3
+    assert window.forecasts_of(3) == [] and len(window.ratios(1000.0)) == 3 and not window.knows(3)
+    window.forecast(2, 300.0, 400.0)  # requeued after its start at 200, forecast again, then cancelled
+    window.dropped(2)
+    assert window.forecasts_of(2) == [(0.0, 100.0)]  # its start at 200 stays known
 
 
 def test_an_online_window_keeps_at_most_per_job_forecasts_of_one_job_and_forgets_the_waiting_ones():

@@ -167,13 +167,13 @@ class Forecasts:
 
     def learn(self, jobs: Iterable[Job]) -> None:
         """Jobs that changed: the finished ones teach the runtime model, the started ones the calibration (a
-        job that ended unstarted, cancelled, teaches nothing)."""
+        job that ended without starting again, cancelled, teaches nothing)."""
         ended = []
         for job in jobs:
-            if job.state is not JobState.PENDING and self.calibration.forecasts_of(job.id):
+            if job.state is not JobState.PENDING and self.calibration.knows(job.id):
                 if job.start_time is not None:
                     self.calibration.started(job.id, job.start_time)
-                elif job.state.terminal:
+                if job.state.terminal:
                     self.calibration.dropped(job.id)
             if job.state.terminal:
                 ended.append(job)

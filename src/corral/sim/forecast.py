@@ -268,9 +268,15 @@ class OnlineWindow:
                 made.actual_s = actual_s
 
     def dropped(self, job: Hashable) -> None:
-        """The job ended without starting (cancelled): its forecasts teach nothing."""
-        for made in self._by_job.pop(job, ()):
+        """The job ended without starting again (cancelled): its forecasts not followed by a start teach
+        nothing."""
+        for made in [made for made in self._by_job.get(job, ()) if made.actual_s is None]:
+            self._forget(made)
             self._kept.remove(made)
+
+    def knows(self, job: Hashable) -> bool:
+        """Whether a forecast of the job is kept."""
+        return job in self._by_job
 
     def forget_waiting(self) -> None:
         """Forget the forecasts of jobs not started yet (a controller that stops leading will not see them
