@@ -202,10 +202,11 @@ class Forecasts:
         model = copy.deepcopy(self.model)  # the loop goes on teaching the live one while the copy is pickled
         started = time.perf_counter()
         found = await self.process.forecast(state, model, self.horizon_s)
-        pending = engine.views.pending  # a job that started while the forecast ran is not awaited
-        self._remember({job_id: start for job_id, start in found.items() if job_id in pending}, now)
+        # Calibrated from the earlier forecasts, as forecast_bluewaters.online_windows replays it.
         shift, self.window = self.calibration.calibrated(now)
         self.starts = {job_id: self.calibration.shifted(now, start, shift) for job_id, start in found.items()}
+        pending = engine.views.pending  # a job that started while the forecast ran is not awaited
+        self._remember({job_id: start for job_id, start in found.items() if job_id in pending}, now)
         self.seen = frozenset(state.pending)
         self.made_at, self.took_s = now, time.perf_counter() - started
 
