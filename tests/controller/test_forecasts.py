@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.api.schemas import JobSubmit
+from corral.api.tenancy import TenancySpec
 from corral.controller.app import create_app
 from corral.controller.forecasts import NEW_JOBS_AFTER_S, ForecastFailed, Forecasts
 from corral.controller.restore import restore_engine
@@ -21,7 +21,7 @@ from corral.core.model import NodeSlice, Request
 from corral.engine import events as ev
 from corral.engine.config import LIVE
 from corral.engine.records import Job, JobSpec, JobState, NodeRun
-from corral.sim.forecast import START_WINDOW, OnlineWindow, RuntimeModel, StartWindow, capture
+from corral.sim.forecast import START_WINDOW, OnlineWindow, RuntimeModel, StartWindow, capture, forecast
 from corral.slurm.squeue.main import squeue
 from corral.store import Store
 from tests.cli.standin import ServerThread
@@ -107,7 +107,8 @@ def test_pending_jobs_show_their_forecast_start_and_its_source(queued, tmp_path)
 
 def test_the_start_window_is_calibrated_online_from_the_forecast_jobs_that_start(tmp_path):
     """Job 2 is forecast at NOW to start at T0 + 300 (a wait of 200 s); job 1 runs long, so job 2 starts at
-    T0 + 1,000 (a wait of 900 s): the window shown from then on has learnt that starts come late."""
+    T0 + 1,000 (a wait of 900 s): the forecasts and the window shown from then on have learnt that starts
+    come late."""
     clock = [NOW]
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     store.save(jobs=[whole_node_job(1, running=True), whole_node_job(2), whole_node_job(3),
@@ -119,23 +120,61 @@ def test_the_start_window_is_calibrated_online_from_the_forecast_jobs_that_start
         asyncio.run(forecasts.warm(service.recent_ended_jobs))
         asyncio.run(forecasts.make(service.engine, NOW))
         assert forecasts.starts[2] == T0 + 300 and forecasts.window == START_WINDOW  # nothing started yet
+        assert forecasts.calibration.forecasts_of(3) == [(NOW, T0 + 550)]
         clock[0] = T0 + 1000
         asyncio.run(service._handle(ev.NodeContacted("n1"), ev.TasksFinished("n1", 1, ((0, 0, 0),))))
         asyncio.run(service.run_cycle())
         assert service.engine.jobs[2].start_time == T0 + 1000
-        ratio = (900 + START_WINDOW.pad_s) / (200 + START_WINDOW.pad_s)
-        assert forecasts.calibration.outcomes == 1
-        assert forecasts.window == StartWindow(ratio, ratio, START_WINDOW.pad_s)
-        # Job 3 is shown inside the window calibrated online, not the fixed one.
+        pad = START_WINDOW.pad_s
+        ratio = (900 + pad) / (200 + pad)
+        # Job 3 still waits: 900 s already, against a forecast wait of 450 s, a ratio of at least that.
+        assert forecasts.calibration.ratios(clock[0]) == [(ratio, True), ((900 + pad) / (450 + pad), False)]
         asyncio.run(forecasts.make(service.engine, clock[0]))
+        shift = ratio ** forecasts.calibration.shift_power
+        assert forecasts.window == StartWindow(ratio / shift, ratio / shift, pad)
+        # Job 3's forecast is shown later than the forward run says, and inside the window calibrated online,
+        # not the fixed one.
+        unshifted = forecast(capture(service.engine, clock[0]), forecasts.model)[3]
+        assert forecasts.starts[3] == pytest.approx(clock[0] + (unshifted - clock[0] + pad) * shift - pad, abs=1e-3)
+        assert forecasts.starts[3] > unshifted
         shown = Api(create_app(service, SECRET)).get("/jobs/3").json()
-        assert shown["estimated_start_window"] == list(forecasts.window.bounds(clock[0], forecasts.starts[3]))
-        assert shown["estimated_start_window"] != list(START_WINDOW.bounds(clock[0], forecasts.starts[3]))
+        assert shown["estimated_start"] == pytest.approx(forecasts.starts[3], abs=1e-3)
+        calibrated = forecasts.window.bounds(clock[0], forecasts.starts[3])
+        assert shown["estimated_start_window"] == pytest.approx(list(calibrated), abs=1e-3)
+        assert calibrated != pytest.approx(START_WINDOW.bounds(clock[0], forecasts.starts[3]), abs=1.0)
         # A job cancelled while awaited teaches nothing.
         asyncio.run(service._handle(ev.CancelRequested(3)))
-        assert forecasts.calibration.outcomes == 1 and 3 not in forecasts._awaiting
+        assert forecasts.calibration.forecasts_of(3) == [] and forecasts.calibration.outcomes == 1
     finally:
         forecasts.close()
+
+
+def test_the_live_window_counts_the_jobs_still_waiting_as_late_ones():
+    """A hand-made history: jobs 1 and 2 were forecast at NOW to start in 1,000 s (waits counted +600 s);
+    job 1 started on time (ratio 1), job 2 three times as late (ratio 3), job 3 still waits at NOW + 2,600
+    with a forecast wait of 1,000 s (ratio at least 2). From the starts alone the median ratio is 1; with
+    job 3 known to come later than 2, Kaplan-Meier says 3, and the forecasts are shifted by it."""
+    forecasts = Forecasts()
+    forecasts.calibration = OnlineWindow(START_WINDOW, keep=10, min_outcomes=2, covered=0.8, shift_power=1.0)
+    forecasts._remember({1: NOW + 1000, 2: NOW + 1000, 3: NOW + 2000}, NOW)
+    forecasts._remember({3: NOW + 2000}, NOW + 1000)  # too soon after the last: not kept twice
+    assert forecasts.calibration.forecasts_of(3) == [(NOW, NOW + 2000)]
+    started_1, started_2 = whole_node_job(1, running=True), whole_node_job(2, running=True)
+    started_1.start_time, started_2.start_time = NOW + 1000, NOW + 4200  # (4,200 + 600) / (1,000 + 600) = 3
+    forecasts.learn([started_1, whole_node_job(3)])
+    at = NOW + 2600  # job 3: (2,600 + 600) / (2,000 + 600) = 1.23 so far
+    assert forecasts.calibration.calibrated(at) == (1.0, START_WINDOW)  # one start: too few yet
+    forecasts.learn([started_2])
+    at = NOW + 4200 + 1  # job 3: at least (4,201 + 600) / 2,600 = 1.85
+    observations = forecasts.calibration.ratios(at)
+    assert [observed for _, observed in observations] == [True, True, False]
+    shift, window = forecasts.calibration.calibrated(at)
+    assert shift == pytest.approx(3.0) and window == StartWindow(1 / 3, 1.0, START_WINDOW.pad_s)
+    started_only = OnlineWindow(START_WINDOW, keep=10, min_outcomes=2, covered=0.8, shift_power=1.0)
+    for job, actual in ((1, NOW + 1000), (2, NOW + 4200)):
+        started_only.forecast(job, NOW, NOW + 1000)
+        started_only.started(job, actual)
+    assert started_only.calibrated(at)[0] == pytest.approx(1.0)  # the bias the censored job corrects
 
 
 def test_a_slow_forecast_waits_longer_before_the_next():
@@ -162,31 +201,75 @@ def test_a_job_that_began_waiting_is_forecast_soon_not_a_whole_pause_later():
     assert not forecasts.due([2, 3, 4], NOW + 35) and forecasts.due([2, 3, 4], NOW + 41)
 
 
-def test_jobs_waiting_on_quota_a_dependency_and_an_array_limit_get_a_forecast(tmp_path):
-    """squeue --start and corral queue showed none for them: the forward run plans them as the engine
-    does (quota, dependencies, throttles)."""
+def forecast_through_the_api(tmp_path, *submissions: dict) -> tuple[ControllerService, dict[int, dict]]:
+    """Job 1 holds n1 (a whole node, to T0 + 1,050: its limit, nothing is learnt); `submissions` are posted
+    to the API, a cycle runs, a forecast is made; the pending jobs as GET /jobs lists them."""
     store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
     store.save(jobs=[whole_node_job(1, running=True)], nodes=[node("n1")])
     service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW), store, clock=lambda: NOW)
+    api = Api(create_app(service, SECRET))
+    for fields in submissions:
+        reply = api.post("/jobs", json={"user": "alice", "argv": ["true"], "workdir": "/", "gpus": 1,
+                                        "time_limit_s": 1000, **fields})
+        assert reply.status_code in (200, 201), reply.text
+    service.engine.handle(ev.CycleDue(), now=NOW + 1)
+    asyncio.run(service.forecasts.make(service.engine, NOW + 1))
+    listed = {j["id"]: j for j in api.get("/jobs").json() if j["state"] == "PENDING"}
+    for job in listed.values():  # each with its window, the late end past the point forecast
+        earliest, latest = job["estimated_start_window"]
+        assert job["estimated_start_source"] == "forecast" and earliest <= job["estimated_start"] < latest
+    return service, listed
+
+
+def test_a_job_waiting_on_a_dependency_gets_a_forecast_through_the_api(tmp_path):
+    """squeue --start and corral queue showed none for it: the forward run plans it as the engine does."""
+    service, listed = forecast_through_the_api(tmp_path, {"dependency": "afterany:1"})
     try:
-        def submit(**fields) -> None:
-            asyncio.run(service.submit(JobSubmit(user="alice", argv=["true"], workdir="/", gpus=1,
-                                                 time_limit_s=1000, **fields)))
-        submit(dependency="afterany:1")
-        submit(array="0-2%1")
-        engine = service.engine
-        engine.handle(ev.CycleDue(), now=NOW)
-        waiting = sorted(job_id for job_id, job in engine.jobs.items() if job.state is JobState.PENDING)
-        assert waiting == [2, 3, 4, 5] and engine.jobs[2].reason == "Dependency"
-        assert all(engine.jobs[j].estimated_start is None for j in waiting), "the core estimates none of them"
-        asyncio.run(service.forecasts.make(engine, NOW))
-        # Job 1 ends at T0 + 1050 (its limit: nothing learnt); then 2 and the array's first task start at
-        # once, and its tasks one after the other (%1).
-        assert service.forecasts.starts == {2: T0 + 1050, 3: T0 + 1050, 4: T0 + 2050, 5: T0 + 3050}
-        listed = {j["id"]: j for j in Api(create_app(service, SECRET)).get("/jobs").json()}
-        for job_id in waiting:  # each with its window, the late end past the point forecast
-            earliest, latest = listed[job_id]["estimated_start_window"]
-            assert earliest <= listed[job_id]["estimated_start"] < latest
+        job = service.engine.jobs[2]
+        assert job.reason == "Dependency" and job.estimated_start is None  # the core estimates none
+        assert listed[2]["estimated_start"] == T0 + 1050  # when job 1 ends
+    finally:
+        service.forecasts.close()
+
+
+def test_array_tasks_under_the_arrays_task_limit_are_forecast_one_after_another_through_the_api(tmp_path):
+    service, listed = forecast_through_the_api(tmp_path, {"array": "0-2%1"})
+    try:
+        # The first task starts when job 1 ends, the others one after the other (%1), each running its limit.
+        assert sorted(job["estimated_start"] for job in listed.values()) == [T0 + 1050, T0 + 2050, T0 + 3050]
+        # The core's reservations ignore the limit: every task at T0 + 1,050.
+        assert {service.engine.jobs[job_id].estimated_start for job_id in listed} == {T0 + 1050}
+    finally:
+        service.forecasts.close()
+
+
+def test_a_job_waiting_on_its_queues_quota_gets_a_forecast_through_the_api(tmp_path):
+    """Queue qa's quota is two GPUs: of three one-GPU jobs submitted through the API the third waits on it
+    (the core estimates no start for it); the forecast plans it when the first two end (their limit: nothing
+    is learnt yet), and the API shows that start with its window."""
+    store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
+    store.save(jobs=[], nodes=[node("n1")])
+    tenancy = TenancySpec(accounts=[{"name": "a"}], users=[{"name": "alice", "accounts": ["a"]}],
+                          qos=[{"name": "normal"}], queues=[{"name": "qa", "accounts": ["a"], "nominal": {"gpu": 2}}])
+    service = ControllerService(restore_engine(CONFIG, LIVE, store, NOW, file_tenancy=tenancy), store,
+                                clock=lambda: NOW)
+    api = Api(create_app(service, SECRET))
+    try:
+        for _ in range(3):
+            reply = api.post("/jobs", json={"user": "alice", "argv": ["true"], "workdir": "/", "gpus": 1,
+                                            "time_limit_s": 1000, "queue": "qa", "account": "a"})
+            assert reply.status_code in (200, 201), reply.text
+        later = NOW + 1  # past the start delay after submission
+        service.engine.handle(ev.CycleDue(), now=later)
+        waiting = [job for job in service.engine.jobs.values() if job.state is JobState.PENDING]
+        assert len(waiting) == 1 and waiting[0].reason == "QueueQuota" and waiting[0].estimated_start is None
+        running_ends = max(job.start_time or 0.0 for job in service.engine.jobs.values()) + 1000
+        asyncio.run(service.forecasts.make(service.engine, later))
+        shown = api.get(f"/jobs/{waiting[0].id}").json()
+        assert shown["estimated_start_source"] == "forecast"
+        assert running_ends <= shown["estimated_start"] <= running_ends + 120  # the next cycles after they end
+        earliest, latest = shown["estimated_start_window"]
+        assert earliest <= shown["estimated_start"] < latest
     finally:
         service.forecasts.close()
         store.close()

@@ -10,7 +10,16 @@ from corral.core.model import Request
 from corral.engine.config import EngineConfig, PartitionConfig
 from corral.engine.records import Job, JobSpec, JobState
 from corral.sim.driver import SimNode, SimSubmission, Simulation
-from corral.sim.forecast import OnlineWindow, RecentRuntimes, RuntimeModel, StartWindow, capture, forecast
+from corral.sim.forecast import (
+    HistoryQuantiles,
+    OnlineWindow,
+    RecentRuntimes,
+    RuntimeModel,
+    StartWindow,
+    capture,
+    censored_quantiles,
+    forecast,
+)
 
 
 def request(user: str = "alice", gpus: int = 4, limit_s: int = 1000) -> JobSubmit:
@@ -189,32 +198,98 @@ def test_a_calibrated_window_holds_the_central_share_of_the_tuning_samples():
     assert StartWindow.calibrate([]) is None
 
 
-def test_an_online_window_keeps_its_prior_until_enough_outcomes_then_follows_the_newest():
-    prior = StartWindow(low=0.9, high=3.0, pad_s=0.0)
-    online = OnlineWindow(prior, keep=5, min_outcomes=3, covered=0.8)
-    online.record(0.0, 100.0, 200.0)
-    online.record(0.0, 100.0, 200.0)
-    assert online.current == prior and online.outcomes == 2  # too few outcomes yet
-    online.record(0.0, 100.0, 200.0)
-    assert online.current == StartWindow(2.0, 2.0, 0.0)  # every start came twice as late as forecast
-    for actual in (100.0, 100.0, 100.0, 100.0, 100.0):  # on time, five times: the first three are forgotten
-        online.record(50.0, 100.0, actual)
-    assert online.outcomes == 5 and online.current == StartWindow(1.0, 1.0, 0.0)
+def test_censored_quantiles_count_a_value_still_waiting_as_at_least_its_bound():
+    # Started: 1, 2, 4, 8; still waiting with a bound of 3, twice. From the started ones alone the median is 2;
+    # the two waiting ones are known to lie past 3, so half the mass lies past 2: Kaplan-Meier says 4.
+    observed = [(1.0, True), (2.0, True), (4.0, True), (8.0, True)]
+    assert censored_quantiles(observed, (0.5,)) == [2.0]
+    assert censored_quantiles(observed + [(3.0, False), (3.0, False)], (0.9, 0.1, 0.5)) == [8.0, 1.0, 4.0]
+    # The largest values still waiting: the upper quantiles are not known, and not claimed.
+    assert censored_quantiles([(1.0, True), (1.0, True), (5.0, False), (5.0, False)], (0.5, 0.9)) == [1.0, None]
+    assert censored_quantiles([], (0.5,)) == [None]
+
+
+def online(**settings) -> OnlineWindow:
+    return OnlineWindow(StartWindow(low=0.9, high=3.0, pad_s=0.0), **settings)
+
+
+def test_an_online_window_counts_jobs_still_waiting_as_at_least_as_late_as_they_are():
+    """Four jobs forecast at 0 to start at 100 started at 100, 200, 400 and 800 (ratios 1, 2, 4, 8); two
+    forecast at 700 to start at 800 still wait at 1,000 (ratios at least 3)."""
+    window = online(min_outcomes=1, covered=0.8, shift_power=0.0)
+    for job, actual in zip((1, 2, 3, 4), (100.0, 200.0, 400.0, 800.0), strict=True):
+        window.forecast(job, 0.0, 100.0)
+        window.started(job, actual)
+    for job in (5, 6):
+        window.forecast(job, 700.0, 800.0)
+    assert sorted(window.ratios(1000.0)) == [(1.0, True), (2.0, True), (3.0, False), (3.0, False), (4.0, True),
+                                             (8.0, True)]
+    assert window.calibrated(1000.0) == (1.0, StartWindow(1.0, 8.0, 0.0))
+    # At 300 the jobs that started at 400 and 800 had not: they count as waiting then, not as what came later.
+    assert sorted(window.ratios(300.0))[-2:] == [(3.0, False), (3.0, False)]
+    # The median (4) shifts the forecasts by its square root here, and the window is around the shifted one.
+    window.shift_power = 0.5
+    shift, around = window.calibrated(1000.0)
+    assert (shift, around) == (2.0, StartWindow(0.5, 4.0, 0.0))
+    assert window.shifted(1000.0, 1100.0, shift) == 1200.0
+
+
+def test_an_online_window_keeps_its_prior_until_enough_jobs_started_and_forgets_the_oldest():
+    window = online(keep=4, min_outcomes=2, covered=0.8)
+    window.forecast(1, 0.0, 100.0)
+    window.forecast(2, 0.0, 100.0)
+    window.started(1, 200.0)
+    assert window.calibrated(1000.0) == (1.0, window.prior) and window.outcomes == 1  # one start is too few
+    window.started(2, 200.0)
+    shift, around = window.calibrated(1000.0)  # both came twice as late: forecasts shifted by 2 ** 0.25
+    assert shift == 2 ** 0.25 and around == StartWindow(2 / shift, 2 / shift, 0.0)
+    for job in (3, 4, 5):
+        window.forecast(job, 500.0, 600.0)
+    assert window.forecasts_of(1) == [] and window.forecasts_of(2) == [(0.0, 100.0)]  # only the newest 4
+    window.dropped(3)  # cancelled: teaches nothing
+    assert window.forecasts_of(3) == [] and len(window.ratios(1000.0)) == 3 and not window.knows(3)
+    window.forecast(2, 300.0, 400.0)  # requeued after its start at 200, forecast again, then cancelled
+    window.dropped(2)
+    assert window.forecasts_of(2) == [(0.0, 100.0)]  # its start at 200 stays known
+
+
+def test_an_online_window_keeps_at_most_per_job_forecasts_of_one_job_and_forgets_the_waiting_ones():
+    window = online(keep=10, min_outcomes=1, per_job=2)
+    for at in (0.0, 10.0, 20.0):
+        window.forecast(1, at, at + 100.0)
+    window.forecast(2, 0.0, 100.0)
+    window.started(2, 100.0)
+    assert window.forecasts_of(1) == [(10.0, 110.0), (20.0, 120.0)]
+    window.forget_waiting()
+    assert window.forecasts_of(1) == [] and window.ratios(500.0) == [(1.0, True)]
 
 
 def test_an_online_window_counts_waits_from_the_forecast_instant_with_the_priors_pad():
-    online = OnlineWindow(StartWindow(low=1.0, high=1.0, pad_s=600.0), keep=10, min_outcomes=1)
-    online.record(1000.0, 1000.0, 1900.0)  # forecast "now", started 900 s later: (900 + 600) / (0 + 600)
-    assert online.current.low == online.current.high == 2.5
-    lo, hi = online.current.bounds(0.0, 0.0)
-    assert (lo, hi) == (0.0, 900.0)
+    window = OnlineWindow(StartWindow(low=1.0, high=1.0, pad_s=600.0), keep=10, min_outcomes=1, shift_power=0.0)
+    window.forecast(1, 1000.0, 1000.0)
+    window.started(1, 1900.0)  # forecast "now", started 900 s later: (900 + 600) / (0 + 600)
+    assert window.window(2000.0) == StartWindow(2.5, 2.5, 600.0)
+    assert window.window(2000.0).bounds(0.0, 0.0) == (0.0, 900.0)
 
 
 def test_online_window_settings_are_checked():
     prior = StartWindow(1.0, 2.0)
-    for bad in ({"keep": 0}, {"min_outcomes": 0}, {"keep": 5, "min_outcomes": 6}, {"covered": 1.0}):
+    for bad in ({"keep": 0}, {"min_outcomes": 0}, {"keep": 5, "min_outcomes": 6}, {"covered": 1.0},
+                {"shift_power": -0.1}, {"per_job": 0}):
         with pytest.raises(ValueError):
             OnlineWindow(prior, **bad)
+
+
+def test_history_quantiles_use_another_quantile_while_the_users_history_is_short():
+    model = HistoryQuantiles(quantile=0.5, few=1.0, few_below=4)
+    for ratio in (0.1, 0.2, 0.3):
+        model.observe("alice", ratio * 1000, 1000.0)
+    assert predicted(model, "alice", 1000) == pytest.approx(300.0)  # three jobs: the largest ratio (few = 1)
+    model.observe("alice", 400.0, 1000.0)
+    assert predicted(model, "alice", 1000) == pytest.approx(250.0)  # four: the median of 0.1-0.4
+    assert predicted(model, "bob", 1000) == pytest.approx(400.0)  # no history: everyone's, at `few`
+    with pytest.raises(ValueError):
+        HistoryQuantiles(few=1.5)
 
 
 def test_recent_runtimes_predict_the_mean_of_the_users_last_two_with_the_same_limit_first():

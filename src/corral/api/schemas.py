@@ -127,8 +127,8 @@ class JobOut(BaseModel):
     # Where estimated_start comes from: "forecast" (the engine run forward with predicted runtimes) or
     # "reservation" (the backfill reservation the scheduler holds for the job, from time limits).
     estimated_start_source: Literal["forecast", "reservation"] | None = None
-    # [earliest, latest] start around a forecast (sim/forecast.py START_WINDOW, calibrated to hold the actual
-    # start for 80 % of jobs); None when estimated_start is not a forecast.
+    # [earliest, latest] start around a forecast (sim/forecast.py OnlineWindow, calibrated online to hold the
+    # actual start for 80 % of jobs); None when estimated_start is not a forecast.
     estimated_start_window: list[float] | None = None
     time_limit_s: int
     elapsed_s: float

@@ -10,9 +10,11 @@ reservation estimate is shown: it has one for a job waiting on resources only, s
 queue's quota, a dependency or its array's task limit has an estimated start only from a forecast; hence
 the prompt one for new jobs.
 
-The start window shown around a forecast is calibrated online (`OnlineWindow`): each pending job's forecasts,
-one per OUTCOME_EVERY_S at most, are kept until the job starts, and then its ratios actual / forecast wait
-teach the window; until MIN_OUTCOMES are known it is START_WINDOW's fixed factors."""
+The forecasts shown and the start window around them are calibrated online (`OnlineWindow`): each pending
+job's forecasts, one per OUTCOME_EVERY_S at most (the newest OUTCOMES_PER_JOB), are kept, and at each forecast
+the ratios actual / forecast wait of those whose jobs started, with the bounds of those whose jobs still wait,
+give the window and a shift of the forecasts (`OnlineWindow.calibrated`); until ONLINE_MIN_OUTCOMES jobs have
+started, START_WINDOW's fixed factors and no shift."""
 from __future__ import annotations
 
 import asyncio
@@ -139,17 +141,12 @@ class Forecasts:
         self.every_s, self.horizon_s = every_s, horizon_s
         self.process = ForecastProcess()
         self.model = RuntimeModel(quantile=LIVE_QUANTILE)
-        self.starts: Mapping[int, float] = {}  # pending job id -> forecast start, replaced whole
+        self.starts: Mapping[int, float] = {}  # pending job id -> forecast start as shown (shifted), replaced whole
         self.seen: frozenset[int] = frozenset()  # the pending jobs the last forecast was made for
         self.made_at: float | None = None
         self.took_s: float | None = None
-        self.calibration = OnlineWindow(START_WINDOW)
-        self._awaiting: dict[int, list[tuple[float, float]]] = {}  # pending job id -> its (instant, forecast)s
-
-    @property
-    def window(self) -> StartWindow:
-        """The start window to show around a forecast now."""
-        return self.calibration.current
+        self.calibration = OnlineWindow(START_WINDOW, per_job=OUTCOMES_PER_JOB)
+        self.window: StartWindow = START_WINDOW  # around `starts`, as calibrated at the last forecast
 
     def pause_s(self) -> float:
         """How long to wait before the next forecast."""
@@ -169,25 +166,25 @@ class Forecasts:
         return any(job_id not in self.seen for job_id in pending)
 
     def learn(self, jobs: Iterable[Job]) -> None:
-        """Jobs that changed: the finished ones teach the runtime model, the started ones the window."""
+        """Jobs that changed: the finished ones teach the runtime model, the started ones the calibration (a
+        job that ended without starting again, cancelled, teaches nothing)."""
         ended = []
         for job in jobs:
-            if job.id in self._awaiting and job.state is not JobState.PENDING:
-                for at, start in self._awaiting.pop(job.id):
-                    # A job that ended unstarted (cancelled) teaches nothing, nor a start from before.
-                    if job.start_time is not None and job.start_time >= at:
-                        self.calibration.record(at, start, job.start_time)
+            if job.state is not JobState.PENDING and self.calibration.knows(job.id):
+                if job.start_time is not None:
+                    self.calibration.started(job.id, job.start_time)
+                if job.state.terminal:
+                    self.calibration.dropped(job.id)
             if job.state.terminal:
                 ended.append(job)
         observe_finished(self.model, ended)
 
     def _remember(self, starts: Mapping[int, float], now: float) -> None:
-        """Keep this forecast of each job (one per OUTCOME_EVERY_S) until it starts."""
+        """Keep this forecast of each job, one per OUTCOME_EVERY_S."""
         for job_id, start in starts.items():
-            kept = self._awaiting.setdefault(job_id, [])
+            kept = self.calibration.forecasts_of(job_id)
             if not kept or now - kept[-1][0] >= OUTCOME_EVERY_S:
-                kept.append((now, start))
-                del kept[:-OUTCOMES_PER_JOB]
+                self.calibration.forecast(job_id, now, start)
 
     async def warm(self, history: Callable[[], list[Job]]) -> None:
         """Learn from the jobs that ended before this controller led (`history` reads them from the store,
@@ -204,9 +201,12 @@ class Forecasts:
         state = capture(engine, now)
         model = copy.deepcopy(self.model)  # the loop goes on teaching the live one while the copy is pickled
         started = time.perf_counter()
-        self.starts = await self.process.forecast(state, model, self.horizon_s)
+        found = await self.process.forecast(state, model, self.horizon_s)
+        # Calibrated from the earlier forecasts, as forecast_bluewaters.online_windows replays it.
+        shift, self.window = self.calibration.calibrated(now)
+        self.starts = {job_id: self.calibration.shifted(now, start, shift) for job_id, start in found.items()}
         pending = engine.views.pending  # a job that started while the forecast ran is not awaited
-        self._remember({job_id: start for job_id, start in self.starts.items() if job_id in pending}, now)
+        self._remember({job_id: start for job_id, start in found.items() if job_id in pending}, now)
         self.seen = frozenset(state.pending)
         self.made_at, self.took_s = now, time.perf_counter() - started
 
@@ -221,7 +221,7 @@ class Forecasts:
                 self.starts, self.seen = {}, frozenset()
                 if engine is None:  # a standby's child would only hold memory
                     self.process.close()
-                    self._awaiting.clear()  # the leader that takes over sees these jobs start
+                    self.calibration.forget_waiting()  # the leader that takes over sees these jobs start
                     self.made_at = None  # when it leads again: a forecast at once
             elif self.due(engine.views.pending, clock()):
                 try:
