@@ -46,10 +46,10 @@ async def settled(service: ControllerService) -> int:
     return cycles
 
 
-def run_with_loop(tmp_path: Path, scenario) -> None:
+def run_with_loop(tmp_path: Path, scenario, min_cycle_interval_s: float = LIVE_MIN_INTERVAL_S) -> None:
     async def main() -> None:
         store = Store.open(f"sqlite:///{tmp_path / 'corral.db'}")
-        config = EngineConfig(start_delay_s=START_DELAY_S)
+        config = EngineConfig(start_delay_s=START_DELAY_S, min_cycle_interval_s=min_cycle_interval_s)
         service = ControllerService(restore_engine(config, LIVE, store, time.time()), store, time.time)
         await service.start()
         try:
@@ -102,6 +102,19 @@ def test_a_submission_a_gate_holds_gets_its_reason_from_a_cycle_at_once(tmp_path
         await until(lambda: service.engine.jobs[waiting].reason == "Dependency")
 
     run_with_loop(tmp_path, scenario)
+
+
+def test_with_no_minimum_interval_a_burst_runs_a_cycle_per_start(tmp_path: Path) -> None:
+    async def scenario(service: ControllerService, http: httpx.AsyncClient, epoch: str) -> None:
+        before = await settled(service)
+        ids = []
+        for _ in range(6):  # each start delay ends in a cycle of its own
+            ids.append(await submit(http))
+            await asyncio.sleep(0.05)
+        await until(lambda: all(service.engine.jobs[i].state is JobState.RUNNING for i in ids))
+        assert service.cycles - before >= len(ids)
+
+    run_with_loop(tmp_path, scenario, min_cycle_interval_s=0.0)
 
 
 def test_a_burst_of_submissions_starts_in_few_cycles_and_every_job_starts(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ class SchedulingLoop(ServiceCore):
     # ----- the scheduling loop
 
     async def _loop(self) -> None:
-        pacer = CyclePacer.live()
+        pacer = CyclePacer.live(self.config.min_cycle_interval_s)
         wake = self._wake
         assert wake is not None, "start() makes the wake-up event before it starts the loop"
         while True:

@@ -9,13 +9,13 @@ most `requests_turn_max_s`). When the loop goes to sleep it sets its one timer t
 deadline then, dropping the timer it had (as asyncio.wait_for's timeout is dropped).
 
 The live controller and the simulated loops differ in their parameters, nothing else (`live()` and
-`simulated()`). The live loop's minimum interval is LIVE_MIN_INTERVAL_S; the simulator's is its caller's
-(none by default: a replay's cycles are where its events are). Requests take their turn only in real time
-(a simulated cycle takes no time). And a deadline that is already past when the loop goes to sleep rings
-at once in real time (the clock passed it during the requests' turn, after the cycle that could act on
-it), while in simulated time, where no time passes between a cycle and the deadline it leaves, it is
-dropped: that cycle had its chance at it (a kill with no grace period is escalated at the next event, not
-in a second cycle at the same instant).
+`simulated()`). The live loop's minimum interval is the configuration's min_cycle_interval_s (by default
+LIVE_MIN_INTERVAL_S); the simulator's is its caller's (none by default: a replay's cycles are where its
+events are). Requests take their turn only in real time (a simulated cycle takes no time). And a deadline
+that is already past when the loop goes to sleep rings at once in real time (the clock passed it during
+the requests' turn, after the cycle that could act on it), while in simulated time, where no time passes
+between a cycle and the deadline it leaves, it is dropped: that cycle had its chance at it (a kill with
+no grace period is escalated at the next event, not in a second cycle at the same instant).
 
 The caller keeps the times in its own clock. The controller measures its cycles and its requests' turn
 on the monotonic clock and its deadlines on its own (possibly fake) clock: the pacer never compares the
