@@ -122,6 +122,7 @@ class FakeController:
         self.auth_headers: list[str] = []
         self.polls: list[tuple[int, str]] = []  # (after, epoch header)
         self.events: list[Any] = []
+        self.event_batches: list[list[str]] = []  # the kinds of each batch of events accepted, in order
         self.commands: list[Any] = []
         self.max_events_bytes: int | None = None  # a larger event batch gets 413, as [http] max_agent_body_mib
         self.cond = threading.Condition()
@@ -280,6 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reply(409, json.dumps({"detail": "epoch changed"}))
                 return
             ctl.events.extend(batch.events)
+            ctl.event_batches.append([type(event).__name__ for event in batch.events])
         self._reply(200)
 
     def do_GET(self) -> None:  # noqa: N802

@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import signal
 
+from corral.agent import agent as agent_module
 from corral.protocol import GpuShareLaunch, NodeStarted, SignalJob, StepFinished, TaskExit, TaskLaunch
 
 EXITED_OK = TaskExit(rank=0, exit_code=0)
@@ -43,6 +44,32 @@ def test_launch_reports_started_then_finished(controller, run_with_agent, make_l
     assert controller.finished(11).tasks == [EXITED_OK]
     assert (tmp_path / "out-11").read_text() == "hello\n"
     assert controller.polls[-1][0] == 1  # the launch command was acknowledged
+
+
+def test_a_start_waits_for_a_short_tasks_end_and_both_go_in_one_request(controller, run_with_agent, make_launch,
+                                                                          monkeypatch):
+    monkeypatch.setattr(agent_module, "START_LINGER_S", 30.0)  # the end, not the linger, sends them
+
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=41, argv=["true"]))
+        await controller.until(lambda: controller.finished(41), timeout_s=20.0)
+
+    run_with_agent(scenario)
+    assert controller.event_batches == [["NodeStarted", "NodeFinished"]]
+
+
+def test_a_start_alone_goes_after_the_linger_not_at_the_tasks_end(controller, run_with_agent, make_launch):
+    async def scenario(agent):
+        await controller.until(lambda: controller.polls)
+        controller.send(make_launch(job_id=42, argv=["sleep", "30"]))
+        await controller.until(lambda: controller.events_of(NodeStarted, 42), timeout_s=10.0)
+        assert not controller.finished(42)
+        controller.send(SignalJob(job_id=42, signal=signal.SIGKILL, grace_s=0))
+        await controller.until(lambda: controller.finished(42), timeout_s=10.0)
+
+    run_with_agent(scenario)
+    assert controller.event_batches == [["NodeStarted"], ["NodeFinished"]]
 
 
 def test_resent_launch_is_ignored(controller, run_with_agent, make_launch, tmp_path):

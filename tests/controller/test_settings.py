@@ -25,6 +25,13 @@ def test_gpu_idle_cancel_s_is_read_and_checked() -> None:
         settings_from_dict({"gpu_idle_cancel_s": "x"})
 
 
+def test_min_cycle_interval_s_is_read_and_checked() -> None:
+    assert settings_from_dict({}).min_cycle_interval_s == 0.25
+    assert settings_from_dict({"min_cycle_interval_s": 0}).min_cycle_interval_s == 0
+    with pytest.raises(SettingsError, match="min_cycle_interval_s must be a number of seconds, 0 or more, not '1s'"):
+        settings_from_dict({"min_cycle_interval_s": "1s"})
+
+
 def test_gpu_idle_flag_s_is_read_and_checked() -> None:
     assert settings_from_dict({}).gpu_idle_flag_s == 1800
     assert settings_from_dict({"gpu_idle_flag_s": 0}).gpu_idle_flag_s == 0

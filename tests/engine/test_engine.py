@@ -185,6 +185,16 @@ def test_a_job_starts_no_sooner_than_the_start_delay_after_submission() -> None:
     assert engine.schedule(T0 + 0.3) == [Launch(job.id, "node1")]
 
 
+def test_a_submission_wants_a_cycle_only_when_one_now_would_act_for_its_jobs() -> None:
+    delayed = engine_with_nodes(count=1, start_delay_s=0.3)
+    plain = delayed.submit(spec(), T0)
+    assert not delayed.cycle_wanted_for_submitted([plain]), "too fresh to start: the timer's cycle is the first"
+    waiting = delayed.submit(dataclasses.replace(spec(), dependency=f"afterok:{plain.id}"), T0)
+    assert delayed.cycle_wanted_for_submitted([plain, waiting]), "a cycle gives it its reason (Dependency) now"
+    undelayed = engine_with_nodes(count=1)
+    assert undelayed.cycle_wanted_for_submitted([undelayed.submit(spec(), T0)]), "it may start at once"
+
+
 def test_an_open_reservation_is_no_deadline_but_its_end_is() -> None:
     from corral.api.tenancy import ReservationSpec
 

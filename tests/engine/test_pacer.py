@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from corral.engine.pacer import LIVE_MIN_INTERVAL_S as LIVE_MIN_S
 from corral.engine.pacer import CyclePacer
 
 LIVE, SIMULATED, SIMULATED_5S = CyclePacer.live, CyclePacer.simulated, lambda: CyclePacer.simulated(5.0)
@@ -14,6 +15,8 @@ NEXT_CYCLE = [
     ("live: ... at most 1 s", LIVE, [(10.0, 12.5)], 12.5, 13.5),
     ("live: wanted after the requests' turn runs at once", LIVE, [(10.0, 10.5)], 11.25, 11.25),
     ("live: only the last cycle holds", LIVE, [(10.0, 13.0), (20.0, 20.25)], 20.25, 20.5),
+    ("live: within the minimum interval waits for its end", LIVE, [(10.0, 10.01)], 10.05, 10.0 + LIVE_MIN_S),
+    ("live: a cycle wanted after the interval runs at once", LIVE, [(10.0, 10.01)], 10.5, 10.5),
     ("simulated: no hold by default", SIMULATED, [(100.0, 100.0)], 100.0, 100.0),
     ("simulated: within the minimum interval waits for its end", SIMULATED_5S, [(100.0, 100.0)], 103.0, 105.0),
     ("simulated: at the interval's end runs", SIMULATED_5S, [(100.0, 100.0)], 105.0, 105.0),

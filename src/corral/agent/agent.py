@@ -30,6 +30,7 @@ Resilience rules (the controller may restart or vanish for minutes at any time):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import httpx
@@ -55,6 +56,8 @@ log = logging.getLogger(__name__)
 
 # How often the usage loop looks for jobs due a sample (each has its interval, at least this).
 MIN_USAGE_TICK_S = 1.0
+# How long task starts alone wait in the outbox for more events to go with them (see _send_loop).
+START_LINGER_S = 0.05
 # Statuses that mean "this event batch will never be accepted": dropping it beats wedging the outbox.
 REJECTED_STATUSES = (400, 422)
 
@@ -166,8 +169,14 @@ class Agent(Registrant):
             await self._outbox_ready.wait()
             if not self._outbox:
                 self._outbox_ready.clear()
+                self._outbox_urgent.clear()
                 self._batch_events = MAX_EVENTS_PER_BATCH  # what was too large has gone
                 continue
+            if not self._outbox_urgent.is_set():
+                # Only task starts so far: a short task's end, and the other starts of the same command
+                # batch, come within moments and go in the same request.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._outbox_urgent.wait(), START_LINGER_S)
             batch = self._outbox[:self._batch_events]
             delivered = await self._send(batch, backoff)
             if delivered:

@@ -28,6 +28,7 @@ from corral.agent.usage import UsageMonitor
 from corral.protocol import (
     Event,
     NodeFinished,
+    NodeStarted,
     NodeUnhealthy,
 )
 from corral.slurm.common.leader import LEADER_HEADER, NOT_LEADER_STATUS
@@ -126,6 +127,9 @@ class AgentState:
         # controller has the event: a restarted agent reports an end the controller never got.
         self._releases: dict[int, JobRunner | StepRunner] = {}
         self._outbox_ready = asyncio.Event()
+        # Set once the outbox holds more than task starts: until then the send loop waits START_LINGER_S
+        # for more (agent.py), since a start is nothing the controller's scheduler waits for.
+        self._outbox_urgent = asyncio.Event()
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self._client: httpx.AsyncClient | None = None
@@ -212,6 +216,8 @@ class AgentState:
 
     def _post(self, event: Event) -> None:
         self._outbox.append(event)
+        if not isinstance(event, NodeStarted):
+            self._outbox_urgent.set()
         self._outbox_ready.set()
 
 

@@ -74,7 +74,7 @@ class SchedulingLoop(ServiceCore):
     # ----- the scheduling loop
 
     async def _loop(self) -> None:
-        pacer = CyclePacer.live()
+        pacer = CyclePacer.live(self.config.min_cycle_interval_s)
         wake = self._wake
         assert wake is not None, "start() makes the wake-up event before it starts the loop"
         while True:
@@ -85,8 +85,11 @@ class SchedulingLoop(ServiceCore):
             timer = pacer.sleep(now, None if idle or engine is None else engine.next_deadline(now))
             await _wait(wake, None if timer is None else timer - now)
             wake.clear()
+            wanted, self._cycle_wanted = self._cycle_wanted, False
             if self.writer.outage is not None or self._engine is None:
                 continue
+            if not wanted and (timer is None or self.clock() < timer):
+                continue  # rearm(): only the deadline moved; sleep again with the timer it sets now
             # Whenever the controller stopped listening (in a wait, a cycle or a handler), before the cycle
             # that would count that time as the agents' silence.
             self._discount_stall(self._stalls.take())

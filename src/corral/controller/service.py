@@ -28,8 +28,16 @@ class ControllerService(AgentLink):
     """The controller: the users' requests and queries, over its agents' side, loop and core."""
 
     async def submit(self, sub: JobSubmit) -> tuple[int, list[int]]:
-        # Durable before the user hears the id.
-        return (await self._stimulus(functools.partial(self._submit, sub))).reply
+        # Durable before the user hears the id. Under a burst of submissions, a cycle after each would
+        # only find the new jobs too fresh to start (start_delay_s): the loop's timer is set to when
+        # they may, and that cycle starts all that came meanwhile at once.
+        result = await self._stimulus(functools.partial(self._submit, sub), wake=False)
+        engine = self._engine
+        if engine is None or engine.cycle_wanted_for_submitted(result.jobs):
+            self.poke()
+        else:
+            self.rearm()
+        return result.reply
 
     def _submit(self, sub: JobSubmit, now: float) -> Result:
         return self.engine.handle(ev.SubmissionRequested(sub), now=now)

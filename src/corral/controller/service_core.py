@@ -111,6 +111,7 @@ class ServiceCore:
         self._queued: list[_Queued] = []  # stimuli waiting for the next group commit (_stimulus)
         self._flusher: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
+        self._cycle_wanted = False  # set by poke(), taken by the loop: a wake-up that wants a cycle
         self._task: asyncio.Task | None = None
         self._stalls = StallWatch()
         self._recovery: asyncio.Task | None = None
@@ -189,6 +190,14 @@ class ServiceCore:
         self.poke()
 
     def poke(self) -> None:
+        """Something changed that the scheduler looks at: the loop runs a cycle, as soon as its pacer lets it."""
+        self._cycle_wanted = True
+        if self._wake is not None:
+            self._wake.set()
+
+    def rearm(self) -> None:
+        """Only the engine's next deadline may have moved (a job submitted that waits its start delay): the
+        loop sets its timer to it, and runs no cycle before that rings or something else changes."""
         if self._wake is not None:
             self._wake.set()
 

@@ -59,7 +59,8 @@ from corral.engine.config import EngineConfig, PartitionConfig
 _TENANCY = set(TenancySpec.model_fields)
 _TOP = {"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s", "shards_per_gpu", "scheduler",
         "partitions", "auth", "expedite_hold_s", "ratelimit",
-        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http", "launch_parameters", "gateway"} | _TENANCY
+        "gpu_idle_cancel_s", "gpu_idle_flag_s", "self_fencing", "http", "launch_parameters", "gateway",
+        "min_cycle_interval_s"} | _TENANCY
 _AUTH = {"admins", "operators", "socket", "credential_ttl_s", "agents_vouch_for_admins", "agents_vouch_min_uid",
          "public_metrics"}
 _RATELIMIT = {"enabled", "bucket_size", "refill_rate", "refill_period_s", "table_size", "records_per_token"}
@@ -255,7 +256,7 @@ def settings_from_dict(data: dict, origin: str = "config") -> EngineConfig:
             raise SettingsError(f"{origin} partitions[{i}]: {exc}") from None
     top = {k: data[k] for k in ("cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
                                 "shards_per_gpu", "expedite_hold_s", "gpu_idle_cancel_s",
-                                "gpu_idle_flag_s", "self_fencing")
+                                "gpu_idle_flag_s", "self_fencing", "min_cycle_interval_s")
            if k in data}
     if "launch_parameters" in data:
         parameters = data["launch_parameters"]

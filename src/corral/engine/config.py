@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from corral import hostlist
 from corral.core.config import SchedulerConfig
 from corral.core.model import Partition
+from corral.engine.pacer import LIVE_MIN_INTERVAL_S
 
 MAX_PRIORITY_JOB_FACTOR = 65533  # Slurm's upper bound
 
@@ -96,6 +97,9 @@ class EngineConfig:
     # Slurm's LaunchParameters that corral knows (LAUNCH_PARAMETERS): for the commands, which read them from
     # /health (salloc's use_interactive_step); the engine does not read them.
     launch_parameters: tuple[str, ...] = ()
+    # The live scheduling loop's least interval between cycle starts (engine/pacer.py, Slurm's
+    # sched_min_interval): the controller's loop reads it, the engine does not.
+    min_cycle_interval_s: float = LIVE_MIN_INTERVAL_S
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.launch_parameters if p not in LAUNCH_PARAMETERS]
@@ -109,7 +113,7 @@ class EngineConfig:
             raise ValueError("more than one default partition")
         if type(self.expedite_hold_s) not in (int, float) or not 0 <= self.expedite_hold_s < float("inf"):
             raise ValueError(f"expedite_hold_s must be a number of seconds, 0 or more, not {self.expedite_hold_s!r}")
-        for name in ("gpu_idle_cancel_s", "gpu_idle_flag_s"):
+        for name in ("gpu_idle_cancel_s", "gpu_idle_flag_s", "min_cycle_interval_s"):
             value = getattr(self, name)
             if type(value) not in (int, float) or not 0 <= value < float("inf"):
                 raise ValueError(f"{name} must be a number of seconds, 0 or more, not {value!r}")

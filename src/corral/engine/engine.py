@@ -298,14 +298,22 @@ class Engine:
             self._fresh.popleft()
         return {job_id for _, job_id in self._fresh}
 
+    def cycle_wanted_for_submitted(self, jobs: list[Job]) -> bool:
+        """Whether a cycle run now would do anything for these jobs, just submitted: start one (no start
+        delay), or give one the reason that a gate holds it for (a dependency, a begin time, a QOS with a
+        wall). Otherwise the first cycle that can act for them is the one at their start delay's end,
+        which next_deadline already names: the controller sets its timer to it rather than run a cycle."""
+        walled = self.tenancy.walled_qos
+        return self.start_delay_s <= 0 or any(job.state is JobState.PENDING and _may_be_gated(job, walled)
+                                                for job in jobs)
+
     def _gate_pending(self, now: float) -> set[int]:
         gated: set[int] = set()
         tenancy, jobs = self.tenancy, self.active.jobs
         walled = tenancy.walled_qos
         for job_id in self.active.views.pending:
             job = jobs[job_id]
-            if not job.spec.dependency and job.spec.qos not in walled and job.spec.begin_time is None \
-                    and job.eligible_at is None:
+            if not _may_be_gated(job, walled):
                 continue
             blocked = gates.gate(job, now, tenancy, jobs, self.life.job_state)
             if blocked is not None:
@@ -473,3 +481,10 @@ def _this_run(job: Job, restart_count: int | None) -> bool:
     """Whether an agent's report is about the job's current run: a requeued job may run again on the same
     node before the report of its earlier run arrives (an agent back from a lost contact sends it late)."""
     return restart_count is None or restart_count == job.restart_count
+
+
+def _may_be_gated(job: Job, walled_qos: frozenset[str]) -> bool:
+    """Whether a gate (gates.py) may hold the pending `job`: only then does a cycle look at its gates."""
+    spec = job.spec
+    return bool(spec.dependency) or spec.qos in walled_qos or spec.begin_time is not None \
+        or job.eligible_at is not None

@@ -1,18 +1,21 @@
 """When the scheduling loop runs its next cycle: the one rule that the controller's loop (service.py), the
 simulator (sim/driver.py) and the replay test (tests/sim/test_replay_equivalence.py) follow.
 
-A cycle is wanted when something changed (a submission, a task's end, ...) or when the loop's timer
-rings. It runs at once, unless the last cycle holds it back: no cycle starts within `min_interval_s` of
-the last one's start, nor before requests had their turn after the last one ended (as long as that cycle
-took, at most `requests_turn_max_s`). When the loop goes to sleep it sets its one timer to the engine's
-next deadline then, dropping the timer it had (as asyncio.wait_for's timeout is dropped).
+A cycle is wanted when something changed that the scheduler looks at (a task's end, a cancel, ...) or
+when the loop's timer rings (a submission whose jobs wait their start delay only sets the timer to it).
+It runs at once, unless the last cycle holds it back: no cycle starts within `min_interval_s` of the last
+one's start, nor before requests had their turn after the last one ended (as long as that cycle took, at
+most `requests_turn_max_s`). When the loop goes to sleep it sets its one timer to the engine's next
+deadline then, dropping the timer it had (as asyncio.wait_for's timeout is dropped).
 
-The live controller and the simulated loops differ in two parameters, nothing else (`live()` and
-`simulated()`). Requests take their turn only in real time (a simulated cycle takes no time). And a
-deadline that is already past when the loop goes to sleep rings at once in real time (the clock passed it
-during the requests' turn, after the cycle that could act on it), while in simulated time, where no time
-passes between a cycle and the deadline it leaves, it is dropped: that cycle had its chance at it (a
-kill with no grace period is escalated at the next event, not in a second cycle at the same instant).
+The live controller and the simulated loops differ in their parameters, nothing else (`live()` and
+`simulated()`). The live loop's minimum interval is the configuration's min_cycle_interval_s (by default
+LIVE_MIN_INTERVAL_S); the simulator's is its caller's (none by default: a replay's cycles are where its
+events are). Requests take their turn only in real time (a simulated cycle takes no time). And a deadline
+that is already past when the loop goes to sleep rings at once in real time (the clock passed it during
+the requests' turn, after the cycle that could act on it), while in simulated time, where no time passes
+between a cycle and the deadline it leaves, it is dropped: that cycle had its chance at it (a kill with
+no grace period is escalated at the next event, not in a second cycle at the same instant).
 
 The caller keeps the times in its own clock. The controller measures its cycles and its requests' turn
 on the monotonic clock and its deadlines on its own (possibly fake) clock: the pacer never compares the
@@ -22,6 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+# The live loop's minimum interval between cycle starts (Slurm's sched_min_interval). Under a burst (jobs
+# submitted one after another, tasks ending), the starts and ends of the last interval go into one cycle,
+# one commit and one command poll per agent, instead of a cycle each, a commit each and a poll reply each.
+# A quiet cluster loses nothing: a cycle wanted longer than this after the last one began runs at once.
+LIVE_MIN_INTERVAL_S = 0.25
 
 
 @dataclass
@@ -36,9 +45,9 @@ class CyclePacer:
     timer: float | None = field(default=None, init=False)
 
     @classmethod
-    def live(cls) -> CyclePacer:
+    def live(cls, min_interval_s: float = LIVE_MIN_INTERVAL_S) -> CyclePacer:
         # A cycle over 100,000 jobs takes ~0.5 s: submissions and agent reports are answered in between.
-        return cls(requests_turn_max_s=1.0, past_deadlines_ring=True)
+        return cls(min_interval_s=min_interval_s, requests_turn_max_s=1.0, past_deadlines_ring=True)
 
     @classmethod
     def simulated(cls, min_interval_s: float = 0.0) -> CyclePacer:
