@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 # again (about 80 us a time, some 0.2 ms of the agent's CPU per job). A None entry fails it at once, and
 # httpcore then takes asyncio, as it did.
 if importlib.util.find_spec("sniffio") is None:
-    sys.modules.setdefault("sniffio", None)  # type: ignore[assignment]
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 # How often the usage loop looks for jobs due a sample (each has its interval, at least this).
 MIN_USAGE_TICK_S = 1.0
