@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import psutil
-
 from corral.agent.task_leader import FACTORY_FLAG
-from corral.agent.task_spool import START_TIME_TOLERANCE_S, since_boot
+from corral.agent.task_spool import START_TIME_TOLERANCE_S, process_state
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +35,7 @@ EXIT_SUFFIX = ".exit"
 POLL_S = 0.1  # without pidfds: how often to look whether a leader is gone
 REPLY_MAX_BYTES = 4096
 FACTORY_EXIT_WAIT_S = 5.0
+GONE_STATES = ("Z", "X")  # a zombie, or dead: the process has ended
 
 
 class TaskStartFailed(Exception):
@@ -121,12 +120,8 @@ def read_exit_record(path: Path) -> dict[str, Any]:
 
 def same_process(pid: int, started: float) -> bool:
     """Whether `pid` still is the live process that started at `started` (not a zombie, not a reuse)."""
-    try:
-        proc = psutil.Process(pid)
-        return (abs(since_boot(proc) - started) <= START_TIME_TOLERANCE_S
-                and proc.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
+    state = process_state(pid)
+    return state is not None and abs(state[0] - started) <= START_TIME_TOLERANCE_S and state[1] not in GONE_STATES
 
 
 async def _until_gone(pid: int, gone: Callable[[], bool]) -> None:
@@ -282,7 +277,8 @@ def begin_task(argv: list[str], *, cwd: str, env: Mapping[str, str], stdin: int 
     the leader watches to fence (contact.py); `cgroup_leaf`: the task's leaf in the tracking hierarchy,
     whose processes it kills then. Streams as Popen takes them (None: the agent's own; DEVNULL).
     `controlling_terminal`: stdin is a pseudo-terminal that becomes the task's controlling terminal."""
-    exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not exit_dir.is_dir():  # one stat per task, where mkdir would fail and raise on all but the first
+        exit_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec_fields = encode_spec(argv, cwd=cwd, env=env, user=user, contact_file=contact_file,
                               cgroup_leaf=cgroup_leaf, controlling_terminal=controlling_terminal)
     spec_read, spec_write = os.pipe2(os.O_CLOEXEC)
@@ -319,9 +315,11 @@ def encode_spec(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], user: 
             raise ValueError(f"illegal environment variable name {name!r}")
     fields = [str(len(argv)), *argv, str(len(env)), *(f"{name}={value}" for name, value in env.items()), cwd,
               "" if user is None else " ".join(map(str, (user[0], user[1], *user[2])))]
-    encoded = [os.fsencode(field) for field in fields]
-    if any(b"\0" in field for field in encoded):
+    if any("\0" in field for field in fields):
         raise ValueError("embedded null byte")
+    # One encoding of all fields (as os.fsencode each: the file system's encoding, surrogateescape), split
+    # again at the NULs, which no field holds.
+    encoded = "\0".join(fields).encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()).split(b"\0")
     return [*encoded, os.fsencode(contact_file or ""), os.fsencode(cgroup_leaf or ""),
             b"1" if controlling_terminal else b"0"]
 

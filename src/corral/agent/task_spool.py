@@ -16,13 +16,14 @@ member counts only if it started after the leader and carries the job's SLURM_JO
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import signal
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -66,22 +67,28 @@ class TaskSpool:
         self.contact = Path(spool_dir) / CONTACT_FILE  # the agent's last contact, for self-fencing (contact.py)
 
     def add(self, pid: int, job_id: int, step_id: int | None, gpus: Iterable[int], *, rank: int = 0,
-            leader_pid: int = 0) -> TaskRecord | None:
-        """Record a task just started (its leader has not reaped it, so at worst a zombie: never a stranger)."""
-        try:
-            started = since_boot(psutil.Process(pid))
-            leader_started = since_boot(psutil.Process(leader_pid)) if leader_pid else 0.0
-        except psutil.Error:
+            leader_pid: int = 0, leader_started: float = 0.0) -> TaskRecord | None:
+        """Record a task just started (its leader has not reaped it, so at worst a zombie: never a stranger).
+        `leader_started`: the leader's start as the factory read it (0.0: read it here)."""
+        started = process_state(pid)
+        if started is None:
             return None  # already reaped: its leader alone has anything to say about it now
-        record = TaskRecord(pid, started, boot_id(), job_id, step_id, tuple(gpus), rank, leader_pid, leader_started)
+        if leader_pid and not leader_started:
+            leader = process_state(leader_pid)
+            if leader is None:
+                return None  # gone, and its task with it
+            leader_started = leader[0]
+        record = TaskRecord(pid, started[0], boot_id(), job_id, step_id, tuple(gpus), rank, leader_pid,
+                            leader_started)
         self.write(record)
         return record
 
     def write(self, record: TaskRecord) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = self.directory / f".{record.pgid}.tmp"
-        temporary.write_text(json.dumps(asdict(record)))
-        os.replace(temporary, self._path(record.pgid))  # whole or absent, whenever the agent dies
+        text = json.dumps({"pgid": record.pgid, "started": record.started, "boot_id": record.boot_id,
+                           "job_id": record.job_id, "step_id": record.step_id, "gpus": list(record.gpus),
+                           "rank": record.rank, "leader": record.leader, "leader_started": record.leader_started})
+        _write_whole(temporary, self._path(record.pgid), text)
 
     def remove(self, pgid: int) -> None:
         self._path(pgid).unlink(missing_ok=True)
@@ -104,11 +111,8 @@ class TaskSpool:
     # -- launch messages: what a restarted agent needs to run on with adopted tasks
 
     def save_launch(self, job_id: int, step_id: int | None, launch_json: str) -> None:
-        self.launches.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self._launch_path(job_id, step_id)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(launch_json)
-        os.replace(temporary, path)
+        _write_whole(path.with_suffix(".tmp"), path, launch_json)
 
     def forget_launch(self, job_id: int, step_id: int | None, saved: str | None = None) -> None:
         """Remove the saved launch (only if it still is `saved`: a requeued job may have saved its next one)."""
@@ -134,12 +138,47 @@ class TaskSpool:
         return self.launches / (f"{job_id}.json" if step_id is None else f"{job_id}.{step_id}.json")
 
 
+def _write_whole(temporary: Path, path: Path, text: str) -> None:
+    """`text` into `path`, whole or not at all whenever the agent dies (written aside, then renamed over it);
+    the directory is made (0700) the first time it is missing, not looked for on every write."""
+    data = text.encode()
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+
+
+def process_state(pid: int) -> tuple[float, str] | None:
+    """A process's start in seconds since boot and its state letter ("Z": a zombie), from one read of its
+    /proc stat (psutil reads it and /proc/stat twice over for the same figure); None if there is no such
+    process, or it is not ours to inspect."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            fields = file.read().rpartition(b")")[2].split()
+        return int(fields[19]) / _CLOCK_TICKS, fields[0].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def since_boot(proc: psutil.Process) -> float:
     """When the process started, in seconds since boot (psutil's create_time() follows the wall clock)."""
     return proc.create_time() - psutil.boot_time()
 
 
+@functools.cache
 def boot_id() -> str:
+    """This boot's id (read once: it cannot change while this process runs)."""
     try:
         return BOOT_ID_PATH.read_text().strip()
     except OSError:

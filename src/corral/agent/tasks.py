@@ -403,7 +403,8 @@ class LocalTasks:
         (SpawnError: the caller's abort kills every task started so far)."""
         self._procs[rank] = proc
         try:
-            self._spool.add(proc.pid, *self._owner, rank=rank, leader_pid=proc.leader_pid)
+            self._spool.add(proc.pid, *self._owner, rank=rank, leader_pid=proc.leader_pid,
+                            leader_started=proc.leader_started)
             self._recorded.add(rank)
         except OSError as exc:
             raise SpawnError(f"cannot record the task in {self._spool.directory}: {exc}", own=True) from exc
