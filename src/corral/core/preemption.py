@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from corral.core.model import PendingJob, RunningJob
 from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +110,15 @@ def choose_victims(options: list[Victim], what_if: WhatIf, fits: Callable[[], bo
     return chosen
 
 
-def fits_once_completing_jobs_end(running: list[RunningJob], what_if: WhatIf, fits: Callable[[], bool]) -> bool:
-    """Would the job fit once the jobs already being stopped are gone? Then it waits: no new victims."""
+def once_completing_jobs_end(running: list[RunningJob], what_if: WhatIf, place: Callable[[], T | None]) -> T | None:
+    """Where the job would go (what `place` finds) once the jobs already being stopped are gone, or None.
+    Found: it waits for them (no new victims) and holds the place. Leaves the pool as it found it."""
     stopping = [job for job in running if job.completing]
     if not stopping:
-        return False
+        return None
     for job in stopping:
         what_if.remove(job)
-    answer = fits()
+    answer = place()
     for job in stopping:
         what_if.restore(job)
     return answer
