@@ -1,6 +1,7 @@
-"""A preemptor that waits for victims still being stopped holds the place it will take (core/cycle.py:
-Cycle._hold_for_stopping). Cycles driven here one by one as the engine drives them: a victim that has stopped is
-requeued (pending, same QOS), one still stopping is a completing running job, the preemptor carries its claim."""
+"""A preemptor that waits for victims still being stopped holds the place it will take
+(core/preemption.py: hold_for_stopping). Cycles driven here one by one as the engine drives them: a victim
+that has stopped is requeued (pending, same QOS), one still stopping is a completing running job, the
+preemptor carries its claim."""
 from __future__ import annotations
 
 from dataclasses import replace

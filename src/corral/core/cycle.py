@@ -310,7 +310,7 @@ class Cycle:
         awaited = preemption.once_completing_jobs_end(self.running, what_if, place)
         if awaited is not None:
             if job.claim:
-                self._hold_for_stopping(awaited, need, req.time_limit_s)
+                preemption.hold_for_stopping(self.pool, self.running, awaited, need, req.time_limit_s)
             self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
             return True
         budgets = None if job.ignores_budgets else self.budgets
@@ -329,23 +329,6 @@ class Cycle:
         ids = ", ".join(str(v.job.id) for v in victims)
         self._wait(job, Reason.RESOURCES, detail=f"preempting job(s) {ids}")
         return True
-
-    def _hold_for_stopping(self, nodes: list[WorkNode], need: Need, duration_s: float) -> None:
-        """A claimant that waits for jobs being stopped (its victims) holds the place it takes once they are
-        gone: a reservation block of its need on each of those nodes, from when the stopping jobs there
-        are gone (now, where they are gone already) until its own end. Without it, a lower job (a victim
-        requeued as soon as it stopped) starts on what one victim freed while another still stops, and the
-        preemptor takes it back next cycle, for ever (a gang against service replicas). The hold lasts
-        one cycle; the preemptor's claim (PendingJob.claim) puts it first in every cycle until it starts,
-        so it holds again as long as anything it waits for is stopping, and no longer."""
-        stopping = {job.id for job in self.running if job.completing}
-        held = [self.pool.own(self.pool.by_name[found.name]) for found in nodes]
-        starts = [max((t for t, *_, job_id in node.releases if job_id in stopping), default=self.now)
-                  for node in held]
-        # The gang starts when its last node is free, and runs its time limit from then.
-        until = max(starts) + duration_s
-        for node, start in zip(held, starts, strict=True):
-            self.pool.block(node, max(start, self.now), until, need.gpus, need.cpus, need.mem_mib)
 
     def _reserve(self, job: PendingJob, need: Need, model: str) -> Waiting:
         req = job.request
