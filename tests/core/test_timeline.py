@@ -4,9 +4,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.core.model import Gpu
+from corral.core.config import SchedulerConfig
+from corral.core.model import Gpu, NodeSlice, NodeView
 from corral.core.placement import Need, WorkNode
-from corral.core.timeline import INF, _stepwise_starts, _sweep, earliest_gang_start, feasible_starts
+from corral.core.pool import WorkPool
+from corral.core.timeline import INF, Openings, _stepwise_starts, _sweep, earliest_gang_start, feasible_starts
 
 NOW = 1000.0
 
@@ -90,3 +92,33 @@ def test_the_first_fit_memo_gives_the_sweeps_answers_without_it(candidates, gpus
         without = earliest_gang_start(candidates, need, count, duration, NOW, "")
         assert (with_memo and (with_memo[0], [n.name for n in with_memo[1]])) == \
             (without and (without[0], [n.name for n in without[1]]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 4)), min_size=2, max_size=6),
+       st.lists(st.tuples(st.sampled_from(["sweep", "take", "block", "release"]), st.integers(0, 5),
+                          st.integers(1, 2), st.integers(1, 2)), min_size=2, max_size=16))
+def test_kept_openings_give_the_sweeps_answers_as_the_pool_changes_between_sweeps(shapes, steps) -> None:
+    """The sweeps of one cycle keep their sorted openings (timeline.Openings) and patch them for the nodes in
+    the pool's log of changes: starts, released what-ifs and reservation blocks between sweeps, of one need
+    and of others, give the answers of a sweep built from scratch."""
+    views = [NodeView(f"n{i}", tuple(Gpu(g) for g in range(gpus)), 32, 64_000, frozenset(range(min(free, gpus))),
+                      32, 64_000, frozenset({"p"})) for i, (gpus, free) in enumerate(shapes)]
+    pool = WorkPool(tuple(views), NOW, SchedulerConfig().placement_policy)
+    members = pool.members["p"]
+    openings = Openings(pool.changed if pool.changed is not None else [])
+    taken: list[tuple[NodeSlice, int]] = []
+    for job, (what, which, gpus, count) in enumerate(steps):
+        node = members[which % len(members)]
+        need = Need(gpus, 1, 0)
+        if what == "sweep":
+            kept = earliest_gang_start(members, need, count, 600, NOW, "", pool.first_fits, (openings, "p"))
+            afresh = earliest_gang_start(list(members), need, count, 600, NOW, "")
+            assert (kept and (kept[0], [n.name for n in kept[1]])) == \
+                (afresh and (afresh[0], [n.name for n in afresh[1]]))
+        elif what == "take" and node.fits_now(need):
+            taken.append((pool.take(node, need, NOW + 100 * gpus, job), job))
+        elif what == "block":
+            pool.block(node, NOW + 10 * gpus, NOW + 300 * gpus, 1, 0, 0)
+        elif what == "release" and taken:
+            pool.release(*taken.pop())

@@ -279,10 +279,6 @@ def test_killing_an_agent_reschedules_its_replicas(served):
     served.delete("moving")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known defect, open: sometimes (1 run in 3 here, after the module's earlier tests) the preempted replicas are "
-    "placed again at once, one node at a time, before the gang has both nodes, and are preempted again in a loop "
-    "(agent log: 'signal 15' then 'started' every few ms); the gang then waits for Resources"))
 def test_a_batch_gang_in_a_preempting_qos_takes_the_services_gpus_and_the_service_returns(served):
     assert served.apply(name="gpuweb", replicas=2, gpus_per_node=2, qos="low", probes=PROBES).status_code == 201
     first = {r["job_id"] for r in served.ready("gpuweb", 2)}

@@ -423,3 +423,28 @@ def test_a_ready_replica_being_stopped_is_drained_before_its_sigterm_and_others_
     assert batch.state is JobState.RUNNING
     [batch_kill] = engine.cancel(batch.id, T0 + 9)
     assert batch_kill.drain_s == 0.0
+
+
+def test_a_preempting_gang_keeps_what_its_first_stopped_victim_freed_until_the_second_has_stopped() -> None:
+    """The gang-against-replicas loop (tests/e2e/test_services.py's gang test, 1 run in 3 under load): two
+    replicas of 2 GPUs, one per 2-GPU node, preempted by a 2-node gang; the first replica stops (requeued,
+    eligible at once) a cycle before the second. It must not start again on the node it freed, where it would
+    be preempted again next cycle, and so on (core/preemption.py: hold_for_stopping)."""
+    engine = Harness(build_engine(EngineConfig(), SIMULATED, tenancy=TenancySpec(qos=[
+        {"name": "low"}, {"name": "normal"}, {"name": "high", "priority": 10, "preempts": ["low"]}])))
+    for name in ("n1", "n2"):
+        engine.register_node(name, Inventory(tuple(Gpu(i) for i in range(2)), 64, 512_000, "x"), set(), set(), T0)
+    engine.apply_service(web(replicas=2, gpus_per_node=2, qos="low"), T0)
+    engine.schedule(T0)
+    first, second = replicas(engine)
+    for job in (first, second):
+        run(engine, job, T0 + 1)
+    gang = engine.submit(dataclasses.replace(spec(nodes=2, gpus=2), qos="high"), T0 + 2)
+    assert sorted(c.job_id for c in engine.schedule(T0 + 2) if isinstance(c, Kill)) == [first.id, second.id]
+    exit_(engine, first, 0, T0 + 3)
+    assert first.state is JobState.PENDING
+    assert engine.schedule(T0 + 3) == [], "the first replica started again on the node it freed"
+    exit_(engine, second, 0, T0 + 4)
+    assert {c.job_id for c in engine.schedule(T0 + 4) if isinstance(c, Launch)} == {gang.id}
+    assert gang.state is JobState.RUNNING and sorted(gang.node_names) == ["n1", "n2"]
+    assert (first.state, second.state) == (JobState.PENDING, JobState.PENDING)

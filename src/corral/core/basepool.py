@@ -38,6 +38,7 @@ class StaticReasons:
 class BasePool(NodePool):
     def __init__(self, nodes: tuple[NodeView, ...]) -> None:
         super().__init__(nodes, float("-inf"))
+        self.changed = None  # the base lives across cycles: no log of its changes
         # job id -> (raw expected end, slices), and the ends that a fork must move to now + 1 (jobs past
         # their expected end).
         self._held: dict[int, tuple[float, tuple[NodeSlice, ...]]] = {}
@@ -62,6 +63,7 @@ class BasePool(NodePool):
         pool._owned = set()
         pool._member_pos = self._member_pos  # read only: which nodes are members never changes in a cycle
         pool.first_fits = {}
+        pool.changed = []
         self._move_late(pool, now)
         pool.attach(placement)
         return pool

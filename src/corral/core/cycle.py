@@ -10,11 +10,22 @@ from corral import gpu_models
 from corral.core import preemption
 from corral.core.config import SchedulerConfig
 from corral.core.fgd import model_matches
-from corral.core.model import Partition, PendingJob, Preempt, Reason, Request, RunningJob, Start, Waiting
+from corral.core.model import (
+    GPU_MILLI,
+    DeepKey,
+    Partition,
+    PendingJob,
+    Preempt,
+    Reason,
+    Request,
+    RunningJob,
+    Start,
+    Waiting,
+)
 from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook, job_resources
 from corral.core.snapshot import Snapshot
-from corral.core.timeline import earliest_gang_start
+from corral.core.timeline import Openings, earliest_gang_start
 from corral.core.worknode import Need, WorkNode
 from corral.hostlist import sort_key
 
@@ -62,6 +73,7 @@ class Cycle:
         self._count_caps = any(job.caps for job in snapshot.pending)
         _load_running(self, releases=base is None)
         self.memo = _Memo()
+        self.openings = Openings(self.pool.changed if self.pool.changed is not None else [])
         self.starts: list[Start] = []
         self.waiting: list[Waiting] = []
         self.preemptions: list[Preempt] = []
@@ -97,21 +109,34 @@ class Cycle:
 
     def _consider_deep(self, jobs: Iterable[PendingJob]) -> None:
         """Jobs after every reservation is given (with backfill), in order; their lookups bound once, as
-        this loop runs once per pending job."""
+        this loop runs once per pending job. A plain job's answer depends only on its deep key (shape and
+        time limit): once that key is known to fail with Resources (the shape failed with no longer a limit,
+        and the free resources cannot hold it at all, which free resources that only shrink never undo),
+        the answer is kept per key for the rest of the cycle and every later job of the key gets it in one
+        lookup (keys are hashed by identity, and shared, so this touches little memory per job)."""
         append = self.waiting.append
         memo = self.memo
         failed_limit, fits = memo.plain_failed.get, memo.plain_fits.get
+        settled: dict[DeepKey, Reason] = {}
+        settled_reason = settled.get
         for job in jobs:
-            if job.plain:
-                req = job.request
-                shape = req.shape
+            deep = job.deep
+            if deep is not None:
+                reason = settled_reason(deep)
+                if reason is not None:
+                    append(Waiting(job.id, reason))
+                    continue
+                shape = deep.shape
                 failed = failed_limit(shape)
-                if failed is not None and req.time_limit_s >= failed:
+                if failed is not None and deep.time_limit_s >= failed:
                     cached = fits(shape)
                     if cached is not None and (not cached[1] or cached[0] == memo.version):
-                        append(Waiting(job.id, _PRIORITY if cached[1] else _RESOURCES))
+                        reason = _PRIORITY if cached[1] else _RESOURCES
                     else:
-                        append(Waiting(job.id, self._blocked_reason(req, req.gpu_model)))
+                        reason = self._blocked_reason(job.request, job.request.gpu_model)
+                    if reason is _RESOURCES:
+                        settled[deep] = reason
+                    append(Waiting(job.id, reason))
                     continue
             if job.held:
                 append(Waiting(job.id, _HELD))
@@ -273,13 +298,19 @@ class Cycle:
         need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
         end = self.now + req.time_limit_s
 
+        def place() -> list[WorkNode] | None:
+            if self.book.shortfall(job.queue, amounts) is not None:
+                return None
+            return self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job), model)
+
         def fits() -> bool:
-            return (self.book.shortfall(job.queue, amounts) is None and
-                    self.pool.find_now(req.partition, need, req.num_nodes, end, self._advance_of(job), model)
-                    is not None)
+            return place() is not None
 
         what_if = preemption.WhatIf(self.pool, self.book)
-        if preemption.fits_once_completing_jobs_end(self.running, what_if, fits):
+        awaited = preemption.once_completing_jobs_end(self.running, what_if, place)
+        if awaited is not None:
+            if job.claim:
+                preemption.hold_for_stopping(self.pool, self.running, awaited, need, req.time_limit_s)
             self._wait(job, Reason.RESOURCES, detail="waiting for preempted or ending jobs to exit")
             return True
         budgets = None if job.ignores_budgets else self.budgets
@@ -302,7 +333,7 @@ class Cycle:
     def _reserve(self, job: PendingJob, need: Need, model: str) -> Waiting:
         req = job.request
         advance = self._advance_of(job, idle_only=False)
-        candidates = self.pool.members.get(req.partition, [])
+        members = candidates = self.pool.members.get(req.partition, [])
         if advance is not None and advance[1] is not None:
             allowed = advance[1]
             candidates = [n for n in candidates if n.name in allowed]
@@ -312,16 +343,17 @@ class Cycle:
             found, need = _earliest_whole_nodes(candidates, need, req.num_nodes, req.time_limit_s, self.now,
                                                 job.reservation)
         else:
+            # A partition's members are one list for the whole cycle: its sweeps keep their openings.
+            kept = (self.openings, req.partition) if candidates is members else None
             found = earliest_gang_start(candidates, need, req.num_nodes, req.time_limit_s, self.now,
-                                        job.reservation, self.pool.first_fits)
+                                        job.reservation, self.pool.first_fits, kept)
         if found is None:
             reason = Reason.RESERVATION if job.reservation and advance is not None and advance[1] is not None \
                 else Reason.REQ_NODE_NOT_AVAIL
             return Waiting(job.id, reason)
         start, nodes = found
         for node in nodes:
-            self.pool.own(node).blocks.append((start, start + req.time_limit_s, need.gpus, need.cpus,
-                                               need.mem_mib))
+            self.pool.block(node, start, start + req.time_limit_s, need.gpus, need.cpus, need.mem_mib)
         self.reservations += 1
         return Waiting(job.id, Reason.RESOURCES, start, tuple(n.name for n in nodes))
 
@@ -447,12 +479,30 @@ class Cycle:
         if cached is None or (cached[0] != memo.version and cached[1]):
             # A shape that did not fit never fits again this cycle (free capacity only shrinks).
             need = Need(req.gpus_per_node, req.cpus_per_node, req.mem_per_node_mib, req.gpu_milli)
-            fits = sum(1 for node in self.pool.members.get(req.partition, ())
-                       if node.fits_now(need) and model_matches(node.gpu_model, model))
-            cached = memo.fits_free[key] = (memo.version, fits >= req.num_nodes)
+            cached = memo.fits_free[key] = (memo.version, self._fits_free(req, need, model))
             if model == req.gpu_model:
                 memo.plain_fits[req.shape] = cached
         return Reason.PRIORITY if cached[1] else Reason.RESOURCES
+
+    def _fits_free(self, req: Request, need: Need, model: str) -> bool:
+        """Do `req.num_nodes` of its partition's nodes hold `need` now, reservations aside? Whole GPUs are
+        looked for only among the nodes with enough free (the pool's buckets by free GPU count: at 90 %
+        busy a few of 10,000), and the count stops once it is reached."""
+        pool, wanted, found = self.pool, req.num_nodes, 0
+        if wanted <= 0:
+            return True
+        if need.gpu_milli < GPU_MILLI:
+            candidates: Iterable[WorkNode] = pool.members.get(req.partition, ())
+        else:
+            buckets = pool.buckets.get(req.partition, [])
+            nodes = pool.nodes
+            candidates = (nodes[index] for bucket in islice(buckets, need.gpus, None) for index in bucket)
+        for node in candidates:
+            if node.fits_now(need) and model_matches(node.gpu_model, model):
+                found += 1
+                if found >= wanted:
+                    return True
+        return False
 
 
 _NO_NODES: frozenset[str] = frozenset()

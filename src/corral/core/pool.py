@@ -39,6 +39,9 @@ class NodePool:
         # The backfill timeline's memo of when each node first holds a need (core/timeline.py: FirstFits);
         # a node's entries go whenever its free resources or releases change (occupy, release).
         self.first_fits: FirstFits = {}
+        # A working pool's log of the nodes whose free resources, releases or blocks changed, in order (for
+        # the sweeps' kept openings, core/timeline.py: Openings); None: not kept (the engine's base pool).
+        self.changed: list[int] | None = []
         self._build(nodes)
 
     def _build(self, nodes: tuple[NodeView, ...]) -> None:
@@ -83,6 +86,8 @@ class NodePool:
     def occupy(self, piece: NodeSlice, job_id: int, end: float) -> None:
         node = self.own(self.by_name[piece.node])
         self.first_fits.pop(node.index, None)
+        if self.changed is not None:
+            self.changed.append(node.index)
         before = len(node.free)
         if piece.gpu_milli < GPU_MILLI:
             shared = node.shared
@@ -102,6 +107,8 @@ class NodePool:
         """Give a running job's slice back now (what-if for preemption; `occupy` undoes it)."""
         node = self.own(self.by_name[piece.node])
         self.first_fits.pop(node.index, None)
+        if self.changed is not None:
+            self.changed.append(node.index)
         before = len(node.free)
         if piece.gpu_milli < GPU_MILLI:
             shared = node.shared
@@ -118,6 +125,14 @@ class NodePool:
         node.free_mem_mib += piece.mem_mib
         node.releases = [r for r in node.releases if r[4] != job_id]
         self._rebucket(node, before, piece.gpu_milli < GPU_MILLI)
+
+    def block(self, node: WorkNode, start: float, end: float, gpus: int, cpus: int, mem_mib: int) -> None:
+        """Set part of a node aside from `start` to `end` for a job that waits (a backfill reservation, a
+        preemptor's hold)."""
+        node = self.own(node)
+        node.blocks.append((start, end, gpus, cpus, mem_mib))
+        if self.changed is not None:
+            self.changed.append(node.index)
 
     def _bucket(self, partition: str, free_gpus: int) -> dict[int, None]:
         buckets = self.buckets.setdefault(partition, [])

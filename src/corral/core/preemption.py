@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from corral.core.model import PendingJob, RunningJob
 from corral.core.pool import WorkPool
 from corral.core.quota import QuotaBook
+from corral.core.worknode import Need, WorkNode
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +111,33 @@ def choose_victims(options: list[Victim], what_if: WhatIf, fits: Callable[[], bo
     return chosen
 
 
-def fits_once_completing_jobs_end(running: list[RunningJob], what_if: WhatIf, fits: Callable[[], bool]) -> bool:
-    """Would the job fit once the jobs already being stopped are gone? Then it waits: no new victims."""
+def once_completing_jobs_end(running: list[RunningJob], what_if: WhatIf, place: Callable[[], T | None]) -> T | None:
+    """Where the job would go (what `place` finds) once the jobs already being stopped are gone, or None.
+    Found: it waits for them (no new victims) and holds the place. Leaves the pool as it found it."""
     stopping = [job for job in running if job.completing]
     if not stopping:
-        return False
+        return None
     for job in stopping:
         what_if.remove(job)
-    answer = fits()
+    answer = place()
     for job in stopping:
         what_if.restore(job)
     return answer
+
+
+def hold_for_stopping(pool: WorkPool, running: list[RunningJob], nodes: list[WorkNode], need: Need,
+                      duration_s: float) -> None:
+    """A claimant (PendingJob.claim) that waits for jobs being stopped (its victims) holds the place it takes
+    once they are gone, `nodes`: a reservation block of its need on each, from when the stopping jobs there
+    are gone (now, where they are gone already) until its own end. Without it, a lower job (a victim
+    requeued as soon as it stopped) starts on what one victim freed while another still stops, and the
+    preemptor takes it back next cycle, for ever (a gang against service replicas). The hold lasts one
+    cycle; the claim puts the preemptor first in every cycle until it starts, so it holds again as long as
+    anything it waits for is stopping, and no longer."""
+    stopping = {job.id for job in running if job.completing}
+    held = [pool.own(pool.by_name[found.name]) for found in nodes]
+    starts = [max((t for t, *_, job_id in node.releases if job_id in stopping), default=pool.now) for node in held]
+    # The gang starts when its last node is free, and runs its time limit from then.
+    until = max(starts) + duration_s
+    for node, start in zip(held, starts, strict=True):
+        pool.block(node, max(start, pool.now), until, need.gpus, need.cpus, need.mem_mib)

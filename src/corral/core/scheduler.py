@@ -46,6 +46,7 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) ->
 
 _partition_of = attrgetter("request.partition")
 _id, _submit_time, _priority = attrgetter("id"), attrgetter("submit_time"), attrgetter("priority")
+_claim, _expedited = attrgetter("claim"), attrgetter("expedited")
 
 
 def _rank(job: PendingJob) -> int:
@@ -60,7 +61,7 @@ def in_order(jobs: Iterable[PendingJob]) -> list[PendingJob]:
     ordered = sorted(jobs, key=_id)
     ordered.sort(key=_submit_time)
     ordered.sort(key=_priority, reverse=True)  # reverse keeps equal keys in their order: still stable
-    if any(job.claim or job.expedited for job in ordered):
+    if any(map(_claim, ordered)) or any(map(_expedited, ordered)):
         ordered.sort(key=_rank)
     return ordered
 
