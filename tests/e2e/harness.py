@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 
+from corral.agent.task_spool import TaskSpool, sweep
+
 API = "/api/v1"
 FAKE_NVML = Path(__file__).parent / "fake_nvml"  # a pynvml stand-in for agents (no GPU on this machine)
 
@@ -177,6 +179,14 @@ class Cluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.http.close()
+        self.end_tasks()
+
+    def end_tasks(self) -> None:
+        """Tasks outlive their agent by design (decision 0015): what a test left running (a service's
+        replicas, a job it did not wait for) is ended here, through the agents' own records, so that no
+        task leader of this cluster outlives it."""
+        for name in self.node_names:
+            sweep(TaskSpool(self.root / "spool" / name), grace_s=2)
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.root.glob("*.log")))
