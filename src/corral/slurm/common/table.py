@@ -105,7 +105,7 @@ class JobColumns:
             types = set(map(type, column))
             known = types <= _PLAIN and len(types & _NUMBERS) <= 1
             if known and float in types and 0.0 in column:
-                known = not any(value == 0.0 and str(value).startswith("-") for value in column)
+                known = "-0.0" not in map(repr, column)  # repr() of each by map(): no Python call per value
             self._shareable[name] = known
         return known
 
