@@ -124,13 +124,20 @@ def queue_columns(jobs: JobColumns, now: float, long: bool = False) -> list[list
         return None
     jobs.group_by([name for _, reads in _QUEUE_CELLS for name in reads])
     short = [list(map(str, jobs.column("id"))), *map(jobs.column, _QUEUE_AS_SENT),
-             *(jobs.values(lambda job, cell=cell: cell(job, now), reads) for cell, reads in _QUEUE_CELLS)]
+             *(jobs.values(_at(cell, now), reads) for cell, reads in _QUEUE_CELLS)]
     if not long:
         return short
-    extra = [jobs.values(lambda job, name=name: or_dash(job.get(name)), (name,))
-             for name in ("account", "qos", "queue")]
+    extra = [jobs.values(_dash_or(name), (name,)) for name in ("account", "qos", "queue")]
     detail = jobs.values(lambda job: job.get("reason_detail") or "", ("reason_detail",))
     return [*short[:4], *extra, *short[4:], detail]
+
+
+def _at(cell: Callable[[Mapping, float], str], now: float) -> Callable[[Mapping], str]:
+    return lambda job: cell(job, now)
+
+
+def _dash_or(name: str) -> Callable[[Mapping], str]:
+    return lambda job: or_dash(job.get(name))
 
 
 # queue_rows' cells after JOBID: the fields shown as they are, then the others and the fields each reads.
