@@ -5,8 +5,9 @@ as columns (`{"columns": [[every job's first field], [every job's second field],
 A full JobOut costs the controller a pydantic model and ~900 bytes of JSON per job, and the client a dict
 of 50 keys to parse: at 100,000 jobs, seconds on both sides. squeue's job lines need a few scalar fields,
 so the fields that are attributes of the engine's record are read from it at once, the few others
-computed from it, and all encoded by the json module's C encoder. The one field left (a job's steps) is
-taken from a full JobOut built for the job, so every field gives what the full record gives
+computed from it (the steps and usage too, as views.job_out computes them: sacct asks for every field but the
+history), and all encoded by the json module's C encoder. A field neither plain nor computed would be taken
+from a full JobOut built for the job (none is today); every field gives what the full record gives
 (tests/controller/test_job_fields.py compares them).
 
 Columns cost less than rows on both sides: a plain field of a whole slice of jobs is read by one map() of an
@@ -21,6 +22,7 @@ from typing import Any
 from corral import container_options, hostlist
 from corral.api.schemas import JobOut
 from corral.controller import views
+from corral.controller.step_views import step_rows
 from corral.controller.usage_views import LiveOfJob, gpu_idle_flagged, job_usage
 from corral.engine.history import Cancelled, history_to_json
 from corral.engine.records import Job, JobState
@@ -96,6 +98,12 @@ def _usage(job: Job, facts: JobFacts) -> dict | None:
     return job_usage(job, (facts.live_of(job) or {}).get(None))
 
 
+def _steps(job: Job, facts: JobFacts) -> list[dict]:
+    """The batch step and the job steps, with what each used, as views.job_out gives them (sacct's rows)."""
+    live = facts.live_of(job) or {}
+    return views.batch_steps(job, live.get(None)) + step_rows(job, live)
+
+
 # The fields that are an attribute of the engine's record, by its path (read by one attrgetter, in C).
 _PLAIN: Mapping[str, str] = {
     "id": "id", "name": "spec.name", "user": "spec.user", "state": "state.value", "reason": "reason",
@@ -128,6 +136,7 @@ _COMPUTED: Mapping[str, Getter] = {
         (h.uid for h in job.history if isinstance(h, Cancelled)), None),
     "array_task_spec": lambda job, facts: None,
     "history": lambda job, facts: [history_to_json(entry) for entry in job.history], "usage": _usage,
+    "steps": _steps,
     "gpu_idle_flagged": lambda job, facts: gpu_idle_flagged(_usage(job, facts), facts.gpu_idle_flag_s),
 }
 
