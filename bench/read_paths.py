@@ -157,8 +157,17 @@ def accounting_with_health(cluster: Cluster) -> dict:
             "health_max_s": round(max(lateness), 3)}
 
 
+def _helper_switch() -> dict[str, str]:
+    """CORRAL_COMMAND_HELPER as given to the bench (0: every command runs in its own process, this source's and
+    the reference's alike; otherwise this source's may be served by a command helper while the reference's are
+    not, which is no comparison of the two)."""
+    switch = os.environ.get("CORRAL_COMMAND_HELPER")
+    return {} if switch is None else {"CORRAL_COMMAND_HELPER": switch}
+
+
 def command_env(cluster: Cluster, tmp: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SQUEUE_"))}
+    env |= _helper_switch()
     env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
             "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "COLUMNS": "200"}
     timed(["squeue", "--version"], env, 1)  # warm the bytecode cache

@@ -108,6 +108,14 @@ def plan(url: str, since: float, until: float) -> dict:
     return {"sql": " ".join(sql.split()), "plan": lines, "longest_span_plan": probe_lines}
 
 
+def _helper_switch() -> dict[str, str]:
+    """CORRAL_COMMAND_HELPER as given to the bench (0: every command runs in its own process, this source's and
+    the reference's alike; otherwise this source's may be served by a command helper while the reference's are
+    not, which is no comparison of the two)."""
+    switch = os.environ.get("CORRAL_COMMAND_HELPER")
+    return {} if switch is None else {"CORRAL_COMMAND_HELPER": switch}
+
+
 def timed(argv: list[str], env: dict[str, str], repeat: int) -> dict:
     times, lines, out = [], 0, ""
     for _ in range(repeat):
@@ -143,6 +151,7 @@ def measure(count: int = 1_000_000, repeat: int = 1, reference_src: str | None =
             cluster.start_controller(timeout_s=600)
             try:
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SACCT_"))}
+                env |= _helper_switch()
                 env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
                         "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "TZ": "UTC"}
                 window = ["-S", clock(hour[0]), "-E", clock(hour[1])]
