@@ -157,8 +157,17 @@ def accounting_with_health(cluster: Cluster) -> dict:
             "health_max_s": round(max(lateness), 3)}
 
 
+def _helper_switch() -> dict[str, str]:
+    """CORRAL_COMMAND_HELPER as given to the bench (0: every command runs in its own process, this source's and
+    the reference's alike; otherwise this source's may be served by a command helper while the reference's are
+    not, which is no comparison of the two)."""
+    switch = os.environ.get("CORRAL_COMMAND_HELPER")
+    return {} if switch is None else {"CORRAL_COMMAND_HELPER": switch}
+
+
 def command_env(cluster: Cluster, tmp: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SQUEUE_"))}
+    env |= _helper_switch()
     env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
             "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "COLUMNS": "200"}
     timed(["squeue", "--version"], env, 1)  # warm the bytecode cache
@@ -250,11 +259,13 @@ def fetch_pages(controller, fields: tuple[str, ...] | None, columns: bool) -> li
 
 
 def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | None, columns: bool = False,
-                  pipelined: bool = False) -> dict:
+                  pipelined: bool = False, columnar: bool = False) -> dict:
     """squeue's whole listing in this process, in its parts: the controller's answer (building, encoding
     and sending it, and the client's parse: `fetch_s`) and squeue's filtering, sorting and formatting
     (`format_s`); `fields` None is the reference, whole JobOut records as squeue asked before `fields=`;
-    `pipelined`: through the commands' own pager, which asks for each next page while decoding the last."""
+    `pipelined`: through the commands' own pager, which asks for each next page while decoding the last;
+    `columnar`: that pager's columns kept as columns (table.JobColumns) and squeue's listing computed from them
+    a column at a time (squeue/columnar.py), as the command does now."""
     from corral.slurm.common.command import connect
     from corral.slurm.squeue.opts import parse_squeue
     from corral.slurm.squeue.output import squeue_output
@@ -264,7 +275,10 @@ def listing_parts(env: dict[str, str], repeat: int, fields: tuple[str, ...] | No
     fetches, formats, wire = [], [], 0
     for _ in range(repeat):
         start = time.perf_counter()
-        if pipelined:
+        if columnar:
+            assert fields is not None
+            jobs = controller.job_columns("/jobs", {"combine_arrays": True}, fields)
+        elif pipelined:
             jobs = controller.jobs(combine_arrays=True, fields=fields)
         else:
             jobs = fetch_pages(controller, fields, columns)
@@ -299,12 +313,14 @@ def measure_singles(count: int, repeat: int, reference_src: str | None = None) -
             # The reference first and last, around the rest: the first cycles after the restore (and
             # anything else on the machine) then weigh on both sides alike.
             default_fields = squeue_fields(parse_squeue([], env))
-            variants = (("whole_records", None, False, False), ("rows_job_line", JOB_LINE_FIELDS, False, False),
-                        ("rows_squeue", SQUEUE_FIELDS, False, False),
-                        ("columns_squeue_default", default_fields, True, False),
-                        ("columns_squeue_default_pipelined", default_fields, True, True))
-            for name, fields, columns, pipelined in variants:
-                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields, columns, pipelined)
+            variants = (("whole_records", None, False, False, False),
+                        ("rows_job_line", JOB_LINE_FIELDS, False, False, False),
+                        ("rows_squeue", SQUEUE_FIELDS, False, False, False),
+                        ("columns_squeue_default", default_fields, True, False, False),
+                        ("columns_squeue_default_pipelined", default_fields, True, True, False),
+                        ("columns_squeue_default_columnar", default_fields, True, True, True))
+            for name, fields, columns, pipelined, columnar in variants:
+                result[f"squeue_parts_{name}"] = listing_parts(env, repeat, fields, columns, pipelined, columnar)
                 print(name, result[f"squeue_parts_{name}"], file=sys.stderr)
             result |= time_commands(env, repeat, ("squeue", "squeue_t_running", "squeue_u", "corral_queue"),
                                     reference_src, cluster.controller.pid)

@@ -11,7 +11,7 @@ and in a one-day window, one user's (`-u`), one account's (`-A`), one state (`--
 Jobs are submitted every SPACING_S seconds (N of them span N * SPACING_S), run 60-660 s, and complete or
 fail; users user0..user9, accounts acct0..acct2.
 
-    python bench/sacct_million.py [--jobs N] [--repeat R]      (defaults 1,000,000 and 1)
+    python bench/sacct_million.py [--jobs N] [--repeat R] [--reference-src DIR]   (defaults 1,000,000, 1, none)
 
 Prints one JSON line: seconds per command (the median of R calls), the lines printed, the plan's
 summary, and the load average before and after."""
@@ -90,7 +90,7 @@ def seed(url: str, count: int) -> float:
 
 def plan(url: str, since: float, until: float) -> dict:
     """EXPLAIN ANALYZE of the store's accounting query (the first page) for the window, as Store.stream_jobs
-    builds it (with the longest span of a finished job read first)."""
+    builds it (with the longest span of a finished job read first), and of that probe (migration 0008's index)."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.dialects import postgresql
 
@@ -102,12 +102,22 @@ def plan(url: str, since: float, until: float) -> dict:
         query = select_jobs(start_after=since, end_before=until, limit=10_000, longest_span_s=span)
         sql = str(query.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
         lines = [row[0] for row in connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {sql}"))]
+        probe = str(_LONGEST_SPAN.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+        probe_lines = [row[0] for row in connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {probe}"))]
     engine.dispose()
-    return {"sql": " ".join(sql.split()), "plan": lines}
+    return {"sql": " ".join(sql.split()), "plan": lines, "longest_span_plan": probe_lines}
+
+
+def _helper_switch() -> dict[str, str]:
+    """CORRAL_COMMAND_HELPER as given to the bench (0: every command runs in its own process, this source's and
+    the reference's alike; otherwise this source's may be served by a command helper while the reference's are
+    not, which is no comparison of the two)."""
+    switch = os.environ.get("CORRAL_COMMAND_HELPER")
+    return {} if switch is None else {"CORRAL_COMMAND_HELPER": switch}
 
 
 def timed(argv: list[str], env: dict[str, str], repeat: int) -> dict:
-    times, lines = [], 0
+    times, lines, out = [], 0, ""
     for _ in range(repeat):
         start = time.perf_counter()
         proc = subprocess.run([str(SCRIPTS / argv[0]), *argv[1:]], env=env, stdin=subprocess.DEVNULL,
@@ -115,15 +125,15 @@ def timed(argv: list[str], env: dict[str, str], repeat: int) -> dict:
         times.append(time.perf_counter() - start)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        lines = proc.stdout.count("\n")
-    return {"s": round(statistics.median(times), 3), "lines": lines}
+        lines, out = proc.stdout.count("\n"), proc.stdout
+    return {"s": round(statistics.median(times), 3), "lines": lines, "out": out}
 
 
 def clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
-def measure(count: int = 1_000_000, repeat: int = 1) -> dict:
+def measure(count: int = 1_000_000, repeat: int = 1, reference_src: str | None = None) -> dict:
     result: dict = {"bench": "sacct-million", "jobs": count, "repeat": repeat,
                     "machine": f"{platform.node()} cpus={os.cpu_count()}", "loadavg_before": os.getloadavg()[0]}
     middle = T0 + count * SPACING_S / 2
@@ -135,11 +145,13 @@ def measure(count: int = 1_000_000, repeat: int = 1) -> dict:
             result["seed_s"] = round(seed(url, count), 1)
             print("seeded", result["seed_s"], file=sys.stderr)
             result["plan_one_hour"] = plan(url, *hour)
-            print("\n".join(result["plan_one_hour"]["plan"]), file=sys.stderr)
+            print("\n".join(result["plan_one_hour"]["plan"] + result["plan_one_hour"]["longest_span_plan"]),
+                  file=sys.stderr)
             cluster = Cluster(Path(tmp), nodes=0, config=CONFIG, db=url)
             cluster.start_controller(timeout_s=600)
             try:
                 env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SACCT_"))}
+                env |= _helper_switch()
                 env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
                         "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "TZ": "UTC"}
                 window = ["-S", clock(hour[0]), "-E", clock(hour[1])]
@@ -151,9 +163,16 @@ def measure(count: int = 1_000_000, repeat: int = 1) -> dict:
                     "sacct_state_failed_one_hour": ["sacct", "-a", "--state", "FAILED", *window],
                 }
                 timed(["sacct", "--version"], env, 1)  # the bytecode cache
+                reference_env = {**env, "PYTHONPATH": reference_src} if reference_src else None
+                if reference_env is not None:
+                    timed(["sacct", "--version"], reference_env, 1)
                 for name, argv in commands.items():
                     result[name] = timed(argv, env, repeat)
-                    print(name, result[name], file=sys.stderr)
+                    if reference_env is not None:  # taking turns with this source, against the same controller
+                        result[f"{name}_reference"] = timed(argv, reference_env, repeat)
+                        result[f"{name}_same_output"] = result[name]["out"] == result[f"{name}_reference"].pop("out")
+                    result[name].pop("out")
+                    print(name, result[name], result.get(f"{name}_reference"), file=sys.stderr)
             finally:
                 cluster.stop()
         finally:
@@ -166,8 +185,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1_000_000, help="finished jobs in the database")
     parser.add_argument("--repeat", type=int, default=1, help="calls per command (the median is reported)")
+    parser.add_argument("--reference-src", help="an older checkout's src folder: each sacct is also run from it "
+                        "(PYTHONPATH), right after, and the outputs compared byte for byte")
     args = parser.parse_args()
-    print(json.dumps(measure(args.jobs, args.repeat)))
+    print(json.dumps(measure(args.jobs, args.repeat, args.reference_src)))
 
 
 if __name__ == "__main__":

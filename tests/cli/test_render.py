@@ -234,3 +234,29 @@ def test_queue_rows_read_only_the_queue_fields():
         narrow = [{name: job[name] for name in fields if name in job} for job in jobs]
         assert rows(combine_pending_array_tasks(narrow), T0) == rows(combine_pending_array_tasks(jobs), T0)
     assert len(render.QUEUE_FIELDS) < len(jobs[0]) / 2
+
+
+def test_queue_columns_print_what_the_rows_print():
+    """`corral queue` builds its table a column at a time from the controller's columns (queue_columns,
+    format_columns): the same lines as rows of records give, for jobs of every kind and many alike (whose
+    cells are computed once per group), and records (None) only when a job belongs to an array."""
+    from corral.slurm.common.table import JobColumns
+
+    forecast = make_job(9, reason="Resources", estimated_start=T0 + 60, estimated_start_source="forecast",
+                        estimated_start_window=[T0 + 30, T0 + 3600])
+    jobs = [*canned_jobs().values(), forecast,
+            make_job(10, state="RUNNING", nodelist="node[1-4]", gpu_idle_flagged=True, elapsed_s=70.0),
+            make_job(11, account="hep", qos="high", queue="q", reason_detail="waits"),
+            *[make_job(100 + n, name=f"n{n}", user=f"u{n % 3}", reason="Priority") for n in range(200)]]
+    for fields, rows, headers, right, long in (
+            (render.QUEUE_FIELDS, render.queue_rows, render.QUEUE_HEADERS, render.QUEUE_RIGHT, False),
+            (render.QUEUE_LONG_FIELDS, render.queue_long_rows, render.QUEUE_LONG_HEADERS, render.QUEUE_LONG_RIGHT,
+             True)):
+        for chosen in (jobs, jobs[-200:]):  # every kind; then only jobs alike (grouped)
+            table = JobColumns.of_records(fields, chosen)
+            columns = render.queue_columns(table, T0, long)
+            assert columns is not None
+            assert render.format_columns(headers, columns, right) == render.format_table(
+                headers, rows(chosen, T0), right)
+    tasks = [make_job(20 + task, array_job_id=20, array_task_id=task) for task in range(3)]
+    assert render.queue_columns(JobColumns.of_records(render.QUEUE_FIELDS, [*jobs, *tasks]), T0) is None

@@ -153,3 +153,28 @@ def test_a_list_that_changes_while_paged_loses_and_repeats_no_job(api) -> None:
     assert len(seen) == len(set(seen))  # nothing twice
     assert seen == sorted(seen)
     assert set(seen) == (set(before) - {gone}) | {new_id}
+
+
+def test_columns_of_a_slice_are_each_jobs_fields() -> None:
+    """Projection.columns computes some fields for a whole slice at once (no forecast: no window; no slices:
+    no node list; no start: no elapsed time; no idle setting or usage: nothing flagged): every column is what
+    each job's own row holds, with and without forecasts, live usage, places, priorities and the idle setting,
+    over slices of one kind of job and of every kind."""
+    sampled = {"gpu001": NodeRun(started=True, finished=True, exit_code=3, signal=9,
+                                 usage=Usage(samples=4, interval_s=30, gpus=8, cpu_s=2.5).model_dump())}
+    finished = dataclasses.replace(full_job(7), runs=sampled)
+    running = dataclasses.replace(full_job(9), state=JobState.RUNNING, end_time=None, runs={})
+    idle_running = dataclasses.replace(full_job(11), state=JobState.RUNNING, end_time=None, runs={})
+    jobs = [finished, running, idle_running, pending_job(10), pending_job(12)]
+    live = {9: {None: {"gpu001": Usage(samples=2, interval_s=30, gpus=8, gpu_idle_s=900).model_dump()}},
+            11: {"gpu002": {}}}
+    now = finished.submit_time + 50_000
+    everything = Projection(JOB_FIELDS)
+    for flag_s, places, priorities, forecasts, live_of in (
+            (600, {10: 3}, {10: 77}.get, {10: now - 10}, lambda job: live.get(job.id)),
+            (0, {}, {}.get, {}, lambda job: None),
+            (1800, {12: 1}, {9: 5, 10: 6, 7: 1, 11: 2, 12: 3}.get, {12: now + 99}, lambda job: live.get(job.id))):
+        facts = JobFacts(now, flag_s, places, priorities, forecasts, live_of)
+        for chosen in (jobs, jobs[3:], jobs[1:3]):
+            columns = everything.columns(chosen, facts)
+            assert [list(row) for row in zip(*columns, strict=True)] == [everything.row(job, facts) for job in chosen]

@@ -148,6 +148,21 @@ def test_long_lists_come_a_page_at_a_time(monkeypatch):
     assert _PagingHandler.seen[0] == {"user": "a,b", "states": "PENDING", "combine_arrays": "true", "limit": "3"}
 
 
+def test_job_columns_gather_every_page(monkeypatch):
+    """Pages (here whole records, from a controller that sends no columns) joined into one column per field."""
+    monkeypatch.setattr(http, "PAGE_JOBS", 3)
+    _PagingHandler.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _PagingHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        table = http.Controller(f"http://127.0.0.1:{httpd.server_port}").job_columns("/jobs", {}, ("id",))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert table.column("id") == list(range(1, 8))
+    assert [q.get("after") for q in _PagingHandler.seen] == [None, "3", "6"]
+
+
 def test_error_statuses_carry_the_detail(server):
     httpd, _ = server
     with pytest.raises(http.ApiError) as caught:
@@ -235,6 +250,23 @@ def test_projected_lists_read_alike_from_every_controller_generation(sends):
     expected = [{"state": "PENDING", "id": i} for i in range(1, 6)]
     assert [{k: job[k] for k in ("state", "id")} for job in jobs] == expected
     assert all("extra" in job for job in jobs) == (sends == "whole")
+
+
+@pytest.mark.parametrize("sends", ["columns", "rows", "whole"])
+def test_job_columns_read_alike_from_every_controller_generation(sends):
+    """job_columns keeps the columns as sent (squeue, corral queue); rows or whole records become columns."""
+    _ProjectingHandler.sends = sends
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ProjectingHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        table = http.Controller(f"http://127.0.0.1:{httpd.server_port}").job_columns("/jobs", {}, ("state", "id"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert len(table) == 5
+    assert table.column("id") == [1, 2, 3, 4, 5]
+    assert table.column("state") == ["PENDING"] * 5
+    assert table.records() == [{"state": "PENDING", "id": i} for i in range(1, 6)]
 
 
 def test_columns_that_do_not_match_the_fields_are_refused():

@@ -109,27 +109,37 @@ def _queue(options: Options, env: Mapping[str, str]) -> int | None:
     user = options.get("user")
     all_jobs, json_output = bool(options.get("all")), bool(options.get("json"))
     from corral.cli import render
+    from corral.slurm.common.table import JobColumns
 
-    fields = render.QUEUE_LONG_FIELDS if options.get("long") else render.QUEUE_FIELDS
-    jobs = _read(options, env, lambda controller: controller.jobs(
-        include_finished=all_jobs, user=user, states=states or None, combine_arrays=not json_output,
-        fields=None if json_output else fields))
-    if not isinstance(jobs, list):
-        return None
+    long = bool(options.get("long"))
+    params = {"all": all_jobs, "user": user, "states": states or None, "combine_arrays": not json_output}
     if json_output:
-        return _print_json(jobs)
-    if not jobs:
+        records = _read(options, env, lambda controller: controller.pages("/jobs", params))
+        return _print_json(records) if isinstance(records, list) else None
+    fields = render.QUEUE_LONG_FIELDS if long else render.QUEUE_FIELDS
+    table = _read(options, env, lambda controller: controller.job_columns("/jobs", params, fields))
+    if not isinstance(table, JobColumns):
+        return None
+    if not len(table):
         sys.stdout.write(render.empty_queue_text(all_jobs, bool(user or states)) + "\n")
         return 0
-    from corral.cli.tables import print_table
+    from corral.cli.tables import print_columns, print_table
+
+    now = time.time()
+    columns = render.queue_columns(table, now, long)
+    if columns is not None:
+        headers, right, state = ((render.QUEUE_LONG_HEADERS, render.QUEUE_LONG_RIGHT, render.QUEUE_LONG_STATE_COLUMN)
+                                 if long else (render.QUEUE_HEADERS, render.QUEUE_RIGHT, render.QUEUE_STATE_COLUMN))
+        print_columns(headers, columns, right, state_column=state)
+        return 0
     from corral.slurm.squeue.select import combine_pending_array_tasks
 
-    shown = combine_pending_array_tasks(jobs)
+    shown = combine_pending_array_tasks(table.records())
     if options.get("long"):
-        print_table(render.QUEUE_LONG_HEADERS, render.queue_long_rows(shown, time.time()), render.QUEUE_LONG_RIGHT,
+        print_table(render.QUEUE_LONG_HEADERS, render.queue_long_rows(shown, now), render.QUEUE_LONG_RIGHT,
                     state_column=render.QUEUE_LONG_STATE_COLUMN)
     else:
-        print_table(render.QUEUE_HEADERS, render.queue_rows(shown, time.time()), render.QUEUE_RIGHT,
+        print_table(render.QUEUE_HEADERS, render.queue_rows(shown, now), render.QUEUE_RIGHT,
                     state_column=render.QUEUE_STATE_COLUMN)
     return 0
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import time
-from _collections_abc import Mapping, Sequence
+from _collections_abc import Callable, Mapping, Sequence
+from itertools import repeat
 
 from corral.cli.efficiency import efficiency_fields
 from corral.durations import format_duration, format_duration_short
 from corral.gpu_models import describe as describe_gpu
 from corral.slurm.common import jobids
+from corral.slurm.common.table import JobColumns
 
 QUEUE_HEADERS = ("JOBID", "PARTITION", "NAME", "USER", "STATE", "TIME", "NODES", "GPUS", "NODELIST(REASON)")
 QUEUE_RIGHT = frozenset({0, 5, 6, 7})  # numbers right-aligned, as squeue does
@@ -112,6 +114,43 @@ def queue_long_rows(jobs: Sequence[Mapping], now: float) -> list[tuple[str, ...]
     ]
 
 
+def queue_columns(jobs: JobColumns, now: float, long: bool = False) -> list[list[str]] | None:
+    """queue_rows (queue_long_rows with `long`) a column at a time from the controller's columns: a field shown
+    as it is taken whole, every other cell computed once per distinct combination of what it reads
+    (JobColumns.values), no record per job. None when a job belongs to an array (its id and the combining of
+    its pending tasks need records)."""
+    array_ids = jobs.column("array_job_id")
+    if array_ids.count(None) != len(array_ids):
+        return None
+    jobs.group_by([name for _, reads in _QUEUE_CELLS for name in reads])
+    short = [list(map(str, jobs.column("id"))), *map(jobs.column, _QUEUE_AS_SENT),
+             *(jobs.values(_at(cell, now), reads) for cell, reads in _QUEUE_CELLS)]
+    if not long:
+        return short
+    extra = [jobs.values(_dash_or(name), (name,)) for name in ("account", "qos", "queue")]
+    detail = jobs.values(lambda job: job.get("reason_detail") or "", ("reason_detail",))
+    return [*short[:4], *extra, *short[4:], detail]
+
+
+def _at(cell: Callable[[Mapping, float], str], now: float) -> Callable[[Mapping], str]:
+    return lambda job: cell(job, now)
+
+
+def _dash_or(name: str) -> Callable[[Mapping], str]:
+    return lambda job: or_dash(job.get(name))
+
+
+# queue_rows' cells after JOBID: the fields shown as they are, then the others and the fields each reads.
+_QUEUE_AS_SENT = ("partition", "name", "user", "state")
+_QUEUE_CELLS: tuple[tuple[Callable[[Mapping, float], str], tuple[str, ...]], ...] = (
+    (lambda job, now: format_duration_short(job["elapsed_s"]), ("elapsed_s",)),
+    (lambda job, now: str(job["num_nodes"]), ("num_nodes",)),
+    (lambda job, now: str(job["total_gpus"]), ("total_gpus",)),
+    (nodelist_or_reason, ("nodelist", "gpu_idle_flagged", "state", "reason", "estimated_start",
+                          "estimated_start_source", "estimated_start_window")),
+)
+
+
 def node_rows(nodes: Sequence[dict]) -> list[tuple[str, ...]]:
     return [
         (
@@ -179,6 +218,17 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]],
         pad = str.rjust if index in right else str.ljust
         padded.append([pad(cell, width) for cell in column])
     return ["  ".join(cells).rstrip() for cells in zip(*padded, strict=True)] if padded else [""] * (1 + len(rows))
+
+
+def format_columns(headers: Sequence[str], columns: Sequence[Sequence[str]],
+                   right: frozenset[int] = frozenset()) -> list[str]:
+    """format_table of a table given a column at a time: no row is built, each column padded by one map()."""
+    padded = []
+    for index, (header, column) in enumerate(zip(headers, columns, strict=True)):
+        width = max(len(header), max(map(len, column), default=0))
+        pad = str.rjust if index in right else str.ljust
+        padded.append(list(map(pad, [header, *column], repeat(width))))
+    return list(map(str.rstrip, map("  ".join, zip(*padded, strict=True))))
 
 
 def empty_queue_text(all_jobs: bool, filtered: bool) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from _collections_abc import Sequence
 
-from corral.cli.render import format_table
+from corral.cli.render import format_columns, format_table
 
 _STATE_STYLES = {
     "RUNNING": "green", "PENDING": "yellow", "COMPLETING": "cyan", "COMPLETED": "blue", "PREEMPTED": "magenta",
@@ -23,6 +23,15 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: fr
         sys.stdout.write("\n".join(lines) + "\n")  # plain text for pipes and scripts: no escape codes, no wrapping
         return
     _print_styled(lines, headers, rows, state_column)
+
+
+def print_columns(headers: Sequence[str], columns: Sequence[Sequence[str]], right: frozenset[int] = frozenset(),
+                  state_column: int | None = None) -> None:
+    """print_table of a table given a column at a time (render.queue_columns)."""
+    if not sys.stdout.isatty():
+        sys.stdout.write("\n".join(format_columns(headers, columns, right)) + "\n")
+        return
+    print_table(headers, list(zip(*columns, strict=True)), right, state_column)
 
 
 def _print_styled(lines: list[str], headers: Sequence[str], rows: Sequence[Sequence[str]],

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import attrgetter
 
 from pydantic import TypeAdapter
 
@@ -38,6 +39,7 @@ SLICE = 50
 # as much as building the columns.
 COLUMN_SLICE = 500
 _LIST = TypeAdapter(list[JobOut])
+_ARRAY_JOB_ID = attrgetter("spec.array_job_id")
 # Job lists built at once (app.py); the others wait their turn. Each holds its answer while it is built,
 # so this bounds the memory many clients' lists take, whatever their number.
 LISTS_AT_ONCE = 4
@@ -101,9 +103,8 @@ async def active_jobs(engine: Engine, query: JobQuery, now: float, live: LiveUsa
     facts = JobFacts(now, engine.config.gpu_idle_flag_s, places, priority_of, forecasts or {},
                      lambda job: live.of(job.id) if live is not None else None, window)
     encoding = _Encoding(facts, query.fields, query.combine_arrays, query.columns)
-    for job in jobs:
-        if encoding.add(job):
-            await asyncio.sleep(0)  # let other requests in between slices
+    for _ in encoding.add_all(jobs):
+        await asyncio.sleep(0)  # let other requests in between slices
     for _ in encoding.finish():
         await asyncio.sleep(0)
     return JobList(encoding.body(), next_after, len(jobs))
@@ -211,6 +212,21 @@ class _Encoding:
             return False
         self._flush()
         return True
+
+    def add_all(self, jobs: list[Job]) -> Iterator[None]:
+        """add() each job, yielding after each slice encoded. A slice with no array's pending task to combine
+        is taken whole, without a call per job."""
+        size = self._slice_size
+        for start in range(0, len(jobs), size):
+            chunk = jobs[start:start + size]
+            if self._combine and list(map(_ARRAY_JOB_ID, chunk)).count(None) != len(chunk):
+                if any(list(map(self.add, chunk))):
+                    yield
+                continue
+            self._slice.extend(chunk)
+            if len(self._slice) >= size:
+                self._flush()
+                yield
 
     def finish(self) -> Iterator[None]:
         """Encode what is left (the combined records), yielding after each slice."""

@@ -5,8 +5,9 @@ as columns (`{"columns": [[every job's first field], [every job's second field],
 A full JobOut costs the controller a pydantic model and ~900 bytes of JSON per job, and the client a dict
 of 50 keys to parse: at 100,000 jobs, seconds on both sides. squeue's job lines need a few scalar fields,
 so the fields that are attributes of the engine's record are read from it at once, the few others
-computed from it, and all encoded by the json module's C encoder. The one field left (a job's steps) is
-taken from a full JobOut built for the job, so every field gives what the full record gives
+computed from it (the steps and usage too, as views.job_out computes them: sacct asks for every field but the
+history), and all encoded by the json module's C encoder. A field neither plain nor computed would be taken
+from a full JobOut built for the job (none is today); every field gives what the full record gives
 (tests/controller/test_job_fields.py compares them).
 
 Columns cost less than rows on both sides: a plain field of a whole slice of jobs is read by one map() of an
@@ -21,6 +22,7 @@ from typing import Any
 from corral import container_options, hostlist
 from corral.api.schemas import JobOut
 from corral.controller import views
+from corral.controller.step_views import step_rows
 from corral.controller.usage_views import LiveOfJob, gpu_idle_flagged, job_usage
 from corral.engine.history import Cancelled, history_to_json
 from corral.engine.records import Job, JobState
@@ -96,6 +98,12 @@ def _usage(job: Job, facts: JobFacts) -> dict | None:
     return job_usage(job, (facts.live_of(job) or {}).get(None))
 
 
+def _steps(job: Job, facts: JobFacts) -> list[dict]:
+    """The batch step and the job steps, with what each used, as views.job_out gives them (sacct's rows)."""
+    live = facts.live_of(job) or {}
+    return views.batch_steps(job, live.get(None)) + step_rows(job, live)
+
+
 # The fields that are an attribute of the engine's record, by its path (read by one attrgetter, in C).
 _PLAIN: Mapping[str, str] = {
     "id": "id", "name": "spec.name", "user": "spec.user", "state": "state.value", "reason": "reason",
@@ -128,7 +136,73 @@ _COMPUTED: Mapping[str, Getter] = {
         (h.uid for h in job.history if isinstance(h, Cancelled)), None),
     "array_task_spec": lambda job, facts: None,
     "history": lambda job, facts: [history_to_json(entry) for entry in job.history], "usage": _usage,
+    "steps": _steps,
     "gpu_idle_flagged": lambda job, facts: gpu_idle_flagged(_usage(job, facts), facts.gpu_idle_flag_s),
+}
+
+
+# Computed fields of a whole slice at once, where most jobs need no Python call of their own (pending jobs
+# have no slices, no start, no usage; without forecasts no job has a window): each gives what its _COMPUTED
+# getter gives for every job (tests/controller/test_job_fields.py compares them with whole records).
+ColumnGetter = Callable[[list[Job], JobFacts], list[object]]
+_STATE_VALUE = attrgetter("state._value_")  # Enum.value is a Python property; _value_ is the plain attribute
+_SLICES = attrgetter("slices")
+_IDS = attrgetter("id")
+
+
+def _estimates(jobs: list[Job], facts: JobFacts) -> list[object]:
+    if not facts.forecasts:  # no forecast: the reserved start, as the record holds it
+        return list(map(attrgetter("estimated_start"), jobs))
+    return [_estimate(job, facts)[0] for job in jobs]
+
+
+def _estimate_sources(jobs: list[Job], facts: JobFacts) -> list[object]:
+    if not facts.forecasts:
+        return [None if start is None else "reservation" for start in map(attrgetter("estimated_start"), jobs)]
+    return [_estimate(job, facts)[1] for job in jobs]
+
+
+def _windows(jobs: list[Job], facts: JobFacts) -> list[object]:
+    if not facts.forecasts:  # a window surrounds a forecast only
+        return [None] * len(jobs)
+    return [_window(job, facts) for job in jobs]
+
+
+def _elapsed_column(jobs: list[Job], facts: JobFacts) -> list[object]:
+    starts = list(map(attrgetter("start_time"), jobs))
+    if starts.count(None) == len(starts):
+        return [0.0] * len(jobs)
+    return [_elapsed(job, facts) for job in jobs]
+
+
+def _nodelists(jobs: list[Job], facts: JobFacts) -> list[object]:
+    slices = list(map(_SLICES, jobs))
+    if not any(slices):
+        return [""] * len(jobs)
+    return [hostlist.compress(job.node_names) if job.slices else "" for job in jobs]
+
+
+def _idle_flags(jobs: list[Job], facts: JobFacts) -> list[object]:
+    """gpu_idle_flagged: never without the setting; without stored runs or live usage, no usage to flag."""
+    if not facts.gpu_idle_flag_s:
+        return [False] * len(jobs)
+    return [bool(job.runs or facts.live_of(job)) and gpu_idle_flagged(_usage(job, facts), facts.gpu_idle_flag_s)
+            for job in jobs]
+
+
+def _priorities(jobs: list[Job], facts: JobFacts) -> list[object]:
+    scheduled: list[object] = list(map(facts.priority_of, map(_IDS, jobs)))
+    if scheduled.count(None) == 0:
+        return scheduled
+    return [job.spec.priority if priority is None else priority for job, priority in zip(jobs, scheduled, strict=True)]
+
+
+_COMPUTED_COLUMNS: Mapping[str, ColumnGetter] = {
+    "state": lambda jobs, facts: list(map(_STATE_VALUE, jobs)),
+    "priority": _priorities, "estimated_start": _estimates, "estimated_start_source": _estimate_sources,
+    "estimated_start_window": _windows, "elapsed_s": _elapsed_column, "nodelist": _nodelists,
+    "gpu_idle_flagged": _idle_flags, "array_task_spec": lambda jobs, facts: [None] * len(jobs),
+    "position": lambda jobs, facts: list(map(facts.places.get, map(_IDS, jobs))),
 }
 
 
@@ -153,7 +227,9 @@ class Projection:
         """The named fields of these jobs, a list per field (in the order named), each in the jobs' order."""
         by_name: dict[str, list[object]] = {}
         for name in self.fields:
-            if name in _PLAIN:
+            if name in _COMPUTED_COLUMNS:
+                by_name[name] = _COMPUTED_COLUMNS[name](jobs, facts)
+            elif name in _PLAIN:
                 by_name[name] = list(map(attrgetter(_PLAIN[name]), jobs))
             elif name in _COMPUTED:
                 getter = _COMPUTED[name]

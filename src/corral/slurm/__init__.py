@@ -10,7 +10,8 @@ the console script (`main(argv=None) -> int`), and pure modules:
 - sbatch:   opts (parse_sbatch, apply_script), table (the option table), values, export
 - srun:     opts (parse_srun), step_client, step_book, step_streams, step_output (srun's end of step I/O)
 - salloc:   main only (srun's options and steps)
-- squeue:   opts (parse_squeue), select, fields, format, steps, output (squeue_output)
+- squeue:   opts (parse_squeue), select, fields, format, steps, output (squeue_output), columnar (the
+            listing computed a column at a time)
 - sacct:    opts (parse_sacct), fields, format, output (sacct_output)
 - scancel:  opts (parse_scancel), targets (select_targets)
 - scontrol: opts (parse_scontrol), job, show, output (scontrol_show_output), actions, update
@@ -18,6 +19,7 @@ the console script (`main(argv=None) -> int`), and pure modules:
 - sprio:    opts, output (sprio_output)
 common/ has what they share: getopt (glibc getopt_long), optable (option tables, corral's support),
 command (connect, run, emit), errors, http, jsontext, formatspec (`%.Nx` specifications), states,
-jobids, timefmt, timespec, tres, records, record (value classes), target, hostnames, commands_dir.
+jobids, timefmt, timespec, tres, records, record (value classes), table (a list's columns, JobColumns), target,
+hostnames, commands_dir.
 dispatch.py is `corral-slurm COMMAND`.
 """

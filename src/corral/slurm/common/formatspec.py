@@ -8,7 +8,9 @@ are always cut to it (printf's "%.Ns"), right-justified ones too unless the fiel
 command carries on."""
 from __future__ import annotations
 
-from _collections_abc import Callable, Mapping, Sequence
+from _collections_abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from operator import add, itemgetter
 
 from corral.slurm.common.record import Record
 
@@ -105,22 +107,34 @@ def record_lines(records: Sequence[Mapping], fmt: Format, view: object) -> list[
 
 def _column_cells(column: Column, records: Sequence[Mapping], view: object) -> list[str]:
     """print_str of the column's field of every record, and its suffix (print_str's cases, one per pass)."""
-    field, width, right, suffix = column.field, column.width, column.right, column.suffix
+    field = column.field
     if field is None:
-        return [suffix] * len(records)
+        return [column.suffix] * len(records)
     value = field.value  # type: ignore[attr-defined]
-    null = "" if not right and 0 < width < len(_NULL) else _NULL
-    texts = [null if text is None else text for text in [value(record, view) for record in records]]
-    if not width:
-        return [text + suffix for text in texts]
-    if not right:
-        return [text[:width].ljust(width) + suffix for text in texts]
     cut = field.cut  # type: ignore[attr-defined]
-    if not callable(cut):
-        return [text.rjust(width)[:width] + suffix for text in texts] if cut \
-            else [text.rjust(width) + suffix for text in texts]
-    return [(text.rjust(width)[:width] if cut(record) else text.rjust(width)) + suffix
-            for text, record in zip(texts, records, strict=True)]
+    cuts = list(map(cut, records)) if callable(cut) else cut
+    return column_cells(column, [value(record, view) for record in records], cuts)
+
+
+def column_cells(column: Column, texts: Sequence[str | None], cuts: bool | Sequence[bool]) -> list[str]:
+    """print_str of each of a column's values (None: C's NULL), and its suffix: `cuts` says whether a
+    right-justified value longer than the width is cut, for all values or each. Built by map() of str's own
+    methods, no Python call per value."""
+    width, right, suffix = column.width, column.right, column.suffix
+    if None in texts:
+        null = "" if not right and 0 < width < len(_NULL) else _NULL
+        texts = [null if text is None else text for text in texts]
+    if not width:
+        padded: Iterable[str] = texts
+    elif not right:
+        padded = map(str.ljust, map(itemgetter(slice(None, width)), texts), repeat(width))
+    elif isinstance(cuts, bool):
+        justified = map(str.rjust, texts, repeat(width))
+        padded = map(itemgetter(slice(None, width)), justified) if cuts else justified
+    else:
+        padded = [(text.rjust(width)[:width] if cut else text.rjust(width))
+                  for text, cut in zip(texts, cuts, strict=True)]
+    return list(map(add, padded, repeat(suffix))) if suffix else list(padded)
 
 
 def _cut(field: Field, record: Mapping) -> bool:

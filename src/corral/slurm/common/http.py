@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import _socket
 import time
-from _collections_abc import Callable, Iterable, Mapping, Sequence
+from _collections_abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 
 from corral.slurm.common import jsontext
@@ -26,6 +26,7 @@ from corral.slurm.common.leader import (
     NotLeader,
     NotSent,
 )
+from corral.slurm.common.table import JobColumns
 
 TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
 if TYPE_CHECKING:
@@ -194,8 +195,34 @@ class Controller:
         """Every record of a paged list, PAGE_JOBS at a time. Iterables in `params` go comma-separated,
         True as `true`. With `fields`, the controller sends a list per field of every record's value
         (`{"columns": [...]}`); a controller that does not know `columns` sends a row per record, and one
-        that does not know `fields` whole records, taken as they are. Each next page is asked for as soon
-        as a page's headers say where it starts, so the controller builds it while this one is decoded."""
+        that does not know `fields` whole records, taken as they are."""
+        found: list[dict] = []
+        for page in self._each_page(path, params, fields):
+            if fields is not None and isinstance(page, dict):
+                found.extend(records_of_columns(fields, page))
+            elif fields is not None and page and isinstance(page[0], list):
+                found.extend(dict(zip(fields, row, strict=True)) for row in page)
+            else:
+                found.extend(page)
+        return found
+
+    def job_columns(self, path: str, params: Mapping[str, object], fields: tuple[str, ...]) -> JobColumns:
+        """pages() as columns (table.JobColumns): no dict per record. A controller that sends rows or whole
+        records has them turned into columns."""
+        gathered: list[list] = [[] for _ in fields]
+        for page in self._each_page(path, params, fields):
+            if isinstance(page, dict):
+                columns = _checked_columns(fields, page)
+            else:
+                rows = [dict(zip(fields, row, strict=True)) if isinstance(row, list) else row for row in page]
+                columns = list(JobColumns.of_records(fields, rows).columns.values())
+            for whole, part in zip(gathered, columns, strict=True):
+                whole.extend(part)
+        return JobColumns(fields, gathered)
+
+    def _each_page(self, path: str, params: Mapping[str, object], fields: tuple[str, ...] | None) -> Iterator[Any]:
+        """The decoded pages of a list. Each next page is asked for as soon as a page's headers say where it
+        starts, so the controller builds it while this one is decoded and used."""
         query = {key: _param(value) for key, value in params.items()}
         if fields is not None:
             query["fields"] = ",".join(fields)
@@ -204,21 +231,14 @@ class Controller:
         def fetch(after: str | None) -> tuple[tuple[int, bytes], dict[str, str]]:
             return self.exchange("GET", path, {**query, "limit": PAGE_JOBS, "after": after}, decode=_undecoded)
 
-        found: list[dict] = []
         reply = fetch(None)
         while True:
             (status, data), headers = reply
             after = headers.get(NEXT_PAGE_HEADER)  # absent on the last page, or from a controller that does not page
             ahead = _InFlight(lambda after=after: fetch(after)) if after is not None else None
-            page = _decoded(status, data)
-            if fields is not None and isinstance(page, dict):
-                found.extend(records_of_columns(fields, page))
-            elif fields is not None and page and isinstance(page[0], list):
-                found.extend(dict(zip(fields, row, strict=True)) for row in page)
-            else:
-                found.extend(page)
+            yield _decoded(status, data)
             if ahead is None:
-                return found
+                return
             reply = ahead.result()
 
     def priority(self) -> list[dict]:
@@ -376,13 +396,21 @@ class _InFlight:
 
 def records_of_columns(fields: Sequence[str], page: dict) -> list[dict]:
     """A record per job of a page of columns (`columns=true`); ControllerError if they do not fit the fields."""
+    columns = _checked_columns(fields, page)
+    # map() all the way down: no Python-level loop per record (the columns' lengths are checked).
+    return list(map(dict, map(zip, repeat(tuple(fields)), zip(*columns))))  # noqa: B905
+
+
+def _checked_columns(fields: Sequence[str], page: dict) -> list[list]:
+    """The page's columns; ControllerError if they do not fit the fields."""
     columns = page.get("columns")
     if not isinstance(columns, list) or len(columns) != len(fields):
         raise ControllerError(f"the controller sent {_count(columns)} columns for {len(fields)} fields")
+    if not all(isinstance(column, list) for column in columns):
+        raise ControllerError("the controller sent a column that is not a list")
     if len({len(column) for column in columns}) > 1:
         raise ControllerError("the controller sent columns of different lengths")
-    # map() all the way down: no Python-level loop per record (the columns' lengths are checked above).
-    return list(map(dict, map(zip, repeat(tuple(fields)), zip(*columns))))  # noqa: B905
+    return columns
 
 
 def _count(columns: object) -> str:

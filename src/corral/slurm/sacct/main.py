@@ -13,7 +13,7 @@ from _collections_abc import Mapping, Sequence
 from corral import hostlist
 from corral.slurm.common import states
 from corral.slurm.common.command import Result, action_text, connect, run
-from corral.slurm.common.http import Controller
+from corral.slurm.common.http import JOB_LINE_FIELDS, Controller
 from corral.slurm.common.target import current_user
 from corral.slurm.sacct.opts import SacctOptions, parse_sacct
 from corral.slurm.sacct.output import sacct_output
@@ -27,6 +27,9 @@ Usage: sacct [-a] [-A accounts] [-b] [-D] [-E time] [-j jobs] [-l] [-n] [-N node
              [-p] [-P] [-r partitions] [-s states] [-S time] [-u users] [-X] [--delimiter=c]
              [--name=names] [-q qos]
 """
+# What sacct's fields read of a job: every field of a job's line, its steps (rows of their own, and the job
+# row's sampled fields combine theirs) and its usage; not its history (a test keeps this true).
+SACCT_FIELDS = (*JOB_LINE_FIELDS, "steps", "usage")
 HELP_FORMAT_NOTE = "corral's sacct fields are Slurm 22.05's; see `sacct -o help` on a Slurm cluster\n"
 
 
@@ -54,11 +57,13 @@ def sacct(argv: Sequence[str], env: Mapping[str, str]) -> Result:
 
 
 def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: str) -> list[dict]:
+    """The jobs sacct may print, with every field but their history (SACCT_FIELDS): the controller then
+    builds no whole record per job (a day of a million jobs, 43,000 of them, took 20 s that way)."""
     if options.job_ids is not None:
         # The controller reads an array's id as every task of it, as sacct does; select_jobs then keeps
         # the tasks the ids name.
         ids = sorted({ref.job_id for ref in options.job_ids})
-        return controller.accounting(ids=ids) if ids else []
+        return controller.accounting(ids=ids, fields=SACCT_FIELDS) if ids else []
     from corral.slurm.common.timespec import parse_time  # only a window needs the parser
 
     today = time.localtime(now)
@@ -66,7 +71,7 @@ def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: 
              else time.mktime((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0, 0, 0, -1)))
     until = parse_time(options.end_text, now) if options.end_text else now
     users = options.users if options.users is not None else (None if options.all_users else (user,))
-    return controller.accounting(since=since, until=until, **server_filters(options, users))
+    return controller.accounting(since=since, until=until, fields=SACCT_FIELDS, **server_filters(options, users))
 
 
 def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[str, Any]:

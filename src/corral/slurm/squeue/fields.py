@@ -30,6 +30,10 @@ class Field(Record):
     # The record fields value() and cut read, so that squeue asks the controller for those only; None: not
     # declared (squeue then asks for every field it may read). tests/slurm/test_squeue_fields.py checks them.
     reads: tuple[str, ...] | None = None
+    # The whole column at once, from the listing's columns (table.JobColumns), where that is cheaper than
+    # value() per distinct combination of `reads` (values that seldom repeat: ids, names); it may answer
+    # None (not this listing), and must then give what value() gives for every job.
+    column: object = None
 
 
 def _shows_reason(job: Mapping) -> bool:
@@ -153,8 +157,28 @@ _LETTER_READS: Mapping[str, tuple[str, ...]] = {
     "S": _START, "t": ("state",), "T": ("state",), "u": ("user",), "V": ("submit_time",),
     **{letter: () for letter in "dfhHIJnOWxXyYz"},
 }
+
+
+def _own_ids(jobs) -> list[str] | None:
+    """%i of jobs outside arrays, %A of any: the record's own id."""
+    return list(map(str, jobs.column("id")))
+
+
+def _job_ids(jobs) -> list[str] | None:
+    """%i: each job's own id when none belongs to an array (jobids.job_id's last case)."""
+    array_ids = jobs.column("array_job_id")
+    return _own_ids(jobs) if array_ids.count(None) == len(array_ids) else None
+
+
+def _texts_of(name: str):
+    """str() of a field that every record carries (a listing's columns hold every field asked for)."""
+    return lambda jobs: list(map(str, jobs.column(name)))
+
+
+_LETTER_COLUMNS = {"i": _job_ids, "A": _own_ids, "j": _texts_of("name")}
 LETTERS: Mapping[str, Field] = {
-    letter: field.replace(reads=_LETTER_READS[letter]) if letter in _LETTER_READS else field
+    letter: field.replace(reads=_LETTER_READS[letter], column=_LETTER_COLUMNS.get(letter))
+    if letter in _LETTER_READS else field
     for letter, field in _LETTER_FIELDS.items()}
 
 _LONG_TO_LETTER = {

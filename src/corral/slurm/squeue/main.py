@@ -9,6 +9,7 @@ from _collections_abc import Mapping, Sequence
 from corral.slurm.common import states
 from corral.slurm.common.command import MIN_JOB_AGE_S, Result, action_text, connect, emit, run, still_known
 from corral.slurm.common.http import JOB_LINE_FIELDS, ApiError, Controller
+from corral.slurm.common.table import JobColumns
 from corral.slurm.common.target import current_user
 from corral.slurm.squeue import select
 from corral.slurm.squeue.opts import USAGE, SqueueOptions, parse_squeue
@@ -47,21 +48,35 @@ def squeue(argv: Sequence[str], env: Mapping[str, str]) -> Result:
         time.sleep(options.iterate_s)
 
 
-def fetch_jobs(controller: Controller, options: SqueueOptions, now: float, user: str | None = None) -> list[dict]:
+def fetch_jobs(controller: Controller, options: SqueueOptions, now: float,
+               user: str | None = None) -> list[dict] | JobColumns:
     """What slurmctld would hold: unfinished jobs, and finished ones for MinJobAge when -t asks
-    for finished states. One --jobs id outside that set is looked up, as squeue tells a finished
-    job (header only) from an unknown one (an error). The controller filters what it can, and
-    combines an array's pending tasks as squeue would; squeue_output filters everything again."""
+    for finished states, as columns of the fields squeue reads (records with -s, which needs steps).
+    One --jobs id outside that set is looked up, as squeue tells a finished job (header only) from an
+    unknown one (an error). The controller filters what it can, and combines an array's pending tasks
+    as squeue would; squeue_output filters everything again."""
     wanted = options.job_states
     filters = server_filters(options, user)
+    fields = filters.pop("fields", None)
     if wanted is not None and wanted - states.ACTIVE_STATES:
         # Jobs that had not ended MinJobAge ago: the accounting window, rather than GET /jobs?all=true,
         # which sends the whole history.
-        jobs = controller.accounting(since=now - MIN_JOB_AGE_S, **filters)
+        path, params = "/accounting", {"since": now - MIN_JOB_AGE_S}
     else:
-        jobs = controller.jobs(**filters)
+        path, params = "/jobs", {}
+    params |= {"user": filters.pop("user", None), **filters}
+    if fields is None:
+        jobs: list[dict] | JobColumns = controller.pages(path, params)
+    else:
+        jobs = controller.job_columns(path, params, fields)
     single = options.single_job_id
-    if single is not None and not any(j["id"] == single or j.get("array_job_id") == single for j in jobs):
+    if single is None:
+        return jobs
+    if isinstance(jobs, JobColumns):
+        if single in jobs.column("id") or single in jobs.column("array_job_id"):
+            return jobs
+        jobs = jobs.records()
+    if not any(j["id"] == single or j.get("array_job_id") == single for j in jobs):
         try:
             job = controller.job(single)
         except ApiError as exc:

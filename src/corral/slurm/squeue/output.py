@@ -5,16 +5,25 @@ from __future__ import annotations
 from _collections_abc import Mapping, Sequence
 
 from corral import hostlist
+from corral.slurm.common.table import JobColumns
 from corral.slurm.squeue import select
 from corral.slurm.squeue.fields import View
 from corral.slurm.squeue.format import render
 from corral.slurm.squeue.opts import INVALID_JOB_ID, SqueueOptions
 
 
-def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping], now: float,
+def squeue_output(options: SqueueOptions, jobs: Sequence[Mapping] | JobColumns, now: float,
                   user: str | None = None) -> tuple[str, str, int]:
     """(stdout, stderr, exit status). `jobs` are all the records the controller still holds,
-    finished ones included; `user` is the caller, for --me."""
+    finished ones included, or their columns (computed column-wise where columnar.py can); `user` is the
+    caller, for --me."""
+    if isinstance(jobs, JobColumns):
+        from corral.slurm.squeue.columnar import columnar_output
+
+        answer = columnar_output(options, jobs, now, user)
+        if answer is not None:
+            return answer
+        jobs = jobs.records()
     warnings = "".join(options.warnings)
     single = options.single_job_id
     if single is not None and not any(j["id"] == single or j.get("array_job_id") == single for j in jobs):

@@ -145,6 +145,11 @@ FILTER_READS: Mapping[str, tuple[str, ...]] = {
 }
 
 
+def sort_key(letter: str) -> Callable[[Mapping], object] | None:
+    """The key function of a `-S` letter; None for a letter sort_jobs skips."""
+    return _SORT_KEYS.get(letter)
+
+
 def sort_reads(spec: str) -> tuple[str, ...] | None:
     """The fields a `-S` specification reads; None when one of its keys has none declared."""
     reads: list[str] = []
