@@ -20,7 +20,7 @@ from corral.cli.timespec import AHEAD_FORMS_HELP, parse_when_ahead
 # corral.controller.settings): `apply` accepts that file and leaves them out, as they apply at start only.
 CONTROLLER_SETTING_KEYS = frozenset({"cluster_name", "kill_grace_s", "node_timeout_s", "kill_report_timeout_s",
                                      "shards_per_gpu", "expedite_hold_s", "self_fencing", "gpu_idle_cancel_s",
-                                     "gpu_idle_flag_s",
+                                     "gpu_idle_flag_s", "min_cycle_interval_s",
                                      "scheduler", "partitions", "auth", "ratelimit", "http", "launch_parameters",
                                      "gateway"})
 
