@@ -1,4 +1,4 @@
-"""`corral queue`, `corral show` and `corral cancel` without Typer, click or httpx: what people run most,
+"""`corral queue`, `corral show`, `corral cancel` (and `corral submit`, corral.cli.lean_submit) without Typer, click or httpx: what people run most,
 started in tens of milliseconds instead of hundreds (docs/decisions/0019-fast-commands.md).
 
 `run(argv)` handles the plain forms of these commands, the same requests over the Slurm commands' stdlib
@@ -42,6 +42,10 @@ def run(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int | None:
     if command == "cancel":
         options = parse_options(rest, CANCEL_OPTIONS)
         return None if options is None else _cancel(options, env)
+    if command == "submit":
+        from corral.cli.lean_submit import run_submit
+
+        return run_submit(rest, env)
     return None
 
 

@@ -71,6 +71,15 @@ class Unreachable(ControllerError):
         self.source = source  # where the URL came from (CORRAL_URL, cluster.json, default)
 
 
+class NotReached(Unreachable):
+    """No controller took the request: it was sent to none (or only a standby refused it), so nothing was
+    done. `no_leader` is what each controller said, and how long an election was waited for."""
+
+    def __init__(self, url: str, no_leader: NoLeader, source: str = "") -> None:
+        super().__init__(url, no_leader.reason, source)
+        self.no_leader = no_leader
+
+
 class TlsRefused(Unreachable):
     """The TLS handshake failed (a certificate that does not verify, or a server without TLS); the
     message says which, naming the URL and the CA file."""
@@ -261,7 +270,7 @@ class Controller:
         try:
             return self.controllers.call(send)  # type: ignore[return-value]
         except NoLeader as exc:
-            raise Unreachable(", ".join(self.controllers.urls), exc.reason, self.source) from None
+            raise NotReached(", ".join(self.controllers.urls), exc, self.source) from None
 
     def _exchange(self, endpoint: Endpoint, request: bytes) -> tuple[int, dict[str, str], bytes]:
         """NotSent if no connection could be made (another controller may be asked); Unreachable if it
