@@ -2,7 +2,7 @@
 scancel or `corral queue/submit/show/cancel` that finds none (corral.slurm.front), ended after IDLE_S seconds
 without a call. The native front-end (front.c) and corral.slurm.front hand it their calls.
 
-It imports the commands once (corral's whole command line too, for `corral submit`), then forks one child
+It imports the commands' lean paths once, then forks one child
 per call: the child takes the caller's stdin, stdout,
 stderr and working directory (passed over the socket), its argv, environment and umask, acknowledges the call,
 runs the command's main() exactly as the console script would, and sends back the exit status. If the caller
@@ -59,22 +59,20 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
                 os.unlink(path)
 
 
-# What makes calls fast: imported once, here, not in each call. `corral submit` runs through the Typer app,
-# whose submit command imports corral.cli.submit, and httpx and pwd through it, only when called; Typer
-# imports its _adapters at the first command line it parses (0.5 s).
+# What makes calls fast: imported once, here, not in each call: the commands' lean paths only (corral queue,
+# submit, show and cancel included: corral.cli.lean_commands). The Typer app (Typer, click, httpx: 50 MB
+# resident against 16 MB) is not: every fork, every copy-on-write fault and every exit of a child would pay
+# for it (a fork of the fuller helper: 1.3 ms against 0.3 ms, quiet machine); the rare call that needs it
+# (--help, a form the lean commands hand on) loads it in its own child, as a command in its own process would.
 PRELOADED = (*(f"corral.slurm.{command}.main" for command in COMMANDS), "corral.cli.lean_commands",
-             "corral.cli.app", "corral.cli.submit", "corral.cli.client", "httpx", "pwd", "typer._adapters",
+             "corral.cli.lean_submit", "corral.cli.submit_line", "corral.cli.client", "corral.cli.config",
+             "corral.cli.render", "corral.cli.tables", "corral.slurm.squeue.select", "corral.jobref", "json",
              "ctypes")
-_corral_command: list = []  # the Typer app's click command, built once (Typer builds it on every call: ~90 ms)
 
 
 def preload() -> None:
     for module in PRELOADED:
         __import__(module)
-    from typer.main import get_command
-
-    _corral_command[:] = [get_command(sys.modules["corral.cli.app"].app)]
-    sys.modules["corral.cli.client"].default_ssl_context()  # loading the CA file: ~60 ms a call otherwise
     # Out of the collector's sight: a child's collections would otherwise touch (and so copy) every page of
     # what was loaded here.
     gc.freeze()
@@ -311,7 +309,10 @@ def _corral(argv: list[str]) -> int | None:
     status = sys.modules["corral.cli.lean_commands"].run(argv)
     if status is not None:
         return status
-    _corral_command[0].main(args=argv, prog_name=CORRAL)
+    from corral.cli.app import app  # a form the lean commands hand on: loaded in this call's child alone
+    from typer.main import get_command
+
+    get_command(app).main(args=argv, prog_name=CORRAL)
     return 0
 
 
