@@ -91,9 +91,9 @@ def _controller(options: Options, env: Mapping[str, str]):  # noqa: ANN202 - cor
     from corral.slurm.common.target import resolve_target
 
     url = options.get("url")
-    target = resolve_target(env, url if isinstance(url, str) else None)
+    target = resolve_target(env, url if isinstance(url, str) else None, reuse=True)
     return Controller(target.urls, target.secret, timeout_s=10.0, source=target.source, ca_file=target.ca_file,
-                      leader_wait_s=leader_wait_s(env))
+                      leader_wait_s=leader_wait_s(env), reused_from=target.reused_from)
 
 
 def _read(options: Options, env: Mapping[str, str], request, controller=None) -> object | None:  # noqa: ANN001

@@ -60,7 +60,7 @@ def _controller(url_option: str | None, env: Mapping[str, str]):  # noqa: ANN202
     from corral.slurm.common.target import TargetError, resolve_target
 
     try:
-        target = resolve_target(env, url_option)
+        target = resolve_target(env, url_option, reuse=True)
         from corral.cli.config import check_url
 
         for url in target.urls:
@@ -69,7 +69,7 @@ def _controller(url_option: str | None, env: Mapping[str, str]):  # noqa: ANN202
     except (TargetError, ConfigError, ValueError, OSError):
         return None
     return Controller(target.urls, target.secret, timeout_s=SUBMIT_TIMEOUT_S, source=target.source,
-                      ca_file=target.ca_file, leader_wait_s=wait_s)
+                      ca_file=target.ca_file, leader_wait_s=wait_s, reused_from=target.reused_from)
 
 
 def _post(controller, body: dict) -> dict | None:  # noqa: ANN001 - corral.slurm.common.http.Controller

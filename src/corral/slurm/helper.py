@@ -18,12 +18,14 @@ import fcntl
 import gc
 import io
 import os
+import select
 import signal
 import socket
 import sys
 import threading
 import time
 
+from corral.slurm.common.credential_reuse import Reuse, install
 from corral.slurm.front import ACCEPTED, COMMANDS, CORRAL, CORRAL_SUBCOMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
 
 IDLE_S = 300.0
@@ -103,6 +105,10 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
     helper = os.getpid()
+    kept = Reuse()  # auth-socket credentials the calls fetched, for the next children (credential_reuse)
+    install(kept)
+    learned, report = os.pipe()
+    os.set_blocking(learned, False)
     while True:
         # SIGTERM waits while a child is forked: the helper must know its pid before it can end it.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -114,6 +120,8 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                 _die_with(helper)  # however the helper ends (SIGKILL too), a child still waiting goes with it
                 os.close(news)
+                os.close(learned)
+                kept.report_fd = report
                 os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
                 _wait_for_a_call(server, sources, idle_s, tell)
             finally:
@@ -121,7 +129,7 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
         try:
             os.close(tell)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            said = os.read(news, 1)
+            said = _news_of(news, learned, kept)
         except SystemExit:  # SIGTERM: the child still waiting goes too, not one that took a call
             if _last_word(news) != TOOK_A_CALL:
                 with contextlib.suppress(ProcessLookupError):
@@ -131,6 +139,16 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
             os.close(news)
         if said != TOOK_A_CALL:
             return
+
+
+def _news_of(news: int, learned: int, kept: Reuse) -> bytes:
+    """The waiting child's word, taking in meanwhile the credentials that children report."""
+    while True:
+        ready, _, _ = select.select([news, learned], [], [])
+        if learned in ready:
+            kept.take_reports(learned)
+        if news in ready:
+            return os.read(news, 1)
 
 
 PR_SET_PDEATHSIG = 1
@@ -309,8 +327,9 @@ def _corral(argv: list[str]) -> int | None:
     status = sys.modules["corral.cli.lean_commands"].run(argv)
     if status is not None:
         return status
-    from corral.cli.app import app  # a form the lean commands hand on: loaded in this call's child alone
     from typer.main import get_command
+
+    from corral.cli.app import app  # a form the lean commands hand on: loaded in this call's child alone
 
     get_command(app).main(args=argv, prog_name=CORRAL)
     return 0
