@@ -1,5 +1,6 @@
-"""`corral queue`, `corral show`, `corral cancel` (and `corral submit`, corral.cli.lean_submit) without Typer, click or httpx: what people run most,
-started in tens of milliseconds instead of hundreds (docs/decisions/0019-fast-commands.md).
+"""`corral queue`, `corral show`, `corral cancel` (and `corral submit`, corral.cli.lean_submit) without Typer, click
+or httpx: what people run most, started in tens of milliseconds instead of hundreds
+(docs/decisions/0019-fast-commands.md).
 
 `run(argv)` handles the plain forms of these commands, the same requests over the Slurm commands' stdlib
 client (corral.slurm.common.http) and the same rendering (corral.cli.render) as corral.cli.jobs, and returns

@@ -82,29 +82,34 @@ def _post(controller, body: dict) -> dict | None:  # noqa: ANN001 - corral.slurm
     try:
         (status, data), _headers = controller.exchange("POST", "/jobs", body=body, decode=_as_sent)
     except NotReached as exc:
-        return _unreached(controller, exc)
+        _error(_unreached(controller, exc))
+        return None
     except ApiError as exc:  # over the rate limit after every retry: refused, not done
-        return _error(error_message(exc.status, jsontext.dumps({"detail": exc.detail})))
+        _error(error_message(exc.status, jsontext.dumps({"detail": exc.detail})))
+        return None
     except ControllerError as exc:  # sent, perhaps acted on: never sent again
-        return _error(f"{exc} (the job may have been submitted: check with corral queue)")
+        _error(f"{exc} (the job may have been submitted: check with corral queue)")
+        return None
     text = data.decode("utf-8", "replace")
     if status >= 400:
-        return _error(error_message(status, text))
+        _error(error_message(status, text))
+        return None
     try:
         reply = jsontext.loads(data)
     except ValueError:
         reply = None
     if not isinstance(reply, dict) or "job_id" not in reply:
-        return _error(f"the controller at {controller.url} sent a reply that is not JSON")
+        _error(f"the controller at {controller.url} sent a reply that is not JSON")
+        return None
     return reply
 
 
-def _unreached(controller, exc) -> None:  # noqa: ANN001
+def _unreached(controller, exc) -> str:  # noqa: ANN001
     """corral.cli.client.ControllerUnreachable's words for a request no controller took."""
     urls = ", ".join(controller.controllers.urls)
     if len(controller.controllers.urls) == 1 and exc.no_leader.waited_s is None:
-        return _error(f"cannot reach the controller at {urls} (is 'corral up' running?)")
-    return _error(f"no leading controller at {urls}: {exc.no_leader.reason} (is 'corral up' running?)")
+        return f"cannot reach the controller at {urls} (is 'corral up' running?)"
+    return f"no leading controller at {urls}: {exc.no_leader.reason} (is 'corral up' running?)"
 
 
 def _as_sent(status: int, data: bytes) -> tuple[int, bytes]:
@@ -113,4 +118,3 @@ def _as_sent(status: int, data: bytes) -> tuple[int, bytes]:
 
 def _error(message: str) -> None:
     sys.stderr.write(f"corral: error: {message}\n")
-    return None

@@ -42,7 +42,9 @@ class Reuse:
     def credential(self, path: str) -> str | None:
         """A credential from `path` that may still be used, or None."""
         identity = socket_identity(path)
-        found = self.known.get(identity) if identity is not None else None
+        if identity is None:
+            return None
+        found = self.known.get(identity)
         if found is None:
             return None
         credential, expires = found
