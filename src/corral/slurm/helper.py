@@ -98,10 +98,11 @@ TOOK_A_CALL, IDLE, CHANGED = b"t", b"i", b"s"
 
 
 def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float, lock_fd: int) -> None:
-    """Keep one child forked ahead, waiting in accept(): a call finds its process already there, and the
-    fork for the next call happens while this one runs (2-8 ms of fork on this machine, off the caller's
-    path). Each child says through its pipe what became of it: it took a call (fork the next one), it waited
-    idle_s for none, or corral changed on disk; on anything but a taken call the helper ends."""
+    """Keep one child forked ahead, waiting in accept(): a call finds its process already there. Each child
+    says through its pipe what became of it: it took a call, it waited idle_s for none, or corral changed on
+    disk; on anything but a taken call the helper ends. The next child is forked once the call has ended
+    (its pipe closes), or at once when another call is already waiting: not while the call runs, where the
+    fork would take the CPU from it on a loaded machine, and never so late that concurrent calls queue."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
     helper = os.getpid()
@@ -126,18 +127,34 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
                 _wait_for_a_call(server, sources, idle_s, tell)
             finally:
                 os._exit(0)
+        took = False
         try:
             os.close(tell)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
             said = _news_of(news, learned, kept)
+            if said == TOOK_A_CALL:
+                took = True
+                _while_the_call_runs(news, learned, kept, server)
         except SystemExit:  # SIGTERM: the child still waiting goes too, not one that took a call
-            if _last_word(news) != TOOK_A_CALL:
+            if not took and _last_word(news) != TOOK_A_CALL:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(waiting, signal.SIGKILL)
             raise
         finally:
             os.close(news)
         if said != TOOK_A_CALL:
+            return
+
+
+def _while_the_call_runs(news: int, learned: int, kept: Reuse, server: socket.socket) -> None:
+    """Until the child that took a call ends (its end of the pipe closes with it) or another call waits on
+    the socket; the credentials children report are taken in meanwhile."""
+    listening = server.fileno()
+    while True:
+        ready, _, _ = select.select([news, learned, listening], [], [])
+        if learned in ready:
+            kept.take_reports(learned)
+        if news in ready or listening in ready:
             return
 
 
@@ -192,14 +209,15 @@ def _wait_for_a_call(server: socket.socket, sources: dict[str, int], idle_s: flo
         with contextlib.suppress(OSError):  # the caller may be gone already: it runs the call itself
             conn.sendall(STALE)
         return
-    _tell(tell, TOOK_A_CALL)
+    _tell(tell, TOOK_A_CALL, keep_open=True)  # closed when this process ends: the helper forks the next
     _run_call(conn)  # never returns
 
 
-def _tell(tell: int, news: bytes) -> None:
+def _tell(tell: int, news: bytes, keep_open: bool = False) -> None:
     with contextlib.suppress(OSError):  # a helper gone meanwhile: this call is still served
         os.write(tell, news)
-    os.close(tell)
+    if not keep_open:
+        os.close(tell)
 
 
 def _end(signum: int, frame: object) -> None:
