@@ -102,6 +102,20 @@ def test_without_a_helper_the_call_falls_back_once_and_starts_one(native, runtim
     assert _helper_pids(path)
 
 
+def test_a_caller_without_a_locale_is_served_by_the_helper_it_started(native, runtime_dir):
+    """No LANG nor LC_*: Python coerces the C locale (LC_CTYPE=C.UTF-8 in its own environment) where the
+    front-end sees none; both must still name the same socket, or every such call (cron, `env -i`) starts
+    Python."""
+    env = {k: v for k, v in _plain_env(runtime_dir).items() if k != "LANG" and not k.startswith("LC_")}
+    first = native.run("squeue", "--version", env=env)
+    assert first.returncode == 0, first.stderr
+    _wait_for_helper(front.socket_path(env))  # the front-end's name for it: no LC_CTYPE
+    for _ in range(3):
+        again = native.run("squeue", "--version", env=env)
+        assert (again.stdout, again.returncode) == (first.stdout, 0)
+    assert native.fallback_marks() == [f"squeue:{front.ABSENT}"]  # only the first call started Python
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a network namespace needs root")
 def test_a_call_from_another_network_namespace_is_not_served_by_this_ones_helper(native, runtime_dir):
     """`ip netns exec` (a virtual host) reaches other addresses: the helper outside must not run its calls."""
