@@ -26,7 +26,12 @@ corral's commands run with a bytecode cache (PYTHONPYCACHEPREFIX, a temporary di
 one untimed call), as after a normal install: where PYTHONDONTWRITEBYTECODE is set, every call
 would otherwise compile each module from source again.
 
-    python bench/slurm_latency.py [--sbatch N] [--squeue M]      (defaults 500 and 100)"""
+With `--baseline PREFIX` (the prefix of another environment with corral and its native front-end installed,
+e.g. one built from an earlier commit), that install's sbatch and squeue take their turns too
+(`sbatch_baseline`, `squeue_baseline`, through its own helper), and its `corral queue`, `show`, `submit` and
+`cancel` are timed after this install's (`corral_*_baseline`): a before and after in one run, under one load.
+
+    python bench/slurm_latency.py [--sbatch N] [--squeue M] [--baseline PREFIX]   (defaults 500 and 100)"""
 from __future__ import annotations
 
 import argparse
@@ -127,7 +132,7 @@ def _joined(runs: list[Calls]) -> Calls:
     return joined
 
 
-def measure_corral(sbatch_calls: int, squeue_calls: int, slurm: bool = False) -> dict:
+def measure_corral(sbatch_calls: int, squeue_calls: int, slurm: bool = False, baseline: Path | None = None) -> dict:
     """corral's figures; with `slurm`, real Slurm's calls take turns with them too (`sbatch_slurm`,
     `squeue_slurm`), so that every ratio compares calls made under the same load."""
     with tempfile.TemporaryDirectory(prefix="corral-latency-") as tmp:
@@ -147,9 +152,13 @@ def measure_corral(sbatch_calls: int, squeue_calls: int, slurm: bool = False) ->
             own = {**env, HELPER_SWITCH: "0"}
             helped = dict(env)  # the helper is on by default
             helper_socket = start_helper(scripts, helped)
+            if baseline is not None:
+                start_baseline_helper(baseline, helped)
             helper_cpu_before = helper_cpu_ms(helper_socket)
             try:
                 ways = {"": (scripts, helped), "_python": (python, own), "_python_helper": (python, helped)}
+                if baseline is not None:
+                    ways["_baseline"] = (baseline / "bin", helped)
                 if slurm:
                     ways["_slurm"] = (SLURM_BIN, dict(os.environ))
                 figures = measure_alternating(ways, sbatch_calls, squeue_calls)
@@ -157,9 +166,11 @@ def measure_corral(sbatch_calls: int, squeue_calls: int, slurm: bool = False) ->
                 figures["helper_cpu_ms_per_call"] = round(
                     (helper_cpu_ms(helper_socket) - helper_cpu_before) / helper_calls, 3)
                 figures["python_startup"] = summary(timed_calls([sys.executable, "-c", "pass"], squeue_calls, env))
-                figures |= measure_corral_cli(scripts, python, helped, own, squeue_calls)
+                figures |= measure_corral_cli(scripts, python, helped, own, squeue_calls, baseline)
             finally:
                 stop_helper(helper_socket)
+                if baseline is not None:
+                    stop_baseline_helper(baseline)
             figures["native_front_end"] = (scripts / "sbatch").read_bytes()[:4] == b"\x7fELF"
             return figures
         finally:
@@ -203,6 +214,40 @@ def start_helper(scripts: Path, env: dict[str, str], timeout_s: float = 30.0) ->
     raise SystemExit(f"the command helper did not start on {path}")
 
 
+def start_baseline_helper(prefix: Path, env: dict[str, str], timeout_s: float = 30.0) -> None:
+    """Start the baseline install's helper (its socket's name is its own install's) with first calls."""
+    deadline = time.monotonic() + timeout_s
+    timed_calls([str(prefix / "bin" / "squeue"), "--version"], 1, env)
+    while not baseline_helper_pids(prefix):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the baseline's command helper ({prefix}) did not start")
+        time.sleep(0.1)
+    time.sleep(1.0)  # listening, its child forked ahead
+    timed_calls([str(prefix / "bin" / "squeue"), "--version"], 3, env)
+
+
+def baseline_helper_pids(prefix: Path) -> list[int]:
+    return [pid for pid in _pids_with(b"corral.slurm.helper") if str(prefix).encode() in _cmdline(pid)[0]]
+
+
+def stop_baseline_helper(prefix: Path) -> None:
+    for pid in baseline_helper_pids(prefix):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _pids_with(arg: bytes) -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and arg in _cmdline(entry.name)]
+
+
+def _cmdline(pid: int | str) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return [b""]
+
+
 def helper_pids(path: str) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -230,13 +275,16 @@ TYPER_CALLS_MAX = 30  # each takes hundreds of milliseconds
 
 
 def measure_corral_cli(scripts: Path, python: Path, helped: dict[str, str], own: dict[str, str],
-                       calls: int) -> dict:
+                       calls: int, baseline: Path | None = None) -> dict:
     """`corral queue`, `show`, `submit --hold` and `cancel`, as installed (through the helper) and through
     the Python entry point in its own process, call for call in turn; `corral queue` through the Typer app."""
     typer_calls = min(calls, TYPER_CALLS_MAX)
     submit = ["submit", "-o", "/dev/null", "--hold", "--parsable", "--wrap", "true"]
     figures = {}
-    for label, (bin_dir, env) in {"": (scripts, helped), "_python": (python, own)}.items():
+    ways = {"": (scripts, helped), "_python": (python, own)}
+    if baseline is not None:
+        ways["_baseline"] = (baseline / "bin", helped)
+    for label, (bin_dir, env) in ways.items():
         corral = str(bin_dir / "corral")
         timed_calls([corral, "queue"], 1, env)  # warm-up: bytecode of the lean path
         figures[f"corral_queue{label}"] = summary(timed_calls([corral, "queue"], calls, env))
@@ -274,13 +322,13 @@ NO_SLURM = ("real Slurm is not running (no answer from /usr/bin/sinfo): corral's
             "start ../shared/anchors/slurm/setup.sh for the side-by-side figures")
 
 
-def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
+def run(sbatch_calls: int = 500, squeue_calls: int = 100, baseline: Path | None = None) -> dict:
     """corral's figures, then real Slurm's when it answers, in one run; ratios corral / Slurm."""
     result: dict = {"bench": "slurm-latency", "sbatch_calls": sbatch_calls, "squeue_calls": squeue_calls,
                     "machine": f"{platform.node()} cpus={os.cpu_count()}", "python": platform.python_version(),
                     "loadavg_before": os.getloadavg()[0]}
     slurm = slurm_available()
-    result["corral"] = measure_corral(sbatch_calls, squeue_calls, slurm)
+    result["corral"] = measure_corral(sbatch_calls, squeue_calls, slurm, baseline)
     result["slurm"] = ({"sbatch": result["corral"].pop("sbatch_slurm"), "squeue": result["corral"].pop("squeue_slurm")}
                        if slurm else None)
     result["loadavg_after"] = os.getloadavg()[0]
@@ -289,7 +337,7 @@ def run(sbatch_calls: int = 500, squeue_calls: int = 100) -> dict:
             f"{cmd}_{stat}": round(result["corral"][cmd][f"{stat}_ms"]
                                    / result["slurm"][cmd.split("_")[0]][f"{stat}_ms"], 2)
             for cmd in ("sbatch", "squeue", "sbatch_python", "squeue_python", "sbatch_python_helper",
-                        "squeue_python_helper")
+                        "squeue_python_helper", *(("sbatch_baseline", "squeue_baseline") if baseline else ()))
             for stat in ("median", "p95", "cpu_median")}
     else:
         result["slurm_skipped"] = NO_SLURM
@@ -300,8 +348,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sbatch", type=int, default=500, help="sbatch calls")
     parser.add_argument("--squeue", type=int, default=100, help="squeue calls")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="prefix of another corral install to time in turn (the before figures)")
     args = parser.parse_args()
-    result = run(args.sbatch, args.squeue)
+    result = run(args.sbatch, args.squeue, args.baseline)
     if result["slurm"] is None:
         print(NO_SLURM, file=sys.stderr)
     print(json.dumps(result))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import socket
@@ -99,6 +100,20 @@ def test_without_a_helper_the_call_falls_back_once_and_starts_one(native, runtim
     assert (second.stdout, second.stderr, second.returncode) == (first.stdout, first.stderr, 0)
     assert native.fallback_count() == 1  # answered by the helper, no interpreter started
     assert _helper_pids(path)
+
+
+def test_a_caller_without_a_locale_is_served_by_the_helper_it_started(native, runtime_dir):
+    """No LANG nor LC_*: Python coerces the C locale (LC_CTYPE=C.UTF-8 in its own environment) where the
+    front-end sees none; both must still name the same socket, or every such call (cron, `env -i`) starts
+    Python."""
+    env = {k: v for k, v in _plain_env(runtime_dir).items() if k != "LANG" and not k.startswith("LC_")}
+    first = native.run("squeue", "--version", env=env)
+    assert first.returncode == 0, first.stderr
+    _wait_for_helper(front.socket_path(env))  # the front-end's name for it: no LC_CTYPE
+    for _ in range(3):
+        again = native.run("squeue", "--version", env=env)
+        assert (again.stdout, again.returncode) == (first.stdout, 0)
+    assert native.fallback_marks() == [f"squeue:{front.ABSENT}"]  # only the first call started Python
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="a network namespace needs root")
@@ -311,18 +326,24 @@ def test_ctrl_c_ends_the_call_and_the_helpers_child(native, runtime_dir, slurm_c
     helper_pid = _the_helper(path)
     watching = subprocess.Popen([str(native.bin / "squeue"), "-i", "1"], env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    # The helper keeps one child waiting for the next call: the call running is the second one.
     deadline = time.monotonic() + 30
+    while not select.select([watching.stdout], [], [], 0.1)[0] and time.monotonic() < deadline:
+        pass  # until squeue -i has shown the queue once
+    running = _children(helper_pid)
+    assert len(running) == 1, running  # the call's child; the next is forked when it ends or another call waits
+    # Another call meanwhile is served by the helper at once (a child forked for it), not queued behind -i.
+    other = native.run("squeue", "--version", env=env)
+    assert other.returncode == 0 and native.fallback_count() == 1
+    deadline = time.monotonic() + 10
     while len(_children(helper_pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_children(helper_pid)) == 2, "the helper never ran squeue -i"
-    time.sleep(1)  # squeue -i has shown the queue at least once
+    assert running[0] in _children(helper_pid) and len(_children(helper_pid)) == 2  # -i's, and the next waits
     watching.send_signal(signal.SIGINT)
     assert watching.wait(10) == 130
     deadline = time.monotonic() + 10
-    while len(_children(helper_pid)) > 1 and time.monotonic() < deadline:
+    while running[0] in _children(helper_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_children(helper_pid)) == 1  # the call ended in the helper too; the next one waits
+    assert len(_children(helper_pid)) == 1 and running[0] not in _children(helper_pid)  # the call ended there too
     assert native.fallback_count() == 1
 
 

@@ -1,5 +1,6 @@
-"""`corral queue`, `corral show` and `corral cancel` without Typer, click or httpx: what people run most,
-started in tens of milliseconds instead of hundreds (docs/decisions/0019-fast-commands.md).
+"""`corral queue`, `corral show`, `corral cancel` (and `corral submit`, corral.cli.lean_submit) without Typer, click
+or httpx: what people run most, started in tens of milliseconds instead of hundreds
+(docs/decisions/0019-fast-commands.md).
 
 `run(argv)` handles the plain forms of these commands, the same requests over the Slurm commands' stdlib
 client (corral.slurm.common.http) and the same rendering (corral.cli.render) as corral.cli.jobs, and returns
@@ -42,6 +43,10 @@ def run(argv: Sequence[str], env: Mapping[str, str] = os.environ) -> int | None:
     if command == "cancel":
         options = parse_options(rest, CANCEL_OPTIONS)
         return None if options is None else _cancel(options, env)
+    if command == "submit":
+        from corral.cli.lean_submit import run_submit
+
+        return run_submit(rest, env)
     return None
 
 
@@ -87,9 +92,9 @@ def _controller(options: Options, env: Mapping[str, str]):  # noqa: ANN202 - cor
     from corral.slurm.common.target import resolve_target
 
     url = options.get("url")
-    target = resolve_target(env, url if isinstance(url, str) else None)
+    target = resolve_target(env, url if isinstance(url, str) else None, reuse=True)
     return Controller(target.urls, target.secret, timeout_s=10.0, source=target.source, ca_file=target.ca_file,
-                      leader_wait_s=leader_wait_s(env))
+                      leader_wait_s=leader_wait_s(env), reused_from=target.reused_from)
 
 
 def _read(options: Options, env: Mapping[str, str], request, controller=None) -> object | None:  # noqa: ANN001

@@ -79,13 +79,36 @@ def through_helper(command: str, argv: list[str], env: dict[str, str], fallback:
     what the native front-end found when it tried the helper for this call (None: it did not)."""
     if not helper_wanted(env):
         return None
-    path = socket_path(env)
+    path = socket_path(as_the_caller_started(env))
     if path is None or fallback == REFUSED:
         return None
     if fallback == ABSENT:  # not asked again: started for the next call
         start_helper(path, env)
         return None
     return call_helper(path, command, argv, env)
+
+
+def as_the_caller_started(env: dict[str, str]) -> dict[str, str]:
+    """`env` with LC_CTYPE as this process was started with it. With no locale in the caller's environment,
+    Python's C-locale coercion (PEP 538) sets LC_CTYPE in this process's own: the native front-end, which names
+    the socket from the caller's environment itself, never sees that value, so the two named different
+    sockets and every such call (cron, `env -i`, a service) fell back to a Python start. /proc/self/environ
+    still holds the environment as exec'd."""
+    coerced = os.environ.get("LC_CTYPE")
+    if coerced is None or env.get("LC_CTYPE") != coerced:
+        return env
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            started = handle.read().split(b"\0")
+    except OSError:
+        return env
+    original = next((item[len(b"LC_CTYPE="):] for item in started if item.startswith(b"LC_CTYPE=")), None)
+    if original is not None and os.fsdecode(original) == coerced:
+        return env
+    fixed = {key: value for key, value in env.items() if key != "LC_CTYPE"}
+    if original is not None:
+        fixed["LC_CTYPE"] = os.fsdecode(original)
+    return fixed
 
 
 def helper_wanted(env: dict[str, str]) -> bool:

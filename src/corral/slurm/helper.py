@@ -2,7 +2,7 @@
 scancel or `corral queue/submit/show/cancel` that finds none (corral.slurm.front), ended after IDLE_S seconds
 without a call. The native front-end (front.c) and corral.slurm.front hand it their calls.
 
-It imports the commands once (corral's whole command line too, for `corral submit`), then forks one child
+It imports the commands' lean paths once, then forks one child
 per call: the child takes the caller's stdin, stdout,
 stderr and working directory (passed over the socket), its argv, environment and umask, acknowledges the call,
 runs the command's main() exactly as the console script would, and sends back the exit status. If the caller
@@ -18,12 +18,14 @@ import fcntl
 import gc
 import io
 import os
+import select
 import signal
 import socket
 import sys
 import threading
 import time
 
+from corral.slurm.common.credential_reuse import Reuse, install
 from corral.slurm.front import ACCEPTED, COMMANDS, CORRAL, CORRAL_SUBCOMMANDS, HEADER_BYTES, PROTOCOL, STALE, peer_uid
 
 IDLE_S = 300.0
@@ -59,22 +61,20 @@ def serve(path: str, idle_s: float = IDLE_S) -> None:
                 os.unlink(path)
 
 
-# What makes calls fast: imported once, here, not in each call. `corral submit` runs through the Typer app,
-# whose submit command imports corral.cli.submit, and httpx and pwd through it, only when called; Typer
-# imports its _adapters at the first command line it parses (0.5 s).
+# What makes calls fast: imported once, here, not in each call: the commands' lean paths only (corral queue,
+# submit, show and cancel included: corral.cli.lean_commands). The Typer app (Typer, click, httpx: 50 MB
+# resident against 16 MB) is not: every fork, every copy-on-write fault and every exit of a child would pay
+# for it (a fork of the fuller helper: 1.3 ms against 0.3 ms, quiet machine); the rare call that needs it
+# (--help, a form the lean commands hand on) loads it in its own child, as a command in its own process would.
 PRELOADED = (*(f"corral.slurm.{command}.main" for command in COMMANDS), "corral.cli.lean_commands",
-             "corral.cli.app", "corral.cli.submit", "corral.cli.client", "httpx", "pwd", "typer._adapters",
+             "corral.cli.lean_submit", "corral.cli.submit_line", "corral.cli.client", "corral.cli.config",
+             "corral.cli.render", "corral.cli.tables", "corral.slurm.squeue.select", "corral.jobref", "json",
              "ctypes")
-_corral_command: list = []  # the Typer app's click command, built once (Typer builds it on every call: ~90 ms)
 
 
 def preload() -> None:
     for module in PRELOADED:
         __import__(module)
-    from typer.main import get_command
-
-    _corral_command[:] = [get_command(sys.modules["corral.cli.app"].app)]
-    sys.modules["corral.cli.client"].default_ssl_context()  # loading the CA file: ~60 ms a call otherwise
     # Out of the collector's sight: a child's collections would otherwise touch (and so copy) every page of
     # what was loaded here.
     gc.freeze()
@@ -98,13 +98,18 @@ TOOK_A_CALL, IDLE, CHANGED = b"t", b"i", b"s"
 
 
 def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float, lock_fd: int) -> None:
-    """Keep one child forked ahead, waiting in accept(): a call finds its process already there, and the
-    fork for the next call happens while this one runs (2-8 ms of fork on this machine, off the caller's
-    path). Each child says through its pipe what became of it: it took a call (fork the next one), it waited
-    idle_s for none, or corral changed on disk; on anything but a taken call the helper ends."""
+    """Keep one child forked ahead, waiting in accept(): a call finds its process already there. Each child
+    says through its pipe what became of it: it took a call, it waited idle_s for none, or corral changed on
+    disk; on anything but a taken call the helper ends. The next child is forked once the call has ended
+    (its pipe closes), or at once when another call is already waiting: not while the call runs, where the
+    fork would take the CPU from it on a loaded machine, and never so late that concurrent calls queue."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     signal.signal(signal.SIGTERM, _end)  # ended by kill: still remove the socket (serve()'s finally)
     helper = os.getpid()
+    kept = Reuse()  # auth-socket credentials the calls fetched, for the next children (credential_reuse)
+    install(kept)
+    learned, report = os.pipe()
+    os.set_blocking(learned, False)
     while True:
         # SIGTERM waits while a child is forked: the helper must know its pid before it can end it.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
@@ -116,16 +121,22 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                 _die_with(helper)  # however the helper ends (SIGKILL too), a child still waiting goes with it
                 os.close(news)
+                os.close(learned)
+                kept.report_fd = report
                 os.close(lock_fd)  # a long call (squeue -i) must not keep a newer helper from starting
                 _wait_for_a_call(server, sources, idle_s, tell)
             finally:
                 os._exit(0)
+        took = False
         try:
             os.close(tell)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-            said = os.read(news, 1)
+            said = _news_of(news, learned, kept)
+            if said == TOOK_A_CALL:
+                took = True
+                _while_the_call_runs(news, learned, kept, server)
         except SystemExit:  # SIGTERM: the child still waiting goes too, not one that took a call
-            if _last_word(news) != TOOK_A_CALL:
+            if not took and _last_word(news) != TOOK_A_CALL:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(waiting, signal.SIGKILL)
             raise
@@ -133,6 +144,28 @@ def _accept_calls(server: socket.socket, sources: dict[str, int], idle_s: float,
             os.close(news)
         if said != TOOK_A_CALL:
             return
+
+
+def _while_the_call_runs(news: int, learned: int, kept: Reuse, server: socket.socket) -> None:
+    """Until the child that took a call ends (its end of the pipe closes with it) or another call waits on
+    the socket; the credentials children report are taken in meanwhile."""
+    listening = server.fileno()
+    while True:
+        ready, _, _ = select.select([news, learned, listening], [], [])
+        if learned in ready:
+            kept.take_reports(learned)
+        if news in ready or listening in ready:
+            return
+
+
+def _news_of(news: int, learned: int, kept: Reuse) -> bytes:
+    """The waiting child's word, taking in meanwhile the credentials that children report."""
+    while True:
+        ready, _, _ = select.select([news, learned], [], [])
+        if learned in ready:
+            kept.take_reports(learned)
+        if news in ready:
+            return os.read(news, 1)
 
 
 PR_SET_PDEATHSIG = 1
@@ -176,14 +209,15 @@ def _wait_for_a_call(server: socket.socket, sources: dict[str, int], idle_s: flo
         with contextlib.suppress(OSError):  # the caller may be gone already: it runs the call itself
             conn.sendall(STALE)
         return
-    _tell(tell, TOOK_A_CALL)
+    _tell(tell, TOOK_A_CALL, keep_open=True)  # closed when this process ends: the helper forks the next
     _run_call(conn)  # never returns
 
 
-def _tell(tell: int, news: bytes) -> None:
+def _tell(tell: int, news: bytes, keep_open: bool = False) -> None:
     with contextlib.suppress(OSError):  # a helper gone meanwhile: this call is still served
         os.write(tell, news)
-    os.close(tell)
+    if not keep_open:
+        os.close(tell)
 
 
 def _end(signum: int, frame: object) -> None:
@@ -311,7 +345,11 @@ def _corral(argv: list[str]) -> int | None:
     status = sys.modules["corral.cli.lean_commands"].run(argv)
     if status is not None:
         return status
-    _corral_command[0].main(args=argv, prog_name=CORRAL)
+    from typer.main import get_command
+
+    from corral.cli.app import app  # a form the lean commands hand on: loaded in this call's child alone
+
+    get_command(app).main(args=argv, prog_name=CORRAL)
     return 0
 
 

@@ -55,13 +55,13 @@ def emit(out: str, err: str, code: int = 0) -> int:
 
 
 def connect(env: Mapping[str, str] = os.environ) -> Controller:
-    target = resolve_target(env)
+    target = resolve_target(env, reuse=True)
     try:
         wait_s = leader_wait_s(env)
     except ValueError as exc:
         raise TargetError(str(exc)) from None
     return Controller(target.urls, target.secret, source=target.source, ca_file=target.ca_file,
-                      leader_wait_s=wait_s)
+                      leader_wait_s=wait_s, reused_from=target.reused_from)
 
 
 def unreachable_message(prog: str, exc: Unreachable) -> str:

@@ -40,6 +40,7 @@ NEXT_PAGE_HEADER = "x-next-after"  # corral.controller.listing.NEXT_PAGE_HEADER,
 # SLURMCTLD_COMMUNICATIONS_BACKOFF (1 s, 2 s, 3 s, ...; never less than the reply's Retry-After, at most
 # RATE_LIMIT_MAX_WAIT_S), but gives up after RATE_LIMIT_RETRIES retries where Slurm's never would.
 RATE_LIMITED = 429
+UNAUTHORIZED = 401
 RATE_LIMIT_RETRIES = 5
 RATE_LIMIT_MAX_WAIT_S = 10.0
 # What a job's line in a listing (squeue, `corral queue`) may read: every JobOut field but the steps, history
@@ -70,6 +71,15 @@ class Unreachable(ControllerError):
         self.url = url
         self.reason = reason
         self.source = source  # where the URL came from (CORRAL_URL, cluster.json, default)
+
+
+class NotReached(Unreachable):
+    """No controller took the request: it was sent to none (or only a standby refused it), so nothing was
+    done. `no_leader` is what each controller said, and how long an election was waited for."""
+
+    def __init__(self, url: str, no_leader: NoLeader, source: str = "") -> None:
+        super().__init__(url, no_leader.reason, source)
+        self.no_leader = no_leader
 
 
 class TlsRefused(Unreachable):
@@ -116,17 +126,38 @@ class Endpoint:
 class Controller:
     def __init__(self, url: str | Iterable[str], secret: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  source: str = "", ca_file: str | None = None,
-                 leader_wait_s: float = DEFAULT_LEADER_WAIT_S) -> None:
-        """`url`: one controller's, or every controller's of a cluster (their leader answers)."""
+                 leader_wait_s: float = DEFAULT_LEADER_WAIT_S, reused_from: str | None = None) -> None:
+        """`url`: one controller's, or every controller's of a cluster (their leader answers). `reused_from`:
+        the auth socket whose credential `secret` is, kept from an earlier call (credential_reuse): if the
+        controller refuses it, a request is sent once more with a fresh one from that socket."""
         urls = [url] if isinstance(url, str) else list(url)
         self.controllers = Controllers((u.rstrip("/") for u in urls), leader_wait_s)
         self._endpoints = {u: Endpoint(u) for u in self.controllers.urls}
         self.source = source
         self.ca_file = ca_file  # verifies an https:// controller
         self.timeout_s = timeout_s
+        self.reused_from = reused_from
+        self._set_secret(secret)
+
+    def _set_secret(self, secret: str | None) -> None:
         self.headers = "Accept: application/json\r\nConnection: close\r\n"
         if secret:
             self.headers += f"Authorization: Bearer {secret}\r\n"
+
+    def _renew_reused_credential(self) -> None:
+        """The reused credential was refused (expired early, or signed with a key the controller no longer
+        has): forgotten, and a fresh one asked of its auth socket."""
+        from corral.slurm.common.credential_reuse import active
+        from corral.slurm.common.target import TargetError, socket_credential
+
+        path, self.reused_from = self.reused_from, None
+        kept = active()
+        if kept is not None and path is not None:
+            kept.forget(path)
+        try:
+            self._set_secret(socket_credential(path or "", kept))
+        except TargetError as exc:
+            raise Unreachable(path or "", str(exc), self.source) from None
 
     @property
     def url(self) -> str:
@@ -264,16 +295,20 @@ class Controller:
         status and body into the reply (raising ApiError for an error status)."""
         tail = path + query_string(params or {})
         payload = jsontext.dumps(body).encode() if body is not None else b""
-        fields = self.headers
-        if body is not None:
-            fields += f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n"
+        content = f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n" if body is not None else ""
 
         def send(url: str) -> tuple[object, dict[str, str]]:
             endpoint = self._endpoint(url)
-            head = f"{method} {endpoint.base}{tail} HTTP/1.1\r\n{endpoint.host_header}{fields}\r\n"
-            request = head.encode() + payload
             exchange = self._exchange_tls if endpoint.tls else self._exchange
-            status, headers, data = _within_rate_limit(lambda: exchange(endpoint, request))
+
+            def once() -> tuple[int, dict[str, str], bytes]:
+                head = f"{method} {endpoint.base}{tail} HTTP/1.1\r\n{endpoint.host_header}{self.headers}{content}\r\n"
+                return _within_rate_limit(lambda: exchange(endpoint, head.encode() + payload))
+
+            status, headers, data = once()
+            if status == UNAUTHORIZED and self.reused_from is not None:  # refused before anything was done
+                self._renew_reused_credential()
+                status, headers, data = once()
             if status == NOT_LEADER_STATUS:
                 raise NotLeader(url, headers.get(LEADER_HEADER.lower()) or _leader_in(data), _detail_of(data))
             return (decode or _decoded)(status, data), headers
@@ -281,7 +316,7 @@ class Controller:
         try:
             return self.controllers.call(send)  # type: ignore[return-value]
         except NoLeader as exc:
-            raise Unreachable(", ".join(self.controllers.urls), exc.reason, self.source) from None
+            raise NotReached(", ".join(self.controllers.urls), exc, self.source) from None
 
     def _exchange(self, endpoint: Endpoint, request: bytes) -> tuple[int, dict[str, str], bytes]:
         """NotSent if no connection could be made (another controller may be asked); Unreachable if it

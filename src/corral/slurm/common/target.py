@@ -31,15 +31,16 @@ class TargetError(Exception):
 
 
 class Target:
-    __slots__ = ("url", "urls", "secret", "source", "ca_file")
+    __slots__ = ("url", "urls", "secret", "source", "ca_file", "reused_from")
 
     def __init__(self, url: str, secret: str | None, source: str, ca_file: str | None = None,
-                 urls: tuple[str, ...] = ()) -> None:
+                 urls: tuple[str, ...] = (), reused_from: str | None = None) -> None:
         self.url = url  # the first controller
         self.urls = urls or (url,)  # every controller, the first one first
         self.secret = secret
         self.source = source  # where the URL came from, for messages: "CORRAL_URL", a path, "default"
         self.ca_file = ca_file
+        self.reused_from = reused_from  # the auth socket whose credential was reused (credential_reuse)
 
     def __repr__(self) -> str:
         return (f"Target(urls={self.urls!r}, secret={'***' if self.secret else None}, source={self.source!r}, "
@@ -95,8 +96,10 @@ def system_cluster_file(env: Mapping[str, str]) -> str:
     return env.get("CORRAL_SYSTEM_CLUSTER_FILE") or SYSTEM_CLUSTER_FILE
 
 
-def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None = None) -> Target:
-    """`url_option` is the `corral` CLI's --url, which wins over everything."""
+def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None = None, reuse: bool = False) -> Target:
+    """`url_option` is the `corral` CLI's --url, which wins over everything. `reuse`: a credential from an
+    auth socket may be one the command helper kept (corral.slurm.common.credential_reuse; the caller's client must
+    then ask again once with a fresh one if the controller refuses it: corral.slurm.common.http does)."""
     path = cluster_file(env)
     cluster = read_cluster_file(path)
     if cluster is None:
@@ -112,8 +115,8 @@ def resolve_target(env: Mapping[str, str] = os.environ, url_option: str | None =
         urls, source = (DEFAULT_URL,), "default"
     # The file's secret and CA belong to its cluster: only for URLs it names.
     described = cluster is not None and set(urls) <= set(cluster_urls(cluster, path))
-    return Target(urls[0], _secret_for(env, cluster if described else None), source,
-                  _ca_file_for(env, cluster if described else None), urls)
+    secret, reused_from = _secret_for(env, cluster if described else None, reuse)
+    return Target(urls[0], secret, source, _ca_file_for(env, cluster if described else None), urls, reused_from)
 
 
 def _ca_file_for(env: Mapping[str, str], cluster: dict | None) -> str | None:
@@ -124,24 +127,33 @@ def _ca_file_for(env: Mapping[str, str], cluster: dict | None) -> str | None:
     return None
 
 
-def _secret_for(env: Mapping[str, str], cluster: dict | None) -> str | None:
+def _secret_for(env: Mapping[str, str], cluster: dict | None, reuse: bool) -> tuple[str | None, str | None]:
+    """The credential, and the auth socket it came from when it is one reused from an earlier call."""
     if env.get("CORRAL_TOKEN"):
-        return env["CORRAL_TOKEN"].strip()
+        return env["CORRAL_TOKEN"].strip(), None
     if env.get("CORRAL_SECRET"):
-        return env["CORRAL_SECRET"].strip()
+        return env["CORRAL_SECRET"].strip(), None
     if env.get("CORRAL_SECRET_FILE"):
-        return read_secret(env["CORRAL_SECRET_FILE"])
+        return read_secret(env["CORRAL_SECRET_FILE"]), None
     if not cluster:
-        return None
+        return None, None
     if cluster.get("secret_file"):
-        return read_secret(cluster["secret_file"])
+        return read_secret(cluster["secret_file"]), None
     if cluster.get("auth_socket"):
-        return socket_credential(cluster["auth_socket"])
-    return None
+        path = cluster["auth_socket"]
+        from corral.slurm.common.credential_reuse import active
+
+        kept = active() if reuse else None
+        reused = kept.credential(path) if kept is not None else None
+        if reused is not None:
+            return reused, path
+        return socket_credential(path, kept), None
+    return None, None
 
 
-def socket_credential(path: str) -> str:
-    """A user credential from the controller's auth socket, which learns who we are from the kernel."""
+def socket_credential(path: str, kept=None) -> str:  # noqa: ANN001 - corral.slurm.common.credential_reuse.Reuse
+    """A user credential from the controller's auth socket, which learns who we are from the kernel; `kept`
+    remembers it for the command helper's next calls."""
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(AUTH_SOCKET_TIMEOUT_S)
@@ -160,6 +172,8 @@ def socket_credential(path: str) -> str:
     answer = b"".join(chunks).decode(errors="replace").strip()
     if not answer or answer.startswith("error:"):
         raise TargetError(f"the auth socket {path} gave no credential: {answer or 'an empty answer'}")
+    if kept is not None:
+        kept.remember(path, answer)
     return answer
 
 
