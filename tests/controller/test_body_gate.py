@@ -316,3 +316,29 @@ def test_a_user_over_the_rate_limit_gets_429_before_the_body(controller: Control
     assert _status(reply) == 429
     assert _detail(reply).startswith(f"{RATE_LIMITED}: user alice sent more than 3 requests at once")
     assert b"retry-after: " in reply.lower() and b"connection: close" in reply.lower()
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 2\r\nContent-Length: 200", b"Content-Length: 2x",
+                                     b"Content-Length: 2\r\nTransfer-Encoding: chunked"],
+                         ids=["doubled", "malformed", "length-and-chunked"])
+def test_ambiguous_body_framing_gets_400_from_the_parser(controller: Controller, framing: bytes) -> None:
+    """The body gate trusts the declared length it reads (_declared_length): the HTTP parser must have
+    refused a request whose body's end two readers could place differently (request smuggling)."""
+    before = len(controller.http.get("/jobs").json())
+    sock = controller.connect()
+    sock.sendall(b"POST " + API_PREFIX.encode() + b"/jobs HTTP/1.1\r\nHost: controller\r\n"
+                 b"Authorization: Bearer " + SECRET.encode() + b"\r\n" + framing + b"\r\n\r\n{}")
+    reply = _read_until_closed(sock)
+    sock.close()
+    assert _status(reply) == 400
+    assert len(controller.http.get("/jobs").json()) == before  # nothing reached the routes
+
+
+def test_the_controller_serves_with_httptools_on_uvloop() -> None:
+    """The stack decision 0023 chose (llhttp's C parser on libuv), not uvicorn's pure-Python fallbacks."""
+    from corral.controller.http_server import TimedHttpToolsProtocol, server_config
+
+    config = server_config(object(), "127.0.0.1", 0, IDLE_S, HEADER_S)
+    assert issubclass(config.http, TimedHttpToolsProtocol)  # type: ignore[arg-type]
+    assert config.loop == "uvloop"
+    assert (config.http.idle_timeout_s, config.http.header_timeout_s) == (IDLE_S, HEADER_S)  # type: ignore[union-attr]

@@ -1,9 +1,10 @@
-"""How the controller serves HTTP: uvicorn (h11), with the two deadlines uvicorn lacks.
+"""How the controller serves HTTP: uvicorn with httptools (llhttp, C) on uvloop, with the two deadlines
+uvicorn lacks (docs/decisions/0023-http-server-stack.md says why this stack and not h11 on asyncio).
 
 uvicorn 0.54 closes a keep-alive connection `timeout_keep_alive` after a response, but any byte that
 arrives cancels that timer for good, and a new connection has none at all: a client could hold a
 connection, and a task of the controller's, for ever by sending nothing, or one header byte at a time.
-`TimedH11Protocol` gives every connection two deadlines, measured on the event loop's clock:
+`TimedHttpToolsProtocol` gives every connection two deadlines, measured on the event loop's clock:
 - idle: with no request under way, the connection closes `idle_timeout_s` after it opened or after its
   last response (nothing is sent: the client has asked nothing);
 - headers: a request whose first byte came must have all its headers `header_timeout_s` after that byte,
@@ -11,9 +12,11 @@ connection, and a task of the controller's, for ever by sending nothing, or one 
 Once a request's headers are in, the request is the application's: its body has the body gate's deadline
 (controller/body_gate.py) and a long poll (an agent's, up to 60 s) is not cut.
 
-The subclass leans on H11Protocol's attributes (conn, cycle, transport, on_response_complete) as uvicorn
-0.54 has them (pinned in requirements.lock); tests/controller/test_body_gate.py drives both deadlines
-through a real controller process, so an upgrade that moves them fails there."""
+The subclass follows the parser's callbacks (on_message_begin: a request's first byte; on_headers_complete;
+on_message_complete) and leans on HttpToolsProtocol's attributes (cycle, transport, loop, client,
+on_response_complete) as uvicorn 0.54 has them (pinned in requirements.lock);
+tests/controller/test_body_gate.py drives both deadlines through a real controller process, so an upgrade
+that moves them fails there."""
 from __future__ import annotations
 
 import asyncio
@@ -21,12 +24,13 @@ import json
 import logging
 import math
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("corral.controller.http")
 
+# uvicorn's name for the event loop the controller runs on (libuv, through uvloop).
+EVENT_LOOP = "uvloop"
 
 
 def _timeout_response(header_timeout_s: float) -> bytes:
@@ -36,8 +40,8 @@ def _timeout_response(header_timeout_s: float) -> bytes:
             b"connection: close\r\n\r\n%s" % (len(body), body))
 
 
-class TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with the idle and header deadlines; `timed_protocol` sets them."""
+class TimedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the idle and header deadlines; `timed_protocol` sets them."""
 
     idle_timeout_s: float = 5.0
     header_timeout_s: float = 10.0
@@ -45,12 +49,28 @@ class TimedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._phase = ""  # "idle", "headers", "serving" or "draining" (the rest of a body no one reads)
+        self._request_open = False  # from a request's first byte to the end of its body
+        self._headers_in = False
         super().connection_made(transport)
         self._follow_request()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
         self._follow_request()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._request_open, self._headers_in = True, False
+
+    def on_headers_complete(self) -> None:
+        self._headers_in = True
+        super().on_headers_complete()
+        if self.cycle is not None and not isinstance(self.cycle.transport, CorkedWrites):
+            self.cycle.transport = CorkedWrites(self.transport, self.loop)  # type: ignore[assignment]
+
+    def on_message_complete(self) -> None:
+        self._request_open = False
+        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -66,9 +86,9 @@ class TimedH11Protocol(H11Protocol):
             self._enter("closed")
         elif self.cycle is not None and not self.cycle.response_complete:
             self._enter("serving")  # the headers are in: the request is the application's
-        elif self.conn.their_state is not h11.IDLE:
+        elif self._request_open and self._headers_in:
             self._enter("draining", self.header_timeout_s)
-        elif self.conn.trailing_data[0]:
+        elif self._request_open:
             self._enter("headers", self.header_timeout_s)  # from the first byte of the request
         else:
             self._enter("idle", self.idle_timeout_s)
@@ -95,15 +115,53 @@ class TimedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def timed_protocol(idle_timeout_s: float, header_timeout_s: float) -> type[TimedH11Protocol]:
+class CorkedWrites:
+    """A request's view of its connection's transport that sends what the response writes within one step of
+    the event loop in one system call. uvicorn writes a response's head and its body apart: two sends, and
+    on a local connection two wake-ups of the client, where one does. What is written is sent at the end of
+    the loop's current step (call_soon), so a streamed response's head is not held back until its first
+    chunk; a close sends it first."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
+
+
+def timed_protocol(idle_timeout_s: float, header_timeout_s: float) -> type[TimedHttpToolsProtocol]:
     """The protocol class with these deadlines (uvicorn builds one instance per connection)."""
-    return type("TimedH11Protocol", (TimedH11Protocol,),
+    return type("TimedHttpToolsProtocol", (TimedHttpToolsProtocol,),
                 {"idle_timeout_s": idle_timeout_s, "header_timeout_s": header_timeout_s})
 
 
 def server_config(app, host: str, port: int, idle_timeout_s: float, header_timeout_s: float,
                   **options) -> uvicorn.Config:
-    """uvicorn's configuration for the controller: h11 with both deadlines; its own keep-alive timeout (whole
-    seconds) is the idle one rounded up, so the idle deadline closes the connection first."""
+    """uvicorn's configuration for the controller: httptools with both deadlines, on uvloop; its own
+    keep-alive timeout (whole seconds) is the idle one rounded up, so the idle deadline closes the connection
+    first."""
     return uvicorn.Config(app, host=host, port=port, http=timed_protocol(idle_timeout_s, header_timeout_s),
-                          timeout_keep_alive=math.ceil(idle_timeout_s), **options)
+                          loop=EVENT_LOOP, timeout_keep_alive=math.ceil(idle_timeout_s), **options)
