@@ -116,30 +116,35 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
 
 
 class CorkedWrites:
-    """A request's view of its connection's transport that sends what the response writes within one step of
-    the event loop in one system call. uvicorn writes a response's head and its body apart: two sends, and
-    on a local connection two wake-ups of the client, where one does. What is written is sent at the end of
-    the loop's current step (call_soon), so a streamed response's head is not held back until its first
-    chunk; a close sends it first."""
+    """A request's view of its connection's transport that sends a response's head with its body, in one
+    system call: uvicorn writes them apart, two sends and, on a local connection, two wake-ups of the client
+    where one does. The first write (the head) is held until the next (the body, which a whole response
+    writes in the same step of the event loop) or until the end of the loop's current step (call_soon), so
+    a streamed response's head is not held back until its first chunk; a close sends it first."""
 
-    __slots__ = ("_transport", "_loop", "_held")
+    __slots__ = ("_transport", "_loop", "_head", "_wrote")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
-        self._held: list[bytes] = []
+        self._head: bytes | None = None
+        self._wrote = False
 
     def write(self, data: bytes) -> None:
-        if not self._held:
+        if not self._wrote:
+            self._wrote = True
+            self._head = data
             self._loop.call_soon(self.flush)
-        self._held.append(data)
+            return
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        self._transport.write(data)
 
     def flush(self) -> None:
-        if self._held:
-            data = b"".join(self._held)
-            self._held.clear()
+        if self._head is not None:
+            head, self._head = self._head, None
             if not self._transport.is_closing():
-                self._transport.write(data)
+                self._transport.write(head)
 
     def close(self) -> None:
         self.flush()
