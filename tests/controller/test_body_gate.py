@@ -342,3 +342,21 @@ def test_the_controller_serves_with_httptools_on_uvloop() -> None:
     assert issubclass(config.http, TimedHttpToolsProtocol)  # type: ignore[arg-type]
     assert config.loop == "uvloop"
     assert (config.http.idle_timeout_s, config.http.header_timeout_s) == (IDLE_S, HEADER_S)  # type: ignore[union-attr]
+
+
+def test_headers_past_16_kib_get_431_before_their_deadline(controller: Controller) -> None:
+    """llhttp holds an incomplete head without limit (h11 stopped at 16 KiB): without a cap of corral's own,
+    one connection could fill the controller's memory within the header deadline."""
+    sock = controller.connect()
+    started = time.monotonic()
+    sender = _pour(sock, iter([b"GET /health HTTP/1.1\r\nHost: controller\r\nX-Big: "] + [b"a" * 4096] * 64))
+    reply = _read_until_closed(sock)
+    sock.close()
+    sender.join(timeout=30)
+    assert time.monotonic() - started < HEADER_S
+    assert _status(reply) == 431
+    assert _detail(reply) == "the request's headers are over 16,384 bytes"
+    whole = controller.connect()  # a head of 12 KiB is still served
+    whole.sendall(b"GET /health HTTP/1.1\r\nHost: controller\r\nX-Big: " + b"a" * 12000 + b"\r\n\r\n")
+    assert _read_response(whole).startswith(b"HTTP/1.1 200 OK\r\n")
+    whole.close()

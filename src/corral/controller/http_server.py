@@ -8,7 +8,7 @@ connection, and a task of the controller's, for ever by sending nothing, or one 
 - idle: with no request under way, the connection closes `idle_timeout_s` after it opened or after its
   last response (nothing is sent: the client has asked nothing);
 - headers: a request whose first byte came must have all its headers `header_timeout_s` after that byte,
-  or it gets 408 and the connection closes.
+  or it gets 408 and the connection closes; and at most MAX_HEAD_BYTES of them (431), as h11 had.
 Once a request's headers are in, the request is the application's: its body has the body gate's deadline
 (controller/body_gate.py) and a long poll (an agent's, up to 60 s) is not cut.
 
@@ -29,15 +29,18 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("corral.controller.http")
 
+# The most a request's head (request line and headers) may take while it is incomplete: h11's default,
+# which the controller had before. llhttp has no such limit of its own.
+MAX_HEAD_BYTES = 16 * 1024
 # uvicorn's name for the event loop the controller runs on (libuv, through uvloop).
 EVENT_LOOP = "uvloop"
 
 
-def _timeout_response(header_timeout_s: float) -> bytes:
-    """408, with the `{"detail": ...}` body of every refusal."""
-    body = json.dumps({"detail": f"the request's headers did not arrive within {header_timeout_s:g} s"}).encode()
-    return (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (len(body), body))
+def _refusal(status: bytes, detail: str) -> bytes:
+    """A refusal with the `{"detail": ...}` body of every refusal; the connection closes after it."""
+    body = json.dumps({"detail": detail}).encode()
+    return (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, len(body), body))
 
 
 class TimedHttpToolsProtocol(HttpToolsProtocol):
@@ -51,11 +54,22 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
         self._phase = ""  # "idle", "headers", "serving" or "draining" (the rest of a body no one reads)
         self._request_open = False  # from a request's first byte to the end of its body
         self._headers_in = False
+        self._head_bytes = 0  # of a head not yet whole
         super().connection_made(transport)
         self._follow_request()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        if self._request_open and not self._headers_in and not self.transport.is_closing():
+            # Still in a request's head after this chunk: all of it was head (but a pipelined request's
+            # tail before it), held by the parser until the head is whole.
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.transport.write(_refusal(b"431 Request Header Fields Too Large",
+                                              f"the request's headers are over {MAX_HEAD_BYTES:,} bytes"))
+                self.transport.close()
+        else:
+            self._head_bytes = 0
         self._follow_request()
 
     def on_message_begin(self) -> None:
@@ -111,7 +125,8 @@ class TimedHttpToolsProtocol(HttpToolsProtocol):
             client = "%s:%d" % self.client if self.client else "-"
             log.warning("closed a connection from %s: its request's headers did not arrive within %g s",
                         client, self.header_timeout_s)
-            self.transport.write(_timeout_response(self.header_timeout_s))
+            self.transport.write(_refusal(b"408 Request Timeout", "the request's headers did not arrive within "
+                                                                  f"{self.header_timeout_s:g} s"))
         self.transport.close()
 
 
