@@ -1,8 +1,8 @@
 """The controller's own cost per request, without a client process start: round trips from one warm
-process over keep-alive connections to a local controller (one stand-in agent), for the three requests the Slurm
-commands make most: `GET /health` (no credential), `GET /jobs?user=` with a user credential (squeue; of a user with no jobs, so that the held jobs the
-submissions leave do not make the list grow) and
-`POST /jobs` of a held one-GPU job with a user credential (sbatch --hold).
+process over keep-alive connections to a local controller (one stand-in agent), for the three requests
+the Slurm commands make most: `GET /health` (no credential), `GET /jobs?user=` with a user credential
+(squeue; of a user with no jobs, so that the held jobs the submissions leave do not make the list grow)
+and `POST /jobs` of a held one-GPU job with a user credential (sbatch --hold).
 
 Two phases per kind: latency (one connection, one request after another, the kinds taking turns request
 by request so that each sees the same load: median and p90 in ms) and cost (`--connections` connections
