@@ -316,3 +316,47 @@ def test_a_user_over_the_rate_limit_gets_429_before_the_body(controller: Control
     assert _status(reply) == 429
     assert _detail(reply).startswith(f"{RATE_LIMITED}: user alice sent more than 3 requests at once")
     assert b"retry-after: " in reply.lower() and b"connection: close" in reply.lower()
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 2\r\nContent-Length: 200", b"Content-Length: 2x",
+                                     b"Content-Length: 2\r\nTransfer-Encoding: chunked"],
+                         ids=["doubled", "malformed", "length-and-chunked"])
+def test_ambiguous_body_framing_gets_400_from_the_parser(controller: Controller, framing: bytes) -> None:
+    """The body gate trusts the declared length it reads (_declared_length): the HTTP parser must have
+    refused a request whose body's end two readers could place differently (request smuggling)."""
+    before = len(controller.http.get("/jobs").json())
+    sock = controller.connect()
+    sock.sendall(b"POST " + API_PREFIX.encode() + b"/jobs HTTP/1.1\r\nHost: controller\r\n"
+                 b"Authorization: Bearer " + SECRET.encode() + b"\r\n" + framing + b"\r\n\r\n{}")
+    reply = _read_until_closed(sock)
+    sock.close()
+    assert _status(reply) == 400
+    assert len(controller.http.get("/jobs").json()) == before  # nothing reached the routes
+
+
+def test_the_controller_serves_with_httptools_on_uvloop() -> None:
+    """The stack decision 0023 chose (llhttp's C parser on libuv), not uvicorn's pure-Python fallbacks."""
+    from corral.controller.http_server import TimedHttpToolsProtocol, server_config
+
+    config = server_config(object(), "127.0.0.1", 0, IDLE_S, HEADER_S)
+    assert issubclass(config.http, TimedHttpToolsProtocol)  # type: ignore[arg-type]
+    assert config.loop == "uvloop"
+    assert (config.http.idle_timeout_s, config.http.header_timeout_s) == (IDLE_S, HEADER_S)  # type: ignore[union-attr]
+
+
+def test_headers_past_16_kib_get_431_before_their_deadline(controller: Controller) -> None:
+    """llhttp holds an incomplete head without limit (h11 stopped at 16 KiB): without a cap of corral's own,
+    one connection could fill the controller's memory within the header deadline."""
+    sock = controller.connect()
+    started = time.monotonic()
+    sender = _pour(sock, iter([b"GET /health HTTP/1.1\r\nHost: controller\r\nX-Big: "] + [b"a" * 4096] * 64))
+    reply = _read_until_closed(sock)
+    sock.close()
+    sender.join(timeout=30)
+    assert time.monotonic() - started < HEADER_S
+    assert _status(reply) == 431
+    assert _detail(reply) == "the request's headers are over 16,384 bytes"
+    whole = controller.connect()  # a head of 12 KiB is still served
+    whole.sendall(b"GET /health HTTP/1.1\r\nHost: controller\r\nX-Big: " + b"a" * 12000 + b"\r\n\r\n")
+    assert _read_response(whole).startswith(b"HTTP/1.1 200 OK\r\n")
+    whole.close()
