@@ -241,24 +241,36 @@ class Store:
         return self._stream(lambda connection: select_jobs(
             **filters, longest_span_s=connection.execute(_LONGEST_SPAN).scalar()), snapshot=True)
 
+    def stream_listed_jobs(self, **filters: Any) -> Iterator[Job]:
+        """stream_jobs for a listing that encodes each job and lets it go: each job's spec is a read-only view
+        of its stored JSON (codec.SpecView), not a JobSpec, and shares nothing with the others. Never for
+        jobs that are kept (the engine's)."""
+        if filters.get("start_after") is None:
+            return self._stream(select_jobs(**filters), decode=codec.listed_job_from_row)
+        return self._stream(lambda connection: select_jobs(
+            **filters, longest_span_s=connection.execute(_LONGEST_SPAN).scalar()), snapshot=True,
+            decode=codec.listed_job_from_row)
+
     def _jobs(self, query: Select[Any]) -> list[Job]:
         return list(self._stream(query))
 
     def _stream(self, query: Select[Any] | Callable[[Connection], Select[Any]],
-                snapshot: bool = False) -> Iterator[Job]:
+                snapshot: bool = False, decode: Callable[[Any], Job] | None = None) -> Iterator[Job]:
         """`query`, or a function of the connection that reads what it needs and gives it; `snapshot`: every
         statement of the read sees the same state of the database (REPEATABLE READ on PostgreSQL; one
         SQLite transaction sees one snapshot already)."""
         # Decoded as the rows arrive, a batch at a time: 100,000 rows held at once with their parsed
         # JSON took 670 MiB, which the process kept after a restore. Jobs read together share their
         # equal parts.
-        sharing = codec.Sharing()
+        if decode is None:
+            sharing = codec.Sharing()
+            decode = lambda row: codec.job_from_row(row, sharing)  # noqa: E731
         with _translated("reading"), self._engine.connect() as connection:
             if snapshot and connection.dialect.name == "postgresql":
                 connection = connection.execution_options(isolation_level="REPEATABLE READ")
             statement = query(connection) if callable(query) else query
             for row in connection.execution_options(yield_per=_BATCH_ROWS).execute(statement):
-                yield codec.job_from_row(row, sharing)
+                yield decode(row)
 
     def _rows(self, query: Select[Any]) -> list[Any]:
         with _translated("reading"), self._engine.connect() as connection:
