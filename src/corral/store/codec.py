@@ -205,8 +205,22 @@ def listed_job_from_row(row: Any) -> Job:
     return _job_from_row(row, SpecView.of(row.spec), row.reason)
 
 
-def _job_from_row(row: Any, spec: JobSpec, reason: str) -> Job:
-    extra = row.extra or {}
+def listed_job_from_documents(row: Any) -> Job:
+    """listed_job_from_row for a row whose JSON columns come as one array, `documents` (LISTED_DOCUMENTS)."""
+    spec, slices, runs, extra = row.documents
+    return _job_from_row(row, SpecView.of(spec), row.reason, slices, runs, extra)
+
+
+# The JSON columns a listed row carries in `documents`, in that order.
+LISTED_DOCUMENTS = ("spec", "slices", "runs", "extra")
+
+
+def _job_from_row(row: Any, spec: JobSpec, reason: str, slices: list[Any] | None = None,
+                  runs: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Job:
+    if slices is None:
+        slices, runs, extra = row.slices, row.runs, row.extra
+    assert runs is not None
+    extra = extra or {}
     return Job(
         id=row.id,
         spec=spec,
@@ -216,8 +230,8 @@ def _job_from_row(row: Any, spec: JobSpec, reason: str) -> Job:
         estimated_start=row.estimated_start,
         start_time=row.start_time,
         end_time=row.end_time,
-        slices=tuple(_slice_from_json(piece) for piece in row.slices),
-        runs={node: NodeRun(**_RUN.known(run)) for node, run in row.runs.items()},
+        slices=tuple(_slice_from_json(piece) for piece in slices),
+        runs={node: NodeRun(**_RUN.known(run)) for node, run in runs.items()},
         exit_code=row.exit_code,
         exit_signal=row.exit_signal,
         final_state=JobState(row.final_state) if row.final_state is not None else None,

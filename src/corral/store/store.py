@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, func, select, union_all
+from sqlalchemy import JSON, Connection, Engine, func, select, type_coerce, union_all
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import Select
 
@@ -245,11 +245,15 @@ class Store:
         """stream_jobs for a listing that encodes each job and lets it go: each job's spec is a read-only view
         of its stored JSON (codec.SpecView), not a JobSpec, and shares nothing with the others. Never for
         jobs that are kept (the engine's)."""
+        # PostgreSQL's rows have their JSON columns in one array (_listed); SQLite's as they are (its json() and
+        # json_array() cost more than decoding four values).
+        postgres = self._engine.dialect.name == "postgresql"
+        listed = _listed if postgres else lambda query: query
+        decode = codec.listed_job_from_documents if postgres else codec.listed_job_from_row
         if filters.get("start_after") is None:
-            return self._stream(select_jobs(**filters), decode=codec.listed_job_from_row)
-        return self._stream(lambda connection: select_jobs(
-            **filters, longest_span_s=connection.execute(_LONGEST_SPAN).scalar()), snapshot=True,
-            decode=codec.listed_job_from_row)
+            return self._stream(listed(select_jobs(**filters)), decode=decode)
+        return self._stream(lambda connection: listed(select_jobs(
+            **filters, longest_span_s=connection.execute(_LONGEST_SPAN).scalar())), snapshot=True, decode=decode)
 
     def _jobs(self, query: Select[Any]) -> list[Job]:
         return list(self._stream(query))
@@ -350,6 +354,15 @@ def _window_union(start_after: float, longest_span_s: float, *, include_active: 
     both = union_all(select(ended.subquery()), select(unended.subquery())).subquery("window")
     query = select(both).order_by(both.c.id)
     return query.limit(limit) if limit is not None else query
+
+
+def _listed(query: Select[Any]) -> Select[Any]:
+    """`query`'s rows with their JSON columns as one array, `documents` (codec.LISTED_DOCUMENTS), for PostgreSQL:
+    psycopg decodes one JSON value a row rather than four (a tenth of a listing's time, 43,000 stored jobs)."""
+    rows = query.subquery("listed")
+    scalars = [column for column in rows.c if column.name not in codec.LISTED_DOCUMENTS]
+    documents = func.json_build_array(*(rows.c[name] for name in codec.LISTED_DOCUMENTS))
+    return select(*scalars, type_coerce(documents, JSON).label("documents")).order_by(rows.c.id)
 
 
 # The longest run of any finished job, read through the index on end_time - submit_time (one probe).
