@@ -107,8 +107,9 @@ class SpecView:
 
     Building a JobSpec (a frozen dataclass of 55 fields) was the largest part of decoding a stored job; a
     listing (Store.stream_listed_jobs) reads a few of its fields, encodes them and lets the job go. A view
-    is for reading only, never for the engine: it is not hashable as a JobSpec is, and nothing stops a
-    write to it (none is made; the tests compare every listed field with a JobSpec's)."""
+    is for reading only, never for the engine: it compares and hashes by identity, not by value as a JobSpec
+    does, and nothing stops a write to it (none is made; tests/store/test_listed_jobs.py compares every field
+    with a JobSpec's)."""
 
     kind = JobSpec.kind  # JobSpec's properties, which read only its fields
 
