@@ -13,6 +13,10 @@ fail; users user0..user9, accounts acct0..acct2.
 
     python bench/sacct_million.py [--jobs N] [--repeat R] [--reference-src DIR]   (defaults 1,000,000, 1, none)
 
+With --reference-src, each sacct also runs from that source against this source's controller (taking turns),
+then a controller from that source is started on the same database and every command timed again from it
+(`<command>_reference_controller`, its output compared with this source's).
+
 Prints one JSON line: seconds per command (the median of R calls), the lines printed, the plan's
 summary, and the load average before and after."""
 from __future__ import annotations
@@ -133,6 +137,47 @@ def clock(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch))
 
 
+def run_commands(result: dict, root: Path, url: str, commands: dict[str, list[str]], repeat: int,
+                 reference_src: str | None, controller_src: str | None = None) -> dict[str, str]:
+    """Time each command against a controller on `url` (from `controller_src`, else this source), into `result`;
+    with `reference_src`, each also from that source's sacct, taking turns. Returns each command's output."""
+    root.mkdir(exist_ok=True)
+    cluster = Cluster(root, nodes=0, config=CONFIG, db=url)
+    saved_path = os.environ.get("PYTHONPATH")
+    if controller_src:
+        os.environ["PYTHONPATH"] = controller_src  # the controller's process takes the environment
+    try:
+        cluster.start_controller(timeout_s=600)
+    finally:
+        if saved_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_path
+    outputs = {}
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SACCT_"))}
+        env |= _helper_switch()
+        env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
+                "PYTHONPYCACHEPREFIX": str(root / "pycache"), "TZ": "UTC"}
+        if controller_src:
+            env["PYTHONPATH"] = controller_src
+        timed(["sacct", "--version"], env, 1)  # the bytecode cache
+        reference_env = {**env, "PYTHONPATH": reference_src} if reference_src else None
+        if reference_env is not None:
+            timed(["sacct", "--version"], reference_env, 1)
+        for name, argv in commands.items():
+            result[name] = timed(argv, env, repeat)
+            if reference_env is not None:  # taking turns with this source, against the same controller
+                result[f"{name}_reference"] = timed(argv, reference_env, repeat)
+                result[f"{name}_same_output"] = result[name]["out"] == result[f"{name}_reference"].pop("out")
+            outputs[name] = result[name]["out"] if controller_src else result[name].pop("out")  # popped by the caller
+            print(name, "(reference controller)" if controller_src else "", result[name]["s"], result[name]["lines"],
+                  result.get(f"{name}_reference"), file=sys.stderr)
+    finally:
+        cluster.stop()
+    return outputs
+
+
 def measure(count: int = 1_000_000, repeat: int = 1, reference_src: str | None = None) -> dict:
     result: dict = {"bench": "sacct-million", "jobs": count, "repeat": repeat,
                     "machine": f"{platform.node()} cpus={os.cpu_count()}", "loadavg_before": os.getloadavg()[0]}
@@ -147,34 +192,22 @@ def measure(count: int = 1_000_000, repeat: int = 1, reference_src: str | None =
             result["plan_one_hour"] = plan(url, *hour)
             print("\n".join(result["plan_one_hour"]["plan"] + result["plan_one_hour"]["longest_span_plan"]),
                   file=sys.stderr)
-            cluster = Cluster(Path(tmp), nodes=0, config=CONFIG, db=url)
-            cluster.start_controller(timeout_s=600)
-            try:
-                env = {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "SLURM_", "SACCT_"))}
-                env |= _helper_switch()
-                env |= {"CORRAL_URL": cluster.url, "CORRAL_SECRET_FILE": str(cluster.secret_file),
-                        "PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache"), "TZ": "UTC"}
-                window = ["-S", clock(hour[0]), "-E", clock(hour[1])]
-                commands = {
-                    "sacct_all_one_hour": ["sacct", "-a", *window],
-                    "sacct_all_one_day": ["sacct", "-a", "-S", clock(day[0]), "-E", clock(day[1])],
-                    "sacct_u_one_hour": ["sacct", "-u", "user3", *window],
-                    "sacct_A_one_hour": ["sacct", "-a", "-A", "acct1", *window],
-                    "sacct_state_failed_one_hour": ["sacct", "-a", "--state", "FAILED", *window],
-                }
-                timed(["sacct", "--version"], env, 1)  # the bytecode cache
-                reference_env = {**env, "PYTHONPATH": reference_src} if reference_src else None
-                if reference_env is not None:
-                    timed(["sacct", "--version"], reference_env, 1)
-                for name, argv in commands.items():
-                    result[name] = timed(argv, env, repeat)
-                    if reference_env is not None:  # taking turns with this source, against the same controller
-                        result[f"{name}_reference"] = timed(argv, reference_env, repeat)
-                        result[f"{name}_same_output"] = result[name]["out"] == result[f"{name}_reference"].pop("out")
-                    result[name].pop("out")
-                    print(name, result[name], result.get(f"{name}_reference"), file=sys.stderr)
-            finally:
-                cluster.stop()
+            window = ["-S", clock(hour[0]), "-E", clock(hour[1])]
+            commands = {
+                "sacct_all_one_hour": ["sacct", "-a", *window],
+                "sacct_all_one_day": ["sacct", "-a", "-S", clock(day[0]), "-E", clock(day[1])],
+                "sacct_u_one_hour": ["sacct", "-u", "user3", *window],
+                "sacct_A_one_hour": ["sacct", "-a", "-A", "acct1", *window],
+                "sacct_state_failed_one_hour": ["sacct", "-a", "--state", "FAILED", *window],
+            }
+            outputs = run_commands(result, Path(tmp), url, commands, repeat, reference_src)
+            if reference_src:  # the reference's controller too, on the same database, with the reference's sacct
+                reference: dict = {}
+                run_commands(reference, Path(tmp) / "reference", url, commands, repeat, None,
+                             controller_src=reference_src)
+                for name in commands:
+                    result[f"{name}_reference_controller"] = reference[name]
+                    reference[name]["same_output"] = reference[name].pop("out") == outputs[name]
         finally:
             subprocess.run([str(PG_SCRIPT), "stop"], env=pg_env, capture_output=True, timeout=120, check=False)
     result["loadavg_after"] = os.getloadavg()[0]
@@ -186,7 +219,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1_000_000, help="finished jobs in the database")
     parser.add_argument("--repeat", type=int, default=1, help="calls per command (the median is reported)")
     parser.add_argument("--reference-src", help="an older checkout's src folder: each sacct is also run from it "
-                        "(PYTHONPATH), right after, and the outputs compared byte for byte")
+                        "(PYTHONPATH), right after, and the outputs compared byte for byte; then a controller "
+                        "from it on the same database answers its sacct (`*_reference_controller`)")
     args = parser.parse_args()
     print(json.dumps(measure(args.jobs, args.repeat, args.reference_src)))
 

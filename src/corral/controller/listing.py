@@ -127,7 +127,7 @@ async def stored_jobs(engine: Engine, store: Store, query: JobQuery, now: float,
 
 def _stored_jobs(store: Store, query: JobQuery, facts: JobFacts) -> JobList:
     flt = query.filter
-    jobs = store.stream_jobs(
+    jobs = store.stream_listed_jobs(
         ids=flt.ids, users=flt.users,
         states=[JobState(s) for s in flt.states] if flt.states is not None else None,
         partitions=flt.partitions, accounts=flt.accounts, start_after=query.since, end_before=query.until,

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from corral import hostlist
 from corral.api.services import ServiceSpec
@@ -101,6 +101,44 @@ def spec_from_json(data: Mapping[str, Any], sharing: Sharing | None = None) -> J
     return JobSpec(**values)
 
 
+class SpecView:
+    """A stored job's spec as a listing reads it: the attributes of a JobSpec, its stored JSON's own dict
+    taken as they are (absent keys read as JobSpec's defaults, from the class), with no JobSpec built.
+
+    Building a JobSpec (a frozen dataclass of 55 fields) was the largest part of decoding a stored job; a
+    listing (Store.stream_listed_jobs) reads a few of its fields, encodes them and lets the job go. A view
+    is for reading only, never for the engine: it compares and hashes by identity, not by value as a JobSpec
+    does, and nothing stops a write to it (none is made; tests/store/test_listed_jobs.py compares every field
+    with a JobSpec's)."""
+
+    kind = JobSpec.kind  # JobSpec's properties, which read only its fields
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> JobSpec:
+        """`data` (a spec's decoded JSON, which the view takes as its own) as a JobSpec to read."""
+        data["request"] = Request(**_REQUEST.known(data["request"]))
+        data["argv"] = tuple(data.get("argv", ()))
+        view = cls()
+        view.__dict__ = data
+        return cast(JobSpec, view)
+
+
+def _spec_defaults() -> None:
+    """SpecView's class attributes: JobSpec's defaults (a default factory's value made once: read only)."""
+    for spec_field in fields(JobSpec):
+        if spec_field.default is not dataclasses.MISSING:
+            setattr(SpecView, spec_field.name, spec_field.default)
+        elif spec_field.default_factory is not dataclasses.MISSING:
+            setattr(SpecView, spec_field.name, spec_field.default_factory())
+        if not isinstance(getattr(SpecView, spec_field.name, None), (str, int, float, bool, type(None), tuple)):
+            # A mutable default shared by every view is safe only while nothing writes it.
+            assert spec_field.name in _SHARED_DEFAULTS, f"JobSpec.{spec_field.name}: a default SpecView cannot share"
+
+
+_SHARED_DEFAULTS = frozenset({"env"})  # read only in a listing (container_env is its own field)
+_spec_defaults()
+
+
 def _slice_to_json(piece: NodeSlice) -> Json:
     out = {"node": piece.node, "gpus": piece.gpus, "cpus": piece.cpus, "mem_mib": piece.mem_mib}
     if piece.gpu_milli != 1000:  # a share of one GPU; whole-GPU rows stay as they were
@@ -159,18 +197,42 @@ def job_to_row(job: Job) -> Json:
 def job_from_row(row: Any, sharing: Sharing | None = None) -> Job:
     """`row`: a result row of the jobs table (attribute access by column name). Jobs decoded with one
     `sharing` share their equal parts."""
-    extra = row.extra or {}
+    reason = sharing.value(row.reason) if sharing is not None else row.reason
+    return _job_from_row(row, spec_from_json(row.spec, sharing), reason)
+
+
+def listed_job_from_row(row: Any) -> Job:
+    """job_from_row for a listing that reads the job and lets it go: its spec a SpecView of the row's JSON."""
+    return _job_from_row(row, SpecView.of(row.spec), row.reason)
+
+
+def listed_job_from_documents(row: Any) -> Job:
+    """listed_job_from_row for a row whose JSON columns come as one array, `documents` (LISTED_DOCUMENTS)."""
+    spec, slices, runs, extra = row.documents
+    return _job_from_row(row, SpecView.of(spec), row.reason, slices, runs, extra)
+
+
+# The JSON columns a listed row carries in `documents`, in that order.
+LISTED_DOCUMENTS = ("spec", "slices", "runs", "extra")
+
+
+def _job_from_row(row: Any, spec: JobSpec, reason: str, slices: list[Any] | None = None,
+                  runs: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Job:
+    if slices is None:
+        slices, runs, extra = row.slices, row.runs, row.extra
+    assert runs is not None
+    extra = extra or {}
     return Job(
         id=row.id,
-        spec=spec_from_json(row.spec, sharing),
+        spec=spec,
         submit_time=row.submit_time,
         state=JobState(row.state),
-        reason=sharing.value(row.reason) if sharing is not None else row.reason,
+        reason=reason,
         estimated_start=row.estimated_start,
         start_time=row.start_time,
         end_time=row.end_time,
-        slices=tuple(_slice_from_json(piece) for piece in row.slices),
-        runs={node: NodeRun(**_RUN.known(run)) for node, run in row.runs.items()},
+        slices=tuple(_slice_from_json(piece) for piece in slices),
+        runs={node: NodeRun(**_RUN.known(run)) for node, run in runs.items()},
         exit_code=row.exit_code,
         exit_signal=row.exit_signal,
         final_state=JobState(row.final_state) if row.final_state is not None else None,

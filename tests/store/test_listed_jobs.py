@@ -1,0 +1,71 @@
+"""Store.stream_listed_jobs: the jobs a listing reads, each spec a view of its stored JSON (codec.SpecView),
+read field for field as the JobSpec that stream_jobs decodes."""
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from hypothesis import HealthCheck, given, settings
+from sqlalchemy import update
+
+from corral.engine.records import Job, JobSpec, JobState
+from corral.store import Store
+from corral.store.codec import SpecView
+from corral.store.schema import JOBS
+from tests.store.factories import BASE_TIME, full_job, pending_job
+from tests.store.test_roundtrip import _jobs
+
+
+def _assert_reads_as(listed: Job, job: Job) -> None:
+    """`listed` holds every field of `job`, its spec's included, read as attributes."""
+    assert isinstance(listed.spec, SpecView)
+    for spec_field in fields(JobSpec):
+        assert getattr(listed.spec, spec_field.name) == getattr(job.spec, spec_field.name), spec_field.name
+    assert listed.spec.kind == job.spec.kind
+    assert replace(listed, spec=job.spec) == job
+
+
+def test_listed_jobs_read_as_the_saved_ones(store: Store) -> None:
+    saved = [full_job(1), pending_job(2), full_job(3, user="bob")]
+    store.save(jobs=saved)
+    listed = list(store.stream_listed_jobs())
+    assert [job.id for job in listed] == [1, 2, 3]
+    for job, original in zip(listed, saved, strict=True):
+        _assert_reads_as(job, original)
+
+
+def test_listed_jobs_take_the_filters_and_the_window(store: Store) -> None:
+    finished = [replace(full_job(i, user="alice" if i % 2 else "bob"), submit_time=BASE_TIME + i,
+                        start_time=BASE_TIME + i + 1, end_time=BASE_TIME + i + 10, state=JobState.COMPLETED)
+                for i in range(1, 9)]
+    store.save(jobs=finished)
+    window = {"users": ["alice"], "start_after": BASE_TIME + 13, "end_before": BASE_TIME + 7, "limit": 2}
+    listed = list(store.stream_listed_jobs(**window))
+    assert [job.id for job in listed] == [job.id for job in store.stream_jobs(**window)] == [3, 5]
+
+
+def test_a_spec_stored_without_newer_fields_reads_their_defaults(store: Store) -> None:
+    # A row written before JobSpec had these fields: the view falls back on JobSpec's defaults, as
+    # spec_from_json does (each left-out field holds a value that is not its default in full_job).
+    job = full_job(4)
+    store.save(jobs=[job])
+    left_out = ("comment", "wckey", "gpu_share", "array_throttle", "env", "exclusive")
+    with store.engine.begin() as connection:
+        spec = connection.execute(JOBS.select().where(JOBS.c.id == 4)).one().spec
+        connection.execute(update(JOBS).where(JOBS.c.id == 4).values(
+            spec={name: value for name, value in spec.items() if name not in left_out}))
+    decoded = store.get_job(4)
+    assert decoded is not None
+    defaults = JobSpec(name="x", user="x", request=job.spec.request)
+    for name in left_out:
+        assert getattr(job.spec, name) != getattr(defaults, name), name
+        assert getattr(decoded.spec, name) == getattr(defaults, name), name
+    (listed,) = store.stream_listed_jobs(ids=[4])
+    _assert_reads_as(listed, decoded)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(job=_jobs)
+def test_any_listed_job_reads_as_the_saved_one(module_store: Store, job: Job) -> None:
+    module_store.save(jobs=[job])
+    (listed,) = module_store.stream_listed_jobs(ids=[job.id])
+    _assert_reads_as(listed, job)
