@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 # submitted one after another, tasks ending), the starts and ends of the last interval go into one cycle,
 # one commit and one command poll per agent, instead of a cycle each, a commit each and a poll reply each.
 # A quiet cluster loses nothing: a cycle wanted longer than this after the last one began runs at once.
-LIVE_MIN_INTERVAL_S = 0.25
+LIVE_MIN_INTERVAL_S = 0.05
 
 
 @dataclass
