@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from corral.controller.settings import SettingsError, settings_from_dict
+from corral.engine.pacer import LIVE_MIN_INTERVAL_S
 
 
 @pytest.mark.parametrize(("nodes", "problem"), [
@@ -26,7 +27,7 @@ def test_gpu_idle_cancel_s_is_read_and_checked() -> None:
 
 
 def test_min_cycle_interval_s_is_read_and_checked() -> None:
-    assert settings_from_dict({}).min_cycle_interval_s == 0.25
+    assert settings_from_dict({}).min_cycle_interval_s == LIVE_MIN_INTERVAL_S == 0.05
     assert settings_from_dict({"min_cycle_interval_s": 0}).min_cycle_interval_s == 0
     with pytest.raises(SettingsError, match="min_cycle_interval_s must be a number of seconds, 0 or more, not '1s'"):
         settings_from_dict({"min_cycle_interval_s": "1s"})

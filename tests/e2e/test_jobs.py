@@ -66,6 +66,10 @@ def test_contending_gangs_one_runs_whole_the_other_holds_nothing(cluster_factory
     for t in threads:
         t.join()
     wait_for(lambda: any(cluster.job(i)["state"] == "RUNNING" for i in ids), message="one gang running")
+    # The other gang, submitted a few ms later, may still be within its start delay when the first starts:
+    # its reason is given by the next cycle, which may come up to min_cycle_interval_s later.
+    wait_for(lambda: [cluster.job(i)["reason"] for i in ids if cluster.job(i)["state"] == "PENDING"] == ["Resources"],
+             message="the other gang waiting on Resources")
     jobs = {i: cluster.job(i) for i in ids}
     states = sorted(j["state"] for j in jobs.values())
     assert states == ["PENDING", "RUNNING"]
