@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.harness import API, Cluster, wait_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import standin_agents  # noqa: E402
 from lean_submit import submit_on_schedule  # noqa: E402
 
 
@@ -108,11 +108,8 @@ def run(scenario_name: str = "baseline", scenario: Scenario | None = None, recor
     with tempfile.TemporaryDirectory(prefix="perfscale-kueue-") as tmp:
         cluster = Cluster(Path(tmp), nodes=0, config=queue_config(scenario))
         cluster.start_controller()
-        agents = subprocess.Popen(
-            [sys.executable, str(Path(__file__).parent / "standin_agents.py"), "--url", cluster.url,
-             "--secret-file", str(cluster.secret_file), "--nodes", "20", "--cpus", "64", "--gpus", "0",
-             "--prefix", "perfscale-kueue-"], stdout=open(Path(tmp) / "agents.log", "wb"), stderr=subprocess.STDOUT,
-            start_new_session=True)
+        agents = standin_agents.spawn(cluster.url, cluster.secret_file, nodes=20, cpus=64, gpus=0,
+                                      prefix="perfscale-kueue-", log=Path(tmp) / "agents.log")
         try:
             wait_for(lambda: len(cluster.nodes()) == 20, timeout_s=60, message="stand-in agents registered")
             plan = schedule_of(scenario, tmp)

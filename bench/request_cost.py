@@ -16,7 +16,6 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,6 +27,9 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.e2e.harness import API, Cluster, wait_for  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import standin_agents  # noqa: E402
 
 from corral.controller import credentials as cred  # noqa: E402
 
@@ -56,10 +58,7 @@ def measure(requests: int = 300, connections: int = 8) -> dict:
         cluster = Cluster(Path(tmp), nodes=0)
         cluster.start_controller()
         # One stand-in node (bench/standin_agents.py), so that a job is admitted; the jobs are held.
-        agents = subprocess.Popen(
-            [sys.executable, str(Path(__file__).parent / "standin_agents.py"), "--url", cluster.url,
-             "--secret-file", str(cluster.secret_file), "--nodes", "1", "--gpus", "8", "--prefix", "request-cost-"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        agents = standin_agents.spawn(cluster.url, cluster.secret_file, nodes=1, gpus=8, prefix="request-cost-")
         try:
             wait_for(lambda: len(cluster.nodes()) == 1, timeout_s=60, message="the stand-in agent registered")
             assert cluster.controller is not None

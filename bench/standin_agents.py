@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 
@@ -104,6 +105,16 @@ async def run(url: str, secret: str, nodes: int, cpus: int, gpus: int, mem_mib: 
         print(f"registered {nodes}", flush=True)
         await asyncio.gather(*(agent.poll_forever() for agent in agents), *(agent.send_forever() for agent in agents))
 
+
+
+def spawn(url: str, secret_file: Path, *, nodes: int, gpus: int, prefix: str, cpus: int = 64,
+          log: Path | None = None) -> subprocess.Popen:
+    """These stand-in agents in a process (and session) of their own, for a bench's controller at `url`; their
+    output goes to `log` (none: discarded). The caller waits for them to register and ends them."""
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--url", url, "--secret-file", str(secret_file),
+         "--nodes", str(nodes), "--cpus", str(cpus), "--gpus", str(gpus), "--prefix", prefix],
+        stdout=open(log, "wb") if log else subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.harness import API, Cluster, wait_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import standin_agents  # noqa: E402
 from lean_submit import submit_on_schedule  # noqa: E402
 
 NODES, GPUS = 16, 8
@@ -37,11 +38,8 @@ def measure(rate: float = 1000, seconds: float = 30, processes: int = 4, threads
     with tempfile.TemporaryDirectory(prefix="perfscale-rate-") as tmp:
         cluster = Cluster(Path(tmp), nodes=0)
         cluster.start_controller()
-        agents = subprocess.Popen(
-            [sys.executable, str(Path(__file__).parent / "standin_agents.py"), "--url", cluster.url,
-             "--secret-file", str(cluster.secret_file), "--nodes", str(NODES), "--gpus", str(GPUS),
-             "--prefix", "perfscale-rate-"], stdout=open(Path(tmp) / "agents.log", "wb"), stderr=subprocess.STDOUT,
-            start_new_session=True)
+        agents = standin_agents.spawn(cluster.url, cluster.secret_file, nodes=NODES, gpus=GPUS,
+                                      prefix="perfscale-rate-", log=Path(tmp) / "agents.log")
         spy = None
         try:
             wait_for(lambda: len(cluster.nodes()) == NODES, timeout_s=60, message="stand-in agents registered")
