@@ -38,12 +38,19 @@ async def service_on(url: str) -> tuple[ControllerService, Store]:
 
 
 def count_commits(store: Store) -> list[int]:
+    """Every transaction the store commits from now on, on any connection, counted by SQLite itself (the
+    event loop's writes run on the DBAPI connection, where SQLAlchemy's events do not see them)."""
     commits = [0]
 
-    def committed(_connection) -> None:
-        commits[0] += 1
+    def count(statement: str) -> None:
+        if statement.strip().upper() == "COMMIT":
+            commits[0] += 1
 
-    event.listen(store.engine, "commit", committed)  # every transaction the store commits, on any connection
+    def trace(dbapi_connection, _record) -> None:
+        dbapi_connection.set_trace_callback(count)
+
+    event.listen(store.engine, "connect", trace)
+    store.engine.dispose()  # the pooled connections are opened again, each traced
     return commits
 
 

@@ -3,10 +3,11 @@ controller's database."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine, insert, select, update
 
-from corral.store.database import sqlite_writer
+from corral.store.database import sqlite_writer, try_sqlite_transaction
 from corral.store.schema import AUDIT, JOIN_TOKENS, TOKENS
 from corral.store.store import _translated
 
@@ -50,12 +51,20 @@ class AuditEntry:
     detail: str = ""
 
 
+def _audit_row(entry: AuditEntry) -> dict[str, Any]:
+    return {"time": entry.time, "who": entry.who, "credential": entry.credential, "action": entry.action,
+            "target": entry.target, "outcome": entry.outcome, "detail": entry.detail}
+
+
 class AuthStore:
     """Thread-safe like Store: every call uses its own connection (the controller calls it from threads)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = sqlite_writer(engine)  # BEGIN IMMEDIATE on SQLite, as the Store's writes
+        self._audit_columns = [column.name for column in AUDIT.columns if not column.primary_key]
+        quoted = ", ".join(f'"{column}"' for column in self._audit_columns)
+        self._audit_sql = f"INSERT INTO {AUDIT.name} ({quoted}) VALUES ({', '.join('?' * len(self._audit_columns))})"
 
     def add_token(self, user: str, uid: int, secret_sha256: str, description: str, created: float,
                   created_by: str, expires: float) -> int:
@@ -122,10 +131,17 @@ class AuthStore:
         """Append the entries, in order, in one transaction."""
         if not entries:
             return
-        rows = [{"time": e.time, "who": e.who, "credential": e.credential, "action": e.action,
-                 "target": e.target, "outcome": e.outcome, "detail": e.detail} for e in entries]
         with _translated("writing the audit log"), self._writer.begin() as connection:
-            connection.execute(insert(AUDIT), rows)
+            connection.execute(insert(AUDIT), [_audit_row(entry) for entry in entries])
+
+    def try_audit(self, *entries: AuditEntry) -> bool:
+        """audit() if that needs no waiting, else write nothing and return False (as Store.try_write: on
+        SQLite when another connection holds the write lock, on PostgreSQL always)."""
+        if self._engine.dialect.name != "sqlite":
+            return False
+        rows = [tuple(_audit_row(entry)[column] for column in self._audit_columns) for entry in entries]
+        with _translated("writing the audit log"):
+            return try_sqlite_transaction(self._engine, lambda sqlite: sqlite.executemany(self._audit_sql, rows))
 
     def audit_entries(self, since: float | None = None, limit: int = 1000) -> list[AuditEntry]:
         """The newest `limit` entries (at or after `since`), oldest first."""

@@ -1,6 +1,7 @@
 """The one exception the store raises, so callers need not know SQLAlchemy's."""
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,3 +22,5 @@ def translated(action: str) -> Iterator[None]:
         # a link (still there in the chained cause for a traceback).
         detail = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         raise StoreError(f"{action} failed: {str(detail).strip()}") from exc
+    except sqlite3.Error as exc:  # the DBAPI's own, where a hot path uses its connection directly
+        raise StoreError(f"{action} failed: {str(exc).strip()}") from exc

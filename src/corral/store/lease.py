@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sqlite3
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
@@ -132,6 +133,15 @@ def check_fence(connection: Connection, fence: int) -> None:
         row = connection.exec_driver_sql("SELECT epoch, url FROM leader_lease WHERE id = 1").one()
     if row.epoch != fence:
         raise LeaseLost(fence, row.epoch, row.url)
+
+
+def check_fence_sqlite(sqlite: sqlite3.Connection, fence: int) -> None:
+    """check_fence on SQLite's DBAPI connection, inside a transaction begun IMMEDIATE (Store.try_write)."""
+    row = sqlite.execute("SELECT epoch, url FROM leader_lease WHERE id = 1").fetchone()
+    if row is None:
+        raise sqlite3.IntegrityError("the leader_lease row is missing")
+    if row[0] != fence:
+        raise LeaseLost(fence, row[0], row[1])
 
 
 class Leases:

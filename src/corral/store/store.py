@@ -9,15 +9,14 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import JSON, Connection, Engine, func, select, type_coerce, union_all
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import Select
 
 from corral.engine.records import Job, JobState, Node, Service
 from corral.store import codec, migrate
-from corral.store.database import SQLITE_BUSY_TIMEOUT_MS, make_engine, safe_url, sqlite_writer
+from corral.store.database import make_engine, safe_url, sqlite_writer, try_sqlite_transaction
 from corral.store.errors import StoreError
 from corral.store.errors import translated as _translated
-from corral.store.lease import check_fence
+from corral.store.lease import check_fence, check_fence_sqlite
 from corral.store.schema import JOBS, META, NODES, SERVICES
 from corral.store.upsert import BulkUpsert
 
@@ -173,21 +172,26 @@ class Store:
             return False
         if not changes:
             return True
-        with _translated("saving"), self._writer.connect() as connection:
-            sqlite = connection.connection.driver_connection
-            assert sqlite is not None  # a connection that is open
-            sqlite.execute("PRAGMA busy_timeout=0")
-            try:
-                with connection.begin():
-                    self._check_fence(connection)
-                    self._apply(connection, changes)
-            except OperationalError as exc:
-                if getattr(exc.orig, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
-                    return False  # rolled back: nothing written
-                raise
-            finally:
-                sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        return True
+        # The controller's hot path: every submission, every batch of agent events.
+        with _translated("saving"):
+            return try_sqlite_transaction(self._engine, self._apply_sqlite(changes))
+
+    def _apply_sqlite(self, changes: Changes) -> Callable[[sqlite3.Connection], None]:
+        """_apply, with the fence check before it, on SQLite's DBAPI connection."""
+        fence = self._fence
+
+        def apply(sqlite: sqlite3.Connection) -> None:
+            if fence is not None:
+                check_fence_sqlite(sqlite, fence)
+            for upsert, rows in ((self._upsert_jobs, changes.jobs), (self._upsert_nodes, changes.nodes),
+                                 (self._upsert_meta, changes.meta), (self._upsert_services, changes.services)):
+                if rows:
+                    sqlite.executemany(upsert.sql, rows)
+            if changes.services_forgotten:
+                marks = ", ".join("?" * len(changes.services_forgotten))
+                sqlite.execute(f"DELETE FROM {SERVICES.name} WHERE name IN ({marks})", changes.services_forgotten)
+
+        return apply
 
     def check_writable(self, now: float) -> None:
         """Write one small row (the time of this check), or raise StoreError: whether writes work again
