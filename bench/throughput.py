@@ -10,12 +10,20 @@ for), the whole machine (/proc/stat: leaders and tasks are reaped by nobody who 
 bench's own client is in it), and `cluster`: everything this bench and the cluster it starts ran, reaped
 or not (controller, agents, factories, leaders, tasks and the bench's client), counted by a CPU-accounting
 cgroup the bench runs in, so that other work on a shared machine is not in it (where it cannot make one:
-not root, no cgroup v2 nor v1 cpuacct, the figure is left out and the reason printed)."""
+not root, no cgroup v2 nor v1 cpuacct, the figure is left out and the reason printed).
+
+    python bench/throughput.py [JOBS] [--reference-src DIR [--rounds N]]
+
+With --reference-src, before and after in one run: another revision's code and this tree's take turns, N
+rounds, so that both see the same load. DIR is that revision's `src` (`git archive REV src | tar -x -C
+/tmp/ref` gives /tmp/ref/src; copy the built task leader, src/corral/agent/corral-task-leader, into it)."""
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -135,9 +143,6 @@ def _machine_busy_s() -> float:
 
 def measure_cli(jobs: int = 50) -> dict:
     """The same, but one `corral submit` process per job, as workflow tools drive a scheduler."""
-    import os
-    import subprocess
-
     corral = str(Path(sys.executable).parent / "corral")
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
@@ -156,5 +161,31 @@ def measure_cli(jobs: int = 50) -> dict:
             "e2e_jobs_per_s": round(jobs / (t_done - t0), 1)}
 
 
+def taking_turns(jobs: int, rounds: int, reference_src: str) -> None:
+    """Before and after in one run: each round measures the code at `reference_src` (a checkout's `src`,
+    put first on PYTHONPATH for the bench and every process its cluster starts) and then this tree's, each
+    in a fresh process; one JSON line per measurement, with the load average before and after it."""
+    for round_no in range(1, rounds + 1):
+        for code, src in (("reference", reference_src), ("this", None)):
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            if src is not None:
+                env["PYTHONPATH"] = src
+            load_before = os.getloadavg()[0]
+            run = subprocess.run([sys.executable, __file__, str(jobs)], env=env, check=True, capture_output=True,
+                                 text=True)
+            print(json.dumps({"round": round_no, "code": code, "src": src or str(ROOT / "src"),
+                              "load_avg_1m_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                              **json.loads(run.stdout.splitlines()[-1])}), flush=True)
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 500)))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("jobs", nargs="?", type=int, default=500)
+    parser.add_argument("--reference-src", metavar="DIR",
+                        help="also measure the code in DIR (another checkout's src), taking turns with this tree's")
+    parser.add_argument("--rounds", type=int, default=3, help="with --reference-src: rounds of both (default 3)")
+    args = parser.parse_args()
+    if args.reference_src:
+        taking_turns(args.jobs, args.rounds, str(Path(args.reference_src).resolve()))
+    else:
+        print(json.dumps(measure(args.jobs)))
