@@ -14,7 +14,7 @@ import pytest
 from corral.store import Store, StoreError
 from corral.store.auth_store import AuditEntry, AuthStore
 from corral.store.database import SQLITE_BUSY_TIMEOUT_MS
-from corral.store.lease import Leases, LeaseLost
+from corral.store.lease import LeaseLost, Leases
 from corral.store.store import Changes
 from tests.store.factories import full_job, pending_job
 from tests.store.test_lease import holder

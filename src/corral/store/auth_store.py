@@ -2,6 +2,7 @@
 controller's database."""
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,9 +140,15 @@ class AuthStore:
         SQLite when another connection holds the write lock, on PostgreSQL always)."""
         if self._engine.dialect.name != "sqlite":
             return False
+        if not entries:
+            return True
         rows = [tuple(_audit_row(entry)[column] for column in self._audit_columns) for entry in entries]
+
+        def append(sqlite: sqlite3.Connection) -> None:
+            sqlite.executemany(self._audit_sql, rows)
+
         with _translated("writing the audit log"):
-            return try_sqlite_transaction(self._engine, lambda sqlite: sqlite.executemany(self._audit_sql, rows))
+            return try_sqlite_transaction(self._engine, append)
 
     def audit_entries(self, since: float | None = None, limit: int = 1000) -> list[AuditEntry]:
         """The newest `limit` entries (at or after `since`), oldest first."""
