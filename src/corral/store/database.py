@@ -79,24 +79,27 @@ def try_sqlite_transaction(engine: Engine, body: Callable[[sqlite3.Connection], 
         assert isinstance(sqlite, sqlite3.Connection)
         sqlite.execute("PRAGMA busy_timeout=0")
         try:
-            try:
-                sqlite.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:  # extended codes too
-                    return False
-                raise
-            try:
-                body(sqlite)
-                sqlite.execute("COMMIT")
-            except BaseException:
-                if sqlite.in_transaction:
-                    sqlite.execute("ROLLBACK")
-                raise
-            return True
+            return _transaction_now(sqlite, body)
         finally:
             sqlite.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     finally:
         pooled.close()
+
+
+def _transaction_now(sqlite: sqlite3.Connection, body: Callable[[sqlite3.Connection], None]) -> bool:
+    """try_sqlite_transaction on a connection whose busy timeout is 0: SQLITE_BUSY at any statement (the
+    BEGIN, in practice) rolls back and answers False."""
+    try:
+        sqlite.execute("BEGIN IMMEDIATE")
+        body(sqlite)
+        sqlite.execute("COMMIT")
+    except BaseException as exc:
+        if sqlite.in_transaction:
+            sqlite.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
+            return False  # extended codes too; nothing written
+        raise
+    return True
 
 
 def _database_file(url: URL) -> Path | None:
