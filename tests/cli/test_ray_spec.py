@@ -4,6 +4,7 @@ controller's service view (tests/ray_on_corral runs the real thing on clusters).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import socket
@@ -15,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from corral.api.services import ServiceSpec
-from corral.cli.ray_spec import job_submit_line, ray_command, ray_session_spec
+from corral.cli.ray_spec import RAY_DIRECTORY_LONGEST, SOCKET_PATH_LIMIT, job_submit_line, ray_command, ray_session_spec
 
 SECRET = "s" * 64
 
@@ -26,7 +27,8 @@ def stand_in_ray(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     ray = bin_dir / "ray"
-    said = "AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_agent_register_timeout_ms"
+    said = ("AUTH=$RAY_AUTH_MODE:$RAY_AUTH_TOKEN:$RAY_agent_register_timeout_ms"
+            ' DIR=$RAY_TMPDIR:$(stat -c %a:%U "$RAY_TMPDIR")')
     ray.write_text(f'#!/bin/sh\n{{ echo "{said}"; for a in "$@"; do echo "$a"; done; }} > {tmp_path}/ray.args\n')
     ray.chmod(0o755)
     return bin_dir
@@ -51,10 +53,15 @@ def test_the_first_node_starts_the_head_on_the_agents_ports_with_the_session_sec
                    CORRAL_PORT_AGENT="52366")
     result, args = run_node(ray_command("ray-ana", 2, 8, 100), env, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert args[0] == f"AUTH=token:{SECRET}:120000", "Ray's token, and time for a loaded node's agents"
+    auth, directory = args[0].split(" ")
+    assert auth == f"AUTH=token:{SECRET}:120000", "Ray's token, and time for a loaded node's agents"
     assert args[1:4] == ["start", "--head", "--block"]
+    ray_dir = directory.removeprefix("DIR=").split(":")[0]
+    assert directory == f"DIR={ray_dir}:700:root" and ray_dir.startswith("/tmp/corral-ray-42."), \
+        "its own directory, only its user's, for Ray's defaults too"
+    assert not os.path.exists(ray_dir), "removed when the node's Ray ends"
     for expected in ("--port=6380", "--ray-client-server-port=10002", "--dashboard-port=8265",
-                     "--dashboard-host=0.0.0.0", "--temp-dir=/tmp/corral-ray-42", "--node-ip-address=127.0.0.1",
+                     "--dashboard-host=0.0.0.0", f"--temp-dir={ray_dir}", "--node-ip-address=127.0.0.1",
                      "--object-store-memory=104857600", '{"localhost": 1}', "--dashboard-agent-listen-port=52366"):
         assert expected in args, (expected, args)
     assert args[args.index("--num-cpus") + 1] == "8" and args[args.index("--num-gpus") + 1] == "2"
@@ -95,6 +102,42 @@ def test_a_ray_node_that_never_starts_gives_up_after_three_attempts(tmp_path):
     result = subprocess.run(ray_command("r", 0, 1, None), env=env, cwd=tmp_path, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 3 and (tmp_path / "starts").read_text().count("start") == 3, result.stderr
+
+
+def test_two_ray_nodes_of_the_same_job_id_at_once_get_directories_of_their_own(tmp_path):
+    """Two clusters on one host each have a job 42 (and a gang may put two of its nodes on one host): each Ray
+    node gets a directory of its own while both run, not /tmp/ray nor one named after the job."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(f"""#!/bin/sh
+echo "$RAY_TMPDIR" > {tmp_path}/dir.$CORRAL_PORT_GCS
+trap 'exit 0' TERM
+while :; do sleep 0.1; done
+""")
+    (bin_dir / "ray").chmod(0o755)
+    nodes = [subprocess.Popen(ray_command("r", 0, 1, None), cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                              env=node_env(bin_dir, 0, CORRAL_PORT_DASHBOARD="1", CORRAL_PORT_GCS=str(gcs),
+                                           CORRAL_PORT_CLIENT="3"))
+             for gcs in (1, 2)]
+    said = [tmp_path / "dir.1", tmp_path / "dir.2"]
+    deadline = time.monotonic() + 30
+    while not all(p.exists() and p.read_text() for p in said) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    directories = [p.read_text().strip() for p in said]
+    try:
+        assert directories[0] != directories[1] and all(os.path.isdir(d) for d in directories), directories
+    finally:
+        for node in nodes:
+            node.send_signal(signal.SIGTERM)
+            node.communicate(timeout=30)
+    assert not any(os.path.exists(d) for d in directories), "each removed when its Ray ends"
+
+
+def test_rays_longest_socket_path_in_the_directory_fits_a_unix_socket():
+    """Ray puts its sockets at <dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store.N."""
+    session = "session_2026-11-28_14-33-34_123456_4194304"
+    longest = RAY_DIRECTORY_LONGEST + len(f"/{session}/sockets/plasma_store.99")
+    assert longest <= SOCKET_PATH_LIMIT, longest
 
 
 class _ServiceView(BaseHTTPRequestHandler):

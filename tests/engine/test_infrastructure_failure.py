@@ -11,7 +11,7 @@ from corral.engine import events as ev
 from corral.engine.commands import Kill, Launch
 from corral.engine.history import history_to_json
 from corral.engine.records import InfrastructureFailure, JobState
-from tests.engine.builders import T0, engine_with_nodes, spec
+from tests.engine.builders import T0, engine_with_nodes, inventory, spec
 
 LEADER_KILLED = InfrastructureFailure("leader-killed", "task leader of rank 0 killed before it recorded the exit")
 
@@ -139,3 +139,21 @@ def test_a_killed_leader_does_not_drain_its_node() -> None:
     engine.schedule(T0)
     _infrastructure_failed(engine, "node1", job.id, T0 + 1)
     assert engine.nodes["node1"].drain is False
+
+
+def test_a_run_whose_start_its_restarted_agent_reports_failed_is_requeued_as_a_new_run_not_sent_again() -> None:
+    """The agent died while starting the run (decision 0015, "A start the agent did not finish"): its task
+    may have started and been killed unconfirmed. The restarted agent registers with the job among its
+    finished ones and reports the failure: the launch is not sent again (that would start run 0 twice), the
+    job is requeued as run 1 with the reason."""
+    engine = engine_with_nodes(count=1)
+    job = engine.submit(spec(), T0)
+    assert engine.schedule(T0) == [Launch(job.id, "node1")]
+    interrupted = InfrastructureFailure("agent-error", "its agent stopped while starting its tasks here")
+    unfinished_start = engine.register_node("node1", inventory(4), set(), {job.id}, T0 + 5)
+    assert unfinished_start == ([], []), "no launch sent again, nothing to kill"
+    assert engine.register_node("node1", inventory(4), set(), set(), T0 + 5)[1] == [Launch(job.id, "node1")], \
+        "without the report, the same run's launch is sent again (what started run 0 twice)"
+    _infrastructure_failed(engine, "node1", job.id, T0 + 6, interrupted)
+    assert (job.state, job.restart_count) == (JobState.PENDING, 1)
+    assert job.history[-1].cause == f"infrastructure failure on node1: {interrupted.reason}"

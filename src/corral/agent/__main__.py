@@ -35,6 +35,7 @@ from corral.agent.container_tasks import DEFAULT_CACHE_LIMIT_BYTES, ContainerSup
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
+from corral.agent.task_leader import LEADER_PROGRAM
 from corral.agent.tasks import Confinement
 from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
 from corral.container_options import RUNTIME_FEATURE
@@ -291,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     if secret is None:
         parser.error(f"secret file {args.secret_file} is missing, unreadable or empty")
     check_options(parser, args)
+    if problem := leader_program_problem():
+        print(f"corral agent: {problem}", file=sys.stderr)
+        return 1
     ca_file = str(args.ca_file.absolute()) if args.ca_file else None
     if args.controller[0].startswith("https:"):
         from corral.tls_client import TlsConfigError, client_context
@@ -343,6 +347,17 @@ def main(argv: list[str] | None = None) -> int:
         usage=UsageMonitor(args.acctg_freq, GpuReader() if inventory.source == "nvml" else None),
     )
     return run_agent(agent, args, ca_file, confinement.cgroups)
+
+
+def leader_program_problem(program: Path = LEADER_PROGRAM) -> str | None:
+    """Why the native task leader (decision 0022) cannot start, or None. Checked before the agent starts:
+    without it every task would fail, each draining the node."""
+    if program.is_file() and os.access(program, os.X_OK):
+        return None
+    state = "is not executable" if program.exists() else "is missing"
+    return (f"the task leader {program} {state}, so no task could start: in a source checkout build it with "
+            "`make venv`; `pip install .` and a wheel built by `pip wheel .` carry it (building them needs a C "
+            "compiler)")
 
 
 def run_agent(agent: Agent, args: argparse.Namespace, ca_file: str | None, tree: CgroupTree | None = None) -> int:

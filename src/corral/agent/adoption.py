@@ -7,6 +7,12 @@ end. Everything else is left to the sweep (killed): records without a launch or 
 older agent's), and a job or step one of whose tasks' leaders died without recording its end (that work
 truly died, and its job is reported lost). A lost step is also reported finished, with its error; a job
 whose leader died so is reported finished as an infrastructure failure (the agent names the leader).
+
+A job whose launch is saved but not every local task recorded was being started when its agent stopped:
+between saving the launch and recording each task. A task that had started then was killed unconfirmed by
+its leader, perhaps after it ran a little (wrote its first line). Left unreported, the controller sends the
+same launch again and the run starts twice; so it is reported finished as an infrastructure failure, a
+launch that failed, and the controller requeues the job as a new run (or ends it NODE_FAIL), with why.
 """
 from __future__ import annotations
 
@@ -22,6 +28,9 @@ from corral.protocol import LaunchJob, LaunchStep
 log = logging.getLogger(__name__)
 
 LEADER_DIED = "the leader of task"  # how the reason starts when a leader died without recording its task's end
+NOT_ALL_RECORDED = "not all of its tasks here were recorded"
+INTERRUPTED_START = ("its agent stopped while starting its tasks here (before it recorded every one): a task that "
+                     "had started was killed unconfirmed, so this run is not started again")
 
 
 @dataclass(slots=True)
@@ -39,6 +48,8 @@ class Findings:
     lost_steps: list[LaunchStep] = field(default_factory=list)  # their launches, to report them finished
     # Jobs whose task leaders were killed while no agent watched (an infrastructure failure), with why.
     killed_jobs: list[tuple[LaunchJob, str]] = field(default_factory=list)
+    # Jobs whose start its agent did not finish (saved launch, not every task recorded): a failed launch.
+    interrupted_jobs: list[LaunchJob] = field(default_factory=list)
 
 
 def find_adoptable(spool: TaskSpool) -> Findings:
@@ -48,7 +59,13 @@ def find_adoptable(spool: TaskSpool) -> Findings:
         groups.setdefault((record.job_id, record.step_id), []).append(record)
     launches = spool.saved_launches()
     for key in sorted(set(launches) - set(groups), key=str):
-        spool.forget_launch(*key)  # its tasks were all reaped (or none started): nothing left to adopt
+        # Its records go only after its launch (LocalTasks.release), so none were written: its agent stopped
+        # while starting it. A step's srun lost its stream with that agent; a job's launch failed.
+        launch = _parse(key, launches[key])
+        if isinstance(launch, LaunchJob):
+            found.lost.append((key[0], None, INTERRUPTED_START))
+            found.interrupted_jobs.append(launch)
+        spool.forget_launch(*key)
     for key, records in sorted(groups.items(), key=str):
         launch = _parse(key, launches.get(key))
         why = _why_not(launch, records, spool)
@@ -62,6 +79,8 @@ def find_adoptable(spool: TaskSpool) -> Findings:
             found.lost_steps.append(launch)
         elif isinstance(launch, LaunchJob) and why.startswith(LEADER_DIED):
             found.killed_jobs.append((launch, why))
+        elif isinstance(launch, LaunchJob) and why == NOT_ALL_RECORDED:
+            found.interrupted_jobs.append(launch)
         spool.forget_launch(*key)
     return found
 
@@ -85,7 +104,7 @@ def _why_not(launch: LaunchJob | LaunchStep | None, records: list[TaskRecord], s
     if any(not r.leader for r in records):
         return "an agent without task leaders started it"
     if sorted(r.rank for r in records) != sorted(t.rank for t in launch.tasks):
-        return "not all of its tasks here were recorded"
+        return NOT_ALL_RECORDED
     for record in records:
         if not same_process(record.leader, record.leader_started) and \
                 read_exit(exit_file(spool.directory, record.leader)) is None:

@@ -6,7 +6,7 @@ import logging
 import shutil
 import signal
 
-from corral.agent.adoption import Adoptable, find_adoptable
+from corral.agent.adoption import INTERRUPTED_START, Adoptable, find_adoptable
 from corral.agent.agent_state import AgentState
 from corral.agent.cgroups import JobCgroup
 from corral.agent.container_tasks import abandon_container
@@ -75,6 +75,12 @@ class Launches(AgentState):
         for launch, why in found.killed_jobs:
             exits = [TaskExit(rank=t.rank, exit_code=0, signal=signal.SIGKILL) for t in launch.tasks]
             failure = InfrastructureFailure(kind="leader-killed", reason=f"{why}, while no agent watched it")
+            self._post(NodeFinished(job_id=launch.job_id, tasks=exits, infrastructure=failure,
+                                    restart_count=launch.restart_count))
+        for launch in found.interrupted_jobs:
+            self._launched[(launch.job_id, launch.restart_count)] = None  # that run does not start again here
+            exits = [TaskExit(rank=t.rank, exit_code=0, signal=signal.SIGKILL) for t in launch.tasks]
+            failure = InfrastructureFailure(kind="agent-error", reason=INTERRUPTED_START)
             self._post(NodeFinished(job_id=launch.job_id, tasks=exits, infrastructure=failure,
                                     restart_count=launch.restart_count))
         for step in found.lost_steps:

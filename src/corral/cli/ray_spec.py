@@ -65,6 +65,20 @@ start_ray() {{
   done
 }}
 """
+# Each Ray node's own directory (sessions, logs, sockets, `ray_current_cluster`), made by mktemp: Ray's
+# default, /tmp/ray, and any name built from the job's id (another cluster on this host has a job of that id
+# too, and another user could make the name first) would be shared. Under /tmp, not $TMPDIR: Ray's sockets
+# lie in <dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store.N, which takes up to 66 of the 107
+# bytes a Unix socket's path may have, so the directory's name may take 41 (this one takes 33 with a
+# 10-digit job id). RAY_TMPDIR points Ray's other defaults there too; the directory goes when the node's Ray
+# ends.
+RAY_DIRECTORY = """ray_dir=$(mktemp -d "/tmp/corral-ray-$SLURM_JOB_ID.XXXXXX") ||
+  fail "cannot make Ray's directory under /tmp"
+trap 'rm -rf "$ray_dir"' EXIT
+export RAY_TMPDIR="$ray_dir"
+"""
+RAY_DIRECTORY_LONGEST = len("/tmp/corral-ray-4294967295.XXXXXX")
+SOCKET_PATH_LIMIT = 107
 # Ray's state API: its nodes, each ALIVE once its raylet registered (200 through the gateway, which adds
 # Ray's token).
 NODES_PATH = "api/v0/nodes?limit=1000"
@@ -123,15 +137,15 @@ def ray_command(name: str, gpus: int, cpus: int, object_store_mib: int | None) -
         f'export RAY_agent_register_timeout_ms="${{RAY_agent_register_timeout_ms:-{AGENT_WAIT_S * 1000}}}"\n'
         + START_RAY +
         'node=$SLURMD_NODENAME\n'
+        + RAY_DIRECTORY +
         "ip=$(python3 -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' \"$node\") "
         '|| fail "cannot resolve this node\'s name $node"\n'
-        f'set -- --block --node-ip-address="$ip" --num-cpus {cpus} --num-gpus {gpus}{store} '
+        f'set -- --block --temp-dir="$ray_dir" --node-ip-address="$ip" --num-cpus {cpus} --num-gpus {gpus}{store} '
         '--dashboard-agent-listen-port="$CORRAL_PORT_AGENT" --resources "{\\"$node\\": 1}"'
         + "".join(f' {option}="$CORRAL_PORT_{name.upper()}"' for name, option in AGENT_PORTS.items()) + "\n"
         'if [ "$SLURM_NODEID" = 0 ]; then\n'
         '  start_ray --head "$@" --port="$CORRAL_PORT_GCS" --ray-client-server-port="$CORRAL_PORT_CLIENT" '
-        '--dashboard-host=0.0.0.0 --dashboard-port="$CORRAL_PORT_DASHBOARD" --include-dashboard=true '
-        '--temp-dir="/tmp/corral-ray-$SLURM_JOB_ID"\n'
+        '--dashboard-host=0.0.0.0 --dashboard-port="$CORRAL_PORT_DASHBOARD" --include-dashboard=true\n'
         "fi\n"
         f"head=$(python3 -c {shlex.quote(HEAD_ADDRESS)} {shlex.quote(name)} {HEAD_WAIT_S}) || exit 2\n"
         'start_ray --address="$head" "$@"\n'
