@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import islice
+from operator import attrgetter
 from typing import Literal
 
 from corral import gpu_models
@@ -31,6 +32,7 @@ from corral.hostlist import sort_key
 
 # An enum member's lookup is a descriptor call: these run per waiting job.
 _PRIORITY, _RESOURCES, _HELD = Reason.PRIORITY, Reason.RESOURCES, Reason.HELD
+_caps = attrgetter("caps")
 
 
 @dataclass(slots=True)
@@ -70,7 +72,7 @@ class Cycle:
         self.used: dict[str, int] = {}
         self.advance = {r.name: r for r in snapshot.reservations}
         # Counted limits matter only to jobs that carry caps.
-        self._count_caps = any(job.caps for job in snapshot.pending)
+        self._count_caps = any(map(_caps, snapshot.pending))
         _load_running(self, releases=base is None)
         self.memo = _Memo()
         self.openings = Openings(self.pool.changed if self.pool.changed is not None else [])

