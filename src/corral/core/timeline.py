@@ -73,23 +73,31 @@ class _Kept:
 def _classify(candidates: list[WorkNode], positions: Iterable[int], need: Need, now: float,
               memo: FirstFits) -> tuple[list[Event], set[int]]:
     """The openings of the candidates at `positions` that have no reservation (through the memo of first
-    fits), and the positions of those that have one. Candidates that can never hold the need are left out."""
+    fits), and the positions of those that have one. Candidates that can never hold the need are left out.
+    A cycle's first sweep runs this for every node of the partition: the node tests are written out here
+    (WorkNode.capacity_fits, max) rather than called."""
     key = (need.gpus, need.cpus, need.mem_mib)
+    gpus, cpus, mem_mib = key
     opened: list[Event] = []
     general: set[int] = set()
+    add_opening = opened.append
     for pos in positions:
         node = candidates[pos]
-        if not node.capacity_fits(need):
+        if len(node.gpus) < gpus or node.cpus < cpus or node.mem_mib < mem_mib:
             continue
         if node.blocks or node.advance:
             general.add(pos)
             continue
         known = memo.get(node.index)
         if known is None:
-            known = memo[node.index] = {}
-        first = known[key] if key in known else known.setdefault(key, _monotone_first(node, need))
+            first = _monotone_first(node, need)
+            memo[node.index] = {key: first}
+        elif key in known:
+            first = known[key]
+        else:
+            first = known[key] = _monotone_first(node, need)
         if first is not None:
-            opened.append((max(first, now), 0, pos))
+            add_opening((first if first > now else now, 0, pos))
     return opened, general
 
 
@@ -155,13 +163,15 @@ def _stepwise_starts(node: WorkNode, need: Need, duration_s: float, now: float,
 
 
 def _monotone_first(node: WorkNode, need: Need) -> float | None:
-    """`_monotone_starts` without `now`: the release after which `need` fits (-inf: it fits now; None: never)."""
-    if node.fits_whole_free(need):
-        return -INF
+    """`_monotone_starts` without `now`: the release after which `need` fits (-inf: it fits now; None: never).
+    Run once per node and need in a cycle's first sweep: WorkNode.fits_whole_free is written out."""
     g, c, m = len(node.free), node.free_cpus, node.free_mem_mib
+    gpus, cpus, mem_mib = need.gpus, need.cpus, need.mem_mib
+    if g >= gpus and c >= cpus and m >= mem_mib:
+        return -INF
     for t, dg, dc, dm, _ in sorted(node.releases):
         g, c, m = g + dg, c + dc, m + dm
-        if g >= need.gpus and c >= need.cpus and m >= need.mem_mib:
+        if g >= gpus and c >= cpus and m >= mem_mib:
             return t
     return None
 
