@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.engine.builders import T0, engine_with_nodes, spec  # noqa: E402
+
 from corral import collector  # noqa: E402
 from corral.engine import events as ev  # noqa: E402
-from tests.engine.builders import T0, engine_with_nodes, spec  # noqa: E402
 
 
 def measure(pending: int = 100_000, repeats: int = 10) -> dict:

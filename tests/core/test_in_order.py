@@ -55,7 +55,7 @@ def test_the_order_key_orders_as_the_tuple_at_the_edges_of_its_fields() -> None:
     expected = sorted(jobs, key=attrgetter("order"))
     assert [j.order for j in in_order(jobs)] == [j.order for j in expected]
     # Equal keys exactly when equal tuples (-0.0 == 0.0 == 0 as submission times).
-    for a, b in zip(expected, expected[1:]):
+    for a, b in zip(expected, expected[1:], strict=False):
         assert (a.order_key == b.order_key) == (a.order == b.order)
 
 

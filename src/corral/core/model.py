@@ -390,8 +390,8 @@ class CyclePlan:
     def waiting(self) -> tuple[Waiting, ...]:
         """Every waiting job's record, in order (made on each call: `reasons` is the cheap way)."""
         return tuple(record if isinstance(record, Waiting) else Waiting(job_id, record)
-                     for job_id, record in zip(self.waiting_ids, self.waiting_records))
+                     for job_id, record in zip(self.waiting_ids, self.waiting_records, strict=True))
 
     def reasons(self) -> Iterator[tuple[int, Reason | Waiting]]:
         """(job id, Reason or Waiting) per waiting job, in order, without a record per job."""
-        return zip(self.waiting_ids, self.waiting_records)
+        return zip(self.waiting_ids, self.waiting_records, strict=True)
