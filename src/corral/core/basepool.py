@@ -2,11 +2,13 @@
 releases, kept between cycles job by job, so that a cycle forks it (copy-on-write) instead of building its
 working pool from every node view.
 
-A fork never writes into the base's nodes or indexes. Two things are shared on purpose, both safe: the
-base's heap of raw expected ends (only `fork` and the base's own methods move it), and `StaticReasons`, a
+A fork never writes into the base's nodes or indexes. Three things are shared on purpose, all safe: the
+base's heap of raw expected ends (only `fork` and the base's own methods move it); `StaticReasons`, a
 memo the cycles fill: a static reason depends only on what the base holds fixed for its whole life (nodes'
 capacity, partitions and schedulability: a node change makes the engine build a new base) and on the
-partition table, which keys the memo.
+partition table, which keys the memo; and each node's first-fit entries (`first_fits`, core/timeline.py:
+when the node first holds a need), which a fork fills only for nodes it has not copied, whose state is the
+base's, and which the base renews whenever it changes the node.
 """
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ class BasePool(NodePool):
         self._ends: list[tuple[float, int]] = []
         self._late: dict[int, float] = {}
         self.static_reasons = StaticReasons()
+        # Every node has its entries (empty at first) for the forks to fill: see fork.
+        self.first_fits = {node.index: {} for node in self.nodes}
 
     def fork(self, now: float, placement: PlacementPolicy) -> WorkPool:
         """A cycle's working pool over this one: node records are copied only when the cycle changes them
@@ -62,7 +66,10 @@ class BasePool(NodePool):
         pool.node_rooms = dict(self.node_rooms)
         pool._owned = set()
         pool._member_pos = self._member_pos  # read only: which nodes are members never changes in a cycle
-        pool.first_fits = {}
+        # The index is copied, the per-node entries are the base's: what the cycle's sweeps learn of a node
+        # it has not copied (`own` drops the copy's entry) holds for the base too, so the next cycle's first
+        # sweep walks the releases only of nodes that changed since (starts, ends, late jobs).
+        pool.first_fits = dict(self.first_fits)
         pool.changed = []
         self._move_late(pool, now)
         pool.attach(placement)
@@ -82,6 +89,11 @@ class BasePool(NodePool):
                 node.releases = [(max(t, now + 1.0), g, c, m, j) if j == job_id else (t, g, c, m, j)
                                  for t, g, c, m, j in node.releases]
 
+    def forget_fits(self, index: int) -> None:
+        """The node changed: new, empty entries for the next forks to fill (a fork's copy of the index still
+        holds the old ones only for its own cycle, which is over: the engine changes the base between cycles)."""
+        self.first_fits[index] = {}
+
     def hold(self, job_id: int, slices: tuple[NodeSlice, ...], end: float) -> None:
         """A job started (or was found running): its slices are taken until `end`."""
         self._held[job_id] = (end, slices)
@@ -99,6 +111,7 @@ class BasePool(NodePool):
             if node is not None:
                 node.releases.append((end, len(piece.gpus) if piece.gpu_milli == GPU_MILLI else 0, piece.cpus,
                                       piece.mem_mib, job_id))
+                self.forget_fits(node.index)
 
     def unhold(self, job_id: int) -> None:
         """A job's resources came back."""
@@ -122,3 +135,4 @@ class BasePool(NodePool):
             if node is not None:
                 node.releases = [(end, g, c, m, j) if j == job_id else (t, g, c, m, j)
                                  for t, g, c, m, j in node.releases]
+                self.forget_fits(node.index)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import islice
+from operator import attrgetter
 from typing import Literal
 
 from corral import gpu_models
@@ -31,6 +32,7 @@ from corral.hostlist import sort_key
 
 # An enum member's lookup is a descriptor call: these run per waiting job.
 _PRIORITY, _RESOURCES, _HELD = Reason.PRIORITY, Reason.RESOURCES, Reason.HELD
+_caps = attrgetter("caps")
 
 
 @dataclass(slots=True)
@@ -70,12 +72,14 @@ class Cycle:
         self.used: dict[str, int] = {}
         self.advance = {r.name: r for r in snapshot.reservations}
         # Counted limits matter only to jobs that carry caps.
-        self._count_caps = any(job.caps for job in snapshot.pending)
+        self._count_caps = any(map(_caps, snapshot.pending))
         _load_running(self, releases=base is None)
         self.memo = _Memo()
         self.openings = Openings(self.pool.changed if self.pool.changed is not None else [])
         self.starts: list[Start] = []
-        self.waiting: list[Waiting] = []
+        # Why each job that does not start waits (CyclePlan.waiting_ids and waiting_records).
+        self.waiting_ids: list[int] = []
+        self.waiting_records: list[Reason | Waiting] = []
         self.preemptions: list[Preempt] = []
         self.preempted: set[int] = set()
         self.budgets = dict(snapshot.disruption_budgets)  # spent as victims are taken
@@ -101,7 +105,7 @@ class Cycle:
                 deep_from = index
                 break
             if job.held:
-                self.waiting.append(Waiting(job.id, _HELD))
+                self._note(job.id, _HELD)
             else:
                 self.consider(job)
         if deep_from < len(ordered):
@@ -114,7 +118,7 @@ class Cycle:
         and the free resources cannot hold it at all, which free resources that only shrink never undo),
         the answer is kept per key for the rest of the cycle and every later job of the key gets it in one
         lookup (keys are hashed by identity, and shared, so this touches little memory per job)."""
-        append = self.waiting.append
+        add_id, add_record = self.waiting_ids.append, self.waiting_records.append
         memo = self.memo
         failed_limit, fits = memo.plain_failed.get, memo.plain_fits.get
         settled: dict[DeepKey, Reason] = {}
@@ -124,7 +128,8 @@ class Cycle:
             if deep is not None:
                 reason = settled_reason(deep)
                 if reason is not None:
-                    append(Waiting(job.id, reason))
+                    add_id(job.id)
+                    add_record(reason)
                     continue
                 shape = deep.shape
                 failed = failed_limit(shape)
@@ -136,17 +141,19 @@ class Cycle:
                         reason = self._blocked_reason(job.request, job.request.gpu_model)
                     if reason is _RESOURCES:
                         settled[deep] = reason
-                    append(Waiting(job.id, reason))
+                    add_id(job.id)
+                    add_record(reason)
                     continue
             if job.held:
-                append(Waiting(job.id, _HELD))
+                add_id(job.id)
+                add_record(_HELD)
             else:
                 self.consider(job)
 
     def consider(self, job: PendingJob) -> None:
         req = job.request
         if not self.config.backfill and req.partition in self.blocked_partitions:
-            self.waiting.append(Waiting(job.id, _PRIORITY))
+            self._note(job.id, _PRIORITY)
             return
         if job.caps and not self._within_caps(job):
             return
@@ -201,7 +208,7 @@ class Cycle:
         if failed is not None and req.time_limit_s >= failed and self.reservations >= self.config.max_reservations \
                 and not job.preempts_qos and not job.queue:
             # The common case deep in a long queue: known not to fit, no reservation left to give.
-            self.waiting.append(Waiting(job.id, self._blocked_reason(req, model)))
+            self._note(job.id, self._blocked_reason(req, model))
             return
         static = self._static(job, model)
         if static is not None:
@@ -222,7 +229,7 @@ class Cycle:
             self._wait(job, Reason.RESOURCES)
             return
         if self.reservations < self.config.max_reservations:
-            self.waiting.append(self._reserve(job, need, model))
+            self._note(job.id, self._reserve(job, need, model))
         else:
             self._wait(job, self._blocked_reason(req, model))
 
@@ -248,7 +255,11 @@ class Cycle:
     # ----- outcomes
 
     def _wait(self, job: PendingJob, reason: Reason, detail: str = "") -> None:
-        self.waiting.append(Waiting(job.id, reason, detail=detail))
+        self._note(job.id, Waiting(job.id, reason, detail=detail) if detail else reason)
+
+    def _note(self, job_id: int, record: Reason | Waiting) -> None:
+        self.waiting_ids.append(job_id)
+        self.waiting_records.append(record)
 
     def _start_now(self, job: PendingJob, need: Need, amounts: dict[str, float], model: str) -> bool:
         req = job.request

@@ -19,8 +19,12 @@ INF = math.inf
 # Per node index, per need (gpus, cpus, mem_mib): when a node without reservations first holds the need
 # (-inf: now; None: never). A cycle's pool keeps one (NodePool.first_fits) and forgets a node's entries
 # whenever its free resources or releases change, so the gang sweeps of one cycle, which mostly ask the same
-# per-node need of every node, walk each node's releases once.
+# per-node need of every node, walk each node's releases once; a fork of the engine's base pool shares the
+# base's entries of the nodes it does not change, so later cycles do not walk those again either.
 FirstFits = dict[int, dict[tuple[int, int, int], float | None]]
+# The engine's base pool keeps a node's entries across cycles until the node changes (core/basepool.py): a
+# node that never changes would gather one per need ever swept, so past this many they start again.
+NEEDS_KEPT = 32
 
 
 # An opening of a node's feasible interval in a sweep: (time, 0, position in the candidates); a closing has 1.
@@ -73,24 +77,49 @@ class _Kept:
 def _classify(candidates: list[WorkNode], positions: Iterable[int], need: Need, now: float,
               memo: FirstFits) -> tuple[list[Event], set[int]]:
     """The openings of the candidates at `positions` that have no reservation (through the memo of first
-    fits), and the positions of those that have one. Candidates that can never hold the need are left out."""
+    fits), and the positions of those that have one. Candidates that can never hold the need are left out.
+    A cycle's first sweep runs this for every node of the partition: the node tests are written out here
+    (WorkNode.capacity_fits, max) rather than called."""
     key = (need.gpus, need.cpus, need.mem_mib)
+    gpus, cpus, mem_mib = key
     opened: list[Event] = []
     general: set[int] = set()
+    add_opening = opened.append
     for pos in positions:
         node = candidates[pos]
-        if not node.capacity_fits(need):
+        if len(node.gpus) < gpus or node.cpus < cpus or node.mem_mib < mem_mib:
             continue
         if node.blocks or node.advance:
             general.add(pos)
             continue
         known = memo.get(node.index)
         if known is None:
-            known = memo[node.index] = {}
-        first = known[key] if key in known else known.setdefault(key, _monotone_first(node, need))
+            first = _monotone_first(node, need)
+            memo[node.index] = {key: first}
+        elif key in known:
+            first = known[key]
+        else:
+            if len(known) >= NEEDS_KEPT:
+                known.clear()
+            first = known[key] = _monotone_first(node, need)
         if first is not None:
-            opened.append((max(first, now), 0, pos))
+            add_opening((first if first > now else now, 0, pos))
     return opened, general
+
+
+def _first_fit(memo: FirstFits, node: WorkNode, need: Need, key: tuple[int, int, int]) -> float | None:
+    """When `node` (no reservation on it) first holds `need`, through the memo (key: the need's three)."""
+    known = memo.get(node.index)
+    if known is None:
+        first = _monotone_first(node, need)
+        memo[node.index] = {key: first}
+        return first
+    if key in known:
+        return known[key]
+    if len(known) >= NEEDS_KEPT:
+        known.clear()
+    first = known[key] = _monotone_first(node, need)
+    return first
 
 
 def feasible_starts(node: WorkNode, need: Need, duration_s: float, now: float,
@@ -106,14 +135,7 @@ def _starts_within_capacity(node: WorkNode, need: Need, duration_s: float, now: 
     if not node.blocks and not node.advance:
         if memo is None:
             return _monotone_starts(node, need, now)
-        known = memo.get(node.index)
-        if known is None:
-            known = memo[node.index] = {}
-        key = (need.gpus, need.cpus, need.mem_mib)
-        if key in known:
-            first = known[key]
-        else:
-            first = known[key] = _monotone_first(node, need)
+        first = _first_fit(memo, node, need, (need.gpus, need.cpus, need.mem_mib))
         return [] if first is None else [(max(first, now), INF)]
     return _stepwise_starts(node, need, duration_s, now, reservation)
 
@@ -155,13 +177,15 @@ def _stepwise_starts(node: WorkNode, need: Need, duration_s: float, now: float,
 
 
 def _monotone_first(node: WorkNode, need: Need) -> float | None:
-    """`_monotone_starts` without `now`: the release after which `need` fits (-inf: it fits now; None: never)."""
-    if node.fits_whole_free(need):
-        return -INF
+    """`_monotone_starts` without `now`: the release after which `need` fits (-inf: it fits now; None: never).
+    Run once per node and need in a cycle's first sweep: WorkNode.fits_whole_free is written out."""
     g, c, m = len(node.free), node.free_cpus, node.free_mem_mib
+    gpus, cpus, mem_mib = need.gpus, need.cpus, need.mem_mib
+    if g >= gpus and c >= cpus and m >= mem_mib:
+        return -INF
     for t, dg, dc, dm, _ in sorted(node.releases):
         g, c, m = g + dg, c + dc, m + dm
-        if g >= need.gpus and c >= need.cpus and m >= need.mem_mib:
+        if g >= gpus and c >= cpus and m >= mem_mib:
             return t
     return None
 
@@ -246,10 +270,7 @@ def _sweep(candidates: list[WorkNode], need: Need, count: int, duration_s: float
             # feasible_starts through the memo, inlined: this runs for every node of the partition.
             if not node.capacity_fits(need):
                 continue
-            known = memo.get(node.index)
-            if known is None:
-                known = memo[node.index] = {}
-            first = known[key] if key in known else known.setdefault(key, _monotone_first(node, need))
+            first = _first_fit(memo, node, need, key)
             if first is not None:
                 events.append((max(first, now), 0, pos))
             continue

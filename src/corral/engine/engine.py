@@ -19,7 +19,7 @@ from typing import Any
 
 from corral.api.schemas import JobSubmit
 from corral.api.tenancy import TenancySpec
-from corral.core.model import CyclePlan, PendingJob
+from corral.core.model import CyclePlan, PendingJob, Waiting
 from corral.core.scheduler import schedule
 from corral.engine import events as ev
 from corral.engine import gates, shutdown, steps, submission
@@ -285,9 +285,13 @@ class Engine:
         commands: list[Command] = []
         for start in plan.starts:
             commands.extend(life.start(jobs[start.job_id], start.slices, now))
-        for wait in plan.waiting:
+        set_reason = life.set_reason
+        for job_id, record in plan.reasons():
             # `_value_`, not `.value` (a descriptor call): this runs for every pending job in every cycle.
-            life.set_reason(jobs[wait.job_id], wait.reason._value_, wait.detail, wait.estimated_start)
+            if isinstance(record, Waiting):
+                set_reason(jobs[job_id], record.reason._value_, record.detail, record.estimated_start)
+            else:
+                set_reason(jobs[job_id], record._value_, "", None)
         for preempt in plan.preemptions:
             commands.extend(life.preempt(preempt.victim_id, preempt.preemptor_id, preempt.cause, now))
         return commands
