@@ -69,3 +69,21 @@ def test_any_listed_job_reads_as_the_saved_one(module_store: Store, job: Job) ->
     module_store.save(jobs=[job])
     (listed,) = module_store.stream_listed_jobs(ids=[job.id])
     _assert_reads_as(listed, job)
+
+
+def test_a_listing_read_in_part_leaves_the_store_usable(store: Store) -> None:
+    # More rows than PostgreSQL sends at once (store._STREAM_ROWS): a reader that stops after the first job
+    # cancels the rest (on PostgreSQL a streamed query is cancelled and its connection returned clean).
+    saved = [replace(full_job(i), submit_time=BASE_TIME + i, start_time=BASE_TIME + i + 1,
+                     end_time=BASE_TIME + i + 5, state=JobState.COMPLETED) for i in range(1, 251)]
+    store.save(jobs=saved)
+    window = {"start_after": BASE_TIME + 3, "end_before": BASE_TIME + 300}
+    partial = store.stream_listed_jobs(**window)
+    assert next(partial).id == 1  # ended at BASE_TIME + 6, after the window's start
+    partial.close()
+    for _ in range(3):  # every pooled connection is usable again
+        listed = list(store.stream_listed_jobs(**window))
+        assert [job.id for job in listed] == [job.id for job in store.stream_jobs(**window)] == list(range(1, 251))
+    _assert_reads_as(listed[-1], saved[-1])
+    store.save(jobs=[replace(saved[0], reason="written after")])
+    assert store.get_job(1).reason == "written after"  # type: ignore[union-attr]
