@@ -13,6 +13,8 @@ A field absent from the stored JSON (written before the field existed) comes as 
 means the same either way."""
 from __future__ import annotations
 
+import json
+import json.scanner
 import types
 import typing
 from collections.abc import Callable
@@ -33,6 +35,15 @@ from corral.store.schema import JOBS
 _SQL_TYPES: dict[type, TypeEngine[Any]] = {str: Text(), int: BigInteger(), bool: Boolean()}
 # The JSON array of the parts left as JSON, in this order after the spec's own.
 _JOB_DOCUMENTS = ("slices", "runs", "extra")
+
+
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+
+
+def load_documents(data: bytes) -> Any:
+    """A row's JSON array as PostgreSQL's json_build_array writes it (valid JSON, one value): the json module's
+    scanner called at once, without json.loads' checks of encoding and trailing text (~3 µs a row)."""
+    return _SCAN(data.decode(), 0)[0]
 
 
 def _plain_type(annotation: Any) -> type | None:

@@ -9,6 +9,7 @@ from operator import attrgetter
 from typing import Any, TypeVar
 
 from psycopg.rows import namedtuple_row
+from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, Engine, func, select, union_all
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import Select
@@ -270,6 +271,7 @@ class Store:
             driver = connection.connection.driver_connection
             assert driver is not None  # a connection that is open
             with driver.cursor(row_factory=namedtuple_row) as cursor:
+                set_json_loads(listed.load_documents, cursor)
                 for row in cursor.stream(compiled.string, compiled.params, size=_STREAM_ROWS):
                     yield listed.listed_job(row)
 
