@@ -17,17 +17,18 @@ import json
 import json.scanner
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import fields
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Text, column, func, select, true, type_coerce
+from sqlalchemy import JSON, BigInteger, Boolean, Connection, Text, column, func, select, true, type_coerce
 from sqlalchemy.sql import Select
 from sqlalchemy.types import TypeEngine
 
 from corral.core.model import Request
 from corral.engine.records import Job, JobSpec
 from corral.store import codec
+from corral.store.errors import StoreError
 from corral.store.schema import JOBS
 
 # Python types PostgreSQL converts exactly, and how it names them. A float is not among them: a float field
@@ -120,3 +121,23 @@ def _row_reader() -> Callable[[Any], Job]:
 
 
 listed_job = _row_reader()
+
+
+def streamed_jobs(connection: Connection, query: Select[Any], chunk_rows: int) -> Iterator[Job]:
+    """`query` (listed_select's) on the connection's psycopg connection, in its transaction, streamed: PostgreSQL
+    sends the rows `chunk_rows` at a time without waiting to be asked. psycopg's errors become StoreError, as
+    SQLAlchemy's do (errors.translated)."""
+    import psycopg  # only here: a store on SQLite never loads the driver
+    from psycopg.rows import namedtuple_row
+    from psycopg.types.json import set_json_loads
+
+    compiled = query.compile(dialect=connection.dialect, compile_kwargs={"render_postcompile": True})
+    driver = connection.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection)  # the PostgreSQL dialect's driver
+    try:
+        with driver.cursor(row_factory=namedtuple_row) as cursor:
+            set_json_loads(load_documents, cursor)
+            for row in cursor.stream(compiled.string, compiled.params, size=chunk_rows):
+                yield listed_job(row)
+    except psycopg.Error as exc:
+        raise StoreError(f"reading failed: {str(exc).strip()}") from exc

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, TypeVar
 
-from psycopg.rows import namedtuple_row
-from psycopg.types.json import set_json_loads
 from sqlalchemy import Connection, Engine, func, select, union_all
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql import Select
@@ -266,14 +264,7 @@ class Store:
         (REPEATABLE READ) for the read of the longest span and the rows."""
         with _translated("reading"), self._engine.connect() as sa_connection:
             connection = sa_connection.execution_options(isolation_level="REPEATABLE READ")
-            compiled = query(connection).compile(dialect=connection.dialect,
-                                                 compile_kwargs={"render_postcompile": True})
-            driver = connection.connection.driver_connection
-            assert driver is not None  # a connection that is open
-            with driver.cursor(row_factory=namedtuple_row) as cursor:
-                set_json_loads(listed.load_documents, cursor)
-                for row in cursor.stream(compiled.string, compiled.params, size=_STREAM_ROWS):
-                    yield listed.listed_job(row)
+            yield from listed.streamed_jobs(connection, query(connection), _STREAM_ROWS)
 
     def _stream_decoded(self, decode: Callable[[Any], Job], **filters: Any) -> Iterator[Job]:
         """stream_jobs with each row decoded by `decode`."""
