@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import fields
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import JSON, BigInteger, Boolean, Connection, Text, column, func, select, true, type_coerce
 from sqlalchemy.sql import Select
@@ -38,13 +38,14 @@ _SQL_TYPES: dict[type, TypeEngine[Any]] = {str: Text(), int: BigInteger(), bool:
 _JOB_DOCUMENTS = ("slices", "runs", "extra")
 
 
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+# The json module's scanner (in C), which json.loads calls after its checks; typeshed names its argument oddly.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 
 
-def load_documents(data: bytes) -> Any:
+def load_documents(data: str | bytes) -> Any:
     """A row's JSON array as PostgreSQL's json_build_array writes it (valid JSON, one value): the json module's
     scanner called at once, without json.loads' checks of encoding and trailing text (~3 µs a row)."""
-    return _SCAN(data.decode(), 0)[0]
+    return _SCAN(data.decode() if isinstance(data, bytes) else data, 0)[0]
 
 
 def _plain_type(annotation: Any) -> type | None:
@@ -62,7 +63,7 @@ class _Record:
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
         chosen = [f for f in fields(cls) if f.init]
-        self.plain = tuple((f.name, _plain_type(hints[f.name])) for f in chosen if _plain_type(hints[f.name]))
+        self.plain = tuple((f.name, kind) for f in chosen if (kind := _plain_type(hints[f.name])) is not None)
         self.documents = tuple(f.name for f in chosen if not _plain_type(hints[f.name]))
         for f in chosen:  # a NULL reads as the default: that must be what a stored null means too
             if type(None) in typing.get_args(hints[f.name]):
@@ -108,8 +109,10 @@ def _row_reader() -> Callable[[Any], Job]:
     documents_at = request_from + len(request_names)
 
     def listed_job(row: Any) -> Job:
-        spec = {name: value for name, value in zip(spec_names, row[spec_from:request_from]) if value is not None}
-        spec["request"] = Request(**{name: value for name, value in zip(request_names, row[request_from:documents_at])
+        spec = {name: value for name, value in zip(spec_names, row[spec_from:request_from], strict=True)
+                if value is not None}
+        request = row[request_from:documents_at]
+        spec["request"] = Request(**{name: value for name, value in zip(request_names, request, strict=True)
                                      if value is not None})
         *spec_documents, slices, runs, extra = row[documents_at]
         for name, value in zip(_SPEC_JSON, spec_documents, strict=True):
