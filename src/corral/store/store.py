@@ -251,10 +251,12 @@ class Store:
         they save)."""
         if self._engine.dialect.name != "postgresql":
             return self._stream_decoded(codec.listed_job_from_row, **filters)
-        page = {**filters, "columns": (JOBS.c.id,)}
-        return self._stream_listed(lambda connection: listed.listed_select(select_jobs(
-            **page, longest_span_s=connection.execute(_LONGEST_SPAN).scalar()
-            if filters.get("start_after") is not None else None)))
+        def page(connection: Connection) -> Select[Any]:
+            windowed = filters.get("start_after") is not None
+            span = connection.execute(_LONGEST_SPAN).scalar() if windowed else None
+            return listed.listed_select(select_jobs(**filters, longest_span_s=span, columns=(JOBS.c.id,)))
+
+        return self._stream_listed(page)
 
     def _stream_listed(self, query: Callable[[Connection], Select[Any]]) -> Iterator[Job]:
         """A PostgreSQL listing's rows, streamed: PostgreSQL sends every row as it makes it (libpq's chunked
