@@ -94,10 +94,14 @@ def seed(url: str, count: int) -> float:
 
 def plan(url: str, since: float, until: float) -> dict:
     """EXPLAIN ANALYZE of the store's accounting query (the first page) for the window, as Store.stream_jobs
-    builds it (with the longest span of a finished job read first), and of that probe (migration 0008's index)."""
+    builds it (with the longest span of a finished job read first), of that probe (migration 0008's index), and
+    of the first page of the listing's read that the controller makes of it (Store.stream_listed_jobs:
+    store/listed.py's, the page's ids chosen first and each spec taken apart by json_to_record)."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.dialects import postgresql
 
+    from corral.store.listed import listed_select
+    from corral.store.schema import JOBS
     from corral.store.store import _LONGEST_SPAN, select_jobs
 
     engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
@@ -108,8 +112,13 @@ def plan(url: str, since: float, until: float) -> dict:
         lines = [row[0] for row in connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {sql}"))]
         probe = str(_LONGEST_SPAN.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
         probe_lines = [row[0] for row in connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {probe}"))]
+        listed = listed_select(select_jobs(start_after=since, end_before=until, limit=10_000, longest_span_s=span,
+                                           columns=(JOBS.c.id,)))
+        listed_sql = str(listed.compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}))
+        listed_lines = [row[0] for row in connection.execute(text(f"EXPLAIN (ANALYZE, BUFFERS) {listed_sql}"))]
     engine.dispose()
-    return {"sql": " ".join(sql.split()), "plan": lines, "longest_span_plan": probe_lines}
+    return {"sql": " ".join(sql.split()), "plan": lines, "longest_span_plan": probe_lines,
+            "listed_plan": listed_lines}
 
 
 def _helper_switch() -> dict[str, str]:
@@ -190,8 +199,10 @@ def measure(count: int = 1_000_000, repeat: int = 1, reference_src: str | None =
             result["seed_s"] = round(seed(url, count), 1)
             print("seeded", result["seed_s"], file=sys.stderr)
             result["plan_one_hour"] = plan(url, *hour)
-            print("\n".join(result["plan_one_hour"]["plan"] + result["plan_one_hour"]["longest_span_plan"]),
-                  file=sys.stderr)
+            result["plan_one_day"] = plan(url, *day)
+            for window in ("plan_one_hour", "plan_one_day"):
+                print(window, "\n".join(result[window]["plan"] + result[window]["longest_span_plan"]
+                                         + result[window]["listed_plan"]), file=sys.stderr)
             window = ["-S", clock(hour[0]), "-E", clock(hour[1])]
             commands = {
                 "sacct_all_one_hour": ["sacct", "-a", *window],

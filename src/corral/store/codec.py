@@ -118,6 +118,11 @@ class SpecView:
         """`data` (a spec's decoded JSON, which the view takes as its own) as a JobSpec to read."""
         data["request"] = Request(**_REQUEST.known(data["request"]))
         data["argv"] = tuple(data.get("argv", ()))
+        return cls.of_fields(data)
+
+    @classmethod
+    def of_fields(cls, data: dict[str, Any]) -> JobSpec:
+        """A view of fields already decoded (the request a Request, argv a tuple), which it takes as its own."""
         view = cls()
         view.__dict__ = data
         return cast(JobSpec, view)
@@ -206,14 +211,10 @@ def listed_job_from_row(row: Any) -> Job:
     return _job_from_row(row, SpecView.of(row.spec), row.reason)
 
 
-def listed_job_from_documents(row: Any) -> Job:
-    """listed_job_from_row for a row whose JSON columns come as one array, `documents` (LISTED_DOCUMENTS)."""
-    spec, slices, runs, extra = row.documents
-    return _job_from_row(row, SpecView.of(spec), row.reason, slices, runs, extra)
-
-
-# The JSON columns a listed row carries in `documents`, in that order.
-LISTED_DOCUMENTS = ("spec", "slices", "runs", "extra")
+def listed_job_from_parts(row: Any, spec: JobSpec, slices: list[Any], runs: dict[str, Any],
+                          extra: dict[str, Any]) -> Job:
+    """listed_job_from_row for a row read apart (store/listed.py): its spec made, its JSON parts decoded."""
+    return _job_from_row(row, spec, row.reason, slices, runs, extra)
 
 
 def _job_from_row(row: Any, spec: JobSpec, reason: str, slices: list[Any] | None = None,
