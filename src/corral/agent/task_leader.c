@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -225,7 +226,17 @@ static int parse_spec(char *data, size_t len, struct spec *spec) {
     return 0;
 }
 
+/* Close every descriptor from `first` up but `keep_a` and `keep_b`: close_range over the gaps (three
+ * system calls whatever the limit), or, on a kernel without it (before 5.9), those /proc/self/fd lists. */
 static void close_from(int first, int keep_a, int keep_b) {
+    int low = keep_a < keep_b ? keep_a : keep_b, high = keep_a < keep_b ? keep_b : keep_a;
+    int keep[2] = {low, high}, from = first, ranges_ok = 1;
+    for (int i = 0; i < 2 && ranges_ok; i++) {
+        if (keep[i] < from) continue;
+        if (keep[i] > from) ranges_ok = syscall(SYS_close_range, from, keep[i] - 1, 0) == 0;
+        from = keep[i] + 1;
+    }
+    if (ranges_ok && syscall(SYS_close_range, from, ~0U, 0) == 0) return;
     DIR *dir = opendir("/proc/self/fd");
     if (!dir) {
         for (int fd = first; fd < 1024; fd++)
@@ -249,9 +260,19 @@ struct failure {
     int at_chdir; /* Popen named the cwd, not the program, when chdir failed */
 };
 
-static void fail_in_child(int fd, int err, int at_chdir) {
-    struct failure failure = {err, at_chdir};
-    write_all(fd, (const char *)&failure, sizeof failure);
+/* What the task's child shares with its leader until it execs: it runs in the leader's memory
+ * (CLONE_VM | CLONE_VFORK, as posix_spawn does), so it reports a failure here, not through a pipe. */
+struct launch {
+    struct spec *spec;
+    pid_t leader;
+    struct failure failure;
+};
+
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
+
+static int fail_in_child(struct launch *launch, int err, int at_chdir) {
+    launch->failure.err = err ? err : EINVAL;
+    launch->failure.at_chdir = at_chdir;
     _exit(EXIT_NOT_FOUND);
 }
 
@@ -286,19 +307,24 @@ static int exec_task(struct spec *spec) {
     return saved ? saved : last;
 }
 
-static void become_task(struct spec *spec, pid_t leader, int error_fd) {
+/* The task's child, in the leader's memory until execve. The change of user is made with raw system
+ * calls: glibc's wrappers would act on the leader's (shared) thread list, not on this child alone. Its
+ * descriptor table is its own (no CLONE_FILES): it keeps only 0, 1 and 2. */
+static int become_task(void *arg) {
+    struct launch *launch = arg;
+    struct spec *spec = launch->spec;
     setsid();
-    if (chdir(spec->cwd) < 0) fail_in_child(error_fd, errno, 1);
+    if (chdir(spec->cwd) < 0) fail_in_child(launch, errno, 1);
     if (spec->has_user) {
-        if (setgroups(spec->ngroups, spec->groups) < 0 || setregid(spec->gid, spec->gid) < 0
-            || setreuid(spec->uid, spec->uid) < 0)
-            fail_in_child(error_fd, errno, 0);
+        if (syscall(SYS_setgroups, spec->ngroups, spec->groups) < 0
+            || syscall(SYS_setregid, spec->gid, spec->gid) < 0 || syscall(SYS_setreuid, spec->uid, spec->uid) < 0)
+            fail_in_child(launch, errno, 0);
     }
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) fail_in_child(error_fd, errno, 0);
-    if (getppid() != leader) _exit(EXIT_SPAWN_FAILED); /* the leader died already: so does its task */
-    if (spec->controlling_terminal && ioctl(0, TIOCSCTTY, 0) < 0) fail_in_child(error_fd, errno, 0);
-    close_from(3, error_fd, -1);
-    fail_in_child(error_fd, exec_task(spec), 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) fail_in_child(launch, errno, 0);
+    if (getppid() != launch->leader) _exit(EXIT_SPAWN_FAILED); /* the leader died already: so does its task */
+    if (spec->controlling_terminal && ioctl(0, TIOCSCTTY, 0) < 0) fail_in_child(launch, errno, 0);
+    close_from(3, -1, -1);
+    return fail_in_child(launch, exec_task(spec), 0);
 }
 
 static void describe_failure(struct buffer *out, struct spec *spec, struct failure *failure, int *exit_code) {
@@ -316,35 +342,20 @@ static void describe_failure(struct buffer *out, struct spec *spec, struct failu
     }
 }
 
-/* The task's pid, or -1 after replying why it could not start. */
+/* The task's pid, or -1 after replying why it could not start. The leader is suspended until its child
+ * has exec'd or exited (CLONE_VFORK): no copy of its address space, no copy-on-write faults. */
 static pid_t start_task(struct spec *spec, int reply_fd) {
-    int error_pipe[2];
+    struct launch launch = {spec, getpid(), {0, 0}};
     struct buffer why = {0};
     int exit_code = EXIT_SPAWN_FAILED;
-    if (pipe2(error_pipe, O_CLOEXEC) < 0) {
-        appendf(&why, "cannot start %s: %s", spec->argv[0], strerror(errno));
-        reply_error(reply_fd, why.data, exit_code, 0);
-        return -1;
-    }
-    pid_t leader = getpid(), pid = fork();
-    if (pid == 0) {
-        close(error_pipe[0]);
-        close(reply_fd);
-        become_task(spec, leader, error_pipe[1]);
-    }
-    close(error_pipe[1]);
-    struct failure failure;
+    pid_t pid = clone(become_task, child_stack + sizeof child_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &launch);
+    if (pid > 0 && !launch.failure.err) return pid; /* it exec'd: the task runs */
     if (pid < 0) {
-        failure.err = errno;
-        failure.at_chdir = 0;
-    } else if (read_exactly(error_pipe[0], (char *)&failure, sizeof failure) < 0) {
-        close(error_pipe[0]);
-        return pid; /* exec closed the pipe: the task runs */
+        launch.failure.err = errno;
     } else {
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
     }
-    close(error_pipe[0]);
-    describe_failure(&why, spec, &failure, &exit_code);
+    describe_failure(&why, spec, &launch.failure, &exit_code);
     reply_error(reply_fd, why.data, exit_code, 0);
     return -1;
 }
