@@ -1,4 +1,4 @@
-"""Task leaders come from one leader factory per agent process (task_leader.py's --factory): forked, not
+"""Task leaders come from one leader factory per agent process (`corral-task-leader --factory`): forked, not
 started as a new Python each, and still their own sessions that outlive the agent (decision 0015)."""
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.agent.leaders import TaskStartFailed, begin_task, read_exit
-from corral.agent.task_leader import LEADER_PROGRAM
+from corral.agent.leaders import LEADER_PROGRAM, LeaderFactory, TaskStartFailed, begin_task, read_exit
 
 ENV = {"PATH": os.environ["PATH"]}
 STANDARD_SIGNALS = (1 << 31) - 1
@@ -120,20 +119,22 @@ def test_a_leader_given_a_malformed_spec_says_so_and_starts_nothing(tmp_path):
 def test_the_leader_without_its_arguments_explains_itself():
     result = subprocess.run([str(LEADER_PROGRAM)], capture_output=True, text=True, timeout=10)
     assert result.returncode == 2
-    assert "usage:" in result.stderr and "SPEC_FD REPLY_FD" in result.stderr
+    assert "usage:" in result.stderr and "SPEC_FD REPLY_FD" in result.stderr and "--factory SOCKET_FD" in result.stderr
 
 
 def test_a_missing_leader_program_is_named_with_how_to_build_it(tmp_path, monkeypatch):
-    # The factory's own step, in this process: an install without `make venv` has no leader program.
-    from corral.agent import task_leader
+    # An install without `make venv` has no leader program: the factory (the same program) cannot start.
+    from corral.agent import leaders
 
     missing = tmp_path / "corral-task-leader"
-    monkeypatch.setattr(task_leader, "LEADER_PROGRAM", missing)
-    fds = [os.open(os.devnull, os.O_RDWR) for _ in range(task_leader.LEADER_FDS)]
+    monkeypatch.setattr(leaders, "LEADER_PROGRAM", missing)
+    fds = [os.open(os.devnull, os.O_RDWR) for _ in range(5)]
+    factory = LeaderFactory()
     try:
-        reply = task_leader._spawn_leader({"cgroup_procs": []}, fds)
+        with pytest.raises(OSError) as failed:
+            factory.fork_leader(fds, [])
     finally:
+        factory.close()
         for fd in fds:
             os.close(fd)
-    assert reply == {"error": f"cannot start the task leader {missing}: No such file or directory "
-                              "(build it: make venv)"}
+    assert str(failed.value) == f"cannot start the task leader {missing}: No such file or directory (build it: make venv)"

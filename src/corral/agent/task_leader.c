@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -52,6 +53,9 @@
 #define SPEC_MAX_BYTES (64u << 20)
 #define LOOK_EVERY_MAX_S 1.0
 #define FREEZE_ROUNDS 50 /* of SIGSTOP to what still runs, 10 ms apart (a process may be forking) */
+#define FACTORY_FLAG "--factory"
+#define LEADER_FDS 5 /* stdin, stdout, stderr, SPEC_FD, REPLY_FD */
+#define REQUEST_MAX_BYTES (64 * 1024)
 #define DEFAULT_PATH "/bin:/usr/bin" /* Python's os.defpath, which Popen searched without PATH */
 
 struct spec {
@@ -584,18 +588,18 @@ static int confirmed(int fd) {
 static void default_signals(void) {
     sigset_t none;
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL); /* the factory ignored SIGCHLD and SIGINT; Python, SIGPIPE */
-    for (int sig = 1; sig < NSIG; sig++)
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int sig = 1; sig < NSIG; sig++) /* the factory ignores SIGCHLD, SIGINT and SIGPIPE */
         if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
 }
 
-static int enter_cgroups(int argc, char **argv, int reply_fd) {
-    for (int i = 3; i < argc; i++) {
-        int fd = open(argv[i], O_WRONLY | O_CLOEXEC);
+static int enter_cgroups(int count, char **cgroup_procs, int reply_fd) {
+    for (int i = 0; i < count; i++) {
+        int fd = open(cgroup_procs[i], O_WRONLY | O_CLOEXEC);
         if (fd >= 0 && write_all(fd, "0", 1) == 0 && close(fd) == 0) continue;
         int err = errno;
         if (fd >= 0) close(fd);
-        char *cgroup = strdup(argv[i]), *slash = strrchr(cgroup, '/');
+        char *cgroup = strdup(cgroup_procs[i]), *slash = strrchr(cgroup, '/');
         if (slash) *slash = 0;
         struct buffer why = {0};
         appendf(&why, "cannot start the task in cgroup %s: %s", cgroup, strerror(err));
@@ -605,16 +609,12 @@ static int enter_cgroups(int argc, char **argv, int reply_fd) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s SPEC_FD REPLY_FD [CGROUP_PROCS ...] (started by the agent's leader factory)\n",
-                argv[0]);
-        return 2;
-    }
-    int spec_fd = atoi(argv[1]), reply_fd = atoi(argv[2]);
+/* One task's leader, from its spec to its exit record; `me`: this program's path (how other leaders
+ * are told apart in a cgroup leaf). */
+static int lead(int spec_fd, int reply_fd, int cgroups, char **cgroup_procs, const char *me) {
     default_signals();
     close_from(3, spec_fd, reply_fd);
-    if (chdir("/") < 0 || enter_cgroups(argc, argv, reply_fd) < 0) return 0;
+    if (chdir("/") < 0 || enter_cgroups(cgroups, cgroup_procs, reply_fd) < 0) return 0;
     struct spec spec = {0};
     size_t len;
     char *fields = read_fields(spec_fd, &len);
@@ -629,6 +629,124 @@ int main(int argc, char **argv) {
     int replied = reply(reply_fd, &message);
     release_streams();
     if (!replied || !confirmed(spec_fd)) kill(-task, SIGKILL);
-    record_exit(spec.exit_file, await_task(task, &spec, argv[0]));
+    record_exit(spec.exit_file, await_task(task, &spec, me));
     return 0;
+}
+
+/* --- the factory --------------------------------------------------------------------------------- */
+
+/* A process's start in seconds since boot (its stat's field 22, in clock ticks), as the spool records
+ * it; 0 if unreadable. */
+static double started_s(pid_t pid) {
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t len = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (len <= 0) return 0;
+    text[len] = 0;
+    char *at = strrchr(text, ')');
+    for (int field = 2; at && field < 22; field++) at = strchr(at + 1, ' ');
+    return at ? (double)strtoull(at + 1, NULL, 10) / (double)sysconf(_SC_CLK_TCK) : 0;
+}
+
+/* The request's cgroup.procs paths ("COUNT\0" then COUNT NUL-terminated paths: leaders.py's
+ * LeaderFactory), into `paths`; their count, or -1 if malformed. */
+static int request_paths(char *data, size_t len, char **paths, int most) {
+    struct cursor cursor = {data, data + len};
+    unsigned long long count;
+    if (len == 0 || data[len - 1] != 0 || next_number(&cursor, &count) < 0 || count > (unsigned long long)most)
+        return -1;
+    for (unsigned long long i = 0; i < count; i++)
+        if (!(paths[i] = next_field(&cursor))) return -1;
+    return cursor.at == cursor.end ? (int)count : -1;
+}
+
+/* A leader for one request: forked (this process is small and single-threaded: no exec, no copy of
+ * much), a session of its own with the task's streams as its 0, 1 and 2. Its pid and start, or why not. */
+static void spawn_leader(char *data, size_t len, int *fds, int nfds, const char *me, struct buffer *answer) {
+    char *paths[64];
+    int cgroups = request_paths(data, len, paths, 64);
+    if (nfds != LEADER_FDS) {
+        appendf(answer, "{\"error\": \"a leader needs %d file descriptors, got %s%d\"}", LEADER_FDS,
+                nfds < 0 ? "more than " : "", nfds < 0 ? LEADER_FDS : nfds);
+        return;
+    }
+    if (cgroups < 0) {
+        appendf(answer, "{\"error\": \"the task leader factory got a malformed request\"}");
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        for (int target = 0; target < 3; target++) dup2(fds[target], target);
+        _exit(lead(fds[3], fds[4], cgroups, paths, me));
+    }
+    if (pid < 0) {
+        append(answer, "{\"error\": ", 10);
+        struct buffer why = {0};
+        appendf(&why, "cannot start a task leader: %s", strerror(errno));
+        append_json_string(answer, why.data);
+        append(answer, "}", 1);
+        free(why.data);
+        return;
+    }
+    appendf(answer, "{\"pid\": %d, \"started\": %.2f}", (int)pid, started_s(pid));
+}
+
+/* Each request on `sock` (its cgroup.procs paths, and the leader's five descriptors: stdin, stdout,
+ * stderr, SPEC_FD, REPLY_FD) gets a leader and a reply, until the agent closes the socket or dies.
+ * Leaders are reaped as they exit (SIGCHLD ignored): no zombies. */
+static int factory(int sock, const char *me) {
+    static char data[REQUEST_MAX_BYTES];
+    signal(SIGCHLD, SIG_IGN);
+    signal(SIGINT, SIG_IGN); /* a Ctrl-C in the agent's terminal is the agent's to handle */
+    signal(SIGPIPE, SIG_IGN);
+    for (int fd = 0; fd < 3; fd++) /* a leader's streams must not land on 0-2 when received */
+        if (fcntl(fd, F_GETFD) < 0) open("/dev/null", O_RDWR);
+    close_from(3, sock, -1);
+    if (chdir("/") < 0) return 1;
+    for (;;) {
+        union {
+            struct cmsghdr align;
+            char space[CMSG_SPACE(sizeof(int) * LEADER_FDS)];
+        } control;
+        struct iovec vector = {data, sizeof data};
+        struct msghdr message = {.msg_iov = &vector, .msg_iovlen = 1, .msg_control = control.space,
+                                 .msg_controllen = sizeof control.space};
+        ssize_t got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0; /* the agent is gone */
+        int fds[LEADER_FDS], nfds = 0;
+        for (struct cmsghdr *part = CMSG_FIRSTHDR(&message); part; part = CMSG_NXTHDR(&message, part)) {
+            if (part->cmsg_level != SOL_SOCKET || part->cmsg_type != SCM_RIGHTS) continue;
+            int *received = (int *)CMSG_DATA(part);
+            for (size_t i = 0; i < (part->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                if (nfds < LEADER_FDS) fds[nfds] = received[i];
+                else close(received[i]);
+                nfds++;
+            }
+        }
+        int kept = nfds < LEADER_FDS ? nfds : LEADER_FDS;
+        if (message.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) nfds = -1; /* more than a leader takes */
+        struct buffer answer = {0};
+        spawn_leader(data, (size_t)got, fds, nfds, me, &answer);
+        for (int i = 0; i < kept; i++) close(fds[i]);
+        int sent = send(sock, answer.data, answer.len, MSG_NOSIGNAL) >= 0;
+        free(answer.data);
+        if (!sent) return 0;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], FACTORY_FLAG) == 0) return factory(atoi(argv[2]), argv[0]);
+    if (argc < 3) {
+        fprintf(stderr,
+                "usage: %s " FACTORY_FLAG " SOCKET_FD (the agent's leader factory)\n"
+                "       %s SPEC_FD REPLY_FD [CGROUP_PROCS ...] (one task's leader)\n",
+                argv[0], argv[0]);
+        return 2;
+    }
+    return lead(atoi(argv[1]), atoi(argv[2]), argc - 3, argv + 3, argv[0]);
 }
