@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.agent.leaders import LEADER_PROGRAM, LeaderFactory, TaskStartFailed, begin_task, read_exit
+from corral.agent.leaders import LEADER_PROGRAM, LeaderFactory, TaskStartFailed, begin_task, leader_factory, read_exit
 
 ENV = {"PATH": os.environ["PATH"]}
 STANDARD_SIGNALS = (1 << 31) - 1
@@ -61,6 +61,28 @@ def test_the_task_starts_with_default_signals_and_only_its_three_streams(tmp_pat
         os.killpg(task.pid, signal.SIGTERM)
     assert asyncio.run(task.wait()) == -signal.SIGTERM
     assert read_exit(task.exit_file) == -signal.SIGTERM
+
+
+def test_a_signal_the_agent_ignores_is_default_again_in_the_task(tmp_path):
+    # An ignored signal survives exec, so the factory (started by an agent that ignores SIGUSR1 and SIGHUP,
+    # as under nohup) inherits it; it resets every signal once, and each forked leader the three it ignores.
+    leader_factory().close()
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGUSR1, signal.SIGHUP)}
+    try:
+        task = start(["sleep", "30"], tmp_path)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    try:
+        assert int(status_field(leader_factory().pid, "SigIgn"), 16) & STANDARD_SIGNALS == (
+            1 << (signal.SIGCHLD - 1)) | (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGPIPE - 1))
+        for pid in (task.leader_pid, task.pid):
+            assert int(status_field(pid, "SigIgn"), 16) & STANDARD_SIGNALS == 0
+    finally:
+        task.confirm(recorded=True)
+        os.killpg(task.pid, signal.SIGHUP)
+    assert asyncio.run(task.wait()) == -signal.SIGHUP
+    leader_factory().close()
 
 
 def test_the_program_is_searched_on_the_tasks_own_path(tmp_path):

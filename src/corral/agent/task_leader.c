@@ -54,6 +54,8 @@
 #define LOOK_EVERY_MAX_S 1.0
 #define FREEZE_ROUNDS 50 /* of SIGSTOP to what still runs, 10 ms apart (a process may be forking) */
 #define FACTORY_FLAG "--factory"
+#define LEADER_FLAG "--leader" /* a forked leader's command line then (not an option anyone passes) */
+_Static_assert(sizeof LEADER_FLAG <= sizeof FACTORY_FLAG, "written over the factory's argv[1]");
 #define LEADER_FDS 5 /* stdin, stdout, stderr, SPEC_FD, REPLY_FD */
 #define REQUEST_MAX_BYTES (64 * 1024)
 #define DEFAULT_PATH "/bin:/usr/bin" /* Python's os.defpath, which Popen searched without PATH */
@@ -585,13 +587,17 @@ static int confirmed(int fd) {
     return ok;
 }
 
+/* Every signal to its default (what the agent ignored, an exec keeps ignored) and none blocked. */
 static void default_signals(void) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    for (int sig = 1; sig < NSIG; sig++) /* the factory ignores SIGCHLD, SIGINT and SIGPIPE */
+    for (int sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
 }
+
+/* The signals the factory ignores and no other (it set every other to its default when it started). */
+static const int factory_ignores[] = {SIGCHLD, SIGINT, SIGPIPE};
 
 static int enter_cgroups(int count, char **cgroup_procs, int reply_fd) {
     for (int i = 0; i < count; i++) {
@@ -612,7 +618,6 @@ static int enter_cgroups(int count, char **cgroup_procs, int reply_fd) {
 /* One task's leader, from its spec to its exit record; `me`: this program's path (how other leaders
  * are told apart in a cgroup leaf). */
 static int lead(int spec_fd, int reply_fd, int cgroups, char **cgroup_procs, const char *me) {
-    default_signals();
     close_from(3, spec_fd, reply_fd);
     if (chdir("/") < 0 || enter_cgroups(cgroups, cgroup_procs, reply_fd) < 0) return 0;
     struct spec spec = {0};
@@ -665,7 +670,7 @@ static int request_paths(char *data, size_t len, char **paths, int most) {
 
 /* A leader for one request: forked (this process is small and single-threaded: no exec, no copy of
  * much), a session of its own with the task's streams as its 0, 1 and 2. Its pid and start, or why not. */
-static void spawn_leader(char *data, size_t len, int *fds, int nfds, const char *me, struct buffer *answer) {
+static void spawn_leader(char *data, size_t len, int *fds, int nfds, char **argv, struct buffer *answer) {
     char *paths[64];
     int cgroups = request_paths(data, len, paths, 64);
     if (nfds != LEADER_FDS) {
@@ -680,8 +685,11 @@ static void spawn_leader(char *data, size_t len, int *fds, int nfds, const char 
     pid_t pid = fork();
     if (pid == 0) {
         setsid();
+        memcpy(argv[1], LEADER_FLAG, sizeof LEADER_FLAG); /* `ps` tells it from its factory; no longer */
+        for (size_t i = 0; i < sizeof factory_ignores / sizeof *factory_ignores; i++)
+            signal(factory_ignores[i], SIG_DFL);
         for (int target = 0; target < 3; target++) dup2(fds[target], target);
-        _exit(lead(fds[3], fds[4], cgroups, paths, me));
+        _exit(lead(fds[3], fds[4], cgroups, paths, argv[0]));
     }
     if (pid < 0) {
         append(answer, "{\"error\": ", 10);
@@ -698,11 +706,12 @@ static void spawn_leader(char *data, size_t len, int *fds, int nfds, const char 
 /* Each request on `sock` (its cgroup.procs paths, and the leader's five descriptors: stdin, stdout,
  * stderr, SPEC_FD, REPLY_FD) gets a leader and a reply, until the agent closes the socket or dies.
  * Leaders are reaped as they exit (SIGCHLD ignored): no zombies. */
-static int factory(int sock, const char *me) {
+static int factory(int sock, char **argv) {
     static char data[REQUEST_MAX_BYTES];
-    signal(SIGCHLD, SIG_IGN);
-    signal(SIGINT, SIG_IGN); /* a Ctrl-C in the agent's terminal is the agent's to handle */
-    signal(SIGPIPE, SIG_IGN);
+    default_signals(); /* once here, so that a forked leader resets only factory_ignores */
+    /* SIGCHLD: leaders are reaped as they exit; SIGINT: a Ctrl-C in the agent's terminal is the agent's to
+     * handle; SIGPIPE: an agent gone is seen as a failed send */
+    for (size_t i = 0; i < sizeof factory_ignores / sizeof *factory_ignores; i++) signal(factory_ignores[i], SIG_IGN);
     for (int fd = 0; fd < 3; fd++) /* a leader's streams must not land on 0-2 when received */
         if (fcntl(fd, F_GETFD) < 0) open("/dev/null", O_RDWR);
     close_from(3, sock, -1);
@@ -731,7 +740,7 @@ static int factory(int sock, const char *me) {
         int kept = nfds < LEADER_FDS ? nfds : LEADER_FDS;
         if (message.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) nfds = -1; /* more than a leader takes */
         struct buffer answer = {0};
-        spawn_leader(data, (size_t)got, fds, nfds, me, &answer);
+        spawn_leader(data, (size_t)got, fds, nfds, argv, &answer);
         for (int i = 0; i < kept; i++) close(fds[i]);
         int sent = send(sock, answer.data, answer.len, MSG_NOSIGNAL) >= 0;
         free(answer.data);
@@ -740,7 +749,7 @@ static int factory(int sock, const char *me) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], FACTORY_FLAG) == 0) return factory(atoi(argv[2]), argv[0]);
+    if (argc == 3 && strcmp(argv[1], FACTORY_FLAG) == 0) return factory(atoi(argv[2]), argv);
     if (argc < 3) {
         fprintf(stderr,
                 "usage: %s " FACTORY_FLAG " SOCKET_FD (the agent's leader factory)\n"
@@ -748,5 +757,6 @@ int main(int argc, char **argv) {
                 argv[0], argv[0]);
         return 2;
     }
+    default_signals();
     return lead(atoi(argv[1]), atoi(argv[2]), argc - 3, argv + 3, argv[0]);
 }
