@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,14 +59,34 @@ def measure_one(way: str, tasks: int) -> dict:
                 await start(Path(tmp))
 
         asyncio.run(run(5))  # the factory starts at the first task: not a task's cost
-        cpu0, wall0 = group.usage_s() or 0.0, time.perf_counter()
+        cpu0, wall0, parts0 = group.usage_s() or 0.0, time.perf_counter(), _parts(way)
         asyncio.run(run(tasks))
-        cpu1, wall1 = group.usage_s() or 0.0, time.perf_counter()
+        cpu1, wall1, parts1 = group.usage_s() or 0.0, time.perf_counter(), _parts(way)
         if way == "leader":
             from corral.agent.leaders import leader_factory
             leader_factory().close()
-    return {"way": way, "tasks": tasks, "cpu_ms_per_task": round((cpu1 - cpu0) / tasks * 1000, 3),
-            "wall_ms_per_task": round((wall1 - wall0) / tasks * 1000, 3)}
+
+    def per_task_ms(seconds: float) -> float:
+        return round(seconds / tasks * 1000, 3)
+
+    parts = {name: per_task_ms(parts1[name] - parts0[name]) for name in parts1}
+    # What no process that counts it reaps: the leaders and their tasks (the leader way; the plain way's
+    # tasks are this process's waited children).
+    parts["unreaped"] = round(per_task_ms(cpu1 - cpu0) - sum(parts.values()), 3)
+    return {"way": way, "tasks": tasks, "cpu_ms_per_task": per_task_ms(cpu1 - cpu0),
+            "wall_ms_per_task": per_task_ms(wall1 - wall0), "parts_ms_per_task": parts}
+
+
+def _parts(way: str) -> dict[str, float]:
+    """CPU seconds so far of this process (the agent's side), its waited children (the plain way's tasks)
+    and, for the leader way, the leader factory (its leaders it does not wait for: SIGCHLD ignored)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    parts = {"agent_side": own.ru_utime + own.ru_stime, "waited_children": children.ru_utime + children.ru_stime}
+    if way == "leader":
+        from corral.agent.leaders import leader_factory
+        # schedstat's time on CPU, in ns: cpu_times' clock ticks are too coarse for a small process
+        parts["factory"] = int(Path(f"/proc/{leader_factory().pid}/schedstat").read_text().split()[0]) / 1e9
+    return parts
 
 
 def export_base(revision: str, into: Path) -> Path:

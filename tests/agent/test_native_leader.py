@@ -159,4 +159,5 @@ def test_a_missing_leader_program_is_named_with_how_to_build_it(tmp_path, monkey
         factory.close()
         for fd in fds:
             os.close(fd)
-    assert str(failed.value) == f"cannot start the task leader {missing}: No such file or directory (build it: make venv)"
+    assert str(failed.value) == (f"cannot start the task leader {missing}: No such file or directory "
+                                 "(build it: make venv)")

@@ -206,7 +206,8 @@ class LeaderFactory:
     def fork_leader(self, fds: Sequence[int], cgroup_procs: Sequence[Path]) -> tuple[int, float]:
         """A new leader holding (copies of) `fds`, in the cgroups of `cgroup_procs`: its pid and its start
         (seconds since boot). OSError if the factory cannot make one."""
-        request = b"".join(field + b"\0" for field in (str(len(cgroup_procs)).encode(), *map(os.fsencode, cgroup_procs)))
+        fields = (str(len(cgroup_procs)).encode(), *map(os.fsencode, cgroup_procs))
+        request = b"".join(field + b"\0" for field in fields)
         with self._lock:
             reply = b""
             for _ in range(2):  # a factory found dead is started again, once
