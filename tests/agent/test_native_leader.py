@@ -8,6 +8,7 @@ import os
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -32,6 +33,14 @@ def status_field(pid: int, name: str) -> str:
     raise AssertionError(f"no {name} in /proc/{pid}/status")
 
 
+def until_asleep(pid: int, timeout_s: float = 5.0) -> None:
+    """Until `pid` sleeps (state S: `sleep` in its nanosleep, past its program's start-up)."""
+    deadline = time.monotonic() + timeout_s
+    while status_field(pid, "State")[0] != "S":
+        assert time.monotonic() < deadline, f"{pid} never went to sleep"
+        time.sleep(0.01)
+
+
 def test_the_leader_is_the_native_program_not_a_python_process(tmp_path):
     task = start(["sleep", "30"], tmp_path)
     try:
@@ -53,6 +62,8 @@ def test_the_task_starts_with_default_signals_and_only_its_three_streams(tmp_pat
         # sets up at its start.
         assert int(status_field(task.pid, "SigIgn"), 16) & STANDARD_SIGNALS == 0
         assert int(status_field(task.pid, "SigBlk"), 16) == 0
+        # The reply comes as soon as the exec succeeded: the dynamic loader may still hold libc open.
+        until_asleep(task.pid)
         assert sorted(int(fd) for fd in os.listdir(f"/proc/{task.pid}/fd")) == [0, 1, 2]
         leader_fds = sorted(int(fd) for fd in os.listdir(f"/proc/{task.leader_pid}/fd"))
         assert len(leader_fds) <= 5  # 0-2 (now /dev/null), the spec pipe until confirmed, a pidfd
