@@ -163,7 +163,8 @@ def test_a_task_whose_leader_was_killed_is_lost_and_reported_as_an_infrastructur
     agents()
     (registration,) = registrations_since(controller, seen)
     assert registration.running_jobs == [] and registration.finished_jobs == [31], "its end, not its own"
-    assert TaskSpool(tmp_path / "spool").records() == []
+    # The lost task's record is gone (the controller may already have started the job again: another record).
+    assert record.pgid not in [r.pgid for r in TaskSpool(tmp_path / "spool").records()]
     finished = controller.wait(lambda: controller.finished(31), timeout_s=10)
     assert finished.infrastructure is not None and finished.infrastructure.kind == "leader-killed"
     assert finished.infrastructure.reason == \

@@ -1,4 +1,4 @@
-"""Task leaders come from one leader factory per agent process (task_leader.py's --factory): forked, not
+"""Task leaders come from one leader factory per agent process (`corral-task-leader --factory`): forked, not
 started as a new Python each, and still their own sessions that outlive the agent (decision 0015)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from corral.agent.leaders import TaskStartFailed, begin_task, leader_factory, read_exit
+from corral.agent.leaders import LEADER_PROGRAM, TaskStartFailed, begin_task, leader_factory, read_exit
 from tests.agent.test_adoption import alive
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -48,11 +48,12 @@ def test_every_leader_is_forked_by_one_factory_and_is_its_own_session(tmp_path):
         (factory,) = factories
         assert factory != os.getpid()
         assert psutil.Process(factory).ppid() == os.getpid()  # the factory is the agent's child
-        assert "--factory" in psutil.Process(factory).cmdline()
+        assert psutil.Process(factory).cmdline()[:2] == [str(LEADER_PROGRAM), "--factory"]
         for task in tasks:
             assert os.getsid(task.leader_pid) == task.leader_pid  # a session of its own: outlives the agent
             assert os.getsid(task.pid) == task.pid
             assert psutil.Process(task.pid).ppid() == task.leader_pid
+            assert psutil.Process(task.leader_pid).cmdline()[:2] == [str(LEADER_PROGRAM), "--leader"]
     finally:
         for task in tasks:
             task.confirm(recorded=False)  # the leader kills its unrecorded task

@@ -8,13 +8,13 @@ import os
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from corral.agent.leaders import TaskStartFailed, begin_task, read_exit
-from corral.agent.task_leader import LEADER_PROGRAM
+from corral.agent.leaders import LEADER_PROGRAM, LeaderFactory, TaskStartFailed, begin_task, leader_factory, read_exit
 
 ENV = {"PATH": os.environ["PATH"]}
 STANDARD_SIGNALS = (1 << 31) - 1
@@ -31,6 +31,14 @@ def status_field(pid: int, name: str) -> str:
         if line.startswith(f"{name}:"):
             return line.split(":", 1)[1].strip()
     raise AssertionError(f"no {name} in /proc/{pid}/status")
+
+
+def until_asleep(pid: int, timeout_s: float = 5.0) -> None:
+    """Until `pid` sleeps (state S: `sleep` in its nanosleep, past its program's start-up)."""
+    deadline = time.monotonic() + timeout_s
+    while status_field(pid, "State")[0] != "S":
+        assert time.monotonic() < deadline, f"{pid} never went to sleep"
+        time.sleep(0.01)
 
 
 def test_the_leader_is_the_native_program_not_a_python_process(tmp_path):
@@ -54,6 +62,8 @@ def test_the_task_starts_with_default_signals_and_only_its_three_streams(tmp_pat
         # sets up at its start.
         assert int(status_field(task.pid, "SigIgn"), 16) & STANDARD_SIGNALS == 0
         assert int(status_field(task.pid, "SigBlk"), 16) == 0
+        # The reply comes as soon as the exec succeeded: the dynamic loader may still hold libc open.
+        until_asleep(task.pid)
         assert sorted(int(fd) for fd in os.listdir(f"/proc/{task.pid}/fd")) == [0, 1, 2]
         leader_fds = sorted(int(fd) for fd in os.listdir(f"/proc/{task.leader_pid}/fd"))
         assert len(leader_fds) <= 5  # 0-2 (now /dev/null), the spec pipe until confirmed, a pidfd
@@ -62,6 +72,28 @@ def test_the_task_starts_with_default_signals_and_only_its_three_streams(tmp_pat
         os.killpg(task.pid, signal.SIGTERM)
     assert asyncio.run(task.wait()) == -signal.SIGTERM
     assert read_exit(task.exit_file) == -signal.SIGTERM
+
+
+def test_a_signal_the_agent_ignores_is_default_again_in_the_task(tmp_path):
+    # An ignored signal survives exec, so the factory (started by an agent that ignores SIGUSR1 and SIGHUP,
+    # as under nohup) inherits it; it resets every signal once, and each forked leader the three it ignores.
+    leader_factory().close()
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGUSR1, signal.SIGHUP)}
+    try:
+        task = start(["sleep", "30"], tmp_path)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    try:
+        assert int(status_field(leader_factory().pid, "SigIgn"), 16) & STANDARD_SIGNALS == (
+            1 << (signal.SIGCHLD - 1)) | (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGPIPE - 1))
+        for pid in (task.leader_pid, task.pid):
+            assert int(status_field(pid, "SigIgn"), 16) & STANDARD_SIGNALS == 0
+    finally:
+        task.confirm(recorded=True)
+        os.killpg(task.pid, signal.SIGHUP)
+    assert asyncio.run(task.wait()) == -signal.SIGHUP
+    leader_factory().close()
 
 
 def test_the_program_is_searched_on_the_tasks_own_path(tmp_path):
@@ -120,20 +152,23 @@ def test_a_leader_given_a_malformed_spec_says_so_and_starts_nothing(tmp_path):
 def test_the_leader_without_its_arguments_explains_itself():
     result = subprocess.run([str(LEADER_PROGRAM)], capture_output=True, text=True, timeout=10)
     assert result.returncode == 2
-    assert "usage:" in result.stderr and "SPEC_FD REPLY_FD" in result.stderr
+    assert "usage:" in result.stderr and "SPEC_FD REPLY_FD" in result.stderr and "--factory SOCKET_FD" in result.stderr
 
 
 def test_a_missing_leader_program_is_named_with_how_to_build_it(tmp_path, monkeypatch):
-    # The factory's own step, in this process: an install without `make venv` has no leader program.
-    from corral.agent import task_leader
+    # An install without `make venv` has no leader program: the factory (the same program) cannot start.
+    from corral.agent import leaders
 
     missing = tmp_path / "corral-task-leader"
-    monkeypatch.setattr(task_leader, "LEADER_PROGRAM", missing)
-    fds = [os.open(os.devnull, os.O_RDWR) for _ in range(task_leader.LEADER_FDS)]
+    monkeypatch.setattr(leaders, "LEADER_PROGRAM", missing)
+    fds = [os.open(os.devnull, os.O_RDWR) for _ in range(5)]
+    factory = LeaderFactory()
     try:
-        reply = task_leader._spawn_leader({"cgroup_procs": []}, fds)
+        with pytest.raises(OSError) as failed:
+            factory.fork_leader(fds, [])
     finally:
+        factory.close()
         for fd in fds:
             os.close(fd)
-    assert reply == {"error": f"cannot start the task leader {missing}: No such file or directory "
-                              "(build it: make venv)"}
+    assert str(failed.value) == (f"cannot start the task leader {missing}: No such file or directory "
+                                 "(build it: make venv)")

@@ -1,8 +1,9 @@
-"""The agent's side of task leaders (task_leader.c, task_leader.py): start a task through its leader, and
-await a task's end, whether this agent started its leader or adopted it from an earlier agent (decision 0015).
+"""The agent's side of task leaders (task_leader.c): start a task through its leader, and await a task's
+end, whether this agent started its leader or adopted it from an earlier agent (decision 0015).
 
-Leaders are native programs (`corral-task-leader`, decision 0022) spawned by the agent's leader factory
-(`LeaderFactory`), not by the agent, so that they are not the threaded agent's children. The agent writes
+Leaders are native (`corral-task-leader`, decision 0022), forked by the agent's leader factory (the same
+program run as `corral-task-leader --factory SOCKET_FD`, a child of the agent; `LeaderFactory` is the
+agent's side), not by the agent, so that they are not the threaded agent's children. The agent writes
 each leader its spec (`encode_spec`) on a pipe. The leader is the task's parent, so it alone can learn the
 task's exit status; it writes it to the task's exit file in the spool, then exits. The agent therefore
 awaits the leader (through a pidfd, which works for a process that is not its child) and then reads the
@@ -25,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from corral.agent.task_leader import FACTORY_FLAG
 from corral.agent.task_spool import START_TIME_TOLERANCE_S, process_state
 
 log = logging.getLogger(__name__)
 
-LEADER_SCRIPT = Path(__file__).with_name("task_leader.py")
+LEADER_PROGRAM = Path(__file__).with_name("corral-task-leader")  # built from task_leader.c by `make venv`
+FACTORY_FLAG = "--factory"
 EXIT_SUFFIX = ".exit"
 POLL_S = 0.1  # without pidfds: how often to look whether a leader is gone
 REPLY_MAX_BYTES = 4096
@@ -187,8 +188,10 @@ class StartingTask:
 
 
 class LeaderFactory:
-    """The agent's side of the leader factory (task_leader.py): started at the first task, asked for a
-    leader per task; started again if it died. One per agent process (`leader_factory()`)."""
+    """The agent's side of the leader factory (`corral-task-leader --factory`, task_leader.c): started at the
+    first task, asked for a leader per task; started again if it died. One per agent process
+    (`leader_factory()`). A request is the cgroup.procs paths ("COUNT\\0" then each path and a NUL) with the
+    leader's five descriptors (SCM_RIGHTS); the reply {"pid": N, "started": S} or {"error": ...}."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # one request and its reply at a time
@@ -203,7 +206,8 @@ class LeaderFactory:
     def fork_leader(self, fds: Sequence[int], cgroup_procs: Sequence[Path]) -> tuple[int, float]:
         """A new leader holding (copies of) `fds`, in the cgroups of `cgroup_procs`: its pid and its start
         (seconds since boot). OSError if the factory cannot make one."""
-        request = json.dumps({"cgroup_procs": [str(path) for path in cgroup_procs]}).encode()
+        fields = (str(len(cgroup_procs)).encode(), *map(os.fsencode, cgroup_procs))
+        request = b"".join(field + b"\0" for field in fields)
         with self._lock:
             reply = b""
             for _ in range(2):  # a factory found dead is started again, once
@@ -231,10 +235,14 @@ class LeaderFactory:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(LEADER_SCRIPT), FACTORY_FLAG, str(theirs.fileno())],
+                [str(LEADER_PROGRAM), FACTORY_FLAG, str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),), cwd="/",
                 start_new_session=True,  # no signal to the agent's process group reaches it, nor its leaders
             )
+        except OSError as exc:
+            ours.close()
+            hint = " (build it: make venv)" if isinstance(exc, FileNotFoundError) else ""
+            raise OSError(f"cannot start the task leader {LEADER_PROGRAM}: {exc.strerror or exc}{hint}") from exc
         except BaseException:
             ours.close()
             raise

@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -51,6 +53,11 @@
 #define SPEC_MAX_BYTES (64u << 20)
 #define LOOK_EVERY_MAX_S 1.0
 #define FREEZE_ROUNDS 50 /* of SIGSTOP to what still runs, 10 ms apart (a process may be forking) */
+#define FACTORY_FLAG "--factory"
+#define LEADER_FLAG "--leader" /* a forked leader's command line then (not an option anyone passes) */
+_Static_assert(sizeof LEADER_FLAG <= sizeof FACTORY_FLAG, "written over the factory's argv[1]");
+#define LEADER_FDS 5 /* stdin, stdout, stderr, SPEC_FD, REPLY_FD */
+#define REQUEST_MAX_BYTES (64 * 1024)
 #define DEFAULT_PATH "/bin:/usr/bin" /* Python's os.defpath, which Popen searched without PATH */
 
 struct spec {
@@ -225,7 +232,17 @@ static int parse_spec(char *data, size_t len, struct spec *spec) {
     return 0;
 }
 
+/* Close every descriptor from `first` up but `keep_a` and `keep_b`: close_range over the gaps (three
+ * system calls whatever the limit), or, on a kernel without it (before 5.9), those /proc/self/fd lists. */
 static void close_from(int first, int keep_a, int keep_b) {
+    int low = keep_a < keep_b ? keep_a : keep_b, high = keep_a < keep_b ? keep_b : keep_a;
+    int keep[2] = {low, high}, from = first, ranges_ok = 1;
+    for (int i = 0; i < 2 && ranges_ok; i++) {
+        if (keep[i] < from) continue;
+        if (keep[i] > from) ranges_ok = syscall(SYS_close_range, from, keep[i] - 1, 0) == 0;
+        from = keep[i] + 1;
+    }
+    if (ranges_ok && syscall(SYS_close_range, from, ~0U, 0) == 0) return;
     DIR *dir = opendir("/proc/self/fd");
     if (!dir) {
         for (int fd = first; fd < 1024; fd++)
@@ -249,9 +266,19 @@ struct failure {
     int at_chdir; /* Popen named the cwd, not the program, when chdir failed */
 };
 
-static void fail_in_child(int fd, int err, int at_chdir) {
-    struct failure failure = {err, at_chdir};
-    write_all(fd, (const char *)&failure, sizeof failure);
+/* What the task's child shares with its leader until it execs: it runs in the leader's memory
+ * (CLONE_VM | CLONE_VFORK, as posix_spawn does), so it reports a failure here, not through a pipe. */
+struct launch {
+    struct spec *spec;
+    pid_t leader;
+    struct failure failure;
+};
+
+static char child_stack[64 * 1024] __attribute__((aligned(16)));
+
+static int fail_in_child(struct launch *launch, int err, int at_chdir) {
+    launch->failure.err = err ? err : EINVAL;
+    launch->failure.at_chdir = at_chdir;
     _exit(EXIT_NOT_FOUND);
 }
 
@@ -286,19 +313,24 @@ static int exec_task(struct spec *spec) {
     return saved ? saved : last;
 }
 
-static void become_task(struct spec *spec, pid_t leader, int error_fd) {
+/* The task's child, in the leader's memory until execve. The change of user is made with raw system
+ * calls: glibc's wrappers would act on the leader's (shared) thread list, not on this child alone. Its
+ * descriptor table is its own (no CLONE_FILES): it keeps only 0, 1 and 2. */
+static int become_task(void *arg) {
+    struct launch *launch = arg;
+    struct spec *spec = launch->spec;
     setsid();
-    if (chdir(spec->cwd) < 0) fail_in_child(error_fd, errno, 1);
+    if (chdir(spec->cwd) < 0) fail_in_child(launch, errno, 1);
     if (spec->has_user) {
-        if (setgroups(spec->ngroups, spec->groups) < 0 || setregid(spec->gid, spec->gid) < 0
-            || setreuid(spec->uid, spec->uid) < 0)
-            fail_in_child(error_fd, errno, 0);
+        if (syscall(SYS_setgroups, spec->ngroups, spec->groups) < 0
+            || syscall(SYS_setregid, spec->gid, spec->gid) < 0 || syscall(SYS_setreuid, spec->uid, spec->uid) < 0)
+            fail_in_child(launch, errno, 0);
     }
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) fail_in_child(error_fd, errno, 0);
-    if (getppid() != leader) _exit(EXIT_SPAWN_FAILED); /* the leader died already: so does its task */
-    if (spec->controlling_terminal && ioctl(0, TIOCSCTTY, 0) < 0) fail_in_child(error_fd, errno, 0);
-    close_from(3, error_fd, -1);
-    fail_in_child(error_fd, exec_task(spec), 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) fail_in_child(launch, errno, 0);
+    if (getppid() != launch->leader) _exit(EXIT_SPAWN_FAILED); /* the leader died already: so does its task */
+    if (spec->controlling_terminal && ioctl(0, TIOCSCTTY, 0) < 0) fail_in_child(launch, errno, 0);
+    close_from(3, -1, -1);
+    return fail_in_child(launch, exec_task(spec), 0);
 }
 
 static void describe_failure(struct buffer *out, struct spec *spec, struct failure *failure, int *exit_code) {
@@ -316,35 +348,20 @@ static void describe_failure(struct buffer *out, struct spec *spec, struct failu
     }
 }
 
-/* The task's pid, or -1 after replying why it could not start. */
+/* The task's pid, or -1 after replying why it could not start. The leader is suspended until its child
+ * has exec'd or exited (CLONE_VFORK): no copy of its address space, no copy-on-write faults. */
 static pid_t start_task(struct spec *spec, int reply_fd) {
-    int error_pipe[2];
+    struct launch launch = {spec, getpid(), {0, 0}};
     struct buffer why = {0};
     int exit_code = EXIT_SPAWN_FAILED;
-    if (pipe2(error_pipe, O_CLOEXEC) < 0) {
-        appendf(&why, "cannot start %s: %s", spec->argv[0], strerror(errno));
-        reply_error(reply_fd, why.data, exit_code, 0);
-        return -1;
-    }
-    pid_t leader = getpid(), pid = fork();
-    if (pid == 0) {
-        close(error_pipe[0]);
-        close(reply_fd);
-        become_task(spec, leader, error_pipe[1]);
-    }
-    close(error_pipe[1]);
-    struct failure failure;
+    pid_t pid = clone(become_task, child_stack + sizeof child_stack, CLONE_VM | CLONE_VFORK | SIGCHLD, &launch);
+    if (pid > 0 && !launch.failure.err) return pid; /* it exec'd: the task runs */
     if (pid < 0) {
-        failure.err = errno;
-        failure.at_chdir = 0;
-    } else if (read_exactly(error_pipe[0], (char *)&failure, sizeof failure) < 0) {
-        close(error_pipe[0]);
-        return pid; /* exec closed the pipe: the task runs */
+        launch.failure.err = errno;
     } else {
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
     }
-    close(error_pipe[0]);
-    describe_failure(&why, spec, &failure, &exit_code);
+    describe_failure(&why, spec, &launch.failure, &exit_code);
     reply_error(reply_fd, why.data, exit_code, 0);
     return -1;
 }
@@ -570,21 +587,25 @@ static int confirmed(int fd) {
     return ok;
 }
 
+/* Every signal to its default (what the agent ignored, an exec keeps ignored) and none blocked. */
 static void default_signals(void) {
     sigset_t none;
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL); /* the factory ignored SIGCHLD and SIGINT; Python, SIGPIPE */
+    sigprocmask(SIG_SETMASK, &none, NULL);
     for (int sig = 1; sig < NSIG; sig++)
         if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
 }
 
-static int enter_cgroups(int argc, char **argv, int reply_fd) {
-    for (int i = 3; i < argc; i++) {
-        int fd = open(argv[i], O_WRONLY | O_CLOEXEC);
+/* The signals the factory ignores and no other (it set every other to its default when it started). */
+static const int factory_ignores[] = {SIGCHLD, SIGINT, SIGPIPE};
+
+static int enter_cgroups(int count, char **cgroup_procs, int reply_fd) {
+    for (int i = 0; i < count; i++) {
+        int fd = open(cgroup_procs[i], O_WRONLY | O_CLOEXEC);
         if (fd >= 0 && write_all(fd, "0", 1) == 0 && close(fd) == 0) continue;
         int err = errno;
         if (fd >= 0) close(fd);
-        char *cgroup = strdup(argv[i]), *slash = strrchr(cgroup, '/');
+        char *cgroup = strdup(cgroup_procs[i]), *slash = strrchr(cgroup, '/');
         if (slash) *slash = 0;
         struct buffer why = {0};
         appendf(&why, "cannot start the task in cgroup %s: %s", cgroup, strerror(err));
@@ -594,16 +615,11 @@ static int enter_cgroups(int argc, char **argv, int reply_fd) {
     return 0;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s SPEC_FD REPLY_FD [CGROUP_PROCS ...] (started by the agent's leader factory)\n",
-                argv[0]);
-        return 2;
-    }
-    int spec_fd = atoi(argv[1]), reply_fd = atoi(argv[2]);
-    default_signals();
+/* One task's leader, from its spec to its exit record; `me`: this program's path (how other leaders
+ * are told apart in a cgroup leaf). */
+static int lead(int spec_fd, int reply_fd, int cgroups, char **cgroup_procs, const char *me) {
     close_from(3, spec_fd, reply_fd);
-    if (chdir("/") < 0 || enter_cgroups(argc, argv, reply_fd) < 0) return 0;
+    if (chdir("/") < 0 || enter_cgroups(cgroups, cgroup_procs, reply_fd) < 0) return 0;
     struct spec spec = {0};
     size_t len;
     char *fields = read_fields(spec_fd, &len);
@@ -618,6 +634,129 @@ int main(int argc, char **argv) {
     int replied = reply(reply_fd, &message);
     release_streams();
     if (!replied || !confirmed(spec_fd)) kill(-task, SIGKILL);
-    record_exit(spec.exit_file, await_task(task, &spec, argv[0]));
+    record_exit(spec.exit_file, await_task(task, &spec, me));
     return 0;
+}
+
+/* --- the factory --------------------------------------------------------------------------------- */
+
+/* A process's start in seconds since boot (its stat's field 22, in clock ticks), as the spool records
+ * it; 0 if unreadable. */
+static double started_s(pid_t pid) {
+    char path[64], text[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t len = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (len <= 0) return 0;
+    text[len] = 0;
+    char *at = strrchr(text, ')');
+    for (int field = 2; at && field < 22; field++) at = strchr(at + 1, ' ');
+    return at ? (double)strtoull(at + 1, NULL, 10) / (double)sysconf(_SC_CLK_TCK) : 0;
+}
+
+/* The request's cgroup.procs paths ("COUNT\0" then COUNT NUL-terminated paths: leaders.py's
+ * LeaderFactory), into `paths`; their count, or -1 if malformed. */
+static int request_paths(char *data, size_t len, char **paths, int most) {
+    struct cursor cursor = {data, data + len};
+    unsigned long long count;
+    if (len == 0 || data[len - 1] != 0 || next_number(&cursor, &count) < 0 || count > (unsigned long long)most)
+        return -1;
+    for (unsigned long long i = 0; i < count; i++)
+        if (!(paths[i] = next_field(&cursor))) return -1;
+    return cursor.at == cursor.end ? (int)count : -1;
+}
+
+/* A leader for one request: forked (this process is small and single-threaded: no exec, no copy of
+ * much), a session of its own with the task's streams as its 0, 1 and 2. Its pid and start, or why not. */
+static void spawn_leader(char *data, size_t len, int *fds, int nfds, char **argv, struct buffer *answer) {
+    char *paths[64];
+    int cgroups = request_paths(data, len, paths, 64);
+    if (nfds != LEADER_FDS) {
+        appendf(answer, "{\"error\": \"a leader needs %d file descriptors, got %s%d\"}", LEADER_FDS,
+                nfds < 0 ? "more than " : "", nfds < 0 ? LEADER_FDS : nfds);
+        return;
+    }
+    if (cgroups < 0) {
+        appendf(answer, "{\"error\": \"the task leader factory got a malformed request\"}");
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        memcpy(argv[1], LEADER_FLAG, sizeof LEADER_FLAG); /* `ps` tells it from its factory; no longer */
+        for (size_t i = 0; i < sizeof factory_ignores / sizeof *factory_ignores; i++)
+            signal(factory_ignores[i], SIG_DFL);
+        for (int target = 0; target < 3; target++) dup2(fds[target], target);
+        _exit(lead(fds[3], fds[4], cgroups, paths, argv[0]));
+    }
+    if (pid < 0) {
+        append(answer, "{\"error\": ", 10);
+        struct buffer why = {0};
+        appendf(&why, "cannot start a task leader: %s", strerror(errno));
+        append_json_string(answer, why.data);
+        append(answer, "}", 1);
+        free(why.data);
+        return;
+    }
+    appendf(answer, "{\"pid\": %d, \"started\": %.2f}", (int)pid, started_s(pid));
+}
+
+/* Each request on `sock` (its cgroup.procs paths, and the leader's five descriptors: stdin, stdout,
+ * stderr, SPEC_FD, REPLY_FD) gets a leader and a reply, until the agent closes the socket or dies.
+ * Leaders are reaped as they exit (SIGCHLD ignored): no zombies. */
+static int factory(int sock, char **argv) {
+    static char data[REQUEST_MAX_BYTES];
+    default_signals(); /* once here, so that a forked leader resets only factory_ignores */
+    /* SIGCHLD: leaders are reaped as they exit; SIGINT: a Ctrl-C in the agent's terminal is the agent's to
+     * handle; SIGPIPE: an agent gone is seen as a failed send */
+    for (size_t i = 0; i < sizeof factory_ignores / sizeof *factory_ignores; i++) signal(factory_ignores[i], SIG_IGN);
+    for (int fd = 0; fd < 3; fd++) /* a leader's streams must not land on 0-2 when received */
+        if (fcntl(fd, F_GETFD) < 0) open("/dev/null", O_RDWR);
+    close_from(3, sock, -1);
+    if (chdir("/") < 0) return 1;
+    for (;;) {
+        union {
+            struct cmsghdr align;
+            char space[CMSG_SPACE(sizeof(int) * LEADER_FDS)];
+        } control;
+        struct iovec vector = {data, sizeof data};
+        struct msghdr message = {.msg_iov = &vector, .msg_iovlen = 1, .msg_control = control.space,
+                                 .msg_controllen = sizeof control.space};
+        ssize_t got = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0; /* the agent is gone */
+        int fds[LEADER_FDS], nfds = 0;
+        for (struct cmsghdr *part = CMSG_FIRSTHDR(&message); part; part = CMSG_NXTHDR(&message, part)) {
+            if (part->cmsg_level != SOL_SOCKET || part->cmsg_type != SCM_RIGHTS) continue;
+            int *received = (int *)CMSG_DATA(part);
+            for (size_t i = 0; i < (part->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                if (nfds < LEADER_FDS) fds[nfds] = received[i];
+                else close(received[i]);
+                nfds++;
+            }
+        }
+        int kept = nfds < LEADER_FDS ? nfds : LEADER_FDS;
+        if (message.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) nfds = -1; /* more than a leader takes */
+        struct buffer answer = {0};
+        spawn_leader(data, (size_t)got, fds, nfds, argv, &answer);
+        for (int i = 0; i < kept; i++) close(fds[i]);
+        int sent = send(sock, answer.data, answer.len, MSG_NOSIGNAL) >= 0;
+        free(answer.data);
+        if (!sent) return 0;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], FACTORY_FLAG) == 0) return factory(atoi(argv[2]), argv);
+    if (argc < 3) {
+        fprintf(stderr,
+                "usage: %s " FACTORY_FLAG " SOCKET_FD (the agent's leader factory)\n"
+                "       %s SPEC_FD REPLY_FD [CGROUP_PROCS ...] (one task's leader)\n",
+                argv[0], argv[0]);
+        return 2;
+    }
+    default_signals();
+    return lead(atoi(argv[1]), atoi(argv[2]), argc - 3, argv + 3, argv[0]);
 }
