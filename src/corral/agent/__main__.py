@@ -35,7 +35,7 @@ from corral.agent.container_tasks import DEFAULT_CACHE_LIMIT_BYTES, ContainerSup
 from corral.agent.discovery import DiscoveryError, Inventory, discover
 from corral.agent.health import HealthConfig
 from corral.agent.identity import agent_user
-from corral.agent.task_leader import LEADER_PROGRAM
+from corral.agent.leaders import LEADER_PROGRAM
 from corral.agent.tasks import Confinement
 from corral.agent.usage import DEFAULT_INTERVAL_S, MIN_INTERVAL_S, GpuReader, UsageMonitor
 from corral.container_options import RUNTIME_FEATURE
