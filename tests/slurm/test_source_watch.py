@@ -1,6 +1,7 @@
-"""Whether the command helper's loaded corral changed on disk (corral.slurm.source_watch): one inotify instance
-set up when the helper starts, asked with one poll per call; a real helper replaced when a module is
-rewritten, even one put back with its old modification time; the per-call comparison where no inotify is had."""
+"""The command helper's waiting child. Whether its loaded corral changed on disk (corral.slurm.source_watch):
+one inotify instance set up when the helper starts, asked with one poll per call; a real helper replaced when
+a module is rewritten, even one put back with its old modification time; the per-call comparison where no
+inotify is had. And its warm-up before a call: nothing sent, nothing changed."""
 from __future__ import annotations
 
 import os
@@ -81,3 +82,20 @@ def test_a_module_replaced_by_one_with_its_old_modification_time_makes_the_helpe
     finally:
         if helper.poll() is None:
             helper.kill()
+
+
+def test_the_waiting_childs_warm_up_sends_nothing_and_leaves_the_environment(monkeypatch):
+    """The waiting child runs the take-over's writes and sbatch's own work before a call (helper._warm_up):
+    no request to the controller, no connection, the environment as it was."""
+    import corral.slurm.sbatch.main  # noqa: F401 - preloaded in the helper
+    from corral.slurm import helper
+
+    from .test_preconnect import CountingServer
+
+    server = CountingServer()
+    monkeypatch.setenv("CORRAL_URL", f"http://127.0.0.1:{server.port}")
+    before = dict(os.environ)
+    helper._warm_up()
+    time.sleep(0.2)
+    assert server.connections == 0 and server.requests == []
+    assert dict(os.environ) == before
