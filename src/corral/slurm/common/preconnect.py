@@ -21,9 +21,8 @@ Outside the helper nothing is connected ahead: take() finds nothing, and learned
 from __future__ import annotations
 
 import _socket
+import sys
 import time
-
-from corral.slurm.common.credential_reuse import active
 
 # Under the controller's shortest idle deadline (controller/settings.py: idle_timeout_s >= 1 s). A workflow
 # tool's calls come milliseconds apart; a call after a longer pause connects as before.
@@ -84,7 +83,10 @@ def learned(host: str, port: int, family: int, address: tuple) -> None:
     """A request of this call connected to `address` for `host`:`port`: tell the helper, so that the child
     waiting for the next call connects there ahead. Only when it differs from what this child was told (a
     report wakes the helper, which a call should not do for nothing)."""
-    reuse = active()
+    # Loaded by the helper (and by a call with an auth socket); a command in its own process is told nothing,
+    # and does not import it (with contextlib, collections) for that.
+    credential_reuse = sys.modules.get("corral.slurm.common.credential_reuse")
+    reuse = credential_reuse.active() if credential_reuse is not None else None
     if reuse is None or reuse.report_fd is None:
         return
     reuse.report_controller(host, port, (family, str(address[0]), int(address[1])))
