@@ -14,7 +14,9 @@ starts with a copy. A credential is reused only
 
 A child learns a credential where the helper cannot (it needs the call's environment); it reports it to the
 helper over a pipe that only the helper's children hold: `report_fd` (frames of at most PIPE_BUF bytes, so
-each is written whole). Outside the helper nothing is installed and every call asks the socket, as before."""
+each is written whole). Outside the helper nothing is installed and every call asks the socket, as before.
+The same pipe carries the controller's address a call connected to (`controller`), for the child that waits
+for the next call to connect there ahead (corral.slurm.common.preconnect)."""
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +27,7 @@ REUSE_MARGIN_S = 60.0  # of a credential's lifetime (5 min by default): what a r
 USER_PREFIX = "cu1."  # corral.controller.credentials.USER_PREFIX
 LENGTH_BYTES = 2
 MAX_FRAME = 4096  # PIPE_BUF: a write of at most this much to a pipe is never interleaved with another
-REMEMBER, FORGET = b"r", b"f"
+REMEMBER, FORGET, CONTROLLER = b"r", b"f", b"c"
 
 SocketIdentity = tuple[str, int, int, int]
 
@@ -38,6 +40,9 @@ class Reuse:
         self.known: dict[SocketIdentity, tuple[str, float]] = {}
         self.report_fd = report_fd
         self._pending = b""
+        # The controller the last call connected to: (host, port) as its URL names them, and the address
+        # (socket family, IP, port) it reached; None until a call reports one.
+        self.controller: tuple[tuple[str, int], tuple[int, str, int]] | None = None
 
     def credential(self, path: str) -> str | None:
         """A credential from `path` that may still be used, or None."""
@@ -67,10 +72,20 @@ class Reuse:
             self.known.pop(identity, None)
             self._report(FORGET, identity, "")
 
+    def report_controller(self, host: str, port: int, address: tuple[int, str, int]) -> None:
+        """A call connected to `address` for the controller at `host`:`port`; told the helper only if it
+        is not what this process knows already."""
+        if self.controller == ((host, port), address):
+            return
+        self.controller = ((host, port), address)
+        self._send(CONTROLLER + "\0".join((host, str(port), *map(str, address))).encode())
+
     def _report(self, kind: bytes, identity: SocketIdentity, credential: str) -> None:
+        self._send(kind + "\0".join((*map(str, identity), credential)).encode())
+
+    def _send(self, body: bytes) -> None:
         if self.report_fd is None:
             return
-        body = kind + "\0".join((*map(str, identity), credential)).encode()
         if len(body) + LENGTH_BYTES > MAX_FRAME:
             return
         with contextlib.suppress(OSError):  # a helper gone: nothing to tell
@@ -91,6 +106,10 @@ class Reuse:
 
     def _apply(self, body: bytes) -> None:
         fields = body[1:].decode(errors="replace").split("\0")
+        if body[:1] == CONTROLLER:
+            if len(fields) == 5 and all(field.isdigit() for field in (fields[1], fields[2], fields[4])):
+                self.controller = ((fields[0], int(fields[1])), (int(fields[2]), fields[3], int(fields[4])))
+            return
         if len(fields) != 5 or not all(field.lstrip("-").isdigit() for field in fields[1:4]):
             return
         identity = (fields[0], int(fields[1]), int(fields[2]), int(fields[3]))

@@ -16,7 +16,7 @@ import time
 from _collections_abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 
-from corral.slurm.common import jsontext
+from corral.slurm.common import jsontext, preconnect
 from corral.slurm.common.leader import (
     DEFAULT_LEADER_WAIT_S,
     LEADER_HEADER,
@@ -321,6 +321,9 @@ class Controller:
     def _exchange(self, endpoint: Endpoint, request: bytes) -> tuple[int, dict[str, str], bytes]:
         """NotSent if no connection could be made (another controller may be asked); Unreachable if it
         failed once the request was on its way (it may have been acted on: never sent again)."""
+        ahead = preconnect.take(endpoint.host, endpoint.port)  # the command helper's, never written on
+        if ahead is not None:
+            return self._exchange_on(ahead, endpoint, request)
         # An ASCII host goes as bytes: a str would be encoded with the idna codec (~1 ms to import).
         host = endpoint.host.encode() if endpoint.host.isascii() else endpoint.host
         try:
@@ -332,19 +335,27 @@ class Controller:
             sock = _socket.socket(family, kind, proto)
             try:
                 sock.settimeout(self.timeout_s)
-                try:
-                    sock.connect(address)
-                except OSError as exc:
-                    last = exc
-                    continue
-                try:
-                    sock.sendall(request)
-                    return _read_response(sock)
-                except OSError as exc:
-                    raise Unreachable(endpoint.url, self._sent_reason(exc, endpoint), self.source) from None
-            finally:
+                sock.connect(address)
+            except OSError as exc:
                 sock.close()
+                last = exc
+                continue
+            preconnect.learned(endpoint.host, endpoint.port, family, address)
+            return self._exchange_on(sock, endpoint, request)
         raise NotSent(endpoint.url, _reason(last))
+
+    def _exchange_on(self, sock: _socket.socket, endpoint: Endpoint,
+                     request: bytes) -> tuple[int, dict[str, str], bytes]:
+        """The request on a connection made to `endpoint`, closed after it; Unreachable if it failed once the
+        request was on its way (it may have been acted on: never sent again)."""
+        try:
+            sock.settimeout(self.timeout_s)
+            sock.sendall(request)
+            return _read_response(sock)
+        except OSError as exc:
+            raise Unreachable(endpoint.url, self._sent_reason(exc, endpoint), self.source) from None
+        finally:
+            sock.close()
 
     def _exchange_tls(self, endpoint: Endpoint, request: bytes) -> tuple[int, dict[str, str], bytes]:
         # https only: ssl (and the socket module it brings) costs ~13 ms of start-up; http.client, ~10 ms
