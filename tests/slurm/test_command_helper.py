@@ -183,25 +183,32 @@ def test_a_directory_open_to_others_or_not_the_users_is_not_used(tmp_path):
     assert front._private(str(shared), os.getuid() + 1) is False
 
 
-def test_a_helper_of_an_older_corral_answers_stale_and_ends(tmp_path):
-    """A module of corral's that changed on disk after the helper started (an upgrade) makes it stale."""
-    package = tmp_path / "pkg" / "corral_leanclient_probe"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+@contextlib.contextmanager
+def helper_importing(tmp_path: Path, probe: str):
+    """A real helper whose Python has also imported the package `probe` (an empty one under tmp_path/pkg):
+    yields (the helper, its socket's path, the package's folder); killed at the end if it still runs."""
+    package = tmp_path / "pkg" / probe
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").touch()
     path = str(tmp_path / "helper.sock")
-    code = ("import sys, corral_leanclient_probe\nfrom corral.slurm import helper\n"
-            f"helper.serve({path!r})\n")
+    code = f"import sys, {probe}\nfrom corral.slurm import helper\nhelper.serve({path!r})\n"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), *sys.path])}
     helper = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
         _wait_for_helper(path)
+        yield helper, path, package
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+
+
+def test_a_helper_of_an_older_corral_answers_stale_and_ends(tmp_path):
+    """A module of corral's that changed on disk after the helper started (an upgrade) makes it stale."""
+    with helper_importing(tmp_path, "corral_leanclient_probe") as (helper, path, package):
         os.utime(package / "__init__.py", ns=(time.time_ns(), time.time_ns() + 10**9))
         assert front.call_helper(path, "squeue", ["--version"], {}) is None  # the caller runs it itself
         assert helper.wait(10) == 0
         assert not os.path.exists(path)
-    finally:
-        if helper.poll() is None:
-            helper.kill()
 
 
 def test_a_helper_ended_by_sigterm_removes_its_socket_and_its_waiting_child(tmp_path):

@@ -5,14 +5,13 @@ inotify is had. And its warm-up before a call: nothing sent, nothing changed."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
 from corral.slurm import front
 from corral.slurm.source_watch import SourceWatch, source_times
 
-from .test_command_helper import _wait_for_helper
+from .test_command_helper import helper_importing
 
 
 def _probe_package(tmp_path):
@@ -63,13 +62,7 @@ def test_a_module_replaced_by_one_with_its_old_modification_time_makes_the_helpe
     """An upgrade that keeps files' times (cp -p, rsync -t, an archive unpacked) replaces the file: the
     helper answers STALE and ends, where comparing modification times saw nothing."""
     package = _probe_package(tmp_path)
-    path = str(tmp_path / "helper.sock")
-    code = ("import sys, corral_frontlat_probe\nfrom corral.slurm import helper\n"
-            f"helper.serve({path!r})\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"), *sys.path])}
-    helper = subprocess.Popen([sys.executable, "-c", code], env=env)
-    try:
-        _wait_for_helper(path)
+    with helper_importing(tmp_path, "corral_frontlat_probe") as (helper, path, _):
         old = os.stat(package / "__init__.py")
         replacement = package / "__init__.py.new"
         replacement.write_text("# another version\n")
@@ -79,9 +72,6 @@ def test_a_module_replaced_by_one_with_its_old_modification_time_makes_the_helpe
         assert front.call_helper(path, "squeue", ["--version"], {}) is None  # the caller runs it itself
         assert helper.wait(10) == 0
         assert not os.path.exists(path)
-    finally:
-        if helper.poll() is None:
-            helper.kill()
 
 
 def test_the_waiting_childs_warm_up_sends_nothing_and_leaves_the_environment(monkeypatch):
