@@ -17,6 +17,7 @@ from corral.slurm.common.http import JOB_LINE_FIELDS, Controller
 from corral.slurm.common.target import current_user
 from corral.slurm.sacct.opts import SacctOptions, parse_sacct
 from corral.slurm.sacct.output import sacct_output
+from corral.slurm.sacct.reads import fields_for
 
 TYPE_CHECKING = False  # typing itself is too slow to import on the commands' start-up path
 if TYPE_CHECKING:
@@ -57,13 +58,15 @@ def sacct(argv: Sequence[str], env: Mapping[str, str]) -> Result:
 
 
 def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: str) -> list[dict]:
-    """The jobs sacct may print, with every field but their history (SACCT_FIELDS): the controller then
-    builds no whole record per job (a day of a million jobs, 43,000 of them, took 20 s that way)."""
+    """The jobs sacct may print, with the fields of SACCT_FIELDS its format reads (sacct/reads.py): the
+    controller builds no whole record per job (a day of a million jobs, 43,000 of them, took 20 s that way)
+    and projects and sends only those fields (the default format reads 18 of the 68)."""
+    fields = fields_for(options.layout, SACCT_FIELDS, nodes=options.nodes is not None)
     if options.job_ids is not None:
         # The controller reads an array's id as every task of it, as sacct does; select_jobs then keeps
         # the tasks the ids name.
         ids = sorted({ref.job_id for ref in options.job_ids})
-        return controller.accounting(ids=ids, fields=SACCT_FIELDS) if ids else []
+        return controller.accounting(ids=ids, fields=fields) if ids else []
     from corral.slurm.common.timespec import parse_time  # only a window needs the parser
 
     today = time.localtime(now)
@@ -71,7 +74,7 @@ def fetch_jobs(controller: Controller, options: SacctOptions, now: float, user: 
              else time.mktime((today.tm_year, today.tm_mon, today.tm_mday, 0, 0, 0, 0, 0, -1)))
     until = parse_time(options.end_text, now) if options.end_text else now
     users = options.users if options.users is not None else (None if options.all_users else (user,))
-    return controller.accounting(since=since, until=until, fields=SACCT_FIELDS, **server_filters(options, users))
+    return controller.accounting(since=since, until=until, fields=fields, **server_filters(options, users))
 
 
 def server_filters(options: SacctOptions, users: Sequence[str] | None) -> dict[str, Any]:
