@@ -107,9 +107,13 @@ def row_line(job: Mapping, step: Mapping | None, layout: Layout, view: AcctView)
 
 def render(jobs: Iterable[Mapping], layout: Layout, view: AcctView) -> str:
     """sacct's stdout: header (unless -n), then each job and, unless -X, its steps."""
-    lines = header_lines(layout) if layout.header else []
-    for job in jobs:
-        lines.append(row_line(job, None, layout, view))
-        if layout.steps:
-            lines.extend(row_line(job, step, layout, view) for step in job.get("steps") or ())
-    return "".join(line + "\n" for line in lines)
+    head = "".join(line + "\n" for line in header_lines(layout)) if layout.header else ""
+    return head + "".join(job_lines(job, layout, view) for job in jobs)
+
+
+def job_lines(job: Mapping, layout: Layout, view: AcctView) -> str:
+    """A job's line and, unless -X, its steps' lines, each ended by a newline."""
+    text = row_line(job, None, layout, view) + "\n"
+    if layout.steps:
+        text += "".join(row_line(job, step, layout, view) + "\n" for step in job.get("steps") or ())
+    return text
