@@ -6,7 +6,7 @@ from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 from corral.slurm.common import jobids, records, states
 from corral.slurm.sacct.fields import AcctView
-from corral.slurm.sacct.format import header_lines, job_lines
+from corral.slurm.sacct.format import header_lines, job_lines, line_writer
 from corral.slurm.sacct.opts import SacctOptions
 from corral.slurm.squeue.select import combine_pending_array_tasks
 
@@ -60,6 +60,7 @@ def sacct_output_of_pages(options: SacctOptions, pages: Iterable[Sequence[Mappin
     keep = _selector(options, user)
     view = AcctView(now, options.time_format, cluster)
     layout = options.layout
+    write, steps = line_writer(layout, view), layout.steps
     # (select_jobs' sort key, position in select_jobs' list before sorting, lines): the position keeps its
     # sort stable. A combined group takes its first task's position, as combine_pending_array_tasks puts it.
     written: list[tuple[tuple, int, str]] = []
@@ -72,13 +73,13 @@ def sacct_output_of_pages(options: SacctOptions, pages: Iterable[Sequence[Mappin
                 continue
             group = _pending_array_group(job)
             if group is None:
-                written.append((_order(job), position, job_lines(job, layout, view)))
+                written.append((_order(job), position, job_lines(job, write, steps)))
             else:
                 first_seen.setdefault(group, position)
                 groups.setdefault(group, []).append(job)
             position += 1
     for group, tasks in groups.items():
-        written.extend((_order(job), first_seen[group], job_lines(job, layout, view))
+        written.extend((_order(job), first_seen[group], job_lines(job, write, steps))
                        for job in combine_pending_array_tasks(tasks))
     written.sort(key=lambda item: item[:2])
     head = "".join(line + "\n" for line in header_lines(layout)) if layout.header else ""
