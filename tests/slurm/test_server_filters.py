@@ -48,7 +48,7 @@ def test_squeue_fetches_what_it_shows(slurm_cluster, mixed, argv) -> None:
 def test_sacct_fetches_what_it_shows(slurm_cluster, mixed, argv) -> None:
     controller = Controller(slurm_cluster.url, slurm_cluster.secret)
     options, now = parse_sacct([*argv, "-X"], {}), time.time()
-    fetched = sacct_command.fetch_jobs(controller, options, now, "alice")
+    fetched = [job for page in sacct_command.fetch_pages(controller, options, now, "alice") for job in page]
     midnight = time.mktime(time.localtime(now)[:3] + (0, 0, 0, 0, 0, -1))
     everything = controller.accounting(since=midnight, until=now)
     assert sacct_output(options, fetched, now, user="alice") == sacct_output(options, everything, now, user="alice")

@@ -219,23 +219,33 @@ class Controller:
                    fields: tuple[str, ...] | None = None, **filters: object) -> list[dict]:
         """Jobs that existed between `since` and `until`, or the jobs `ids`; other filters and `fields` as
         for jobs()."""
-        return self.pages("/accounting", {"user": user, "since": since, "until": until, "ids": ids, **filters},
-                          fields)
+        return [job for page in self.accounting_pages(user=user, since=since, until=until, ids=ids, fields=fields,
+                                                      **filters) for job in page]
+
+    def accounting_pages(self, *, user: str | Iterable[str] | None = None, since: float | None = None,
+                         until: float | None = None, ids: Iterable[int] | None = None,
+                         fields: tuple[str, ...] | None = None, **filters: object) -> Iterator[list[dict]]:
+        """accounting() a page at a time, as page_records(): the next page is built while one is used."""
+        return self.page_records("/accounting", {"user": user, "since": since, "until": until, "ids": ids,
+                                                 **filters}, fields)
 
     def pages(self, path: str, params: Mapping[str, object], fields: tuple[str, ...] | None = None) -> list[dict]:
         """Every record of a paged list, PAGE_JOBS at a time. Iterables in `params` go comma-separated,
         True as `true`. With `fields`, the controller sends a list per field of every record's value
         (`{"columns": [...]}`); a controller that does not know `columns` sends a row per record, and one
         that does not know `fields` whole records, taken as they are."""
-        found: list[dict] = []
+        return [record for page in self.page_records(path, params, fields) for record in page]
+
+    def page_records(self, path: str, params: Mapping[str, object],
+                     fields: tuple[str, ...] | None = None) -> Iterator[list[dict]]:
+        """pages() a page at a time: the controller builds the next page while the caller uses this one."""
         for page in self._each_page(path, params, fields):
             if fields is not None and isinstance(page, dict):
-                found.extend(records_of_columns(fields, page))
+                yield records_of_columns(fields, page)
             elif fields is not None and page and isinstance(page[0], list):
-                found.extend(dict(zip(fields, row, strict=True)) for row in page)
+                yield [dict(zip(fields, row, strict=True)) for row in page]
             else:
-                found.extend(page)
-        return found
+                yield page
 
     def job_columns(self, path: str, params: Mapping[str, object], fields: tuple[str, ...]) -> JobColumns:
         """pages() as columns (table.JobColumns): no dict per record. A controller that sends rows or whole

@@ -8,7 +8,7 @@ Quirks kept from Slurm 22.05:
 - fixed-width headers are cut to the width without a mark, values of text fields get a `+`."""
 from __future__ import annotations
 
-from _collections_abc import Iterable, Mapping, Sequence
+from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 from corral.slurm.common.errors import SlurmCommandError
 from corral.slurm.common.record import Record
@@ -71,17 +71,29 @@ def _atoi(text: str) -> int:
 
 def cell(value: str | None, column: Column) -> str:
     """One fixed-width cell with its trailing space, as print_fields_<kind> prints it."""
+    return _cell_writer(column)(value)
+
+
+def _cell_writer(column: Column) -> Callable[[str | None], str]:
+    """cell() for one column, its width, side and kind worked out once: a listing calls it per job."""
     width = abs(column.width)
+    pad = str.rjust if column.width >= 0 else str.ljust
+    blank = pad("", width) + " "
     kind = column.field.kind
-    if value is None:
-        text = ""
-    elif kind == "str" and len(value) > width:
-        text = value[: width - 1] + "+" if width else ""
-    elif kind in ("str", "date"):
-        text = value[:width]
-    else:
-        text = value  # numbers and durations overflow their column
-    return (text.rjust(width) if column.width >= 0 else text.ljust(width)) + " "
+
+    def text(value: str | None) -> str:
+        if value is None:
+            return blank
+        if len(value) > width:
+            value = value[: width - 1] + "+" if width else ""
+        return pad(value, width) + " "
+
+    def date(value: str | None) -> str:
+        return blank if value is None else pad(value[:width], width) + " "
+
+    def number(value: str | None) -> str:  # numbers and durations overflow their column
+        return blank if value is None else pad(value, width) + " "
+    return text if kind == "str" else date if kind == "date" else number
 
 
 def _line(texts: Sequence[str | None], layout: Layout) -> str:
@@ -102,14 +114,33 @@ def header_lines(layout: Layout) -> list[str]:
 
 
 def row_line(job: Mapping, step: Mapping | None, layout: Layout, view: AcctView) -> str:
-    return _line([c.field.value(job, step, view) for c in layout.columns], layout)
+    return line_writer(layout, view)(job, step)
+
+
+LineWriter = Callable[[Mapping, "Mapping | None"], str]
+
+
+def line_writer(layout: Layout, view: AcctView) -> LineWriter:
+    """row_line() for one layout and view, each column's getter and cell worked out once."""
+    if layout.parsable:
+        getters = [c.field.value for c in layout.columns]
+        delimiter = layout.delimiter
+        end = delimiter if layout.parsable == PARSABLE and getters else ""
+        return lambda job, step: delimiter.join([get(job, step, view) or "" for get in getters]) + end
+    cells = [(c.field.value, _cell_writer(c)) for c in layout.columns]
+    return lambda job, step: "".join([write(get(job, step, view)) for get, write in cells])
 
 
 def render(jobs: Iterable[Mapping], layout: Layout, view: AcctView) -> str:
     """sacct's stdout: header (unless -n), then each job and, unless -X, its steps."""
-    lines = header_lines(layout) if layout.header else []
-    for job in jobs:
-        lines.append(row_line(job, None, layout, view))
-        if layout.steps:
-            lines.extend(row_line(job, step, layout, view) for step in job.get("steps") or ())
-    return "".join(line + "\n" for line in lines)
+    head = "".join(line + "\n" for line in header_lines(layout)) if layout.header else ""
+    write = line_writer(layout, view)
+    return head + "".join(job_lines(job, write, layout.steps) for job in jobs)
+
+
+def job_lines(job: Mapping, write: LineWriter, steps: bool) -> str:
+    """A job's line and, with `steps` (no -X), its steps' lines, each ended by a newline."""
+    text = write(job, None) + "\n"
+    if steps:
+        text += "".join(write(job, step) + "\n" for step in job.get("steps") or ())
+    return text
