@@ -50,6 +50,7 @@ from corral.controller.params import (
     UidQuery,
 )
 from corral.controller.ratelimit import RateLimiter, RateLimitSettings
+from corral.controller.route_order import hot_routes_first
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.service_routes import SERVICES, service_routes
 from corral.controller.step_routes import step_routes
@@ -90,6 +91,10 @@ REFUSALS: dict[int | str, dict[str, Any]] = {"4XX": {"model": ErrorOut, "descrip
 # What a standby answers besides 421 (health checks, and who leads).
 HEALTH_PATHS = (f"{API_PREFIX}/health", "/health", "/readyz")
 STATUS_PATH = f"{API_PREFIX}/status"
+# The requests that come most (sbatch, squeue, the agents' events and polls): tried first where that cannot
+# change which route answers (route_order.py).
+HOT_ROUTES = (("POST", f"{API_PREFIX}/jobs"), ("GET", f"{API_PREFIX}/jobs"),
+              ("POST", f"{API_PREFIX}/agents/{{node}}/events"), ("GET", f"{API_PREFIX}/agents/{{node}}/commands"))
 
 
 def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None,
@@ -183,6 +188,8 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     auth_routes(app, guard)
     join_routes(app, guard, lambda node: node in service.engine.nodes)
     _agent_routes(app, service, guard)
+    app.openapi()  # the document lists the routes as declared, before the hot ones move forward
+    hot_routes_first(app.router.routes, HOT_ROUTES)
     return app
 
 
