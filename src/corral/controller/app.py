@@ -25,7 +25,7 @@ from corral.api.schemas import (
 from corral.api.services import ServiceSpec
 from corral.api.services import error_lines as service_error_lines
 from corral.controller import credentials as cred
-from corral.controller import identity_rules, listing, projection
+from corral.controller import identity_rules, listing, param_memo, projection
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
@@ -104,6 +104,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     `ratelimit` its [ratelimit] section, `http` its [http] section (body caps and timeouts); `cluster_id` the
     cluster's id on its hosts (/health says it); `gateway_url` the services' gateway as browsers reach it
     ([gateway] url: /health says it, null where none is configured)."""
+    param_memo.install()
     settings = auth or AuthSettings()
     authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
                                   service.clock)
