@@ -3,9 +3,9 @@ Every answer the memo gives, for every parameter of every route of the app, is t
 function gives; and the app still refuses bad parameters with FastAPI's errors."""
 from __future__ import annotations
 
+import fastapi.dependencies.utils as dependency_utils
 from fastapi.routing import APIRoute
 
-import fastapi.dependencies.utils as dependency_utils
 from corral.controller import param_memo
 from tests.controller.conftest import job, open_api
 
