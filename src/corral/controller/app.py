@@ -189,8 +189,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     auth_routes(app, guard)
     join_routes(app, guard, lambda node: node in service.engine.nodes)
     _agent_routes(app, service, guard)
-    app.openapi()  # the document lists the routes as declared, before the hot ones move forward
-    hot_routes_first(app.router.routes, HOT_ROUTES)
+    hot_routes_first(app.router.routes, HOT_ROUTES, app)
     return app
 
 
