@@ -25,7 +25,7 @@ from corral.api.schemas import (
 from corral.api.services import ServiceSpec
 from corral.api.services import error_lines as service_error_lines
 from corral.controller import credentials as cred
-from corral.controller import identity_rules, listing, projection
+from corral.controller import identity_rules, listing, param_memo, projection
 from corral.controller.auth import Authenticator, AuthSettings, Principal
 from corral.controller.auth_routes import auth_routes
 from corral.controller.auth_socket import close_auth_socket, serve_auth_socket
@@ -50,6 +50,7 @@ from corral.controller.params import (
     UidQuery,
 )
 from corral.controller.ratelimit import RateLimiter, RateLimitSettings
+from corral.controller.route_order import hot_routes_first
 from corral.controller.service import ControllerService, StaleAgent
 from corral.controller.service_routes import SERVICES, service_routes
 from corral.controller.step_routes import step_routes
@@ -90,6 +91,10 @@ REFUSALS: dict[int | str, dict[str, Any]] = {"4XX": {"model": ErrorOut, "descrip
 # What a standby answers besides 421 (health checks, and who leads).
 HEALTH_PATHS = (f"{API_PREFIX}/health", "/health", "/readyz")
 STATUS_PATH = f"{API_PREFIX}/status"
+# The requests that come most (sbatch, squeue, the agents' events and polls): tried first where that cannot
+# change which route answers (route_order.py).
+HOT_ROUTES = (("POST", f"{API_PREFIX}/jobs"), ("GET", f"{API_PREFIX}/jobs"),
+              ("POST", f"{API_PREFIX}/agents/{{node}}/events"), ("GET", f"{API_PREFIX}/agents/{{node}}/commands"))
 
 
 def create_app(service: ControllerService, secret: str, auth: AuthSettings | None = None,
@@ -99,6 +104,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     `ratelimit` its [ratelimit] section, `http` its [http] section (body caps and timeouts); `cluster_id` the
     cluster's id on its hosts (/health says it); `gateway_url` the services' gateway as browsers reach it
     ([gateway] url: /health says it, null where none is configured)."""
+    param_memo.install()
     settings = auth or AuthSettings()
     authenticator = Authenticator(secret, settings, AuthStore(service.store.engine), service.find_job,
                                   service.clock)
@@ -183,6 +189,7 @@ def create_app(service: ControllerService, secret: str, auth: AuthSettings | Non
     auth_routes(app, guard)
     join_routes(app, guard, lambda node: node in service.engine.nodes)
     _agent_routes(app, service, guard)
+    hot_routes_first(app.router.routes, HOT_ROUTES, app)
     return app
 
 
