@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.engine.pacer import LIVE_BURST_GAP_S, LIVE_BURST_HOLD_MAX_S
+from corral.engine.pacer import LIVE_BURST_GAP_S, LIVE_BURST_HOLD_MAX_S, CyclePacer
 from corral.engine.pacer import LIVE_MIN_INTERVAL_S as LIVE_MIN_S
-from corral.engine.pacer import CyclePacer
 
 LIVE, SIMULATED, SIMULATED_5S = CyclePacer.live, CyclePacer.simulated, lambda: CyclePacer.simulated(5.0)
 
