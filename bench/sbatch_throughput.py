@@ -13,13 +13,7 @@ controller, the agents, their descendants (leader factories with the leaders and
 the command helper, this bench's children (sbatch front-ends, squeue) and the whole machine (which on a
 shared host holds others' work too).
 
-    python bench/sbatch_throughput.py [--jobs N] [--rounds R] [--ways corral,slurm] [--reference-src DIR]
-                                                                                     (300, 1, all, none)
-
-With --reference-src, before and after in one run: each round drives a cluster (controller and agents)
-running the code in DIR (another revision's `src`, made as bench/throughput.py's docstring says) and then
-one running this tree's, each way against each; the commands (front-end, helper) are this install's in
-both, as the front-end runs only its own install's code."""
+    python bench/sbatch_throughput.py [--jobs N] [--rounds R] [--ways corral,slurm]   (300, 1, all)"""
 from __future__ import annotations
 
 import argparse
@@ -101,27 +95,11 @@ def corral_cpu(cluster: Cluster, helper_socket: str) -> dict[str, float]:
 WAYS = ("corral", "corral_python", "slurm")
 
 
-def started_cluster(root: Path, cluster_src: str | None) -> Cluster:
-    """4 agents x 8 GPUs and their controller, running the code in `cluster_src` (None: this tree's)."""
-    if cluster_src is None:
-        return Cluster(root, nodes=4, gpus=8).start()
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = cluster_src  # the processes the cluster starts inherit it; this one does not
-    try:
-        return Cluster(root, nodes=4, gpus=8).start()
-    finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
-
-
-def run(jobs: int = 300, rounds: int = 1, only: tuple[str, ...] = WAYS, cluster_src: str | None = None) -> dict:
-    result: dict = {"bench": "sbatch-throughput", "jobs": jobs, "loadavg_before": os.getloadavg()[0],
-                    "cluster_src": cluster_src or str(ROOT / "src")}
+def run(jobs: int = 300, rounds: int = 1, only: tuple[str, ...] = WAYS) -> dict:
+    result: dict = {"bench": "sbatch-throughput", "jobs": jobs, "loadavg_before": os.getloadavg()[0]}
     slurm = slurm_available()
     with tempfile.TemporaryDirectory(prefix="corral-sbatch-throughput-") as tmp:
-        cluster = started_cluster(Path(tmp), cluster_src)
+        cluster = Cluster(Path(tmp), nodes=4, gpus=8).start()
         try:
             runtime = Path(tmp) / "run"  # the command helper's private directory, this run's own
             runtime.mkdir(mode=0o700)
@@ -164,21 +142,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--ways", default=",".join(WAYS), help=f"which of {', '.join(WAYS)} to drive (all)")
-    parser.add_argument("--reference-src", metavar="DIR",
-                        help="also drive a cluster running the code in DIR (another checkout's src), taking turns")
     args = parser.parse_args()
     only = tuple(args.ways.split(","))
     if unknown := set(only) - set(WAYS):
         parser.error(f"--ways: no such way {', '.join(sorted(unknown))} (one of {', '.join(WAYS)})")
-    if args.reference_src is None:
-        print(json.dumps(run(args.jobs, args.rounds, only)))
-        return
-    reference = Path(args.reference_src).resolve()
-    if not (reference / "corral" / "engine").is_dir():
-        parser.error(f"--reference-src: {reference} holds no corral package (give a checkout's src)")
-    for round_no in range(1, args.rounds + 1):
-        for code, src in (("reference", str(reference)), ("this", None)):
-            print(json.dumps({"round": round_no, "code": code, **run(args.jobs, 1, only, src)}), flush=True)
+    print(json.dumps(run(args.jobs, args.rounds, only)))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from corral.engine.pacer import LIVE_BURST_GAP_S, LIVE_BURST_HOLD_MAX_S, CyclePacer
 from corral.engine.pacer import LIVE_MIN_INTERVAL_S as LIVE_MIN_S
+from corral.engine.pacer import CyclePacer
 
 LIVE, SIMULATED, SIMULATED_5S = CyclePacer.live, CyclePacer.simulated, lambda: CyclePacer.simulated(5.0)
 
@@ -65,34 +65,3 @@ def test_the_loop_keeps_one_timer(pacer) -> None:
     assert not p.rings(60.0)
     p.sleep(55.0, 80.0)
     assert not p.rings(60.0) and p.rings(80.0)
-
-
-# (case, pacer, cycles that ran as (started, ended), submissions at, a cycle about to run at, when it may)
-BURST_HOLD = [
-    ("live: no submission holds nothing", LIVE, [(10.0, 10.01)], [], 10.5, 10.5),
-    ("live: a submission long ago holds nothing", LIVE, [(10.0, 10.01)], [10.2], 10.5, 10.5),
-    ("live: a burst holds until the gap after its last submission", LIVE, [(10.0, 10.01)],
-     [10.3, 10.32, 10.34], 10.35, 10.34 + LIVE_BURST_GAP_S),
-    ("live: ... at most the bound after the last cycle began", LIVE, [(10.5, 10.51)],
-     [10.0 + 0.05 * i for i in range(30)], 11.46, 10.5 + LIVE_BURST_HOLD_MAX_S),
-    ("live: ... or after the burst began, when it began later", LIVE, [(10.0, 10.01)],
-     [10.5 + 0.05 * i for i in range(30)], 11.5, 10.5 + LIVE_BURST_HOLD_MAX_S),
-    ("live: the first cycle of a burst on a quiet cluster is held too", LIVE, [(1.0, 1.01)], [10.0, 10.05],
-     10.06, 10.05 + LIVE_BURST_GAP_S),
-    ("live: past the bound a steady stream gets its cycle", LIVE, [(10.0, 10.01)],
-     [10.1 + 0.05 * i for i in range(24)], 11.26, 11.26),
-    ("live: no minimum interval, no hold", lambda: CyclePacer.live(0.0), [(10.0, 10.01)], [10.3, 10.32], 10.33,
-     10.33),
-    ("simulated: no hold", SIMULATED, [(10.0, 10.0)], [10.3, 10.32], 10.33, 10.33),
-]
-
-
-@pytest.mark.parametrize("pacer, cycles, submissions, now, runs", [row[1:] for row in BURST_HOLD],
-                         ids=[row[0] for row in BURST_HOLD])
-def test_a_burst_of_submissions_holds_a_cycle_back(pacer, cycles, submissions, now: float, runs: float) -> None:
-    p = pacer()
-    for started, ended in cycles:
-        p.cycle_ran(started, ended)
-    for at in submissions:
-        p.submitted(at)
-    assert p.held_until(now) == pytest.approx(runs)

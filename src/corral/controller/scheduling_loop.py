@@ -74,7 +74,7 @@ class SchedulingLoop(ServiceCore):
     # ----- the scheduling loop
 
     async def _loop(self) -> None:
-        pacer = self._pacer = CyclePacer.live(self.config.min_cycle_interval_s)
+        pacer = CyclePacer.live(self.config.min_cycle_interval_s)
         wake = self._wake
         assert wake is not None, "start() makes the wake-up event before it starts the loop"
         while True:
@@ -90,10 +90,6 @@ class SchedulingLoop(ServiceCore):
                 continue
             if not wanted and (timer is None or self.clock() < timer):
                 continue  # rearm(): only the deadline moved; sleep again with the timer it sets now
-            await _hold_for_burst(pacer)
-            # What poked the loop during the hold is in the cycle that runs now, not one more after it.
-            wake.clear()
-            self._cycle_wanted = False
             # Whenever the controller stopped listening (in a wait, a cycle or a handler), before the cycle
             # that would count that time as the agents' silence.
             self._discount_stall(self._stalls.take())
@@ -141,12 +137,6 @@ class SchedulingLoop(ServiceCore):
         """The ended jobs among the newest WARM_JOBS (what forecasts learn runtimes from at start)."""
         return self.store.query_jobs(include_active=False, after_id=max(0, self.store.max_job_id() - WARM_JOBS))
 
-
-
-async def _hold_for_burst(pacer: CyclePacer) -> None:
-    """Until the submissions arriving back to back stop, or the pacer's bound on holding a cycle passes."""
-    while (held_s := pacer.held_until(time.perf_counter()) - time.perf_counter()) > 0:
-        await asyncio.sleep(held_s)
 
 
 async def _wait(event: asyncio.Event, timeout_s: float | None) -> None:

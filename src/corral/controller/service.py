@@ -6,7 +6,6 @@ and the core that folds each stimulus into the engine and commits it before anyo
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterable
 
 from corral.api.schemas import JobOut, JobSubmit, NodeOut, PartitionOut
@@ -33,8 +32,6 @@ class ControllerService(AgentLink):
         # only find the new jobs too fresh to start (start_delay_s): the loop's timer is set to when
         # they may, and that cycle starts all that came meanwhile at once.
         result = await self._stimulus(functools.partial(self._submit, sub), wake=False)
-        if self._pacer is not None:
-            self._pacer.submitted(time.perf_counter())  # the clock the loop measures its cycles on
         engine = self._engine
         if engine is None or engine.cycle_wanted_for_submitted(result.jobs):
             self.poke()

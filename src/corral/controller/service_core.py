@@ -44,7 +44,6 @@ from corral.engine import events as ev
 from corral.engine.commands import Command, Launch, LaunchStep
 from corral.engine.config import EngineConfig
 from corral.engine.engine import Engine
-from corral.engine.pacer import CyclePacer
 from corral.engine.records import Job, Service
 from corral.engine.result import Result
 from corral.protocol import (
@@ -113,7 +112,6 @@ class ServiceCore:
         self._flusher: asyncio.Task | None = None
         self._wake: asyncio.Event | None = None
         self._cycle_wanted = False  # set by poke(), taken by the loop: a wake-up that wants a cycle
-        self._pacer: CyclePacer | None = None  # the loop's, once it runs: submissions tell it of bursts
         self._task: asyncio.Task | None = None
         self._stalls = StallWatch()
         self._recovery: asyncio.Task | None = None

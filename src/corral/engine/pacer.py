@@ -17,15 +17,6 @@ the requests' turn, after the cycle that could act on it), while in simulated ti
 between a cycle and the deadline it leaves, it is dropped: that cycle had its chance at it (a kill with
 no grace period is escalated at the next event, not in a second cycle at the same instant).
 
-Submissions that arrive back to back (each within `burst_gap_s` of the one before) hold the live loop's
-cycles back until they stop, or until `burst_hold_max_s` after the burst or the last cycle began, whichever
-is later: Slurm's `defer`, bounded. Each cycle of a burst would start the few jobs past their start delay,
-and their launches, task ends and reports would take the CPU from the submissions still coming; held, the
-burst's jobs start in a few large cycles (one command batch per agent) and mostly after it. After the
-burst ends a job waits no longer for it than `burst_gap_s` (less than the start delay that holds it
-anyway), and a steady stream still gets a cycle every `burst_hold_max_s`. A live minimum interval of 0
-turns the hold off too; the simulator has no hold (a replay's cycles are where its events are).
-
 The caller keeps the times in its own clock. The controller measures its cycles and its requests' turn
 on the monotonic clock and its deadlines on its own (possibly fake) clock: the pacer never compares the
 one with the other.
@@ -40,10 +31,6 @@ from dataclasses import dataclass, field
 # one commit and one command poll per agent, instead of a cycle each, a commit each and a poll reply each.
 # A quiet cluster loses nothing: a cycle wanted longer than this after the last one began runs at once.
 LIVE_MIN_INTERVAL_S = 0.05
-# A submission within this of the one before continues a burst (sequential sbatch calls come ~5-15 ms apart).
-LIVE_BURST_GAP_S = 0.1
-# A burst holds cycles back at most this long after it began or the last cycle began, whichever is later.
-LIVE_BURST_HOLD_MAX_S = 1.0
 
 
 @dataclass
@@ -51,22 +38,16 @@ class CyclePacer:
     min_interval_s: float = 0.0
     requests_turn_max_s: float = 0.0
     past_deadlines_ring: bool = True
-    burst_gap_s: float = 0.0
-    burst_hold_max_s: float = 0.0
     # When the last cycle started, and when the requests' turn after it ends.
     _last_started: float = field(default=-math.inf, init=False)
     _turn_ends: float = field(default=-math.inf, init=False)
-    _last_submitted: float = field(default=-math.inf, init=False)
-    _burst_began: float = field(default=-math.inf, init=False)
     # The loop's one timer: when it rings (None: it sleeps until something changes).
     timer: float | None = field(default=None, init=False)
 
     @classmethod
     def live(cls, min_interval_s: float = LIVE_MIN_INTERVAL_S) -> CyclePacer:
         # A cycle over 100,000 jobs takes ~0.5 s: submissions and agent reports are answered in between.
-        # No minimum interval asks for a cycle after every change: no burst holds one back either.
-        return cls(min_interval_s=min_interval_s, requests_turn_max_s=1.0, past_deadlines_ring=True,
-                   burst_gap_s=LIVE_BURST_GAP_S, burst_hold_max_s=LIVE_BURST_HOLD_MAX_S if min_interval_s > 0 else 0.0)
+        return cls(min_interval_s=min_interval_s, requests_turn_max_s=1.0, past_deadlines_ring=True)
 
     @classmethod
     def simulated(cls, min_interval_s: float = 0.0) -> CyclePacer:
@@ -77,19 +58,6 @@ class CyclePacer:
         if now - self._last_started < self.min_interval_s:
             return self._last_started + self.min_interval_s
         return max(now, self._turn_ends)
-
-    def submitted(self, at: float) -> None:
-        """A submission arrived at `at` (the clock the cycles are measured on)."""
-        if at - self._last_submitted >= self.burst_gap_s:
-            self._burst_began = at
-        self._last_submitted = max(self._last_submitted, at)
-
-    def held_until(self, now: float) -> float:
-        """A cycle is about to run at `now`: when a burst of submissions lets it (`now` when none holds it)."""
-        if self.burst_hold_max_s <= 0 or now - self._last_submitted >= self.burst_gap_s:
-            return now
-        held_since = max(self._burst_began, self._last_started)
-        return max(now, min(self._last_submitted + self.burst_gap_s, held_since + self.burst_hold_max_s))
 
     def cycle_ran(self, started: float, ended: float) -> None:
         """A cycle ran from `started` to `ended`; the loop's timer was dropped when it began."""
