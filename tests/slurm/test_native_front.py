@@ -334,10 +334,8 @@ def test_ctrl_c_ends_the_call_and_the_helpers_child(native, runtime_dir, slurm_c
     # Another call meanwhile is served by the helper at once (a child forked for it), not queued behind -i.
     other = native.run("squeue", "--version", env=env)
     assert other.returncode == 0 and native.fallback_count() == 1
-    deadline = time.monotonic() + 10
-    while len(_children(helper_pid)) != 2 and time.monotonic() < deadline:  # the other's child may be ending
-        time.sleep(0.05)
-    assert running[0] in _children(helper_pid) and len(_children(helper_pid)) == 2  # -i's, and the next waits
+    children = _settled_children(helper_pid, 2)
+    assert running[0] in children and len(children) == 2, children  # -i's, and the next waits
     watching.send_signal(signal.SIGINT)
     assert watching.wait(10) == 130
     deadline = time.monotonic() + 10
@@ -353,6 +351,21 @@ def _the_helper(path: str) -> int:
     parents = {int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1]) for pid in pids}
     (helper,) = [pid for pid in pids if pid in parents or len(pids) == 1]
     return helper
+
+
+def _settled_children(pid: int, count: int, timeout_s: float = 10, steady_s: float = 0.3) -> list[int]:
+    """pid's children once `count` of them have stayed the same for steady_s: a served call's child may still
+    be ending for a moment while there are `count`, before the next one is forked beside it."""
+    deadline = time.monotonic() + timeout_s
+    seen, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = _children(pid)
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif len(now) == count and time.monotonic() - since >= steady_s:
+            return now
+        time.sleep(0.05)
+    return _children(pid)
 
 
 def _children(pid: int) -> list[int]:
