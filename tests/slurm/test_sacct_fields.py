@@ -29,16 +29,21 @@ def test_sacct_asks_for_every_field_but_the_history() -> None:
     assert set(JobOut.model_fields) - set(SACCT_FIELDS) == {"history"}
 
 
-@pytest.mark.parametrize("name", SACCT)
-def test_golden_outputs_are_the_same_from_the_fields_sacct_asks_for(name) -> None:
+def golden_case(name: str) -> tuple:
+    """A sacct golden's parsed options, the jobs as the controller sends them, and its time; skipped where it
+    prints no jobs."""
     fixture = golden.fixture(name)
     if fixture["exit_code"]:
         pytest.skip("refused options: no jobs printed")
     options = parse_sacct(fixture["argv"][1:], {})
     if options.action:
         pytest.skip("prints no jobs")
-    jobs = _sent(golden.jobs_from_sacct(_phase(fixture)))
-    now = candidate_nows(fixture)[0]
+    return options, _sent(golden.jobs_from_sacct(_phase(fixture))), candidate_nows(fixture)[0]
+
+
+@pytest.mark.parametrize("name", SACCT)
+def test_golden_outputs_are_the_same_from_the_fields_sacct_asks_for(name) -> None:
+    options, jobs, now = golden_case(name)
     assert sacct_output(options, _only(jobs), now, cluster=CLUSTER) == sacct_output(options, jobs, now,
                                                                                   cluster=CLUSTER)
 

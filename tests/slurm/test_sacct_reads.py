@@ -12,8 +12,8 @@ from corral.slurm.sacct.output import sacct_output
 from corral.slurm.sacct.reads import fields_for
 
 from . import golden_records as golden
-from .test_golden_jobs import CLUSTER, SACCT, _phase, candidate_nows
-from .test_sacct_fields import _only, _sent
+from .test_golden_jobs import CLUSTER, SACCT, _phase
+from .test_sacct_fields import _only, _sent, golden_case
 
 NOW = 2_000_000_000.0
 
@@ -66,15 +66,8 @@ def test_no_field_reads_a_sent_key_it_did_not_ask_for(field) -> None:
 
 @pytest.mark.parametrize("name", SACCT)
 def test_golden_outputs_are_the_same_from_the_fields_their_format_reads(name) -> None:
-    fixture = golden.fixture(name)
-    if fixture["exit_code"]:
-        pytest.skip("refused options: no jobs printed")
-    options = parse_sacct(fixture["argv"][1:], {})
-    if options.action:
-        pytest.skip("prints no jobs")
-    jobs = _sent(golden.jobs_from_sacct(_phase(fixture)))
+    options, jobs, now = golden_case(name)
     asked = fields_for(options.layout, SACCT_FIELDS, nodes=options.nodes is not None)
-    now = candidate_nows(fixture)[0]
     assert sacct_output(options, _only(jobs, asked), now, cluster=CLUSTER) == sacct_output(options, jobs, now,
                                                                                          cluster=CLUSTER)
 
